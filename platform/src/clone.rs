@@ -1,0 +1,58 @@
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rustix::io::Errno;
+
+/// How a file's bytes got to their destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloneOutcome {
+    /// Extents shared copy-on-write: O(1) in time and space.
+    Cloned,
+    /// The bytes were copied: O(size).
+    Copied,
+}
+
+/// Clone `src` into `dst` (FICLONE), falling back to a copy when the
+/// filesystem cannot share extents. `dst` must be empty and open for
+/// writing. The outcome tells the caller which happened, so `checkpoint
+/// --json` can report it truthfully.
+pub fn clone_or_copy(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> std::io::Result<CloneOutcome> {
+    match rustix::fs::ioctl_ficlone(dst, src) {
+        Ok(()) => Ok(CloneOutcome::Cloned),
+        Err(e) if clone_unsupported(e) => {
+            copy_with(src, dst, |_| {})?;
+            Ok(CloneOutcome::Copied)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Errors that mean "this pair of files cannot share extents here", as
+/// opposed to a real I/O failure.
+fn clone_unsupported(e: Errno) -> bool {
+    matches!(e, Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::NOSYS | Errno::PERM)
+}
+
+/// Copy all of `src` (from its current offset) to `dst`, handing every chunk
+/// to `on_chunk` (to hash while copying). Returns the bytes copied.
+pub fn copy_with(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, mut on_chunk: impl FnMut(&[u8])) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match rustix::io::read(src.as_fd(), &mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        on_chunk(&buf[..n]);
+        let mut off = 0;
+        while off < n {
+            match rustix::io::write(dst.as_fd(), &buf[off..n]) {
+                Ok(w) => off += w,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        total += n as u64;
+    }
+}

@@ -1,0 +1,425 @@
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Timespec, Timestamps};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+use crate::xattr::{self, Xattr};
+
+/// The kind of a directory entry. Only the first three are ever captured:
+/// FIFOs, sockets and devices are skipped (opening a FIFO would hang).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl EntryKind {
+    fn from_file_type(t: FileType) -> EntryKind {
+        match t {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => EntryKind::Symlink,
+            FileType::Fifo => EntryKind::Fifo,
+            FileType::Socket => EntryKind::Socket,
+            FileType::CharacterDevice => EntryKind::CharDevice,
+            FileType::BlockDevice => EntryKind::BlockDevice,
+            FileType::Unknown => EntryKind::File,
+        }
+    }
+
+    pub fn is_special(self) -> bool {
+        !matches!(self, EntryKind::File | EntryKind::Dir | EntryKind::Symlink)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Symlink => "symlink",
+            EntryKind::Fifo => "fifo",
+            EntryKind::Socket => "socket",
+            EntryKind::CharDevice => "char device",
+            EntryKind::BlockDevice => "block device",
+        }
+    }
+}
+
+/// The stat fields rewind cares about, from one `fstatat(AT_SYMLINK_NOFOLLOW)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    pub kind: EntryKind,
+    /// Permission bits including setuid/setgid/sticky (st_mode & 0o7777).
+    pub mode: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub dev: u64,
+    pub ino: u64,
+    pub nlink: u64,
+    /// Allocated bytes (st_blocks * 512).
+    pub allocated: u64,
+}
+
+impl Meta {
+    fn from_stat(st: &rustix::fs::Stat) -> Meta {
+        Meta {
+            kind: EntryKind::from_file_type(FileType::from_raw_mode(st.st_mode as _)),
+            mode: st.st_mode & 0o7777,
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            nlink: st.st_nlink,
+            allocated: (st.st_blocks as u64) * 512,
+        }
+    }
+}
+
+/// How `rename` treats an existing destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameMode {
+    Replace,
+    NoReplace,
+    Exchange,
+}
+
+/// An open directory. Every operation is relative to its fd and never
+/// follows a symlink, so nothing done through a `Dir` can escape it even if
+/// the tree is changed concurrently. `path` is only for messages.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+
+impl Dir {
+    /// Open a directory by path (following symlinks: this is the root the
+    /// user named, and everything below it is then fd-relative).
+    pub fn open(path: &Path) -> Result<Dir> {
+        let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty()).map_err(|e| Error::new("open directory", path, e))?;
+        Ok(Dir { fd, path: path.to_owned() })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn child(&self, name: &OsStr) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn try_clone(&self) -> Result<Dir> {
+        let fd = self.fd.try_clone().map_err(|e| Error::new("dup", &self.path, e))?;
+        Ok(Dir { fd, path: self.path.clone() })
+    }
+
+    pub fn meta(&self) -> Result<Meta> {
+        let st = rustix::fs::fstat(&self.fd).map_err(|e| Error::new("stat", &self.path, e))?;
+        Ok(Meta::from_stat(&st))
+    }
+
+    /// Open the subdirectory `name`, refusing a symlink.
+    pub fn open_dir(&self, name: &OsStr) -> Result<Dir> {
+        let fd = rustix::fs::openat(&self.fd, name, DIR_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+            .map_err(|e| Error::new("open directory", self.child(name), e))?;
+        Ok(Dir { fd, path: self.child(name) })
+    }
+
+    /// Open the directory at a relative path below this one, with no symlink
+    /// anywhere on the way and no mount crossed: `openat2(RESOLVE_BENEATH |
+    /// RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV)`, or a component-by-component
+    /// walk with O_NOFOLLOW where openat2 is missing. An empty path is `self`.
+    pub fn open_beneath(&self, rel: &Path) -> Result<Dir> {
+        check_relative(rel).map_err(|e| Error::new("open directory", self.path.join(rel), e))?;
+        if rel.as_os_str().is_empty() {
+            return self.try_clone();
+        }
+        if !OPENAT2_MISSING.load(Ordering::Relaxed) {
+            let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
+            match rustix::fs::openat2(&self.fd, rel, DIR_FLAGS | OFlags::NOFOLLOW, Mode::empty(), resolve) {
+                Ok(fd) => return Ok(Dir { fd, path: self.path.join(rel) }),
+                Err(Errno::NOSYS) | Err(Errno::PERM) => OPENAT2_MISSING.store(true, Ordering::Relaxed),
+                Err(Errno::AGAIN) | Err(Errno::INTR) => {}
+                Err(e) => return Err(Error::new("open directory", self.path.join(rel), e)),
+            }
+        }
+        let mut dir = self.try_clone()?;
+        let dev = self.meta()?.dev;
+        for comp in rel.components() {
+            if let Component::Normal(name) = comp {
+                dir = dir.open_dir(name)?;
+                if dir.meta()?.dev != dev {
+                    return Err(Error::new("open directory", dir.path.clone(), Errno::XDEV));
+                }
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Does the kernel offer openat2 with RESOLVE_BENEATH (Linux 5.6+)? If
+    /// not, `open_beneath` walks component by component with O_NOFOLLOW.
+    pub fn openat2_available(&self) -> bool {
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+        rustix::fs::openat2(&self.fd, ".", DIR_FLAGS, Mode::empty(), resolve).is_ok()
+    }
+
+    /// Entry names (never "." or ".."), in directory order.
+    pub fn entries(&self) -> Result<Vec<OsString>> {
+        let mut it = rustix::fs::Dir::read_from(&self.fd).map_err(|e| Error::new("read directory", &self.path, e))?;
+        let mut out = Vec::new();
+        while let Some(ent) = it.read() {
+            let ent = ent.map_err(|e| Error::new("read directory", &self.path, e))?;
+            let name = ent.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.push(OsStr::from_bytes(name).to_owned());
+            }
+        }
+        Ok(out)
+    }
+
+    /// `fstatat(name, AT_SYMLINK_NOFOLLOW)`.
+    pub fn stat_at(&self, name: &OsStr) -> Result<Meta> {
+        let st = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| Error::new("stat", self.child(name), e))?;
+        Ok(Meta::from_stat(&st))
+    }
+
+    /// Open a regular file for reading. Never blocks on a FIFO and never
+    /// follows a symlink; anything but a regular file is refused (the entry
+    /// may have been swapped since it was stat'ed).
+    pub fn open_read(&self, name: &OsStr) -> Result<(File, Meta)> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
+            .map_err(|e| Error::new("open", self.child(name), e))?;
+        let meta = Meta::from_stat(&rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", self.child(name), e))?);
+        if meta.kind != EntryKind::File {
+            return Err(Error::new("open", self.child(name), std::io::Error::other(format!("is a {}, not a regular file", meta.kind.as_str()))));
+        }
+        Ok((File::from(fd), meta))
+    }
+
+    /// Create a new file (O_EXCL) open for reading and writing.
+    pub fn create_new(&self, name: &OsStr, mode: u32) -> Result<File> {
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode as _))
+            .map_err(|e| Error::new("create", self.child(name), e))?;
+        Ok(File::from(fd))
+    }
+
+    pub fn mkdir(&self, name: &OsStr, mode: u32) -> Result<()> {
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode as _)).map_err(|e| Error::new("mkdir", self.child(name), e))
+    }
+
+    pub fn symlink(&self, target: &[u8], name: &OsStr) -> Result<()> {
+        rustix::fs::symlinkat(OsStr::from_bytes(target), &self.fd, name).map_err(|e| Error::new("symlink", self.child(name), e))
+    }
+
+    pub fn readlink(&self, name: &OsStr) -> Result<Vec<u8>> {
+        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new()).map_err(|e| Error::new("readlink", self.child(name), e))?;
+        Ok(target.into_bytes())
+    }
+
+    pub fn unlink(&self, name: &OsStr) -> Result<()> {
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()).map_err(|e| Error::new("unlink", self.child(name), e))
+    }
+
+    pub fn rmdir(&self, name: &OsStr) -> Result<()> {
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).map_err(|e| Error::new("rmdir", self.child(name), e))
+    }
+
+    /// Remove `name` and everything below it, fd-relative, never following a
+    /// symlink (a symlink to a directory is unlinked, not descended). A
+    /// missing entry is not an error.
+    pub fn remove_all(&self, name: &OsStr) -> Result<()> {
+        let meta = match self.stat_at(name) {
+            Ok(m) => m,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if meta.kind != EntryKind::Dir {
+            return match self.unlink(name) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            };
+        }
+        let sub = match self.open_dir(name) {
+            Ok(d) => d,
+            // Unreadable (mode 0) directories: make them readable first.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                self.set_mode(name, EntryKind::Dir, 0o700)?;
+                self.open_dir(name)?
+            }
+            Err(e) => return Err(e),
+        };
+        if sub.meta()?.mode & 0o300 != 0o300 {
+            rustix::fs::fchmod(&sub.fd, Mode::from_raw_mode(0o700)).map_err(|e| Error::new("chmod", &sub.path, e))?;
+        }
+        for child in sub.entries()? {
+            sub.remove_all(&child)?;
+        }
+        match self.rmdir(name) {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// `renameat2` from this directory to `to_dir`.
+    pub fn rename(&self, from: &OsStr, to_dir: &Dir, to: &OsStr, mode: RenameMode) -> Result<()> {
+        let flags = match mode {
+            RenameMode::Replace => RenameFlags::empty(),
+            RenameMode::NoReplace => RenameFlags::NOREPLACE,
+            RenameMode::Exchange => RenameFlags::EXCHANGE,
+        };
+        rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags).map_err(|e| Error::new("rename", to_dir.child(to), e))
+    }
+
+    /// Open an existing file or directory for metadata changes, refusing
+    /// symlinks. Works on unreadable entries through O_PATH.
+    fn open_for_meta(&self, name: &OsStr, kind: EntryKind) -> Result<OwnedFd> {
+        let mut flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        if kind == EntryKind::Dir {
+            flags |= OFlags::DIRECTORY;
+        }
+        match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => Ok(fd),
+            Err(Errno::ACCESS) => rustix::fs::openat(&self.fd, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| Error::new("open", self.child(name), e)),
+            Err(e) => Err(Error::new("open", self.child(name), e)),
+        }
+    }
+
+    /// chmod an entry (not a symlink) without following symlinks.
+    pub fn set_mode(&self, name: &OsStr, kind: EntryKind, mode: u32) -> Result<()> {
+        let fd = self.open_for_meta(name, kind)?;
+        set_mode_fd(fd.as_fd(), mode).map_err(|e| Error::new("chmod", self.child(name), e))
+    }
+
+    /// Set the mtime of an entry (not a symlink) without following symlinks.
+    pub fn set_mtime(&self, name: &OsStr, kind: EntryKind, mtime_ns: i64) -> Result<()> {
+        let fd = self.open_for_meta(name, kind)?;
+        set_mtime_fd(fd.as_fd(), mtime_ns).map_err(|e| Error::new("set mtime", self.child(name), e))
+    }
+
+    /// Set the `user.*` xattrs of an entry (not a symlink) to exactly `want`.
+    pub fn set_user_xattrs(&self, name: &OsStr, kind: EntryKind, want: &[Xattr]) -> Result<()> {
+        let fd = self.open_for_meta(name, kind)?;
+        xattr::set_user(fd.as_fd(), want).map_err(|e| Error::new("set xattrs", self.child(name), e))
+    }
+
+    /// The `user.*` xattrs of this directory itself.
+    pub fn user_xattrs(&self) -> Result<Vec<Xattr>> {
+        xattr::list_user(self.fd.as_fd()).map_err(|e| Error::new("list xattrs", &self.path, e))
+    }
+
+    /// The `user.*` xattrs of an entry (file or directory). Opens the entry;
+    /// callers skip this when the stat cache says nothing changed.
+    pub fn user_xattrs_at(&self, name: &OsStr, kind: EntryKind) -> Result<Vec<Xattr>> {
+        let fd = self.open_for_meta(name, kind)?;
+        match xattr::list_user(fd.as_fd()) {
+            Ok(x) => Ok(x),
+            // An O_PATH fd cannot list xattrs; an unreadable entry has none we can read.
+            Err(e) if e.raw_os_error() == Some(9) => Ok(Vec::new()),
+            Err(e) => Err(Error::new("list xattrs", self.child(name), e)),
+        }
+    }
+
+    pub fn fsync(&self) -> Result<()> {
+        rustix::fs::fsync(&self.fd).map_err(|e| Error::new("fsync", &self.path, e))
+    }
+
+    /// Flush the whole filesystem holding this directory: one call instead of
+    /// an fsync per file when many files were written.
+    pub fn syncfs(&self) -> Result<()> {
+        rustix::fs::syncfs(&self.fd).map_err(|e| Error::new("syncfs", &self.path, e))
+    }
+}
+
+/// chmod through an fd; O_PATH fds go through /proc/self/fd, which acts on
+/// the inode itself (no symlink can be in the way).
+pub(crate) fn set_mode_fd(fd: BorrowedFd<'_>, mode: u32) -> std::io::Result<()> {
+    match rustix::fs::fchmod(fd, Mode::from_raw_mode(mode as _)) {
+        Err(Errno::BADF) => {
+            let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+            rustix::fs::chmod(proc.as_str(), Mode::from_raw_mode(mode as _))?;
+            Ok(())
+        }
+        r => Ok(r?),
+    }
+}
+
+pub(crate) fn set_mtime_fd(fd: BorrowedFd<'_>, mtime_ns: i64) -> std::io::Result<()> {
+    let times = Timestamps {
+        last_access: Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        last_modification: Timespec { tv_sec: mtime_ns.div_euclid(1_000_000_000), tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _ },
+    };
+    match rustix::fs::futimens(fd, &times) {
+        Err(Errno::BADF) => {
+            let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+            rustix::fs::utimensat(rustix::fs::CWD, proc.as_str(), &times, AtFlags::empty())?;
+            Ok(())
+        }
+        r => Ok(r?),
+    }
+}
+
+/// File-level helpers for files opened through a `Dir`.
+impl Xattr {
+    pub fn list_user(file: &File) -> std::io::Result<Vec<Xattr>> {
+        xattr::list_user(file.as_fd())
+    }
+
+    pub fn set_user(file: &File, want: &[Xattr]) -> std::io::Result<()> {
+        xattr::set_user(file.as_fd(), want)
+    }
+}
+
+/// chmod / mtime / fsync on an open file.
+pub fn file_set_mode(file: &File, mode: u32) -> std::io::Result<()> {
+    set_mode_fd(file.as_fd(), mode)
+}
+
+pub fn file_set_mtime(file: &File, mtime_ns: i64) -> std::io::Result<()> {
+    set_mtime_fd(file.as_fd(), mtime_ns)
+}
+
+/// A manifest path must be relative, free of `..`, `.` and NUL: anything else
+/// could name a place outside the workspace.
+pub fn check_relative(rel: &Path) -> std::io::Result<()> {
+    let bytes = rel.as_os_str().as_bytes();
+    if bytes.contains(&0) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"));
+    }
+    for comp in rel.components() {
+        match comp {
+            Component::Normal(_) => {}
+            Component::CurDir if bytes.is_empty() => {}
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "path must be relative to the workspace, without '..' or '.'",
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+use std::io;
+use std::path::PathBuf;
+
+/// An OS call failed on a path. Carries the operation and the path so that a
+/// user-facing message can say exactly what went wrong where.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {}: {source}", path.display())]
+pub struct Error {
+    pub op: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(op: &'static str, path: impl Into<PathBuf>, source: impl Into<io::Error>) -> Self {
+        Error { op, path: path.into(), source: source.into() }
+    }
+
+    pub fn kind(&self) -> io::ErrorKind {
+        self.source.kind()
+    }
+
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+
+    /// True when the path does not exist (ENOENT).
+    pub fn is_not_found(&self) -> bool {
+        self.kind() == io::ErrorKind::NotFound
+    }
+
+    /// True when the filesystem is out of space or quota (ENOSPC, EDQUOT).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self.raw_os_error(), Some(libc_errno::ENOSPC) | Some(libc_errno::EDQUOT))
+    }
+
+    /// True when a path component was a symlink or not a directory where a
+    /// directory was required: the tree changed under us, or someone tried
+    /// to redirect a write outside the workspace.
+    pub fn is_redirected(&self) -> bool {
+        matches!(self.raw_os_error(), Some(libc_errno::ELOOP) | Some(libc_errno::ENOTDIR) | Some(libc_errno::EXDEV))
+    }
+}
+
+/// The few errno values we classify. Spelled out rather than pulling in libc.
+pub(crate) mod libc_errno {
+    pub const ENOSPC: i32 = 28;
+    pub const EDQUOT: i32 = 122;
+    pub const ELOOP: i32 = 40;
+    pub const ENOTDIR: i32 = 20;
+    pub const EXDEV: i32 = 18;
+}

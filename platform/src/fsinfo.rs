@@ -1,0 +1,131 @@
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::dir::Dir;
+use crate::error::{Error, Result};
+
+/// The filesystems rewind treats differently. Anything else is `Other` and
+/// gets the portable copy path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FsKind {
+    Ext4,
+    Xfs,
+    Btrfs,
+    Tmpfs,
+    Fuse,
+    Overlay,
+    Apfs,
+    Other(i64),
+}
+
+impl FsKind {
+    pub fn from_magic(magic: i64) -> FsKind {
+        match magic {
+            0xEF53 => FsKind::Ext4,
+            0x5846_5342 => FsKind::Xfs,
+            0x9123_683E => FsKind::Btrfs,
+            0x0102_1994 => FsKind::Tmpfs,
+            0x6573_5546 => FsKind::Fuse,
+            0x794C_7630 => FsKind::Overlay,
+            m => FsKind::Other(m),
+        }
+    }
+
+    /// Filesystems whose on-disk format can share extents between files.
+    /// Whether clones actually work is still probed: XFS made without
+    /// `reflink=1` cannot clone.
+    pub fn may_clone(self) -> bool {
+        matches!(self, FsKind::Xfs | FsKind::Btrfs | FsKind::Apfs)
+    }
+}
+
+impl fmt::Display for FsKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FsKind::Ext4 => f.write_str("ext4"),
+            FsKind::Xfs => f.write_str("xfs"),
+            FsKind::Btrfs => f.write_str("btrfs"),
+            FsKind::Tmpfs => f.write_str("tmpfs"),
+            FsKind::Fuse => f.write_str("fuse"),
+            FsKind::Overlay => f.write_str("overlay"),
+            FsKind::Apfs => f.write_str("apfs"),
+            FsKind::Other(m) => write!(f, "unknown(0x{m:x})"),
+        }
+    }
+}
+
+/// What statfs says about the filesystem holding a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsInfo {
+    pub kind: FsKind,
+    pub dev: u64,
+    pub block_size: u64,
+    pub blocks_total: u64,
+    pub blocks_free: u64,
+    pub blocks_available: u64,
+}
+
+impl FsInfo {
+    pub fn of(dir: &Dir) -> Result<FsInfo> {
+        let st = rustix::fs::fstatfs(dir.fd()).map_err(|e| Error::new("statfs", dir.path(), e))?;
+        let meta = dir.meta()?;
+        Ok(FsInfo {
+            kind: FsKind::from_magic(st.f_type as i64),
+            dev: meta.dev,
+            block_size: st.f_bsize as u64,
+            blocks_total: st.f_blocks as u64,
+            blocks_free: st.f_bfree as u64,
+            blocks_available: st.f_bavail as u64,
+        })
+    }
+
+    /// Bytes in use on the whole filesystem (total - free), for honest
+    /// before/after space accounting.
+    pub fn used_bytes(&self) -> u64 {
+        self.blocks_total.saturating_sub(self.blocks_free) * self.block_size
+    }
+}
+
+static CLONE_CACHE: Mutex<Option<HashMap<u64, bool>>> = Mutex::new(None);
+
+/// Do copy-on-write clones work in `dir`? Probed once per device per process
+/// with a real FICLONE between two anonymous files: the only honest answer
+/// (an XFS without reflink, or a FUSE mount, says "maybe" by type alone).
+pub fn clone_support(dir: &Dir) -> Result<bool> {
+    let dev = dir.meta()?.dev;
+    if let Some(known) = CLONE_CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&dev).copied())) {
+        return Ok(known);
+    }
+    let answer = probe_clone(dir)?;
+    if let Ok(mut cache) = CLONE_CACHE.lock() {
+        cache.get_or_insert_with(HashMap::new).insert(dev, answer);
+    }
+    Ok(answer)
+}
+
+/// Uncached probe: create two unnamed files (O_TMPFILE, so a crash leaves
+/// nothing behind), write a block into one and try to clone it.
+pub fn probe_clone(dir: &Dir) -> Result<bool> {
+    let open_tmp = || {
+        rustix::fs::openat(
+            dir.fd(),
+            ".",
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+    };
+    let src = match open_tmp() {
+        Ok(fd) => fd,
+        // No O_TMPFILE support means an unusual filesystem: assume no clones.
+        Err(Errno::OPNOTSUPP) | Err(Errno::ISDIR) | Err(Errno::INVAL) => return Ok(false),
+        Err(e) => return Err(Error::new("probe clone", dir.path(), e)),
+    };
+    let dst = open_tmp().map_err(|e| Error::new("probe clone", dir.path(), e))?;
+    let block = [0x5au8; 4096];
+    rustix::io::write(&src, &block).map_err(|e| Error::new("probe clone", dir.path(), e))?;
+    Ok(rustix::fs::ioctl_ficlone(&dst, &src).is_ok())
+}

@@ -1,0 +1,22 @@
+//! OS primitives for rewind.
+//!
+//! This crate knows syscalls, not checkpoints: copy-on-write clones with a
+//! copy fallback, filesystem detection, directory-fd-relative path operations
+//! that never follow symlinks, `user.*` xattrs, durability helpers and locks.
+//! Every fallible call returns [`Error`], which names the operation and path.
+
+mod clone;
+mod dir;
+mod error;
+mod fsinfo;
+mod lock;
+mod process;
+mod xattr;
+
+pub use clone::{CloneOutcome, clone_or_copy, copy_with};
+pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
+pub use error::{Error, Result};
+pub use fsinfo::{FsKind, FsInfo, clone_support, probe_clone};
+pub use lock::LockFile;
+pub use process::{kill_self, stop_self};
+pub use xattr::Xattr;

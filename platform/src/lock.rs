@@ -1,0 +1,57 @@
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FlockOperation, flock};
+
+use crate::error::{Error, Result};
+
+/// An exclusive advisory lock on a file (flock), released on drop or when
+/// the process dies, so a SIGKILLed holder never leaves a stale lock.
+#[derive(Debug)]
+pub struct LockFile {
+    _file: File,
+    path: PathBuf,
+}
+
+impl LockFile {
+    /// Take the lock, waiting up to `timeout`. On timeout the error names the
+    /// pid recorded by the current holder (written by the holder itself).
+    pub fn acquire(path: &Path, timeout: Duration) -> Result<Result<LockFile, Option<u32>>> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+            .open(path)
+            .map_err(|e| Error::new("open lock", path, e))?;
+        let start = Instant::now();
+        loop {
+            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {
+                    if start.elapsed() >= timeout {
+                        let mut s = String::new();
+                        let _ = file.read_to_string(&mut s);
+                        return Ok(Err(s.trim().parse().ok()));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(Error::new("lock", path, e)),
+            }
+        }
+        // Record the holder for the "who holds it" message; best effort.
+        let _ = file.set_len(0);
+        let _ = file.rewind();
+        let _ = write!(file, "{}", std::process::id());
+        Ok(Ok(LockFile { _file: file, path: path.to_owned() }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

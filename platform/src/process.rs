@@ -1,0 +1,18 @@
+use rustix::process::{Signal, getpid, kill_process};
+
+/// SIGKILL this process. Used by test failpoints to simulate a crash at a
+/// named point: no destructors, no flushing, exactly like a power cut for
+/// everything above the page cache.
+pub fn kill_self() -> ! {
+    let _ = kill_process(getpid(), Signal::KILL);
+    // SIGKILL cannot be caught; if delivery is somehow delayed, spin.
+    loop {
+        std::thread::park();
+    }
+}
+
+/// SIGSTOP this process, so that a test can change the world between two
+/// named steps and then SIGCONT it.
+pub fn stop_self() {
+    let _ = kill_process(getpid(), Signal::STOP);
+}

@@ -1,0 +1,86 @@
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
+
+/// One extended attribute: name bytes (with its namespace prefix) and value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Xattr {
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+const USER_PREFIX: &[u8] = b"user.";
+
+/// The `user.*` xattrs of an open file or directory, sorted by name.
+/// Filesystems without xattr support answer an empty list.
+pub(crate) fn list_user(fd: BorrowedFd<'_>) -> std::io::Result<Vec<Xattr>> {
+    let names = loop {
+        let size = match rustix::fs::flistxattr_query(fd) {
+            Ok(0) => return Ok(Vec::new()),
+            Ok(n) => n,
+            Err(Errno::OPNOTSUPP) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut buf = vec![0u8; size];
+        match rustix::fs::flistxattr(fd, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                break buf;
+            }
+            Err(Errno::RANGE) => continue, // grew between the two calls
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| n.starts_with(USER_PREFIX)) {
+        let Ok(cname) = std::ffi::CString::new(name) else { continue };
+        let value = loop {
+            let size = match rustix::fs::fgetxattr_query(fd, cname.as_c_str()) {
+                Ok(n) => n,
+                Err(Errno::NODATA) => break None, // removed meanwhile
+                Err(e) => return Err(e.into()),
+            };
+            let mut buf = vec![0u8; size];
+            if size == 0 {
+                break Some(buf);
+            }
+            match rustix::fs::fgetxattr(fd, cname.as_c_str(), &mut buf) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    break Some(buf);
+                }
+                Err(Errno::RANGE) => continue,
+                Err(Errno::NODATA) => break None,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if let Some(value) = value {
+            out.push(Xattr { name: name.to_vec(), value });
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Make the `user.*` xattrs of `fd` exactly `want`: set what differs, remove
+/// what is extra. Other namespaces (security.*, trusted.*) are left alone.
+pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()> {
+    let have = list_user(fd)?;
+    for x in &have {
+        if !want.iter().any(|w| w.name == x.name) {
+            let name = std::ffi::CString::new(x.name.clone()).map_err(std::io::Error::other)?;
+            match rustix::fs::fremovexattr(fd, name.as_c_str()) {
+                Ok(()) | Err(Errno::NODATA) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    for w in want {
+        if have.iter().any(|x| x == w) {
+            continue;
+        }
+        let name = std::ffi::CString::new(w.name.clone()).map_err(std::io::Error::other)?;
+        rustix::fs::fsetxattr(fd, name.as_c_str(), &w.value, rustix::fs::XattrFlags::empty())?;
+    }
+    Ok(())
+}

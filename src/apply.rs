@@ -1,0 +1,282 @@
+//! Apply a plan in place (DESIGN §4 rule 4): only changed entries are
+//! touched; files are materialized under `.rewind/tmp/` and renamed over
+//! their destination; extras are removed deepest-first, guided by the
+//! captured tree so that nothing the capture did not see is deleted;
+//! directories are created before their children and get their final mode
+//! last; symlinks are placed after files. The workspace root and unchanged
+//! directories keep their inodes, so a shell whose cwd is inside survives.
+//!
+//! Every path is opened relative to the root fd with no symlink followed
+//! (rule 5): if a directory on the way was swapped for a symlink, the open
+//! fails instead of writing outside the workspace.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rewind_platform::{Dir, EntryKind, RenameMode, Xattr};
+use serde::Serialize;
+
+use crate::capture::{Skipped, display_path};
+use crate::diff::{Change, Trees};
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::objects::ObjectStore;
+use crate::tree::{Entry, Kind, Target};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyOptions {
+    pub exact_times: bool,
+    pub allow_setuid: bool,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ApplyReport {
+    pub written: u64,
+    pub deleted: u64,
+    /// Directories left in place because they hold files the capture did
+    /// not see (ignored or created meanwhile).
+    pub kept: Vec<Skipped>,
+    /// Paths restored without their setuid/setgid bits.
+    pub setuid_stripped: Vec<String>,
+}
+
+const SETID_BITS: u32 = 0o6000;
+
+fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|&c| c == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[], path),
+    }
+}
+
+/// Opens parent directories beneath the root, reusing the last one (a plan
+/// is in path order, so siblings come together).
+struct Parents<'a> {
+    root: &'a Dir,
+    last: Option<(Vec<u8>, Dir)>,
+}
+
+impl Parents<'_> {
+    fn get(&mut self, parent: &[u8]) -> Result<&Dir> {
+        if self.last.as_ref().is_none_or(|(p, _)| p != parent) {
+            let dir = self.root.open_beneath(Path::new(OsStr::from_bytes(parent))).map_err(Error::os)?;
+            self.last = Some((parent.to_vec(), dir));
+        }
+        match &self.last {
+            Some((_, d)) => Ok(d),
+            None => Err(Error::Usage("internal: parent directory cache empty".into())),
+        }
+    }
+
+    fn forget(&mut self) {
+        self.last = None;
+    }
+}
+
+pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Change], opts: ApplyOptions) -> Result<ApplyReport> {
+    let mut report = ApplyReport::default();
+    let mut parents = Parents { root, last: None };
+
+    // 1. Removals: everything whose old entry goes away or changes type.
+    //    Only top-most ones: a removed directory takes its captured
+    //    children with it.
+    let mut removed_dirs: Vec<&[u8]> = Vec::new();
+    let mut removals: Vec<&Change> = Vec::new();
+    for ch in changes {
+        let Some(old) = &ch.old else { continue };
+        let goes = ch.new.as_ref().is_none_or(|n| n.kind() != old.kind());
+        if !goes || removed_dirs.iter().any(|d| is_under(&ch.path, d)) {
+            continue;
+        }
+        if old.kind() == Kind::Dir {
+            removed_dirs.push(&ch.path);
+        }
+        removals.push(ch);
+    }
+    removals.sort_by_key(|c| std::cmp::Reverse(c.depth()));
+    for ch in removals {
+        let (parent, name) = split_parent(&ch.path);
+        let dir = parents.get(parent)?;
+        let old = ch.old.as_ref().ok_or_else(|| Error::Usage("internal: removal without old entry".into()))?;
+        remove_guided(dir, OsStr::from_bytes(name), old, trees, &ch.path, &mut report)?;
+        failpoint::hit("apply:removed");
+    }
+    parents.forget();
+
+    // 2. Directories and files, parents first (changes are in pre-order).
+    let mut dir_fixups: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut links: Vec<&Change> = Vec::new();
+    for ch in changes {
+        let Some(new) = &ch.new else { continue };
+        let (parent, name) = split_parent(&ch.path);
+        let name = OsStr::from_bytes(name);
+        match new.kind() {
+            Kind::Dir => {
+                if ch.old.as_ref().is_none_or(|o| o.kind() != Kind::Dir) {
+                    let dir = parents.get(parent)?;
+                    match dir.mkdir(name, 0o700) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.stat_at(name).is_ok_and(|m| m.kind == EntryKind::Dir) => {}
+                        Err(e) => return Err(Error::os(e)),
+                    }
+                    report.written += 1;
+                    failpoint::hit("apply:dir-created");
+                }
+                dir_fixups.insert(ch.path.clone());
+            }
+            Kind::File => {
+                let Target::Object(hash) = &new.target else { continue };
+                let (tmp_name, file, _) = store.materialize(hash)?;
+                let mode = allowed_mode(new, opts, &ch.path, &mut report);
+                let tmp_path = || store.tmp_dir().path().join(&tmp_name);
+                rewind_platform::file_set_mode(&file, mode).map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
+                if !new.xattrs.is_empty() {
+                    Xattr::set_user(&file, &new.xattrs).map_err(|e| Error::os(rewind_platform::Error::new("set xattrs", tmp_path(), e)))?;
+                }
+                if opts.exact_times {
+                    rewind_platform::file_set_mtime(&file, new.mtime_ns).map_err(|e| Error::os(rewind_platform::Error::new("set mtime", tmp_path(), e)))?;
+                }
+                drop(file);
+                let dir = parents.get(parent)?;
+                if let Err(e) = store.tmp_dir().rename(&tmp_name, dir, name, RenameMode::Replace) {
+                    let _ = store.tmp_dir().unlink(&tmp_name);
+                    return Err(Error::os(e));
+                }
+                report.written += 1;
+                failpoint::hit("apply:file-written");
+            }
+            Kind::Symlink => links.push(ch),
+        }
+    }
+
+    // 3. Symlinks last: made in tmp, renamed over (atomic replace).
+    for ch in links {
+        let Some(Entry { target: Target::Link(target), .. }) = &ch.new else { continue };
+        let (parent, name) = split_parent(&ch.path);
+        let tmp_name = store.temp_name("ln");
+        store.tmp_dir().symlink(target, &tmp_name).map_err(Error::os)?;
+        let dir = parents.get(parent)?;
+        if let Err(e) = store.tmp_dir().rename(&tmp_name, dir, OsStr::from_bytes(name), RenameMode::Replace) {
+            let _ = store.tmp_dir().unlink(&tmp_name);
+            return Err(Error::os(e));
+        }
+        report.written += 1;
+        failpoint::hit("apply:symlink-written");
+    }
+    parents.forget();
+
+    // 4. Directory metadata, deepest first, so a read-only directory is
+    //    made read-only only after its children are in place. With exact
+    //    times, every parent of a change gets its recorded mtime back too.
+    if opts.exact_times {
+        for ch in changes {
+            let mut p: &[u8] = &ch.path;
+            while !p.is_empty() {
+                p = split_parent(p).0;
+                dir_fixups.insert(p.to_vec());
+            }
+        }
+    }
+    let mut fixups: Vec<Vec<u8>> = dir_fixups.into_iter().collect();
+    fixups.sort_by_key(|p| std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count() + usize::from(!p.is_empty())));
+    for path in fixups {
+        let Some(entry) = changes.iter().find(|c| c.path == path).and_then(|c| c.new.clone()).or_else(|| lookup_target(trees, changes, &path)) else { continue };
+        if entry.kind() != Kind::Dir {
+            continue;
+        }
+        let mode = allowed_mode(&entry, opts, &path, &mut report);
+        if path.is_empty() {
+            continue; // the root's own metadata is not part of the tree
+        }
+        let (parent, name) = split_parent(&path);
+        let dir = parents.get(parent)?;
+        let name = OsStr::from_bytes(name);
+        dir.set_user_xattrs(name, EntryKind::Dir, &entry.xattrs).map_err(Error::os)?;
+        if opts.exact_times {
+            dir.set_mtime(name, EntryKind::Dir, entry.mtime_ns).map_err(Error::os)?;
+        }
+        dir.set_mode(name, EntryKind::Dir, mode).map_err(Error::os)?;
+        failpoint::hit("apply:meta-fixed");
+    }
+    Ok(report)
+}
+
+/// The target-side entry of a parent directory that is not itself a change
+/// (only needed for `--exact-times`).
+fn lookup_target(trees: &Trees<'_>, _changes: &[Change], path: &[u8]) -> Option<Entry> {
+    let root = trees.target_root()?;
+    trees.entry_at(&root, path).ok().flatten()
+}
+
+fn allowed_mode(entry: &Entry, opts: ApplyOptions, path: &[u8], report: &mut ApplyReport) -> u32 {
+    if entry.mode & SETID_BITS != 0 && !opts.allow_setuid {
+        report.setuid_stripped.push(display_path(path));
+        entry.mode & !SETID_BITS
+    } else {
+        entry.mode
+    }
+}
+
+fn is_under(path: &[u8], dir: &[u8]) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
+}
+
+/// Remove what the capture saw at `name`, and only that. A directory that
+/// still holds something else afterwards is kept and reported.
+fn remove_guided(dir: &Dir, name: &OsStr, old: &Entry, trees: &Trees<'_>, path: &[u8], report: &mut ApplyReport) -> Result<()> {
+    let meta = match dir.stat_at(name) {
+        Ok(m) => m,
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(Error::os(e)),
+    };
+    if meta.kind != EntryKind::Dir {
+        // A file, a symlink (never followed), or what replaced the captured
+        // directory since: unlink the name.
+        match dir.unlink(name) {
+            Ok(()) => report.deleted += 1,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(Error::os(e)),
+        }
+        return Ok(());
+    }
+    let Target::Tree(h) = old.target else {
+        // Captured as a file but now a directory: remove it only if empty.
+        return rmdir_or_keep(dir, name, path, report);
+    };
+    let sub = match dir.open_dir(name) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            dir.set_mode(name, EntryKind::Dir, 0o700).map_err(Error::os)?;
+            dir.open_dir(name).map_err(Error::os)?
+        }
+        Err(e) => return Err(Error::os(e)),
+    };
+    if sub.meta().map_err(Error::os)?.mode & 0o300 != 0o300 {
+        dir.set_mode(name, EntryKind::Dir, 0o700).map_err(Error::os)?;
+    }
+    let node = trees.node(&h)?;
+    for child in &node.entries {
+        let mut child_path = path.to_vec();
+        child_path.push(b'/');
+        child_path.extend_from_slice(&child.name);
+        remove_guided(&sub, OsStr::from_bytes(&child.name), child, trees, &child_path, report)?;
+    }
+    rmdir_or_keep(dir, name, path, report)
+}
+
+fn rmdir_or_keep(dir: &Dir, name: &OsStr, path: &[u8], report: &mut ApplyReport) -> Result<()> {
+    match dir.rmdir(name) {
+        Ok(()) => {
+            report.deleted += 1;
+            Ok(())
+        }
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) if e.raw_os_error() == Some(39) => {
+            report.kept.push(Skipped { path: display_path(path), reason: "kept: holds files that were not captured".into() });
+            Ok(())
+        }
+        Err(e) => Err(Error::os(e)),
+    }
+}

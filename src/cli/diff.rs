@@ -1,0 +1,141 @@
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::Ctx;
+use super::status::status_letter;
+use crate::capture::Sink;
+use crate::diff::{self, Change, DiffOptions, Trees};
+use crate::error::{Error, Result};
+use crate::hash::Hash;
+use crate::tree::Target;
+use crate::workspace::{ChangeJson, Workspace};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// From this checkpoint (default: HEAD)
+    from: Option<String>,
+    /// To this checkpoint (default: the live tree)
+    to: Option<String>,
+    /// Show a unified text diff of changed files
+    #[arg(long)]
+    patch: bool,
+    /// Only these paths
+    #[arg(last = true)]
+    paths: Vec<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Out {
+    from: Option<String>,
+    to: String,
+    changes: Vec<ChangeJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+}
+
+const PATCH_LIMIT: u64 = 1 << 20;
+
+pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    ws.recover_if_needed()?;
+    let from = match &args.from {
+        Some(spec) => Some(ws.resolve(spec)?),
+        None => ws.head()?,
+    };
+    let to = args.to.as_deref().map(|s| ws.resolve(s)).transpose()?;
+    let filters: Vec<Vec<u8>> = args.paths.iter().map(|p| ws.relative_path(p, &ctx.cwd)).collect::<Result<_>>()?;
+    let live = match &to {
+        None => Some(ws.capture(Sink::HashOnly, "scanning")?),
+        Some(_) => None,
+    };
+    let trees = match &live {
+        Some(cap) => Trees::with_overlay(ws.ledger(), cap.overlay()),
+        None => Trees::new(ws.ledger()),
+    };
+    let from_root = from.as_ref().map(|c| c.root).unwrap_or_else(crate::tree::Node::empty_hash);
+    let to_root = match (&to, &live) {
+        (Some(c), _) => c.root,
+        (None, Some(cap)) => cap.root,
+        (None, None) => crate::tree::Node::empty_hash(),
+    };
+    let mut changes = diff::diff(&trees, &from_root, &to_root, DiffOptions::default())?;
+    if !filters.is_empty() {
+        changes.retain(|c| filters.iter().any(|f| f.is_empty() || c.path == *f || (c.path.starts_with(f) && c.path.get(f.len()) == Some(&b'/'))));
+    }
+    let patch = if args.patch { Some(render_patch(&ws, &changes, to.is_none())?) } else { None };
+    let out = Out {
+        from: from.map(|c| c.id),
+        to: to.map(|c| c.id).unwrap_or_else(|| "live".into()),
+        changes: ChangeJson::from_changes(&changes),
+        patch,
+    };
+    ctx.emit(&out, || {
+        if let Some(p) = &out.patch {
+            return p.clone();
+        }
+        let mut s = String::new();
+        for c in &out.changes {
+            s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
+        }
+        s
+    })
+}
+
+/// Content of one side of a change: a stored object, or the live file.
+fn content(ws: &Workspace, path: &[u8], hash: &Hash, live: bool) -> Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    let file = if ws.store().contains(hash) {
+        Some(ws.store().open(hash)?)
+    } else if live {
+        let p = Path::new(OsStr::from_bytes(path));
+        let parent = p.parent().unwrap_or(Path::new(""));
+        let dir = ws.root_dir().open_beneath(parent).map_err(Error::os)?;
+        Some(dir.open_read(p.file_name().unwrap_or_default()).map_err(Error::os)?.0)
+    } else {
+        None
+    };
+    let Some(file) = file else { return Ok(None) };
+    file.take(PATCH_LIMIT + 1).read_to_end(&mut buf).map_err(|e| Error::os(rewind_platform::Error::new("read", p_lossy(path), e)))?;
+    Ok(Some(buf))
+}
+
+fn p_lossy(path: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(path))
+}
+
+fn render_patch(ws: &Workspace, changes: &[Change], to_live: bool) -> Result<String> {
+    let mut out = String::new();
+    for c in changes {
+        let name = String::from_utf8_lossy(&c.path).into_owned();
+        let side = |e: &Option<crate::tree::Entry>, live: bool| -> Result<Option<Vec<u8>>> {
+            match e.as_ref().map(|e| &e.target) {
+                Some(Target::Object(h)) => content(ws, &c.path, h, live),
+                Some(Target::Link(t)) => Ok(Some([b"-> ".as_slice(), t].concat())),
+                _ => Ok(Some(Vec::new())),
+            }
+        };
+        if c.old.as_ref().is_some_and(|e| e.subtree().is_some()) || c.new.as_ref().is_some_and(|e| e.subtree().is_some()) {
+            continue;
+        }
+        let (a, b) = (side(&c.old, false)?.unwrap_or_default(), side(&c.new, to_live)?.unwrap_or_default());
+        out.push_str(&format!("diff --rewind a/{name} b/{name}\n"));
+        if a.len() as u64 > PATCH_LIMIT || b.len() as u64 > PATCH_LIMIT {
+            out.push_str("Large file, not shown\n");
+            continue;
+        }
+        if a.contains(&0) || b.contains(&0) {
+            out.push_str("Binary files differ\n");
+            continue;
+        }
+        let (ta, tb) = (String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+        let text = similar::TextDiff::from_lines(ta.as_ref(), tb.as_ref());
+        let old_name = if c.old.is_some() { format!("a/{name}") } else { "/dev/null".into() };
+        let new_name = if c.new.is_some() { format!("b/{name}") } else { "/dev/null".into() };
+        out.push_str(&text.unified_diff().context_radius(3).header(&old_name, &new_name).to_string());
+    }
+    Ok(out)
+}

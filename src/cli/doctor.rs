@@ -1,0 +1,93 @@
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::Ctx;
+use crate::error::Result;
+use crate::workspace::ENGINE_WALK;
+
+#[derive(Serialize)]
+struct Out {
+    workspace: String,
+    fs: String,
+    reflink: bool,
+    reflink_why: String,
+    engine: &'static str,
+    engine_why: String,
+    openat2: bool,
+    fuse: Fuse,
+    ledger: Ledger,
+}
+
+#[derive(Serialize)]
+struct Fuse {
+    dev_fuse: bool,
+    fusermount3: bool,
+    note: &'static str,
+}
+
+#[derive(Serialize)]
+struct Ledger {
+    path: String,
+    integrity: String,
+    checkpoints: i64,
+    tree_nodes: i64,
+    pending_rewind: bool,
+}
+
+pub fn run(ctx: &Ctx) -> Result<()> {
+    let ws = ctx.workspace()?;
+    let fs = ws.fs();
+    let reflink = ws.clones();
+    let reflink_why = match (fs.kind.may_clone(), reflink) {
+        (_, true) => format!("a test FICLONE on {} succeeded: checkpoints and rewinds share extents", fs.kind),
+        (true, false) => format!("{} can clone, but a test FICLONE failed (XFS made without reflink=1?): files are copied", fs.kind),
+        (false, false) => format!("{} cannot share extents: files are copied (use XFS with reflink or btrfs for O(1) copies)", fs.kind),
+    };
+    let engine_why = "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (btrfs snapshots and the FUSE overlay are not built yet)".to_string();
+    let openat2 = rewind_platform::Dir::open(ws.root_path()).is_ok_and(|d| d.openat2_available());
+    let out = Out {
+        workspace: ws.root_path().display().to_string(),
+        fs: fs.kind.to_string(),
+        reflink,
+        reflink_why,
+        engine: ENGINE_WALK,
+        engine_why,
+        openat2,
+        fuse: Fuse {
+            dev_fuse: Path::new("/dev/fuse").exists(),
+            fusermount3: which("fusermount3"),
+            note: "the FUSE overlay (`rewind mount`) is not built yet",
+        },
+        ledger: Ledger {
+            path: ws.ledger().path().display().to_string(),
+            integrity: ws.ledger().integrity_check()?,
+            checkpoints: ws.ledger().count("checkpoints")?,
+            tree_nodes: ws.ledger().count("trees")?,
+            pending_rewind: ws.ledger().intent()?.is_some(),
+        },
+    };
+    ctx.emit(&out, || {
+        format!(
+            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes{}",
+            out.workspace,
+            out.fs,
+            if out.reflink { "yes" } else { "no" },
+            out.reflink_why,
+            out.engine_why,
+            if out.openat2 { "yes (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" } else { "no (component-wise O_NOFOLLOW fallback)" },
+            if out.fuse.dev_fuse { "present" } else { "missing" },
+            if out.fuse.fusermount3 { "found" } else { "missing" },
+            out.fuse.note,
+            out.ledger.path,
+            out.ledger.integrity,
+            out.ledger.checkpoints,
+            out.ledger.tree_nodes,
+            if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
+        )
+    })
+}
+
+fn which(cmd: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}

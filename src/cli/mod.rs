@@ -1,0 +1,172 @@
+//! The command line: one file per verb. Each verb returns a JSON value and a
+//! human rendering; `--json` prints exactly one JSON object on stdout.
+
+mod checkpoint;
+mod diff;
+mod doctor;
+mod init;
+mod list;
+mod rewind;
+mod status;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::workspace::Workspace;
+
+/// Version of the `--json` output contract (bumped on breaking changes).
+pub const JSON_VERSION: u32 = 1;
+
+#[derive(Parser, Debug)]
+#[command(name = "rewind", version, about = "Reversible workspaces: O(changed) checkpoints and crash-safe rewinds of a whole directory tree")]
+pub struct Cli {
+    /// Workspace directory (default: the nearest ancestor holding .rewind/, else the current directory)
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print one JSON object on stdout and nothing else
+    #[arg(long, global = true)]
+    json: bool,
+    /// No human output on success
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create .rewind/ in the workspace (the first checkpoint also does this)
+    Init,
+    /// Capture the whole workspace
+    Checkpoint(checkpoint::Args),
+    /// Checkpoints as a tree, HEAD marked, with branch notes
+    List,
+    /// What changed since HEAD
+    Status,
+    /// Changed paths between two checkpoints (TO defaults to the live tree)
+    Diff(diff::Args),
+    /// Make the tree equal to a checkpoint (saves the live tree first)
+    #[command(visible_alias = "to")]
+    Rewind(rewind::Args),
+    /// Same as rewind, moving forward along history (e.g. back to a branch you left)
+    Replay(rewind::Args),
+    /// Undo the last rewind, replay or restore (undo twice to redo)
+    Undo(rewind::UndoArgs),
+    /// Restore only some paths from a checkpoint: rewind restore ID -- PATHS
+    Restore(rewind::RestoreArgs),
+    /// Filesystem, clone support, engine and ledger health, and why
+    Doctor,
+}
+
+/// What every verb gets: global options and how to find the workspace.
+pub struct Ctx {
+    dir: Option<PathBuf>,
+    pub json: bool,
+    pub quiet: bool,
+    pub cwd: PathBuf,
+}
+
+impl Ctx {
+    fn progress(&self) -> bool {
+        !self.json && !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    }
+
+    /// The directory named by -C, or the current one.
+    pub fn start_dir(&self) -> PathBuf {
+        match &self.dir {
+            Some(d) if d.is_absolute() => d.clone(),
+            Some(d) => self.cwd.join(d),
+            None => self.cwd.clone(),
+        }
+    }
+
+    /// Open the workspace holding the start directory.
+    pub fn workspace(&self) -> Result<Workspace> {
+        let start = self.start_dir();
+        match Workspace::discover(&start) {
+            Some(root) => Workspace::open(&root, self.progress()),
+            None if !start.exists() => Err(Error::Os(rewind_platform::Error::new("open workspace", &start, std::io::Error::from(std::io::ErrorKind::NotFound)))),
+            None => Err(Error::NotAWorkspace { path: start }),
+        }
+    }
+
+    /// Open the workspace, creating it if needed (checkpoint, init).
+    pub fn workspace_or_init(&self) -> Result<Workspace> {
+        let start = self.start_dir();
+        match Workspace::discover(&start) {
+            Some(root) => Workspace::open(&root, self.progress()),
+            None => Ok(Workspace::init(&start, self.progress())?.0),
+        }
+    }
+
+    /// Print the result: JSON (with the contract version) or the human text.
+    pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        if self.json {
+            let mut v = serde_json::to_value(value).map_err(|e| Error::Usage(format!("internal: {e}")))?;
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("version".into(), JSON_VERSION.into());
+            }
+            let _ = writeln!(stdout, "{v}");
+        } else if !self.quiet {
+            let text = human();
+            if !text.is_empty() {
+                let _ = writeln!(stdout, "{}", text.trim_end());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Entry point: parse, run, print, and map errors to exit codes.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let ctx = Ctx { dir: cli.dir, json: cli.json, quiet: cli.quiet, cwd };
+    let result = match cli.command {
+        Command::Init => init::run(&ctx),
+        Command::Checkpoint(a) => checkpoint::run(&ctx, a),
+        Command::List => list::run(&ctx),
+        Command::Status => status::run(&ctx),
+        Command::Diff(a) => diff::run(&ctx, a),
+        Command::Rewind(a) => rewind::run(&ctx, crate::rewind::Op::Rewind, a),
+        Command::Replay(a) => rewind::run(&ctx, crate::rewind::Op::Replay, a),
+        Command::Undo(a) => rewind::undo(&ctx, a),
+        Command::Restore(a) => rewind::restore(&ctx, a),
+        Command::Doctor => doctor::run(&ctx),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if ctx.json {
+                let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": e.code(), "message": e.to_string()}});
+                let _ = writeln!(std::io::stdout(), "{v}");
+            }
+            eprintln!("rewind: error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Human-readable byte counts.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}

@@ -1,0 +1,107 @@
+use std::path::PathBuf;
+
+use super::Ctx;
+use crate::error::{Error, Result};
+use crate::rewind::{self as engine, Op, RewindOptions, RewindReport};
+
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// Print the plan and its fingerprint; change nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Apply only if the plan still has this fingerprint (from --dry-run)
+    #[arg(long, value_name = "FP")]
+    expect: Option<String>,
+    /// A note stored on the branch being left (shown by `list`)
+    #[arg(long, value_name = "TEXT")]
+    report: Option<String>,
+    /// Restore recorded modification times (default: now, so builds rebuild)
+    #[arg(long)]
+    exact_times: bool,
+    /// Restore setuid/setgid bits too (stripped by default)
+    #[arg(long)]
+    allow_setuid: bool,
+}
+
+impl Common {
+    fn options(self) -> RewindOptions {
+        RewindOptions { dry_run: self.dry_run, expect: self.expect, report: self.report, exact_times: self.exact_times, allow_setuid: self.allow_setuid, paths: Vec::new() }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Checkpoint id, unique id prefix, label, HEAD or HEAD~N
+    id: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UndoArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RestoreArgs {
+    /// Checkpoint to restore from
+    id: String,
+    #[command(flatten)]
+    common: Common,
+    /// Paths to restore (after --)
+    #[arg(last = true, required = true)]
+    paths: Vec<PathBuf>,
+}
+
+pub fn run(ctx: &Ctx, op: Op, args: Args) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    let r = engine::run(&mut ws, op, &args.id, &args.common.options())?;
+    emit(ctx, &r)
+}
+
+pub fn undo(ctx: &Ctx, args: UndoArgs) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    let r = engine::undo(&mut ws, &args.common.options())?;
+    emit(ctx, &r)
+}
+
+pub fn restore(ctx: &Ctx, args: RestoreArgs) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    let mut opts = args.common.options();
+    opts.paths = args.paths.iter().map(|p| ws.relative_path(p, &ctx.cwd)).collect::<Result<_>>()?;
+    if opts.paths.iter().any(|p| p.is_empty()) {
+        return Err(Error::Usage("restore of the whole workspace is `rewind rewind ID`".into()));
+    }
+    let target = ws.resolve(&args.id)?;
+    let r = engine::run(&mut ws, Op::Restore, &target.id, &opts)?;
+    emit(ctx, &r)
+}
+
+fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
+    ctx.emit(r, || {
+        let mut s = String::new();
+        if r.dry_run {
+            s.push_str(&format!("plan: {} to {} ({} to write, {} to delete)\n", r.op, r.rewound_to, r.changes.written, r.changes.deleted));
+            for c in &r.plan {
+                s.push_str(&format!("  {} {}\n", super::status::status_letter(c.status), c.path));
+            }
+            s.push_str(&format!("fingerprint {}  (apply exactly this plan with --expect {})\n", r.plan_fingerprint, r.plan_fingerprint));
+            return s;
+        }
+        s.push_str(&format!(
+            "{} to {}: {} written, {} deleted in {} ms",
+            r.op, r.rewound_to, r.changes.written, r.changes.deleted, r.duration_ms
+        ));
+        if let Some(safety) = &r.safety_checkpoint {
+            s.push_str(&format!("\nthe previous tree is saved as {safety} (`rewind undo` goes back)"));
+        }
+        for k in &r.kept {
+            s.push_str(&format!("\n  {}: {}", k.path, k.reason));
+        }
+        for p in &r.setuid_stripped {
+            s.push_str(&format!("\n  {p}: setuid/setgid bits not restored (use --allow-setuid)"));
+        }
+        s
+    })
+}

@@ -1,0 +1,44 @@
+use serde::Serialize;
+
+use super::Ctx;
+use crate::capture::Sink;
+use crate::diff::{self, DiffOptions, Trees};
+use crate::error::Result;
+use crate::workspace::ChangeJson;
+
+#[derive(Serialize)]
+struct Out {
+    head: Option<String>,
+    changes: Vec<ChangeJson>,
+    skipped: Vec<crate::capture::Skipped>,
+}
+
+pub fn run(ctx: &Ctx) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    ws.recover_if_needed()?;
+    let head = ws.head()?;
+    let cap = ws.capture(Sink::HashOnly, "scanning")?;
+    let trees = Trees::with_overlay(ws.ledger(), cap.overlay());
+    let from = head.as_ref().map(|h| h.root).unwrap_or_else(crate::tree::Node::empty_hash);
+    let changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
+    let out = Out { head: head.map(|h| h.id), changes: ChangeJson::from_changes(&changes), skipped: cap.skipped };
+    ctx.emit(&out, || {
+        let mut s = format!("HEAD {}\n", out.head.as_deref().unwrap_or("(none: no checkpoint yet)"));
+        if out.changes.is_empty() {
+            s.push_str("no changes\n");
+        }
+        for c in &out.changes {
+            s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
+        }
+        s
+    })
+}
+
+pub fn status_letter(status: &str) -> char {
+    match status {
+        "added" => 'A',
+        "deleted" => 'D',
+        "type" => 'T',
+        _ => 'M',
+    }
+}

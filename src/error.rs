@@ -1,0 +1,104 @@
+//! The one error type of the `rewind` crate. Every variant renders as one
+//! line that names the path or id at fault and what to do about it.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Os(#[from] rewind_platform::Error),
+
+    #[error("no space left on the device holding {}: free some space (or run `rewind gc` once it exists), then retry; nothing was changed", path.display())]
+    NoSpace { path: PathBuf },
+
+    #[error("{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first", path.display())]
+    NotAWorkspace { path: PathBuf },
+
+    #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history", path.display(), path.parent().map(|p| p.display().to_string()).unwrap_or_default())]
+    LedgerMissing { path: PathBuf },
+
+    #[error("the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more", path.display())]
+    LedgerCorrupt { path: PathBuf, detail: String },
+
+    #[error("ledger {}: {source}", path.display())]
+    Db {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    #[error("no checkpoint matches '{id}': run `rewind list` to see the ids and labels")]
+    UnknownId { id: String },
+
+    #[error("'{id}' is ambiguous: it matches {}; type more characters of the id", candidates.join(", "))]
+    AmbiguousId { id: String, candidates: Vec<String> },
+
+    #[error("the workspace is busy: another rewind process{} holds {}; wait for it, or retry", pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
+    Locked { path: PathBuf, pid: Option<u32> },
+
+    #[error("the plan changed since the dry run (expected {expected}, now {actual}): run `rewind rewind --dry-run` again and review it")]
+    PlanChanged { expected: String, actual: String },
+
+    #[error("{} is outside the workspace {}: name a path inside it", path.display(), workspace.display())]
+    OutsideWorkspace { path: PathBuf, workspace: PathBuf },
+
+    #[error("{}: {reason}", path.display())]
+    InvalidPath { path: PathBuf, reason: String },
+
+    #[error("nothing to undo: no rewind, replay or restore has been done in this workspace")]
+    NothingToUndo,
+
+    #[error("{0}")]
+    Usage(String),
+
+    #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; run `rewind doctor`", path.display())]
+    ObjectMissing { hash: String, path: PathBuf },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
+    pub fn os(e: rewind_platform::Error) -> Error {
+        if e.is_no_space() { Error::NoSpace { path: e.path } } else { Error::Os(e) }
+    }
+
+    /// The process exit code for this error (DESIGN §3): every error is 1;
+    /// 2 is reserved for refusals by the effect barrier.
+    pub fn exit_code(&self) -> i32 {
+        1
+    }
+
+    /// A stable machine-readable code for `--json` error output.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Os(_) => "IO",
+            Error::NoSpace { .. } => "NO_SPACE",
+            Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
+            Error::LedgerMissing { .. } => "LEDGER_MISSING",
+            Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
+            Error::Db { .. } => "LEDGER",
+            Error::UnknownId { .. } => "UNKNOWN_ID",
+            Error::AmbiguousId { .. } => "AMBIGUOUS_ID",
+            Error::Locked { .. } => "LOCKED",
+            Error::PlanChanged { .. } => "PLAN_CHANGED",
+            Error::OutsideWorkspace { .. } => "OUTSIDE_WORKSPACE",
+            Error::InvalidPath { .. } => "INVALID_PATH",
+            Error::NothingToUndo => "NOTHING_TO_UNDO",
+            Error::Usage(_) => "USAGE",
+            Error::ObjectMissing { .. } => "OBJECT_MISSING",
+        }
+    }
+}
+
+/// Attach the ledger path to a SQLite error, classifying corruption.
+pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Error + '_ {
+    move |source| {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        match source.sqlite_error_code() {
+            Some(DatabaseCorrupt) | Some(NotADatabase) => Error::LedgerCorrupt { path: path.to_owned(), detail: source.to_string() },
+            Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace { path: path.to_owned() },
+            _ => Error::Db { path: path.to_owned(), source },
+        }
+    }
+}

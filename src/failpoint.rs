@@ -1,0 +1,68 @@
+//! Test-only crash points. `REWIND_FAILPOINT=name` (or `name:N` for the
+//! N-th hit) makes the process SIGKILL itself at that named point, or stop
+//! itself (`REWIND_FAILPOINT_ACTION=stop`) so a test can change the tree and
+//! then continue it. Unset, a failpoint costs one relaxed atomic load.
+//!
+//! The named points, in the order a rewind passes them, are listed in
+//! [`POINTS`]; the crash tests iterate over this list.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const POINTS: &[&str] = &[
+    "capture:object-stored",
+    "checkpoint:before-sync",
+    "checkpoint:before-commit",
+    "checkpoint:after-commit",
+    "rewind:after-intent",
+    "apply:removed",
+    "apply:dir-created",
+    "apply:file-written",
+    "apply:symlink-written",
+    "apply:meta-fixed",
+    "rewind:before-commit",
+    "rewind:after-commit",
+];
+
+enum Action {
+    Kill,
+    Stop,
+}
+
+struct Config {
+    name: String,
+    nth: u64,
+    action: Action,
+}
+
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+fn config() -> &'static Option<Config> {
+    CONFIG.get_or_init(|| {
+        let spec = std::env::var("REWIND_FAILPOINT").ok()?;
+        let (name, nth) = match spec.rsplit_once(':') {
+            Some((n, k)) if k.chars().all(|c| c.is_ascii_digit()) && !k.is_empty() => (n.to_string(), k.parse().unwrap_or(1)),
+            _ => (spec, 1),
+        };
+        let action = match std::env::var("REWIND_FAILPOINT_ACTION").as_deref() {
+            Ok("stop") => Action::Stop,
+            _ => Action::Kill,
+        };
+        Some(Config { name, nth, action })
+    })
+}
+
+/// Mark a named point. Crashes (or stops) here if the environment says so.
+pub fn hit(name: &str) {
+    let Some(cfg) = config() else { return };
+    if cfg.name != name {
+        return;
+    }
+    if HITS.fetch_add(1, Ordering::SeqCst) + 1 == cfg.nth {
+        match cfg.action {
+            Action::Kill => rewind_platform::kill_self(),
+            Action::Stop => rewind_platform::stop_self(),
+        }
+    }
+}

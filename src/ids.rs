@@ -1,0 +1,62 @@
+//! Checkpoint ids: 8 characters of lowercase Crockford base32 (no i, l, o,
+//! u), derived from a hash so they are short, typable and unguessable enough
+//! to never collide in practice; a collision is retried with a nonce.
+
+use crate::hash::Hash;
+
+const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+pub const ID_LEN: usize = 8;
+
+pub fn make_id(workspace_id: &str, seq: i64, root: &Hash, nonce: u64) -> String {
+    let mut seed = Vec::new();
+    seed.extend_from_slice(workspace_id.as_bytes());
+    seed.extend_from_slice(&seq.to_be_bytes());
+    seed.extend_from_slice(&root.0);
+    seed.extend_from_slice(&nonce.to_be_bytes());
+    seed.extend_from_slice(&std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0).to_be_bytes());
+    seed.extend_from_slice(&std::process::id().to_be_bytes());
+    let h = Hash::of(&seed);
+    encode(&h.0)[..ID_LEN].to_string()
+}
+
+/// A fresh workspace id (26 characters).
+pub fn make_workspace_id() -> String {
+    let mut seed = Vec::new();
+    seed.extend_from_slice(&std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0).to_be_bytes());
+    seed.extend_from_slice(&std::process::id().to_be_bytes());
+    if let Ok(cwd) = std::env::current_dir() {
+        seed.extend_from_slice(cwd.as_os_str().as_encoded_bytes());
+    }
+    encode(&Hash::of(&seed).0)[..26].to_string()
+}
+
+fn encode(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for &b in bytes {
+        acc = (acc << 8) | b as u32;
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(ALPHABET[((acc >> bits) & 31) as usize] as char);
+        }
+    }
+    out
+}
+
+/// Could `s` be (a prefix of) an id? Used to decide between id and label.
+pub fn looks_like_id_prefix(s: &str) -> bool {
+    !s.is_empty() && s.len() <= ID_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_are_short_and_typable() {
+        let id = super::make_id("ws", 1, &crate::hash::Hash::of(b"x"), 0);
+        assert_eq!(id.len(), 8);
+        assert!(super::looks_like_id_prefix(&id));
+        assert!(!super::looks_like_id_prefix("HEAD"));
+    }
+}

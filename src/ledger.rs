@@ -1,0 +1,405 @@
+//! The ledger: all metadata in one SQLite database, `.rewind/ledger.db`.
+//!
+//! WAL with `synchronous=FULL`: a commit that returned is on disk. Writers
+//! use `BEGIN IMMEDIATE` so two writers never both read-then-write stale
+//! state. Tree nodes live here too (small, many, shared); file contents live
+//! in `.rewind/objects/`.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+
+use crate::error::{Error, Result, db_err};
+use crate::hash::Hash;
+use crate::tree::Node;
+
+pub const FORMAT_VERSION: &str = "1";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trees(hash BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints(
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    root BLOB NOT NULL,
+    parent INTEGER REFERENCES checkpoints(seq),
+    label TEXT,
+    kind TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    note TEXT,
+    stats TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS checkpoints_label ON checkpoints(label);
+CREATE TABLE IF NOT EXISTS stat_cache(dir BLOB PRIMARY KEY, node BLOB NOT NULL, stats BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS intent(
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    op TEXT NOT NULL,
+    target INTEGER NOT NULL,
+    safety INTEGER NOT NULL,
+    to_root BLOB NOT NULL,
+    options TEXT NOT NULL,
+    started_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS operations(
+    seq INTEGER PRIMARY KEY,
+    op TEXT NOT NULL,
+    target INTEGER NOT NULL,
+    safety INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    written INTEGER NOT NULL,
+    deleted INTEGER NOT NULL
+);
+";
+
+/// A checkpoint row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checkpoint {
+    #[serde(skip)]
+    pub seq: i64,
+    pub id: String,
+    pub label: Option<String>,
+    #[serde(serialize_with = "ser_parent")]
+    pub parent: Option<(i64, String)>,
+    pub kind: String,
+    pub created_at: String,
+    #[serde(skip)]
+    pub created_at_ms: i64,
+    #[serde(serialize_with = "ser_hash")]
+    pub root: Hash,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(skip)]
+    pub stats: serde_json::Value,
+}
+
+fn ser_parent<S: serde::Serializer>(p: &Option<(i64, String)>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some((_, id)) => s.serialize_str(id),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_hash<S: serde::Serializer>(h: &Hash, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&h.to_hex())
+}
+
+/// A rewind/replay/undo/restore in progress: persisted before the first file
+/// is touched, cleared in the commit that finishes it (DESIGN §4 rule 3).
+#[derive(Debug, Clone)]
+pub struct Intent {
+    pub op: String,
+    pub target: i64,
+    pub safety: i64,
+    pub to_root: Hash,
+    pub options: serde_json::Value,
+}
+
+/// A finished rewind-like operation, for `undo`.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub op: String,
+    pub target: i64,
+    pub safety: i64,
+}
+
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+}
+
+const CHECKPOINT_COLS: &str = "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats";
+
+fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
+    let root: Vec<u8> = r.get(2)?;
+    let parent: Option<i64> = r.get(3)?;
+    let parent_id: Option<String> = r.get(4)?;
+    let created_at_ms: i64 = r.get(7)?;
+    let stats: String = r.get(9)?;
+    Ok(Checkpoint {
+        seq: r.get(0)?,
+        id: r.get(1)?,
+        root: Hash::from_slice(&root).unwrap_or(Hash([0; 32])),
+        parent: parent.zip(parent_id),
+        label: r.get(5)?,
+        kind: r.get(6)?,
+        created_at: crate::time::format_rfc3339(created_at_ms),
+        created_at_ms,
+        note: r.get(8)?,
+        stats: serde_json::from_str(&stats).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+impl Ledger {
+    /// Open an existing ledger. A missing file is an error here (never
+    /// silently recreated: that would orphan the history).
+    pub fn open(path: &Path) -> Result<Ledger> {
+        if !path.exists() {
+            return Err(Error::LedgerMissing { path: path.to_owned() });
+        }
+        let ledger = Self::connect(path)?;
+        let version: Option<String> = ledger
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'format_version'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| match e {
+                rusqlite::Error::SqliteFailure(_, _) => db_err(path)(e),
+                e => Error::LedgerCorrupt { path: path.to_owned(), detail: e.to_string() },
+            })
+            .map_err(|e| match e {
+                Error::Db { source, .. } => Error::LedgerCorrupt { path: path.to_owned(), detail: source.to_string() },
+                e => e,
+            })?;
+        match version.as_deref() {
+            Some(FORMAT_VERSION) => Ok(ledger),
+            Some(v) => Err(Error::LedgerCorrupt { path: path.to_owned(), detail: format!("format version {v}, this rewind reads {FORMAT_VERSION}") }),
+            None => Err(Error::LedgerCorrupt { path: path.to_owned(), detail: "no format version".into() }),
+        }
+    }
+
+    /// Create a new ledger with a fresh workspace id.
+    pub fn create(path: &Path, workspace_id: &str) -> Result<Ledger> {
+        let mut ledger = Self::connect(path)?;
+        let p = ledger.path.clone();
+        let tx = ledger.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_err(&p))?;
+        tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
+        tx.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?1)", [FORMAT_VERSION]).map_err(db_err(&p))?;
+        tx.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('workspace_id', ?1)", [workspace_id]).map_err(db_err(&p))?;
+        tx.commit().map_err(db_err(&p))?;
+        Ok(ledger)
+    }
+
+    fn connect(path: &Path) -> Result<Ledger> {
+        let conn = Connection::open(path).map_err(db_err(path))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(db_err(path))?;
+        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+            .map_err(db_err(path))?;
+        Ok(Ledger { conn, path: path.to_owned() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        db_err(&self.path)
+    }
+
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        self.conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional().map_err(self.err())
+    }
+
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit if it succeeds.
+    pub fn write<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_err(&path))?;
+        let out = f(&Tx { tx: &tx, path: &path })?;
+        tx.commit().map_err(db_err(&path))?;
+        Ok(out)
+    }
+
+    pub fn head(&self) -> Result<Option<Checkpoint>> {
+        match self.meta("head")? {
+            Some(seq) => self.checkpoint_by_seq(seq.parse().unwrap_or(-1)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn checkpoint_by_seq(&self, seq: i64) -> Result<Option<Checkpoint>> {
+        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.seq = ?1");
+        self.conn.query_row(&sql, [seq], checkpoint_from_row).optional().map_err(self.err())
+    }
+
+    pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
+        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent ORDER BY c.seq");
+        let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
+        let rows = stmt.query_map([], checkpoint_from_row).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+    }
+
+    /// Checkpoints whose id starts with `prefix` (at most `limit`).
+    pub fn checkpoints_by_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<Checkpoint>> {
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent \
+             WHERE c.id >= ?1 AND c.id < ?1 || '~' ORDER BY c.id LIMIT ?2"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
+        let rows = stmt.query_map(params![prefix, limit as i64], checkpoint_from_row).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+    }
+
+    pub fn checkpoints_by_label(&self, label: &str, limit: usize) -> Result<Vec<Checkpoint>> {
+        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.label = ?1 ORDER BY c.seq DESC LIMIT ?2");
+        let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
+        let rows = stmt.query_map(params![label, limit as i64], checkpoint_from_row).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+    }
+
+    pub fn tree(&self, hash: &Hash) -> Result<Option<Node>> {
+        let data: Option<Vec<u8>> =
+            self.conn.query_row("SELECT data FROM trees WHERE hash = ?1", [&hash.0[..]], |r| r.get(0)).optional().map_err(self.err())?;
+        match data {
+            None => Ok(None),
+            Some(d) => {
+                if Node::hash_of_encoding(&d) != *hash {
+                    return Err(Error::LedgerCorrupt { path: self.path.clone(), detail: format!("tree node {hash} does not match its hash") });
+                }
+                Node::decode(&d).map(Some).map_err(|e| Error::LedgerCorrupt { path: self.path.clone(), detail: format!("tree node {hash}: {e}") })
+            }
+        }
+    }
+
+    /// The whole stat cache, joined with the nodes it describes.
+    pub fn stat_cache(&self) -> Result<Vec<crate::capture::StatCacheRow>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                let node: Vec<u8> = r.get(1)?;
+                Ok((r.get(0)?, Hash::from_slice(&node).unwrap_or(Hash([0; 32])), r.get(2)?, r.get(3)?))
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+    }
+
+    pub fn intent(&self) -> Result<Option<Intent>> {
+        self.conn
+            .query_row("SELECT op, target, safety, to_root, options FROM intent WHERE id = 1", [], |r| {
+                let root: Vec<u8> = r.get(3)?;
+                let options: String = r.get(4)?;
+                Ok(Intent {
+                    op: r.get(0)?,
+                    target: r.get(1)?,
+                    safety: r.get(2)?,
+                    to_root: Hash::from_slice(&root).unwrap_or(Hash([0; 32])),
+                    options: serde_json::from_str(&options).unwrap_or(serde_json::Value::Null),
+                })
+            })
+            .optional()
+            .map_err(self.err())
+    }
+
+    pub fn last_operation(&self) -> Result<Option<Operation>> {
+        self.conn
+            .query_row("SELECT op, target, safety FROM operations ORDER BY seq DESC LIMIT 1", [], |r| {
+                Ok(Operation { op: r.get(0)?, target: r.get(1)?, safety: r.get(2)? })
+            })
+            .optional()
+            .map_err(self.err())
+    }
+
+    /// `PRAGMA integrity_check`: "ok" or the first problems found.
+    pub fn integrity_check(&self) -> Result<String> {
+        let mut stmt = self.conn.prepare("PRAGMA integrity_check").map_err(self.err())?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(self.err())?;
+        let lines = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())?;
+        Ok(lines.join("; "))
+    }
+
+    pub fn count(&self, table: &'static str) -> Result<i64> {
+        self.conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).map_err(self.err())
+    }
+}
+
+/// A write transaction. Methods only stage; `Ledger::write` commits.
+pub struct Tx<'a> {
+    tx: &'a rusqlite::Transaction<'a>,
+    path: &'a Path,
+}
+
+impl Tx<'_> {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        db_err(self.path)
+    }
+
+    pub fn put_tree(&self, hash: &Hash, data: &[u8]) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT OR IGNORE INTO trees(hash, data) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![&hash.0[..], data]))
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)", params![key, value]).map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn id_exists(&self, id: &str) -> Result<bool> {
+        self.tx
+            .query_row("SELECT 1 FROM checkpoints WHERE id = ?1", [id], |_| Ok(()))
+            .optional()
+            .map(|o| o.is_some())
+            .map_err(self.err())
+    }
+
+    pub fn next_seq(&self) -> Result<i64> {
+        self.tx.query_row("SELECT coalesce(max(seq), 0) + 1 FROM checkpoints", [], |r| r.get(0)).map_err(self.err())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert_checkpoint(
+        &self,
+        seq: i64,
+        id: &str,
+        root: &Hash,
+        parent: Option<i64>,
+        label: Option<&str>,
+        kind: &str,
+        created_at_ms: i64,
+        stats: &serde_json::Value,
+    ) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO checkpoints(seq, id, root, parent, label, kind, created_at, note, stats) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8)",
+                params![seq, id, &root.0[..], parent, label, kind, created_at_ms, stats.to_string()],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn set_note(&self, seq: i64, note: &str) -> Result<()> {
+        self.tx.execute("UPDATE checkpoints SET note = ?2 WHERE seq = ?1", params![seq, note]).map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn put_stat_cache(&self, dir: &[u8], node: &Hash, stats: &[u8]) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT OR REPLACE INTO stat_cache(dir, node, stats) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| s.execute(params![dir, &node.0[..], stats]))
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn delete_stat_cache(&self, dir: &[u8]) -> Result<()> {
+        self.tx.prepare_cached("DELETE FROM stat_cache WHERE dir = ?1").and_then(|mut s| s.execute([dir])).map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn set_intent(&self, intent: &Intent) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT OR REPLACE INTO intent(id, op, target, safety, to_root, options, started_at) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)",
+                params![intent.op, intent.target, intent.safety, &intent.to_root.0[..], intent.options.to_string(), crate::time::now_ms()],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn clear_intent(&self) -> Result<()> {
+        self.tx.execute("DELETE FROM intent", []).map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn record_operation(&self, op: &Operation, written: u64, deleted: u64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO operations(op, target, safety, created_at, written, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![op.op, op.target, op.safety, crate::time::now_ms(), written as i64, deleted as i64],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,25 @@
+//! rewind: reversible workspaces for AI coding agents.
+//!
+//! Layers, from the bottom: `rewind-platform` (syscalls) → [`objects`] and
+//! [`ledger`] (the store) → [`capture`] (change detection: the walk engine)
+//! → [`diff`] and [`apply`] (plans) → [`workspace`] and [`rewind`] (the
+//! operations and their crash-safety rules) → [`cli`].
+
+pub mod apply;
+pub mod capture;
+pub mod cli;
+pub mod diff;
+pub mod error;
+pub mod failpoint;
+pub mod hash;
+pub mod ids;
+pub mod ledger;
+pub mod objects;
+pub mod progress;
+pub mod rewind;
+pub mod time;
+pub mod tree;
+pub mod workspace;
+
+pub use error::{Error, Result};
+pub use workspace::Workspace;

@@ -1,0 +1,317 @@
+//! Rewind, replay, undo and restore: one mechanism (DESIGN §4).
+//!
+//! 1. capture the live tree as a `pre-rewind` checkpoint (nothing is lost);
+//! 2. plan = tree diff(live, target), O(changed);
+//! 3. persist the intent in the same transaction as the safety checkpoint;
+//! 4. apply in place; 5. syncfs; 6. commit HEAD and clear the intent.
+//!
+//! A crash anywhere after 3 leaves the intent; the next command that opens
+//! the workspace re-captures the live tree and applies diff(live, target)
+//! again. Applying is idempotent, so recovery always ends at the target.
+
+use std::os::unix::ffi::OsStrExt;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::apply::{self, ApplyOptions, ApplyReport};
+use crate::capture::Sink;
+use crate::diff::{self, Change, DiffOptions, Trees};
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::hash::{Hash, Hasher};
+use crate::ledger::{Checkpoint, Intent, Operation};
+use crate::workspace::{ChangeJson, NewCheckpoint, Workspace, insert_checkpoint, write_capture};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Rewind,
+    Replay,
+    Undo,
+    Restore,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Rewind => "rewind",
+            Op::Replay => "replay",
+            Op::Undo => "undo",
+            Op::Restore => "restore",
+        }
+    }
+
+    fn parse(s: &str) -> Op {
+        match s {
+            "replay" => Op::Replay,
+            "undo" => Op::Undo,
+            "restore" => Op::Restore,
+            _ => Op::Rewind,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RewindOptions {
+    pub dry_run: bool,
+    pub expect: Option<String>,
+    pub report: Option<String>,
+    pub exact_times: bool,
+    pub allow_setuid: bool,
+    /// Restore only these workspace-relative paths.
+    pub paths: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Written {
+    pub written: u64,
+    pub deleted: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RewindReport {
+    pub op: &'static str,
+    pub rewound_to: String,
+    pub safety_checkpoint: Option<String>,
+    pub head: Option<String>,
+    pub dry_run: bool,
+    pub plan_fingerprint: String,
+    pub changes: Written,
+    pub plan: Vec<ChangeJson>,
+    pub kept: Vec<crate::capture::Skipped>,
+    pub setuid_stripped: Vec<String>,
+    /// Admitted external effects this rewind did not undo (DESIGN §5). The
+    /// effect ledger is not built yet, so nothing can have been admitted.
+    pub effects_not_undone: Vec<serde_json::Value>,
+    pub duration_ms: u64,
+}
+
+fn fingerprint(op: Op, from: &Hash, to: &Hash, opts: &RewindOptions) -> String {
+    let mut h = Hasher::default();
+    h.update(b"rewind-plan-v1\0");
+    h.update(op.as_str().as_bytes());
+    h.update(&from.0);
+    h.update(&to.0);
+    h.update(&[opts.exact_times as u8, opts.allow_setuid as u8]);
+    for p in &opts.paths {
+        h.update(&(p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    h.finish().to_hex()[..16].to_string()
+}
+
+/// The changes that take the live tree `from` to `to`, restricted to
+/// `paths` when given (then missing parent directories are created too).
+fn plan(trees: &Trees<'_>, from: &Hash, to: &Hash, paths: &[Vec<u8>], opts: DiffOptions) -> Result<Vec<Change>> {
+    if paths.is_empty() {
+        return diff::diff(trees, from, to, opts);
+    }
+    let mut out: Vec<Change> = Vec::new();
+    for p in paths {
+        let old = trees.entry_at(from, p)?;
+        let new = trees.entry_at(to, p)?;
+        if old.is_none() && new.is_none() {
+            return Err(Error::InvalidPath {
+                path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(p)),
+                reason: "exists neither in that checkpoint nor in the workspace (check the path with `rewind diff`)".into(),
+            });
+        }
+        // Parents the live tree lacks (or has as non-directories).
+        let mut prefix: Vec<u8> = Vec::new();
+        for comp in p.split(|&c| c == b'/').collect::<Vec<_>>().iter().rev().skip(1).rev() {
+            if !prefix.is_empty() {
+                prefix.push(b'/');
+            }
+            prefix.extend_from_slice(comp);
+            let live = trees.entry_at(from, &prefix)?;
+            if live.as_ref().is_none_or(|e| e.kind() != crate::tree::Kind::Dir)
+                && let Some(t) = trees.entry_at(to, &prefix)?
+            {
+                out.push(Change { path: prefix.clone(), old: live, new: Some(t) });
+            }
+        }
+        diff::diff_entries(trees, old.as_ref(), new.as_ref(), p, opts, &mut out)?;
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out.dedup_by(|a, b| a.path == b.path);
+    Ok(out)
+}
+
+/// Rewind-like operations. `target` is a user-typed checkpoint name.
+pub fn run(ws: &mut Workspace, op: Op, target: &str, opts: &RewindOptions) -> Result<RewindReport> {
+    let target = ws.resolve(target)?;
+    run_to(ws, op, target, opts)
+}
+
+/// Undo the last rewind, replay, undo or restore: go back to its safety
+/// checkpoint. Undoing twice is a redo.
+pub fn undo(ws: &mut Workspace, opts: &RewindOptions) -> Result<RewindReport> {
+    ws.recover_if_needed()?;
+    let last = ws.ledger().last_operation()?.ok_or(Error::NothingToUndo)?;
+    let target = ws.ledger().checkpoint_by_seq(last.safety)?.ok_or(Error::NothingToUndo)?;
+    run_to(ws, Op::Undo, target, opts)
+}
+
+fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) -> Result<RewindReport> {
+    let started = Instant::now();
+    let aopts = ApplyOptions { exact_times: opts.exact_times, allow_setuid: opts.allow_setuid };
+    let dopts = DiffOptions { compare_mtime: opts.exact_times };
+    if opts.dry_run {
+        ws.recover_if_needed()?;
+        let cap = ws.capture(Sink::HashOnly, "planning")?;
+        let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
+        let changes = plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?;
+        let counts = diff::count(&changes);
+        return Ok(RewindReport {
+            op: op.as_str(),
+            rewound_to: target.id.clone(),
+            safety_checkpoint: None,
+            head: ws.head()?.map(|h| h.id),
+            dry_run: true,
+            plan_fingerprint: fingerprint(op, &cap.root, &target.root, opts),
+            changes: Written { written: counts.added + counts.modified, deleted: counts.deleted },
+            plan: ChangeJson::from_changes(&changes),
+            kept: Vec::new(),
+            setuid_stripped: Vec::new(),
+            effects_not_undone: Vec::new(),
+            duration_ms: started.elapsed().as_millis() as u64,
+        });
+    }
+
+    ws.lock()?;
+    // 1. Capture first: the live tree is saved before anything changes.
+    let cap = ws.capture_live()?;
+    let overlay = cap.overlay();
+    let fp = fingerprint(op, &cap.root, &target.root, opts);
+    if let Some(expected) = &opts.expect
+        && *expected != fp
+    {
+        return Err(Error::PlanChanged { expected: expected.clone(), actual: fp });
+    }
+    // 2. Plan.
+    let changes = {
+        let trees = Trees::with_overlay(ws.ledger(), overlay.clone()).with_target(target.root);
+        plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?
+    };
+    check_space(ws, &changes)?;
+    ws.sync_state()?;
+
+    // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
+    //    safety checkpoint when the live tree has the same content.
+    let head = ws.head()?;
+    let head_matches = head.is_some() && ws.changes_since(head.as_ref(), &cap)? == diff::Counts::default();
+    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
+    let label = format!("before {} to {}", op.as_str(), target.id);
+    let stats = serde_json::json!({"engine": crate::workspace::ENGINE_WALK, "bytes_new": cap.stats.bytes_new});
+    let intent_options = serde_json::json!({
+        "exact_times": opts.exact_times,
+        "allow_setuid": opts.allow_setuid,
+        "paths": opts.paths.iter().map(|p| crate::hash::hex(p)).collect::<Vec<_>>(),
+    });
+    let safety_seq = ws.ledger_mut().write(|tx| {
+        write_capture(tx, &cap)?;
+        let safety = match head.as_ref().filter(|_| head_matches) {
+            Some(h) => h.seq,
+            None => insert_checkpoint(
+                tx,
+                &workspace_id,
+                &cap.root,
+                &NewCheckpoint { label: Some(&label), kind: "pre-rewind", parent: head.as_ref().map(|h| h.seq), stats: &stats },
+            )?,
+        };
+        if let Some(note) = &opts.report {
+            tx.set_note(safety, note)?;
+        }
+        tx.set_intent(&Intent { op: op.as_str().into(), target: target.seq, safety, to_root: target.root, options: intent_options.clone() })?;
+        tx.set_meta("head", &safety.to_string())?;
+        Ok(safety)
+    })?;
+    failpoint::hit("rewind:after-intent");
+
+    // 4. Apply in place. If the tree changed under us (a directory swapped
+    //    for a symlink), finish from a fresh capture instead.
+    let report = {
+        let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
+        apply::apply(ws.root_dir(), ws.store(), &trees, &changes, aopts)
+    };
+    let report = match report {
+        Ok(r) => r,
+        Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => reapply_from_live(ws, target.root, &opts.paths, aopts, dopts)?,
+        Err(e) => return Err(e),
+    };
+    // 5 + 6.
+    finish(ws, op, target.seq, safety_seq, &report)?;
+    let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
+    Ok(RewindReport {
+        op: op.as_str(),
+        rewound_to: target.id.clone(),
+        safety_checkpoint: safety.map(|s| s.id),
+        head: ws.head()?.map(|h| h.id),
+        dry_run: false,
+        plan_fingerprint: fp,
+        changes: Written { written: report.written, deleted: report.deleted },
+        plan: ChangeJson::from_changes(&changes),
+        kept: report.kept,
+        setuid_stripped: report.setuid_stripped,
+        effects_not_undone: Vec::new(),
+        duration_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// Where clones are impossible, restored files take real space: refuse
+/// before touching anything rather than fail half-way on a full disk.
+fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
+    if ws.clones() {
+        return Ok(());
+    }
+    let needed: u64 = changes.iter().filter_map(|c| c.new.as_ref()).filter(|e| e.kind() == crate::tree::Kind::File).map(|e| e.size).sum();
+    let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
+    let available = fs.blocks_available * fs.block_size;
+    if needed.saturating_add(1 << 20) > available {
+        return Err(Error::NoSpace { path: ws.root_path().to_owned() });
+    }
+    Ok(())
+}
+
+fn reapply_from_live(ws: &Workspace, to_root: Hash, paths: &[Vec<u8>], aopts: ApplyOptions, dopts: DiffOptions) -> Result<ApplyReport> {
+    let cap = ws.capture(Sink::HashOnly, "recovering")?;
+    let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
+    let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
+    apply::apply(ws.root_dir(), ws.store(), &trees, &changes, aopts)
+}
+
+fn finish(ws: &mut Workspace, op: Op, target: i64, safety: i64, report: &ApplyReport) -> Result<()> {
+    ws.sync_tree()?;
+    failpoint::hit("rewind:before-commit");
+    // A restore mixes two states: HEAD stays the safety checkpoint.
+    let new_head = if op == Op::Restore { safety } else { target };
+    ws.ledger_mut().write(|tx| {
+        tx.set_meta("head", &new_head.to_string())?;
+        tx.clear_intent()?;
+        tx.record_operation(&Operation { op: op.as_str().into(), target, safety }, report.written, report.deleted)?;
+        Ok(())
+    })?;
+    failpoint::hit("rewind:after-commit");
+    Ok(())
+}
+
+/// Roll an interrupted rewind forward (DESIGN §4 rule 7). Called with the
+/// workspace lock held.
+pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
+    let Some(intent) = ws.ledger().intent()? else { return Ok(false) };
+    let opt = |k: &str| intent.options.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+    let aopts = ApplyOptions { exact_times: opt("exact_times"), allow_setuid: opt("allow_setuid") };
+    let dopts = DiffOptions { compare_mtime: aopts.exact_times };
+    let paths: Vec<Vec<u8>> = intent
+        .options
+        .get("paths")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|p| p.as_str().and_then(crate::hash::unhex)).collect())
+        .unwrap_or_default();
+    let report = reapply_from_live(ws, intent.to_root, &paths, aopts, dopts)?;
+    let op = Op::parse(&intent.op);
+    finish(ws, op, intent.target, intent.safety, &report)?;
+    let target = ws.ledger().checkpoint_by_seq(intent.target)?.map(|c| c.id).unwrap_or_default();
+    eprintln!("rewind: finished an interrupted {} to {target} ({} written, {} deleted)", op.as_str(), report.written, report.deleted);
+    Ok(true)
+}

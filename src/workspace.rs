@@ -1,0 +1,411 @@
+//! A workspace: the directory tree under version, its `.rewind/` state, and
+//! the operations on both. Everything the CLI (and later MCP and hooks)
+//! does goes through here.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rewind_platform::{Dir, FsInfo, LockFile};
+use serde::Serialize;
+
+use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
+use crate::diff::{self, Counts, DiffOptions, Trees};
+use crate::error::{Error, Result};
+use crate::hash::Hash;
+use crate::ids;
+use crate::ledger::{Checkpoint, Ledger};
+use crate::objects::ObjectStore;
+use crate::progress::Progress;
+use crate::{failpoint, time};
+
+pub const LEDGER_FILE: &str = "ledger.db";
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The change-detection engine in use (DESIGN §2). Only `walk` exists yet.
+pub const ENGINE_WALK: &str = "walk";
+
+pub struct Workspace {
+    root_path: PathBuf,
+    root: Dir,
+    state: Dir,
+    ledger: Ledger,
+    store: ObjectStore,
+    fs: FsInfo,
+    show_progress: bool,
+    lock: Option<LockFile>,
+}
+
+/// What `checkpoint` reports.
+#[derive(Debug, Serialize)]
+pub struct CheckpointReport {
+    pub id: String,
+    pub label: Option<String>,
+    pub parent: Option<String>,
+    pub root: String,
+    pub created_at: String,
+    pub kind: String,
+    pub engine: &'static str,
+    pub fs: String,
+    pub reflink: bool,
+    pub changes: Counts,
+    pub bytes_new: u64,
+    pub files_hashed: u64,
+    pub cloned: u64,
+    pub copied: u64,
+    pub entries: u64,
+    pub skipped: Vec<Skipped>,
+    /// True when nothing changed and an existing checkpoint was reused.
+    pub unchanged: bool,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChangeJson {
+    pub path: String,
+    pub status: &'static str,
+}
+
+impl ChangeJson {
+    pub fn from_changes(changes: &[diff::Change]) -> Vec<ChangeJson> {
+        changes.iter().map(|c| ChangeJson { path: capture::display_path(&c.path), status: c.status().as_str() }).collect()
+    }
+}
+
+impl Workspace {
+    /// The workspace that holds `start`: the nearest ancestor with a
+    /// `.rewind/` directory.
+    pub fn discover(start: &Path) -> Option<PathBuf> {
+        let start = std::fs::canonicalize(start).ok()?;
+        start.ancestors().find(|p| p.join(STATE_DIR).is_dir()).map(Path::to_path_buf)
+    }
+
+    /// Create `.rewind/` in `root` (idempotent). Returns the workspace and
+    /// whether it was newly created.
+    pub fn init(root: &Path, show_progress: bool) -> Result<(Workspace, bool)> {
+        let root_path = std::fs::canonicalize(root).map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
+        let root_dir = Dir::open(&root_path).map_err(Error::os)?;
+        let created = match root_dir.mkdir(OsStr::new(STATE_DIR), 0o755) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(Error::os(e)),
+        };
+        let state = root_dir.open_dir(OsStr::new(STATE_DIR)).map_err(Error::os)?;
+        for sub in ["objects", "tmp"] {
+            match state.mkdir(OsStr::new(sub), 0o755) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::os(e)),
+            }
+        }
+        let ledger_path = root_path.join(STATE_DIR).join(LEDGER_FILE);
+        if created || !ledger_path.exists() {
+            if !created {
+                // .rewind/ without a ledger: refuse rather than start a new
+                // history next to objects of an old one.
+                let has_objects = state.open_dir(OsStr::new("objects")).and_then(|d| d.entries()).map(|e| !e.is_empty()).unwrap_or(false);
+                if has_objects {
+                    return Err(Error::LedgerMissing { path: ledger_path });
+                }
+            }
+            Ledger::create(&ledger_path, &ids::make_workspace_id())?;
+            state.fsync().map_err(Error::os)?;
+        }
+        Ok((Self::open_at(root_path, root_dir, state, show_progress)?, created))
+    }
+
+    /// Open an existing workspace rooted exactly at `root`.
+    pub fn open(root: &Path, show_progress: bool) -> Result<Workspace> {
+        let root_path = std::fs::canonicalize(root).map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
+        let root_dir = Dir::open(&root_path).map_err(Error::os)?;
+        let state = match root_dir.open_dir(OsStr::new(STATE_DIR)) {
+            Ok(d) => d,
+            Err(e) if e.is_not_found() => return Err(Error::NotAWorkspace { path: root_path }),
+            Err(e) => return Err(Error::os(e)),
+        };
+        Self::open_at(root_path, root_dir, state, show_progress)
+    }
+
+    fn open_at(root_path: PathBuf, root: Dir, state: Dir, show_progress: bool) -> Result<Workspace> {
+        let ledger = Ledger::open(&root_path.join(STATE_DIR).join(LEDGER_FILE))?;
+        let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
+        let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
+        let fs = FsInfo::of(&state).map_err(Error::os)?;
+        let clones = rewind_platform::clone_support(&tmp).unwrap_or(false);
+        let store = ObjectStore::new(objects, tmp, clones);
+        Ok(Workspace { root_path, root, state, ledger, store, fs, show_progress, lock: None })
+    }
+
+    pub fn root_path(&self) -> &Path {
+        &self.root_path
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub(crate) fn ledger_mut(&mut self) -> &mut Ledger {
+        &mut self.ledger
+    }
+
+    pub fn fs(&self) -> FsInfo {
+        self.fs
+    }
+
+    pub fn clones(&self) -> bool {
+        self.store.clones()
+    }
+
+    pub fn store(&self) -> &ObjectStore {
+        &self.store
+    }
+
+    pub(crate) fn root_dir(&self) -> &Dir {
+        &self.root
+    }
+
+    pub(crate) fn progress(&self, message: &'static str) -> Progress {
+        Progress::new(message, self.show_progress)
+    }
+
+    /// Take the workspace lock (once per process), clean temp files left by
+    /// a crashed writer, and finish any interrupted rewind. Every command
+    /// that writes calls this first.
+    pub fn lock(&mut self) -> Result<()> {
+        if self.lock.is_some() {
+            return Ok(());
+        }
+        let path = self.root_path.join(STATE_DIR).join("lock");
+        match LockFile::acquire(&path, LOCK_TIMEOUT).map_err(Error::os)? {
+            Ok(l) => self.lock = Some(l),
+            Err(pid) => return Err(Error::Locked { path, pid }),
+        }
+        self.store.clean_tmp()?;
+        crate::rewind::recover(self)?;
+        Ok(())
+    }
+
+    /// Finish an interrupted rewind if there is one (read-only commands call
+    /// this so they never report a half-applied tree).
+    pub fn recover_if_needed(&mut self) -> Result<()> {
+        if self.ledger.intent()?.is_some() {
+            self.lock()?;
+        }
+        Ok(())
+    }
+
+    /// The filesystem's clock, read by touching a file in `.rewind/`: the
+    /// racy-entry cut-off for the stat cache.
+    fn fs_clock_ns(&self) -> i64 {
+        let name = OsStr::new("clock");
+        let _ = self.state.unlink(name);
+        match self.state.create_new(name, 0o644) {
+            Ok(f) => {
+                let _ = std::io::Write::write_all(&mut &f, b"t");
+                f.metadata()
+                    .map(|m| std::os::unix::fs::MetadataExt::ctime(&m) * 1_000_000_000 + std::os::unix::fs::MetadataExt::ctime_nsec(&m))
+                    .unwrap_or(i64::MIN)
+            }
+            // Cannot write: treat every entry as racy (never trust the cache).
+            Err(_) => i64::MIN,
+        }
+    }
+
+    /// Capture the live tree. `Sink::Store` stores new objects; the caller
+    /// persists the result with [`Workspace::persist_capture`].
+    pub(crate) fn capture(&self, sink: Sink<'_>, message: &'static str) -> Result<Capture> {
+        let cache = capture::load_stat_cache(self.ledger.stat_cache()?);
+        let clock = match sink {
+            Sink::Store(_) => self.fs_clock_ns(),
+            Sink::HashOnly => i64::MIN,
+        };
+        let progress = self.progress(message);
+        let cap = capture::capture(&self.root, &cache, sink, clock, &progress)?;
+        progress.finish();
+        Ok(cap)
+    }
+
+    pub(crate) fn capture_live(&self) -> Result<Capture> {
+        self.capture(Sink::Store(&self.store), "capturing")
+    }
+
+    /// Durability before acknowledgement (DESIGN §4 rule 6): one syncfs for
+    /// all new objects instead of an fsync per file.
+    pub(crate) fn sync_state(&self) -> Result<()> {
+        self.state.syncfs().map_err(Error::os)
+    }
+
+    pub(crate) fn sync_tree(&self) -> Result<()> {
+        self.root.syncfs().map_err(Error::os)
+    }
+
+    pub fn head(&self) -> Result<Option<Checkpoint>> {
+        self.ledger.head()
+    }
+
+    /// Create a checkpoint of the live tree.
+    ///
+    /// `reuse_if_unchanged`: automatic checkpoints (hooks, safety captures)
+    /// reuse HEAD when the tree is identical instead of adding a duplicate.
+    pub fn checkpoint(&mut self, label: Option<&str>, kind: &str, reuse_if_unchanged: bool) -> Result<CheckpointReport> {
+        let started = Instant::now();
+        self.lock()?;
+        let cap = self.capture_live()?;
+        failpoint::hit("checkpoint:before-sync");
+        self.sync_state()?;
+        let head = self.ledger.head()?;
+        let changes = self.changes_since(head.as_ref(), &cap)?;
+        if reuse_if_unchanged && let Some(h) = head.as_ref().filter(|_| changes == Counts::default()) {
+            self.persist_capture(&cap, None)?;
+            return Ok(self.report(h, &cap, changes, true, started));
+        }
+        failpoint::hit("checkpoint:before-commit");
+        let stats = serde_json::json!({
+            "changes": changes, "bytes_new": cap.stats.bytes_new, "engine": ENGINE_WALK,
+            "cloned": cap.stats.cloned, "copied": cap.stats.copied,
+        });
+        let seq = self.persist_capture(&cap, Some(NewCheckpoint { label, kind, parent: head.as_ref().map(|h| h.seq), stats: &stats }))?
+            .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
+        failpoint::hit("checkpoint:after-commit");
+        let ck = self.ledger.checkpoint_by_seq(seq)?.ok_or_else(|| Error::UnknownId { id: seq.to_string() })?;
+        Ok(self.report(&ck, &cap, changes, false, started))
+    }
+
+    /// What changed between HEAD and a capture, by content (mtimes alone
+    /// are not a change: a rewind gives restored files the current time).
+    pub(crate) fn changes_since(&self, head: Option<&Checkpoint>, cap: &Capture) -> Result<Counts> {
+        let trees = Trees::with_overlay(&self.ledger, cap.overlay());
+        let from = head.map(|h| h.root).unwrap_or_else(crate::tree::Node::empty_hash);
+        Ok(diff::count(&diff::diff(&trees, &from, &cap.root, DiffOptions::default())?))
+    }
+
+    fn report(&self, ck: &Checkpoint, cap: &Capture, changes: Counts, unchanged: bool, started: Instant) -> CheckpointReport {
+        CheckpointReport {
+            id: ck.id.clone(),
+            label: ck.label.clone(),
+            parent: ck.parent.as_ref().map(|(_, id)| id.clone()),
+            root: ck.root.to_hex(),
+            created_at: ck.created_at.clone(),
+            kind: ck.kind.clone(),
+            engine: ENGINE_WALK,
+            fs: self.fs.kind.to_string(),
+            reflink: self.store.clones(),
+            changes,
+            bytes_new: cap.stats.bytes_new,
+            files_hashed: cap.stats.files_hashed,
+            cloned: cap.stats.cloned,
+            copied: cap.stats.copied,
+            entries: cap.stats.entries,
+            skipped: cap.skipped.clone(),
+            unchanged,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// Commit a capture: its tree nodes, stat-cache updates and optionally a
+    /// new checkpoint that becomes HEAD, in one transaction. Returns the new
+    /// checkpoint's seq.
+    pub(crate) fn persist_capture(&mut self, cap: &Capture, new: Option<NewCheckpoint<'_>>) -> Result<Option<i64>> {
+        let workspace_id = self.ledger.meta("workspace_id")?.unwrap_or_default();
+        self.ledger.write(|tx| {
+            write_capture(tx, cap)?;
+            match new {
+                None => Ok(None),
+                Some(n) => Ok(Some(insert_checkpoint(tx, &workspace_id, &cap.root, &n)?)),
+            }
+        })
+    }
+
+    /// Resolve a user-typed checkpoint name: `HEAD`/`@` (optionally `~N`
+    /// for the N-th parent), a full id, a unique id prefix, or a label
+    /// (the newest checkpoint with that label).
+    pub fn resolve(&self, spec: &str) -> Result<Checkpoint> {
+        let unknown = || Error::UnknownId { id: spec.to_string() };
+        let (base, up) = match spec.split_once('~') {
+            Some((b, n)) if b == "HEAD" || b == "@" => (b, if n.is_empty() { 1 } else { n.parse::<usize>().map_err(|_| unknown())? }),
+            _ => (spec, 0),
+        };
+        if base == "HEAD" || base == "@" {
+            let mut ck = self.ledger.head()?.ok_or_else(unknown)?;
+            for _ in 0..up {
+                let parent = ck.parent.as_ref().ok_or_else(unknown)?.0;
+                ck = self.ledger.checkpoint_by_seq(parent)?.ok_or_else(unknown)?;
+            }
+            return Ok(ck);
+        }
+        if ids::looks_like_id_prefix(spec) {
+            let found = self.ledger.checkpoints_by_prefix(spec, 6)?;
+            if let Some(exact) = found.iter().find(|c| c.id == spec) {
+                return Ok(exact.clone());
+            }
+            if found.len() == 1 {
+                return found.into_iter().next().ok_or_else(unknown);
+            }
+            if found.len() > 1 {
+                return Err(Error::AmbiguousId { id: spec.to_string(), candidates: found.iter().map(|c| c.id.clone()).collect() });
+            }
+        }
+        let by_label = self.ledger.checkpoints_by_label(spec, 2)?;
+        by_label.into_iter().next().ok_or_else(unknown)
+    }
+
+    /// A command-line path (relative to `cwd` or absolute) as a
+    /// workspace-relative byte path. Refuses paths outside the workspace and
+    /// inside `.rewind/`.
+    pub fn relative_path(&self, arg: &Path, cwd: &Path) -> Result<Vec<u8>> {
+        let abs = if arg.is_absolute() { arg.to_path_buf() } else { cwd.join(arg) };
+        let mut norm = PathBuf::new();
+        for comp in abs.components() {
+            match comp {
+                Component::ParentDir => {
+                    norm.pop();
+                }
+                Component::CurDir => {}
+                c => norm.push(c.as_os_str()),
+            }
+        }
+        let rel = norm.strip_prefix(&self.root_path).map_err(|_| Error::OutsideWorkspace { path: arg.to_path_buf(), workspace: self.root_path.clone() })?;
+        let bytes = rel.as_os_str().as_bytes().to_vec();
+        if bytes == STATE_DIR.as_bytes() || bytes.starts_with(format!("{STATE_DIR}/").as_bytes()) {
+            return Err(Error::InvalidPath { path: arg.to_path_buf(), reason: "is rewind's own state, which is never captured or restored".into() });
+        }
+        Ok(bytes)
+    }
+}
+
+/// A checkpoint row to create along with a capture.
+pub(crate) struct NewCheckpoint<'a> {
+    pub label: Option<&'a str>,
+    pub kind: &'a str,
+    pub parent: Option<i64>,
+    pub stats: &'a serde_json::Value,
+}
+
+pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result<()> {
+    for (h, data) in &cap.new_nodes {
+        tx.put_tree(h, data)?;
+    }
+    for (dir, node, stats) in &cap.cache_updates {
+        tx.put_stat_cache(dir, node, stats)?;
+    }
+    for dir in &cap.cache_removals {
+        tx.delete_stat_cache(dir)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn insert_checkpoint(tx: &crate::ledger::Tx<'_>, workspace_id: &str, root: &Hash, n: &NewCheckpoint<'_>) -> Result<i64> {
+    let seq = tx.next_seq()?;
+    let mut nonce = 0;
+    let id = loop {
+        let id = ids::make_id(workspace_id, seq, root, nonce);
+        if !tx.id_exists(&id)? {
+            break id;
+        }
+        nonce += 1;
+    };
+    tx.insert_checkpoint(seq, &id, root, n.parent, n.label, n.kind, time::now_ms(), n.stats)?;
+    tx.set_meta("head", &seq.to_string())?;
+    Ok(seq)
+}

@@ -1,0 +1,274 @@
+//! Shared test helpers: real filesystems on loop devices (with a guard that
+//! unmounts even when a test fails), a tree snapshot for exact comparisons,
+//! and a runner for the `rewind` binary.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+
+/// The filesystems the tests run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fs {
+    Ext4,
+    Xfs,
+    Btrfs,
+}
+
+impl Fs {
+    pub const ALL: [Fs; 3] = [Fs::Ext4, Fs::Xfs, Fs::Btrfs];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fs::Ext4 => "ext4",
+            Fs::Xfs => "xfs",
+            Fs::Btrfs => "btrfs",
+        }
+    }
+
+    fn mkfs(self, img: &Path) -> Command {
+        let mut c;
+        match self {
+            Fs::Ext4 => {
+                c = Command::new("mkfs.ext4");
+                c.args(["-q", "-F"]);
+            }
+            Fs::Xfs => {
+                c = Command::new("mkfs.xfs");
+                c.args(["-q", "-f", "-m", "reflink=1"]);
+            }
+            Fs::Btrfs => {
+                c = Command::new("mkfs.btrfs");
+                c.args(["-q", "-f"]);
+            }
+        }
+        c.arg(img);
+        c
+    }
+}
+
+/// Fail (in CI) or skip with a reason (elsewhere).
+pub fn skip_or_fail(reason: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("cannot run in CI: {reason}");
+    }
+    eprintln!("SKIPPED: {reason}");
+}
+
+pub fn is_root() -> bool {
+    rustix_uid() == 0
+}
+
+fn rustix_uid() -> u32 {
+    // /proc/self/status "Uid:" line, to avoid a libc dependency.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|u| u.parse().ok()))
+        .unwrap_or(u32::MAX)
+}
+
+/// A filesystem made on a loop device and mounted; unmounted on drop.
+pub struct LoopFs {
+    pub fs: Fs,
+    pub mnt: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopFs {
+    /// Make and mount `fs` of `size_mb`. `None` (with the reason printed)
+    /// when not root or the mkfs tool is missing, outside CI.
+    pub fn new(fs: Fs, size_mb: u64) -> Option<LoopFs> {
+        if !is_root() {
+            skip_or_fail(&format!("{} on a loop device needs root", fs.name()));
+            return None;
+        }
+        let dir = tempfile::Builder::new().prefix(&format!("rewind-{}-", fs.name())).tempdir_in(base_tmp()).expect("tempdir");
+        let img = dir.path().join("img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mkdir mnt");
+        let f = std::fs::File::create(&img).expect("create image");
+        f.set_len(size_mb << 20).expect("size image");
+        drop(f);
+        match fs.mkfs(&img).output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => panic!("mkfs {} failed: {}", fs.name(), String::from_utf8_lossy(&o.stderr)),
+            Err(e) => {
+                skip_or_fail(&format!("mkfs for {} not available: {e} (apt-get install btrfs-progs xfsprogs)", fs.name()));
+                return None;
+            }
+        }
+        let out = Command::new("mount").arg("-o").arg("loop").arg(&img).arg(&mnt).output().expect("run mount");
+        if !out.status.success() {
+            skip_or_fail(&format!("mount {} loop device failed: {}", fs.name(), String::from_utf8_lossy(&out.stderr)));
+            return None;
+        }
+        Some(LoopFs { fs, mnt, _dir: dir })
+    }
+
+    /// A fresh directory on this filesystem.
+    pub fn subdir(&self, name: &str) -> PathBuf {
+        let p = self.mnt.join(name);
+        std::fs::create_dir_all(&p).expect("mkdir on loop fs");
+        p
+    }
+
+    /// Bytes used on the filesystem (statfs), after flushing it.
+    pub fn used_bytes(&self) -> u64 {
+        let _ = Command::new("sync").arg("-f").arg(&self.mnt).status();
+        let dir = rewind_platform::Dir::open(&self.mnt).expect("open mnt");
+        rewind_platform::FsInfo::of(&dir).expect("statfs").used_bytes()
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            match Command::new("umount").arg(&self.mnt).output() {
+                Ok(o) if o.status.success() => return,
+                _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+    }
+}
+
+fn base_tmp() -> PathBuf {
+    std::env::var_os("REWIND_TEST_TMP").map(PathBuf::from).unwrap_or_else(std::env::temp_dir)
+}
+
+/// A plain temp dir on the default filesystem (for tests that need no root).
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("rewind-test-").tempdir_in(base_tmp()).expect("tempdir")
+}
+
+/// What a tree entry looks like, as a rewind must restore it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snap {
+    File { mode: u32, sha256: String, xattrs: Vec<(Vec<u8>, Vec<u8>)> },
+    Dir { mode: u32, xattrs: Vec<(Vec<u8>, Vec<u8>)> },
+    Link { target: Vec<u8> },
+}
+
+/// The whole tree below `root` (minus `.rewind/`), never following symlinks.
+pub fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, Snap> {
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn xattrs_of(path: &Path, is_dir: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let parent = rewind_platform::Dir::open(path.parent().expect("parent")).expect("open parent");
+    let kind = if is_dir { rewind_platform::EntryKind::Dir } else { rewind_platform::EntryKind::File };
+    parent
+        .user_xattrs_at(path.file_name().expect("name"), kind)
+        .expect("list xattrs")
+        .into_iter()
+        .map(|x| (x.name, x.value))
+        .collect()
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, Snap>) {
+    for ent in std::fs::read_dir(dir).expect("read_dir") {
+        let ent = ent.expect("dirent");
+        let path = ent.path();
+        let rel = path.strip_prefix(root).expect("rel").as_os_str().as_bytes().to_vec();
+        if rel == b".rewind" {
+            continue;
+        }
+        let md = std::fs::symlink_metadata(&path).expect("lstat");
+        let mode = md.permissions().mode() & 0o7777;
+        if md.file_type().is_symlink() {
+            out.insert(rel, Snap::Link { target: std::fs::read_link(&path).expect("readlink").as_os_str().as_bytes().to_vec() });
+        } else if md.is_dir() {
+            out.insert(rel, Snap::Dir { mode, xattrs: xattrs_of(&path, true) });
+            walk(root, &path, out);
+        } else if md.is_file() {
+            let bytes = std::fs::read(&path).expect("read");
+            out.insert(rel, Snap::File { mode, sha256: hex(&Sha256::digest(&bytes)), xattrs: xattrs_of(&path, false) });
+        }
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Assert two snapshots are equal, printing the first differences.
+pub fn assert_same(label: &str, want: &BTreeMap<Vec<u8>, Snap>, got: &BTreeMap<Vec<u8>, Snap>) {
+    if want == got {
+        return;
+    }
+    let mut diffs = Vec::new();
+    for (k, v) in want {
+        match got.get(k) {
+            None => diffs.push(format!("missing {:?}", String::from_utf8_lossy(k))),
+            Some(g) if g != v => diffs.push(format!("differs {:?}: want {v:?} got {g:?}", String::from_utf8_lossy(k))),
+            _ => {}
+        }
+    }
+    for k in got.keys() {
+        if !want.contains_key(k) {
+            diffs.push(format!("extra {:?}", String::from_utf8_lossy(k)));
+        }
+    }
+    diffs.truncate(20);
+    panic!("{label}: tree differs from the checkpoint:\n{}", diffs.join("\n"));
+}
+
+/// Run the `rewind` binary in `dir` with `args`.
+pub fn rewind(dir: &Path, args: &[&str]) -> Output {
+    rewind_env(dir, args, &[])
+}
+
+pub fn rewind_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rewind"));
+    c.current_dir(dir).args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run rewind")
+}
+
+/// Run and parse `--json` output; panics with stderr on failure.
+pub fn rewind_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = rewind(dir, &a);
+    assert!(out.status.success(), "rewind {args:?} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("rewind {args:?}: bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+pub fn write(path: &Path, bytes: &[u8]) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir -p");
+    }
+    std::fs::write(path, bytes).expect("write");
+}
+
+pub fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    let parent = rewind_platform::Dir::open(path.parent().expect("parent")).expect("open parent");
+    let md = std::fs::symlink_metadata(path).expect("lstat");
+    let kind = if md.is_dir() { rewind_platform::EntryKind::Dir } else { rewind_platform::EntryKind::File };
+    let mut xs = parent.user_xattrs_at(path.file_name().expect("name"), kind).expect("xattrs");
+    xs.retain(|x| x.name != name.as_bytes());
+    xs.push(rewind_platform::Xattr { name: name.as_bytes().to_vec(), value: value.to_vec() });
+    parent.set_user_xattrs(path.file_name().expect("name"), kind, &xs).expect("set xattr");
+}
+
+pub fn os(b: &[u8]) -> &OsStr {
+    OsStr::from_bytes(b)
+}
+
+/// Files left in `.rewind/tmp/` (must be none after any command finishes).
+pub fn temp_leftovers(ws: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(ws.join(".rewind/tmp")).map(|it| it.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default()
+}
