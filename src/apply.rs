@@ -61,12 +61,17 @@ struct Parents<'a> {
 impl Parents<'_> {
     fn get(&mut self, parent: &[u8]) -> Result<&Dir> {
         if self.last.as_ref().is_none_or(|(p, _)| p != parent) {
-            let dir = self.root.open_beneath(Path::new(OsStr::from_bytes(parent))).map_err(Error::os)?;
+            let dir = self
+                .root
+                .open_beneath(Path::new(OsStr::from_bytes(parent)))
+                .map_err(Error::os)?;
             self.last = Some((parent.to_vec(), dir));
         }
         match &self.last {
             Some((_, d)) => Ok(d),
-            None => Err(Error::Usage("internal: parent directory cache empty".into())),
+            None => Err(Error::Usage(
+                "internal: parent directory cache empty".into(),
+            )),
         }
     }
 
@@ -75,7 +80,13 @@ impl Parents<'_> {
     }
 }
 
-pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Change], opts: ApplyOptions) -> Result<ApplyReport> {
+pub fn apply(
+    root: &Dir,
+    store: &ObjectStore,
+    trees: &Trees<'_>,
+    changes: &[Change],
+    opts: ApplyOptions,
+) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
     let mut parents = Parents { root, last: None };
 
@@ -99,8 +110,18 @@ pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Chan
     for ch in removals {
         let (parent, name) = split_parent(&ch.path);
         let dir = parents.get(parent)?;
-        let old = ch.old.as_ref().ok_or_else(|| Error::Usage("internal: removal without old entry".into()))?;
-        remove_guided(dir, OsStr::from_bytes(name), old, trees, &ch.path, &mut report)?;
+        let old = ch
+            .old
+            .as_ref()
+            .ok_or_else(|| Error::Usage("internal: removal without old entry".into()))?;
+        remove_guided(
+            dir,
+            OsStr::from_bytes(name),
+            old,
+            trees,
+            &ch.path,
+            &mut report,
+        )?;
         failpoint::hit("apply:removed");
     }
     parents.forget();
@@ -118,7 +139,9 @@ pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Chan
                     let dir = parents.get(parent)?;
                     match dir.mkdir(name, 0o700) {
                         Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.stat_at(name).is_ok_and(|m| m.kind == EntryKind::Dir) => {}
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::AlreadyExists
+                                && dir.stat_at(name).is_ok_and(|m| m.kind == EntryKind::Dir) => {}
                         Err(e) => return Err(Error::os(e)),
                     }
                     report.written += 1;
@@ -127,20 +150,30 @@ pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Chan
                 dir_fixups.insert(ch.path.clone());
             }
             Kind::File => {
-                let Target::Object(hash) = &new.target else { continue };
+                let Target::Object(hash) = &new.target else {
+                    continue;
+                };
                 let (tmp_name, file, _) = store.materialize(hash)?;
                 let mode = allowed_mode(new, opts, &ch.path, &mut report);
                 let tmp_path = || store.tmp_dir().path().join(&tmp_name);
-                rewind_platform::file_set_mode(&file, mode).map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
+                rewind_platform::file_set_mode(&file, mode)
+                    .map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
                 if !new.xattrs.is_empty() {
-                    Xattr::set_user(&file, &new.xattrs).map_err(|e| Error::os(rewind_platform::Error::new("set xattrs", tmp_path(), e)))?;
+                    Xattr::set_user(&file, &new.xattrs).map_err(|e| {
+                        Error::os(rewind_platform::Error::new("set xattrs", tmp_path(), e))
+                    })?;
                 }
                 if opts.exact_times {
-                    rewind_platform::file_set_mtime(&file, new.mtime_ns).map_err(|e| Error::os(rewind_platform::Error::new("set mtime", tmp_path(), e)))?;
+                    rewind_platform::file_set_mtime(&file, new.mtime_ns).map_err(|e| {
+                        Error::os(rewind_platform::Error::new("set mtime", tmp_path(), e))
+                    })?;
                 }
                 drop(file);
                 let dir = parents.get(parent)?;
-                if let Err(e) = store.tmp_dir().rename(&tmp_name, dir, name, RenameMode::Replace) {
+                if let Err(e) = store
+                    .tmp_dir()
+                    .rename(&tmp_name, dir, name, RenameMode::Replace)
+                {
                     let _ = store.tmp_dir().unlink(&tmp_name);
                     return Err(Error::os(e));
                 }
@@ -153,12 +186,25 @@ pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Chan
 
     // 3. Symlinks last: made in tmp, renamed over (atomic replace).
     for ch in links {
-        let Some(Entry { target: Target::Link(target), .. }) = &ch.new else { continue };
+        let Some(Entry {
+            target: Target::Link(target),
+            ..
+        }) = &ch.new
+        else {
+            continue;
+        };
         let (parent, name) = split_parent(&ch.path);
         let tmp_name = store.temp_name("ln");
-        store.tmp_dir().symlink(target, &tmp_name).map_err(Error::os)?;
+        store
+            .tmp_dir()
+            .symlink(target, &tmp_name)
+            .map_err(Error::os)?;
         let dir = parents.get(parent)?;
-        if let Err(e) = store.tmp_dir().rename(&tmp_name, dir, OsStr::from_bytes(name), RenameMode::Replace) {
+        if let Err(e) =
+            store
+                .tmp_dir()
+                .rename(&tmp_name, dir, OsStr::from_bytes(name), RenameMode::Replace)
+        {
             let _ = store.tmp_dir().unlink(&tmp_name);
             return Err(Error::os(e));
         }
@@ -180,9 +226,18 @@ pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Chan
         }
     }
     let mut fixups: Vec<Vec<u8>> = dir_fixups.into_iter().collect();
-    fixups.sort_by_key(|p| std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count() + usize::from(!p.is_empty())));
+    fixups.sort_by_key(|p| {
+        std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count() + usize::from(!p.is_empty()))
+    });
     for path in fixups {
-        let Some(entry) = changes.iter().find(|c| c.path == path).and_then(|c| c.new.clone()).or_else(|| lookup_target(trees, changes, &path)) else { continue };
+        let Some(entry) = changes
+            .iter()
+            .find(|c| c.path == path)
+            .and_then(|c| c.new.clone())
+            .or_else(|| lookup_target(trees, changes, &path))
+        else {
+            continue;
+        };
         if entry.kind() != Kind::Dir {
             continue;
         }
@@ -193,11 +248,14 @@ pub fn apply(root: &Dir, store: &ObjectStore, trees: &Trees<'_>, changes: &[Chan
         let (parent, name) = split_parent(&path);
         let dir = parents.get(parent)?;
         let name = OsStr::from_bytes(name);
-        dir.set_user_xattrs(name, EntryKind::Dir, &entry.xattrs).map_err(Error::os)?;
+        dir.set_user_xattrs(name, EntryKind::Dir, &entry.xattrs)
+            .map_err(Error::os)?;
         if opts.exact_times {
-            dir.set_mtime(name, EntryKind::Dir, entry.mtime_ns).map_err(Error::os)?;
+            dir.set_mtime(name, EntryKind::Dir, entry.mtime_ns)
+                .map_err(Error::os)?;
         }
-        dir.set_mode(name, EntryKind::Dir, mode).map_err(Error::os)?;
+        dir.set_mode(name, EntryKind::Dir, mode)
+            .map_err(Error::os)?;
         failpoint::hit("apply:meta-fixed");
     }
     Ok(report)
@@ -225,7 +283,14 @@ fn is_under(path: &[u8], dir: &[u8]) -> bool {
 
 /// Remove what the capture saw at `name`, and only that. A directory that
 /// still holds something else afterwards is kept and reported.
-fn remove_guided(dir: &Dir, name: &OsStr, old: &Entry, trees: &Trees<'_>, path: &[u8], report: &mut ApplyReport) -> Result<()> {
+fn remove_guided(
+    dir: &Dir,
+    name: &OsStr,
+    old: &Entry,
+    trees: &Trees<'_>,
+    path: &[u8],
+    report: &mut ApplyReport,
+) -> Result<()> {
     let meta = match dir.stat_at(name) {
         Ok(m) => m,
         Err(e) if e.is_not_found() => return Ok(()),
@@ -248,20 +313,29 @@ fn remove_guided(dir: &Dir, name: &OsStr, old: &Entry, trees: &Trees<'_>, path: 
     let sub = match dir.open_dir(name) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            dir.set_mode(name, EntryKind::Dir, 0o700).map_err(Error::os)?;
+            dir.set_mode(name, EntryKind::Dir, 0o700)
+                .map_err(Error::os)?;
             dir.open_dir(name).map_err(Error::os)?
         }
         Err(e) => return Err(Error::os(e)),
     };
     if sub.meta().map_err(Error::os)?.mode & 0o300 != 0o300 {
-        dir.set_mode(name, EntryKind::Dir, 0o700).map_err(Error::os)?;
+        dir.set_mode(name, EntryKind::Dir, 0o700)
+            .map_err(Error::os)?;
     }
     let node = trees.node(&h)?;
     for child in &node.entries {
         let mut child_path = path.to_vec();
         child_path.push(b'/');
         child_path.extend_from_slice(&child.name);
-        remove_guided(&sub, OsStr::from_bytes(&child.name), child, trees, &child_path, report)?;
+        remove_guided(
+            &sub,
+            OsStr::from_bytes(&child.name),
+            child,
+            trees,
+            &child_path,
+            report,
+        )?;
     }
     rmdir_or_keep(dir, name, path, report)
 }
@@ -274,7 +348,10 @@ fn rmdir_or_keep(dir: &Dir, name: &OsStr, path: &[u8], report: &mut ApplyReport)
         }
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) if e.raw_os_error() == Some(39) => {
-            report.kept.push(Skipped { path: display_path(path), reason: "kept: holds files that were not captured".into() });
+            report.kept.push(Skipped {
+                path: display_path(path),
+                reason: "kept: holds files that were not captured".into(),
+            });
             Ok(())
         }
         Err(e) => Err(Error::os(e)),

@@ -85,7 +85,8 @@ impl StatRec {
         if bytes.len() % STAT_REC_LEN != 0 {
             return None;
         }
-        let u64_at = |c: &[u8], o: usize| u64::from_le_bytes(c[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u64_at =
+            |c: &[u8], o: usize| u64::from_le_bytes(c[o..o + 8].try_into().unwrap_or([0; 8]));
         Some(
             bytes
                 .chunks_exact(STAT_REC_LEN)
@@ -121,7 +122,11 @@ pub struct CachedDir {
 
 impl CachedDir {
     fn lookup(&self, name: &[u8]) -> Option<(&Entry, &StatRec)> {
-        let i = self.node.entries.binary_search_by(|e| e.name.as_slice().cmp(name)).ok()?;
+        let i = self
+            .node
+            .entries
+            .binary_search_by(|e| e.name.as_slice().cmp(name))
+            .ok()?;
         Some((&self.node.entries[i], self.stats.get(i)?))
     }
 }
@@ -136,9 +141,18 @@ pub type StatCacheRow = (Vec<u8>, Hash, Vec<u8>, Vec<u8>);
 pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
     let mut cache = HashMap::with_capacity(rows.len());
     for (dir, node_hash, stats, data) in rows {
-        let (Ok(node), Some(stats)) = (Node::decode(&data), StatRec::decode_all(&stats)) else { continue };
+        let (Ok(node), Some(stats)) = (Node::decode(&data), StatRec::decode_all(&stats)) else {
+            continue;
+        };
         if node.entries.len() == stats.len() {
-            cache.insert(dir, CachedDir { node_hash, node, stats });
+            cache.insert(
+                dir,
+                CachedDir {
+                    node_hash,
+                    node,
+                    stats,
+                },
+            );
         }
     }
     cache
@@ -177,7 +191,10 @@ pub struct Capture {
 impl Capture {
     /// Decoded new nodes, for reading a tree that is not persisted (status).
     pub fn overlay(&self) -> HashMap<Hash, Node> {
-        self.new_nodes.iter().filter_map(|(h, d)| Node::decode(d).ok().map(|n| (*h, n))).collect()
+        self.new_nodes
+            .iter()
+            .filter_map(|(h, d)| Node::decode(d).ok().map(|n| (*h, n)))
+            .collect()
     }
 }
 
@@ -211,16 +228,40 @@ struct Walker<'a> {
 
 /// Capture the tree below `root`. `clock_ns` is the filesystem's notion of
 /// "now" taken just before the walk (see the module docs on racy entries).
-pub fn capture(root: &Dir, cache: &StatCache, sink: Sink<'_>, clock_ns: i64, progress: &Progress) -> Result<Capture> {
+pub fn capture(
+    root: &Dir,
+    cache: &StatCache,
+    sink: Sink<'_>,
+    clock_ns: i64,
+    progress: &Progress,
+) -> Result<Capture> {
     let root_meta = root.meta().map_err(Error::os)?;
-    let walker = Walker { root_dev: root_meta.dev, cache, sink, clock_ns, out: Mutex::new(Outputs::default()), progress };
+    let walker = Walker {
+        root_dev: root_meta.dev,
+        cache,
+        sink,
+        clock_ns,
+        out: Mutex::new(Outputs::default()),
+        progress,
+    };
     let root_dir = root.try_clone().map_err(Error::os)?;
     let root_hash = walker.walk_dir(root_dir, Vec::new(), &IgnoreStack::new())?;
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
-    let cache_removals = cache.keys().filter(|k| !out.visited.contains(*k)).cloned().collect();
+    let cache_removals = cache
+        .keys()
+        .filter(|k| !out.visited.contains(*k))
+        .cloned()
+        .collect();
     let mut skipped = out.skipped;
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Capture { root: root_hash, new_nodes: out.new_nodes, cache_updates: out.cache_updates, cache_removals, skipped, stats: out.stats })
+    Ok(Capture {
+        root: root_hash,
+        new_nodes: out.new_nodes,
+        cache_updates: out.cache_updates,
+        cache_removals,
+        skipped,
+        stats: out.stats,
+    })
 }
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
@@ -242,11 +283,20 @@ pub fn display_path(rel: &[u8]) -> String {
 impl Walker<'_> {
     fn skip(&self, rel: &[u8], reason: impl Into<String>) {
         if let Ok(mut o) = self.out.lock() {
-            o.skipped.push(Skipped { path: display_path(rel), reason: reason.into() });
+            o.skipped.push(Skipped {
+                path: display_path(rel),
+                reason: reason.into(),
+            });
         }
     }
 
-    fn ignore_stack(&self, dir: &Dir, rel: &[u8], names: &[OsString], parent: &IgnoreStack) -> Result<IgnoreStack> {
+    fn ignore_stack(
+        &self,
+        dir: &Dir,
+        rel: &[u8],
+        names: &[OsString],
+        parent: &IgnoreStack,
+    ) -> Result<IgnoreStack> {
         if !names.iter().any(|n| n.as_bytes() == IGNORE_FILE.as_bytes()) {
             return Ok(parent.clone());
         }
@@ -255,8 +305,10 @@ impl Walker<'_> {
             Err(_) => return Ok(parent.clone()), // not a regular file: not a rule file
         };
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut f, &mut text)
-            .map_err(|e| Error::InvalidPath { path: PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes()))), reason: format!("cannot read ignore rules: {e}") })?;
+        std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| Error::InvalidPath {
+            path: PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes()))),
+            reason: format!("cannot read ignore rules: {e}"),
+        })?;
         let mut builder = ignore::gitignore::GitignoreBuilder::new("/");
         for line in text.lines() {
             // A bad pattern is reported by the builder; keep the good ones.
@@ -267,7 +319,10 @@ impl Walker<'_> {
             reason: format!("bad ignore pattern: {e}"),
         })?;
         let mut stack = parent.clone();
-        stack.push((if rel.is_empty() { 0 } else { rel.len() + 1 }, Arc::new(matcher)));
+        stack.push((
+            if rel.is_empty() { 0 } else { rel.len() + 1 },
+            Arc::new(matcher),
+        ));
         Ok(stack)
     }
 
@@ -318,7 +373,14 @@ impl Walker<'_> {
         Ok(hash)
     }
 
-    fn visit(&self, dir: &Dir, rel: &[u8], name: &OsStr, cached: Option<&CachedDir>, ignores: &IgnoreStack) -> Result<Option<(Entry, StatRec)>> {
+    fn visit(
+        &self,
+        dir: &Dir,
+        rel: &[u8],
+        name: &OsStr,
+        cached: Option<&CachedDir>,
+        ignores: &IgnoreStack,
+    ) -> Result<Option<(Entry, StatRec)>> {
         let nb = name.as_bytes();
         if rel.is_empty() && nb == STATE_DIR.as_bytes() {
             return Ok(None);
@@ -334,7 +396,10 @@ impl Walker<'_> {
             o.stats.entries += 1;
         }
         if meta.kind.is_special() {
-            self.skip(&path, format!("{} (never opened, not captured)", meta.kind.as_str()));
+            self.skip(
+                &path,
+                format!("{} (never opened, not captured)", meta.kind.as_str()),
+            );
             return Ok(None);
         }
         if Self::ignored(ignores, &path, meta.kind == EntryKind::Dir) {
@@ -345,12 +410,23 @@ impl Walker<'_> {
             return Ok(None);
         }
         let rec = StatRec::from_meta(&meta, self.clock_ns);
-        let prev = cached.and_then(|c| c.lookup(nb)).filter(|(_, s)| s.vouches_for(&meta)).map(|(e, _)| e);
+        let prev = cached
+            .and_then(|c| c.lookup(nb))
+            .filter(|(_, s)| s.vouches_for(&meta))
+            .map(|(e, _)| e);
         let entry = match meta.kind {
             EntryKind::File => match prev.filter(|e| e.kind() == Kind::File) {
                 Some(e) => e.clone(),
                 None => match self.hash_file(dir, name, &path, &meta)? {
-                    Some((e, racy)) => return Ok(Some((e, StatRec { racy: rec.racy || racy, ..rec }))),
+                    Some((e, racy)) => {
+                        return Ok(Some((
+                            e,
+                            StatRec {
+                                racy: rec.racy || racy,
+                                ..rec
+                            },
+                        )));
+                    }
                     None => return Ok(None),
                 },
             },
@@ -362,7 +438,14 @@ impl Walker<'_> {
                         Err(e) if e.is_not_found() => return Ok(None),
                         Err(e) => return Err(Error::os(e)),
                     };
-                    Entry { name: nb.to_vec(), mode: meta.mode, size: target.len() as u64, mtime_ns: meta.mtime_ns, target: Target::Link(target), xattrs: Vec::new() }
+                    Entry {
+                        name: nb.to_vec(),
+                        mode: meta.mode,
+                        size: target.len() as u64,
+                        mtime_ns: meta.mtime_ns,
+                        target: Target::Link(target),
+                        xattrs: Vec::new(),
+                    }
                 }
             },
             EntryKind::Dir => {
@@ -380,7 +463,14 @@ impl Walker<'_> {
                     None => sub.user_xattrs().map_err(Error::os)?,
                 };
                 let subtree = self.walk_dir(sub, path, ignores)?;
-                Entry { name: nb.to_vec(), mode: meta.mode, size: 0, mtime_ns: meta.mtime_ns, target: Target::Tree(subtree), xattrs }
+                Entry {
+                    name: nb.to_vec(),
+                    mode: meta.mode,
+                    size: 0,
+                    mtime_ns: meta.mtime_ns,
+                    target: Target::Tree(subtree),
+                    xattrs,
+                }
             }
             _ => return Ok(None),
         };
@@ -389,7 +479,13 @@ impl Walker<'_> {
 
     /// Hash (and store) one regular file. Returns the entry and whether it
     /// changed while we read it (then its cache record is marked racy).
-    fn hash_file(&self, dir: &Dir, name: &OsStr, path: &[u8], meta: &Meta) -> Result<Option<(Entry, bool)>> {
+    fn hash_file(
+        &self,
+        dir: &Dir,
+        name: &OsStr,
+        path: &[u8],
+        meta: &Meta,
+    ) -> Result<Option<(Entry, bool)>> {
         let (mut file, opened) = match dir.open_read(name) {
             Ok(v) => v,
             Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
@@ -400,7 +496,13 @@ impl Walker<'_> {
             Err(e) if e.kind() == std::io::ErrorKind::Other => return Ok(None), // swapped for a non-file
             Err(e) => return Err(Error::os(e)),
         };
-        let xattrs = Xattr::list_user(&file).map_err(|e| Error::os(rewind_platform::Error::new("list xattrs", display_path(path), e)))?;
+        let xattrs = Xattr::list_user(&file).map_err(|e| {
+            Error::os(rewind_platform::Error::new(
+                "list xattrs",
+                display_path(path),
+                e,
+            ))
+        })?;
         let (hash, size) = match self.sink {
             Sink::Store(store) => {
                 let ing = store.ingest(&file)?;
@@ -412,9 +514,9 @@ impl Walker<'_> {
                 }
                 (ing.hash, ing.size)
             }
-            Sink::HashOnly => {
-                hash_reader(&mut file).map_err(|e| Error::os(rewind_platform::Error::new("read", display_path(path), e)))?
-            }
+            Sink::HashOnly => hash_reader(&mut file).map_err(|e| {
+                Error::os(rewind_platform::Error::new("read", display_path(path), e))
+            })?,
         };
         crate::failpoint::hit("capture:object-stored");
         let after = dir.stat_at(name).ok();
@@ -424,7 +526,14 @@ impl Walker<'_> {
             o.stats.files_hashed += 1;
             o.stats.bytes_hashed += size;
         }
-        let entry = Entry { name: path.rsplit(|&c| c == b'/').next().unwrap_or(path).to_vec(), mode: opened.mode, size, mtime_ns: opened.mtime_ns, target: Target::Object(hash), xattrs };
+        let entry = Entry {
+            name: path.rsplit(|&c| c == b'/').next().unwrap_or(path).to_vec(),
+            mode: opened.mode,
+            size,
+            mtime_ns: opened.mtime_ns,
+            target: Target::Object(hash),
+            xattrs,
+        };
         Ok(Some((entry, changed_meanwhile)))
     }
 }

@@ -20,11 +20,19 @@ pub struct Trees<'a> {
 
 impl<'a> Trees<'a> {
     pub fn new(ledger: &'a Ledger) -> Trees<'a> {
-        Trees { ledger, overlay: HashMap::new(), target: None }
+        Trees {
+            ledger,
+            overlay: HashMap::new(),
+            target: None,
+        }
     }
 
     pub fn with_overlay(ledger: &'a Ledger, overlay: HashMap<Hash, Node>) -> Trees<'a> {
-        Trees { ledger, overlay, target: None }
+        Trees {
+            ledger,
+            overlay,
+            target: None,
+        }
     }
 
     /// Remember the root a plan leads to (for looking up unchanged parents).
@@ -55,9 +63,14 @@ impl<'a> Trees<'a> {
     /// The entry at a relative path (components split on '/'), if any.
     pub fn entry_at(&self, root: &Hash, path: &[u8]) -> Result<Option<Entry>> {
         let mut node = self.node(root)?;
-        let mut comps = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).peekable();
+        let mut comps = path
+            .split(|&c| c == b'/')
+            .filter(|c| !c.is_empty())
+            .peekable();
         while let Some(comp) = comps.next() {
-            let Some(e) = node.get(comp).cloned() else { return Ok(None) };
+            let Some(e) = node.get(comp).cloned() else {
+                return Ok(None);
+            };
             if comps.peek().is_none() {
                 return Ok(Some(e));
             }
@@ -140,7 +153,14 @@ fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
-fn diff_nodes(trees: &Trees<'_>, a: &Node, b: &Node, prefix: &[u8], opts: DiffOptions, out: &mut Vec<Change>) -> Result<()> {
+fn diff_nodes(
+    trees: &Trees<'_>,
+    a: &Node,
+    b: &Node,
+    prefix: &[u8],
+    opts: DiffOptions,
+    out: &mut Vec<Change>,
+) -> Result<()> {
     let (mut i, mut j) = (0, 0);
     while i < a.entries.len() || j < b.entries.len() {
         let ea = a.entries.get(i);
@@ -152,11 +172,25 @@ fn diff_nodes(trees: &Trees<'_>, a: &Node, b: &Node, prefix: &[u8], opts: DiffOp
         };
         match ord {
             std::cmp::Ordering::Less => {
-                diff_entries(trees, ea, None, &join(prefix, &a.entries[i].name), opts, out)?;
+                diff_entries(
+                    trees,
+                    ea,
+                    None,
+                    &join(prefix, &a.entries[i].name),
+                    opts,
+                    out,
+                )?;
                 i += 1;
             }
             std::cmp::Ordering::Greater => {
-                diff_entries(trees, None, eb, &join(prefix, &b.entries[j].name), opts, out)?;
+                diff_entries(
+                    trees,
+                    None,
+                    eb,
+                    &join(prefix, &b.entries[j].name),
+                    opts,
+                    out,
+                )?;
                 j += 1;
             }
             std::cmp::Ordering::Equal => {
@@ -171,13 +205,25 @@ fn diff_nodes(trees: &Trees<'_>, a: &Node, b: &Node, prefix: &[u8], opts: DiffOp
 
 /// Diff one path, recursing into directories. Public so `restore` can diff
 /// just the paths it was given.
-pub fn diff_entries(trees: &Trees<'_>, old: Option<&Entry>, new: Option<&Entry>, path: &[u8], opts: DiffOptions, out: &mut Vec<Change>) -> Result<()> {
+pub fn diff_entries(
+    trees: &Trees<'_>,
+    old: Option<&Entry>,
+    new: Option<&Entry>,
+    path: &[u8],
+    opts: DiffOptions,
+    out: &mut Vec<Change>,
+) -> Result<()> {
     match (old, new) {
         (None, None) => {}
         (Some(o), Some(n)) if o.kind() == n.kind() => {
-            let meta_differs = !o.same_content(n) || (opts.compare_mtime && o.mtime_ns != n.mtime_ns);
+            let meta_differs =
+                !o.same_content(n) || (opts.compare_mtime && o.mtime_ns != n.mtime_ns);
             if meta_differs {
-                out.push(Change { path: path.to_vec(), old: Some(o.clone()), new: Some(n.clone()) });
+                out.push(Change {
+                    path: path.to_vec(),
+                    old: Some(o.clone()),
+                    new: Some(n.clone()),
+                });
             }
             if let (Some(ha), Some(hb)) = (o.subtree(), n.subtree())
                 && ha != hb
@@ -187,7 +233,11 @@ pub fn diff_entries(trees: &Trees<'_>, old: Option<&Entry>, new: Option<&Entry>,
             }
         }
         _ => {
-            out.push(Change { path: path.to_vec(), old: old.cloned(), new: new.cloned() });
+            out.push(Change {
+                path: path.to_vec(),
+                old: old.cloned(),
+                new: new.cloned(),
+            });
             // List what disappears below an old directory and what appears
             // below a new one.
             if let Some(h) = old.and_then(Entry::subtree) {

@@ -11,6 +11,9 @@ pub enum Error {
     #[error("no space left on the device holding {}: free some space (or run `rewind gc` once it exists), then retry; nothing was changed", path.display())]
     NoSpace { path: PathBuf },
 
+    #[error("the workspace {} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed", path.display())]
+    ReadOnly { path: PathBuf },
+
     #[error("{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first", path.display())]
     NotAWorkspace { path: PathBuf },
 
@@ -36,7 +39,9 @@ pub enum Error {
     #[error("the workspace is busy: another rewind process{} holds {}; wait for it, or retry", pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
     Locked { path: PathBuf, pid: Option<u32> },
 
-    #[error("the plan changed since the dry run (expected {expected}, now {actual}): run `rewind rewind --dry-run` again and review it")]
+    #[error(
+        "the plan changed since the dry run (expected {expected}, now {actual}): run `rewind rewind --dry-run` again and review it"
+    )]
     PlanChanged { expected: String, actual: String },
 
     #[error("{} is outside the workspace {}: name a path inside it", path.display(), workspace.display())]
@@ -60,7 +65,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
     pub fn os(e: rewind_platform::Error) -> Error {
-        if e.is_no_space() { Error::NoSpace { path: e.path } } else { Error::Os(e) }
+        if e.is_no_space() {
+            Error::NoSpace { path: e.path }
+        } else if e.raw_os_error() == Some(30) {
+            Error::ReadOnly { path: e.path } // EROFS
+        } else {
+            Error::Os(e)
+        }
     }
 
     /// The process exit code for this error (DESIGN §3): every error is 1;
@@ -75,6 +86,7 @@ impl Error {
             Error::Os(_) => "IO",
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
+            Error::ReadOnly { .. } => "READ_ONLY",
             Error::LedgerMissing { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
             Error::Db { .. } => "LEDGER",
@@ -96,9 +108,17 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
     move |source| {
         use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
         match source.sqlite_error_code() {
-            Some(DatabaseCorrupt) | Some(NotADatabase) => Error::LedgerCorrupt { path: path.to_owned(), detail: source.to_string() },
-            Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace { path: path.to_owned() },
-            _ => Error::Db { path: path.to_owned(), source },
+            Some(DatabaseCorrupt) | Some(NotADatabase) => Error::LedgerCorrupt {
+                path: path.to_owned(),
+                detail: source.to_string(),
+            },
+            Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace {
+                path: path.to_owned(),
+            },
+            _ => Error::Db {
+                path: path.to_owned(),
+                source,
+            },
         }
     }
 }

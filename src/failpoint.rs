@@ -14,6 +14,7 @@ pub const POINTS: &[&str] = &[
     "checkpoint:before-sync",
     "checkpoint:before-commit",
     "checkpoint:after-commit",
+    "rewind:captured",
     "rewind:after-intent",
     "apply:removed",
     "apply:dir-created",
@@ -42,7 +43,9 @@ fn config() -> &'static Option<Config> {
     CONFIG.get_or_init(|| {
         let spec = std::env::var("REWIND_FAILPOINT").ok()?;
         let (name, nth) = match spec.rsplit_once(':') {
-            Some((n, k)) if k.chars().all(|c| c.is_ascii_digit()) && !k.is_empty() => (n.to_string(), k.parse().unwrap_or(1)),
+            Some((n, k)) if k.chars().all(|c| c.is_ascii_digit()) && !k.is_empty() => {
+                (n.to_string(), k.parse().unwrap_or(1))
+            }
             _ => (spec, 1),
         };
         let action = match std::env::var("REWIND_FAILPOINT_ACTION").as_deref() {

@@ -108,7 +108,8 @@ pub struct Ledger {
     path: PathBuf,
 }
 
-const CHECKPOINT_COLS: &str = "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats";
+const CHECKPOINT_COLS: &str =
+    "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats";
 
 fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     let root: Vec<u8> = r.get(2)?;
@@ -135,25 +136,43 @@ impl Ledger {
     /// silently recreated: that would orphan the history).
     pub fn open(path: &Path) -> Result<Ledger> {
         if !path.exists() {
-            return Err(Error::LedgerMissing { path: path.to_owned() });
+            return Err(Error::LedgerMissing {
+                path: path.to_owned(),
+            });
         }
         let ledger = Self::connect(path)?;
         let version: Option<String> = ledger
             .conn
-            .query_row("SELECT value FROM meta WHERE key = 'format_version'", [], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'format_version'",
+                [],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(|e| match e {
                 rusqlite::Error::SqliteFailure(_, _) => db_err(path)(e),
-                e => Error::LedgerCorrupt { path: path.to_owned(), detail: e.to_string() },
+                e => Error::LedgerCorrupt {
+                    path: path.to_owned(),
+                    detail: e.to_string(),
+                },
             })
             .map_err(|e| match e {
-                Error::Db { source, .. } => Error::LedgerCorrupt { path: path.to_owned(), detail: source.to_string() },
+                Error::Db { source, .. } => Error::LedgerCorrupt {
+                    path: path.to_owned(),
+                    detail: source.to_string(),
+                },
                 e => e,
             })?;
         match version.as_deref() {
             Some(FORMAT_VERSION) => Ok(ledger),
-            Some(v) => Err(Error::LedgerCorrupt { path: path.to_owned(), detail: format!("format version {v}, this rewind reads {FORMAT_VERSION}") }),
-            None => Err(Error::LedgerCorrupt { path: path.to_owned(), detail: "no format version".into() }),
+            Some(v) => Err(Error::LedgerCorrupt {
+                path: path.to_owned(),
+                detail: format!("format version {v}, this rewind reads {FORMAT_VERSION}"),
+            }),
+            None => Err(Error::LedgerCorrupt {
+                path: path.to_owned(),
+                detail: "no format version".into(),
+            }),
         }
     }
 
@@ -161,20 +180,37 @@ impl Ledger {
     pub fn create(path: &Path, workspace_id: &str) -> Result<Ledger> {
         let mut ledger = Self::connect(path)?;
         let p = ledger.path.clone();
-        let tx = ledger.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_err(&p))?;
+        let tx = ledger
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db_err(&p))?;
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
-        tx.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?1)", [FORMAT_VERSION]).map_err(db_err(&p))?;
-        tx.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('workspace_id', ?1)", [workspace_id]).map_err(db_err(&p))?;
+        tx.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?1)",
+            [FORMAT_VERSION],
+        )
+        .map_err(db_err(&p))?;
+        tx.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('workspace_id', ?1)",
+            [workspace_id],
+        )
+        .map_err(db_err(&p))?;
         tx.commit().map_err(db_err(&p))?;
         Ok(ledger)
     }
 
     fn connect(path: &Path) -> Result<Ledger> {
         let conn = Connection::open(path).map_err(db_err(path))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(db_err(path))?;
-        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+        conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(path))?;
-        Ok(Ledger { conn, path: path.to_owned() })
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+        )
+        .map_err(db_err(path))?;
+        Ok(Ledger {
+            conn,
+            path: path.to_owned(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -186,14 +222,23 @@ impl Ledger {
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
-        self.conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional().map_err(self.err())
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(self.err())
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit if it succeeds.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let path = self.path.clone();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_err(&path))?;
-        let out = f(&Tx { tx: &tx, path: &path })?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db_err(&path))?;
+        let out = f(&Tx {
+            tx: &tx,
+            path: &path,
+        })?;
         tx.commit().map_err(db_err(&path))?;
         Ok(out)
     }
@@ -206,15 +251,25 @@ impl Ledger {
     }
 
     pub fn checkpoint_by_seq(&self, seq: i64) -> Result<Option<Checkpoint>> {
-        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.seq = ?1");
-        self.conn.query_row(&sql, [seq], checkpoint_from_row).optional().map_err(self.err())
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.seq = ?1"
+        );
+        self.conn
+            .query_row(&sql, [seq], checkpoint_from_row)
+            .optional()
+            .map_err(self.err())
     }
 
     pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
-        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent ORDER BY c.seq");
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent ORDER BY c.seq"
+        );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
-        let rows = stmt.query_map([], checkpoint_from_row).map_err(self.err())?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+        let rows = stmt
+            .query_map([], checkpoint_from_row)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     /// Checkpoints whose id starts with `prefix` (at most `limit`).
@@ -224,27 +279,50 @@ impl Ledger {
              WHERE c.id >= ?1 AND c.id < ?1 || '~' ORDER BY c.id LIMIT ?2"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
-        let rows = stmt.query_map(params![prefix, limit as i64], checkpoint_from_row).map_err(self.err())?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+        let rows = stmt
+            .query_map(params![prefix, limit as i64], checkpoint_from_row)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     pub fn checkpoints_by_label(&self, label: &str, limit: usize) -> Result<Vec<Checkpoint>> {
-        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.label = ?1 ORDER BY c.seq DESC LIMIT ?2");
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.label = ?1 ORDER BY c.seq DESC LIMIT ?2"
+        );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
-        let rows = stmt.query_map(params![label, limit as i64], checkpoint_from_row).map_err(self.err())?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+        let rows = stmt
+            .query_map(params![label, limit as i64], checkpoint_from_row)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     pub fn tree(&self, hash: &Hash) -> Result<Option<Node>> {
-        let data: Option<Vec<u8>> =
-            self.conn.query_row("SELECT data FROM trees WHERE hash = ?1", [&hash.0[..]], |r| r.get(0)).optional().map_err(self.err())?;
+        let data: Option<Vec<u8>> = self
+            .conn
+            .query_row(
+                "SELECT data FROM trees WHERE hash = ?1",
+                [&hash.0[..]],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
         match data {
             None => Ok(None),
             Some(d) => {
                 if Node::hash_of_encoding(&d) != *hash {
-                    return Err(Error::LedgerCorrupt { path: self.path.clone(), detail: format!("tree node {hash} does not match its hash") });
+                    return Err(Error::LedgerCorrupt {
+                        path: self.path.clone(),
+                        detail: format!("tree node {hash} does not match its hash"),
+                    });
                 }
-                Node::decode(&d).map(Some).map_err(|e| Error::LedgerCorrupt { path: self.path.clone(), detail: format!("tree node {hash}: {e}") })
+                Node::decode(&d)
+                    .map(Some)
+                    .map_err(|e| Error::LedgerCorrupt {
+                        path: self.path.clone(),
+                        detail: format!("tree node {hash}: {e}"),
+                    })
             }
         }
     }
@@ -258,48 +336,75 @@ impl Ledger {
         let rows = stmt
             .query_map([], |r| {
                 let node: Vec<u8> = r.get(1)?;
-                Ok((r.get(0)?, Hash::from_slice(&node).unwrap_or(Hash([0; 32])), r.get(2)?, r.get(3)?))
+                Ok((
+                    r.get(0)?,
+                    Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
+                    r.get(2)?,
+                    r.get(3)?,
+                ))
             })
             .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     pub fn intent(&self) -> Result<Option<Intent>> {
         self.conn
-            .query_row("SELECT op, target, safety, to_root, options FROM intent WHERE id = 1", [], |r| {
-                let root: Vec<u8> = r.get(3)?;
-                let options: String = r.get(4)?;
-                Ok(Intent {
-                    op: r.get(0)?,
-                    target: r.get(1)?,
-                    safety: r.get(2)?,
-                    to_root: Hash::from_slice(&root).unwrap_or(Hash([0; 32])),
-                    options: serde_json::from_str(&options).unwrap_or(serde_json::Value::Null),
-                })
-            })
+            .query_row(
+                "SELECT op, target, safety, to_root, options FROM intent WHERE id = 1",
+                [],
+                |r| {
+                    let root: Vec<u8> = r.get(3)?;
+                    let options: String = r.get(4)?;
+                    Ok(Intent {
+                        op: r.get(0)?,
+                        target: r.get(1)?,
+                        safety: r.get(2)?,
+                        to_root: Hash::from_slice(&root).unwrap_or(Hash([0; 32])),
+                        options: serde_json::from_str(&options).unwrap_or(serde_json::Value::Null),
+                    })
+                },
+            )
             .optional()
             .map_err(self.err())
     }
 
     pub fn last_operation(&self) -> Result<Option<Operation>> {
         self.conn
-            .query_row("SELECT op, target, safety FROM operations ORDER BY seq DESC LIMIT 1", [], |r| {
-                Ok(Operation { op: r.get(0)?, target: r.get(1)?, safety: r.get(2)? })
-            })
+            .query_row(
+                "SELECT op, target, safety FROM operations ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok(Operation {
+                        op: r.get(0)?,
+                        target: r.get(1)?,
+                        safety: r.get(2)?,
+                    })
+                },
+            )
             .optional()
             .map_err(self.err())
     }
 
     /// `PRAGMA integrity_check`: "ok" or the first problems found.
     pub fn integrity_check(&self) -> Result<String> {
-        let mut stmt = self.conn.prepare("PRAGMA integrity_check").map_err(self.err())?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(self.err())?;
-        let lines = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err())?;
+        let mut stmt = self
+            .conn
+            .prepare("PRAGMA integrity_check")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(self.err())?;
+        let lines = rows
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())?;
         Ok(lines.join("; "))
     }
 
     pub fn count(&self, table: &'static str) -> Result<i64> {
-        self.conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).map_err(self.err())
+        self.conn
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .map_err(self.err())
     }
 }
 
@@ -323,7 +428,12 @@ impl Tx<'_> {
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        self.tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)", params![key, value]).map_err(self.err())?;
+        self.tx
+            .execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -336,7 +446,13 @@ impl Tx<'_> {
     }
 
     pub fn next_seq(&self) -> Result<i64> {
-        self.tx.query_row("SELECT coalesce(max(seq), 0) + 1 FROM checkpoints", [], |r| r.get(0)).map_err(self.err())
+        self.tx
+            .query_row(
+                "SELECT coalesce(max(seq), 0) + 1 FROM checkpoints",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -361,20 +477,30 @@ impl Tx<'_> {
     }
 
     pub fn set_note(&self, seq: i64, note: &str) -> Result<()> {
-        self.tx.execute("UPDATE checkpoints SET note = ?2 WHERE seq = ?1", params![seq, note]).map_err(self.err())?;
+        self.tx
+            .execute(
+                "UPDATE checkpoints SET note = ?2 WHERE seq = ?1",
+                params![seq, note],
+            )
+            .map_err(self.err())?;
         Ok(())
     }
 
     pub fn put_stat_cache(&self, dir: &[u8], node: &Hash, stats: &[u8]) -> Result<()> {
         self.tx
-            .prepare_cached("INSERT OR REPLACE INTO stat_cache(dir, node, stats) VALUES (?1, ?2, ?3)")
+            .prepare_cached(
+                "INSERT OR REPLACE INTO stat_cache(dir, node, stats) VALUES (?1, ?2, ?3)",
+            )
             .and_then(|mut s| s.execute(params![dir, &node.0[..], stats]))
             .map_err(self.err())?;
         Ok(())
     }
 
     pub fn delete_stat_cache(&self, dir: &[u8]) -> Result<()> {
-        self.tx.prepare_cached("DELETE FROM stat_cache WHERE dir = ?1").and_then(|mut s| s.execute([dir])).map_err(self.err())?;
+        self.tx
+            .prepare_cached("DELETE FROM stat_cache WHERE dir = ?1")
+            .and_then(|mut s| s.execute([dir]))
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -389,7 +515,9 @@ impl Tx<'_> {
     }
 
     pub fn clear_intent(&self) -> Result<()> {
-        self.tx.execute("DELETE FROM intent", []).map_err(self.err())?;
+        self.tx
+            .execute("DELETE FROM intent", [])
+            .map_err(self.err())?;
         Ok(())
     }
 

@@ -38,7 +38,11 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl ObjectStore {
     pub fn new(objects: Dir, tmp: Dir, clones: bool) -> ObjectStore {
-        ObjectStore { objects, tmp, clones }
+        ObjectStore {
+            objects,
+            tmp,
+            clones,
+        }
     }
 
     pub fn clones(&self) -> bool {
@@ -81,21 +85,32 @@ impl ObjectStore {
         };
         drop(tmp);
         let new_bytes = self.publish(&tmp_name, &hash, size)?;
-        Ok(Ingested { hash, size, new_bytes, outcome })
+        Ok(Ingested {
+            hash,
+            size,
+            new_bytes,
+            outcome,
+        })
     }
 
     fn fill_and_hash(&self, src: &File, tmp: &File) -> Result<(Hash, u64, CloneOutcome)> {
         let tmp_path = || self.tmp.path().to_owned();
         if self.clones {
-            let outcome = clone_or_copy(src.as_fd(), tmp.as_fd()).map_err(|e| Error::os(rewind_platform::Error::new("clone", tmp_path(), e)))?;
+            let outcome = clone_or_copy(src.as_fd(), tmp.as_fd())
+                .map_err(|e| Error::os(rewind_platform::Error::new("clone", tmp_path(), e)))?;
             // Hash the clone, not the source: it cannot change under us.
-            let mut reader = tmp.try_clone().map_err(|e| Error::os(rewind_platform::Error::new("dup", tmp_path(), e)))?;
-            std::io::Seek::rewind(&mut reader).map_err(|e| Error::os(rewind_platform::Error::new("seek", tmp_path(), e)))?;
-            let (hash, size) = hash_reader(&mut reader).map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
+            let mut reader = tmp
+                .try_clone()
+                .map_err(|e| Error::os(rewind_platform::Error::new("dup", tmp_path(), e)))?;
+            std::io::Seek::rewind(&mut reader)
+                .map_err(|e| Error::os(rewind_platform::Error::new("seek", tmp_path(), e)))?;
+            let (hash, size) = hash_reader(&mut reader)
+                .map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
             Ok((hash, size, outcome))
         } else {
             let mut h = Hasher::default();
-            let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| h.update(chunk)).map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
+            let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| h.update(chunk))
+                .map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
             Ok((h.finish(), size, CloneOutcome::Copied))
         }
     }
@@ -116,8 +131,13 @@ impl ObjectStore {
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(Error::os(e)),
         }
-        let _ = rewind_platform::file_set_mode(&self.tmp.open_read(tmp_name).map_err(Error::os)?.0, 0o444);
-        self.tmp.rename(tmp_name, &shard, name, RenameMode::Replace).map_err(Error::os)?;
+        let _ = rewind_platform::file_set_mode(
+            &self.tmp.open_read(tmp_name).map_err(Error::os)?.0,
+            0o444,
+        );
+        self.tmp
+            .rename(tmp_name, &shard, name, RenameMode::Replace)
+            .map_err(Error::os)?;
         Ok(size)
     }
 
@@ -140,17 +160,26 @@ impl ObjectStore {
     /// Open a stored object for reading.
     pub fn open(&self, hash: &Hash) -> Result<File> {
         let hex = hash.to_hex();
-        let found = self.objects.open_dir(OsStr::new(&hex[..2])).and_then(|d| d.open_read(OsStr::new(&hex[2..])));
+        let found = self
+            .objects
+            .open_dir(OsStr::new(&hex[..2]))
+            .and_then(|d| d.open_read(OsStr::new(&hex[2..])));
         match found {
             Ok((f, _)) => Ok(f),
-            Err(e) if e.is_not_found() => Err(Error::ObjectMissing { hash: hex, path: self.objects.path().to_owned() }),
+            Err(e) if e.is_not_found() => Err(Error::ObjectMissing {
+                hash: hex,
+                path: self.objects.path().to_owned(),
+            }),
             Err(e) => Err(Error::os(e)),
         }
     }
 
     pub fn contains(&self, hash: &Hash) -> bool {
         let hex = hash.to_hex();
-        self.objects.open_dir(OsStr::new(&hex[..2])).and_then(|d| d.stat_at(OsStr::new(&hex[2..]))).is_ok()
+        self.objects
+            .open_dir(OsStr::new(&hex[..2]))
+            .and_then(|d| d.stat_at(OsStr::new(&hex[2..])))
+            .is_ok()
     }
 
     /// Write an object's bytes into a new temp file (clone where possible).
@@ -167,7 +196,11 @@ impl ObjectStore {
             Ok(o) => Ok((name, file, o)),
             Err(e) => {
                 let _ = self.tmp.unlink(&name);
-                Err(Error::os(rewind_platform::Error::new("write", self.tmp.path().join(&name), e)))
+                Err(Error::os(rewind_platform::Error::new(
+                    "write",
+                    self.tmp.path().join(&name),
+                    e,
+                )))
             }
         }
     }
@@ -184,7 +217,8 @@ impl ObjectStore {
     /// Re-hash an object and compare with its name.
     pub fn verify(&self, hash: &Hash) -> Result<bool> {
         let mut f = self.open(hash)?;
-        let (h, _) = hash_reader(&mut f).map_err(|e| Error::os(rewind_platform::Error::new("read", self.objects.path(), e)))?;
+        let (h, _) = hash_reader(&mut f)
+            .map_err(|e| Error::os(rewind_platform::Error::new("read", self.objects.path(), e)))?;
         Ok(h == *hash)
     }
 }

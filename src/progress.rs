@@ -19,7 +19,13 @@ const DELAY: Duration = Duration::from_secs(1);
 
 impl Progress {
     pub fn new(message: &'static str, enabled: bool) -> Progress {
-        Progress { start: Instant::now(), enabled, message, count: AtomicU64::new(0), bar: OnceLock::new() }
+        Progress {
+            start: Instant::now(),
+            enabled,
+            message,
+            count: AtomicU64::new(0),
+            bar: OnceLock::new(),
+        }
     }
 
     pub fn hidden() -> Progress {
@@ -33,7 +39,10 @@ impl Progress {
         }
         let bar = self.bar.get_or_init(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
-            bar.set_style(ProgressStyle::with_template("{spinner} {msg}: {pos} entries ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg}: {pos} entries ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
             bar.set_message(self.message);
             bar
         });

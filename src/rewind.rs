@@ -102,7 +102,13 @@ fn fingerprint(op: Op, from: &Hash, to: &Hash, opts: &RewindOptions) -> String {
 
 /// The changes that take the live tree `from` to `to`, restricted to
 /// `paths` when given (then missing parent directories are created too).
-fn plan(trees: &Trees<'_>, from: &Hash, to: &Hash, paths: &[Vec<u8>], opts: DiffOptions) -> Result<Vec<Change>> {
+fn plan(
+    trees: &Trees<'_>,
+    from: &Hash,
+    to: &Hash,
+    paths: &[Vec<u8>],
+    opts: DiffOptions,
+) -> Result<Vec<Change>> {
     if paths.is_empty() {
         return diff::diff(trees, from, to, opts);
     }
@@ -118,16 +124,29 @@ fn plan(trees: &Trees<'_>, from: &Hash, to: &Hash, paths: &[Vec<u8>], opts: Diff
         }
         // Parents the live tree lacks (or has as non-directories).
         let mut prefix: Vec<u8> = Vec::new();
-        for comp in p.split(|&c| c == b'/').collect::<Vec<_>>().iter().rev().skip(1).rev() {
+        for comp in p
+            .split(|&c| c == b'/')
+            .collect::<Vec<_>>()
+            .iter()
+            .rev()
+            .skip(1)
+            .rev()
+        {
             if !prefix.is_empty() {
                 prefix.push(b'/');
             }
             prefix.extend_from_slice(comp);
             let live = trees.entry_at(from, &prefix)?;
-            if live.as_ref().is_none_or(|e| e.kind() != crate::tree::Kind::Dir)
+            if live
+                .as_ref()
+                .is_none_or(|e| e.kind() != crate::tree::Kind::Dir)
                 && let Some(t) = trees.entry_at(to, &prefix)?
             {
-                out.push(Change { path: prefix.clone(), old: live, new: Some(t) });
+                out.push(Change {
+                    path: prefix.clone(),
+                    old: live,
+                    new: Some(t),
+                });
             }
         }
         diff::diff_entries(trees, old.as_ref(), new.as_ref(), p, opts, &mut out)?;
@@ -148,14 +167,27 @@ pub fn run(ws: &mut Workspace, op: Op, target: &str, opts: &RewindOptions) -> Re
 pub fn undo(ws: &mut Workspace, opts: &RewindOptions) -> Result<RewindReport> {
     ws.recover_if_needed()?;
     let last = ws.ledger().last_operation()?.ok_or(Error::NothingToUndo)?;
-    let target = ws.ledger().checkpoint_by_seq(last.safety)?.ok_or(Error::NothingToUndo)?;
+    let target = ws
+        .ledger()
+        .checkpoint_by_seq(last.safety)?
+        .ok_or(Error::NothingToUndo)?;
     run_to(ws, Op::Undo, target, opts)
 }
 
-fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) -> Result<RewindReport> {
+fn run_to(
+    ws: &mut Workspace,
+    op: Op,
+    target: Checkpoint,
+    opts: &RewindOptions,
+) -> Result<RewindReport> {
     let started = Instant::now();
-    let aopts = ApplyOptions { exact_times: opts.exact_times, allow_setuid: opts.allow_setuid };
-    let dopts = DiffOptions { compare_mtime: opts.exact_times };
+    let aopts = ApplyOptions {
+        exact_times: opts.exact_times,
+        allow_setuid: opts.allow_setuid,
+    };
+    let dopts = DiffOptions {
+        compare_mtime: opts.exact_times,
+    };
     if opts.dry_run {
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
@@ -169,7 +201,10 @@ fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) 
             head: ws.head()?.map(|h| h.id),
             dry_run: true,
             plan_fingerprint: fingerprint(op, &cap.root, &target.root, opts),
-            changes: Written { written: counts.added + counts.modified, deleted: counts.deleted },
+            changes: Written {
+                written: counts.added + counts.modified,
+                deleted: counts.deleted,
+            },
             plan: ChangeJson::from_changes(&changes),
             kept: Vec::new(),
             setuid_stripped: Vec::new(),
@@ -181,12 +216,16 @@ fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) 
     ws.lock()?;
     // 1. Capture first: the live tree is saved before anything changes.
     let cap = ws.capture_live()?;
+    failpoint::hit("rewind:captured");
     let overlay = cap.overlay();
     let fp = fingerprint(op, &cap.root, &target.root, opts);
     if let Some(expected) = &opts.expect
         && *expected != fp
     {
-        return Err(Error::PlanChanged { expected: expected.clone(), actual: fp });
+        return Err(Error::PlanChanged {
+            expected: expected.clone(),
+            actual: fp,
+        });
     }
     // 2. Plan.
     let changes = {
@@ -199,7 +238,8 @@ fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
     //    safety checkpoint when the live tree has the same content.
     let head = ws.head()?;
-    let head_matches = head.is_some() && ws.changes_since(head.as_ref(), &cap)? == diff::Counts::default();
+    let head_matches =
+        head.is_some() && ws.changes_since(head.as_ref(), &cap)? == diff::Counts::default();
     let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
     let label = format!("before {} to {}", op.as_str(), target.id);
     let stats = serde_json::json!({"engine": crate::workspace::ENGINE_WALK, "bytes_new": cap.stats.bytes_new});
@@ -216,13 +256,24 @@ fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) 
                 tx,
                 &workspace_id,
                 &cap.root,
-                &NewCheckpoint { label: Some(&label), kind: "pre-rewind", parent: head.as_ref().map(|h| h.seq), stats: &stats },
+                &NewCheckpoint {
+                    label: Some(&label),
+                    kind: "pre-rewind",
+                    parent: head.as_ref().map(|h| h.seq),
+                    stats: &stats,
+                },
             )?,
         };
         if let Some(note) = &opts.report {
             tx.set_note(safety, note)?;
         }
-        tx.set_intent(&Intent { op: op.as_str().into(), target: target.seq, safety, to_root: target.root, options: intent_options.clone() })?;
+        tx.set_intent(&Intent {
+            op: op.as_str().into(),
+            target: target.seq,
+            safety,
+            to_root: target.root,
+            options: intent_options.clone(),
+        })?;
         tx.set_meta("head", &safety.to_string())?;
         Ok(safety)
     })?;
@@ -236,7 +287,9 @@ fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) 
     };
     let report = match report {
         Ok(r) => r,
-        Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => reapply_from_live(ws, target.root, &opts.paths, aopts, dopts)?,
+        Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => {
+            reapply_from_live(ws, target.root, &opts.paths, aopts, dopts)?
+        }
         Err(e) => return Err(e),
     };
     // 5 + 6.
@@ -249,7 +302,10 @@ fn run_to(ws: &mut Workspace, op: Op, target: Checkpoint, opts: &RewindOptions) 
         head: ws.head()?.map(|h| h.id),
         dry_run: false,
         plan_fingerprint: fp,
-        changes: Written { written: report.written, deleted: report.deleted },
+        changes: Written {
+            written: report.written,
+            deleted: report.deleted,
+        },
         plan: ChangeJson::from_changes(&changes),
         kept: report.kept,
         setuid_stripped: report.setuid_stripped,
@@ -264,23 +320,42 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     if ws.clones() {
         return Ok(());
     }
-    let needed: u64 = changes.iter().filter_map(|c| c.new.as_ref()).filter(|e| e.kind() == crate::tree::Kind::File).map(|e| e.size).sum();
+    let needed: u64 = changes
+        .iter()
+        .filter_map(|c| c.new.as_ref())
+        .filter(|e| e.kind() == crate::tree::Kind::File)
+        .map(|e| e.size)
+        .sum();
     let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
     let available = fs.blocks_available * fs.block_size;
     if needed.saturating_add(1 << 20) > available {
-        return Err(Error::NoSpace { path: ws.root_path().to_owned() });
+        return Err(Error::NoSpace {
+            path: ws.root_path().to_owned(),
+        });
     }
     Ok(())
 }
 
-fn reapply_from_live(ws: &Workspace, to_root: Hash, paths: &[Vec<u8>], aopts: ApplyOptions, dopts: DiffOptions) -> Result<ApplyReport> {
+fn reapply_from_live(
+    ws: &Workspace,
+    to_root: Hash,
+    paths: &[Vec<u8>],
+    aopts: ApplyOptions,
+    dopts: DiffOptions,
+) -> Result<ApplyReport> {
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
     let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
     apply::apply(ws.root_dir(), ws.store(), &trees, &changes, aopts)
 }
 
-fn finish(ws: &mut Workspace, op: Op, target: i64, safety: i64, report: &ApplyReport) -> Result<()> {
+fn finish(
+    ws: &mut Workspace,
+    op: Op,
+    target: i64,
+    safety: i64,
+    report: &ApplyReport,
+) -> Result<()> {
     ws.sync_tree()?;
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
@@ -288,7 +363,15 @@ fn finish(ws: &mut Workspace, op: Op, target: i64, safety: i64, report: &ApplyRe
     ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &new_head.to_string())?;
         tx.clear_intent()?;
-        tx.record_operation(&Operation { op: op.as_str().into(), target, safety }, report.written, report.deleted)?;
+        tx.record_operation(
+            &Operation {
+                op: op.as_str().into(),
+                target,
+                safety,
+            },
+            report.written,
+            report.deleted,
+        )?;
         Ok(())
     })?;
     failpoint::hit("rewind:after-commit");
@@ -298,20 +381,46 @@ fn finish(ws: &mut Workspace, op: Op, target: i64, safety: i64, report: &ApplyRe
 /// Roll an interrupted rewind forward (DESIGN §4 rule 7). Called with the
 /// workspace lock held.
 pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
-    let Some(intent) = ws.ledger().intent()? else { return Ok(false) };
-    let opt = |k: &str| intent.options.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
-    let aopts = ApplyOptions { exact_times: opt("exact_times"), allow_setuid: opt("allow_setuid") };
-    let dopts = DiffOptions { compare_mtime: aopts.exact_times };
+    let Some(intent) = ws.ledger().intent()? else {
+        return Ok(false);
+    };
+    let opt = |k: &str| {
+        intent
+            .options
+            .get(k)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    };
+    let aopts = ApplyOptions {
+        exact_times: opt("exact_times"),
+        allow_setuid: opt("allow_setuid"),
+    };
+    let dopts = DiffOptions {
+        compare_mtime: aopts.exact_times,
+    };
     let paths: Vec<Vec<u8>> = intent
         .options
         .get("paths")
         .and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|p| p.as_str().and_then(crate::hash::unhex)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.as_str().and_then(crate::hash::unhex))
+                .collect()
+        })
         .unwrap_or_default();
     let report = reapply_from_live(ws, intent.to_root, &paths, aopts, dopts)?;
     let op = Op::parse(&intent.op);
     finish(ws, op, intent.target, intent.safety, &report)?;
-    let target = ws.ledger().checkpoint_by_seq(intent.target)?.map(|c| c.id).unwrap_or_default();
-    eprintln!("rewind: finished an interrupted {} to {target} ({} written, {} deleted)", op.as_str(), report.written, report.deleted);
+    let target = ws
+        .ledger()
+        .checkpoint_by_seq(intent.target)?
+        .map(|c| c.id)
+        .unwrap_or_default();
+    eprintln!(
+        "rewind: finished an interrupted {} to {target} ({} written, {} deleted)",
+        op.as_str(),
+        report.written,
+        report.deleted
+    );
     Ok(true)
 }

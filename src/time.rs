@@ -4,7 +4,10 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// `2026-11-29T20:44:03.123Z`
@@ -14,7 +17,12 @@ pub fn format_rfc3339(ms: i64) -> String {
     let days = secs.div_euclid(86_400);
     let tod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", tod / 3600, tod / 60 % 60, tod % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        tod / 3600,
+        tod / 60 % 60,
+        tod % 60
+    )
 }
 
 /// Howard Hinnant's days-to-civil algorithm.
@@ -36,7 +44,13 @@ mod tests {
     #[test]
     fn formats_known_instants() {
         assert_eq!(super::format_rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::format_rfc3339(1_796_071_443_123), "2026-11-30T20:44:03.123Z");
-        assert_eq!(super::format_rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            super::format_rfc3339(1_796_071_443_123),
+            "2026-11-30T20:44:03.123Z"
+        );
+        assert_eq!(
+            super::format_rfc3339(951_782_400_000),
+            "2000-02-29T00:00:00.000Z"
+        );
     }
 }

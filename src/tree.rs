@@ -103,7 +103,10 @@ impl Node {
     }
 
     pub fn get(&self, name: &[u8]) -> Option<&Entry> {
-        self.entries.binary_search_by(|e| e.name.as_slice().cmp(name)).ok().map(|i| &self.entries[i])
+        self.entries
+            .binary_search_by(|e| e.name.as_slice().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i])
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -160,7 +163,11 @@ impl Node {
         for _ in 0..count {
             let nlen = r.u16()? as usize;
             let name = r.take(nlen)?.to_vec();
-            if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&c| c == b'/' || c == 0) {
+            if name.is_empty()
+                || name == b"."
+                || name == b".."
+                || name.iter().any(|&c| c == b'/' || c == 0)
+            {
                 return Err(DecodeError("invalid entry name"));
             }
             if let Some(prev) = entries.last()
@@ -190,7 +197,14 @@ impl Node {
                 let value = r.take(l)?.to_vec();
                 xattrs.push(Xattr { name, value });
             }
-            entries.push(Entry { name, mode, size, mtime_ns, target, xattrs });
+            entries.push(Entry {
+                name,
+                mode,
+                size,
+                mtime_ns,
+                target,
+                xattrs,
+            });
         }
         if !r.b.is_empty() {
             return Err(DecodeError("trailing bytes"));
@@ -239,9 +253,33 @@ mod tests {
     fn sample() -> Node {
         Node {
             entries: vec![
-                Entry { name: b"a".to_vec(), mode: 0o644, size: 3, mtime_ns: -5, target: Target::Object(Hash::of(b"x")), xattrs: vec![Xattr { name: b"user.k".to_vec(), value: b"v".to_vec() }] },
-                Entry { name: b"b\n\xff".to_vec(), mode: 0o755, size: 0, mtime_ns: 7, target: Target::Tree(Hash::of(b"y")), xattrs: vec![] },
-                Entry { name: b"c".to_vec(), mode: 0o777, size: 4, mtime_ns: 1, target: Target::Link(b"../x".to_vec()), xattrs: vec![] },
+                Entry {
+                    name: b"a".to_vec(),
+                    mode: 0o644,
+                    size: 3,
+                    mtime_ns: -5,
+                    target: Target::Object(Hash::of(b"x")),
+                    xattrs: vec![Xattr {
+                        name: b"user.k".to_vec(),
+                        value: b"v".to_vec(),
+                    }],
+                },
+                Entry {
+                    name: b"b\n\xff".to_vec(),
+                    mode: 0o755,
+                    size: 0,
+                    mtime_ns: 7,
+                    target: Target::Tree(Hash::of(b"y")),
+                    xattrs: vec![],
+                },
+                Entry {
+                    name: b"c".to_vec(),
+                    mode: 0o777,
+                    size: 4,
+                    mtime_ns: 1,
+                    target: Target::Link(b"../x".to_vec()),
+                    xattrs: vec![],
+                },
             ],
         }
     }

@@ -69,7 +69,13 @@ pub struct ChangeJson {
 
 impl ChangeJson {
     pub fn from_changes(changes: &[diff::Change]) -> Vec<ChangeJson> {
-        changes.iter().map(|c| ChangeJson { path: capture::display_path(&c.path), status: c.status().as_str() }).collect()
+        changes
+            .iter()
+            .map(|c| ChangeJson {
+                path: capture::display_path(&c.path),
+                status: c.status().as_str(),
+            })
+            .collect()
     }
 }
 
@@ -78,20 +84,26 @@ impl Workspace {
     /// `.rewind/` directory.
     pub fn discover(start: &Path) -> Option<PathBuf> {
         let start = std::fs::canonicalize(start).ok()?;
-        start.ancestors().find(|p| p.join(STATE_DIR).is_dir()).map(Path::to_path_buf)
+        start
+            .ancestors()
+            .find(|p| p.join(STATE_DIR).is_dir())
+            .map(Path::to_path_buf)
     }
 
     /// Create `.rewind/` in `root` (idempotent). Returns the workspace and
     /// whether it was newly created.
     pub fn init(root: &Path, show_progress: bool) -> Result<(Workspace, bool)> {
-        let root_path = std::fs::canonicalize(root).map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
+        let root_path = std::fs::canonicalize(root)
+            .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
         let root_dir = Dir::open(&root_path).map_err(Error::os)?;
         let created = match root_dir.mkdir(OsStr::new(STATE_DIR), 0o755) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(Error::os(e)),
         };
-        let state = root_dir.open_dir(OsStr::new(STATE_DIR)).map_err(Error::os)?;
+        let state = root_dir
+            .open_dir(OsStr::new(STATE_DIR))
+            .map_err(Error::os)?;
         for sub in ["objects", "tmp"] {
             match state.mkdir(OsStr::new(sub), 0o755) {
                 Ok(()) => {}
@@ -104,7 +116,11 @@ impl Workspace {
             if !created {
                 // .rewind/ without a ledger: refuse rather than start a new
                 // history next to objects of an old one.
-                let has_objects = state.open_dir(OsStr::new("objects")).and_then(|d| d.entries()).map(|e| !e.is_empty()).unwrap_or(false);
+                let has_objects = state
+                    .open_dir(OsStr::new("objects"))
+                    .and_then(|d| d.entries())
+                    .map(|e| !e.is_empty())
+                    .unwrap_or(false);
                 if has_objects {
                     return Err(Error::LedgerMissing { path: ledger_path });
                 }
@@ -112,12 +128,16 @@ impl Workspace {
             Ledger::create(&ledger_path, &ids::make_workspace_id())?;
             state.fsync().map_err(Error::os)?;
         }
-        Ok((Self::open_at(root_path, root_dir, state, show_progress)?, created))
+        Ok((
+            Self::open_at(root_path, root_dir, state, show_progress)?,
+            created,
+        ))
     }
 
     /// Open an existing workspace rooted exactly at `root`.
     pub fn open(root: &Path, show_progress: bool) -> Result<Workspace> {
-        let root_path = std::fs::canonicalize(root).map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
+        let root_path = std::fs::canonicalize(root)
+            .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
         let root_dir = Dir::open(&root_path).map_err(Error::os)?;
         let state = match root_dir.open_dir(OsStr::new(STATE_DIR)) {
             Ok(d) => d,
@@ -127,14 +147,33 @@ impl Workspace {
         Self::open_at(root_path, root_dir, state, show_progress)
     }
 
-    fn open_at(root_path: PathBuf, root: Dir, state: Dir, show_progress: bool) -> Result<Workspace> {
+    fn open_at(
+        root_path: PathBuf,
+        root: Dir,
+        state: Dir,
+        show_progress: bool,
+    ) -> Result<Workspace> {
+        let fs = FsInfo::of(&state).map_err(Error::os)?;
+        // SQLite in WAL mode cannot even read on a read-only mount; say so
+        // plainly instead of "unable to open database file".
+        if fs.read_only {
+            return Err(Error::ReadOnly { path: root_path });
+        }
         let ledger = Ledger::open(&root_path.join(STATE_DIR).join(LEDGER_FILE))?;
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
-        let fs = FsInfo::of(&state).map_err(Error::os)?;
         let clones = rewind_platform::clone_support(&tmp).unwrap_or(false);
         let store = ObjectStore::new(objects, tmp, clones);
-        Ok(Workspace { root_path, root, state, ledger, store, fs, show_progress, lock: None })
+        Ok(Workspace {
+            root_path,
+            root,
+            state,
+            ledger,
+            store,
+            fs,
+            show_progress,
+            lock: None,
+        })
     }
 
     pub fn root_path(&self) -> &Path {
@@ -186,10 +225,17 @@ impl Workspace {
         Ok(())
     }
 
-    /// Finish an interrupted rewind if there is one (read-only commands call
-    /// this so they never report a half-applied tree).
+    /// Finish an interrupted rewind and clean a crashed writer's temp files,
+    /// if there are any (read-only commands call this so they never report a
+    /// half-applied tree). Costs one readdir and one query otherwise.
     pub fn recover_if_needed(&mut self) -> Result<()> {
-        if self.ledger.intent()?.is_some() {
+        let leftovers = self
+            .store
+            .tmp_dir()
+            .entries()
+            .map(|e| !e.is_empty())
+            .unwrap_or(false);
+        if leftovers || self.ledger.intent()?.is_some() {
             self.lock()?;
         }
         Ok(())
@@ -204,7 +250,10 @@ impl Workspace {
             Ok(f) => {
                 let _ = std::io::Write::write_all(&mut &f, b"t");
                 f.metadata()
-                    .map(|m| std::os::unix::fs::MetadataExt::ctime(&m) * 1_000_000_000 + std::os::unix::fs::MetadataExt::ctime_nsec(&m))
+                    .map(|m| {
+                        std::os::unix::fs::MetadataExt::ctime(&m) * 1_000_000_000
+                            + std::os::unix::fs::MetadataExt::ctime_nsec(&m)
+                    })
                     .unwrap_or(i64::MIN)
             }
             // Cannot write: treat every entry as racy (never trust the cache).
@@ -248,7 +297,12 @@ impl Workspace {
     ///
     /// `reuse_if_unchanged`: automatic checkpoints (hooks, safety captures)
     /// reuse HEAD when the tree is identical instead of adding a duplicate.
-    pub fn checkpoint(&mut self, label: Option<&str>, kind: &str, reuse_if_unchanged: bool) -> Result<CheckpointReport> {
+    pub fn checkpoint(
+        &mut self,
+        label: Option<&str>,
+        kind: &str,
+        reuse_if_unchanged: bool,
+    ) -> Result<CheckpointReport> {
         let started = Instant::now();
         self.lock()?;
         let cap = self.capture_live()?;
@@ -256,7 +310,9 @@ impl Workspace {
         self.sync_state()?;
         let head = self.ledger.head()?;
         let changes = self.changes_since(head.as_ref(), &cap)?;
-        if reuse_if_unchanged && let Some(h) = head.as_ref().filter(|_| changes == Counts::default()) {
+        if reuse_if_unchanged
+            && let Some(h) = head.as_ref().filter(|_| changes == Counts::default())
+        {
             self.persist_capture(&cap, None)?;
             return Ok(self.report(h, &cap, changes, true, started));
         }
@@ -265,10 +321,24 @@ impl Workspace {
             "changes": changes, "bytes_new": cap.stats.bytes_new, "engine": ENGINE_WALK,
             "cloned": cap.stats.cloned, "copied": cap.stats.copied,
         });
-        let seq = self.persist_capture(&cap, Some(NewCheckpoint { label, kind, parent: head.as_ref().map(|h| h.seq), stats: &stats }))?
+        let seq = self
+            .persist_capture(
+                &cap,
+                Some(NewCheckpoint {
+                    label,
+                    kind,
+                    parent: head.as_ref().map(|h| h.seq),
+                    stats: &stats,
+                }),
+            )?
             .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
         failpoint::hit("checkpoint:after-commit");
-        let ck = self.ledger.checkpoint_by_seq(seq)?.ok_or_else(|| Error::UnknownId { id: seq.to_string() })?;
+        let ck = self
+            .ledger
+            .checkpoint_by_seq(seq)?
+            .ok_or_else(|| Error::UnknownId {
+                id: seq.to_string(),
+            })?;
         Ok(self.report(&ck, &cap, changes, false, started))
     }
 
@@ -276,11 +346,25 @@ impl Workspace {
     /// are not a change: a rewind gives restored files the current time).
     pub(crate) fn changes_since(&self, head: Option<&Checkpoint>, cap: &Capture) -> Result<Counts> {
         let trees = Trees::with_overlay(&self.ledger, cap.overlay());
-        let from = head.map(|h| h.root).unwrap_or_else(crate::tree::Node::empty_hash);
-        Ok(diff::count(&diff::diff(&trees, &from, &cap.root, DiffOptions::default())?))
+        let from = head
+            .map(|h| h.root)
+            .unwrap_or_else(crate::tree::Node::empty_hash);
+        Ok(diff::count(&diff::diff(
+            &trees,
+            &from,
+            &cap.root,
+            DiffOptions::default(),
+        )?))
     }
 
-    fn report(&self, ck: &Checkpoint, cap: &Capture, changes: Counts, unchanged: bool, started: Instant) -> CheckpointReport {
+    fn report(
+        &self,
+        ck: &Checkpoint,
+        cap: &Capture,
+        changes: Counts,
+        unchanged: bool,
+        started: Instant,
+    ) -> CheckpointReport {
         CheckpointReport {
             id: ck.id.clone(),
             label: ck.label.clone(),
@@ -306,7 +390,11 @@ impl Workspace {
     /// Commit a capture: its tree nodes, stat-cache updates and optionally a
     /// new checkpoint that becomes HEAD, in one transaction. Returns the new
     /// checkpoint's seq.
-    pub(crate) fn persist_capture(&mut self, cap: &Capture, new: Option<NewCheckpoint<'_>>) -> Result<Option<i64>> {
+    pub(crate) fn persist_capture(
+        &mut self,
+        cap: &Capture,
+        new: Option<NewCheckpoint<'_>>,
+    ) -> Result<Option<i64>> {
         let workspace_id = self.ledger.meta("workspace_id")?.unwrap_or_default();
         self.ledger.write(|tx| {
             write_capture(tx, cap)?;
@@ -321,9 +409,18 @@ impl Workspace {
     /// for the N-th parent), a full id, a unique id prefix, or a label
     /// (the newest checkpoint with that label).
     pub fn resolve(&self, spec: &str) -> Result<Checkpoint> {
-        let unknown = || Error::UnknownId { id: spec.to_string() };
+        let unknown = || Error::UnknownId {
+            id: spec.to_string(),
+        };
         let (base, up) = match spec.split_once('~') {
-            Some((b, n)) if b == "HEAD" || b == "@" => (b, if n.is_empty() { 1 } else { n.parse::<usize>().map_err(|_| unknown())? }),
+            Some((b, n)) if b == "HEAD" || b == "@" => (
+                b,
+                if n.is_empty() {
+                    1
+                } else {
+                    n.parse::<usize>().map_err(|_| unknown())?
+                },
+            ),
             _ => (spec, 0),
         };
         if base == "HEAD" || base == "@" {
@@ -343,7 +440,10 @@ impl Workspace {
                 return found.into_iter().next().ok_or_else(unknown);
             }
             if found.len() > 1 {
-                return Err(Error::AmbiguousId { id: spec.to_string(), candidates: found.iter().map(|c| c.id.clone()).collect() });
+                return Err(Error::AmbiguousId {
+                    id: spec.to_string(),
+                    candidates: found.iter().map(|c| c.id.clone()).collect(),
+                });
             }
         }
         let by_label = self.ledger.checkpoints_by_label(spec, 2)?;
@@ -354,7 +454,11 @@ impl Workspace {
     /// workspace-relative byte path. Refuses paths outside the workspace and
     /// inside `.rewind/`.
     pub fn relative_path(&self, arg: &Path, cwd: &Path) -> Result<Vec<u8>> {
-        let abs = if arg.is_absolute() { arg.to_path_buf() } else { cwd.join(arg) };
+        let abs = if arg.is_absolute() {
+            arg.to_path_buf()
+        } else {
+            cwd.join(arg)
+        };
         let mut norm = PathBuf::new();
         for comp in abs.components() {
             match comp {
@@ -365,10 +469,18 @@ impl Workspace {
                 c => norm.push(c.as_os_str()),
             }
         }
-        let rel = norm.strip_prefix(&self.root_path).map_err(|_| Error::OutsideWorkspace { path: arg.to_path_buf(), workspace: self.root_path.clone() })?;
+        let rel = norm
+            .strip_prefix(&self.root_path)
+            .map_err(|_| Error::OutsideWorkspace {
+                path: arg.to_path_buf(),
+                workspace: self.root_path.clone(),
+            })?;
         let bytes = rel.as_os_str().as_bytes().to_vec();
         if bytes == STATE_DIR.as_bytes() || bytes.starts_with(format!("{STATE_DIR}/").as_bytes()) {
-            return Err(Error::InvalidPath { path: arg.to_path_buf(), reason: "is rewind's own state, which is never captured or restored".into() });
+            return Err(Error::InvalidPath {
+                path: arg.to_path_buf(),
+                reason: "is rewind's own state, which is never captured or restored".into(),
+            });
         }
         Ok(bytes)
     }
@@ -395,7 +507,12 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     Ok(())
 }
 
-pub(crate) fn insert_checkpoint(tx: &crate::ledger::Tx<'_>, workspace_id: &str, root: &Hash, n: &NewCheckpoint<'_>) -> Result<i64> {
+pub(crate) fn insert_checkpoint(
+    tx: &crate::ledger::Tx<'_>,
+    workspace_id: &str,
+    root: &Hash,
+    n: &NewCheckpoint<'_>,
+) -> Result<i64> {
     let seq = tx.next_seq()?;
     let mut nonce = 0;
     let id = loop {
@@ -405,7 +522,16 @@ pub(crate) fn insert_checkpoint(tx: &crate::ledger::Tx<'_>, workspace_id: &str, 
         }
         nonce += 1;
     };
-    tx.insert_checkpoint(seq, &id, root, n.parent, n.label, n.kind, time::now_ms(), n.stats)?;
+    tx.insert_checkpoint(
+        seq,
+        &id,
+        root,
+        n.parent,
+        n.label,
+        n.kind,
+        time::now_ms(),
+        n.stats,
+    )?;
     tx.set_meta("head", &seq.to_string())?;
     Ok(seq)
 }

@@ -39,17 +39,39 @@ impl Rng {
     }
 }
 
-const NAMES: &[&[u8]] = &[b"a.txt", b"with space", b"new\nline", b"caf\xe9", b"x", b".hidden", b"node_modules", b"deep"];
+const NAMES: &[&[u8]] = &[
+    b"a.txt",
+    b"with space",
+    b"new\nline",
+    b"caf\xe9",
+    b"x",
+    b".hidden",
+    b"node_modules",
+    b"deep",
+];
 const MODES: &[u32] = &[0o644, 0o755, 0o600, 0o700, 0o444, 0o640, 0o1777];
 
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", "-c", "advice.detachedHead=false"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "advice.detachedHead=false",
+        ])
         .args(args)
         .output()
         .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A random starting tree with every kind of thing the issue lists.
@@ -62,7 +84,11 @@ fn build_tree(root: &Path, rng: &mut Rng, with_git: bool) {
         let name = NAMES[rng.below(NAMES.len())];
         let mut p = root.join(dir);
         p.push(os(&[name, format!("{i}").as_bytes()].concat()));
-        let bytes = if rng.chance(15) { Vec::new() } else { rng.bytes_upto(20_000) };
+        let bytes = if rng.chance(15) {
+            Vec::new()
+        } else {
+            rng.bytes_upto(20_000)
+        };
         write(&p, &bytes);
         chmod(&p, MODES[rng.below(MODES.len() - 1)]);
         if rng.chance(30) {
@@ -90,7 +116,11 @@ fn build_tree(root: &Path, rng: &mut Rng, with_git: bool) {
 
 /// Every path in the tree, for picking mutation targets.
 fn paths(root: &Path) -> Vec<PathBuf> {
-    snapshot(root).keys().filter(|k| !k.starts_with(b"repo/.git")).map(|k| root.join(os(k))).collect()
+    snapshot(root)
+        .keys()
+        .filter(|k| !k.starts_with(b"repo/.git"))
+        .map(|k| root.join(os(k)))
+        .collect()
 }
 
 fn mutate(root: &Path, rng: &mut Rng) {
@@ -112,8 +142,15 @@ fn mutate(root: &Path, rng: &mut Rng) {
             }
         }
         1 => {
-            let dir = pick(rng).filter(|p| md(p).is_some_and(|m| m.is_dir())).unwrap_or_else(|| root.to_path_buf());
-            let name = [NAMES[rng.below(NAMES.len())], b"-new", format!("{}", rng.below(1000)).as_bytes()].concat();
+            let dir = pick(rng)
+                .filter(|p| md(p).is_some_and(|m| m.is_dir()))
+                .unwrap_or_else(|| root.to_path_buf());
+            let name = [
+                NAMES[rng.below(NAMES.len())],
+                b"-new",
+                format!("{}", rng.below(1000)).as_bytes(),
+            ]
+            .concat();
             let p = dir.join(os(&name));
             if md(&p).is_none() {
                 write(&p, &rng.bytes_upto(5000));
@@ -129,14 +166,23 @@ fn mutate(root: &Path, rng: &mut Rng) {
             }
         }
         3 => {
-            if let Some(p) = pick(rng).filter(|p| md(p).is_some_and(|m| !m.file_type().is_symlink())) {
+            if let Some(p) =
+                pick(rng).filter(|p| md(p).is_some_and(|m| !m.file_type().is_symlink()))
+            {
                 let mode = MODES[rng.below(MODES.len())];
-                let mode = if md(&p).is_some_and(|m| m.is_dir()) { mode | 0o700 } else { mode };
+                let mode = if md(&p).is_some_and(|m| m.is_dir()) {
+                    mode | 0o700
+                } else {
+                    mode
+                };
                 chmod(&p, mode);
             }
         }
         4 => {
-            if let (Some(from), Some(to_dir)) = (pick(rng), pick(rng).filter(|p| md(p).is_some_and(|m| m.is_dir()))) {
+            if let (Some(from), Some(to_dir)) = (
+                pick(rng),
+                pick(rng).filter(|p| md(p).is_some_and(|m| m.is_dir())),
+            ) {
                 let to = to_dir.join(format!("moved{}", rng.below(100)));
                 if !to.starts_with(&from) && md(&to).is_none() {
                     let _ = std::fs::rename(&from, &to);
@@ -152,7 +198,9 @@ fn mutate(root: &Path, rng: &mut Rng) {
         }
         // dir -> file
         6 => {
-            if let Some(p) = pick(rng).filter(|p| md(p).is_some_and(|m| m.is_dir()) && !p.ends_with("repo")) {
+            if let Some(p) =
+                pick(rng).filter(|p| md(p).is_some_and(|m| m.is_dir()) && !p.ends_with("repo"))
+            {
                 std::fs::remove_dir_all(&p).expect("rm -r");
                 write(&p, b"was a dir");
             }
@@ -171,7 +219,9 @@ fn mutate(root: &Path, rng: &mut Rng) {
             }
         }
         8 => {
-            if let Some(p) = pick(rng).filter(|p| md(p).is_some_and(|m| !m.file_type().is_symlink())) {
+            if let Some(p) =
+                pick(rng).filter(|p| md(p).is_some_and(|m| !m.file_type().is_symlink()))
+            {
                 let name = if rng.chance(50) { "user.a" } else { "user.b" };
                 set_xattr(&p, name, &rng.bytes_upto(64));
             }
@@ -182,9 +232,18 @@ fn mutate(root: &Path, rng: &mut Rng) {
         // git inside the nested repo
         _ => {
             let repo = root.join("repo");
-            if repo.join(".git").is_dir() && std::fs::symlink_metadata(repo.join(".git")).is_ok_and(|m| m.is_dir()) {
+            if repo.join(".git").is_dir()
+                && std::fs::symlink_metadata(repo.join(".git")).is_ok_and(|m| m.is_dir())
+            {
                 let _ = std::fs::write(repo.join("tracked.txt"), rng.bytes(20));
-                let ok = Command::new("git").current_dir(&repo).args(if rng.chance(50) { &["reset", "-q", "--hard", "HEAD~1"][..] } else { &["checkout", "-q", "--", "."][..] }).status();
+                let ok = Command::new("git")
+                    .current_dir(&repo)
+                    .args(if rng.chance(50) {
+                        &["reset", "-q", "--hard", "HEAD~1"][..]
+                    } else {
+                        &["checkout", "-q", "--", "."][..]
+                    })
+                    .status();
                 let _ = ok;
             }
         }
@@ -192,7 +251,10 @@ fn mutate(root: &Path, rng: &mut Rng) {
 }
 
 fn opts() -> RewindOptions {
-    RewindOptions { allow_setuid: true, ..Default::default() }
+    RewindOptions {
+        allow_setuid: true,
+        ..Default::default()
+    }
 }
 
 /// One property case: build, checkpoint A, mutate, checkpoint B, mutate
@@ -205,12 +267,16 @@ fn round_trip_case(base: &Path, seed: u64) {
     let with_git = rng.chance(25);
     build_tree(&root, &mut rng, with_git);
     let (mut ws, _) = Workspace::init(&root, false).expect("init");
-    let a = ws.checkpoint(Some("A"), "manual", false).expect("checkpoint A");
+    let a = ws
+        .checkpoint(Some("A"), "manual", false)
+        .expect("checkpoint A");
     let snap_a = snapshot(&root);
     for _ in 0..(1 + rng.below(8)) {
         mutate(&root, &mut rng);
     }
-    let b = ws.checkpoint(Some("B"), "manual", false).expect("checkpoint B");
+    let b = ws
+        .checkpoint(Some("B"), "manual", false)
+        .expect("checkpoint B");
     let snap_b = snapshot(&root);
     for _ in 0..(1 + rng.below(8)) {
         mutate(&root, &mut rng);
@@ -218,32 +284,61 @@ fn round_trip_case(base: &Path, seed: u64) {
     let snap_c = snapshot(&root);
 
     let r = run(&mut ws, Op::Rewind, &a.id, &opts()).expect("rewind to A");
-    assert_same(&format!("seed {seed:#x}: rewind to A"), &snap_a, &snapshot(&root));
+    assert_same(
+        &format!("seed {seed:#x}: rewind to A"),
+        &snap_a,
+        &snapshot(&root),
+    );
     let safety_c = r.safety_checkpoint.expect("safety checkpoint");
 
     run(&mut ws, Op::Replay, &b.id, &opts()).expect("replay B");
-    assert_same(&format!("seed {seed:#x}: replay B"), &snap_b, &snapshot(&root));
+    assert_same(
+        &format!("seed {seed:#x}: replay B"),
+        &snap_b,
+        &snapshot(&root),
+    );
 
     undo(&mut ws, &opts()).expect("undo");
-    assert_same(&format!("seed {seed:#x}: undo replay"), &snap_a, &snapshot(&root));
+    assert_same(
+        &format!("seed {seed:#x}: undo replay"),
+        &snap_a,
+        &snapshot(&root),
+    );
     undo(&mut ws, &opts()).expect("undo undo");
-    assert_same(&format!("seed {seed:#x}: undo of undo"), &snap_b, &snapshot(&root));
+    assert_same(
+        &format!("seed {seed:#x}: undo of undo"),
+        &snap_b,
+        &snapshot(&root),
+    );
 
     run(&mut ws, Op::Rewind, &safety_c, &opts()).expect("rewind to safety");
-    assert_same(&format!("seed {seed:#x}: safety checkpoint of the first rewind"), &snap_c, &snapshot(&root));
+    assert_same(
+        &format!("seed {seed:#x}: safety checkpoint of the first rewind"),
+        &snap_c,
+        &snapshot(&root),
+    );
     assert!(common::temp_leftovers(&root).is_empty(), "temp files left");
     drop(ws);
     let _ = std::fs::remove_dir_all(&root);
 }
 
 fn cases() -> u32 {
-    std::env::var("REWIND_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+    std::env::var("REWIND_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
 }
 
 fn property_on(fs: Fs) {
-    let Some(lfs) = LoopFs::new(fs, 1024) else { return };
+    let Some(lfs) = LoopFs::new(fs, 1024) else {
+        return;
+    };
     let base = lfs.subdir("cases");
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
     runner
         .run(&any::<u64>(), |seed| {
             round_trip_case(&base, seed);
@@ -281,7 +376,9 @@ fn rewind_restores_the_exact_tree_in_a_plain_temp_dir() {
 #[test]
 fn a_file_over_100_mb_round_trips_exactly() {
     for fs in Fs::ALL {
-        let Some(lfs) = LoopFs::new(fs, 1024) else { return };
+        let Some(lfs) = LoopFs::new(fs, 1024) else {
+            return;
+        };
         let root = lfs.subdir("big");
         let mut rng = Rng(7);
         let chunk = rng.bytes(1 << 20);
@@ -295,14 +392,24 @@ fn a_file_over_100_mb_round_trips_exactly() {
         let snap = snapshot(&root);
         {
             use std::io::{Seek, SeekFrom, Write};
-            let mut f = std::fs::OpenOptions::new().write(true).open(root.join("big.bin")).expect("open");
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(root.join("big.bin"))
+                .expect("open");
             f.seek(SeekFrom::Start(50 << 20)).expect("seek");
             f.write_all(b"damage").expect("write");
         }
         std::fs::remove_file(root.join(".").join(os(b"big.bin"))).ok();
         run(&mut ws, Op::Rewind, &a.id, &opts()).expect("rewind");
-        assert_same(&format!("{}: 101 MB file", fs.name()), &snap, &snapshot(&root));
-        assert_eq!(std::fs::metadata(root.join("big.bin")).expect("stat").len(), 101 << 20);
+        assert_same(
+            &format!("{}: 101 MB file", fs.name()),
+            &snap,
+            &snapshot(&root),
+        );
+        assert_eq!(
+            std::fs::metadata(root.join("big.bin")).expect("stat").len(),
+            101 << 20
+        );
         let _ = root.as_os_str().as_bytes();
     }
 }

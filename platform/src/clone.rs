@@ -29,12 +29,19 @@ pub fn clone_or_copy(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> std::io::Resul
 /// Errors that mean "this pair of files cannot share extents here", as
 /// opposed to a real I/O failure.
 fn clone_unsupported(e: Errno) -> bool {
-    matches!(e, Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::NOSYS | Errno::PERM)
+    matches!(
+        e,
+        Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::NOSYS | Errno::PERM
+    )
 }
 
 /// Copy all of `src` (from its current offset) to `dst`, handing every chunk
 /// to `on_chunk` (to hash while copying). Returns the bytes copied.
-pub fn copy_with(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, mut on_chunk: impl FnMut(&[u8])) -> std::io::Result<u64> {
+pub fn copy_with(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    mut on_chunk: impl FnMut(&[u8]),
+) -> std::io::Result<u64> {
     let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {

@@ -5,7 +5,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Timespec, Timestamps};
+use rustix::fs::{
+    AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Timespec, Timestamps,
+};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
@@ -106,14 +108,20 @@ pub struct Dir {
 
 static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
 
-const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
 
 impl Dir {
     /// Open a directory by path (following symlinks: this is the root the
     /// user named, and everything below it is then fd-relative).
     pub fn open(path: &Path) -> Result<Dir> {
-        let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty()).map_err(|e| Error::new("open directory", path, e))?;
-        Ok(Dir { fd, path: path.to_owned() })
+        let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty())
+            .map_err(|e| Error::new("open directory", path, e))?;
+        Ok(Dir {
+            fd,
+            path: path.to_owned(),
+        })
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -129,8 +137,14 @@ impl Dir {
     }
 
     pub fn try_clone(&self) -> Result<Dir> {
-        let fd = self.fd.try_clone().map_err(|e| Error::new("dup", &self.path, e))?;
-        Ok(Dir { fd, path: self.path.clone() })
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::new("dup", &self.path, e))?;
+        Ok(Dir {
+            fd,
+            path: self.path.clone(),
+        })
     }
 
     pub fn meta(&self) -> Result<Meta> {
@@ -142,7 +156,10 @@ impl Dir {
     pub fn open_dir(&self, name: &OsStr) -> Result<Dir> {
         let fd = rustix::fs::openat(&self.fd, name, DIR_FLAGS | OFlags::NOFOLLOW, Mode::empty())
             .map_err(|e| Error::new("open directory", self.child(name), e))?;
-        Ok(Dir { fd, path: self.child(name) })
+        Ok(Dir {
+            fd,
+            path: self.child(name),
+        })
     }
 
     /// Open the directory at a relative path below this one, with no symlink
@@ -156,9 +173,22 @@ impl Dir {
         }
         if !OPENAT2_MISSING.load(Ordering::Relaxed) {
             let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
-            match rustix::fs::openat2(&self.fd, rel, DIR_FLAGS | OFlags::NOFOLLOW, Mode::empty(), resolve) {
-                Ok(fd) => return Ok(Dir { fd, path: self.path.join(rel) }),
-                Err(Errno::NOSYS) | Err(Errno::PERM) => OPENAT2_MISSING.store(true, Ordering::Relaxed),
+            match rustix::fs::openat2(
+                &self.fd,
+                rel,
+                DIR_FLAGS | OFlags::NOFOLLOW,
+                Mode::empty(),
+                resolve,
+            ) {
+                Ok(fd) => {
+                    return Ok(Dir {
+                        fd,
+                        path: self.path.join(rel),
+                    });
+                }
+                Err(Errno::NOSYS) | Err(Errno::PERM) => {
+                    OPENAT2_MISSING.store(true, Ordering::Relaxed)
+                }
                 Err(Errno::AGAIN) | Err(Errno::INTR) => {}
                 Err(e) => return Err(Error::new("open directory", self.path.join(rel), e)),
             }
@@ -185,7 +215,8 @@ impl Dir {
 
     /// Entry names (never "." or ".."), in directory order.
     pub fn entries(&self) -> Result<Vec<OsString>> {
-        let mut it = rustix::fs::Dir::read_from(&self.fd).map_err(|e| Error::new("read directory", &self.path, e))?;
+        let mut it = rustix::fs::Dir::read_from(&self.fd)
+            .map_err(|e| Error::new("read directory", &self.path, e))?;
         let mut out = Vec::new();
         while let Some(ent) = it.read() {
             let ent = ent.map_err(|e| Error::new("read directory", &self.path, e))?;
@@ -208,43 +239,56 @@ impl Dir {
     /// follows a symlink; anything but a regular file is refused (the entry
     /// may have been swapped since it was stat'ed).
     pub fn open_read(&self, name: &OsStr) -> Result<(File, Meta)> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
             .map_err(|e| Error::new("open", self.child(name), e))?;
-        let meta = Meta::from_stat(&rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", self.child(name), e))?);
+        let meta = Meta::from_stat(
+            &rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", self.child(name), e))?,
+        );
         if meta.kind != EntryKind::File {
-            return Err(Error::new("open", self.child(name), std::io::Error::other(format!("is a {}, not a regular file", meta.kind.as_str()))));
+            return Err(Error::new(
+                "open",
+                self.child(name),
+                std::io::Error::other(format!("is a {}, not a regular file", meta.kind.as_str())),
+            ));
         }
         Ok((File::from(fd), meta))
     }
 
     /// Create a new file (O_EXCL) open for reading and writing.
     pub fn create_new(&self, name: &OsStr, mode: u32) -> Result<File> {
-        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags =
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode as _))
             .map_err(|e| Error::new("create", self.child(name), e))?;
         Ok(File::from(fd))
     }
 
     pub fn mkdir(&self, name: &OsStr, mode: u32) -> Result<()> {
-        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode as _)).map_err(|e| Error::new("mkdir", self.child(name), e))
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode as _))
+            .map_err(|e| Error::new("mkdir", self.child(name), e))
     }
 
     pub fn symlink(&self, target: &[u8], name: &OsStr) -> Result<()> {
-        rustix::fs::symlinkat(OsStr::from_bytes(target), &self.fd, name).map_err(|e| Error::new("symlink", self.child(name), e))
+        rustix::fs::symlinkat(OsStr::from_bytes(target), &self.fd, name)
+            .map_err(|e| Error::new("symlink", self.child(name), e))
     }
 
     pub fn readlink(&self, name: &OsStr) -> Result<Vec<u8>> {
-        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new()).map_err(|e| Error::new("readlink", self.child(name), e))?;
+        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .map_err(|e| Error::new("readlink", self.child(name), e))?;
         Ok(target.into_bytes())
     }
 
     pub fn unlink(&self, name: &OsStr) -> Result<()> {
-        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()).map_err(|e| Error::new("unlink", self.child(name), e))
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())
+            .map_err(|e| Error::new("unlink", self.child(name), e))
     }
 
     pub fn rmdir(&self, name: &OsStr) -> Result<()> {
-        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).map_err(|e| Error::new("rmdir", self.child(name), e))
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
+            .map_err(|e| Error::new("rmdir", self.child(name), e))
     }
 
     /// Remove `name` and everything below it, fd-relative, never following a
@@ -272,7 +316,8 @@ impl Dir {
             Err(e) => return Err(e),
         };
         if sub.meta()?.mode & 0o300 != 0o300 {
-            rustix::fs::fchmod(&sub.fd, Mode::from_raw_mode(0o700)).map_err(|e| Error::new("chmod", &sub.path, e))?;
+            rustix::fs::fchmod(&sub.fd, Mode::from_raw_mode(0o700))
+                .map_err(|e| Error::new("chmod", &sub.path, e))?;
         }
         for child in sub.entries()? {
             sub.remove_all(&child)?;
@@ -290,20 +335,27 @@ impl Dir {
             RenameMode::NoReplace => RenameFlags::NOREPLACE,
             RenameMode::Exchange => RenameFlags::EXCHANGE,
         };
-        rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags).map_err(|e| Error::new("rename", to_dir.child(to), e))
+        rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags)
+            .map_err(|e| Error::new("rename", to_dir.child(to), e))
     }
 
     /// Open an existing file or directory for metadata changes, refusing
     /// symlinks. Works on unreadable entries through O_PATH.
     fn open_for_meta(&self, name: &OsStr, kind: EntryKind) -> Result<OwnedFd> {
-        let mut flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let mut flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         if kind == EntryKind::Dir {
             flags |= OFlags::DIRECTORY;
         }
         match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
             Ok(fd) => Ok(fd),
-            Err(Errno::ACCESS) => rustix::fs::openat(&self.fd, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-                .map_err(|e| Error::new("open", self.child(name), e)),
+            Err(Errno::ACCESS) => rustix::fs::openat(
+                &self.fd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| Error::new("open", self.child(name), e)),
             Err(e) => Err(Error::new("open", self.child(name), e)),
         }
     }
@@ -369,8 +421,14 @@ pub(crate) fn set_mode_fd(fd: BorrowedFd<'_>, mode: u32) -> std::io::Result<()> 
 
 pub(crate) fn set_mtime_fd(fd: BorrowedFd<'_>, mtime_ns: i64) -> std::io::Result<()> {
     let times = Timestamps {
-        last_access: Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
-        last_modification: Timespec { tv_sec: mtime_ns.div_euclid(1_000_000_000), tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _ },
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: mtime_ns.div_euclid(1_000_000_000),
+            tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _,
+        },
     };
     match rustix::fs::futimens(fd, &times) {
         Err(Errno::BADF) => {
@@ -407,7 +465,10 @@ pub fn file_set_mtime(file: &File, mtime_ns: i64) -> std::io::Result<()> {
 pub fn check_relative(rel: &Path) -> std::io::Result<()> {
     let bytes = rel.as_os_str().as_bytes();
     if bytes.contains(&0) {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "path contains a NUL byte",
+        ));
     }
     for comp in rel.components() {
         match comp {

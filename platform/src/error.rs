@@ -16,7 +16,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(op: &'static str, path: impl Into<PathBuf>, source: impl Into<io::Error>) -> Self {
-        Error { op, path: path.into(), source: source.into() }
+        Error {
+            op,
+            path: path.into(),
+            source: source.into(),
+        }
     }
 
     pub fn kind(&self) -> io::ErrorKind {
@@ -34,14 +38,20 @@ impl Error {
 
     /// True when the filesystem is out of space or quota (ENOSPC, EDQUOT).
     pub fn is_no_space(&self) -> bool {
-        matches!(self.raw_os_error(), Some(libc_errno::ENOSPC) | Some(libc_errno::EDQUOT))
+        matches!(
+            self.raw_os_error(),
+            Some(libc_errno::ENOSPC) | Some(libc_errno::EDQUOT)
+        )
     }
 
     /// True when a path component was a symlink or not a directory where a
     /// directory was required: the tree changed under us, or someone tried
     /// to redirect a write outside the workspace.
     pub fn is_redirected(&self) -> bool {
-        matches!(self.raw_os_error(), Some(libc_errno::ELOOP) | Some(libc_errno::ENOTDIR) | Some(libc_errno::EXDEV))
+        matches!(
+            self.raw_os_error(),
+            Some(libc_errno::ELOOP) | Some(libc_errno::ENOTDIR) | Some(libc_errno::EXDEV)
+        )
     }
 }
 

@@ -67,13 +67,18 @@ pub struct FsInfo {
     pub blocks_total: u64,
     pub blocks_free: u64,
     pub blocks_available: u64,
+    /// Mounted read-only (ST_RDONLY).
+    pub read_only: bool,
 }
 
 impl FsInfo {
     pub fn of(dir: &Dir) -> Result<FsInfo> {
         let st = rustix::fs::fstatfs(dir.fd()).map_err(|e| Error::new("statfs", dir.path(), e))?;
         let meta = dir.meta()?;
+        let vfs =
+            rustix::fs::fstatvfs(dir.fd()).map_err(|e| Error::new("statvfs", dir.path(), e))?;
         Ok(FsInfo {
+            read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY),
             kind: FsKind::from_magic(st.f_type as i64),
             dev: meta.dev,
             block_size: st.f_bsize as u64,
@@ -97,7 +102,11 @@ static CLONE_CACHE: Mutex<Option<HashMap<u64, bool>>> = Mutex::new(None);
 /// (an XFS without reflink, or a FUSE mount, says "maybe" by type alone).
 pub fn clone_support(dir: &Dir) -> Result<bool> {
     let dev = dir.meta()?.dev;
-    if let Some(known) = CLONE_CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&dev).copied())) {
+    if let Some(known) = CLONE_CACHE
+        .lock()
+        .ok()
+        .and_then(|c| c.as_ref().and_then(|m| m.get(&dev).copied()))
+    {
         return Ok(known);
     }
     let answer = probe_clone(dir)?;

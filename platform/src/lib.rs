@@ -16,7 +16,7 @@ mod xattr;
 pub use clone::{CloneOutcome, clone_or_copy, copy_with};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};
-pub use fsinfo::{FsKind, FsInfo, clone_support, probe_clone};
+pub use fsinfo::{FsInfo, FsKind, clone_support, probe_clone};
 pub use lock::LockFile;
 pub use process::{kill_self, stop_self};
 pub use xattr::Xattr;

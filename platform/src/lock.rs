@@ -48,7 +48,10 @@ impl LockFile {
         let _ = file.set_len(0);
         let _ = file.rewind();
         let _ = write!(file, "{}", std::process::id());
-        Ok(Ok(LockFile { _file: file, path: path.to_owned() }))
+        Ok(Ok(LockFile {
+            _file: file,
+            path: path.to_owned(),
+        }))
     }
 
     pub fn path(&self) -> &Path {

@@ -32,8 +32,13 @@ pub(crate) fn list_user(fd: BorrowedFd<'_>) -> std::io::Result<Vec<Xattr>> {
         }
     };
     let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| n.starts_with(USER_PREFIX)) {
-        let Ok(cname) = std::ffi::CString::new(name) else { continue };
+    for name in names
+        .split(|&b| b == 0)
+        .filter(|n| n.starts_with(USER_PREFIX))
+    {
+        let Ok(cname) = std::ffi::CString::new(name) else {
+            continue;
+        };
         let value = loop {
             let size = match rustix::fs::fgetxattr_query(fd, cname.as_c_str()) {
                 Ok(n) => n,
@@ -55,7 +60,10 @@ pub(crate) fn list_user(fd: BorrowedFd<'_>) -> std::io::Result<Vec<Xattr>> {
             }
         };
         if let Some(value) = value {
-            out.push(Xattr { name: name.to_vec(), value });
+            out.push(Xattr {
+                name: name.to_vec(),
+                value,
+            });
         }
     }
     out.sort();
@@ -80,7 +88,12 @@ pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()
             continue;
         }
         let name = std::ffi::CString::new(w.name.clone()).map_err(std::io::Error::other)?;
-        rustix::fs::fsetxattr(fd, name.as_c_str(), &w.value, rustix::fs::XattrFlags::empty())?;
+        rustix::fs::fsetxattr(
+            fd,
+            name.as_c_str(),
+            &w.value,
+            rustix::fs::XattrFlags::empty(),
+        )?;
     }
     Ok(())
 }

@@ -17,14 +17,25 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     ctx.emit(&r, || {
         let mut s = format!(
             "{} {}{}: +{} ~{} -{}, {} new ({}), {} ms",
-            if r.unchanged { "unchanged, still at" } else { "checkpoint" },
+            if r.unchanged {
+                "unchanged, still at"
+            } else {
+                "checkpoint"
+            },
             r.id,
-            r.label.as_ref().map(|l| format!(" \"{l}\"")).unwrap_or_default(),
+            r.label
+                .as_ref()
+                .map(|l| format!(" \"{l}\""))
+                .unwrap_or_default(),
             r.changes.added,
             r.changes.modified,
             r.changes.deleted,
             human_bytes(r.bytes_new),
-            if r.reflink { "reflink clones" } else { "copied: no clones on this filesystem" },
+            if r.reflink {
+                "reflink clones"
+            } else {
+                "copied: no clones on this filesystem"
+            },
             r.duration_ms
         );
         for sk in &r.skipped {

@@ -47,7 +47,11 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         None => ws.head()?,
     };
     let to = args.to.as_deref().map(|s| ws.resolve(s)).transpose()?;
-    let filters: Vec<Vec<u8>> = args.paths.iter().map(|p| ws.relative_path(p, &ctx.cwd)).collect::<Result<_>>()?;
+    let filters: Vec<Vec<u8>> = args
+        .paths
+        .iter()
+        .map(|p| ws.relative_path(p, &ctx.cwd))
+        .collect::<Result<_>>()?;
     let live = match &to {
         None => Some(ws.capture(Sink::HashOnly, "scanning")?),
         Some(_) => None,
@@ -56,7 +60,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         Some(cap) => Trees::with_overlay(ws.ledger(), cap.overlay()),
         None => Trees::new(ws.ledger()),
     };
-    let from_root = from.as_ref().map(|c| c.root).unwrap_or_else(crate::tree::Node::empty_hash);
+    let from_root = from
+        .as_ref()
+        .map(|c| c.root)
+        .unwrap_or_else(crate::tree::Node::empty_hash);
     let to_root = match (&to, &live) {
         (Some(c), _) => c.root,
         (None, Some(cap)) => cap.root,
@@ -64,9 +71,19 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     };
     let mut changes = diff::diff(&trees, &from_root, &to_root, DiffOptions::default())?;
     if !filters.is_empty() {
-        changes.retain(|c| filters.iter().any(|f| f.is_empty() || c.path == *f || (c.path.starts_with(f) && c.path.get(f.len()) == Some(&b'/'))));
+        changes.retain(|c| {
+            filters.iter().any(|f| {
+                f.is_empty()
+                    || c.path == *f
+                    || (c.path.starts_with(f) && c.path.get(f.len()) == Some(&b'/'))
+            })
+        });
     }
-    let patch = if args.patch { Some(render_patch(&ws, &changes, to.is_none())?) } else { None };
+    let patch = if args.patch {
+        Some(render_patch(&ws, &changes, to.is_none())?)
+    } else {
+        None
+    };
     let out = Out {
         from: from.map(|c| c.id),
         to: to.map(|c| c.id).unwrap_or_else(|| "live".into()),
@@ -94,12 +111,18 @@ fn content(ws: &Workspace, path: &[u8], hash: &Hash, live: bool) -> Result<Optio
         let p = Path::new(OsStr::from_bytes(path));
         let parent = p.parent().unwrap_or(Path::new(""));
         let dir = ws.root_dir().open_beneath(parent).map_err(Error::os)?;
-        Some(dir.open_read(p.file_name().unwrap_or_default()).map_err(Error::os)?.0)
+        Some(
+            dir.open_read(p.file_name().unwrap_or_default())
+                .map_err(Error::os)?
+                .0,
+        )
     } else {
         None
     };
     let Some(file) = file else { return Ok(None) };
-    file.take(PATCH_LIMIT + 1).read_to_end(&mut buf).map_err(|e| Error::os(rewind_platform::Error::new("read", p_lossy(path), e)))?;
+    file.take(PATCH_LIMIT + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::os(rewind_platform::Error::new("read", p_lossy(path), e)))?;
     Ok(Some(buf))
 }
 
@@ -118,10 +141,15 @@ fn render_patch(ws: &Workspace, changes: &[Change], to_live: bool) -> Result<Str
                 _ => Ok(Some(Vec::new())),
             }
         };
-        if c.old.as_ref().is_some_and(|e| e.subtree().is_some()) || c.new.as_ref().is_some_and(|e| e.subtree().is_some()) {
+        if c.old.as_ref().is_some_and(|e| e.subtree().is_some())
+            || c.new.as_ref().is_some_and(|e| e.subtree().is_some())
+        {
             continue;
         }
-        let (a, b) = (side(&c.old, false)?.unwrap_or_default(), side(&c.new, to_live)?.unwrap_or_default());
+        let (a, b) = (
+            side(&c.old, false)?.unwrap_or_default(),
+            side(&c.new, to_live)?.unwrap_or_default(),
+        );
         out.push_str(&format!("diff --rewind a/{name} b/{name}\n"));
         if a.len() as u64 > PATCH_LIMIT || b.len() as u64 > PATCH_LIMIT {
             out.push_str("Large file, not shown\n");
@@ -133,9 +161,23 @@ fn render_patch(ws: &Workspace, changes: &[Change], to_live: bool) -> Result<Str
         }
         let (ta, tb) = (String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
         let text = similar::TextDiff::from_lines(ta.as_ref(), tb.as_ref());
-        let old_name = if c.old.is_some() { format!("a/{name}") } else { "/dev/null".into() };
-        let new_name = if c.new.is_some() { format!("b/{name}") } else { "/dev/null".into() };
-        out.push_str(&text.unified_diff().context_radius(3).header(&old_name, &new_name).to_string());
+        let old_name = if c.old.is_some() {
+            format!("a/{name}")
+        } else {
+            "/dev/null".into()
+        };
+        let new_name = if c.new.is_some() {
+            format!("b/{name}")
+        } else {
+            "/dev/null".into()
+        };
+        out.push_str(
+            &text
+                .unified_diff()
+                .context_radius(3)
+                .header(&old_name, &new_name)
+                .to_string(),
+        );
     }
     Ok(out)
 }

@@ -40,9 +40,18 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let fs = ws.fs();
     let reflink = ws.clones();
     let reflink_why = match (fs.kind.may_clone(), reflink) {
-        (_, true) => format!("a test FICLONE on {} succeeded: checkpoints and rewinds share extents", fs.kind),
-        (true, false) => format!("{} can clone, but a test FICLONE failed (XFS made without reflink=1?): files are copied", fs.kind),
-        (false, false) => format!("{} cannot share extents: files are copied (use XFS with reflink or btrfs for O(1) copies)", fs.kind),
+        (_, true) => format!(
+            "a test FICLONE on {} succeeded: checkpoints and rewinds share extents",
+            fs.kind
+        ),
+        (true, false) => format!(
+            "{} can clone, but a test FICLONE failed (XFS made without reflink=1?): files are copied",
+            fs.kind
+        ),
+        (false, false) => format!(
+            "{} cannot share extents: files are copied (use XFS with reflink or btrfs for O(1) copies)",
+            fs.kind
+        ),
     };
     let engine_why = "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (btrfs snapshots and the FUSE overlay are not built yet)".to_string();
     let openat2 = rewind_platform::Dir::open(ws.root_path()).is_ok_and(|d| d.openat2_available());
@@ -89,5 +98,6 @@ pub fn run(ctx: &Ctx) -> Result<()> {
 }
 
 fn which(cmd: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }

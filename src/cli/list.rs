@@ -15,7 +15,10 @@ struct Out {
 pub fn run(ctx: &Ctx) -> Result<()> {
     let mut ws = ctx.workspace()?;
     ws.recover_if_needed()?;
-    let out = Out { head: ws.head()?.map(|h| h.id), checkpoints: ws.ledger().checkpoints()? };
+    let out = Out {
+        head: ws.head()?.map(|h| h.id),
+        checkpoints: ws.ledger().checkpoints()?,
+    };
     ctx.emit(&out, || render(&out.checkpoints, out.head.as_deref()))
 }
 
@@ -28,7 +31,10 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
     }
     let mut children: HashMap<Option<i64>, Vec<&Checkpoint>> = HashMap::new();
     for c in cks {
-        children.entry(c.parent.as_ref().map(|p| p.0)).or_default().push(c);
+        children
+            .entry(c.parent.as_ref().map(|p| p.0))
+            .or_default()
+            .push(c);
     }
     let mut out = String::new();
     let roots = children.get(&None).cloned().unwrap_or_default();
@@ -36,7 +42,13 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
     out
 }
 
-fn draw(nodes: &[&Checkpoint], prefix: &str, children: &HashMap<Option<i64>, Vec<&Checkpoint>>, head: Option<&str>, out: &mut String) {
+fn draw(
+    nodes: &[&Checkpoint],
+    prefix: &str,
+    children: &HashMap<Option<i64>, Vec<&Checkpoint>>,
+    head: Option<&str>,
+    out: &mut String,
+) {
     let branching = nodes.len() > 1;
     for (i, c) in nodes.iter().enumerate() {
         let last = i + 1 == nodes.len();
@@ -45,14 +57,24 @@ fn draw(nodes: &[&Checkpoint], prefix: &str, children: &HashMap<Option<i64>, Vec
             (true, false) => (format!("{prefix}├─ "), format!("{prefix}│  ")),
             (true, true) => (format!("{prefix}└─ "), format!("{prefix}   ")),
         };
-        let marker = if Some(c.id.as_str()) == head { "@" } else { "○" };
+        let marker = if Some(c.id.as_str()) == head {
+            "@"
+        } else {
+            "○"
+        };
         out.push_str(&format!(
             "{first}{marker} {}  {}  {:<10}{}{}\n",
             c.id,
             &c.created_at[..19].replace('T', " "),
             c.kind,
-            c.label.as_ref().map(|l| format!("  \"{l}\"")).unwrap_or_default(),
-            c.note.as_ref().map(|n| format!("  note: {n}")).unwrap_or_default(),
+            c.label
+                .as_ref()
+                .map(|l| format!("  \"{l}\""))
+                .unwrap_or_default(),
+            c.note
+                .as_ref()
+                .map(|n| format!("  note: {n}"))
+                .unwrap_or_default(),
         ));
         if let Some(kids) = children.get(&Some(c.seq)) {
             draw(kids, &rest, children, head, out);

@@ -22,7 +22,11 @@ use crate::workspace::Workspace;
 pub const JSON_VERSION: u32 = 1;
 
 #[derive(Parser, Debug)]
-#[command(name = "rewind", version, about = "Reversible workspaces: O(changed) checkpoints and crash-safe rewinds of a whole directory tree")]
+#[command(
+    name = "rewind",
+    version,
+    about = "Reversible workspaces: O(changed) checkpoints and crash-safe rewinds of a whole directory tree"
+)]
 pub struct Cli {
     /// Workspace directory (default: the nearest ancestor holding .rewind/, else the current directory)
     #[arg(short = 'C', global = true, value_name = "DIR")]
@@ -89,7 +93,11 @@ impl Ctx {
         let start = self.start_dir();
         match Workspace::discover(&start) {
             Some(root) => Workspace::open(&root, self.progress()),
-            None if !start.exists() => Err(Error::Os(rewind_platform::Error::new("open workspace", &start, std::io::Error::from(std::io::ErrorKind::NotFound)))),
+            None if !start.exists() => Err(Error::Os(rewind_platform::Error::new(
+                "open workspace",
+                &start,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ))),
             None => Err(Error::NotAWorkspace { path: start }),
         }
     }
@@ -107,7 +115,8 @@ impl Ctx {
     pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
         let mut stdout = std::io::stdout().lock();
         if self.json {
-            let mut v = serde_json::to_value(value).map_err(|e| Error::Usage(format!("internal: {e}")))?;
+            let mut v =
+                serde_json::to_value(value).map_err(|e| Error::Usage(format!("internal: {e}")))?;
             if let serde_json::Value::Object(m) = &mut v {
                 m.insert("version".into(), JSON_VERSION.into());
             }
@@ -133,7 +142,12 @@ pub fn main() -> i32 {
         }
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let ctx = Ctx { dir: cli.dir, json: cli.json, quiet: cli.quiet, cwd };
+    let ctx = Ctx {
+        dir: cli.dir,
+        json: cli.json,
+        quiet: cli.quiet,
+        cwd,
+    };
     let result = match cli.command {
         Command::Init => init::run(&ctx),
         Command::Checkpoint(a) => checkpoint::run(&ctx, a),
@@ -168,5 +182,9 @@ pub fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }

@@ -25,7 +25,14 @@ pub struct Common {
 
 impl Common {
     fn options(self) -> RewindOptions {
-        RewindOptions { dry_run: self.dry_run, expect: self.expect, report: self.report, exact_times: self.exact_times, allow_setuid: self.allow_setuid, paths: Vec::new() }
+        RewindOptions {
+            dry_run: self.dry_run,
+            expect: self.expect,
+            report: self.report,
+            exact_times: self.exact_times,
+            allow_setuid: self.allow_setuid,
+            paths: Vec::new(),
+        }
     }
 }
 
@@ -69,9 +76,15 @@ pub fn undo(ctx: &Ctx, args: UndoArgs) -> Result<()> {
 pub fn restore(ctx: &Ctx, args: RestoreArgs) -> Result<()> {
     let mut ws = ctx.workspace()?;
     let mut opts = args.common.options();
-    opts.paths = args.paths.iter().map(|p| ws.relative_path(p, &ctx.cwd)).collect::<Result<_>>()?;
+    opts.paths = args
+        .paths
+        .iter()
+        .map(|p| ws.relative_path(p, &ctx.cwd))
+        .collect::<Result<_>>()?;
     if opts.paths.iter().any(|p| p.is_empty()) {
-        return Err(Error::Usage("restore of the whole workspace is `rewind rewind ID`".into()));
+        return Err(Error::Usage(
+            "restore of the whole workspace is `rewind rewind ID`".into(),
+        ));
     }
     let target = ws.resolve(&args.id)?;
     let r = engine::run(&mut ws, Op::Restore, &target.id, &opts)?;
@@ -82,11 +95,21 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
     ctx.emit(r, || {
         let mut s = String::new();
         if r.dry_run {
-            s.push_str(&format!("plan: {} to {} ({} to write, {} to delete)\n", r.op, r.rewound_to, r.changes.written, r.changes.deleted));
+            s.push_str(&format!(
+                "plan: {} to {} ({} to write, {} to delete)\n",
+                r.op, r.rewound_to, r.changes.written, r.changes.deleted
+            ));
             for c in &r.plan {
-                s.push_str(&format!("  {} {}\n", super::status::status_letter(c.status), c.path));
+                s.push_str(&format!(
+                    "  {} {}\n",
+                    super::status::status_letter(c.status),
+                    c.path
+                ));
             }
-            s.push_str(&format!("fingerprint {}  (apply exactly this plan with --expect {})\n", r.plan_fingerprint, r.plan_fingerprint));
+            s.push_str(&format!(
+                "fingerprint {}  (apply exactly this plan with --expect {})\n",
+                r.plan_fingerprint, r.plan_fingerprint
+            ));
             return s;
         }
         s.push_str(&format!(
@@ -94,13 +117,17 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             r.op, r.rewound_to, r.changes.written, r.changes.deleted, r.duration_ms
         ));
         if let Some(safety) = &r.safety_checkpoint {
-            s.push_str(&format!("\nthe previous tree is saved as {safety} (`rewind undo` goes back)"));
+            s.push_str(&format!(
+                "\nthe previous tree is saved as {safety} (`rewind undo` goes back)"
+            ));
         }
         for k in &r.kept {
             s.push_str(&format!("\n  {}: {}", k.path, k.reason));
         }
         for p in &r.setuid_stripped {
-            s.push_str(&format!("\n  {p}: setuid/setgid bits not restored (use --allow-setuid)"));
+            s.push_str(&format!(
+                "\n  {p}: setuid/setgid bits not restored (use --allow-setuid)"
+            ));
         }
         s
     })

@@ -19,11 +19,21 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let head = ws.head()?;
     let cap = ws.capture(Sink::HashOnly, "scanning")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay());
-    let from = head.as_ref().map(|h| h.root).unwrap_or_else(crate::tree::Node::empty_hash);
+    let from = head
+        .as_ref()
+        .map(|h| h.root)
+        .unwrap_or_else(crate::tree::Node::empty_hash);
     let changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
-    let out = Out { head: head.map(|h| h.id), changes: ChangeJson::from_changes(&changes), skipped: cap.skipped };
+    let out = Out {
+        head: head.map(|h| h.id),
+        changes: ChangeJson::from_changes(&changes),
+        skipped: cap.skipped,
+    };
     ctx.emit(&out, || {
-        let mut s = format!("HEAD {}\n", out.head.as_deref().unwrap_or("(none: no checkpoint yet)"));
+        let mut s = format!(
+            "HEAD {}\n",
+            out.head.as_deref().unwrap_or("(none: no checkpoint yet)")
+        );
         if out.changes.is_empty() {
             s.push_str("no changes\n");
         }

@@ -68,7 +68,12 @@ fn rustix_uid() -> u32 {
     // /proc/self/status "Uid:" line, to avoid a libc dependency.
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|u| u.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|u| u.parse().ok())
+        })
         .unwrap_or(u32::MAX)
 }
 
@@ -87,7 +92,10 @@ impl LoopFs {
             skip_or_fail(&format!("{} on a loop device needs root", fs.name()));
             return None;
         }
-        let dir = tempfile::Builder::new().prefix(&format!("rewind-{}-", fs.name())).tempdir_in(base_tmp()).expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("rewind-{}-", fs.name()))
+            .tempdir_in(base_tmp())
+            .expect("tempdir");
         let img = dir.path().join("img");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mkdir mnt");
@@ -96,15 +104,32 @@ impl LoopFs {
         drop(f);
         match fs.mkfs(&img).output() {
             Ok(o) if o.status.success() => {}
-            Ok(o) => panic!("mkfs {} failed: {}", fs.name(), String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => panic!(
+                "mkfs {} failed: {}",
+                fs.name(),
+                String::from_utf8_lossy(&o.stderr)
+            ),
             Err(e) => {
-                skip_or_fail(&format!("mkfs for {} not available: {e} (apt-get install btrfs-progs xfsprogs)", fs.name()));
+                skip_or_fail(&format!(
+                    "mkfs for {} not available: {e} (apt-get install btrfs-progs xfsprogs)",
+                    fs.name()
+                ));
                 return None;
             }
         }
-        let out = Command::new("mount").arg("-o").arg("loop").arg(&img).arg(&mnt).output().expect("run mount");
+        let out = Command::new("mount")
+            .arg("-o")
+            .arg("loop")
+            .arg(&img)
+            .arg(&mnt)
+            .output()
+            .expect("run mount");
         if !out.status.success() {
-            skip_or_fail(&format!("mount {} loop device failed: {}", fs.name(), String::from_utf8_lossy(&out.stderr)));
+            skip_or_fail(&format!(
+                "mount {} loop device failed: {}",
+                fs.name(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
             return None;
         }
         Some(LoopFs { fs, mnt, _dir: dir })
@@ -121,7 +146,9 @@ impl LoopFs {
     pub fn used_bytes(&self) -> u64 {
         let _ = Command::new("sync").arg("-f").arg(&self.mnt).status();
         let dir = rewind_platform::Dir::open(&self.mnt).expect("open mnt");
-        rewind_platform::FsInfo::of(&dir).expect("statfs").used_bytes()
+        rewind_platform::FsInfo::of(&dir)
+            .expect("statfs")
+            .used_bytes()
     }
 }
 
@@ -138,20 +165,34 @@ impl Drop for LoopFs {
 }
 
 fn base_tmp() -> PathBuf {
-    std::env::var_os("REWIND_TEST_TMP").map(PathBuf::from).unwrap_or_else(std::env::temp_dir)
+    std::env::var_os("REWIND_TEST_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// A plain temp dir on the default filesystem (for tests that need no root).
 pub fn tmp() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("rewind-test-").tempdir_in(base_tmp()).expect("tempdir")
+    tempfile::Builder::new()
+        .prefix("rewind-test-")
+        .tempdir_in(base_tmp())
+        .expect("tempdir")
 }
 
 /// What a tree entry looks like, as a rewind must restore it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Snap {
-    File { mode: u32, sha256: String, xattrs: Vec<(Vec<u8>, Vec<u8>)> },
-    Dir { mode: u32, xattrs: Vec<(Vec<u8>, Vec<u8>)> },
-    Link { target: Vec<u8> },
+    File {
+        mode: u32,
+        sha256: String,
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    Dir {
+        mode: u32,
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    Link {
+        target: Vec<u8>,
+    },
 }
 
 /// The whole tree below `root` (minus `.rewind/`), never following symlinks.
@@ -163,7 +204,11 @@ pub fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, Snap> {
 
 fn xattrs_of(path: &Path, is_dir: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
     let parent = rewind_platform::Dir::open(path.parent().expect("parent")).expect("open parent");
-    let kind = if is_dir { rewind_platform::EntryKind::Dir } else { rewind_platform::EntryKind::File };
+    let kind = if is_dir {
+        rewind_platform::EntryKind::Dir
+    } else {
+        rewind_platform::EntryKind::File
+    };
     parent
         .user_xattrs_at(path.file_name().expect("name"), kind)
         .expect("list xattrs")
@@ -176,20 +221,47 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, Snap>) {
     for ent in std::fs::read_dir(dir).expect("read_dir") {
         let ent = ent.expect("dirent");
         let path = ent.path();
-        let rel = path.strip_prefix(root).expect("rel").as_os_str().as_bytes().to_vec();
+        let rel = path
+            .strip_prefix(root)
+            .expect("rel")
+            .as_os_str()
+            .as_bytes()
+            .to_vec();
         if rel == b".rewind" {
             continue;
         }
         let md = std::fs::symlink_metadata(&path).expect("lstat");
         let mode = md.permissions().mode() & 0o7777;
         if md.file_type().is_symlink() {
-            out.insert(rel, Snap::Link { target: std::fs::read_link(&path).expect("readlink").as_os_str().as_bytes().to_vec() });
+            out.insert(
+                rel,
+                Snap::Link {
+                    target: std::fs::read_link(&path)
+                        .expect("readlink")
+                        .as_os_str()
+                        .as_bytes()
+                        .to_vec(),
+                },
+            );
         } else if md.is_dir() {
-            out.insert(rel, Snap::Dir { mode, xattrs: xattrs_of(&path, true) });
+            out.insert(
+                rel,
+                Snap::Dir {
+                    mode,
+                    xattrs: xattrs_of(&path, true),
+                },
+            );
             walk(root, &path, out);
         } else if md.is_file() {
             let bytes = std::fs::read(&path).expect("read");
-            out.insert(rel, Snap::File { mode, sha256: hex(&Sha256::digest(&bytes)), xattrs: xattrs_of(&path, false) });
+            out.insert(
+                rel,
+                Snap::File {
+                    mode,
+                    sha256: hex(&Sha256::digest(&bytes)),
+                    xattrs: xattrs_of(&path, false),
+                },
+            );
         }
     }
 }
@@ -207,7 +279,10 @@ pub fn assert_same(label: &str, want: &BTreeMap<Vec<u8>, Snap>, got: &BTreeMap<V
     for (k, v) in want {
         match got.get(k) {
             None => diffs.push(format!("missing {:?}", String::from_utf8_lossy(k))),
-            Some(g) if g != v => diffs.push(format!("differs {:?}: want {v:?} got {g:?}", String::from_utf8_lossy(k))),
+            Some(g) if g != v => diffs.push(format!(
+                "differs {:?}: want {v:?} got {g:?}",
+                String::from_utf8_lossy(k)
+            )),
             _ => {}
         }
     }
@@ -217,7 +292,10 @@ pub fn assert_same(label: &str, want: &BTreeMap<Vec<u8>, Snap>, got: &BTreeMap<V
         }
     }
     diffs.truncate(20);
-    panic!("{label}: tree differs from the checkpoint:\n{}", diffs.join("\n"));
+    panic!(
+        "{label}: tree differs from the checkpoint:\n{}",
+        diffs.join("\n")
+    );
 }
 
 /// Run the `rewind` binary in `dir` with `args`.
@@ -236,11 +314,21 @@ pub fn rewind_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 
 /// Run and parse `--json` output; panics with stderr on failure.
 pub fn rewind_json(dir: &Path, args: &[&str]) -> serde_json::Value {
-    let mut a = args.to_vec();
-    a.push("--json");
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
     let out = rewind(dir, &a);
-    assert!(out.status.success(), "rewind {args:?} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("rewind {args:?}: bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "rewind {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rewind {args:?}: bad JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 pub fn write(path: &Path, bytes: &[u8]) {
@@ -257,11 +345,22 @@ pub fn chmod(path: &Path, mode: u32) {
 pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
     let parent = rewind_platform::Dir::open(path.parent().expect("parent")).expect("open parent");
     let md = std::fs::symlink_metadata(path).expect("lstat");
-    let kind = if md.is_dir() { rewind_platform::EntryKind::Dir } else { rewind_platform::EntryKind::File };
-    let mut xs = parent.user_xattrs_at(path.file_name().expect("name"), kind).expect("xattrs");
+    let kind = if md.is_dir() {
+        rewind_platform::EntryKind::Dir
+    } else {
+        rewind_platform::EntryKind::File
+    };
+    let mut xs = parent
+        .user_xattrs_at(path.file_name().expect("name"), kind)
+        .expect("xattrs");
     xs.retain(|x| x.name != name.as_bytes());
-    xs.push(rewind_platform::Xattr { name: name.as_bytes().to_vec(), value: value.to_vec() });
-    parent.set_user_xattrs(path.file_name().expect("name"), kind, &xs).expect("set xattr");
+    xs.push(rewind_platform::Xattr {
+        name: name.as_bytes().to_vec(),
+        value: value.to_vec(),
+    });
+    parent
+        .set_user_xattrs(path.file_name().expect("name"), kind, &xs)
+        .expect("set xattr");
 }
 
 pub fn os(b: &[u8]) -> &OsStr {
@@ -270,5 +369,7 @@ pub fn os(b: &[u8]) -> &OsStr {
 
 /// Files left in `.rewind/tmp/` (must be none after any command finishes).
 pub fn temp_leftovers(ws: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(ws.join(".rewind/tmp")).map(|it| it.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default()
+    std::fs::read_dir(ws.join(".rewind/tmp"))
+        .map(|it| it.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default()
 }

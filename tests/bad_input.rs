@@ -1,0 +1,234 @@
+//! Bad input gets one clear line naming the problem and the fix, exit 1,
+//! and changes nothing: unknown ids, ambiguous prefixes, not a workspace,
+//! paths outside the workspace, a read-only workspace, a full disk, a
+//! corrupt or missing ledger.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Fs, LoopFs, assert_same, rewind, rewind_json, snapshot, write};
+
+fn assert_clear_error(out: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "exit 1 expected; stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "exactly one line: {err}");
+    assert!(err.starts_with("rewind: error: "), "{err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+}
+
+fn workspace_with_checkpoint(root: &Path) -> String {
+    write(&root.join("a.txt"), b"a");
+    write(&root.join("dir/b.txt"), b"b");
+    rewind_json(root, &["checkpoint", "base"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+#[test]
+fn unknown_ids_name_the_id_and_suggest_list() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace_with_checkpoint(root);
+    write(&root.join("a.txt"), b"changed");
+    let before = snapshot(root);
+    for verb in [
+        &["rewind", "nosuchid"][..],
+        &["replay", "zzzz"],
+        &["restore", "nope", "--", "a.txt"],
+        &["diff", "nothere"],
+    ] {
+        let out = rewind(root, verb);
+        assert_clear_error(&out, "rewind list");
+    }
+    assert_same("unknown id changes nothing", &before, &snapshot(root));
+    let out = rewind(root, &["--json", "rewind", "nosuchid"]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("json error object on stdout");
+    assert_eq!(v["error"]["code"], "UNKNOWN_ID");
+}
+
+#[test]
+fn an_ambiguous_prefix_lists_the_candidates() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let mut ids: Vec<String> = Vec::new();
+    let clash = loop {
+        write(&root.join("f"), format!("{}", ids.len()).as_bytes());
+        let id = rewind_json(root, &["checkpoint"])["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        if let Some(other) = ids.iter().find(|o| o.as_bytes()[0] == id.as_bytes()[0]) {
+            break (other.clone(), id);
+        }
+        ids.push(id);
+        assert!(ids.len() < 100, "ids never share a first character?");
+    };
+    let before = snapshot(root);
+    let out = rewind(root, &["rewind", &clash.0[..1]]);
+    assert_clear_error(&out, "ambiguous");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&clash.0) && err.contains(&clash.1), "{err}");
+    assert_same("ambiguous prefix changes nothing", &before, &snapshot(root));
+}
+
+#[test]
+fn outside_a_workspace_says_run_init() {
+    let dir = common::tmp();
+    let out = rewind(dir.path(), &["status"]);
+    assert_clear_error(&out, "rewind init");
+    let out = rewind(dir.path(), &["list"]);
+    assert_clear_error(&out, "not a rewind workspace");
+    assert!(
+        !dir.path().join(".rewind").exists(),
+        "a failed read-only verb creates nothing"
+    );
+}
+
+#[test]
+fn paths_outside_the_workspace_are_refused() {
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    let id = workspace_with_checkpoint(&root);
+    let before = snapshot(&root);
+    let out = rewind(&root, &["restore", &id, "--", "../elsewhere"]);
+    assert_clear_error(&out, "outside the workspace");
+    let out = rewind(&root, &["restore", &id, "--", ".rewind/ledger.db"]);
+    assert_clear_error(&out, "rewind's own state");
+    assert_same("refused restore changes nothing", &before, &snapshot(&root));
+}
+
+#[test]
+fn a_corrupt_or_missing_ledger_is_reported_and_the_tree_is_untouched() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let id = workspace_with_checkpoint(root);
+    write(&root.join("a.txt"), b"live work");
+    let before = snapshot(root);
+    let ledger = root.join(".rewind/ledger.db");
+    let good = std::fs::read(&ledger).expect("read ledger");
+    let mut bad = good.clone();
+    for b in bad.iter_mut().take(100) {
+        *b = 0x5a;
+    }
+    std::fs::write(&ledger, &bad).expect("corrupt");
+    let _ = std::fs::remove_file(root.join(".rewind/ledger.db-wal"));
+    let _ = std::fs::remove_file(root.join(".rewind/ledger.db-shm"));
+    for verb in [
+        &["rewind", &id][..],
+        &["checkpoint"],
+        &["status"],
+        &["list"],
+    ] {
+        let out = rewind(root, verb);
+        assert_clear_error(&out, "corrupt");
+    }
+    assert_same("corrupt ledger: tree untouched", &before, &snapshot(root));
+
+    std::fs::remove_file(&ledger).expect("rm ledger");
+    for verb in [&["rewind", &id][..], &["checkpoint"], &["status"]] {
+        let out = rewind(root, verb);
+        assert_clear_error(&out, "missing");
+    }
+    assert_same("missing ledger: tree untouched", &before, &snapshot(root));
+}
+
+#[test]
+fn a_read_only_workspace_fails_cleanly() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let id = workspace_with_checkpoint(&root);
+    write(&root.join("a.txt"), b"changed");
+    let before = snapshot(&root);
+    let remount = |mode: &str| {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,{mode}")])
+            .arg(&lfs.mnt)
+            .status()
+            .expect("remount");
+        assert!(st.success(), "remount {mode}");
+    };
+    remount("ro");
+    let out1 = rewind(&root, &["checkpoint"]);
+    let out2 = rewind(&root, &["rewind", &id]);
+    remount("rw");
+    for out in [out1, out2] {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.to_lowercase().contains("read-only"),
+            "names the cause: {err}"
+        );
+    }
+    assert_same("read-only: tree untouched", &before, &snapshot(&root));
+}
+
+#[test]
+fn a_full_disk_fails_cleanly_and_changes_nothing() {
+    // ext4 keeps 5% for root, which the test (as root) could use: 8 MB
+    // to store against 1 MB free plus those 1.6 MB.
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 32) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    write(&root.join("small.txt"), b"small");
+    let id = rewind_json(&root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // Fill the disk, then make a change that needs space to store.
+    let filler = lfs.mnt.join("filler");
+    let _ = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", filler.display()),
+            "bs=1M",
+            "count=64",
+        ])
+        .output();
+    let _ = Command::new("sync").status();
+    let big: Vec<u8> = (0..8_000_000u32).map(|i| (i % 251) as u8).collect();
+    let wrote = std::fs::write(root.join("big.bin"), &big).is_ok();
+    let _ = std::fs::remove_file(&filler);
+    // Leave just enough for the live file but not for a copy of it.
+    if !wrote {
+        std::fs::write(root.join("big.bin"), &big).expect("write big after freeing");
+    }
+    let free_target = 1_000_000u64;
+    let avail = {
+        let dir = rewind_platform::Dir::open(&lfs.mnt).expect("open");
+        let fs = rewind_platform::FsInfo::of(&dir).expect("statfs");
+        fs.blocks_available * fs.block_size
+    };
+    if avail > free_target {
+        let pad = avail - free_target;
+        let _ = Command::new("fallocate")
+            .args(["-l", &pad.to_string()])
+            .arg(lfs.mnt.join("pad"))
+            .status();
+    }
+    let before = snapshot(&root);
+    let out = rewind(&root, &["checkpoint"]);
+    assert_clear_error(&out, "no space left");
+    assert_same("full disk: tree untouched", &before, &snapshot(&root));
+    assert!(common::temp_leftovers(&root).is_empty() || rewind(&root, &["list"]).status.success());
+    assert!(
+        common::temp_leftovers(&root).is_empty(),
+        "temp files of the failed checkpoint are cleaned"
+    );
+    // The history is intact and usable once there is space again.
+    let _ = std::fs::remove_file(lfs.mnt.join("pad"));
+    rewind_json(&root, &["checkpoint"]);
+    rewind_json(&root, &["rewind", &id]);
+    assert!(!root.join("big.bin").exists());
+}

@@ -1,0 +1,268 @@
+//! Containment (DESIGN §4 rule 5, §2 ignore rules): a rewind never writes
+//! outside the workspace, even when a directory on a target path is swapped
+//! for a symlink before or during the rewind; FIFOs, sockets and devices are
+//! skipped, never opened; nested mount points are not crossed.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{assert_same, rewind, rewind_env, rewind_json, snapshot, write};
+
+fn outside_fixture(base: &Path) -> std::path::PathBuf {
+    let outside = base.join("outside");
+    write(&outside.join("f.txt"), b"outside, must not change\n");
+    outside
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_before_the_rewind_is_replaced_not_followed() {
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    let outside = outside_fixture(dir.path());
+    write(&root.join("d/f.txt"), b"inside\n");
+    write(&root.join("d/sub/g.txt"), b"inside too\n");
+    let a = rewind_json(&root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_a = snapshot(&root);
+    let outside_before = snapshot(&outside);
+    std::fs::remove_dir_all(root.join("d")).expect("rm");
+    std::os::unix::fs::symlink(&outside, root.join("d")).expect("symlink");
+    rewind_json(&root, &["rewind", &a]);
+    assert_same("workspace", &snap_a, &snapshot(&root));
+    assert_same("outside", &outside_before, &snapshot(&outside));
+}
+
+fn wait_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('T'))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} never stopped at the failpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_mid_rewind_never_redirects_a_write() {
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    let outside = outside_fixture(dir.path());
+    for i in 0..20 {
+        write(
+            &root.join(format!("d/f{i}.txt")),
+            format!("version A {i}\n").as_bytes(),
+        );
+    }
+    let a = rewind_json(&root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_a = snapshot(&root);
+    for i in 0..20 {
+        write(
+            &root.join(format!("d/f{i}.txt")),
+            format!("version B {i}\n").as_bytes(),
+        );
+    }
+    let outside_before = snapshot(&outside);
+    // Stop the rewind after its plan is fixed and its intent persisted...
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(&root)
+        .args(["rewind", &a, "-q"])
+        .env("REWIND_FAILPOINT", "rewind:after-intent")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .spawn()
+        .expect("spawn");
+    wait_stopped(child.id());
+    // ...swap the directory it is about to write into for a symlink out...
+    std::fs::rename(root.join("d"), dir.path().join("d.moved")).expect("move d away");
+    std::os::unix::fs::symlink(&outside, root.join("d")).expect("symlink");
+    // ...and let it go on.
+    Command::new("kill")
+        .arg("-CONT")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill -CONT");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "the rewind finishes from a fresh capture");
+    assert_same("outside is untouched", &outside_before, &snapshot(&outside));
+    assert_same(
+        "the workspace reaches the target",
+        &snap_a,
+        &snapshot(&root),
+    );
+}
+
+#[test]
+fn fifos_and_sockets_are_skipped_and_reported_never_opened() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("file"), b"x");
+    let st = Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .expect("mkfifo");
+    assert!(st.success());
+    let _sock = std::os::unix::net::UnixListener::bind(root.join("sock")).expect("bind");
+    // A FIFO that got opened would block forever: run with a deadline.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(root)
+        .args(["--json", "checkpoint"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("checkpoint hung on a FIFO");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let skipped: Vec<(String, String)> = v["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| {
+            (
+                s["path"].as_str().unwrap_or("").into(),
+                s["reason"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(
+        skipped[0].0 == "pipe" && skipped[0].1.starts_with("fifo"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[1].0 == "sock" && skipped[1].1.starts_with("socket"),
+        "{skipped:?}"
+    );
+    assert_eq!(
+        v["changes"]["added"], 1,
+        "only the regular file is captured"
+    );
+}
+
+#[test]
+fn nested_mount_points_are_not_crossed() {
+    if !common::is_root() {
+        common::skip_or_fail("mounting a tmpfs needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("top.txt"), b"top");
+    std::fs::create_dir(root.join("mnt")).expect("mkdir");
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(root.join("mnt"))
+        .status()
+        .expect("mount");
+    assert!(st.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(root.join("mnt"));
+    write(&root.join("mnt/inside.txt"), b"another filesystem");
+    let v = rewind_json(root, &["checkpoint"]);
+    let a = v["id"].as_str().expect("id").to_string();
+    assert!(
+        v["skipped"]
+            .as_array()
+            .expect("skipped")
+            .iter()
+            .any(|s| s["path"] == "mnt"
+                && s["reason"].as_str().unwrap_or("").contains("mount point")),
+        "{v}"
+    );
+    write(&root.join("mnt/inside.txt"), b"changed inside the mount");
+    write(&root.join("top.txt"), b"changed");
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(std::fs::read(root.join("top.txt")).expect("top"), b"top");
+    assert_eq!(
+        std::fs::read(root.join("mnt/inside.txt")).expect("inside"),
+        b"changed inside the mount",
+        "the mount is left alone"
+    );
+}
+
+#[test]
+fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join(".rewindignore"), b"*.log\nbuild/\n");
+    write(&root.join("src.rs"), b"1");
+    write(
+        &root.join("node_modules/pkg/index.js"),
+        b"captured by default",
+    );
+    write(&root.join(".gitignore"), b"node_modules\n");
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&root.join("run.log"), b"ignored");
+    write(&root.join("build/out.o"), b"ignored too");
+    write(&root.join("src.rs"), b"2");
+    std::fs::remove_dir_all(root.join("node_modules")).expect("rm");
+    let st = rewind_json(root, &["status"]);
+    let paths: Vec<&str> = st["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .collect();
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.contains("log") || p.starts_with("build")),
+        "{paths:?}"
+    );
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        std::fs::read(root.join("node_modules/pkg/index.js")).expect("nm"),
+        b"captured by default"
+    );
+    assert_eq!(
+        std::fs::read(root.join("run.log")).expect("log"),
+        b"ignored",
+        "ignored files are never touched"
+    );
+    assert!(root.join("build/out.o").exists());
+}
+
+#[test]
+fn the_failpoint_stop_action_is_inert_without_the_env() {
+    // Guard against a failpoint leaking into normal runs.
+    let dir = common::tmp();
+    write(&dir.path().join("f"), b"1");
+    let out = rewind_env(
+        dir.path(),
+        &["checkpoint", "-q"],
+        &[("REWIND_FAILPOINT", "no-such-point")],
+    );
+    assert!(out.status.success());
+    assert!(rewind(dir.path(), &["list"]).status.success());
+}

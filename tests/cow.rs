@@ -1,0 +1,60 @@
+//! Copy-on-write is real: on XFS (reflink) and btrfs a checkpoint of a
+//! 100 MB file adds under 1 MB of used space, and `doctor` and `checkpoint
+//! --json` say clones were used; on ext4 the file is copied, and they say so.
+
+mod common;
+
+use common::{Fs, LoopFs, rewind_json, write};
+
+fn checkpoint_of_a_100_mb_file(fs: Fs) -> Option<(serde_json::Value, serde_json::Value, u64)> {
+    let lfs = LoopFs::new(fs, 1024)?;
+    let root = lfs.subdir("ws");
+    let data: Vec<u8> = (0..100u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    write(&root.join("big.bin"), &data);
+    rewind_json(&root, &["init"]);
+    let before = lfs.used_bytes();
+    let ck = rewind_json(&root, &["checkpoint"]);
+    let after = lfs.used_bytes();
+    let doctor = rewind_json(&root, &["doctor"]);
+    Some((ck, doctor, after.saturating_sub(before)))
+}
+
+#[test]
+fn a_checkpoint_of_100_mb_adds_under_1_mb_on_xfs_and_btrfs() {
+    for fs in [Fs::Xfs, Fs::Btrfs] {
+        let Some((ck, doctor, grown)) = checkpoint_of_a_100_mb_file(fs) else {
+            return;
+        };
+        assert!(
+            grown < 1 << 20,
+            "{}: the store grew by {grown} bytes",
+            fs.name()
+        );
+        assert_eq!(ck["reflink"], true, "{}: {ck}", fs.name());
+        assert_eq!(ck["cloned"], 1, "{}: {ck}", fs.name());
+        assert_eq!(ck["copied"], 0, "{}: {ck}", fs.name());
+        assert_eq!(ck["fs"], fs.name());
+        assert_eq!(doctor["reflink"], true);
+        assert_eq!(doctor["fs"], fs.name());
+    }
+}
+
+#[test]
+fn on_ext4_the_checkpoint_copies_and_says_so() {
+    let Some((ck, doctor, grown)) = checkpoint_of_a_100_mb_file(Fs::Ext4) else {
+        return;
+    };
+    assert_eq!(ck["reflink"], false, "{ck}");
+    assert_eq!(ck["copied"], 1, "{ck}");
+    assert_eq!(ck["bytes_new"], 100u64 << 20);
+    assert!(grown >= 100 << 20, "a real copy takes real space: {grown}");
+    assert_eq!(doctor["reflink"], false);
+    assert!(
+        doctor["reflink_why"]
+            .as_str()
+            .unwrap_or("")
+            .contains("copied")
+    );
+}

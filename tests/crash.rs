@@ -1,0 +1,302 @@
+//! Crash safety (DESIGN §4 rule 7): SIGKILL at every named point of
+//! checkpoint and rewind, and at random times. After each kill the next
+//! command recovers; the tree equals exactly the before-state or the
+//! target; the ledger passes `PRAGMA integrity_check`; no temp files
+//! remain; every acknowledged checkpoint is listed and restorable.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Fs, LoopFs, Snap, assert_same, rewind, rewind_env, rewind_json, snapshot, write};
+
+type Tree = BTreeMap<Vec<u8>, Snap>;
+
+/// Checkpoint A of a tree, then a "before" state that differs from A in
+/// every way a plan can: edits, deletions, a removed and an added directory,
+/// type changes, a changed symlink, a chmod'ed directory.
+fn fixture(root: &Path) -> (String, Tree, Tree) {
+    for d in 0..4 {
+        for f in 0..15 {
+            write(
+                &root.join(format!("d{d}/f{f}.txt")),
+                format!("content {d}/{f}\n").repeat(50 + f).as_bytes(),
+            );
+        }
+    }
+    write(&root.join("gone/inner/x"), b"x");
+    write(&root.join("typechange"), b"file first");
+    std::os::unix::fs::symlink("d0/f0.txt", root.join("link")).expect("symlink");
+    common::chmod(&root.join("d3"), 0o750);
+    let a = rewind_json(root, &["checkpoint", "A"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_a = snapshot(root);
+
+    for f in 0..10 {
+        write(
+            &root.join(format!("d1/f{f}.txt")),
+            format!("edited {f}\n").as_bytes(),
+        );
+    }
+    std::fs::remove_file(root.join("d2/f3.txt")).expect("rm");
+    std::fs::remove_dir_all(root.join("gone")).expect("rm -r");
+    write(&root.join("added/sub/new.txt"), b"new");
+    std::fs::remove_file(root.join("typechange")).expect("rm");
+    write(&root.join("typechange/now-a-dir"), b"dir now");
+    std::fs::remove_file(root.join("link")).expect("rm");
+    std::os::unix::fs::symlink("d1/f1.txt", root.join("link")).expect("symlink");
+    common::chmod(&root.join("d3"), 0o700);
+    let snap_before = snapshot(root);
+    (a, snap_a, snap_before)
+}
+
+fn killed(out: &std::process::Output) -> bool {
+    out.status.signal() == Some(9)
+}
+
+/// The invariants after a crash and the next command.
+fn check_invariants(root: &Path, label: &str, candidates: &[(&str, &Tree)]) -> usize {
+    // The next command (read-only) recovers.
+    let st = rewind(root, &["status", "--json"]);
+    assert!(
+        st.status.success(),
+        "{label}: status after crash failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let now = snapshot(root);
+    let which = candidates.iter().position(|(_, t)| **t == now);
+    if which.is_none() {
+        for (name, t) in candidates {
+            eprintln!("--- versus {name}:");
+            let r = std::panic::catch_unwind(|| assert_same(label, t, &now));
+            if let Err(e) = r {
+                eprintln!(
+                    "{}",
+                    e.downcast_ref::<String>().cloned().unwrap_or_default()
+                );
+            }
+        }
+        panic!(
+            "{label}: the tree is a mix, neither {:?}",
+            candidates.iter().map(|c| c.0).collect::<Vec<_>>()
+        );
+    }
+    let doc = rewind_json(root, &["doctor"]);
+    assert_eq!(doc["ledger"]["integrity"], "ok", "{label}: integrity check");
+    assert_eq!(
+        doc["ledger"]["pending_rewind"], false,
+        "{label}: intent left behind"
+    );
+    assert!(
+        common::temp_leftovers(root).is_empty(),
+        "{label}: temp files remain: {:?}",
+        common::temp_leftovers(root)
+    );
+    which.unwrap_or(0)
+}
+
+const REWIND_POINTS: &[&str] = &[
+    "capture:object-stored",
+    "rewind:captured",
+    "rewind:after-intent",
+    "apply:removed",
+    "apply:dir-created",
+    "apply:file-written",
+    "apply:symlink-written",
+    "apply:meta-fixed",
+    "rewind:before-commit",
+    "rewind:after-commit",
+];
+
+const CHECKPOINT_POINTS: &[&str] = &[
+    "capture:object-stored",
+    "checkpoint:before-sync",
+    "checkpoint:before-commit",
+    "checkpoint:after-commit",
+];
+
+fn named_points_on(fs: Fs) {
+    let Some(lfs) = LoopFs::new(fs, 512) else {
+        return;
+    };
+    for (i, point) in REWIND_POINTS.iter().enumerate() {
+        // Also the N-th hit of per-file points, to crash mid-way.
+        for nth in [1, 3] {
+            let root = lfs.subdir(&format!("rw{i}-{nth}"));
+            let (a, snap_a, before) = fixture(&root);
+            let spec = format!("{point}:{nth}");
+            let out = rewind_env(&root, &["rewind", &a], &[("REWIND_FAILPOINT", &spec)]);
+            if !killed(&out) {
+                assert!(
+                    nth > 1,
+                    "{}: failpoint {point} was never reached: {}",
+                    fs.name(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                continue;
+            }
+            check_invariants(
+                &root,
+                &format!("{} kill at {spec}", fs.name()),
+                &[("before", &before), ("target A", &snap_a)],
+            );
+            // Every acknowledged checkpoint is listed and restorable.
+            rewind_json(&root, &["rewind", &a]);
+            assert_same(
+                &format!("{} after {spec}: A restorable", fs.name()),
+                &snap_a,
+                &snapshot(&root),
+            );
+        }
+    }
+    for (i, point) in CHECKPOINT_POINTS.iter().enumerate() {
+        let root = lfs.subdir(&format!("ck{i}"));
+        let (a, snap_a, before) = fixture(&root);
+        let out = rewind_env(&root, &["checkpoint", "B"], &[("REWIND_FAILPOINT", point)]);
+        assert!(
+            killed(&out),
+            "{}: checkpoint failpoint {point} not reached",
+            fs.name()
+        );
+        // A checkpoint never touches the tree.
+        let which = check_invariants(
+            &root,
+            &format!("{} checkpoint kill at {point}", fs.name()),
+            &[("before", &before)],
+        );
+        assert_eq!(which, 0);
+        let list = rewind_json(&root, &["list"]);
+        let ids: Vec<&str> = list["checkpoints"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|c| c["id"].as_str())
+            .collect();
+        assert!(
+            ids.contains(&a.as_str()),
+            "{}: acknowledged checkpoint A missing after kill at {point}",
+            fs.name()
+        );
+        // A new checkpoint works and captures the tree exactly.
+        let b = rewind_json(&root, &["checkpoint", "B2"])["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        rewind_json(&root, &["rewind", &a]);
+        assert_same("A after checkpoint crash", &snap_a, &snapshot(&root));
+        rewind_json(&root, &["rewind", &b]);
+        assert_same("B2 after checkpoint crash", &before, &snapshot(&root));
+    }
+}
+
+#[test]
+fn sigkill_at_every_named_point_recovers_on_ext4() {
+    named_points_on(Fs::Ext4);
+}
+
+#[test]
+fn sigkill_at_every_named_point_recovers_on_xfs() {
+    named_points_on(Fs::Xfs);
+}
+
+#[test]
+fn sigkill_at_every_named_point_recovers_on_btrfs() {
+    named_points_on(Fs::Btrfs);
+}
+
+/// Kill rewinds at random moments; each time the tree must end up exactly
+/// at one of the two checkpoints.
+fn random_kills_on(fs: Fs, rounds: usize) {
+    let Some(lfs) = LoopFs::new(fs, 512) else {
+        return;
+    };
+    let root = lfs.subdir("random");
+    for d in 0..10 {
+        for f in 0..40 {
+            write(
+                &root.join(format!("d{d}/f{f}")),
+                format!("x {d} {f}\n").repeat(40).as_bytes(),
+            );
+        }
+    }
+    let x = rewind_json(&root, &["checkpoint", "X"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_x = snapshot(&root);
+    for d in 0..10 {
+        std::fs::remove_dir_all(root.join(format!("d{d}/"))).ok();
+        for f in 0..40 {
+            if (d + f) % 3 != 0 {
+                write(
+                    &root.join(format!("d{d}/f{f}")),
+                    format!("y {d} {f}\n").repeat(30).as_bytes(),
+                );
+            }
+        }
+        write(&root.join(format!("y{d}/new")), b"y");
+    }
+    let y = rewind_json(&root, &["checkpoint", "Y"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_y = snapshot(&root);
+
+    // Calibrate: how long does one rewind take here?
+    let t = Instant::now();
+    rewind_json(&root, &["rewind", &x]);
+    let span = t.elapsed().as_micros().max(2000) as u64;
+    let mut at_x = true;
+    let mut seed = 0x1234_5678_u64 ^ fs.name().len() as u64;
+    let mut kills = 0;
+    for i in 0..rounds {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = Duration::from_micros((seed >> 33) % (span * 12 / 10));
+        let target = if at_x { &y } else { &x };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(&root)
+            .args(["rewind", target, "-q"])
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let status = child.wait().expect("wait");
+        if status.signal() == Some(9) {
+            kills += 1;
+        }
+        let which = check_invariants(
+            &root,
+            &format!("{} random kill #{i} after {delay:?}", fs.name()),
+            &[("X", &snap_x), ("Y", &snap_y)],
+        );
+        at_x = which == 0;
+    }
+    assert!(
+        kills * 2 >= rounds,
+        "{}: only {kills} of {rounds} rewinds were killed mid-way; the delays are off",
+        fs.name()
+    );
+}
+
+#[test]
+fn random_time_kills_never_leave_a_mix_on_ext4() {
+    random_kills_on(Fs::Ext4, 40);
+}
+
+#[test]
+fn random_time_kills_never_leave_a_mix_on_xfs() {
+    random_kills_on(Fs::Xfs, 30);
+}
+
+#[test]
+fn random_time_kills_never_leave_a_mix_on_btrfs() {
+    random_kills_on(Fs::Btrfs, 30);
+}

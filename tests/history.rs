@@ -1,0 +1,268 @@
+//! History and addressing through the CLI: branches, replay, undo, notes,
+//! dry runs with fingerprints, ids/prefixes/labels, restore of paths, diff,
+//! and a shell whose cwd is inside the workspace surviving a rewind.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use common::{assert_same, rewind, rewind_json, snapshot, write};
+
+#[test]
+fn branch_replay_undo_are_exact_and_list_shows_the_branch_and_note() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("src/main.rs"), b"fn main() {}\n");
+    write(&root.join("README"), b"v1\n");
+    let a = rewind_json(root, &["checkpoint", "A"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_a = snapshot(root);
+
+    write(&root.join("src/main.rs"), b"fn main() { broken }\n");
+    write(&root.join("src/lib.rs"), b"pub fn x() {}\n");
+    let b = rewind_json(root, &["checkpoint", "B"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let snap_b = snapshot(root);
+
+    let r = rewind_json(root, &["rewind", &a, "--report", "tests failed on B"]);
+    assert_same("rewind to A", &snap_a, &snapshot(root));
+    assert_eq!(r["rewound_to"], a.as_str());
+    assert_eq!(
+        r["safety_checkpoint"],
+        b.as_str(),
+        "the live tree equalled B, so B is the safety checkpoint"
+    );
+    assert!(r["effects_not_undone"].as_array().is_some());
+
+    write(&root.join("README"), b"v2 on a branch\n");
+    let c = rewind_json(root, &["checkpoint", "C"]);
+    assert_eq!(
+        c["parent"],
+        a.as_str(),
+        "a checkpoint after a rewind branches from the target"
+    );
+    let snap_c = snapshot(root);
+
+    rewind_json(root, &["replay", &b]);
+    assert_same("replay to B", &snap_b, &snapshot(root));
+    rewind_json(root, &["undo"]);
+    assert_same("undo of the replay", &snap_c, &snapshot(root));
+
+    let list = rewind_json(root, &["list"]);
+    let cks = list["checkpoints"].as_array().expect("checkpoints");
+    let find = |id: &str| {
+        cks.iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed"))
+    };
+    assert_eq!(find(&b)["note"], "tests failed on B");
+    assert_eq!(find(&b)["parent"], a.as_str());
+    assert_eq!(list["head"], c["id"]);
+    let human = String::from_utf8_lossy(&rewind(root, &["list"]).stdout).into_owned();
+    assert!(
+        human.contains("├─") && human.contains("note: tests failed on B"),
+        "list shows branches and notes:\n{human}"
+    );
+    assert!(
+        human.contains(&format!("@ {}", c["id"].as_str().expect("id"))),
+        "HEAD is marked:\n{human}"
+    );
+}
+
+#[test]
+fn dry_run_prints_a_fingerprint_and_expect_refuses_a_changed_plan() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a"), b"1");
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&root.join("a"), b"2");
+    write(&root.join("b"), b"new");
+    let before = snapshot(root);
+    let plan = rewind_json(root, &["rewind", &a, "--dry-run"]);
+    assert_eq!(plan["dry_run"], true);
+    assert_eq!(plan["changes"]["written"], 1);
+    assert_eq!(plan["changes"]["deleted"], 1);
+    let fp = plan["plan_fingerprint"]
+        .as_str()
+        .expect("fingerprint")
+        .to_string();
+    assert_same("dry run changes nothing", &before, &snapshot(root));
+
+    write(&root.join("c"), b"appeared after the dry run");
+    let changed = snapshot(root);
+    let out = rewind(root, &["rewind", &a, "--expect", &fp]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("plan changed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same("a refused plan changes nothing", &changed, &snapshot(root));
+
+    let fp2 = rewind_json(root, &["rewind", &a, "--dry-run"])["plan_fingerprint"]
+        .as_str()
+        .expect("fp")
+        .to_string();
+    rewind_json(root, &["rewind", &a, "--expect", &fp2]);
+    assert_eq!(std::fs::read(root.join("a")).expect("read"), b"1");
+    assert!(!root.join("c").exists());
+}
+
+#[test]
+fn ids_prefixes_labels_and_head_relative_names_resolve() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f"), b"1");
+    let first = rewind_json(root, &["checkpoint", "first"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&root.join("f"), b"2");
+    rewind_json(root, &["checkpoint", "second"]);
+    for name in [&first[..5], "first", "HEAD~1", "@~1", &first] {
+        let plan = rewind_json(root, &["rewind", name, "--dry-run"]);
+        assert_eq!(
+            plan["rewound_to"],
+            first.as_str(),
+            "{name} names the first checkpoint"
+        );
+    }
+}
+
+#[test]
+fn restore_brings_back_only_the_named_paths() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("keep/a.txt"), b"a1");
+    write(&root.join("keep/b.txt"), b"b1");
+    write(&root.join("nested/deep/c.txt"), b"c1");
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&root.join("keep/a.txt"), b"a2");
+    write(&root.join("keep/b.txt"), b"b2");
+    std::fs::remove_dir_all(root.join("nested")).expect("rm");
+    let r = rewind_json(
+        root,
+        &["restore", &a, "--", "keep/a.txt", "nested/deep/c.txt"],
+    );
+    assert_eq!(r["op"], "restore");
+    assert_eq!(std::fs::read(root.join("keep/a.txt")).expect("a"), b"a1");
+    assert_eq!(
+        std::fs::read(root.join("keep/b.txt")).expect("b"),
+        b"b2",
+        "unnamed paths are left alone"
+    );
+    assert_eq!(
+        std::fs::read(root.join("nested/deep/c.txt")).expect("c"),
+        b"c1",
+        "missing parents are recreated"
+    );
+    // restore is undoable like a rewind
+    rewind_json(root, &["undo"]);
+    assert_eq!(std::fs::read(root.join("keep/a.txt")).expect("a"), b"a2");
+    assert!(!root.join("nested").exists());
+}
+
+#[test]
+fn status_and_diff_report_changes_and_patches() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("x.txt"), b"one\ntwo\n");
+    write(&root.join("gone.txt"), b"bye\n");
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&root.join("x.txt"), b"one\nthree\n");
+    std::fs::remove_file(root.join("gone.txt")).expect("rm");
+    write(&root.join("new.txt"), b"hi\n");
+    let st = rewind_json(root, &["status"]);
+    let changes: Vec<(String, String)> = st["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap_or("").to_string(),
+                c["status"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            ("gone.txt".into(), "deleted".into()),
+            ("new.txt".into(), "added".into()),
+            ("x.txt".into(), "modified".into())
+        ]
+    );
+    let d = rewind_json(root, &["diff", &a, "--patch", "--", "x.txt"]);
+    assert_eq!(d["changes"].as_array().expect("changes").len(), 1);
+    let patch = d["patch"].as_str().expect("patch");
+    assert!(
+        patch.contains("-two") && patch.contains("+three"),
+        "{patch}"
+    );
+    let b = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let d = rewind_json(root, &["diff", &a, &b]);
+    assert_eq!(d["changes"].as_array().expect("changes").len(), 3);
+}
+
+#[test]
+fn a_shell_whose_cwd_is_inside_reads_the_restored_content() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("sub/dir/f.txt"), b"original\n");
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&root.join("sub/dir/f.txt"), b"damaged\n");
+    write(&root.join("sub/dir/extra"), b"x");
+    // A shell sitting in sub/dir, like an agent's terminal.
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg("while read line; do cat f.txt; ls; echo END; done")
+        .current_dir(root.join("sub/dir"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let mut stdin = sh.stdin.take().expect("stdin");
+    let mut out = BufReader::new(sh.stdout.take().expect("stdout"));
+    let mut read_block = || {
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            out.read_line(&mut l).expect("read");
+            if l.trim() == "END" || l.is_empty() {
+                return lines;
+            }
+            lines.push(l.trim().to_string());
+        }
+    };
+    writeln!(stdin, "go").expect("write");
+    assert_eq!(read_block(), vec!["damaged", "extra", "f.txt"]);
+    rewind_json(root, &["rewind", &a]);
+    writeln!(stdin, "go").expect("write");
+    assert_eq!(
+        read_block(),
+        vec!["original", "f.txt"],
+        "the shell's cwd still works and shows the restored tree"
+    );
+    drop(stdin);
+    let _ = sh.wait();
+}
