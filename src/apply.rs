@@ -23,6 +23,7 @@ use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::objects::ObjectStore;
+use crate::progress::Progress;
 use crate::tree::{Entry, Kind, Target};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,6 +87,7 @@ pub fn apply(
     trees: &Trees<'_>,
     changes: &[Change],
     opts: ApplyOptions,
+    progress: &Progress,
 ) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
     let mut parents = Parents { root, last: None };
@@ -123,6 +125,7 @@ pub fn apply(
             &mut report,
         )?;
         failpoint::hit("apply:removed");
+        progress.inc(1);
     }
     parents.forget();
 
@@ -179,6 +182,7 @@ pub fn apply(
                 }
                 report.written += 1;
                 failpoint::hit("apply:file-written");
+                progress.inc(1);
             }
             Kind::Symlink => links.push(ch),
         }

@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -204,7 +205,35 @@ struct Outputs {
     cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     visited: HashSet<Vec<u8>>,
     skipped: Vec<Skipped>,
-    stats: CaptureStats,
+}
+
+/// Counters bumped from every walker thread: atomics, not the mutex.
+#[derive(Default)]
+struct Counters {
+    entries: AtomicU64,
+    files_hashed: AtomicU64,
+    bytes_hashed: AtomicU64,
+    bytes_new: AtomicU64,
+    cloned: AtomicU64,
+    copied: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> CaptureStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CaptureStats {
+            entries: get(&self.entries),
+            files_hashed: get(&self.files_hashed),
+            bytes_hashed: get(&self.bytes_hashed),
+            bytes_new: get(&self.bytes_new),
+            cloned: get(&self.cloned),
+            copied: get(&self.copied),
+        }
+    }
 }
 
 /// Where captured file contents go: stored as objects (checkpoint) or only
@@ -223,6 +252,7 @@ struct Walker<'a> {
     sink: Sink<'a>,
     clock_ns: i64,
     out: Mutex<Outputs>,
+    counters: Counters,
     progress: &'a Progress,
 }
 
@@ -242,10 +272,12 @@ pub fn capture(
         sink,
         clock_ns,
         out: Mutex::new(Outputs::default()),
+        counters: Counters::default(),
         progress,
     };
     let root_dir = root.try_clone().map_err(Error::os)?;
     let root_hash = walker.walk_dir(root_dir, Vec::new(), &IgnoreStack::new())?;
+    let stats = walker.counters.snapshot();
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
     let cache_removals = cache
         .keys()
@@ -260,7 +292,7 @@ pub fn capture(
         cache_updates: out.cache_updates,
         cache_removals,
         skipped,
-        stats: out.stats,
+        stats,
     })
 }
 
@@ -392,9 +424,7 @@ impl Walker<'_> {
             Err(e) => return Err(Error::os(e)),
         };
         self.progress.inc(1);
-        if let Ok(mut o) = self.out.lock() {
-            o.stats.entries += 1;
-        }
+        Counters::add(&self.counters.entries, 1);
         if meta.kind.is_special() {
             self.skip(
                 &path,
@@ -506,11 +536,14 @@ impl Walker<'_> {
         let (hash, size) = match self.sink {
             Sink::Store(store) => {
                 let ing = store.ingest(&file)?;
-                let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
-                o.stats.bytes_new += ing.new_bytes;
+                Counters::add(&self.counters.bytes_new, ing.new_bytes);
                 match ing.outcome {
-                    rewind_platform::CloneOutcome::Cloned => o.stats.cloned += 1,
-                    rewind_platform::CloneOutcome::Copied => o.stats.copied += 1,
+                    rewind_platform::CloneOutcome::Cloned => {
+                        Counters::add(&self.counters.cloned, 1)
+                    }
+                    rewind_platform::CloneOutcome::Copied => {
+                        Counters::add(&self.counters.copied, 1)
+                    }
                 }
                 (ing.hash, ing.size)
             }
@@ -521,11 +554,8 @@ impl Walker<'_> {
         crate::failpoint::hit("capture:object-stored");
         let after = dir.stat_at(name).ok();
         let changed_meanwhile = after.is_none_or(|a| a.ctime_ns != meta.ctime_ns || a.size != size);
-        {
-            let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
-            o.stats.files_hashed += 1;
-            o.stats.bytes_hashed += size;
-        }
+        Counters::add(&self.counters.files_hashed, 1);
+        Counters::add(&self.counters.bytes_hashed, size);
         let entry = Entry {
             name: path.rsplit(|&c| c == b'/').next().unwrap_or(path).to_vec(),
             mode: opened.mode,

@@ -11,6 +11,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsFd;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rewind_platform::{CloneOutcome, Dir, RenameMode, clone_or_copy, copy_with};
@@ -22,6 +23,8 @@ pub struct ObjectStore {
     objects: Dir,
     tmp: Dir,
     clones: bool,
+    /// `objects/00/` … `objects/ff/`, opened lazily and kept open.
+    shards: Box<[OnceLock<Dir>]>,
 }
 
 /// The result of storing one file.
@@ -42,6 +45,7 @@ impl ObjectStore {
             objects,
             tmp,
             clones,
+            shards: (0..256).map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -54,11 +58,11 @@ impl ObjectStore {
     }
 
     /// A fresh temp file in `.rewind/tmp/`, created O_EXCL.
-    pub fn temp_file(&self, prefix: &str) -> Result<(OsString, File)> {
+    pub fn temp_file(&self, prefix: &str, mode: u32) -> Result<(OsString, File)> {
         loop {
             let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = OsString::from(format!("{prefix}.{}.{n}", std::process::id()));
-            match self.tmp.create_new(&name, 0o600) {
+            match self.tmp.create_new(&name, mode) {
                 Ok(f) => return Ok((name, f)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::os(e)),
@@ -74,7 +78,8 @@ impl ObjectStore {
 
     /// Store the content of `src` (an open regular file).
     pub fn ingest(&self, src: &File) -> Result<Ingested> {
-        let (tmp_name, tmp) = self.temp_file("in")?;
+        // Created read-only: the fd stays writable, the object never is.
+        let (tmp_name, tmp) = self.temp_file("in", 0o444)?;
         let stored = self.fill_and_hash(src, &tmp);
         let (hash, size, outcome) = match stored {
             Ok(v) => v,
@@ -99,12 +104,7 @@ impl ObjectStore {
             let outcome = clone_or_copy(src.as_fd(), tmp.as_fd())
                 .map_err(|e| Error::os(rewind_platform::Error::new("clone", tmp_path(), e)))?;
             // Hash the clone, not the source: it cannot change under us.
-            let mut reader = tmp
-                .try_clone()
-                .map_err(|e| Error::os(rewind_platform::Error::new("dup", tmp_path(), e)))?;
-            std::io::Seek::rewind(&mut reader)
-                .map_err(|e| Error::os(rewind_platform::Error::new("seek", tmp_path(), e)))?;
-            let (hash, size) = hash_reader(&mut reader)
+            let (hash, size) = hash_from_start(tmp)
                 .map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
             Ok((hash, size, outcome))
         } else {
@@ -121,50 +121,58 @@ impl ObjectStore {
         let hex = hash.to_hex();
         let shard = self.shard(&hex[..2])?;
         let name = OsStr::new(&hex[2..]);
+        match self
+            .tmp
+            .rename(tmp_name, shard, name, RenameMode::NoReplace)
+        {
+            Ok(()) => return Ok(size),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::os(e)),
+        }
         match shard.stat_at(name) {
             // Same size: trust it (objects only ever appear complete).
             Ok(m) if m.size == size => {
                 let _ = self.tmp.unlink(tmp_name);
-                return Ok(0);
+                Ok(0)
             }
-            Ok(_) => {} // damaged by an earlier crash: replace it
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(Error::os(e)),
+            // Damaged by an earlier crash (or by hand): replace it.
+            _ => {
+                self.tmp
+                    .rename(tmp_name, shard, name, RenameMode::Replace)
+                    .map_err(Error::os)?;
+                Ok(size)
+            }
         }
-        let _ = rewind_platform::file_set_mode(
-            &self.tmp.open_read(tmp_name).map_err(Error::os)?.0,
-            0o444,
-        );
-        self.tmp
-            .rename(tmp_name, &shard, name, RenameMode::Replace)
-            .map_err(Error::os)?;
-        Ok(size)
     }
 
-    fn shard(&self, prefix: &str) -> Result<Dir> {
+    /// The shard directory `objects/xx/`, opened once per process.
+    fn shard(&self, prefix: &str) -> Result<&Dir> {
+        let index = usize::from_str_radix(prefix, 16)
+            .map_err(|_| Error::Usage(format!("internal: bad object prefix {prefix}")))?;
+        let slot = &self.shards[index & 0xff];
+        if let Some(d) = slot.get() {
+            return Ok(d);
+        }
         let name = OsStr::new(prefix);
-        match self.objects.open_dir(name) {
-            Ok(d) => Ok(d),
+        let dir = match self.objects.open_dir(name) {
+            Ok(d) => d,
             Err(e) if e.is_not_found() => {
                 match self.objects.mkdir(name, 0o755) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(Error::os(e)),
                 }
-                self.objects.open_dir(name).map_err(Error::os)
+                self.objects.open_dir(name).map_err(Error::os)?
             }
-            Err(e) => Err(Error::os(e)),
-        }
+            Err(e) => return Err(Error::os(e)),
+        };
+        Ok(slot.get_or_init(|| dir))
     }
 
     /// Open a stored object for reading.
     pub fn open(&self, hash: &Hash) -> Result<File> {
         let hex = hash.to_hex();
-        let found = self
-            .objects
-            .open_dir(OsStr::new(&hex[..2]))
-            .and_then(|d| d.open_read(OsStr::new(&hex[2..])));
-        match found {
+        match self.shard(&hex[..2])?.open_read(OsStr::new(&hex[2..])) {
             Ok((f, _)) => Ok(f),
             Err(e) if e.is_not_found() => Err(Error::ObjectMissing {
                 hash: hex,
@@ -176,17 +184,15 @@ impl ObjectStore {
 
     pub fn contains(&self, hash: &Hash) -> bool {
         let hex = hash.to_hex();
-        self.objects
-            .open_dir(OsStr::new(&hex[..2]))
-            .and_then(|d| d.stat_at(OsStr::new(&hex[2..])))
-            .is_ok()
+        self.shard(&hex[..2])
+            .is_ok_and(|d| d.stat_at(OsStr::new(&hex[2..])).is_ok())
     }
 
     /// Write an object's bytes into a new temp file (clone where possible).
     /// The caller sets mode/xattrs/times and renames it into the workspace.
     pub fn materialize(&self, hash: &Hash) -> Result<(OsString, File, CloneOutcome)> {
         let src = self.open(hash)?;
-        let (name, file) = self.temp_file("wr")?;
+        let (name, file) = self.temp_file("wr", 0o600)?;
         let outcome = if self.clones {
             clone_or_copy(src.as_fd(), file.as_fd())
         } else {
@@ -220,6 +226,26 @@ impl ObjectStore {
         let (h, _) = hash_reader(&mut f)
             .map_err(|e| Error::os(rewind_platform::Error::new("read", self.objects.path(), e)))?;
         Ok(h == *hash)
+    }
+}
+
+/// SHA-256 and length of a whole file, read with pread from offset 0
+/// (whatever the fd's current offset).
+pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
+    use std::os::unix::fs::FileExt;
+    let mut h = Hasher::default();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut off = 0u64;
+    loop {
+        match file.read_at(&mut buf, off) {
+            Ok(0) => return Ok((h.finish(), off)),
+            Ok(n) => {
+                h.update(&buf[..n]);
+                off += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -40,7 +40,7 @@ impl Progress {
         let bar = self.bar.get_or_init(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
             bar.set_style(
-                ProgressStyle::with_template("{spinner} {msg}: {pos} entries ({elapsed})")
+                ProgressStyle::with_template("{spinner} {msg}: {pos} ({elapsed})")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             bar.set_message(self.message);

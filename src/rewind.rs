@@ -283,7 +283,15 @@ fn run_to(
     //    for a symlink), finish from a fresh capture instead.
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
-        apply::apply(ws.root_dir(), ws.store(), &trees, &changes, aopts)
+        let progress = ws.progress("restoring");
+        apply::apply(
+            ws.root_dir(),
+            ws.store(),
+            &trees,
+            &changes,
+            aopts,
+            &progress,
+        )
     };
     let report = match report {
         Ok(r) => r,
@@ -346,7 +354,15 @@ fn reapply_from_live(
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
     let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
-    apply::apply(ws.root_dir(), ws.store(), &trees, &changes, aopts)
+    let progress = ws.progress("restoring");
+    apply::apply(
+        ws.root_dir(),
+        ws.store(),
+        &trees,
+        &changes,
+        aopts,
+        &progress,
+    )
 }
 
 fn finish(
