@@ -553,7 +553,8 @@ impl Walker<'_> {
         };
         crate::failpoint::hit("capture:object-stored");
         let after = dir.stat_at(name).ok();
-        let changed_meanwhile = after.is_none_or(|a| a.ctime_ns != meta.ctime_ns || a.size != size);
+        let changed_meanwhile = after
+            .is_none_or(|a| a.ino != meta.ino || a.ctime_ns != meta.ctime_ns || a.size != size);
         Counters::add(&self.counters.files_hashed, 1);
         Counters::add(&self.counters.bytes_hashed, size);
         let entry = Entry {

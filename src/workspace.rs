@@ -469,12 +469,34 @@ impl Workspace {
                 c => norm.push(c.as_os_str()),
             }
         }
-        let rel = norm
-            .strip_prefix(&self.root_path)
-            .map_err(|_| Error::OutsideWorkspace {
-                path: arg.to_path_buf(),
-                workspace: self.root_path.clone(),
-            })?;
+        let outside = || Error::OutsideWorkspace {
+            path: arg.to_path_buf(),
+            workspace: self.root_path.clone(),
+        };
+        let rel = match norm.strip_prefix(&self.root_path) {
+            Ok(rel) => rel.to_path_buf(),
+            // The user may have named the workspace through a symlink:
+            // resolve the longest existing ancestor and try again. The last
+            // component is never resolved (it may itself be a symlink to
+            // restore).
+            Err(_) => {
+                let mut existing = norm.parent().map(Path::to_path_buf).ok_or_else(outside)?;
+                let mut rest = vec![norm.file_name().ok_or_else(outside)?.to_os_string()];
+                let real = loop {
+                    match std::fs::canonicalize(&existing) {
+                        Ok(r) => break r,
+                        Err(_) => {
+                            rest.push(existing.file_name().ok_or_else(outside)?.to_os_string());
+                            existing.pop();
+                        }
+                    }
+                };
+                let full = rest.iter().rev().fold(real, |p, c| p.join(c));
+                full.strip_prefix(&self.root_path)
+                    .map_err(|_| outside())?
+                    .to_path_buf()
+            }
+        };
         let bytes = rel.as_os_str().as_bytes().to_vec();
         if bytes == STATE_DIR.as_bytes() || bytes.starts_with(format!("{STATE_DIR}/").as_bytes()) {
             return Err(Error::InvalidPath {

@@ -171,6 +171,14 @@ fn restore_brings_back_only_the_named_paths() {
     rewind_json(root, &["undo"]);
     assert_eq!(std::fs::read(root.join("keep/a.txt")).expect("a"), b"a2");
     assert!(!root.join("nested").exists());
+    // a path named through a symlink to the workspace resolves too
+    write(&root.join("keep/b.txt"), b"b3");
+    let elsewhere = common::tmp();
+    let alias = elsewhere.path().join("alias");
+    std::os::unix::fs::symlink(root, &alias).expect("symlink");
+    let arg = alias.join("keep/b.txt");
+    rewind_json(root, &["restore", &a, "--", arg.to_str().expect("utf8")]);
+    assert_eq!(std::fs::read(root.join("keep/b.txt")).expect("b"), b"b1");
 }
 
 #[test]
