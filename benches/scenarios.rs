@@ -1228,6 +1228,12 @@ fn utc_now() -> String {
     )
 }
 
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
 fn fmt_ms(x: f64) -> String {
     if x >= 100.0 {
         format!("{x:.0}")
@@ -1272,6 +1278,7 @@ fn main() {
     let git_version = run(Command::new("git").arg("--version")).text();
     let rewind_version = run(Command::new(REWIND).arg("--version")).text();
     let date = utc_now();
+    let load_start = loadavg();
     let command_line = format!(
         "cargo bench --bench scenarios{}",
         if args.user_args.is_empty() {
@@ -1339,7 +1346,7 @@ fn main() {
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
     let fs_line = format!(
-        "{} ({}){}",
+        "{} per `stat -f` ({}){}",
         fsinfo.fs_type,
         fsinfo.setup,
         fsinfo
@@ -1378,6 +1385,11 @@ fn main() {
     let _ = writeln!(
         md,
         "- machine: nproc {nproc}, kernel {kernel}; {git_version}; {rewind_version}"
+    );
+    let load_end = loadavg();
+    let _ = writeln!(
+        md,
+        "- load average (1/5/15 min): {load_start} at start, {load_end} at end"
     );
     let _ = writeln!(md, "- filesystem: {fs_line}");
     let _ = writeln!(md, "- reflink clones: {reflink_line}");
@@ -1453,6 +1465,8 @@ fn main() {
             "git": git_version,
             "rewind": rewind_version,
             "rewind_binary": REWIND,
+            "loadavg_start": load_start,
+            "loadavg_end": load_end,
         },
         "filesystem": {
             "requested": fsinfo.requested.name(),
