@@ -156,7 +156,7 @@ pub fn apply(
                 let Target::Object(hash) = &new.target else {
                     continue;
                 };
-                let (tmp_name, file, _) = store.materialize(hash)?;
+                let (tmp_name, file, _) = store.materialize(hash, new.size)?;
                 let mode = allowed_mode(new, opts, &ch.path, &mut report);
                 let tmp_path = || store.tmp_dir().path().join(&tmp_name);
                 rewind_platform::file_set_mode(&file, mode)

@@ -14,7 +14,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
 use rewind_platform::{Dir, EntryKind, Meta, Xattr};
@@ -22,141 +22,153 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::hash::Hash;
-use crate::objects::{ObjectStore, hash_reader};
+use crate::objects::{ObjectStore, Stored, hash_reader};
 use crate::progress::Progress;
-use crate::tree::{Entry, Kind, Node, Target};
+use crate::tree::{Entry, Kind, Node, Reader, Target};
 
 pub const STATE_DIR: &str = ".rewind";
 pub const IGNORE_FILE: &str = ".rewindignore";
 
-/// One stat record of the cache, aligned with a tree entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatRec {
+/// One record of the stat cache: the tree entry as last captured plus the
+/// stat fields that vouch for it. Self-sufficient, so an unchanged entry
+/// (and an unchanged directory) costs one `fstatat` and no node decoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheRec {
+    pub entry: Entry,
     pub dev: u64,
     pub ino: u64,
-    pub mode: u32,
-    pub size: u64,
-    pub mtime_ns: i64,
     pub ctime_ns: i64,
     pub racy: bool,
 }
 
-const STAT_REC_LEN: usize = 8 + 8 + 4 + 8 + 8 + 8 + 1;
-
-impl StatRec {
-    fn from_meta(m: &Meta, clock_ns: i64) -> StatRec {
-        StatRec {
+impl CacheRec {
+    fn new(entry: Entry, m: &Meta, clock_ns: i64) -> CacheRec {
+        CacheRec {
+            entry,
             dev: m.dev,
             ino: m.ino,
-            mode: kind_bits(m.kind) | m.mode,
-            size: m.size,
-            mtime_ns: m.mtime_ns,
             ctime_ns: m.ctime_ns,
             racy: m.ctime_ns >= clock_ns,
         }
     }
 
     /// The cache vouches for an entry when nothing in its stat moved and it
-    /// was not racy when cached.
+    /// was not racy when cached. A directory's size is not compared (it
+    /// changes with its entries, which are walked anyway).
     pub fn vouches_for(&self, m: &Meta) -> bool {
+        let kind_matches = matches!(
+            (self.entry.kind(), m.kind),
+            (Kind::File, EntryKind::File)
+                | (Kind::Dir, EntryKind::Dir)
+                | (Kind::Symlink, EntryKind::Symlink)
+        );
         !self.racy
+            && kind_matches
             && self.dev == m.dev
             && self.ino == m.ino
-            && self.mode == kind_bits(m.kind) | m.mode
-            && self.size == m.size
-            && self.mtime_ns == m.mtime_ns
+            && self.entry.mode == m.mode
+            && self.entry.mtime_ns == m.mtime_ns
             && self.ctime_ns == m.ctime_ns
+            && (m.kind == EntryKind::Dir || self.entry.size == m.size)
     }
 
-    fn encode_all(recs: &[StatRec]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(recs.len() * STAT_REC_LEN);
+    fn encode_all(recs: &[CacheRec]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(recs.len() * 96);
         for r in recs {
-            out.extend_from_slice(&r.dev.to_le_bytes());
-            out.extend_from_slice(&r.ino.to_le_bytes());
-            out.extend_from_slice(&r.mode.to_le_bytes());
-            out.extend_from_slice(&r.size.to_le_bytes());
-            out.extend_from_slice(&r.mtime_ns.to_le_bytes());
-            out.extend_from_slice(&r.ctime_ns.to_le_bytes());
+            r.entry.encode_into(&mut out);
+            out.extend_from_slice(&r.dev.to_be_bytes());
+            out.extend_from_slice(&r.ino.to_be_bytes());
+            out.extend_from_slice(&r.ctime_ns.to_be_bytes());
             out.push(r.racy as u8);
         }
         out
     }
 
-    fn decode_all(bytes: &[u8]) -> Option<Vec<StatRec>> {
-        if bytes.len() % STAT_REC_LEN != 0 {
-            return None;
+    fn decode_all(bytes: &[u8]) -> Option<Vec<CacheRec>> {
+        let mut r = Reader { b: bytes };
+        let mut out: Vec<CacheRec> = Vec::new();
+        while !r.b.is_empty() {
+            let entry = Entry::decode_from(&mut r).ok()?;
+            if out.last().is_some_and(|p| p.entry.name >= entry.name) {
+                return None;
+            }
+            let dev = r.u64().ok()?;
+            let ino = r.u64().ok()?;
+            let ctime_ns = r.u64().ok()? as i64;
+            let racy = r.u8().ok()? != 0;
+            out.push(CacheRec {
+                entry,
+                dev,
+                ino,
+                ctime_ns,
+                racy,
+            });
         }
-        let u64_at =
-            |c: &[u8], o: usize| u64::from_le_bytes(c[o..o + 8].try_into().unwrap_or([0; 8]));
-        Some(
-            bytes
-                .chunks_exact(STAT_REC_LEN)
-                .map(|c| StatRec {
-                    dev: u64_at(c, 0),
-                    ino: u64_at(c, 8),
-                    mode: u32::from_le_bytes(c[16..20].try_into().unwrap_or([0; 4])),
-                    size: u64_at(c, 20),
-                    mtime_ns: u64_at(c, 28) as i64,
-                    ctime_ns: u64_at(c, 36) as i64,
-                    racy: c[44] != 0,
-                })
-                .collect(),
-        )
-    }
-}
-
-fn kind_bits(k: EntryKind) -> u32 {
-    match k {
-        EntryKind::File => 0o100000,
-        EntryKind::Dir => 0o040000,
-        EntryKind::Symlink => 0o120000,
-        _ => 0,
+        Some(out)
     }
 }
 
 /// The previous capture of one directory.
 pub struct CachedDir {
     pub node_hash: Hash,
-    pub node: Node,
-    pub stats: Vec<StatRec>,
+    pub recs: Vec<CacheRec>,
 }
 
 impl CachedDir {
-    fn lookup(&self, name: &[u8]) -> Option<(&Entry, &StatRec)> {
+    fn lookup(&self, name: &[u8]) -> Option<&CacheRec> {
         let i = self
-            .node
-            .entries
-            .binary_search_by(|e| e.name.as_slice().cmp(name))
+            .recs
+            .binary_search_by(|r| r.entry.name.as_slice().cmp(name))
             .ok()?;
-        Some((&self.node.entries[i], self.stats.get(i)?))
+        self.recs.get(i)
     }
 }
 
-pub type StatCache = HashMap<Vec<u8>, CachedDir>;
+/// A stat-cache row, decoded on first use by whichever walker thread
+/// reaches its directory: decoding is spread over the pool and skipped for
+/// directories that are gone.
+pub struct LazyDir {
+    node_hash: Hash,
+    raw: Vec<u8>,
+    decoded: OnceLock<Option<CachedDir>>,
+}
 
-/// A stat-cache row as stored: (dir path, node hash, stat records, node bytes).
-pub type StatCacheRow = (Vec<u8>, Hash, Vec<u8>, Vec<u8>);
-
-/// Build the in-memory stat cache from ledger rows; rows that do not line up
-/// with their node are dropped (the cache is only an accelerator).
-pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
-    let mut cache = HashMap::with_capacity(rows.len());
-    for (dir, node_hash, stats, data) in rows {
-        let (Ok(node), Some(stats)) = (Node::decode(&data), StatRec::decode_all(&stats)) else {
-            continue;
-        };
-        if node.entries.len() == stats.len() {
-            cache.insert(
-                dir,
-                CachedDir {
-                    node_hash,
-                    node,
-                    stats,
-                },
-            );
-        }
+impl LazyDir {
+    /// The decoded records, or `None` when the row does not decode or its
+    /// records do not hash to its node (then the directory is walked as if
+    /// uncached: the cache is an accelerator, never the source of truth).
+    fn get(&self) -> Option<&CachedDir> {
+        self.decoded
+            .get_or_init(|| {
+                let recs = CacheRec::decode_all(&self.raw)?;
+                let encoded = Node::encode_entries(recs.iter().map(|r| &r.entry));
+                (Node::hash_of_encoding(&encoded) == self.node_hash).then_some(CachedDir {
+                    node_hash: self.node_hash,
+                    recs,
+                })
+            })
+            .as_ref()
     }
-    cache
+}
+
+pub type StatCache = HashMap<Vec<u8>, LazyDir>;
+
+/// A stat-cache row as stored: (dir path, node hash, records).
+pub type StatCacheRow = (Vec<u8>, Hash, Vec<u8>);
+
+pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
+    rows.into_iter()
+        .map(|(dir, node_hash, raw)| {
+            (
+                dir,
+                LazyDir {
+                    node_hash,
+                    raw,
+                    decoded: OnceLock::new(),
+                },
+            )
+        })
+        .collect()
 }
 
 /// Something the capture saw and deliberately left out.
@@ -172,8 +184,12 @@ pub struct CaptureStats {
     pub files_hashed: u64,
     pub bytes_hashed: u64,
     pub bytes_new: u64,
+    /// Files stored as reflink clones.
     pub cloned: u64,
+    /// Files copied into `.rewind/objects/`.
     pub copied: u64,
+    /// Small files stored in the ledger.
+    pub inlined: u64,
 }
 
 /// A captured tree: the root hash plus everything needed to persist it.
@@ -187,6 +203,8 @@ pub struct Capture {
     pub cache_removals: Vec<Vec<u8>>,
     pub skipped: Vec<Skipped>,
     pub stats: CaptureStats,
+    /// Small objects to store in the same transaction as the capture.
+    pub blobs: Vec<(Hash, Vec<u8>)>,
 }
 
 impl Capture {
@@ -216,6 +234,7 @@ struct Counters {
     bytes_new: AtomicU64,
     cloned: AtomicU64,
     copied: AtomicU64,
+    inlined: AtomicU64,
 }
 
 impl Counters {
@@ -232,6 +251,7 @@ impl Counters {
             bytes_new: get(&self.bytes_new),
             cloned: get(&self.cloned),
             copied: get(&self.copied),
+            inlined: get(&self.inlined),
         }
     }
 }
@@ -240,11 +260,26 @@ impl Counters {
 /// hashed (status, diff against the live tree, dry runs).
 #[derive(Clone, Copy)]
 pub enum Sink<'a> {
-    Store(&'a ObjectStore),
+    Store(&'a ObjectStore, &'a crate::blobs::BlobWriter),
     HashOnly,
 }
 
 type IgnoreStack = Vec<(usize, Arc<ignore::gitignore::Gitignore>)>;
+
+/// What one entry of a directory needs, decided from its stat alone.
+enum Slot<'c> {
+    Same(&'c CacheRec),
+    File(OsString, Meta),
+    Link(OsString, Meta),
+    Dir(OsString, Meta, Option<&'c CacheRec>),
+}
+
+/// An entry's record after the work: unchanged (borrowed from the cache)
+/// or new.
+enum Resolved<'c> {
+    Same(&'c CacheRec),
+    New(CacheRec),
+}
 
 struct Walker<'a> {
     root_dev: u64,
@@ -293,6 +328,7 @@ pub fn capture(
         cache_removals,
         skipped,
         stats,
+        blobs: Vec::new(),
     })
 }
 
@@ -371,54 +407,79 @@ impl Walker<'_> {
         false
     }
 
+    /// Capture one directory: stat every entry here (cheap, sequential),
+    /// then hash misses and descend into subdirectories in parallel. A
+    /// directory whose records all match the cache keeps its node as is.
     fn walk_dir(&self, dir: Dir, rel: Vec<u8>, parent_ignores: &IgnoreStack) -> Result<Hash> {
         let mut names = dir.entries().map_err(Error::os)?;
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         let ignores = self.ignore_stack(&dir, &rel, &names, parent_ignores)?;
-        let cached = self.cache.get(&rel);
+        let cached = self.cache.get(&rel).and_then(LazyDir::get);
 
-        let results: Vec<Result<Option<(Entry, StatRec)>>> = names
-            .par_iter()
-            .map(|name| self.visit(&dir, &rel, name, cached, &ignores))
-            .collect();
-        let mut entries = Vec::with_capacity(results.len());
-        let mut recs = Vec::with_capacity(results.len());
-        for r in results {
-            if let Some((e, s)) = r? {
-                entries.push(e);
-                recs.push(s);
+        let mut slots = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(slot) = self.classify(&dir, &rel, name, cached, &ignores)? {
+                slots.push(slot);
             }
         }
-        let node = Node { entries };
+        let resolved: Vec<Result<Option<Resolved<'_>>>> = slots
+            .into_par_iter()
+            .map(|slot| self.resolve(&dir, &rel, slot, &ignores))
+            .collect();
+        let mut recs: Vec<Resolved<'_>> = Vec::with_capacity(resolved.len());
+        for r in resolved {
+            if let Some(r) = r? {
+                recs.push(r);
+            }
+        }
+        if let Some(c) = cached
+            && recs.len() == c.recs.len()
+            && recs.iter().all(|r| matches!(r, Resolved::Same(_)))
+        {
+            self.lock_out().visited.insert(rel);
+            return Ok(c.node_hash);
+        }
+        let recs: Vec<CacheRec> = recs
+            .into_iter()
+            .map(|r| match r {
+                Resolved::Same(r) => r.clone(),
+                Resolved::New(r) => r,
+            })
+            .collect();
+        let node = Node {
+            entries: recs.iter().map(|r| r.entry.clone()).collect(),
+        };
         let encoded = node.encode();
         let hash = Node::hash_of_encoding(&encoded);
-        let stats = StatRec::encode_all(&recs);
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        let unchanged = cached.is_some_and(|c| c.node_hash == hash && c.stats == recs);
-        if !unchanged {
-            if cached.is_none_or(|c| c.node_hash != hash) {
-                out.new_nodes.push((hash, encoded));
-            }
-            out.cache_updates.push((rel.clone(), hash, stats));
+        let stats = CacheRec::encode_all(&recs);
+        let mut out = self.lock_out();
+        if cached.is_none_or(|c| c.node_hash != hash) {
+            out.new_nodes.push((hash, encoded));
         }
+        out.cache_updates.push((rel.clone(), hash, stats));
         out.visited.insert(rel);
         Ok(hash)
     }
 
-    fn visit(
+    fn lock_out(&self) -> std::sync::MutexGuard<'_, Outputs> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stat one entry and decide what it needs: nothing (the cache vouches
+    /// for it), hashing, a readlink, or a descent.
+    fn classify<'c>(
         &self,
         dir: &Dir,
         rel: &[u8],
-        name: &OsStr,
-        cached: Option<&CachedDir>,
+        name: OsString,
+        cached: Option<&'c CachedDir>,
         ignores: &IgnoreStack,
-    ) -> Result<Option<(Entry, StatRec)>> {
+    ) -> Result<Option<Slot<'c>>> {
         let nb = name.as_bytes();
         if rel.is_empty() && nb == STATE_DIR.as_bytes() {
             return Ok(None);
         }
-        let path = join(rel, nb);
-        let meta = match dir.stat_at(name) {
+        let meta = match dir.stat_at(&name) {
             Ok(m) => m,
             Err(e) if e.is_not_found() => return Ok(None), // vanished while we walked
             Err(e) => return Err(Error::os(e)),
@@ -427,59 +488,76 @@ impl Walker<'_> {
         Counters::add(&self.counters.entries, 1);
         if meta.kind.is_special() {
             self.skip(
-                &path,
+                &join(rel, nb),
                 format!("{} (never opened, not captured)", meta.kind.as_str()),
             );
             return Ok(None);
         }
-        if Self::ignored(ignores, &path, meta.kind == EntryKind::Dir) {
+        if !ignores.is_empty()
+            && Self::ignored(ignores, &join(rel, nb), meta.kind == EntryKind::Dir)
+        {
             return Ok(None);
         }
         if meta.dev != self.root_dev {
-            self.skip(&path, "mount point (another filesystem is not crossed)");
+            self.skip(
+                &join(rel, nb),
+                "mount point (another filesystem is not crossed)",
+            );
             return Ok(None);
         }
-        let rec = StatRec::from_meta(&meta, self.clock_ns);
         let prev = cached
             .and_then(|c| c.lookup(nb))
-            .filter(|(_, s)| s.vouches_for(&meta))
-            .map(|(e, _)| e);
-        let entry = match meta.kind {
-            EntryKind::File => match prev.filter(|e| e.kind() == Kind::File) {
-                Some(e) => e.clone(),
-                None => match self.hash_file(dir, name, &path, &meta)? {
-                    Some((e, racy)) => {
-                        return Ok(Some((
-                            e,
-                            StatRec {
-                                racy: rec.racy || racy,
-                                ..rec
-                            },
-                        )));
-                    }
-                    None => return Ok(None),
-                },
-            },
-            EntryKind::Symlink => match prev.filter(|e| e.kind() == Kind::Symlink) {
-                Some(e) => e.clone(),
-                None => {
-                    let target = match dir.readlink(name) {
-                        Ok(t) => t,
-                        Err(e) if e.is_not_found() => return Ok(None),
-                        Err(e) => return Err(Error::os(e)),
-                    };
-                    Entry {
-                        name: nb.to_vec(),
-                        mode: meta.mode,
-                        size: target.len() as u64,
-                        mtime_ns: meta.mtime_ns,
-                        target: Target::Link(target),
-                        xattrs: Vec::new(),
-                    }
-                }
-            },
-            EntryKind::Dir => {
-                let sub = match dir.open_dir(name) {
+            .filter(|r| r.vouches_for(&meta));
+        Ok(Some(match (meta.kind, prev) {
+            (EntryKind::Dir, prev) => Slot::Dir(name, meta, prev),
+            (_, Some(prev)) => Slot::Same(prev),
+            (EntryKind::Symlink, None) => Slot::Link(name, meta),
+            (_, None) => Slot::File(name, meta),
+        }))
+    }
+
+    fn resolve<'c>(
+        &self,
+        dir: &Dir,
+        rel: &[u8],
+        slot: Slot<'c>,
+        ignores: &IgnoreStack,
+    ) -> Result<Option<Resolved<'c>>> {
+        match slot {
+            Slot::Same(prev) => Ok(Some(Resolved::Same(prev))),
+            Slot::File(name, meta) => {
+                let path = join(rel, name.as_bytes());
+                Ok(self
+                    .hash_file(dir, &name, &path, &meta)?
+                    .map(|(entry, racy)| {
+                        let mut rec = CacheRec::new(entry, &meta, self.clock_ns);
+                        rec.racy |= racy;
+                        Resolved::New(rec)
+                    }))
+            }
+            Slot::Link(name, meta) => {
+                let target = match dir.readlink(&name) {
+                    Ok(t) => t,
+                    Err(e) if e.is_not_found() => return Ok(None),
+                    Err(e) => return Err(Error::os(e)),
+                };
+                let entry = Entry {
+                    name: name.as_bytes().to_vec(),
+                    mode: meta.mode,
+                    size: target.len() as u64,
+                    mtime_ns: meta.mtime_ns,
+                    target: Target::Link(target),
+                    xattrs: Vec::new(),
+                };
+                Ok(Some(Resolved::New(CacheRec::new(
+                    entry,
+                    &meta,
+                    self.clock_ns,
+                ))))
+            }
+            Slot::Dir(name, meta, prev) => {
+                let path = join(rel, name.as_bytes());
+                let sub = match dir.open_dir(&name) {
                     Ok(d) => d,
                     Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
                     Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -488,23 +566,33 @@ impl Walker<'_> {
                     }
                     Err(e) => return Err(Error::os(e)),
                 };
-                let xattrs = match prev.filter(|e| e.kind() == Kind::Dir) {
-                    Some(e) => e.xattrs.clone(),
+                // xattr or chmod changes move ctime, so a vouched-for
+                // directory keeps its cached xattrs.
+                let xattrs = match prev {
+                    Some(p) => p.entry.xattrs.clone(),
                     None => sub.user_xattrs().map_err(Error::os)?,
                 };
                 let subtree = self.walk_dir(sub, path, ignores)?;
-                Entry {
-                    name: nb.to_vec(),
+                if let Some(p) = prev
+                    && p.entry.subtree() == Some(subtree)
+                {
+                    return Ok(Some(Resolved::Same(p)));
+                }
+                let entry = Entry {
+                    name: name.as_bytes().to_vec(),
                     mode: meta.mode,
                     size: 0,
                     mtime_ns: meta.mtime_ns,
                     target: Target::Tree(subtree),
                     xattrs,
-                }
+                };
+                Ok(Some(Resolved::New(CacheRec::new(
+                    entry,
+                    &meta,
+                    self.clock_ns,
+                ))))
             }
-            _ => return Ok(None),
-        };
-        Ok(Some((entry, rec)))
+        }
     }
 
     /// Hash (and store) one regular file. Returns the entry and whether it
@@ -516,7 +604,7 @@ impl Walker<'_> {
         path: &[u8],
         meta: &Meta,
     ) -> Result<Option<(Entry, bool)>> {
-        let (mut file, opened) = match dir.open_read(name) {
+        let (mut file, _) = match dir.open_read(name) {
             Ok(v) => v,
             Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -534,17 +622,15 @@ impl Walker<'_> {
             ))
         })?;
         let (hash, size) = match self.sink {
-            Sink::Store(store) => {
-                let ing = store.ingest(&file)?;
+            Sink::Store(store, blobs) => {
+                let ing = store.ingest(&file, meta.size, blobs)?;
                 Counters::add(&self.counters.bytes_new, ing.new_bytes);
-                match ing.outcome {
-                    rewind_platform::CloneOutcome::Cloned => {
-                        Counters::add(&self.counters.cloned, 1)
-                    }
-                    rewind_platform::CloneOutcome::Copied => {
-                        Counters::add(&self.counters.copied, 1)
-                    }
-                }
+                let counter = match ing.stored {
+                    Stored::Cloned => &self.counters.cloned,
+                    Stored::Copied => &self.counters.copied,
+                    Stored::Inline => &self.counters.inlined,
+                };
+                Counters::add(counter, 1);
                 (ing.hash, ing.size)
             }
             Sink::HashOnly => hash_reader(&mut file).map_err(|e| {
@@ -559,9 +645,9 @@ impl Walker<'_> {
         Counters::add(&self.counters.bytes_hashed, size);
         let entry = Entry {
             name: path.rsplit(|&c| c == b'/').next().unwrap_or(path).to_vec(),
-            mode: opened.mode,
+            mode: meta.mode,
             size,
-            mtime_ns: opened.mtime_ns,
+            mtime_ns: meta.mtime_ns,
             target: Target::Object(hash),
             xattrs,
         };

@@ -164,7 +164,14 @@ impl Ledger {
                 e => e,
             })?;
         match version.as_deref() {
-            Some(FORMAT_VERSION) => Ok(ledger),
+            Some(FORMAT_VERSION) => {
+                // Tables added after a ledger was created (no-op otherwise).
+                ledger
+                    .conn
+                    .execute_batch(crate::blobs::SCHEMA)
+                    .map_err(db_err(path))?;
+                Ok(ledger)
+            }
             Some(v) => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
                 detail: format!("format version {v}, this rewind reads {FORMAT_VERSION}"),
@@ -185,6 +192,7 @@ impl Ledger {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db_err(&p))?;
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(crate::blobs::SCHEMA).map_err(db_err(&p))?;
         tx.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?1)",
             [FORMAT_VERSION],
@@ -203,8 +211,12 @@ impl Ledger {
         let conn = Connection::open(path).map_err(db_err(path))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(path))?;
+        // page_size only takes effect on a new database: 16 KiB pages keep a
+        // directory's stat-cache blob out of overflow chains. mmap reads
+        // skip a copy per page.
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+            "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
+             PRAGMA foreign_keys=ON; PRAGMA mmap_size=268435456;",
         )
         .map_err(db_err(path))?;
         Ok(Ledger {
@@ -226,6 +238,17 @@ impl Ledger {
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .map_err(self.err())
+    }
+
+    /// Set one meta value in its own transaction (for cached facts).
+    pub fn set_meta_now(&self, key: &str, value: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )
+            .map_err(self.err())?;
+        Ok(())
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit if it succeeds.
@@ -331,7 +354,7 @@ impl Ledger {
     pub fn stat_cache(&self) -> Result<Vec<crate::capture::StatCacheRow>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node")
+            .prepare("SELECT s.dir, s.node, s.stats FROM stat_cache s WHERE EXISTS (SELECT 1 FROM trees t WHERE t.hash = s.node)")
             .map_err(self.err())?;
         let rows = stmt
             .query_map([], |r| {
@@ -340,7 +363,6 @@ impl Ledger {
                     r.get(0)?,
                     Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
                     r.get(2)?,
-                    r.get(3)?,
                 ))
             })
             .map_err(self.err())?;
@@ -425,6 +447,11 @@ impl Tx<'_> {
             .and_then(|mut s| s.execute(params![&hash.0[..], data]))
             .map_err(self.err())?;
         Ok(())
+    }
+
+    /// Store a small object; true if it was new.
+    pub fn put_blob(&self, hash: &Hash, data: &[u8]) -> Result<bool> {
+        crate::blobs::insert(self.tx, hash, data).map_err(self.err())
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {

@@ -6,6 +6,7 @@
 //! operations and their crash-safety rules) → [`cli`].
 
 pub mod apply;
+pub mod blobs;
 pub mod capture;
 pub mod cli;
 pub mod diff;
@@ -18,6 +19,7 @@ pub mod objects;
 pub mod progress;
 pub mod rewind;
 pub mod time;
+pub mod trace;
 pub mod tree;
 pub mod workspace;
 

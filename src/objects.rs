@@ -1,5 +1,7 @@
 //! Content-addressed objects under `.rewind/objects/xx/yyyy…`, named by the
-//! SHA-256 of their bytes (so `sha256sum` can check any of them).
+//! SHA-256 of their bytes (so `sha256sum` can check any of them). Files
+//! under [`INLINE_MAX`] bytes are stored in the ledger instead (see
+//! `blobs.rs`); callers do not need to know which.
 //!
 //! Ingest clones the workspace file first and hashes the clone: the clone is
 //! a point-in-time copy even while the agent keeps writing. Where clones are
@@ -16,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rewind_platform::{CloneOutcome, Dir, RenameMode, clone_or_copy, copy_with};
 
+use crate::blobs::{BlobReader, BlobWriter, INLINE_MAX};
 use crate::error::{Error, Result};
 use crate::hash::{Hash, Hasher};
 
@@ -25,6 +28,18 @@ pub struct ObjectStore {
     clones: bool,
     /// `objects/00/` … `objects/ff/`, opened lazily and kept open.
     shards: Box<[OnceLock<Dir>]>,
+    blobs: BlobReader,
+}
+
+/// How an object's bytes were stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// A reflink clone of the workspace file: no data copied.
+    Cloned,
+    /// A copy in `.rewind/objects/`.
+    Copied,
+    /// A row in the ledger (small files).
+    Inline,
 }
 
 /// The result of storing one file.
@@ -32,25 +47,43 @@ pub struct ObjectStore {
 pub struct Ingested {
     pub hash: Hash,
     pub size: u64,
-    /// Bytes that became new in the store (0 when the object already existed).
+    /// Bytes that became new in the store (0 when the object already
+    /// existed; inline blobs are counted by the blob writer).
     pub new_bytes: u64,
-    pub outcome: CloneOutcome,
+    pub stored: Stored,
+}
+
+/// An object's content: a file, or bytes from the ledger.
+pub enum ObjectData {
+    File(File),
+    Inline(Vec<u8>),
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Smaller files are copied even where clones work (see `should_clone`).
+pub const CLONE_MIN: u64 = 64 * 1024;
+
 impl ObjectStore {
-    pub fn new(objects: Dir, tmp: Dir, clones: bool) -> ObjectStore {
+    pub fn new(objects: Dir, tmp: Dir, clones: bool, ledger_path: &std::path::Path) -> ObjectStore {
         ObjectStore {
             objects,
             tmp,
             clones,
             shards: (0..256).map(|_| OnceLock::new()).collect(),
+            blobs: BlobReader::new(ledger_path),
         }
     }
 
     pub fn clones(&self) -> bool {
         self.clones
+    }
+
+    /// Clone only files of at least [`CLONE_MIN`] bytes: below that a clone's
+    /// metadata transaction costs more time than copying the bytes, and
+    /// saves at most a few blocks (docs/DECISIONS.md D21).
+    fn should_clone(&self, size: u64) -> bool {
+        self.clones && size >= CLONE_MIN
     }
 
     pub fn tmp_dir(&self) -> &Dir {
@@ -77,10 +110,29 @@ impl ObjectStore {
     }
 
     /// Store the content of `src` (an open regular file).
-    pub fn ingest(&self, src: &File) -> Result<Ingested> {
+    /// `size` is the size the caller saw (it only picks inline, clone or
+    /// copy; the stored size is what was actually read).
+    pub fn ingest(&self, src: &File, size: u64, blobs: &BlobWriter) -> Result<Ingested> {
+        if size < INLINE_MAX {
+            let mut buf = vec![0u8; INLINE_MAX as usize];
+            let n = read_full_at(src, &mut buf)
+                .map_err(|e| Error::os(rewind_platform::Error::new("read", self.tmp.path(), e)))?;
+            // A file that grew past the limit meanwhile goes the file way.
+            if (n as u64) < INLINE_MAX {
+                buf.truncate(n);
+                let hash = Hash::of(&buf);
+                blobs.put(hash, buf)?;
+                return Ok(Ingested {
+                    hash,
+                    size: n as u64,
+                    new_bytes: 0,
+                    stored: Stored::Inline,
+                });
+            }
+        }
         // Created read-only: the fd stays writable, the object never is.
         let (tmp_name, tmp) = self.temp_file("in", 0o444)?;
-        let stored = self.fill_and_hash(src, &tmp);
+        let stored = self.fill_and_hash(src, &tmp, size);
         let (hash, size, outcome) = match stored {
             Ok(v) => v,
             Err(e) => {
@@ -90,17 +142,26 @@ impl ObjectStore {
         };
         drop(tmp);
         let new_bytes = self.publish(&tmp_name, &hash, size)?;
+        let outcome = match outcome {
+            CloneOutcome::Cloned => Stored::Cloned,
+            CloneOutcome::Copied => Stored::Copied,
+        };
         Ok(Ingested {
             hash,
             size,
             new_bytes,
-            outcome,
+            stored: outcome,
         })
     }
 
-    fn fill_and_hash(&self, src: &File, tmp: &File) -> Result<(Hash, u64, CloneOutcome)> {
+    fn fill_and_hash(
+        &self,
+        src: &File,
+        tmp: &File,
+        size: u64,
+    ) -> Result<(Hash, u64, CloneOutcome)> {
         let tmp_path = || self.tmp.path().to_owned();
-        if self.clones {
+        if self.should_clone(size) {
             let outcome = clone_or_copy(src.as_fd(), tmp.as_fd())
                 .map_err(|e| Error::os(rewind_platform::Error::new("clone", tmp_path(), e)))?;
             // Hash the clone, not the source: it cannot change under us.
@@ -169,34 +230,73 @@ impl ObjectStore {
         Ok(slot.get_or_init(|| dir))
     }
 
-    /// Open a stored object for reading.
-    pub fn open(&self, hash: &Hash) -> Result<File> {
+    /// An object file, if the object is stored as a file.
+    fn open_file(&self, hash: &Hash) -> Result<Option<File>> {
         let hex = hash.to_hex();
         match self.shard(&hex[..2])?.open_read(OsStr::new(&hex[2..])) {
-            Ok((f, _)) => Ok(f),
-            Err(e) if e.is_not_found() => Err(Error::ObjectMissing {
-                hash: hex,
-                path: self.objects.path().to_owned(),
-            }),
+            Ok((f, _)) => Ok(Some(f)),
+            Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(Error::os(e)),
         }
     }
 
-    pub fn contains(&self, hash: &Hash) -> bool {
-        let hex = hash.to_hex();
-        self.shard(&hex[..2])
-            .is_ok_and(|d| d.stat_at(OsStr::new(&hex[2..])).is_ok())
+    /// An object's content. `size` (from the tree entry) says where to look
+    /// first; both places are tried.
+    pub fn data(&self, hash: &Hash, size: u64) -> Result<ObjectData> {
+        let missing = || Error::ObjectMissing {
+            hash: hash.to_hex(),
+            path: self.objects.path().to_owned(),
+        };
+        if size < INLINE_MAX
+            && let Some(bytes) = self.blobs.get(hash)?
+        {
+            return Ok(ObjectData::Inline(bytes));
+        }
+        if let Some(f) = self.open_file(hash)? {
+            return Ok(ObjectData::File(f));
+        }
+        match self.blobs.get(hash)? {
+            Some(bytes) => Ok(ObjectData::Inline(bytes)),
+            None => Err(missing()),
+        }
+    }
+
+    pub fn contains(&self, hash: &Hash, size: u64) -> bool {
+        self.data(hash, size).is_ok()
+    }
+
+    /// Up to `limit` bytes of an object (for showing diffs).
+    pub fn read_prefix(&self, hash: &Hash, size: u64, limit: u64) -> Result<Vec<u8>> {
+        match self.data(hash, size)? {
+            ObjectData::Inline(mut b) => {
+                b.truncate(limit as usize);
+                Ok(b)
+            }
+            ObjectData::File(f) => {
+                let mut buf = Vec::new();
+                f.take(limit).read_to_end(&mut buf).map_err(|e| {
+                    Error::os(rewind_platform::Error::new("read", self.objects.path(), e))
+                })?;
+                Ok(buf)
+            }
+        }
     }
 
     /// Write an object's bytes into a new temp file (clone where possible).
     /// The caller sets mode/xattrs/times and renames it into the workspace.
-    pub fn materialize(&self, hash: &Hash) -> Result<(OsString, File, CloneOutcome)> {
-        let src = self.open(hash)?;
+    pub fn materialize(&self, hash: &Hash, size: u64) -> Result<(OsString, File, CloneOutcome)> {
+        let data = self.data(hash, size)?;
         let (name, file) = self.temp_file("wr", 0o600)?;
-        let outcome = if self.clones {
-            clone_or_copy(src.as_fd(), file.as_fd())
-        } else {
-            copy_with(src.as_fd(), file.as_fd(), |_| {}).map(|_| CloneOutcome::Copied)
+        let outcome = match &data {
+            ObjectData::Inline(bytes) => {
+                std::io::Write::write_all(&mut &file, bytes).map(|_| CloneOutcome::Copied)
+            }
+            ObjectData::File(src) if self.should_clone(size) => {
+                clone_or_copy(src.as_fd(), file.as_fd())
+            }
+            ObjectData::File(src) => {
+                copy_with(src.as_fd(), file.as_fd(), |_| {}).map(|_| CloneOutcome::Copied)
+            }
         };
         match outcome {
             Ok(o) => Ok((name, file, o)),
@@ -219,32 +319,112 @@ impl ObjectStore {
         }
         Ok(names.len())
     }
-
-    /// Re-hash an object and compare with its name.
-    pub fn verify(&self, hash: &Hash) -> Result<bool> {
-        let mut f = self.open(hash)?;
-        let (h, _) = hash_reader(&mut f)
-            .map_err(|e| Error::os(rewind_platform::Error::new("read", self.objects.path(), e)))?;
-        Ok(h == *hash)
-    }
 }
+
+/// Files at least this big are hashed with reading and hashing overlapped.
+const PIPELINE_MIN: u64 = 8 << 20;
+const CHUNK: usize = 1 << 20;
+const ALIGN: usize = 4096;
 
 /// SHA-256 and length of a whole file, read with pread from offset 0
 /// (whatever the fd's current offset).
+///
+/// A fresh clone shares extents but not page cache with its source, so
+/// hashing it reads from disk: for big files a reader thread keeps the next
+/// chunks coming while this thread hashes, so the cost is max(read, hash)
+/// rather than their sum.
 pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
-    use std::os::unix::fs::FileExt;
-    let mut h = Hasher::default();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut off = 0u64;
-    loop {
-        match file.read_at(&mut buf, off) {
-            Ok(0) => return Ok((h.finish(), off)),
-            Ok(n) => {
-                h.update(&buf[..n]);
-                off += n as u64;
+    let len = file.metadata()?.len();
+    if len < PIPELINE_MIN {
+        let mut h = Hasher::default();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut off = 0u64;
+        loop {
+            let n = read_at_retry(file, &mut buf, off)?;
+            if n == 0 {
+                return Ok((h.finish(), off));
             }
+            h.update(&buf[..n]);
+            off += n as u64;
+        }
+    }
+    let direct = rewind_platform::set_direct_io(file, true);
+    if !direct {
+        rewind_platform::advise_sequential(file);
+    }
+    let result = std::thread::scope(|scope| {
+        // A chunk travels as (buffer, start of the aligned window, length):
+        // O_DIRECT needs 4 KiB-aligned memory, which a Vec does not promise,
+        // so each buffer is over-allocated and read at an aligned offset.
+        type Chunk = (Vec<u8>, usize, usize);
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Chunk>>(4);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        scope.spawn(move || {
+            let mut off = 0u64;
+            let mut direct = direct;
+            loop {
+                let mut buf = empty_rx.try_recv().unwrap_or_default();
+                buf.resize(CHUNK + ALIGN, 0);
+                let start = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+                let window = &mut buf[start..start + CHUNK];
+                let read = match read_at_retry(file, window, off) {
+                    // Some devices want more alignment than we give: go on buffered.
+                    Err(e) if direct && e.raw_os_error() == Some(22) => {
+                        direct = false;
+                        rewind_platform::set_direct_io(file, false);
+                        read_at_retry(file, window, off)
+                    }
+                    r => r,
+                };
+                match read {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        off += n as u64;
+                        if full_tx.send(Ok((buf, start, n))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = full_tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+        let mut h = Hasher::default();
+        let mut total = 0u64;
+        for chunk in full_rx {
+            let (buf, start, n) = chunk?;
+            h.update(&buf[start..start + n]);
+            total += n as u64;
+            let _ = empty_tx.send(buf);
+        }
+        Ok((h.finish(), total))
+    });
+    if direct {
+        rewind_platform::set_direct_io(file, false);
+    }
+    result
+}
+
+/// Fill `buf` from offset 0 (or up to EOF); returns the bytes read.
+fn read_full_at(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match read_at_retry(file, &mut buf[n..], n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn read_at_retry(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    loop {
+        match file.read_at(buf, off) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            r => return r,
         }
     }
 }

@@ -215,7 +215,7 @@ fn run_to(
 
     ws.lock()?;
     // 1. Capture first: the live tree is saved before anything changes.
-    let cap = ws.capture_live()?;
+    let mut cap = ws.capture_live()?;
     failpoint::hit("rewind:captured");
     let overlay = cap.overlay();
     let fp = fingerprint(op, &cap.root, &target.root, opts);
@@ -233,34 +233,34 @@ fn run_to(
         plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?
     };
     check_space(ws, &changes)?;
-    ws.sync_state()?;
+    ws.sync_state(&cap)?;
 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
     //    safety checkpoint when the live tree has the same content.
     let head = ws.head()?;
-    let head_matches =
-        head.is_some() && ws.changes_since(head.as_ref(), &cap)? == diff::Counts::default();
+    let safety_changes = ws.changes_since(head.as_ref(), &cap)?;
+    let head_matches = head.is_some() && safety_changes == diff::Counts::default();
     let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
     let label = format!("before {} to {}", op.as_str(), target.id);
-    let stats = serde_json::json!({"engine": crate::workspace::ENGINE_WALK, "bytes_new": cap.stats.bytes_new});
     let intent_options = serde_json::json!({
         "exact_times": opts.exact_times,
         "allow_setuid": opts.allow_setuid,
         "paths": opts.paths.iter().map(|p| crate::hash::hex(p)).collect::<Vec<_>>(),
     });
+    let t = crate::trace::span("commit safety checkpoint + intent");
     let safety_seq = ws.ledger_mut().write(|tx| {
-        write_capture(tx, &cap)?;
+        cap.stats.bytes_new += write_capture(tx, &cap)?;
         let safety = match head.as_ref().filter(|_| head_matches) {
             Some(h) => h.seq,
             None => insert_checkpoint(
                 tx,
                 &workspace_id,
-                &cap.root,
+                &cap,
                 &NewCheckpoint {
                     label: Some(&label),
                     kind: "pre-rewind",
                     parent: head.as_ref().map(|h| h.seq),
-                    stats: &stats,
+                    changes: safety_changes,
                 },
             )?,
         };
@@ -277,7 +277,9 @@ fn run_to(
         tx.set_meta("head", &safety.to_string())?;
         Ok(safety)
     })?;
+    drop(t);
     failpoint::hit("rewind:after-intent");
+    let t = crate::trace::span("apply");
 
     // 4. Apply in place. If the tree changed under us (a directory swapped
     //    for a symlink), finish from a fresh capture instead.
@@ -300,6 +302,7 @@ fn run_to(
         }
         Err(e) => return Err(e),
     };
+    drop(t);
     // 5 + 6.
     finish(ws, op, target.seq, safety_seq, &report)?;
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;

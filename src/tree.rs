@@ -82,6 +82,77 @@ impl Entry {
             _ => None,
         }
     }
+
+    /// Append this entry's canonical encoding (see the module docs).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.name.len() as u16).to_be_bytes());
+        out.extend_from_slice(&self.name);
+        out.push(match self.kind() {
+            Kind::File => 1,
+            Kind::Dir => 2,
+            Kind::Symlink => 3,
+        });
+        out.extend_from_slice(&self.mode.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        out.extend_from_slice(&self.mtime_ns.to_be_bytes());
+        match &self.target {
+            Target::Object(h) | Target::Tree(h) => out.extend_from_slice(&h.0),
+            Target::Link(t) => {
+                out.extend_from_slice(&(t.len() as u32).to_be_bytes());
+                out.extend_from_slice(t);
+            }
+        }
+        out.extend_from_slice(&(self.xattrs.len() as u16).to_be_bytes());
+        for x in &self.xattrs {
+            out.extend_from_slice(&(x.name.len() as u16).to_be_bytes());
+            out.extend_from_slice(&x.name);
+            out.extend_from_slice(&(x.value.len() as u32).to_be_bytes());
+            out.extend_from_slice(&x.value);
+        }
+    }
+
+    /// Read one entry written by [`Entry::encode_into`], validating its name.
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
+        let nlen = r.u16()? as usize;
+        let name = r.take(nlen)?.to_vec();
+        if name.is_empty()
+            || name == b"."
+            || name == b".."
+            || name.iter().any(|&c| c == b'/' || c == 0)
+        {
+            return Err(DecodeError("invalid entry name"));
+        }
+        let kind = r.u8()?;
+        let mode = r.u32()?;
+        let size = r.u64()?;
+        let mtime_ns = r.u64()? as i64;
+        let target = match kind {
+            1 => Target::Object(r.hash()?),
+            2 => Target::Tree(r.hash()?),
+            3 => {
+                let len = r.u32()? as usize;
+                Target::Link(r.take(len)?.to_vec())
+            }
+            _ => return Err(DecodeError("unknown entry kind")),
+        };
+        let nx = r.u16()? as usize;
+        let mut xattrs = Vec::with_capacity(nx);
+        for _ in 0..nx {
+            let l = r.u16()? as usize;
+            let name = r.take(l)?.to_vec();
+            let l = r.u32()? as usize;
+            let value = r.take(l)?.to_vec();
+            xattrs.push(Xattr { name, value });
+        }
+        Ok(Entry {
+            name,
+            mode,
+            size,
+            mtime_ns,
+            target,
+            xattrs,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,34 +181,16 @@ impl Node {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + self.entries.len() * 80);
+        Node::encode_entries(self.entries.iter())
+    }
+
+    /// Encode a node from sorted entries without building a `Node`.
+    pub fn encode_entries<'a>(entries: impl ExactSizeIterator<Item = &'a Entry>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + entries.len() * 80);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&(self.entries.len() as u32).to_be_bytes());
-        for e in &self.entries {
-            out.extend_from_slice(&(e.name.len() as u16).to_be_bytes());
-            out.extend_from_slice(&e.name);
-            out.push(match e.kind() {
-                Kind::File => 1,
-                Kind::Dir => 2,
-                Kind::Symlink => 3,
-            });
-            out.extend_from_slice(&e.mode.to_be_bytes());
-            out.extend_from_slice(&e.size.to_be_bytes());
-            out.extend_from_slice(&e.mtime_ns.to_be_bytes());
-            match &e.target {
-                Target::Object(h) | Target::Tree(h) => out.extend_from_slice(&h.0),
-                Target::Link(t) => {
-                    out.extend_from_slice(&(t.len() as u32).to_be_bytes());
-                    out.extend_from_slice(t);
-                }
-            }
-            out.extend_from_slice(&(e.xattrs.len() as u16).to_be_bytes());
-            for x in &e.xattrs {
-                out.extend_from_slice(&(x.name.len() as u16).to_be_bytes());
-                out.extend_from_slice(&x.name);
-                out.extend_from_slice(&(x.value.len() as u32).to_be_bytes());
-                out.extend_from_slice(&x.value);
-            }
+        out.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+        for e in entries {
+            e.encode_into(&mut out);
         }
         out
     }
@@ -161,50 +214,13 @@ impl Node {
         let count = r.u32()? as usize;
         let mut entries: Vec<Entry> = Vec::with_capacity(count.min(1 << 16));
         for _ in 0..count {
-            let nlen = r.u16()? as usize;
-            let name = r.take(nlen)?.to_vec();
-            if name.is_empty()
-                || name == b"."
-                || name == b".."
-                || name.iter().any(|&c| c == b'/' || c == 0)
-            {
-                return Err(DecodeError("invalid entry name"));
-            }
+            let e = Entry::decode_from(&mut r)?;
             if let Some(prev) = entries.last()
-                && prev.name >= name
+                && prev.name >= e.name
             {
                 return Err(DecodeError("entries not sorted or duplicated"));
             }
-            let kind = r.u8()?;
-            let mode = r.u32()?;
-            let size = r.u64()?;
-            let mtime_ns = r.u64()? as i64;
-            let target = match kind {
-                1 => Target::Object(r.hash()?),
-                2 => Target::Tree(r.hash()?),
-                3 => {
-                    let len = r.u32()? as usize;
-                    Target::Link(r.take(len)?.to_vec())
-                }
-                _ => return Err(DecodeError("unknown entry kind")),
-            };
-            let nx = r.u16()? as usize;
-            let mut xattrs = Vec::with_capacity(nx);
-            for _ in 0..nx {
-                let l = r.u16()? as usize;
-                let name = r.take(l)?.to_vec();
-                let l = r.u32()? as usize;
-                let value = r.take(l)?.to_vec();
-                xattrs.push(Xattr { name, value });
-            }
-            entries.push(Entry {
-                name,
-                mode,
-                size,
-                mtime_ns,
-                target,
-                xattrs,
-            });
+            entries.push(e);
         }
         if !r.b.is_empty() {
             return Err(DecodeError("trailing bytes"));
@@ -213,12 +229,13 @@ impl Node {
     }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
+/// A cursor over encoded bytes; every read fails cleanly on truncation.
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.b.len() < n {
             return Err(DecodeError("truncated"));
         }
@@ -226,22 +243,22 @@ impl<'a> Reader<'a> {
         self.b = tail;
         Ok(head)
     }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, DecodeError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, DecodeError> {
         Ok(u16::from_be_bytes([self.u8()?, self.u8()?]))
     }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(a))
     }
-    fn hash(&mut self) -> Result<Hash, DecodeError> {
+    pub(crate) fn hash(&mut self) -> Result<Hash, DecodeError> {
         Hash::from_slice(self.take(32)?).ok_or(DecodeError("short hash"))
     }
 }

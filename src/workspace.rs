@@ -13,7 +13,6 @@ use serde::Serialize;
 use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
 use crate::diff::{self, Counts, DiffOptions, Trees};
 use crate::error::{Error, Result};
-use crate::hash::Hash;
 use crate::ids;
 use crate::ledger::{Checkpoint, Ledger};
 use crate::objects::ObjectStore;
@@ -54,6 +53,7 @@ pub struct CheckpointReport {
     pub files_hashed: u64,
     pub cloned: u64,
     pub copied: u64,
+    pub inlined: u64,
     pub entries: u64,
     pub skipped: Vec<Skipped>,
     /// True when nothing changed and an existing checkpoint was reused.
@@ -162,8 +162,8 @@ impl Workspace {
         let ledger = Ledger::open(&root_path.join(STATE_DIR).join(LEDGER_FILE))?;
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
-        let clones = rewind_platform::clone_support(&tmp).unwrap_or(false);
-        let store = ObjectStore::new(objects, tmp, clones);
+        let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
+        let store = ObjectStore::new(objects, tmp, clones, ledger.path());
         Ok(Workspace {
             root_path,
             root,
@@ -174,6 +174,19 @@ impl Workspace {
             show_progress,
             lock: None,
         })
+    }
+
+    /// Whether clones work here, probed once per filesystem (device) and
+    /// remembered in the ledger: the probe creates files and costs about a
+    /// millisecond, which every command would otherwise pay.
+    fn clone_support_cached(ledger: &Ledger, tmp: &Dir, dev: u64) -> bool {
+        let key = format!("clone_support:{dev}");
+        if let Ok(Some(v)) = ledger.meta(&key) {
+            return v == "1";
+        }
+        let ok = rewind_platform::clone_support(tmp).unwrap_or(false);
+        let _ = ledger.set_meta_now(&key, if ok { "1" } else { "0" });
+        ok
     }
 
     pub fn root_path(&self) -> &Path {
@@ -264,28 +277,54 @@ impl Workspace {
     /// Capture the live tree. `Sink::Store` stores new objects; the caller
     /// persists the result with [`Workspace::persist_capture`].
     pub(crate) fn capture(&self, sink: Sink<'_>, message: &'static str) -> Result<Capture> {
-        let cache = capture::load_stat_cache(self.ledger.stat_cache()?);
-        let clock = match sink {
-            Sink::Store(_) => self.fs_clock_ns(),
-            Sink::HashOnly => i64::MIN,
+        let cache = {
+            let rows = {
+                let _t = crate::trace::span("read stat cache");
+                self.ledger.stat_cache()?
+            };
+            let _t = crate::trace::span("decode stat cache");
+            capture::load_stat_cache(rows)
         };
+        let clock = {
+            let _t = crate::trace::span("fs clock");
+            match sink {
+                Sink::Store(..) => self.fs_clock_ns(),
+                Sink::HashOnly => i64::MIN,
+            }
+        };
+        let _t = crate::trace::span("walk");
         let progress = self.progress(message);
         let cap = capture::capture(&self.root, &cache, sink, clock, &progress)?;
         progress.finish();
         Ok(cap)
     }
 
+    /// Capture the live tree, storing every new object; small ones are
+    /// committed to the ledger before this returns.
     pub(crate) fn capture_live(&self) -> Result<Capture> {
-        self.capture(Sink::Store(&self.store), "capturing")
+        let blobs = crate::blobs::BlobWriter::new(self.ledger.path());
+        let mut cap = self.capture(Sink::Store(&self.store, &blobs), "capturing")?;
+        let _t = crate::trace::span("commit spilled small objects");
+        let finished = blobs.finish()?;
+        cap.stats.bytes_new += finished.spilled_new_bytes;
+        cap.blobs = finished.buffered;
+        Ok(cap)
     }
 
     /// Durability before acknowledgement (DESIGN §4 rule 6): one syncfs for
     /// all new objects instead of an fsync per file.
-    pub(crate) fn sync_state(&self) -> Result<()> {
+    /// Skipped when the capture wrote no object files (small objects are
+    /// durable with the ledger commit itself).
+    pub(crate) fn sync_state(&self, cap: &Capture) -> Result<()> {
+        if cap.stats.cloned + cap.stats.copied == 0 {
+            return Ok(());
+        }
+        let _t = crate::trace::span("syncfs (store)");
         self.state.syncfs().map_err(Error::os)
     }
 
     pub(crate) fn sync_tree(&self) -> Result<()> {
+        let _t = crate::trace::span("syncfs (workspace)");
         self.root.syncfs().map_err(Error::os)
     }
 
@@ -305,30 +344,26 @@ impl Workspace {
     ) -> Result<CheckpointReport> {
         let started = Instant::now();
         self.lock()?;
-        let cap = self.capture_live()?;
+        let mut cap = self.capture_live()?;
         failpoint::hit("checkpoint:before-sync");
-        self.sync_state()?;
+        self.sync_state(&cap)?;
         let head = self.ledger.head()?;
         let changes = self.changes_since(head.as_ref(), &cap)?;
         if reuse_if_unchanged
             && let Some(h) = head.as_ref().filter(|_| changes == Counts::default())
         {
-            self.persist_capture(&cap, None)?;
+            self.persist_capture(&mut cap, None)?;
             return Ok(self.report(h, &cap, changes, true, started));
         }
         failpoint::hit("checkpoint:before-commit");
-        let stats = serde_json::json!({
-            "changes": changes, "bytes_new": cap.stats.bytes_new, "engine": ENGINE_WALK,
-            "cloned": cap.stats.cloned, "copied": cap.stats.copied,
-        });
         let seq = self
             .persist_capture(
-                &cap,
+                &mut cap,
                 Some(NewCheckpoint {
                     label,
                     kind,
                     parent: head.as_ref().map(|h| h.seq),
-                    stats: &stats,
+                    changes,
                 }),
             )?
             .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
@@ -345,6 +380,7 @@ impl Workspace {
     /// What changed between HEAD and a capture, by content (mtimes alone
     /// are not a change: a rewind gives restored files the current time).
     pub(crate) fn changes_since(&self, head: Option<&Checkpoint>, cap: &Capture) -> Result<Counts> {
+        let _t = crate::trace::span("diff against HEAD");
         let trees = Trees::with_overlay(&self.ledger, cap.overlay());
         let from = head
             .map(|h| h.root)
@@ -380,6 +416,7 @@ impl Workspace {
             files_hashed: cap.stats.files_hashed,
             cloned: cap.stats.cloned,
             copied: cap.stats.copied,
+            inlined: cap.stats.inlined,
             entries: cap.stats.entries,
             skipped: cap.skipped.clone(),
             unchanged,
@@ -392,15 +429,16 @@ impl Workspace {
     /// checkpoint's seq.
     pub(crate) fn persist_capture(
         &mut self,
-        cap: &Capture,
+        cap: &mut Capture,
         new: Option<NewCheckpoint<'_>>,
     ) -> Result<Option<i64>> {
         let workspace_id = self.ledger.meta("workspace_id")?.unwrap_or_default();
+        let _t = crate::trace::span("commit");
         self.ledger.write(|tx| {
-            write_capture(tx, cap)?;
+            cap.stats.bytes_new += write_capture(tx, cap)?;
             match new {
                 None => Ok(None),
-                Some(n) => Ok(Some(insert_checkpoint(tx, &workspace_id, &cap.root, &n)?)),
+                Some(n) => Ok(Some(insert_checkpoint(tx, &workspace_id, cap, &n)?)),
             }
         })
     }
@@ -513,10 +551,18 @@ pub(crate) struct NewCheckpoint<'a> {
     pub label: Option<&'a str>,
     pub kind: &'a str,
     pub parent: Option<i64>,
-    pub stats: &'a serde_json::Value,
+    pub changes: Counts,
 }
 
-pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result<()> {
+/// Stage a capture in a transaction. Returns the bytes of small objects
+/// that were new to the ledger.
+pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result<u64> {
+    let mut new_bytes = 0;
+    for (h, data) in &cap.blobs {
+        if tx.put_blob(h, data)? {
+            new_bytes += data.len() as u64;
+        }
+    }
     for (h, data) in &cap.new_nodes {
         tx.put_tree(h, data)?;
     }
@@ -526,15 +572,20 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     for dir in &cap.cache_removals {
         tx.delete_stat_cache(dir)?;
     }
-    Ok(())
+    Ok(new_bytes)
 }
 
 pub(crate) fn insert_checkpoint(
     tx: &crate::ledger::Tx<'_>,
     workspace_id: &str,
-    root: &Hash,
+    cap: &Capture,
     n: &NewCheckpoint<'_>,
 ) -> Result<i64> {
+    let root = &cap.root;
+    let stats = serde_json::json!({
+        "changes": n.changes, "bytes_new": cap.stats.bytes_new, "engine": ENGINE_WALK,
+        "cloned": cap.stats.cloned, "copied": cap.stats.copied, "inlined": cap.stats.inlined,
+    });
     let seq = tx.next_seq()?;
     let mut nonce = 0;
     let id = loop {
@@ -552,7 +603,7 @@ pub(crate) fn insert_checkpoint(
         n.label,
         n.kind,
         time::now_ms(),
-        n.stats,
+        &stats,
     )?;
     tx.set_meta("head", &seq.to_string())?;
     Ok(seq)

@@ -413,3 +413,31 @@ fn a_file_over_100_mb_round_trips_exactly() {
         let _ = root.as_os_str().as_bytes();
     }
 }
+
+/// More small files than the in-memory budget (16 MiB): the overflow goes
+/// through the blob writer thread and must round-trip exactly too.
+#[test]
+fn many_small_files_beyond_the_memory_budget_round_trip() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let mut rng = Rng(99);
+    for i in 0..700 {
+        write(
+            &root.join(format!("d{}/f{i}", i % 7)),
+            &rng.bytes(40_000 + i),
+        );
+    }
+    let (mut ws, _) = Workspace::init(root, false).expect("init");
+    let a = ws.checkpoint(None, "manual", false).expect("checkpoint");
+    assert_eq!(a.inlined, 700, "small files are stored in the ledger");
+    assert!(
+        a.bytes_new >= 700 * 40_000,
+        "new bytes are counted: {}",
+        a.bytes_new
+    );
+    let snap = snapshot(root);
+    std::fs::remove_dir_all(root.join("d3")).expect("rm");
+    write(&root.join("d1/f1"), b"damaged");
+    run(&mut ws, Op::Rewind, &a.id, &opts()).expect("rewind");
+    assert_same("small files beyond the budget", &snap, &snapshot(root));
+}

@@ -63,3 +63,27 @@ pub fn copy_with(
         total += n as u64;
     }
 }
+
+/// Tell the kernel a file will be read front to back (bigger readahead).
+/// Advisory: failures are ignored.
+pub fn advise_sequential(file: &impl AsFd) {
+    let _ = rustix::fs::fadvise(file.as_fd(), 0, None, rustix::fs::Advice::Sequential);
+}
+
+/// Switch O_DIRECT on or off for an open file. Returns whether the flag is
+/// now as asked (some filesystems refuse it).
+///
+/// Why: a fresh clone shares its source's extents but not its page cache,
+/// and buffered reads of it go through small readahead; direct reads of the
+/// same blocks in 1 MiB requests are several times faster on XFS.
+pub fn set_direct_io(file: &impl AsFd, on: bool) -> bool {
+    let Ok(flags) = rustix::fs::fcntl_getfl(file.as_fd()) else {
+        return false;
+    };
+    let want = if on {
+        flags | rustix::fs::OFlags::DIRECT
+    } else {
+        flags - rustix::fs::OFlags::DIRECT
+    };
+    rustix::fs::fcntl_setfl(file.as_fd(), want).is_ok()
+}

@@ -13,7 +13,7 @@ mod lock;
 mod process;
 mod xattr;
 
-pub use clone::{CloneOutcome, clone_or_copy, copy_with};
+pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};
 pub use fsinfo::{FsInfo, FsKind, clone_support, probe_clone};

@@ -103,23 +103,32 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
 }
 
 /// Content of one side of a change: a stored object, or the live file.
-fn content(ws: &Workspace, path: &[u8], hash: &Hash, live: bool) -> Result<Option<Vec<u8>>> {
+fn content(
+    ws: &Workspace,
+    path: &[u8],
+    hash: &Hash,
+    size: u64,
+    live: bool,
+) -> Result<Option<Vec<u8>>> {
+    if ws.store().contains(hash, size) {
+        return ws
+            .store()
+            .read_prefix(hash, size, PATCH_LIMIT + 1)
+            .map(Some);
+    }
+    if !live {
+        return Ok(None);
+    }
+    // Not stored (a status-style hash-only capture): read the live file.
+    let p = Path::new(OsStr::from_bytes(path));
+    let dir = ws
+        .root_dir()
+        .open_beneath(p.parent().unwrap_or(Path::new("")))
+        .map_err(Error::os)?;
+    let (file, _) = dir
+        .open_read(p.file_name().unwrap_or_default())
+        .map_err(Error::os)?;
     let mut buf = Vec::new();
-    let file = if ws.store().contains(hash) {
-        Some(ws.store().open(hash)?)
-    } else if live {
-        let p = Path::new(OsStr::from_bytes(path));
-        let parent = p.parent().unwrap_or(Path::new(""));
-        let dir = ws.root_dir().open_beneath(parent).map_err(Error::os)?;
-        Some(
-            dir.open_read(p.file_name().unwrap_or_default())
-                .map_err(Error::os)?
-                .0,
-        )
-    } else {
-        None
-    };
-    let Some(file) = file else { return Ok(None) };
     file.take(PATCH_LIMIT + 1)
         .read_to_end(&mut buf)
         .map_err(|e| Error::os(rewind_platform::Error::new("read", p_lossy(path), e)))?;
@@ -136,7 +145,9 @@ fn render_patch(ws: &Workspace, changes: &[Change], to_live: bool) -> Result<Str
         let name = String::from_utf8_lossy(&c.path).into_owned();
         let side = |e: &Option<crate::tree::Entry>, live: bool| -> Result<Option<Vec<u8>>> {
             match e.as_ref().map(|e| &e.target) {
-                Some(Target::Object(h)) => content(ws, &c.path, h, live),
+                Some(Target::Object(h)) => {
+                    content(ws, &c.path, h, e.as_ref().map_or(0, |e| e.size), live)
+                }
                 Some(Target::Link(t)) => Ok(Some([b"-> ".as_slice(), t].concat())),
                 _ => Ok(Some(Vec::new())),
             }

@@ -90,6 +90,7 @@ impl Ctx {
 
     /// Open the workspace holding the start directory.
     pub fn workspace(&self) -> Result<Workspace> {
+        let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         match Workspace::discover(&start) {
             Some(root) => Workspace::open(&root, self.progress()),
@@ -104,6 +105,7 @@ impl Ctx {
 
     /// Open the workspace, creating it if needed (checkpoint, init).
     pub fn workspace_or_init(&self) -> Result<Workspace> {
+        let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         match Workspace::discover(&start) {
             Some(root) => Workspace::open(&root, self.progress()),
@@ -141,6 +143,7 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    let _t = crate::trace::span("total");
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let ctx = Ctx {
         dir: cli.dir,

@@ -1,0 +1,232 @@
+//! Small objects live in the ledger, not in files.
+//!
+//! A file under [`INLINE_MAX`] bytes is stored as a row of the `blobs`
+//! table (named by the SHA-256 of its bytes, like every object). Creating,
+//! filling and renaming one inode per small file costs ~70 µs of metadata
+//! work on XFS here; an INSERT into an open transaction costs a few. Trees
+//! of many small files (source code, node_modules) are the common case.
+//!
+//! Walker threads hand blobs to a [`BlobWriter`]: the first 16 MiB ride in
+//! the checkpoint's own transaction, anything beyond goes to a writer thread
+//! with its own connection that commits every few MiB, so memory stays
+//! bounded and the walk stays parallel. Either way every object a
+//! checkpoint names is durable no later than the checkpoint (DESIGN §4
+//! rule 6). Blobs written by a capture that then fails are harmless
+//! orphans, like unreferenced object files.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{Error, Result, db_err};
+use crate::hash::Hash;
+
+/// Files smaller than this are stored inline in the ledger.
+pub const INLINE_MAX: u64 = 64 * 1024;
+
+/// Commit the writer's transaction after this many bytes.
+const COMMIT_EVERY: usize = 8 << 20;
+
+pub const SCHEMA: &str =
+    "CREATE TABLE IF NOT EXISTS blobs(hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);";
+
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(db_err(path))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(db_err(path))?;
+    conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA mmap_size=268435456;")
+        .map_err(db_err(path))?;
+    Ok(conn)
+}
+
+/// Blobs kept in memory for the checkpoint's own transaction; beyond this
+/// they spill to the writer thread.
+const BUFFER_BUDGET: usize = 16 << 20;
+
+type Blob = (Hash, Vec<u8>);
+
+/// Collects blobs from many walker threads. Up to [`BUFFER_BUDGET`] bytes
+/// stay in memory and are committed in the same transaction as the
+/// checkpoint that names them (one fsync for an incremental checkpoint);
+/// the rest goes to a writer thread with its own connection, committed
+/// before `finish` returns.
+pub struct BlobWriter {
+    path: PathBuf,
+    buffered: Mutex<(Vec<Blob>, usize)>,
+    spill: OnceLock<Result<Spill>>,
+}
+
+struct Spill {
+    tx: Mutex<Option<SyncSender<Blob>>>,
+    handle: Mutex<Option<JoinHandle<Result<u64>>>>,
+}
+
+/// What `finish` hands back.
+pub struct Finished {
+    /// Bytes the writer thread stored that were new.
+    pub spilled_new_bytes: u64,
+    /// Blobs for the caller's transaction.
+    pub buffered: Vec<Blob>,
+}
+
+impl BlobWriter {
+    pub fn new(ledger_path: &Path) -> BlobWriter {
+        BlobWriter {
+            path: ledger_path.to_owned(),
+            buffered: Mutex::new((Vec::new(), 0)),
+            spill: OnceLock::new(),
+        }
+    }
+
+    /// Queue one blob.
+    pub fn put(&self, hash: Hash, data: Vec<u8>) -> Result<()> {
+        {
+            let mut buf = self.buffered.lock().unwrap_or_else(|p| p.into_inner());
+            if buf.1 + data.len() <= BUFFER_BUDGET {
+                buf.1 += data.len();
+                buf.0.push((hash, data));
+                return Ok(());
+            }
+        }
+        let spill = match self.spill.get_or_init(|| Spill::start(&self.path)) {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(Error::LedgerCorrupt {
+                    path: self.path.clone(),
+                    detail: format!("cannot store small objects: {e}"),
+                });
+            }
+        };
+        let tx = spill.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match tx.map(|tx| tx.send((hash, data))) {
+            Some(Ok(())) => Ok(()),
+            // The thread stopped on an error; `finish` reports it.
+            _ => Err(self
+                .stop_spill()
+                .err()
+                .unwrap_or_else(|| Error::LedgerCorrupt {
+                    path: self.path.clone(),
+                    detail: "the blob writer stopped".into(),
+                })),
+        }
+    }
+
+    /// Commit the spilled blobs and hand back the buffered ones.
+    pub fn finish(self) -> Result<Finished> {
+        let spilled_new_bytes = self.stop_spill()?;
+        let buffered =
+            std::mem::take(&mut self.buffered.lock().unwrap_or_else(|p| p.into_inner()).0);
+        Ok(Finished {
+            spilled_new_bytes,
+            buffered,
+        })
+    }
+
+    fn stop_spill(&self) -> Result<u64> {
+        let Some(Ok(spill)) = self.spill.get() else {
+            return Ok(0);
+        };
+        drop(spill.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let handle = spill
+            .handle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match handle {
+            Some(h) => h.join().unwrap_or_else(|_| {
+                Err(Error::LedgerCorrupt {
+                    path: self.path.clone(),
+                    detail: "the blob writer panicked".into(),
+                })
+            }),
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        let _ = self.stop_spill();
+    }
+}
+
+impl Spill {
+    fn start(path: &Path) -> Result<Spill> {
+        let mut conn = connect(path)?;
+        let thread_path = path.to_owned();
+        let (tx, rx) = sync_channel::<Blob>(256);
+        let handle = std::thread::Builder::new()
+            .name("rewind-blobs".into())
+            .spawn(move || -> Result<u64> {
+                let err = db_err(&thread_path);
+                let mut new_bytes = 0u64;
+                let mut pending = 0usize;
+                let mut txn = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(&err)?;
+                for (hash, data) in rx {
+                    if insert(&txn, &hash, &data).map_err(&err)? {
+                        new_bytes += data.len() as u64;
+                        pending += data.len();
+                    }
+                    if pending >= COMMIT_EVERY {
+                        txn.commit().map_err(&err)?;
+                        txn = conn
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                            .map_err(&err)?;
+                        pending = 0;
+                    }
+                }
+                txn.commit().map_err(&err)?;
+                Ok(new_bytes)
+            })
+            .map_err(|e| Error::os(rewind_platform::Error::new("start blob writer", path, e)))?;
+        Ok(Spill {
+            tx: Mutex::new(Some(tx)),
+            handle: Mutex::new(Some(handle)),
+        })
+    }
+}
+
+/// INSERT OR IGNORE one blob; true if it was new.
+pub fn insert(conn: &Connection, hash: &Hash, data: &[u8]) -> rusqlite::Result<bool> {
+    let n = conn
+        .prepare_cached("INSERT OR IGNORE INTO blobs(hash, data) VALUES (?1, ?2)")?
+        .execute(params![&hash.0[..], data])?;
+    Ok(n == 1)
+}
+
+/// Reads blobs through its own connection (opened on first use).
+pub struct BlobReader {
+    path: PathBuf,
+    conn: Mutex<Option<Connection>>,
+}
+
+impl BlobReader {
+    pub fn new(ledger_path: &Path) -> BlobReader {
+        BlobReader {
+            path: ledger_path.to_owned(),
+            conn: Mutex::new(None),
+        }
+    }
+
+    pub fn get(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(connect(&self.path)?);
+        }
+        let Some(conn) = guard.as_ref() else {
+            return Ok(None);
+        };
+        conn.query_row(
+            "SELECT data FROM blobs WHERE hash = ?1",
+            [&hash.0[..]],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db_err(&self.path))
+    }
+}
