@@ -274,3 +274,43 @@ fn a_shell_whose_cwd_is_inside_reads_the_restored_content() {
     drop(stdin);
     let _ = sh.wait();
 }
+
+/// The stat cache must never hide a change: same size, mtime put back with
+/// `touch -d`, written within the same clock tick as the last checkpoint.
+#[test]
+fn the_stat_cache_never_hides_a_same_size_change() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f.txt"), b"aaaa");
+    let mtime = std::fs::metadata(root.join("f.txt"))
+        .expect("stat")
+        .modified()
+        .expect("mtime");
+    rewind_json(root, &["checkpoint"]);
+    // Same tick, same size: only the racy check can see this.
+    write(&root.join("f.txt"), b"bbbb");
+    let f = std::fs::File::options()
+        .write(true)
+        .open(root.join("f.txt"))
+        .expect("open");
+    f.set_modified(mtime).expect("set mtime back");
+    drop(f);
+    let ck = rewind_json(root, &["checkpoint"]);
+    assert_eq!(ck["changes"]["modified"], 1, "{ck}");
+    // Later, long after the tick: same size, mtime put back again.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    write(&root.join("f.txt"), b"cccc");
+    let f = std::fs::File::options()
+        .write(true)
+        .open(root.join("f.txt"))
+        .expect("open");
+    f.set_modified(mtime).expect("set mtime back");
+    drop(f);
+    let ck = rewind_json(root, &["checkpoint"]);
+    assert_eq!(
+        ck["changes"]["modified"], 1,
+        "ctime moved even though mtime and size did not: {ck}"
+    );
+    let st = rewind_json(root, &["status"]);
+    assert_eq!(st["changes"].as_array().expect("changes").len(), 0);
+}

@@ -15,8 +15,31 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let reuse = args.kind != "manual";
     let r = ws.checkpoint(args.label.as_deref(), &args.kind, reuse)?;
     ctx.emit(&r, || {
+        let mut how = Vec::new();
+        if r.cloned > 0 {
+            how.push(format!("{} cloned", r.cloned));
+        }
+        if r.copied > 0 {
+            how.push(format!(
+                "{} copied{}",
+                r.copied,
+                if r.reflink {
+                    ""
+                } else {
+                    ": no clones on this filesystem"
+                }
+            ));
+        }
+        if r.inlined > 0 {
+            how.push(format!("{} small in the ledger", r.inlined));
+        }
+        let how = if how.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", how.join(", "))
+        };
         let mut s = format!(
-            "{} {}{}: +{} ~{} -{}, {} new ({}), {} ms",
+            "{} {}{}: +{} ~{} -{}, {} new{how}, {} ms",
             if r.unchanged {
                 "unchanged, still at"
             } else {
@@ -31,11 +54,6 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             r.changes.modified,
             r.changes.deleted,
             human_bytes(r.bytes_new),
-            if r.reflink {
-                "reflink clones"
-            } else {
-                "copied: no clones on this filesystem"
-            },
             r.duration_ms
         );
         for sk in &r.skipped {
