@@ -10,7 +10,7 @@
 //! (rule 5): if a directory on the way was swapped for a symlink, the open
 //! fails instead of writing outside the workspace.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -95,16 +95,18 @@ pub fn apply(
     // 1. Removals: everything whose old entry goes away or changes type.
     //    Only top-most ones: a removed directory takes its captured
     //    children with it.
-    let mut removed_dirs: Vec<&[u8]> = Vec::new();
+    //    Parents come before their children in a plan, so checking each
+    //    change's ancestors against the set is enough (O(depth) each).
+    let mut removed_dirs: HashSet<&[u8]> = HashSet::new();
     let mut removals: Vec<&Change> = Vec::new();
     for ch in changes {
         let Some(old) = &ch.old else { continue };
         let goes = ch.new.as_ref().is_none_or(|n| n.kind() != old.kind());
-        if !goes || removed_dirs.iter().any(|d| is_under(&ch.path, d)) {
+        if !goes || ancestors(&ch.path).any(|a| removed_dirs.contains(a)) {
             continue;
         }
         if old.kind() == Kind::Dir {
-            removed_dirs.push(&ch.path);
+            removed_dirs.insert(&ch.path);
         }
         removals.push(ch);
     }
@@ -130,7 +132,9 @@ pub fn apply(
     parents.forget();
 
     // 2. Directories and files, parents first (changes are in pre-order).
-    let mut dir_fixups: BTreeSet<Vec<u8>> = BTreeSet::new();
+    // Directories whose metadata is set last, with their target entry when
+    // a change carries it (parents under --exact-times are looked up).
+    let mut dir_fixups: BTreeMap<Vec<u8>, Option<Entry>> = BTreeMap::new();
     let mut links: Vec<&Change> = Vec::new();
     for ch in changes {
         let Some(new) = &ch.new else { continue };
@@ -150,7 +154,7 @@ pub fn apply(
                     report.written += 1;
                     failpoint::hit("apply:dir-created");
                 }
-                dir_fixups.insert(ch.path.clone());
+                dir_fixups.insert(ch.path.clone(), Some(new.clone()));
             }
             Kind::File => {
                 let Target::Object(hash) = &new.target else {
@@ -225,30 +229,22 @@ pub fn apply(
             let mut p: &[u8] = &ch.path;
             while !p.is_empty() {
                 p = split_parent(p).0;
-                dir_fixups.insert(p.to_vec());
+                dir_fixups.entry(p.to_vec()).or_insert(None);
             }
         }
     }
-    let mut fixups: Vec<Vec<u8>> = dir_fixups.into_iter().collect();
-    fixups.sort_by_key(|p| {
-        std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count() + usize::from(!p.is_empty()))
-    });
-    for path in fixups {
-        let Some(entry) = changes
-            .iter()
-            .find(|c| c.path == path)
-            .and_then(|c| c.new.clone())
-            .or_else(|| lookup_target(trees, changes, &path))
-        else {
+    // The root's own metadata is not part of the tree.
+    dir_fixups.remove(&Vec::new());
+    let mut fixups: Vec<(Vec<u8>, Option<Entry>)> = dir_fixups.into_iter().collect();
+    fixups.sort_by_key(|(p, _)| std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count()));
+    for (path, entry) in fixups {
+        let Some(entry) = entry.or_else(|| lookup_target(trees, &path)) else {
             continue;
         };
         if entry.kind() != Kind::Dir {
             continue;
         }
         let mode = allowed_mode(&entry, opts, &path, &mut report);
-        if path.is_empty() {
-            continue; // the root's own metadata is not part of the tree
-        }
         let (parent, name) = split_parent(&path);
         let dir = parents.get(parent)?;
         let name = OsStr::from_bytes(name);
@@ -267,7 +263,7 @@ pub fn apply(
 
 /// The target-side entry of a parent directory that is not itself a change
 /// (only needed for `--exact-times`).
-fn lookup_target(trees: &Trees<'_>, _changes: &[Change], path: &[u8]) -> Option<Entry> {
+fn lookup_target(trees: &Trees<'_>, path: &[u8]) -> Option<Entry> {
     let root = trees.target_root()?;
     trees.entry_at(&root, path).ok().flatten()
 }
@@ -281,8 +277,13 @@ fn allowed_mode(entry: &Entry, opts: ApplyOptions, path: &[u8], report: &mut App
     }
 }
 
-fn is_under(path: &[u8], dir: &[u8]) -> bool {
-    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
+/// "a/b/c" → "a/b", "a".
+fn ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, c)| **c == b'/')
+        .map(move |(i, _)| &path[..i])
 }
 
 /// Remove what the capture saw at `name`, and only that. A directory that
@@ -359,5 +360,19 @@ fn rmdir_or_keep(dir: &Dir, name: &OsStr, path: &[u8], report: &mut ApplyReport)
             Ok(())
         }
         Err(e) => Err(Error::os(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ancestors;
+
+    #[test]
+    fn ancestors_are_listed_deepest_first_without_the_path_itself() {
+        assert_eq!(
+            ancestors(b"a/b/c").collect::<Vec<_>>(),
+            vec![&b"a/b"[..], &b"a"[..]]
+        );
+        assert_eq!(ancestors(b"top").count(), 0);
     }
 }

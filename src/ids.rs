@@ -13,14 +13,7 @@ pub fn make_id(workspace_id: &str, seq: i64, root: &Hash, nonce: u64) -> String 
     seed.extend_from_slice(&seq.to_be_bytes());
     seed.extend_from_slice(&root.0);
     seed.extend_from_slice(&nonce.to_be_bytes());
-    seed.extend_from_slice(
-        &std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-            .to_be_bytes(),
-    );
-    seed.extend_from_slice(&std::process::id().to_be_bytes());
+    add_time_and_pid(&mut seed);
     let h = Hash::of(&seed);
     encode(&h.0)[..ID_LEN].to_string()
 }
@@ -28,18 +21,21 @@ pub fn make_id(workspace_id: &str, seq: i64, root: &Hash, nonce: u64) -> String 
 /// A fresh workspace id (26 characters).
 pub fn make_workspace_id() -> String {
     let mut seed = Vec::new();
-    seed.extend_from_slice(
-        &std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-            .to_be_bytes(),
-    );
-    seed.extend_from_slice(&std::process::id().to_be_bytes());
+    add_time_and_pid(&mut seed);
     if let Ok(cwd) = std::env::current_dir() {
         seed.extend_from_slice(cwd.as_os_str().as_encoded_bytes());
     }
     encode(&Hash::of(&seed).0)[..26].to_string()
+}
+
+/// Make two ids made in the same instant by different processes differ.
+fn add_time_and_pid(seed: &mut Vec<u8>) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    seed.extend_from_slice(&nanos.to_be_bytes());
+    seed.extend_from_slice(&std::process::id().to_be_bytes());
 }
 
 fn encode(bytes: &[u8]) -> String {

@@ -285,15 +285,7 @@ fn run_to(
     //    for a symlink), finish from a fresh capture instead.
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
-        let progress = ws.progress("restoring");
-        apply::apply(
-            ws.root_dir(),
-            ws.store(),
-            &trees,
-            &changes,
-            aopts,
-            &progress,
-        )
+        apply_plan(ws, &trees, &changes, aopts)
     };
     let report = match report {
         Ok(r) => r,
@@ -357,15 +349,17 @@ fn reapply_from_live(
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
     let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
+    apply_plan(ws, &trees, &changes, aopts)
+}
+
+fn apply_plan(
+    ws: &Workspace,
+    trees: &Trees<'_>,
+    changes: &[Change],
+    aopts: ApplyOptions,
+) -> Result<ApplyReport> {
     let progress = ws.progress("restoring");
-    apply::apply(
-        ws.root_dir(),
-        ws.store(),
-        &trees,
-        &changes,
-        aopts,
-        &progress,
-    )
+    apply::apply(ws.root_dir(), ws.store(), trees, changes, aopts, &progress)
 }
 
 fn finish(

@@ -101,31 +101,30 @@ fn check_invariants(root: &Path, label: &str, candidates: &[(&str, &Tree)]) -> u
     which.unwrap_or(0)
 }
 
-const REWIND_POINTS: &[&str] = &[
-    "capture:object-stored",
-    "rewind:captured",
-    "rewind:after-intent",
-    "apply:removed",
-    "apply:dir-created",
-    "apply:file-written",
-    "apply:symlink-written",
-    "apply:meta-fixed",
-    "rewind:before-commit",
-    "rewind:after-commit",
-];
+/// Every named failpoint is exercised: those of a checkpoint by
+/// `checkpoint`, all others by `rewind` (whose safety capture passes the
+/// capture points too).
+fn rewind_points() -> Vec<&'static str> {
+    rewind::failpoint::POINTS
+        .iter()
+        .copied()
+        .filter(|p| !p.starts_with("checkpoint:"))
+        .collect()
+}
 
-const CHECKPOINT_POINTS: &[&str] = &[
-    "capture:object-stored",
-    "checkpoint:before-sync",
-    "checkpoint:before-commit",
-    "checkpoint:after-commit",
-];
+fn checkpoint_points() -> Vec<&'static str> {
+    rewind::failpoint::POINTS
+        .iter()
+        .copied()
+        .filter(|p| p.starts_with("checkpoint:") || p.starts_with("capture:"))
+        .collect()
+}
 
 fn named_points_on(fs: Fs) {
     let Some(lfs) = LoopFs::new(fs, 512) else {
         return;
     };
-    for (i, point) in REWIND_POINTS.iter().enumerate() {
+    for (i, point) in rewind_points().iter().enumerate() {
         // Also the N-th hit of per-file points, to crash mid-way.
         for nth in [1, 3] {
             let root = lfs.subdir(&format!("rw{i}-{nth}"));
@@ -155,7 +154,7 @@ fn named_points_on(fs: Fs) {
             );
         }
     }
-    for (i, point) in CHECKPOINT_POINTS.iter().enumerate() {
+    for (i, point) in checkpoint_points().iter().enumerate() {
         let root = lfs.subdir(&format!("ck{i}"));
         let (a, snap_a, before) = fixture(&root);
         let out = rewind_env(&root, &["checkpoint", "B"], &[("REWIND_FAILPOINT", point)]);
