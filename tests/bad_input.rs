@@ -232,3 +232,20 @@ fn a_full_disk_fails_cleanly_and_changes_nothing() {
     rewind_json(&root, &["rewind", &id]);
     assert!(!root.join("big.bin").exists());
 }
+
+#[test]
+fn usage_errors_exit_1_and_answer_json_when_asked() {
+    let dir = common::tmp();
+    let out = rewind(dir.path(), &["--json", "rewind"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a usage error is exit 1, never 2 (2 means refused)"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    assert_eq!(v["error"]["code"], "USAGE");
+    let out = rewind(dir.path(), &["no-such-verb"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!dir.path().join(".rewind").exists());
+}

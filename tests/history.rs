@@ -314,3 +314,46 @@ fn the_stat_cache_never_hides_a_same_size_change() {
     let st = rewind_json(root, &["status"]);
     assert_eq!(st["changes"].as_array().expect("changes").len(), 0);
 }
+
+/// Writers from many processes are serialized by the workspace lock: every
+/// checkpoint lands, HEAD is one of them, the ledger stays consistent.
+#[test]
+fn concurrent_checkpoints_are_serialized_and_all_recorded() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for i in 0..50 {
+        write(&root.join(format!("f{i}")), format!("{i}").as_bytes());
+    }
+    rewind_json(root, &["checkpoint", "base"]);
+    let children: Vec<_> = (0..6)
+        .map(|i| {
+            write(&root.join(format!("w{i}")), b"new");
+            Command::new(env!("CARGO_BIN_EXE_rewind"))
+                .current_dir(root)
+                .args(["--json", "checkpoint", &format!("c{i}")])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        ids.push(v["id"].as_str().expect("id").to_string());
+    }
+    let list = rewind_json(root, &["list"]);
+    let listed: Vec<&str> = list["checkpoints"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    for id in &ids {
+        assert!(listed.contains(&id.as_str()), "{id} missing");
+    }
+    assert_eq!(listed.len(), 7);
+    assert!(ids.iter().any(|id| list["head"] == id.as_str()));
+    assert_eq!(rewind_json(root, &["doctor"])["ledger"]["integrity"], "ok");
+}

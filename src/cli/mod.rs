@@ -138,7 +138,13 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            // Usage errors exit 1 (2 means "refused by the effect barrier").
             let code = if e.use_stderr() { 1 } else { 0 };
+            if code == 1 && std::env::args().any(|a| a == "--json") {
+                let message = e.kind().to_string();
+                let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": "USAGE", "message": message}});
+                let _ = writeln!(std::io::stdout(), "{v}");
+            }
             let _ = e.print();
             return code;
         }
