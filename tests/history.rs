@@ -357,3 +357,75 @@ fn concurrent_checkpoints_are_serialized_and_all_recorded() {
     assert!(ids.iter().any(|id| list["head"] == id.as_str()));
     assert_eq!(rewind_json(root, &["doctor"])["ledger"]["integrity"], "ok");
 }
+
+fn mtime_ns(p: &std::path::Path) -> i128 {
+    let m = std::fs::symlink_metadata(p).expect("stat");
+    std::os::unix::fs::MetadataExt::mtime(&m) as i128 * 1_000_000_000
+        + std::os::unix::fs::MetadataExt::mtime_nsec(&m) as i128
+}
+
+#[test]
+fn exact_times_restores_recorded_mtimes_and_the_default_uses_now() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("d/f.txt"), b"one");
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(root.join("d/f.txt"))
+        .expect("open")
+        .set_modified(old)
+        .expect("mtime");
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let recorded = mtime_ns(&root.join("d/f.txt"));
+    let recorded_dir = mtime_ns(&root.join("d"));
+
+    write(&root.join("d/f.txt"), b"two");
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(std::fs::read(root.join("d/f.txt")).expect("read"), b"one");
+    assert!(
+        mtime_ns(&root.join("d/f.txt")) > recorded,
+        "by default a restored file gets the current time (builds rebuild it)"
+    );
+
+    write(&root.join("d/f.txt"), b"three");
+    write(&root.join("d/extra"), b"x");
+    let r = rewind_json(root, &["rewind", &a, "--exact-times"]);
+    assert_eq!(r["rewound_to"], a.as_str());
+    assert_eq!(
+        mtime_ns(&root.join("d/f.txt")),
+        recorded,
+        "file mtime restored"
+    );
+    assert_eq!(
+        mtime_ns(&root.join("d")),
+        recorded_dir,
+        "directory mtime restored after its children changed"
+    );
+}
+
+#[test]
+fn setuid_bits_are_restored_only_when_allowed() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("tool"), b"#!/bin/sh\n");
+    common::chmod(&root.join("tool"), 0o4755);
+    let a = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    std::fs::remove_file(root.join("tool")).expect("rm");
+    let r = rewind_json(root, &["rewind", &a]);
+    assert_eq!(r["setuid_stripped"], serde_json::json!(["tool"]));
+    let mode = |p: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).expect("stat").permissions())
+            & 0o7777
+    };
+    assert_eq!(mode(&root.join("tool")), 0o755);
+    std::fs::remove_file(root.join("tool")).expect("rm");
+    rewind_json(root, &["rewind", &a, "--allow-setuid"]);
+    assert_eq!(mode(&root.join("tool")), 0o4755);
+}
