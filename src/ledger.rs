@@ -52,6 +52,12 @@ CREATE TABLE IF NOT EXISTS operations(
 );
 ";
 
+fn genesis_fields(workspace_id: &str) -> crate::chain::Fields {
+    crate::chain::Fields::new()
+        .str("workspace", workspace_id)
+        .str("format", FORMAT_VERSION)
+}
+
 /// A checkpoint row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Checkpoint {
@@ -193,6 +199,11 @@ impl Ledger {
             .map_err(db_err(&p))?;
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::blobs::SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(crate::chain::SCHEMA).map_err(db_err(&p))?;
+        if crate::chain::head(&tx, &p)?.is_none() {
+            crate::chain::append(&tx, "genesis", genesis_fields(workspace_id))
+                .map_err(db_err(&p))?;
+        }
         tx.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?1)",
             [FORMAT_VERSION],
@@ -238,6 +249,66 @@ impl Ledger {
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .map_err(self.err())
+    }
+
+    /// Check the event chain (see `chain::verify`).
+    pub fn verify_chain(
+        &self,
+        anchor: Option<&crate::chain::Anchor>,
+    ) -> Result<crate::chain::Verdict> {
+        let id = self.meta("workspace_id")?.unwrap_or_default();
+        crate::chain::verify(&self.conn, &self.path, &id, anchor)
+    }
+
+    /// The chain's last (seq, hash).
+    pub fn chain_head(&self) -> Result<Option<(u64, Hash)>> {
+        crate::chain::head(&self.conn, &self.path)
+    }
+
+    pub fn workspace_id(&self) -> Result<String> {
+        Ok(self.meta("workspace_id")?.unwrap_or_default())
+    }
+
+    /// Every tree node whose bytes do not hash to its name, and the count
+    /// checked (for `verify --deep`).
+    pub fn bad_tree_nodes(&self) -> Result<(u64, Vec<Hash>)> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT hash, data FROM trees")
+            .map_err(self.err())?;
+        let mut rows = stmt.query([]).map_err(self.err())?;
+        let (mut n, mut bad) = (0, Vec::new());
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let (h, d): (Vec<u8>, Vec<u8>) =
+                (r.get(0).map_err(self.err())?, r.get(1).map_err(self.err())?);
+            n += 1;
+            let h = Hash::from_slice(&h).unwrap_or(Hash([0; 32]));
+            if Node::hash_of_encoding(&d) != h {
+                bad.push(h);
+            }
+        }
+        Ok((n, bad))
+    }
+
+    /// Every small object whose bytes do not hash to its name, and the
+    /// count checked.
+    pub fn bad_blobs(&self) -> Result<(u64, Vec<Hash>)> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT hash, data FROM blobs")
+            .map_err(self.err())?;
+        let mut rows = stmt.query([]).map_err(self.err())?;
+        let (mut n, mut bad) = (0, Vec::new());
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let (h, d): (Vec<u8>, Vec<u8>) =
+                (r.get(0).map_err(self.err())?, r.get(1).map_err(self.err())?);
+            n += 1;
+            let h = Hash::from_slice(&h).unwrap_or(Hash([0; 32]));
+            if Hash::of(&d) != h {
+                bad.push(h);
+            }
+        }
+        Ok((n, bad))
     }
 
     /// Set one meta value in its own transaction (for cached facts).
@@ -441,6 +512,19 @@ impl Tx<'_> {
         db_err(self.path)
     }
 
+    /// Append an event to the chain, committed with this transaction.
+    pub fn event(&self, kind: &str, fields: crate::chain::Fields) -> Result<u64> {
+        crate::chain::append(self.tx, kind, fields).map_err(self.err())
+    }
+
+    pub fn checkpoint_id(&self, seq: i64) -> Result<String> {
+        self.tx
+            .query_row("SELECT id FROM checkpoints WHERE seq = ?1", [seq], |r| {
+                r.get(0)
+            })
+            .map_err(self.err())
+    }
+
     pub fn put_tree(&self, hash: &Hash, data: &[u8]) -> Result<()> {
         self.tx
             .prepare_cached("INSERT OR IGNORE INTO trees(hash, data) VALUES (?1, ?2)")
@@ -504,6 +588,13 @@ impl Tx<'_> {
     }
 
     pub fn set_note(&self, seq: i64, note: &str) -> Result<()> {
+        let id = self.checkpoint_id(seq)?;
+        self.event(
+            "note",
+            crate::chain::Fields::new()
+                .str("checkpoint", &id)
+                .str("note", note),
+        )?;
         self.tx
             .execute(
                 "UPDATE checkpoints SET note = ?2 WHERE seq = ?1",

@@ -8,6 +8,7 @@
 pub mod apply;
 pub mod blobs;
 pub mod capture;
+pub mod chain;
 pub mod cli;
 pub mod diff;
 pub mod error;

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::apply::{self, ApplyOptions, ApplyReport};
 use crate::capture::Sink;
+use crate::chain::Fields;
 use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -267,6 +268,17 @@ fn run_to(
         if let Some(note) = &opts.report {
             tx.set_note(safety, note)?;
         }
+        let safety_id = tx.checkpoint_id(safety)?;
+        tx.event(
+            "rewind",
+            Fields::new()
+                .str("op", op.as_str())
+                .str("target", &target.id)
+                .bytes("target_root", &target.root.0)
+                .str("safety", &safety_id)
+                .bytes("from_root", &cap.root.0)
+                .str("fingerprint", &fp),
+        )?;
         tx.set_intent(&Intent {
             op: op.as_str().into(),
             target: target.seq,
@@ -296,7 +308,7 @@ fn run_to(
     };
     drop(t);
     // 5 + 6.
-    finish(ws, op, target.seq, safety_seq, &report)?;
+    finish(ws, op, target.seq, safety_seq, &report, false)?;
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
     Ok(RewindReport {
         op: op.as_str(),
@@ -368,6 +380,7 @@ fn finish(
     target: i64,
     safety: i64,
     report: &ApplyReport,
+    recovered: bool,
 ) -> Result<()> {
     ws.sync_tree()?;
     failpoint::hit("rewind:before-commit");
@@ -376,6 +389,16 @@ fn finish(
     ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &new_head.to_string())?;
         tx.clear_intent()?;
+        tx.event(
+            "rewind-done",
+            Fields::new()
+                .str("op", op.as_str())
+                .str("target", &tx.checkpoint_id(target)?)
+                .str("head", &tx.checkpoint_id(new_head)?)
+                .num("written", report.written)
+                .num("deleted", report.deleted)
+                .str("recovered", if recovered { "1" } else { "0" }),
+        )?;
         tx.record_operation(
             &Operation {
                 op: op.as_str().into(),
@@ -423,7 +446,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .unwrap_or_default();
     let report = reapply_from_live(ws, intent.to_root, &paths, aopts, dopts)?;
     let op = Op::parse(&intent.op);
-    finish(ws, op, intent.target, intent.safety, &report)?;
+    finish(ws, op, intent.target, intent.safety, &report, true)?;
     let target = ws
         .ledger()
         .checkpoint_by_seq(intent.target)?

@@ -11,6 +11,7 @@ use rewind_platform::{Dir, FsInfo, LockFile};
 use serde::Serialize;
 
 use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
+use crate::chain::Fields;
 use crate::diff::{self, Counts, DiffOptions, Trees};
 use crate::error::{Error, Result};
 use crate::ids;
@@ -604,6 +605,19 @@ pub(crate) fn insert_checkpoint(
         n.kind,
         time::now_ms(),
         &stats,
+    )?;
+    let parent_id = match n.parent {
+        Some(p) => tx.checkpoint_id(p)?,
+        None => String::new(),
+    };
+    tx.event(
+        "checkpoint",
+        Fields::new()
+            .str("id", &id)
+            .bytes("root", &root.0)
+            .str("parent", &parent_id)
+            .str("label", n.label.unwrap_or(""))
+            .str("kind", n.kind),
     )?;
     tx.set_meta("head", &seq.to_string())?;
     Ok(seq)

@@ -87,6 +87,13 @@ fn check_invariants(root: &Path, label: &str, candidates: &[(&str, &Tree)]) -> u
             candidates.iter().map(|c| c.0).collect::<Vec<_>>()
         );
     }
+    let verify = rewind(root, &["verify"]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{label}: the chain must verify after recovery: {}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
     let doc = rewind_json(root, &["doctor"]);
     assert_eq!(doc["ledger"]["integrity"], "ok", "{label}: integrity check");
     assert_eq!(

@@ -1,6 +1,7 @@
 //! The command line: one file per verb. Each verb returns a JSON value and a
 //! human rendering; `--json` prints exactly one JSON object on stdout.
 
+mod anchor;
 mod checkpoint;
 mod diff;
 mod doctor;
@@ -8,6 +9,7 @@ mod init;
 mod list;
 mod rewind;
 mod status;
+mod verify;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +66,10 @@ enum Command {
     Restore(rewind::RestoreArgs),
     /// Filesystem, clone support, engine and ledger health, and why
     Doctor,
+    /// Check the tamper-evident event chain (exit 0 ok, 1 tampered, 2 unreadable)
+    Verify(verify::Args),
+    /// Export the chain head (seq + hash) to keep elsewhere
+    Anchor(anchor::Args),
 }
 
 /// What every verb gets: global options and how to find the workspace.
@@ -168,18 +174,25 @@ pub fn main() -> i32 {
         Command::Undo(a) => rewind::undo(&ctx, a),
         Command::Restore(a) => rewind::restore(&ctx, a),
         Command::Doctor => doctor::run(&ctx),
+        Command::Anchor(a) => anchor::run(&ctx, a),
+        Command::Verify(a) => return verify::run(&ctx, a),
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
-            if ctx.json {
-                let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": e.code(), "message": e.to_string()}});
-                let _ = writeln!(std::io::stdout(), "{v}");
-            }
-            eprintln!("rewind: error: {e}");
+            report_error(&ctx, &e);
             e.exit_code()
         }
     }
+}
+
+/// One line on stderr; with `--json`, also the error object on stdout.
+pub fn report_error(ctx: &Ctx, e: &Error) {
+    if ctx.json {
+        let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": e.code(), "message": e.to_string()}});
+        let _ = writeln!(std::io::stdout(), "{v}");
+    }
+    eprintln!("rewind: error: {e}");
 }
 
 /// Human-readable byte counts.

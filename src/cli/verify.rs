@@ -1,0 +1,120 @@
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::Ctx;
+use crate::chain::{Anchor, Verdict};
+use crate::error::{Error, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Also re-hash every stored object and tree node
+    #[arg(long)]
+    deep: bool,
+    /// Check against a head exported earlier with `rewind anchor FILE`
+    #[arg(long, value_name = "FILE")]
+    anchor: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Deep {
+    tree_nodes: u64,
+    small_objects: u64,
+    object_files: u64,
+    bad: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Out {
+    #[serde(flatten)]
+    verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deep: Option<Deep>,
+}
+
+/// Exit codes (DESIGN §3): 0 intact, 1 tampered, 2 could not be read.
+pub fn run(ctx: &Ctx, args: Args) -> i32 {
+    match check(ctx, &args) {
+        Ok(out) => {
+            let ok = out.verdict.ok && out.deep.as_ref().is_none_or(|d| d.bad.is_empty());
+            let _ = ctx.emit(&out, || human(&out));
+            if ok { 0 } else { 1 }
+        }
+        Err(e) => {
+            super::report_error(ctx, &e);
+            2
+        }
+    }
+}
+
+fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
+    let anchor = match &args.anchor {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::os(rewind_platform::Error::new("read anchor", path, e)))?;
+            Some(
+                serde_json::from_str::<Anchor>(&text).map_err(|e| Error::InvalidPath {
+                    path: path.clone(),
+                    reason: format!("not an anchor file ({e})"),
+                })?,
+            )
+        }
+        None => None,
+    };
+    let ws = ctx.workspace()?;
+    if let Some(a) = &anchor
+        && a.workspace != ws.ledger().workspace_id()?
+    {
+        return Err(Error::Usage(format!(
+            "the anchor is for workspace {}, this is {}",
+            a.workspace,
+            ws.ledger().workspace_id()?
+        )));
+    }
+    let verdict = ws.ledger().verify_chain(anchor.as_ref())?;
+    let deep = if args.deep {
+        let (tree_nodes, bad_trees) = ws.ledger().bad_tree_nodes()?;
+        let (small_objects, bad_blobs) = ws.ledger().bad_blobs()?;
+        let (object_files, bad_files) = ws.store().verify_files()?;
+        let mut bad: Vec<String> = bad_trees.iter().map(|h| format!("tree node {h}")).collect();
+        bad.extend(bad_blobs.iter().map(|h| format!("small object {h}")));
+        bad.extend(bad_files.iter().map(|h| format!("object file {h}")));
+        Some(Deep {
+            tree_nodes,
+            small_objects,
+            object_files,
+            bad,
+        })
+    } else {
+        None
+    };
+    Ok(Out { verdict, deep })
+}
+
+fn human(out: &Out) -> String {
+    let v = &out.verdict;
+    let mut s = match (&v.first_bad, &v.head) {
+        (Some(b), _) => format!(
+            "TAMPERED at entry {}: {} ({})",
+            b.seq,
+            serde_json::to_value(b.code)
+                .ok()
+                .and_then(|c| c.as_str().map(String::from))
+                .unwrap_or_default(),
+            b.reason
+        ),
+        (None, Some(h)) => format!("ok: {} entries, head {} {}", v.entries, h.seq, h.hash),
+        (None, None) => "ok: the chain is empty".into(),
+    };
+    if let Some(d) = &out.deep {
+        s.push_str(&format!(
+            "\ndeep: {} tree nodes, {} small objects, {} object files re-hashed",
+            d.tree_nodes, d.small_objects, d.object_files
+        ));
+        for b in &d.bad {
+            s.push_str(&format!("\n  DAMAGED {b}"));
+        }
+    }
+    s.push_str("\n(truncating the newest entries is undetectable without an anchor: keep `rewind anchor` output elsewhere)");
+    s
+}

@@ -1,0 +1,369 @@
+//! The event chain (DESIGN §9, docs/CHAIN.md): every single-byte mutation
+//! of a stored entry is caught at exactly that entry; deletion, insertion,
+//! reordering and duplication each get their code; truncation is caught
+//! only with an anchor; and an independent verifier written from
+//! docs/CHAIN.md agrees with `rewind verify` on tampered and clean logs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{rewind, rewind_json, write};
+use rewind::chain::{Entry, leaf_hash};
+use rusqlite::{Connection, params};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A workspace with a history of checkpoints, a rewind with a note, an
+/// undo and a restore: every kind of entry.
+fn history(root: &Path, rounds: usize) -> PathBuf {
+    write(&root.join("a.txt"), b"0");
+    let first = rewind_json(root, &["checkpoint", "first"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    for i in 0..rounds {
+        write(&root.join(format!("f{i}.txt")), format!("{i}").as_bytes());
+        rewind_json(root, &["checkpoint"]);
+    }
+    rewind_json(root, &["rewind", &first, "--report", "did not work"]);
+    rewind_json(root, &["undo"]);
+    rewind_json(root, &["restore", &first, "--", "a.txt"]);
+    root.join(".rewind/ledger.db")
+}
+
+fn verify(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["--json", "verify"];
+    args.extend_from_slice(extra);
+    let out = rewind(root, &args);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "verify JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn bad(v: &serde_json::Value) -> (u64, String) {
+    (
+        v["first_bad"]["seq"].as_u64().unwrap_or(0),
+        v["first_bad"]["code"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+fn rows(db: &Path) -> Vec<(i64, Vec<u8>, Vec<u8>)> {
+    let c = Connection::open(db).expect("open");
+    let mut s = c
+        .prepare("SELECT seq, data, hash FROM chain ORDER BY seq")
+        .expect("prepare");
+    s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("query")
+        .map(|r| r.expect("row"))
+        .collect()
+}
+
+fn set_row(c: &Connection, seq: i64, data: &[u8], hash: &[u8]) {
+    c.execute(
+        "INSERT OR REPLACE INTO chain(seq, data, hash) VALUES (?1, ?2, ?3)",
+        params![seq, data, hash],
+    )
+    .expect("write row");
+}
+
+/// Fold the WAL into the database file so that copying the file copies
+/// the whole ledger.
+fn settle(db: &Path) {
+    Connection::open(db)
+        .expect("open")
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .expect("checkpoint");
+}
+
+#[test]
+fn the_chain_records_every_operation_and_verifies() {
+    let dir = common::tmp();
+    let db = history(dir.path(), 2);
+    let kinds: Vec<String> = rows(&db)
+        .iter()
+        .map(|(_, d, _)| Entry::decode(d).expect("decode").kind)
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("genesis"));
+    for k in ["checkpoint", "note", "rewind", "rewind-done"] {
+        assert!(kinds.iter().any(|x| x == k), "no {k} entry in {kinds:?}");
+    }
+    let ops: Vec<String> = rows(&db)
+        .iter()
+        .filter_map(|(_, d, _)| {
+            let e = Entry::decode(d).ok()?;
+            (e.kind == "rewind-done")
+                .then(|| String::from_utf8_lossy(e.field("op").unwrap_or_default()).into_owned())
+        })
+        .collect();
+    assert_eq!(ops, vec!["rewind", "undo", "restore"]);
+    let (code, v) = verify(dir.path(), &["--deep"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["entries"].as_u64(), Some(kinds.len() as u64));
+}
+
+#[test]
+fn every_single_byte_mutation_is_caught_at_its_entry() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let db = history(root, 3);
+    settle(&db);
+    let pristine = std::fs::read(&db).expect("read ledger");
+    let n = rows(&db).len() as i64;
+    let mut rng = Rng(0x5eed);
+    for round in 0..1000 {
+        std::fs::write(&db, &pristine).expect("restore ledger");
+        let seq = 1 + rng.below(n as u64) as i64;
+        let c = Connection::open(&db).expect("open");
+        let (data, hash): (Vec<u8>, Vec<u8>) = c
+            .query_row("SELECT data, hash FROM chain WHERE seq = ?1", [seq], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("row");
+        let (mut data, mut hash) = (data, hash);
+        let flip = 1 + rng.below(255) as u8;
+        if rng.below(4) == 0 {
+            let i = rng.below(hash.len() as u64) as usize;
+            hash[i] ^= flip;
+        } else {
+            let i = rng.below(data.len() as u64) as usize;
+            data[i] ^= flip;
+        }
+        set_row(&c, seq, &data, &hash);
+        drop(c);
+        let (code, v) = verify(root, &[]);
+        assert_eq!(
+            code, 1,
+            "round {round}: mutation at entry {seq} not detected: {v}"
+        );
+        let (at, why) = bad(&v);
+        assert_eq!(
+            at, seq as u64,
+            "round {round}: named entry {at}, mutated {seq}: {v}"
+        );
+        assert!(
+            why == "HASH_MISMATCH" || why == "DECODE_ERROR",
+            "round {round}: {why}"
+        );
+    }
+}
+
+#[test]
+fn deletion_insertion_reordering_duplication_and_truncation_get_their_codes() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let db = history(root, 3);
+    settle(&db);
+    let pristine = std::fs::read(&db).expect("read");
+    let all = rows(&db);
+    let n = all.len() as i64;
+    let k = 4i64;
+    let reset = || std::fs::write(&db, &pristine).expect("reset");
+    let shift_up_from = |c: &Connection, from: i64| {
+        for (seq, data, hash) in all.iter().rev().filter(|r| r.0 >= from) {
+            set_row(c, seq + 1, data, hash);
+        }
+    };
+    let forged = |seq: i64, prev: &[u8]| {
+        let e = Entry {
+            seq: seq as u64,
+            prev: rewind::hash::Hash::from_slice(prev).expect("hash"),
+            time_ms: 0,
+            kind: "checkpoint".into(),
+            fields: vec![("id".into(), b"forged00".to_vec())],
+        };
+        let d = e.encode();
+        let h = leaf_hash(&d).0.to_vec();
+        (d, h)
+    };
+
+    // Deletion.
+    reset();
+    Connection::open(&db)
+        .expect("open")
+        .execute("DELETE FROM chain WHERE seq = ?1", [k])
+        .expect("delete");
+    assert_eq!(bad(&verify(root, &[]).1), (k as u64, "SEQ_GAP".into()));
+
+    // Reordering: entries k and k+1 swap places.
+    reset();
+    let c = Connection::open(&db).expect("open");
+    set_row(&c, k, &all[k as usize].1, &all[k as usize].2);
+    set_row(&c, k + 1, &all[k as usize - 1].1, &all[k as usize - 1].2);
+    drop(c);
+    assert_eq!(bad(&verify(root, &[]).1), (k as u64, "OUT_OF_ORDER".into()));
+
+    // Duplication: entry k appears twice, the rest shifted.
+    reset();
+    let c = Connection::open(&db).expect("open");
+    shift_up_from(&c, k + 1);
+    set_row(&c, k + 1, &all[k as usize - 1].1, &all[k as usize - 1].2);
+    drop(c);
+    assert_eq!(
+        bad(&verify(root, &[]).1),
+        ((k + 1) as u64, "OUT_OF_ORDER".into())
+    );
+
+    // Insertion of a well-formed forged entry, the rest shifted.
+    reset();
+    let c = Connection::open(&db).expect("open");
+    shift_up_from(&c, k);
+    let (d, h) = forged(k, &all[k as usize - 2].2);
+    set_row(&c, k, &d, &h);
+    drop(c);
+    assert_eq!(
+        bad(&verify(root, &[]).1),
+        ((k + 1) as u64, "OUT_OF_ORDER".into())
+    );
+
+    // Replacing an entry with a forged one that has the right seq and prev:
+    // its successor's link breaks.
+    reset();
+    let c = Connection::open(&db).expect("open");
+    let (d, h) = forged(k, &all[k as usize - 2].2);
+    set_row(&c, k, &d, &h);
+    drop(c);
+    assert_eq!(
+        bad(&verify(root, &[]).1),
+        ((k + 1) as u64, "BROKEN_LINK".into())
+    );
+
+    // Truncation: undetectable without an anchor, caught with one.
+    reset();
+    let anchor = dir.path().join("anchor.json");
+    rewind_json(root, &["anchor", anchor.to_str().expect("utf8")]);
+    Connection::open(&db)
+        .expect("open")
+        .execute("DELETE FROM chain WHERE seq >= ?1", [n - 1])
+        .expect("truncate");
+    let (code, v) = verify(root, &[]);
+    assert_eq!(code, 0, "truncation is undetectable without an anchor: {v}");
+    let (code, v) = verify(root, &["--anchor", anchor.to_str().expect("utf8")]);
+    assert_eq!(code, 1);
+    assert_eq!(bad(&v), ((n - 1) as u64, "TRUNCATED_BELOW_ANCHOR".into()));
+
+    // Rewriting the last entry with a recomputed hash: only the anchor sees it.
+    reset();
+    let c = Connection::open(&db).expect("open");
+    let (d, h) = forged(n, &all[n as usize - 2].2);
+    set_row(&c, n, &d, &h);
+    drop(c);
+    assert_eq!(verify(root, &[]).0, 0);
+    assert_eq!(
+        bad(&verify(root, &["--anchor", anchor.to_str().expect("utf8")]).1),
+        (n as u64, "ANCHOR_MISMATCH".into())
+    );
+}
+
+#[test]
+fn an_unreadable_ledger_exits_2() {
+    let dir = common::tmp();
+    let db = history(dir.path(), 1);
+    std::fs::write(
+        &db,
+        b"not a database at all, not even close, definitely not sqlite",
+    )
+    .expect("clobber");
+    let _ = std::fs::remove_file(db.with_extension("db-wal"));
+    let _ = std::fs::remove_file(db.with_extension("db-shm"));
+    let out = rewind(dir.path(), &["verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_independent_verifier_agrees_on_100_logs() {
+    let dir = common::tmp();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/verify_chain.py");
+    let mut rng = Rng(0xc0ffee);
+    let mut tampered_seen = 0;
+    for i in 0..100 {
+        let root = dir.path().join(format!("log{i}"));
+        std::fs::create_dir_all(&root).expect("mkdir");
+        let db = history(&root, rng.below(4) as usize);
+        let n = rows(&db).len() as u64;
+        let c = Connection::open(&db).expect("open");
+        match rng.below(5) {
+            0 => {} // clean
+            1 => {
+                let seq = 1 + rng.below(n);
+                c.execute(
+                    "UPDATE chain SET data = CAST(data || x'00' AS BLOB) WHERE seq = ?1",
+                    [seq as i64],
+                )
+                .expect("grow");
+            }
+            2 => {
+                let seq = 1 + rng.below(n);
+                c.execute("DELETE FROM chain WHERE seq = ?1", [seq as i64])
+                    .expect("delete");
+            }
+            3 => {
+                let seq = 1 + rng.below(n);
+                let (mut d, h): (Vec<u8>, Vec<u8>) = c
+                    .query_row(
+                        "SELECT data, hash FROM chain WHERE seq = ?1",
+                        [seq as i64],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .expect("row");
+                let at = rng.below(d.len() as u64) as usize;
+                d[at] ^= 0x40;
+                set_row(&c, seq as i64, &d, &h);
+            }
+            _ => {
+                c.execute("UPDATE meta SET value = 'someoneelsesworkspace0000' WHERE key = 'workspace_id'", []).expect("meta");
+            }
+        }
+        drop(c);
+        let (_, ours) = verify(&root, &[]);
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(&db)
+            .output()
+            .expect("python3");
+        let theirs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "verifier output ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(ours["ok"], theirs["ok"], "log {i}: {ours} vs {theirs}");
+        assert_eq!(
+            ours["first_bad"]["seq"], theirs["first_bad"]["seq"],
+            "log {i}: {ours} vs {theirs}"
+        );
+        assert_eq!(
+            ours["first_bad"]["code"], theirs["first_bad"]["code"],
+            "log {i}: {ours} vs {theirs}"
+        );
+        if ours["ok"] == false {
+            tampered_seen += 1;
+        }
+    }
+    assert!(
+        tampered_seen >= 50,
+        "the corpus must be mostly tampered: {tampered_seen}"
+    );
+}
