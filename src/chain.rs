@@ -333,6 +333,47 @@ pub fn verify(
     })
 }
 
+/// The last entry's hash (inside a transaction).
+pub fn head_hash(conn: &Connection) -> rusqlite::Result<Option<Hash>> {
+    let h: Option<Vec<u8>> = conn
+        .query_row(
+            "SELECT hash FROM chain ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(h.and_then(|h| Hash::from_slice(&h)))
+}
+
+/// A constant-time check of the newest end of the chain: the last two
+/// entries decode, hash to their stored hashes, are numbered in sequence
+/// and linked. `guard` runs this before deciding (a full walk is `verify`).
+pub fn check_tail(conn: &Connection) -> rusqlite::Result<std::result::Result<(), String>> {
+    let mut stmt = conn.prepare("SELECT seq, data, hash FROM chain ORDER BY seq DESC LIMIT 2")?;
+    let rows: Vec<(i64, Vec<u8>, Vec<u8>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut newer: Option<Entry> = None;
+    for (seq, data, stored) in &rows {
+        let Ok(e) = Entry::decode(data) else {
+            return Ok(Err(format!("chain entry {seq} does not decode")));
+        };
+        if leaf_hash(data).0[..] != stored[..] || e.seq != *seq as u64 {
+            return Ok(Err(format!("chain entry {seq} does not match its hash")));
+        }
+        if let Some(n) = &newer
+            && (n.prev.0[..] != stored[..] || n.seq != e.seq + 1)
+        {
+            return Ok(Err(format!("chain entry {} is not linked to {seq}", n.seq)));
+        }
+        newer = Some(e);
+    }
+    if rows.is_empty() {
+        return Ok(Err("the chain is empty (no genesis)".into()));
+    }
+    Ok(Ok(()))
+}
+
 /// The current head, for `anchor`.
 pub fn head(conn: &Connection, path: &std::path::Path) -> Result<Option<(u64, Hash)>> {
     let row: Option<(i64, Vec<u8>)> = conn

@@ -23,6 +23,8 @@ pub const POINTS: &[&str] = &[
     "apply:meta-fixed",
     "rewind:before-commit",
     "rewind:after-commit",
+    "guard:before-commit",
+    "guard:after-commit",
 ];
 
 enum Action {

@@ -200,6 +200,8 @@ impl Ledger {
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::blobs::SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::chain::SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(crate::effects::SCHEMA)
+            .map_err(db_err(&p))?;
         if crate::chain::head(&tx, &p)?.is_none() {
             crate::chain::append(&tx, "genesis", genesis_fields(workspace_id))
                 .map_err(db_err(&p))?;
@@ -249,6 +251,49 @@ impl Ledger {
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .map_err(self.err())
+    }
+
+    /// Wait at most this long for another writer (the default is 10 s).
+    pub fn set_busy_timeout(&self, timeout: std::time::Duration) -> Result<()> {
+        self.conn.busy_timeout(timeout).map_err(self.err())
+    }
+
+    /// The effect barrier's decision, recorded on the chain in the same
+    /// transaction. Refuses (as an error) when the chain's tail is broken.
+    pub fn guard(&mut self, req: &crate::effects::Request) -> Result<crate::effects::Decision> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db_err(&path))?;
+        if let Err(why) = crate::chain::check_tail(&tx).map_err(db_err(&path))? {
+            return Err(Error::LedgerCorrupt { path, detail: why });
+        }
+        let d = crate::effects::decide(&tx, req).map_err(db_err(&path))?;
+        crate::failpoint::hit("guard:before-commit");
+        tx.commit().map_err(db_err(&path))?;
+        crate::failpoint::hit("guard:after-commit");
+        Ok(d)
+    }
+
+    pub fn effects(&self) -> Result<Vec<crate::effects::Effect>> {
+        crate::effects::list(&self.conn).map_err(self.err())
+    }
+
+    pub fn effects_not_undone(&self) -> Result<Vec<crate::effects::Effect>> {
+        crate::effects::not_undone(&self.conn).map_err(self.err())
+    }
+
+    /// Record an effect's outcome; `None` when (scope, key) is unknown.
+    pub fn resolve_effect(&mut self, scope: &str, key: &str, outcome: &str) -> Result<Option<u64>> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db_err(&path))?;
+        let seq = crate::effects::resolve(&tx, scope, key, outcome).map_err(db_err(&path))?;
+        tx.commit().map_err(db_err(&path))?;
+        Ok(seq)
     }
 
     /// Check the event chain (see `chain::verify`).

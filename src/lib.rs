@@ -11,6 +11,7 @@ pub mod capture;
 pub mod chain;
 pub mod cli;
 pub mod diff;
+pub mod effects;
 pub mod error;
 pub mod failpoint;
 pub mod hash;

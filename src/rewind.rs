@@ -81,9 +81,9 @@ pub struct RewindReport {
     pub plan: Vec<ChangeJson>,
     pub kept: Vec<crate::capture::Skipped>,
     pub setuid_stripped: Vec<String>,
-    /// Admitted external effects this rewind did not undo (DESIGN §5). The
-    /// effect ledger is not built yet, so nothing can have been admitted.
-    pub effects_not_undone: Vec<serde_json::Value>,
+    /// Admitted external effects that the tree is now "before" but that no
+    /// rewind can undo (DESIGN §5): `guard` refuses them again.
+    pub effects_not_undone: Vec<crate::effects::Effect>,
     pub duration_ms: u64,
 }
 
@@ -310,6 +310,7 @@ fn run_to(
     // 5 + 6.
     finish(ws, op, target.seq, safety_seq, &report, false)?;
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
+    let effects_not_undone = ws.ledger().effects_not_undone()?;
     Ok(RewindReport {
         op: op.as_str(),
         rewound_to: target.id.clone(),
@@ -324,7 +325,7 @@ fn run_to(
         plan: ChangeJson::from_changes(&changes),
         kept: report.kept,
         setuid_stripped: report.setuid_stripped,
-        effects_not_undone: Vec::new(),
+        effects_not_undone,
         duration_ms: started.elapsed().as_millis() as u64,
     })
 }

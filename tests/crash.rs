@@ -109,8 +109,8 @@ fn check_invariants(root: &Path, label: &str, candidates: &[(&str, &Tree)]) -> u
 }
 
 /// Every named failpoint is exercised: those of a checkpoint by
-/// `checkpoint`, all others by `rewind` (whose safety capture passes the
-/// capture points too).
+/// `checkpoint`, the guard's in tests/effects.rs, all others by `rewind`
+/// (whose safety capture passes the capture points too).
 fn rewind_points() -> Vec<&'static str> {
     rewind::failpoint::POINTS
         .iter()

@@ -5,6 +5,8 @@ mod anchor;
 mod checkpoint;
 mod diff;
 mod doctor;
+mod effects;
+mod guard;
 mod init;
 mod list;
 mod rewind;
@@ -70,6 +72,10 @@ enum Command {
     Verify(verify::Args),
     /// Export the chain head (seq + hash) to keep elsewhere
     Anchor(anchor::Args),
+    /// Effect barrier: may this irreversible effect run? (exit 0 admitted, 2 refused)
+    Guard(guard::Args),
+    /// List recorded effects, or `effects resolve KEY --outcome failed|succeeded`
+    Effects(effects::Args),
 }
 
 /// What every verb gets: global options and how to find the workspace.
@@ -176,6 +182,8 @@ pub fn main() -> i32 {
         Command::Doctor => doctor::run(&ctx),
         Command::Anchor(a) => anchor::run(&ctx, a),
         Command::Verify(a) => return verify::run(&ctx, a),
+        Command::Guard(a) => return guard::run(&ctx, a),
+        Command::Effects(a) => effects::run(&ctx, a),
     };
     match result {
         Ok(()) => 0,

@@ -124,6 +124,9 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
         for k in &r.kept {
             s.push_str(&format!("\n  {}: {}", k.path, k.reason));
         }
+        for e in &r.effects_not_undone {
+            s.push_str(&format!("\n  NOT UNDONE: effect {}:{} ({}) was admitted on the timeline you left; `guard` will refuse it again", e.scope, e.key, e.kind));
+        }
         for p in &r.setuid_stripped {
             s.push_str(&format!(
                 "\n  {p}: setuid/setgid bits not restored (use --allow-setuid)"

@@ -1,0 +1,125 @@
+use std::io::Read;
+use std::time::Duration;
+
+use super::Ctx;
+use crate::effects::{Decision, Request, payload_hash, payload_hash_value};
+use crate::error::{Error, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The effect as JSON: {"key","payload","scope","kind"}, or the peer
+    /// tool's {"descriptor":{"effectKey","scopeLabel","kind",...}}. Read
+    /// from stdin when neither this nor --key is given.
+    #[arg(value_name = "JSON")]
+    effect: Option<String>,
+    /// Effect key (identity within the scope), e.g. "charge-order-1234"
+    #[arg(long)]
+    key: Option<String>,
+    /// Payload; JSON is compared canonically (key order and spaces ignored)
+    #[arg(long)]
+    payload: Option<String>,
+    /// Scope of the key (default: "default")
+    #[arg(long)]
+    scope: Option<String>,
+    /// Kind of effect, for the record (payment, email, deploy, push, ...)
+    #[arg(long)]
+    kind: Option<String>,
+}
+
+/// How long `guard` waits for another writer before refusing.
+fn timeout() -> Duration {
+    let ms = std::env::var("REWIND_GUARD_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    Duration::from_millis(ms)
+}
+
+/// Exit codes (DESIGN §3): 0 admitted, 2 refused, 1 usage error.
+pub fn run(ctx: &Ctx, args: Args) -> i32 {
+    let req = match request(args) {
+        Ok(r) => r,
+        Err(e) => {
+            super::report_error(ctx, &e);
+            return 1;
+        }
+    };
+    // Anything that keeps us from deciding refuses: fail closed.
+    let decision = decide(ctx, &req).unwrap_or_else(|e| Decision::unavailable(&req, e.to_string()));
+    let _ = ctx.emit(&decision, || {
+        format!(
+            "{} {}: {}",
+            decision.decision,
+            decision.code.as_str(),
+            decision.reason
+        )
+    });
+    if decision.code.admitted() {
+        0
+    } else {
+        eprintln!(
+            "rewind: {} ({}:{}): {}",
+            decision.code.as_str(),
+            decision.scope,
+            decision.key,
+            decision.reason
+        );
+        2
+    }
+}
+
+fn decide(ctx: &Ctx, req: &Request) -> Result<Decision> {
+    let mut ws = ctx.workspace()?;
+    ws.ledger().set_busy_timeout(timeout())?;
+    ws.ledger_mut().guard(req)
+}
+
+fn request(args: Args) -> Result<Request> {
+    let from_flags = args.key.is_some();
+    let json_text = match (&args.effect, from_flags) {
+        (Some(j), _) => Some(j.clone()),
+        (None, true) => None,
+        (None, false) => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| Error::Usage(format!("cannot read the effect from stdin: {e}")))?;
+            Some(s)
+        }
+    };
+    let Some(text) = json_text else {
+        return Ok(Request {
+            scope: args.scope.unwrap_or_else(|| "default".into()),
+            key: args.key.unwrap_or_default(),
+            kind: args.kind.unwrap_or_default(),
+            payload: payload_hash(args.payload.as_deref()),
+        });
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        Error::Usage(format!(
+            "the effect is not valid JSON ({e}); expected {{\"key\": ..., \"payload\": ...}}"
+        ))
+    })?;
+    let (obj, key_field, scope_field) = match v.get("descriptor") {
+        Some(d) => (d, "effectKey", "scopeLabel"),
+        None => (&v, "key", "scope"),
+    };
+    let text_of = |name: &str| obj.get(name).and_then(|x| x.as_str()).map(str::to_string);
+    let key = args
+        .key
+        .or_else(|| text_of(key_field))
+        .filter(|k| !k.is_empty());
+    let key = key.ok_or_else(|| Error::Usage(format!("the effect has no \"{key_field}\": name the effect, e.g. {{\"{key_field}\": \"charge-order-1234\"}}")))?;
+    Ok(Request {
+        scope: args
+            .scope
+            .or_else(|| text_of(scope_field))
+            .unwrap_or_else(|| "default".into()),
+        key,
+        kind: args.kind.or_else(|| text_of("kind")).unwrap_or_default(),
+        payload: match args.payload {
+            Some(p) => payload_hash(Some(&p)),
+            None => payload_hash_value(obj.get("payload")),
+        },
+    })
+}

@@ -1,0 +1,367 @@
+//! The effect barrier (DESIGN §5): before an irreversible external effect
+//! (payment, email, deploy, `git push`), `guard` decides whether it may run,
+//! knowing that a rewind cannot undo it. Identity is (scope, key); the
+//! payload is hashed canonically. Every decision, refusals included, is
+//! appended to the chain in the same transaction as the ledger change, and
+//! anything that keeps us from deciding with certainty refuses (fail
+//! closed).
+//!
+//! Timeline rule. An admission records HEAD (`H`) and the newest
+//! checkpoint and operation at that moment. Later, with HEAD `C`, the
+//! effect is on the current timeline when either `C == H` and no rewind,
+//! replay, undo or restore happened since, or `C` descends from `H` through
+//! a child of `H` created after the admission. Otherwise the timeline it
+//! happened on was rewound past: `SPENT_BEFORE_REWIND`.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::chain::Fields;
+use crate::hash::{Hash, Hasher};
+
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS effects(
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    status TEXT NOT NULL,
+    head INTEGER,
+    max_checkpoint INTEGER NOT NULL,
+    max_operation INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    admitted_at INTEGER NOT NULL,
+    PRIMARY KEY(scope, key)
+) WITHOUT ROWID;
+";
+
+/// What is being asked.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub scope: String,
+    pub key: String,
+    pub kind: String,
+    pub payload: Hash,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Code {
+    FirstFiring,
+    Spent,
+    SpentBeforeRewind,
+    PayloadMismatch,
+    RetryAfterFailure,
+    LedgerUnavailable,
+}
+
+impl Code {
+    pub fn admitted(self) -> bool {
+        matches!(self, Code::FirstFiring | Code::RetryAfterFailure)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::FirstFiring => "FIRST_FIRING",
+            Code::Spent => "SPENT",
+            Code::SpentBeforeRewind => "SPENT_BEFORE_REWIND",
+            Code::PayloadMismatch => "PAYLOAD_MISMATCH",
+            Code::RetryAfterFailure => "RETRY_AFTER_FAILURE",
+            Code::LedgerUnavailable => "LEDGER_UNAVAILABLE",
+        }
+    }
+}
+
+/// `guard`'s answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    pub decision: &'static str,
+    pub code: Code,
+    pub reason: String,
+    pub scope: String,
+    pub key: String,
+    /// The chain entry recording this decision (absent when the ledger
+    /// could not be written: then nothing was admitted either).
+    pub seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_seq: Option<u64>,
+    pub chain_head: Option<String>,
+}
+
+impl Decision {
+    pub fn unavailable(req: &Request, reason: String) -> Decision {
+        Decision {
+            decision: "refused",
+            code: Code::LedgerUnavailable,
+            reason: format!("refused, fail closed: {reason}"),
+            scope: req.scope.clone(),
+            key: req.key.clone(),
+            seq: None,
+            first_seq: None,
+            chain_head: None,
+        }
+    }
+}
+
+/// SHA-256 of a payload in canonical form: JSON is re-serialized with
+/// object keys sorted and no whitespace (so key order and spacing do not
+/// matter); anything that is not JSON is hashed as given.
+pub fn payload_hash(raw: Option<&str>) -> Hash {
+    let canonical = match raw.map(str::trim) {
+        None | Some("") => String::new(),
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            // serde_json's map is a BTreeMap: keys come out sorted.
+            Ok(v) => v.to_string(),
+            Err(_) => text.to_string(),
+        },
+    };
+    let mut h = Hasher::default();
+    h.update(b"rewind-payload-v1\0");
+    h.update(canonical.as_bytes());
+    h.finish()
+}
+
+pub fn payload_hash_value(v: Option<&serde_json::Value>) -> Hash {
+    payload_hash(v.map(|v| v.to_string()).as_deref())
+}
+
+struct Row {
+    payload: Vec<u8>,
+    status: String,
+    head: Option<i64>,
+    max_checkpoint: i64,
+    max_operation: i64,
+    first_seq: i64,
+}
+
+fn max_of(conn: &Connection, table: &str) -> rusqlite::Result<i64> {
+    conn.query_row(
+        &format!("SELECT coalesce(max(seq), 0) FROM {table}"),
+        [],
+        |r| r.get(0),
+    )
+}
+
+fn head_seq(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    let v: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'head'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(v.and_then(|s| s.parse().ok()))
+}
+
+/// Is an effect admitted at (`head`, newest checkpoint, newest operation)
+/// on the timeline whose HEAD is `now`? See the module docs.
+fn on_timeline(
+    conn: &Connection,
+    head: Option<i64>,
+    max_checkpoint: i64,
+    max_operation: i64,
+    now: Option<i64>,
+) -> rusqlite::Result<bool> {
+    if now == head {
+        return Ok(max_of(conn, "operations")? == max_operation);
+    }
+    // Walk up from `now` until `head` (or the root when `head` is None):
+    // the step below `head` must have been taken after the admission.
+    let mut cur = now;
+    while let Some(c) = cur {
+        let parent: Option<i64> = conn
+            .query_row("SELECT parent FROM checkpoints WHERE seq = ?1", [c], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .flatten();
+        if parent == head {
+            return Ok(c > max_checkpoint);
+        }
+        cur = parent;
+    }
+    Ok(false)
+}
+
+/// Decide and record, inside an open `BEGIN IMMEDIATE` transaction.
+pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
+    let existing: Option<Row> = conn
+        .query_row(
+            "SELECT payload, status, head, max_checkpoint, max_operation, first_seq FROM effects WHERE scope = ?1 AND key = ?2",
+            params![req.scope, req.key],
+            |r| Ok(Row { payload: r.get(0)?, status: r.get(1)?, head: r.get(2)?, max_checkpoint: r.get(3)?, max_operation: r.get(4)?, first_seq: r.get(5)? }),
+        )
+        .optional()?;
+    let now = head_seq(conn)?;
+    let (code, reason) = match &existing {
+        None => (Code::FirstFiring, "first firing of this key: admitted and recorded".to_string()),
+        Some(row) if row.payload != req.payload.0 => {
+            (Code::PayloadMismatch, "this key was used with a different payload: refused (use a new key for a different effect)".to_string())
+        }
+        Some(row) if row.status == "failed" => (Code::RetryAfterFailure, "the last attempt was resolved as failed: admitted again".to_string()),
+        Some(row) if on_timeline(conn, row.head, row.max_checkpoint, row.max_operation, now)? => {
+            (Code::Spent, "already admitted on the current timeline: refused".to_string())
+        }
+        Some(_) => (
+            Code::SpentBeforeRewind,
+            "already admitted on a timeline that was rewound past; the rewind did not undo it: refused".to_string(),
+        ),
+    };
+    let head_id: String = match now {
+        Some(s) => conn
+            .query_row("SELECT id FROM checkpoints WHERE seq = ?1", [s], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    let seq = crate::chain::append(
+        conn,
+        "effect",
+        Fields::new()
+            .str("code", code.as_str())
+            .str(
+                "decision",
+                if code.admitted() {
+                    "admitted"
+                } else {
+                    "refused"
+                },
+            )
+            .str("head", &head_id)
+            .str("key", &req.key)
+            .str("kind", &req.kind)
+            .bytes("payload", &req.payload.0)
+            .str("scope", &req.scope),
+    )?;
+    if code.admitted() {
+        let (max_checkpoint, max_operation) =
+            (max_of(conn, "checkpoints")?, max_of(conn, "operations")?);
+        conn.execute(
+            "INSERT INTO effects(scope, key, kind, payload, status, head, max_checkpoint, max_operation, first_seq, attempts, admitted_at)
+             VALUES (?1, ?2, ?3, ?4, 'admitted', ?5, ?6, ?7, ?8, 1, ?9)
+             ON CONFLICT(scope, key) DO UPDATE SET status = 'admitted', head = ?5, max_checkpoint = ?6, max_operation = ?7,
+                 attempts = attempts + 1, admitted_at = ?9",
+            params![req.scope, req.key, req.kind, &req.payload.0[..], now, max_checkpoint, max_operation, seq as i64, crate::time::now_ms()],
+        )?;
+    }
+    let first_seq = existing
+        .as_ref()
+        .map(|r| r.first_seq as u64)
+        .or((code == Code::FirstFiring).then_some(seq));
+    let chain_head = crate::chain::head_hash(conn)?.map(|h| h.to_hex());
+    Ok(Decision {
+        decision: if code.admitted() {
+            "admitted"
+        } else {
+            "refused"
+        },
+        code,
+        reason,
+        scope: req.scope.clone(),
+        key: req.key.clone(),
+        seq: Some(seq),
+        first_seq,
+        chain_head,
+    })
+}
+
+/// One ledger row, for `effects` and for rewind reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Effect {
+    pub scope: String,
+    pub key: String,
+    pub kind: String,
+    pub status: String,
+    pub payload: String,
+    pub admitted_at: String,
+    pub head: Option<String>,
+    pub first_seq: u64,
+    pub attempts: u64,
+}
+
+pub fn list(conn: &Connection) -> rusqlite::Result<Vec<Effect>> {
+    let mut stmt = conn.prepare(
+        "SELECT e.scope, e.key, e.kind, e.status, e.payload, e.admitted_at, c.id, e.first_seq, e.attempts
+         FROM effects e LEFT JOIN checkpoints c ON c.seq = e.head ORDER BY e.first_seq",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let payload: Vec<u8> = r.get(4)?;
+        Ok(Effect {
+            scope: r.get(0)?,
+            key: r.get(1)?,
+            kind: r.get(2)?,
+            status: r.get(3)?,
+            payload: crate::hash::hex(&payload),
+            admitted_at: crate::time::format_rfc3339(r.get(5)?),
+            head: r.get(6)?,
+            first_seq: r.get::<_, i64>(7)? as u64,
+            attempts: r.get::<_, i64>(8)? as u64,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Admitted effects that the current timeline no longer contains: what a
+/// rewind just went back past without undoing.
+pub fn not_undone(conn: &Connection) -> rusqlite::Result<Vec<Effect>> {
+    let now = head_seq(conn)?;
+    let mut out = Vec::new();
+    for e in list(conn)? {
+        if e.status == "failed" {
+            continue;
+        }
+        let (head, maxc, maxo): (Option<i64>, i64, i64) = conn.query_row(
+            "SELECT head, max_checkpoint, max_operation FROM effects WHERE scope = ?1 AND key = ?2",
+            params![e.scope, e.key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        if !on_timeline(conn, head, maxc, maxo, now)? {
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
+/// Record an outcome. Returns false when the key is unknown.
+pub fn resolve(
+    conn: &Connection,
+    scope: &str,
+    key: &str,
+    outcome: &str,
+) -> rusqlite::Result<Option<u64>> {
+    let n = conn.execute(
+        "UPDATE effects SET status = ?3 WHERE scope = ?1 AND key = ?2",
+        params![scope, key, outcome],
+    )?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let seq = crate::chain::append(
+        conn,
+        "effect-outcome",
+        Fields::new()
+            .str("key", key)
+            .str("outcome", outcome)
+            .str("scope", scope),
+    )?;
+    Ok(Some(seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::payload_hash;
+
+    #[test]
+    fn payload_hash_ignores_key_order_and_whitespace_only() {
+        let a = payload_hash(Some(r#"{"amount": 100, "to": {"b": 1, "a": 2}}"#));
+        let b = payload_hash(Some(r#"{"to":{"a":2,"b":1},"amount":100}"#));
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            payload_hash(Some(r#"{"amount": 101, "to": {"b": 1, "a": 2}}"#))
+        );
+        assert_ne!(payload_hash(Some("[1,2]")), payload_hash(Some("[2,1]")));
+        assert_eq!(payload_hash(None), payload_hash(Some("")));
+    }
+}

@@ -1,0 +1,404 @@
+//! The effect barrier (DESIGN §5): one test per row of the decision table,
+//! fail-closed refusals, exactly-once admission under concurrency, and a
+//! SIGKILL right after admission leaving the key spent.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{rewind, rewind_env, rewind_json, write};
+
+fn guard(root: &Path, args: &[&str]) -> (i32, serde_json::Value) {
+    guard_env(root, args, &[])
+}
+
+fn guard_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
+    let mut a = vec!["--json", "guard"];
+    a.extend_from_slice(args);
+    let out = rewind_env(root, &a, env);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "guard JSON ({e}): {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn code(v: &serde_json::Value) -> &str {
+    v["code"].as_str().unwrap_or("")
+}
+
+fn workspace(root: &Path) -> String {
+    write(&root.join("app.txt"), b"v1");
+    rewind_json(root, &["checkpoint", "start"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+fn chain_effect_entries(root: &Path) -> usize {
+    let c = rusqlite::Connection::open(root.join(".rewind/ledger.db")).expect("open");
+    let mut s = c.prepare("SELECT data FROM chain").expect("prepare");
+    s.query_map([], |r| r.get::<_, Vec<u8>>(0))
+        .expect("query")
+        .filter(|d| {
+            d.as_ref()
+                .ok()
+                .and_then(|d| rewind::chain::Entry::decode(d).ok())
+                .is_some_and(|e| e.kind == "effect")
+        })
+        .count()
+}
+
+#[test]
+fn first_firing_is_admitted_and_a_second_is_spent() {
+    let dir = common::tmp();
+    workspace(dir.path());
+    let (rc, v) = guard(
+        dir.path(),
+        &[r#"{"key":"charge-1","payload":{"amount":100,"currency":"EUR"},"kind":"payment"}"#],
+    );
+    assert_eq!((rc, code(&v)), (0, "FIRST_FIRING"), "{v}");
+    assert_eq!(v["decision"], "admitted");
+    assert!(v["chain_head"].as_str().is_some_and(|h| h.len() == 64));
+    let admitted_at = v["seq"].as_u64().expect("seq of the admission");
+    assert_eq!(v["first_seq"].as_u64(), Some(admitted_at));
+    // Key order and whitespace in the payload do not matter.
+    let (rc, v) = guard(
+        dir.path(),
+        &[
+            "--key",
+            "charge-1",
+            "--payload",
+            r#"{ "currency": "EUR", "amount": 100 }"#,
+        ],
+    );
+    assert_eq!((rc, code(&v)), (2, "SPENT"), "{v}");
+    assert_eq!(v["decision"], "refused");
+    assert_eq!(
+        v["first_seq"].as_u64(),
+        Some(admitted_at),
+        "a refusal names the first admission"
+    );
+    assert!(v["seq"].as_u64() > Some(admitted_at));
+    assert_eq!(
+        chain_effect_entries(dir.path()),
+        2,
+        "refusals are on the chain too"
+    );
+}
+
+#[test]
+fn a_different_payload_for_a_spent_key_is_a_payload_mismatch() {
+    let dir = common::tmp();
+    workspace(dir.path());
+    assert_eq!(
+        guard(
+            dir.path(),
+            &["--key", "mail-7", "--payload", r#"{"to":"a@x"}"#]
+        )
+        .0,
+        0
+    );
+    let (rc, v) = guard(
+        dir.path(),
+        &["--key", "mail-7", "--payload", r#"{"to":"b@x"}"#],
+    );
+    assert_eq!((rc, code(&v)), (2, "PAYLOAD_MISMATCH"), "{v}");
+}
+
+#[test]
+fn a_failed_effect_may_be_retried_once_resolved() {
+    let dir = common::tmp();
+    workspace(dir.path());
+    assert_eq!(guard(dir.path(), &["--key", "deploy-3"]).0, 0);
+    let r = rewind_json(
+        dir.path(),
+        &["effects", "resolve", "deploy-3", "--outcome", "failed"],
+    );
+    assert_eq!(r["outcome"], "failed");
+    let (rc, v) = guard(dir.path(), &["--key", "deploy-3"]);
+    assert_eq!((rc, code(&v)), (0, "RETRY_AFTER_FAILURE"), "{v}");
+    let (rc, v) = guard(dir.path(), &["--key", "deploy-3"]);
+    assert_eq!((rc, code(&v)), (2, "SPENT"), "{v}");
+    rewind_json(
+        dir.path(),
+        &["effects", "resolve", "deploy-3", "--outcome", "succeeded"],
+    );
+    assert_eq!(guard(dir.path(), &["--key", "deploy-3"]).1["code"], "SPENT");
+    let list = rewind_json(dir.path(), &["effects"]);
+    assert_eq!(list["effects"][0]["status"], "succeeded");
+    assert_eq!(list["effects"][0]["attempts"], 2);
+    let out = rewind(
+        dir.path(),
+        &["effects", "resolve", "no-such-key", "--outcome", "failed"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn an_effect_from_a_rewound_timeline_is_spent_before_rewind_and_reported() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let a = workspace(root);
+    write(&root.join("app.txt"), b"v2: about to pay");
+    assert_eq!(guard(root, &["--key", "pay-42", "--kind", "payment"]).0, 0);
+    write(&root.join("app.txt"), b"v3: paid");
+    rewind_json(root, &["checkpoint", "after payment"]);
+    assert_eq!(
+        guard(root, &["--key", "pay-42"]).1["code"],
+        "SPENT",
+        "still on the timeline where it happened"
+    );
+
+    let r = rewind_json(root, &["rewind", &a]);
+    let not_undone = r["effects_not_undone"].as_array().expect("list");
+    assert_eq!(not_undone.len(), 1, "{r}");
+    assert_eq!(not_undone[0]["key"], "pay-42");
+    let (rc, v) = guard(root, &["--key", "pay-42"]);
+    assert_eq!((rc, code(&v)), (2, "SPENT_BEFORE_REWIND"), "{v}");
+
+    // Going forward again to the checkpoint taken after the payment puts us
+    // back on the timeline where it happened.
+    let back = rewind_json(root, &["undo"]);
+    assert!(
+        back["effects_not_undone"]
+            .as_array()
+            .expect("list")
+            .is_empty(),
+        "{back}"
+    );
+    assert_eq!(guard(root, &["--key", "pay-42"]).1["code"], "SPENT");
+}
+
+#[test]
+fn a_rewind_to_the_checkpoint_just_before_the_effect_is_spent_before_rewind() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let a = workspace(root);
+    assert_eq!(guard(root, &["--key", "push-1"]).0, 0);
+    write(&root.join("app.txt"), b"changed after the push");
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        guard(root, &["--key", "push-1"]).1["code"],
+        "SPENT_BEFORE_REWIND"
+    );
+}
+
+#[test]
+fn the_peer_descriptor_shape_and_stdin_are_accepted() {
+    let dir = common::tmp();
+    workspace(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(dir.path())
+        .args(["--json", "guard"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::io::Write::write_all(
+        child.stdin.as_mut().expect("stdin"),
+        br#"{"descriptor":{"effectKey":"email-welcome-9","scopeLabel":"smtp","kind":"email","payload":{"to":"u@x"}}}"#,
+    )
+    .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!((out.status.code(), code(&v)), (Some(0), "FIRST_FIRING"));
+    assert_eq!(
+        (v["scope"].as_str(), v["key"].as_str()),
+        (Some("smtp"), Some("email-welcome-9"))
+    );
+    let (rc, v) = guard(
+        dir.path(),
+        &[
+            "--scope",
+            "smtp",
+            "--key",
+            "email-welcome-9",
+            "--payload",
+            r#"{"to":"u@x"}"#,
+        ],
+    );
+    assert_eq!((rc, code(&v)), (2, "SPENT"));
+}
+
+#[test]
+fn malformed_input_is_a_usage_error_that_records_nothing() {
+    let dir = common::tmp();
+    workspace(dir.path());
+    for bad in [
+        "not json",
+        r#"{"payload":{}}"#,
+        r#"{"descriptor":{"scopeLabel":"x"}}"#,
+    ] {
+        let out = rewind(dir.path(), &["guard", bad]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr)
+                .trim_end()
+                .lines()
+                .count(),
+            1
+        );
+    }
+    assert_eq!(chain_effect_entries(dir.path()), 0);
+}
+
+fn assert_unavailable(root: &Path, env: &[(&str, &str)], label: &str, cause: &str) {
+    let (rc, v) = guard_env(root, &["--key", "k-unavailable"], env);
+    assert_eq!((rc, code(&v)), (2, "LEDGER_UNAVAILABLE"), "{label}: {v}");
+    assert_eq!(v["decision"], "refused");
+    assert!(
+        v["reason"].as_str().unwrap_or("").contains(cause),
+        "{label}: the reason names the cause '{cause}': {v}"
+    );
+}
+
+#[test]
+fn a_ledger_locked_beyond_the_timeout_refuses_and_admits_nothing() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    // Another process holds the ledger's write lock.
+    let db = root.join(".rewind/ledger.db");
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3,sys,time\nc=sqlite3.connect({:?},isolation_level=None)\nc.execute('BEGIN IMMEDIATE')\nprint('locked',flush=True)\nsys.stdin.read()\n",
+            db.display().to_string()
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("read");
+    assert_eq!(line.trim(), "locked");
+    assert_unavailable(
+        root,
+        &[("REWIND_GUARD_TIMEOUT_MS", "300")],
+        "locked",
+        "locked",
+    );
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let (rc, v) = guard(root, &["--key", "k-unavailable"]);
+    assert_eq!(
+        (rc, code(&v)),
+        (0, "FIRST_FIRING"),
+        "the refused attempt admitted nothing: {v}"
+    );
+}
+
+#[test]
+fn a_corrupt_ledger_or_a_broken_chain_refuses() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    assert_eq!(guard(root, &["--key", "before"]).0, 0);
+    // Broken chain: the newest entry no longer matches its hash.
+    let db = root.join(".rewind/ledger.db");
+    let c = rusqlite::Connection::open(&db).expect("open");
+    c.execute("UPDATE chain SET data = CAST(data || x'00' AS BLOB) WHERE seq = (SELECT max(seq) FROM chain)", []).expect("tamper");
+    drop(c);
+    assert_unavailable(root, &[], "broken chain", "chain entry");
+    // Corrupt ledger file.
+    std::fs::write(&db, vec![0x5a; 8192]).expect("clobber");
+    let _ = std::fs::remove_file(root.join(".rewind/ledger.db-wal"));
+    let _ = std::fs::remove_file(root.join(".rewind/ledger.db-shm"));
+    assert_unavailable(root, &[], "corrupt ledger", "corrupt");
+    // No workspace at all.
+    let empty = common::tmp();
+    assert_unavailable(empty.path(), &[], "no workspace", "not a rewind workspace");
+}
+
+#[test]
+fn concurrent_firings_admit_exactly_one_per_key() {
+    let dir = common::tmp();
+    let root = dir.path().to_path_buf();
+    workspace(&root);
+    const PROCS: usize = 8;
+    const KEYS: usize = 200;
+    let handles: Vec<_> = (0..PROCS)
+        .map(|p| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let mut admitted = Vec::new();
+                for i in 0..KEYS {
+                    // Every process fires every key, in a different order.
+                    let k = (i * 7 + p * 31) % KEYS;
+                    let out = rewind_env(
+                        &root,
+                        &["guard", "--key", &format!("key-{k}"), "-q"],
+                        &[("REWIND_GUARD_TIMEOUT_MS", "60000")],
+                    );
+                    match out.status.code() {
+                        Some(0) => admitted.push(k),
+                        Some(2) => {}
+                        other => panic!(
+                            "guard exited {other:?}: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        ),
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut counts = vec![0; KEYS];
+    for h in handles {
+        for k in h.join().expect("thread") {
+            counts[k] += 1;
+        }
+    }
+    assert!(
+        counts.iter().all(|&c| c == 1),
+        "admissions per key: {counts:?}"
+    );
+    assert_eq!(
+        chain_effect_entries(&root),
+        PROCS * KEYS,
+        "every decision is on the chain"
+    );
+    assert_eq!(rewind(&root, &["verify"]).status.code(), Some(0));
+}
+
+#[test]
+fn a_sigkill_right_after_admission_leaves_the_key_spent() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    let out = rewind_env(
+        root,
+        &["guard", "--key", "wire-9"],
+        &[("REWIND_FAILPOINT", "guard:after-commit")],
+    );
+    assert_eq!(out.status.signal(), Some(9));
+    assert_eq!(
+        guard(root, &["--key", "wire-9"]).1["code"],
+        "SPENT",
+        "admitted before the kill: never admitted again"
+    );
+    // Killed before the commit: nothing was admitted, so the next firing is the first.
+    let out = rewind_env(
+        root,
+        &["guard", "--key", "wire-10"],
+        &[("REWIND_FAILPOINT", "guard:before-commit")],
+    );
+    assert_eq!(out.status.signal(), Some(9));
+    assert_eq!(guard(root, &["--key", "wire-10"]).1["code"], "FIRST_FIRING");
+    assert_eq!(rewind(root, &["verify"]).status.code(), Some(0));
+}
