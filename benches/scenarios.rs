@@ -76,13 +76,15 @@ struct Args {
     fs_explicit: bool,
     seed: u64,
     out: PathBuf,
+    /// Entries in the chain that `verify` walks (scenario f).
+    chain: u64,
     /// The arguments as given after `--` (without cargo's `--bench`).
     user_args: Vec<String>,
     argv: Vec<String>,
     under_cargo_bench: bool,
 }
 
-const USAGE: &str = "usage: cargo bench --bench scenarios -- [--smoke] [--files N] [--big-mib M] \
+const USAGE: &str = "usage: cargo bench --bench scenarios -- [--smoke] [--files N] [--big-mib M] [--chain N] \
 [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]";
 
 fn parse_args() -> Args {
@@ -91,6 +93,7 @@ fn parse_args() -> Args {
     let mut files = None;
     let mut big_mib = None;
     let mut runs = None;
+    let mut chain = None;
     let mut fs_kind = None;
     let mut seed = None;
     let mut out = None;
@@ -123,6 +126,7 @@ fn parse_args() -> Args {
             "--files" => files = Some(parse_num::<usize>("--files", &value("--files"))),
             "--big-mib" => big_mib = Some(parse_num::<u64>("--big-mib", &value("--big-mib"))),
             "--runs" => runs = Some(parse_num::<usize>("--runs", &value("--runs"))),
+            "--chain" => chain = Some(parse_num::<u64>("--chain", &value("--chain"))),
             "--seed" => {
                 let v = value("--seed");
                 let parsed = match v.strip_prefix("0x") {
@@ -152,6 +156,7 @@ fn parse_args() -> Args {
     let files = files.unwrap_or(if smoke { 1_000 } else { 10_000 });
     let big_mib = big_mib.unwrap_or(if smoke { 8 } else { 200 });
     let runs = runs.unwrap_or(if smoke { 2 } else { 5 });
+    let chain = chain.unwrap_or(if smoke { 20_000 } else { 1_000_000 });
     assert!(
         files >= SMALL_EDITS,
         "--files must be at least {SMALL_EDITS}"
@@ -167,6 +172,7 @@ fn parse_args() -> Args {
         fs: fs_kind.unwrap_or(FsKind::Xfs),
         seed: seed.unwrap_or(DEFAULT_SEED),
         out: out.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench")),
+        chain,
         user_args,
         argv,
         under_cargo_bench,
@@ -1203,6 +1209,98 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
 
 // ---------------------------------------------------------------- report
 
+/// e. `rewind guard` admitting a new key, as a whole process (open the
+/// ledger, decide, append to the chain, commit with fsync). The baseline is
+/// the floor of any process: spawning `true`.
+fn scenario_guard(args: &Args, pair: &Pair) -> Scenario {
+    let n = (args.runs * 10).max(20);
+    let mut rw = Series::default();
+    let mut floor = Series::default();
+    for i in 0..n {
+        let m = run(rewind_cmd(&pair.ws).args([
+            "guard",
+            "--key",
+            &format!("bench-effect-{i}"),
+            "--kind",
+            "bench",
+            "--json",
+        ]));
+        let v = m.json();
+        assert_eq!(
+            v["code"], "FIRST_FIRING",
+            "guard did not admit a new key: {v}"
+        );
+        rw.push(m.ms(), m.maxrss_kib);
+        let t = run(Command::new("true"));
+        floor.push(t.ms(), t.maxrss_kib);
+    }
+    eprintln!("bench: [e] {n} guards done");
+    Scenario {
+        id: "e",
+        name: format!("e. guard (new key, whole process; {n} runs)"),
+        rewind: rw,
+        baselines: vec![Baseline {
+            name: "process floor: `true`".into(),
+            series: floor,
+        }],
+    }
+}
+
+/// f. `rewind verify` of a chain of `--chain` entries, against
+/// `sha256sum` of the ledger file (the same bytes, hashed by a standard
+/// tool).
+fn scenario_verify(args: &Args, work: &Path) -> Scenario {
+    let ws = work.join("chain-ws");
+    fs::create_dir_all(&ws).unwrap_or_else(|e| panic!("create {}: {e}", ws.display()));
+    run(rewind_cmd(&ws).args(["init", "--json"]));
+    let db = ws.join(".rewind/ledger.db");
+    let t = Instant::now();
+    {
+        let mut conn = rusqlite::Connection::open(&db)
+            .unwrap_or_else(|e| panic!("open {}: {e}", db.display()));
+        let tx = conn.transaction().expect("begin");
+        for i in 0..args.chain {
+            let fields = rewind::chain::Fields::new()
+                .str("key", &format!("entry-{i}"))
+                .str("decision", "admitted")
+                .bytes("payload", &[7u8; 32]);
+            rewind::chain::append(&tx, "effect", fields).expect("append");
+        }
+        tx.commit().expect("commit");
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .expect("checkpoint");
+    }
+    eprintln!(
+        "bench: [f] appended {} chain entries in {:.1}s",
+        args.chain,
+        t.elapsed().as_secs_f64()
+    );
+    let mut rw = Series::default();
+    let mut base = Series::default();
+    for _ in 0..args.runs {
+        let m = run(rewind_cmd(&ws).args(["verify", "--json"]));
+        let v = m.json();
+        assert_eq!(v["ok"], true, "verify failed on an untouched chain: {v}");
+        assert_eq!(
+            v["entries"].as_u64(),
+            Some(args.chain + 1),
+            "verify walked the wrong number of entries: {v}"
+        );
+        rw.push(m.ms(), m.maxrss_kib);
+        let b = run(Command::new("sha256sum").arg(&db));
+        base.push(b.ms(), b.maxrss_kib);
+    }
+    Scenario {
+        id: "f",
+        name: format!("f. verify of {} chain entries", args.chain + 1),
+        rewind: rw,
+        baselines: vec![Baseline {
+            name: "`sha256sum` of the ledger file".into(),
+            series: base,
+        }],
+    }
+}
+
 fn utc_now() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1342,6 +1440,8 @@ fn main() {
     scenarios.push(scenario_edit(&args, &work, &pair, &tree, &mut rng, "b"));
     scenarios.push(scenario_edit(&args, &work, &pair, &tree, &mut rng, "c"));
     scenarios.push(scenario_d(&args, &work, &pair, &tree, &mut rng));
+    scenarios.push(scenario_guard(&args, &pair));
+    scenarios.push(scenario_verify(&args, &work));
 
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
