@@ -171,11 +171,7 @@ impl Ledger {
             })?;
         match version.as_deref() {
             Some(FORMAT_VERSION) => {
-                // Tables added after a ledger was created (no-op otherwise).
-                ledger
-                    .conn
-                    .execute_batch(crate::blobs::SCHEMA)
-                    .map_err(db_err(path))?;
+                ledger.migrate()?;
                 Ok(ledger)
             }
             Some(v) => Err(Error::LedgerCorrupt {
@@ -251,6 +247,27 @@ impl Ledger {
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .map_err(self.err())
+    }
+
+    /// Add what a ledger created by an earlier build lacks: tables added
+    /// since (no-op when present) and, for a ledger from before the chain,
+    /// its genesis entry.
+    fn migrate(&self) -> Result<()> {
+        let path = self.path.clone();
+        for schema in [
+            crate::blobs::SCHEMA,
+            crate::chain::SCHEMA,
+            crate::effects::SCHEMA,
+        ] {
+            self.conn.execute_batch(schema).map_err(db_err(&path))?;
+        }
+        if crate::chain::head(&self.conn, &path)?.is_none() {
+            let id = self.workspace_id()?;
+            let tx = self.conn.unchecked_transaction().map_err(db_err(&path))?;
+            crate::chain::append(&tx, "genesis", genesis_fields(&id)).map_err(db_err(&path))?;
+            tx.commit().map_err(db_err(&path))?;
+        }
+        Ok(())
     }
 
     /// Wait at most this long for another writer (the default is 10 s).

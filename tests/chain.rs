@@ -367,3 +367,81 @@ fn an_independent_verifier_agrees_on_100_logs() {
         "the corpus must be mostly tampered: {tampered_seen}"
     );
 }
+
+#[test]
+fn verify_deep_finds_a_damaged_object_the_chain_cannot_see() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("small.txt"), b"small object in the ledger");
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    write(&root.join("big.bin"), &big);
+    rewind_json(root, &["checkpoint"]);
+    assert_eq!(verify(root, &["--deep"]).0, 0);
+    // Damage the object file of big.bin (read-only, so make it writable).
+    let objects = root.join(".rewind/objects");
+    let shard = std::fs::read_dir(&objects)
+        .expect("objects")
+        .next()
+        .expect("a shard")
+        .expect("entry")
+        .path();
+    let obj = std::fs::read_dir(&shard)
+        .expect("shard")
+        .next()
+        .expect("an object")
+        .expect("entry")
+        .path();
+    common::chmod(&obj, 0o644);
+    let mut bytes = std::fs::read(&obj).expect("read object");
+    bytes[1000] ^= 1;
+    std::fs::write(&obj, &bytes).expect("damage");
+    let (code, v) = verify(root, &[]);
+    assert_eq!(code, 0, "the chain itself is intact: {v}");
+    let (code, v) = verify(root, &["--deep"]);
+    assert_eq!(code, 1, "{v}");
+    let bad = v["deep"]["bad"].as_array().expect("bad list");
+    assert_eq!(bad.len(), 1, "{v}");
+    assert!(
+        bad[0].as_str().unwrap_or("").starts_with("object file"),
+        "{v}"
+    );
+    // And a damaged small object.
+    let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
+    c.execute("UPDATE blobs SET data = CAST('tampered' AS BLOB)", [])
+        .expect("tamper blob");
+    drop(c);
+    let (_, v) = verify(root, &["--deep"]);
+    assert_eq!(v["deep"]["bad"].as_array().expect("bad").len(), 2, "{v}");
+}
+
+#[test]
+fn a_ledger_from_before_the_chain_gets_a_genesis_and_keeps_working() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a"), b"1");
+    let first = rewind_json(root, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // What an earlier build left: no chain, no effects, no blobs tables.
+    let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
+    c.execute_batch("DROP TABLE chain; DROP TABLE effects;")
+        .expect("drop");
+    drop(c);
+    write(&root.join("a"), b"2");
+    rewind_json(root, &["checkpoint"]);
+    rewind_json(root, &["rewind", &first]);
+    let (code, v) = verify(root, &[]);
+    assert_eq!(code, 0, "{v}");
+    let kinds: Vec<String> = rows(&root.join(".rewind/ledger.db"))
+        .iter()
+        .map(|(_, d, _)| Entry::decode(d).expect("decode").kind)
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("genesis"));
+    assert_eq!(
+        rewind(root, &["guard", "--key", "after-migration"])
+            .status
+            .code(),
+        Some(0)
+    );
+}

@@ -115,7 +115,7 @@ fn rewind_points() -> Vec<&'static str> {
     rewind::failpoint::POINTS
         .iter()
         .copied()
-        .filter(|p| !p.starts_with("checkpoint:"))
+        .filter(|p| !p.starts_with("checkpoint:") && !p.starts_with("guard:"))
         .collect()
 }
 
