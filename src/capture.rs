@@ -422,10 +422,20 @@ impl Walker<'_> {
                 slots.push(slot);
             }
         }
-        let resolved: Vec<Result<Option<Resolved<'_>>>> = slots
-            .into_par_iter()
-            .map(|slot| self.resolve(&dir, &rel, slot, &ignores))
-            .collect();
+        // Hand work to the pool only when there is some: a directory whose
+        // entries the cache vouches for is finished right here.
+        let work = slots.iter().filter(|s| !matches!(s, Slot::Same(_))).count();
+        let resolved: Vec<Result<Option<Resolved<'_>>>> = if work > 1 {
+            slots
+                .into_par_iter()
+                .map(|slot| self.resolve(&dir, &rel, slot, &ignores))
+                .collect()
+        } else {
+            slots
+                .into_iter()
+                .map(|slot| self.resolve(&dir, &rel, slot, &ignores))
+                .collect()
+        };
         let mut recs: Vec<Resolved<'_>> = Vec::with_capacity(resolved.len());
         for r in resolved {
             if let Some(r) = r? {
