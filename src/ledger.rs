@@ -334,30 +334,24 @@ impl Ledger {
     /// Every tree node whose bytes do not hash to its name, and the count
     /// checked (for `verify --deep`).
     pub fn bad_tree_nodes(&self) -> Result<(u64, Vec<Hash>)> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT hash, data FROM trees")
-            .map_err(self.err())?;
-        let mut rows = stmt.query([]).map_err(self.err())?;
-        let (mut n, mut bad) = (0, Vec::new());
-        while let Some(r) = rows.next().map_err(self.err())? {
-            let (h, d): (Vec<u8>, Vec<u8>) =
-                (r.get(0).map_err(self.err())?, r.get(1).map_err(self.err())?);
-            n += 1;
-            let h = Hash::from_slice(&h).unwrap_or(Hash([0; 32]));
-            if Node::hash_of_encoding(&d) != h {
-                bad.push(h);
-            }
-        }
-        Ok((n, bad))
+        self.bad_rows("trees", Node::hash_of_encoding)
     }
 
     /// Every small object whose bytes do not hash to its name, and the
     /// count checked.
     pub fn bad_blobs(&self) -> Result<(u64, Vec<Hash>)> {
+        self.bad_rows("blobs", Hash::of)
+    }
+
+    /// Re-hash the `data` of every row of a content-addressed table.
+    fn bad_rows(
+        &self,
+        table: &'static str,
+        name_of: fn(&[u8]) -> Hash,
+    ) -> Result<(u64, Vec<Hash>)> {
         let mut stmt = self
             .conn
-            .prepare("SELECT hash, data FROM blobs")
+            .prepare(&format!("SELECT hash, data FROM {table}"))
             .map_err(self.err())?;
         let mut rows = stmt.query([]).map_err(self.err())?;
         let (mut n, mut bad) = (0, Vec::new());
@@ -366,7 +360,7 @@ impl Ledger {
                 (r.get(0).map_err(self.err())?, r.get(1).map_err(self.err())?);
             n += 1;
             let h = Hash::from_slice(&h).unwrap_or(Hash([0; 32]));
-            if Hash::of(&d) != h {
+            if name_of(&d) != h {
                 bad.push(h);
             }
         }

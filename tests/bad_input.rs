@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Fs, LoopFs, assert_same, rewind, rewind_json, snapshot, write};
+use common::{Fs, LoopFs, assert_same, checkpoint_id, rewind, rewind_json, snapshot, write};
 
 fn assert_clear_error(out: &std::process::Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
@@ -25,10 +25,7 @@ fn assert_clear_error(out: &std::process::Output, needle: &str) {
 fn workspace_with_checkpoint(root: &Path) -> String {
     write(&root.join("a.txt"), b"a");
     write(&root.join("dir/b.txt"), b"b");
-    rewind_json(root, &["checkpoint", "base"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    checkpoint_id(root, &["base"])
 }
 
 #[test]
@@ -61,10 +58,7 @@ fn an_ambiguous_prefix_lists_the_candidates() {
     let mut ids: Vec<String> = Vec::new();
     let clash = loop {
         write(&root.join("f"), format!("{}", ids.len()).as_bytes());
-        let id = rewind_json(root, &["checkpoint"])["id"]
-            .as_str()
-            .expect("id")
-            .to_string();
+        let id = checkpoint_id(root, &[]);
         if let Some(other) = ids.iter().find(|o| o.as_bytes()[0] == id.as_bytes()[0]) {
             break (other.clone(), id);
         }
@@ -182,10 +176,7 @@ fn a_full_disk_fails_cleanly_and_changes_nothing() {
     };
     let root = lfs.subdir("ws");
     write(&root.join("small.txt"), b"small");
-    let id = rewind_json(&root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let id = checkpoint_id(&root, &[]);
     // Fill the disk, then make a change that needs space to store.
     let filler = lfs.mnt.join("filler");
     let _ = Command::new("dd")

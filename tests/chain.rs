@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{rewind, rewind_json, write};
+use common::{checkpoint_id, rewind, rewind_json, write};
 use rewind::chain::{Entry, leaf_hash};
 use rusqlite::{Connection, params};
 
@@ -30,10 +30,7 @@ impl Rng {
 /// undo and a restore: every kind of entry.
 fn history(root: &Path, rounds: usize) -> PathBuf {
     write(&root.join("a.txt"), b"0");
-    let first = rewind_json(root, &["checkpoint", "first"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let first = checkpoint_id(root, &["first"]);
     for i in 0..rounds {
         write(&root.join(format!("f{i}.txt")), format!("{i}").as_bytes());
         rewind_json(root, &["checkpoint"]);
@@ -419,10 +416,7 @@ fn a_ledger_from_before_the_chain_gets_a_genesis_and_keeps_working() {
     let dir = common::tmp();
     let root = dir.path();
     write(&root.join("a"), b"1");
-    let first = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let first = checkpoint_id(root, &[]);
     // What an earlier build left: no chain, no effects, no blobs tables.
     let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
     c.execute_batch("DROP TABLE chain; DROP TABLE effects;")

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_same, rewind, rewind_env, rewind_json, snapshot, write};
+use common::{assert_same, checkpoint_id, rewind, rewind_env, rewind_json, snapshot, write};
 
 fn outside_fixture(base: &Path) -> std::path::PathBuf {
     let outside = base.join("outside");
@@ -24,10 +24,7 @@ fn a_directory_swapped_for_a_symlink_before_the_rewind_is_replaced_not_followed(
     let outside = outside_fixture(dir.path());
     write(&root.join("d/f.txt"), b"inside\n");
     write(&root.join("d/sub/g.txt"), b"inside too\n");
-    let a = rewind_json(&root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(&root, &[]);
     let snap_a = snapshot(&root);
     let outside_before = snapshot(&outside);
     std::fs::remove_dir_all(root.join("d")).expect("rm");
@@ -67,10 +64,7 @@ fn a_directory_swapped_for_a_symlink_mid_rewind_never_redirects_a_write() {
             format!("version A {i}\n").as_bytes(),
         );
     }
-    let a = rewind_json(&root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(&root, &[]);
     let snap_a = snapshot(&root);
     for i in 0..20 {
         write(
@@ -219,10 +213,7 @@ fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
         b"captured by default",
     );
     write(&root.join(".gitignore"), b"node_modules\n");
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     write(&root.join("run.log"), b"ignored");
     write(&root.join("build/out.o"), b"ignored too");
     write(&root.join("src.rs"), b"2");

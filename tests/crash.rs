@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Fs, LoopFs, Snap, assert_same, rewind, rewind_env, rewind_json, snapshot, write};
+use common::{
+    Fs, LoopFs, Snap, assert_same, checkpoint_id, rewind, rewind_env, rewind_json, snapshot, write,
+};
 
 type Tree = BTreeMap<Vec<u8>, Snap>;
 
@@ -32,10 +34,7 @@ fn fixture(root: &Path) -> (String, Tree, Tree) {
     write(&root.join("typechange"), b"file first");
     std::os::unix::fs::symlink("d0/f0.txt", root.join("link")).expect("symlink");
     common::chmod(&root.join("d3"), 0o750);
-    let a = rewind_json(root, &["checkpoint", "A"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &["A"]);
     let snap_a = snapshot(root);
 
     for f in 0..10 {
@@ -190,10 +189,7 @@ fn named_points_on(fs: Fs) {
             fs.name()
         );
         // A new checkpoint works and captures the tree exactly.
-        let b = rewind_json(&root, &["checkpoint", "B2"])["id"]
-            .as_str()
-            .expect("id")
-            .to_string();
+        let b = checkpoint_id(&root, &["B2"]);
         rewind_json(&root, &["rewind", &a]);
         assert_same("A after checkpoint crash", &snap_a, &snapshot(&root));
         rewind_json(&root, &["rewind", &b]);
@@ -231,10 +227,7 @@ fn random_kills_on(fs: Fs, rounds: usize) {
             );
         }
     }
-    let x = rewind_json(&root, &["checkpoint", "X"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let x = checkpoint_id(&root, &["X"]);
     let snap_x = snapshot(&root);
     for d in 0..10 {
         std::fs::remove_dir_all(root.join(format!("d{d}/"))).ok();
@@ -248,10 +241,7 @@ fn random_kills_on(fs: Fs, rounds: usize) {
         }
         write(&root.join(format!("y{d}/new")), b"y");
     }
-    let y = rewind_json(&root, &["checkpoint", "Y"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let y = checkpoint_id(&root, &["Y"]);
     let snap_y = snapshot(&root);
 
     // Calibrate: how long does one rewind take here?

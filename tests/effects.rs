@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{rewind, rewind_env, rewind_json, write};
+use common::{checkpoint_id, rewind, rewind_env, rewind_json, write};
 
 fn guard(root: &Path, args: &[&str]) -> (i32, serde_json::Value) {
     guard_env(root, args, &[])
@@ -34,10 +34,7 @@ fn code(v: &serde_json::Value) -> &str {
 
 fn workspace(root: &Path) -> String {
     write(&root.join("app.txt"), b"v1");
-    rewind_json(root, &["checkpoint", "start"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    checkpoint_id(root, &["start"])
 }
 
 fn chain_effect_entries(root: &Path) -> usize {

@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use common::{assert_same, rewind, rewind_json, snapshot, write};
+use common::{assert_same, checkpoint_id, rewind, rewind_json, snapshot, write};
 
 #[test]
 fn branch_replay_undo_are_exact_and_list_shows_the_branch_and_note() {
@@ -15,18 +15,12 @@ fn branch_replay_undo_are_exact_and_list_shows_the_branch_and_note() {
     let root = dir.path();
     write(&root.join("src/main.rs"), b"fn main() {}\n");
     write(&root.join("README"), b"v1\n");
-    let a = rewind_json(root, &["checkpoint", "A"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &["A"]);
     let snap_a = snapshot(root);
 
     write(&root.join("src/main.rs"), b"fn main() { broken }\n");
     write(&root.join("src/lib.rs"), b"pub fn x() {}\n");
-    let b = rewind_json(root, &["checkpoint", "B"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let b = checkpoint_id(root, &["B"]);
     let snap_b = snapshot(root);
 
     let r = rewind_json(root, &["rewind", &a, "--report", "tests failed on B"]);
@@ -79,10 +73,7 @@ fn dry_run_prints_a_fingerprint_and_expect_refuses_a_changed_plan() {
     let dir = common::tmp();
     let root = dir.path();
     write(&root.join("a"), b"1");
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     write(&root.join("a"), b"2");
     write(&root.join("b"), b"new");
     let before = snapshot(root);
@@ -121,10 +112,7 @@ fn ids_prefixes_labels_and_head_relative_names_resolve() {
     let dir = common::tmp();
     let root = dir.path();
     write(&root.join("f"), b"1");
-    let first = rewind_json(root, &["checkpoint", "first"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let first = checkpoint_id(root, &["first"]);
     write(&root.join("f"), b"2");
     rewind_json(root, &["checkpoint", "second"]);
     for name in [&first[..5], "first", "HEAD~1", "@~1", &first] {
@@ -144,10 +132,7 @@ fn restore_brings_back_only_the_named_paths() {
     write(&root.join("keep/a.txt"), b"a1");
     write(&root.join("keep/b.txt"), b"b1");
     write(&root.join("nested/deep/c.txt"), b"c1");
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     write(&root.join("keep/a.txt"), b"a2");
     write(&root.join("keep/b.txt"), b"b2");
     std::fs::remove_dir_all(root.join("nested")).expect("rm");
@@ -187,10 +172,7 @@ fn status_and_diff_report_changes_and_patches() {
     let root = dir.path();
     write(&root.join("x.txt"), b"one\ntwo\n");
     write(&root.join("gone.txt"), b"bye\n");
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     write(&root.join("x.txt"), b"one\nthree\n");
     std::fs::remove_file(root.join("gone.txt")).expect("rm");
     write(&root.join("new.txt"), b"hi\n");
@@ -221,10 +203,7 @@ fn status_and_diff_report_changes_and_patches() {
         patch.contains("-two") && patch.contains("+three"),
         "{patch}"
     );
-    let b = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let b = checkpoint_id(root, &[]);
     let d = rewind_json(root, &["diff", &a, &b]);
     assert_eq!(d["changes"].as_array().expect("changes").len(), 3);
 }
@@ -234,10 +213,7 @@ fn a_shell_whose_cwd_is_inside_reads_the_restored_content() {
     let dir = common::tmp();
     let root = dir.path();
     write(&root.join("sub/dir/f.txt"), b"original\n");
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     write(&root.join("sub/dir/f.txt"), b"damaged\n");
     write(&root.join("sub/dir/extra"), b"x");
     // A shell sitting in sub/dir, like an agent's terminal.
@@ -376,10 +352,7 @@ fn exact_times_restores_recorded_mtimes_and_the_default_uses_now() {
         .expect("open")
         .set_modified(old)
         .expect("mtime");
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     let recorded = mtime_ns(&root.join("d/f.txt"));
     let recorded_dir = mtime_ns(&root.join("d"));
 
@@ -413,10 +386,7 @@ fn setuid_bits_are_restored_only_when_allowed() {
     let root = dir.path();
     write(&root.join("tool"), b"#!/bin/sh\n");
     common::chmod(&root.join("tool"), 0o4755);
-    let a = rewind_json(root, &["checkpoint"])["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let a = checkpoint_id(root, &[]);
     std::fs::remove_file(root.join("tool")).expect("rm");
     let r = rewind_json(root, &["rewind", &a]);
     assert_eq!(r["setuid_stripped"], serde_json::json!(["tool"]));

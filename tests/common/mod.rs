@@ -331,6 +331,16 @@ pub fn rewind_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     })
 }
 
+/// `rewind checkpoint [ARGS]` and its id.
+pub fn checkpoint_id(dir: &Path, args: &[&str]) -> String {
+    let mut a = vec!["checkpoint"];
+    a.extend_from_slice(args);
+    rewind_json(dir, &a)["id"]
+        .as_str()
+        .expect("checkpoint id")
+        .to_string()
+}
+
 pub fn write(path: &Path, bytes: &[u8]) {
     if let Some(p) = path.parent() {
         std::fs::create_dir_all(p).expect("mkdir -p");
