@@ -1,20 +1,33 @@
 //! End-to-end benchmark: `rewind` against the baselines users have today.
 //!
 //! Run with `cargo bench --bench scenarios -- [--smoke] [--files N]
-//! [--big-mib M] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]`.
+//! [--big-mib M] [--runs R] [--chain N] [--successive N]
+//! [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]`.
 //!
 //! By default (as root) it makes an XFS filesystem with reflink on a loop
 //! device in a temp dir, generates a seeded tree (T1: `--files` files of
 //! 1–4 KiB over 100 directories plus one `--big-mib` MiB file), and times,
 //! `--runs` times each, the wall time of whole processes:
 //!
-//! a. first checkpoint of a fresh tree copy — baselines `cp -a --reflink` and
-//!    a shadow-git first commit (`add -A` + `commit`);
-//! b. checkpoint after editing 10 small files — baseline shadow-git commit;
+//! a. first checkpoint of a fresh tree copy — baselines `cp -a --reflink`,
+//!    a shadow-git first commit (`add -A` + `commit`) and a plain `rsync -a`
+//!    snapshot;
+//! b. checkpoint after editing 10 small files — baselines shadow-git commit
+//!    and an `rsync -a --link-dest=PREV` hard-link snapshot (what many
+//!    backup-style checkpointers do);
 //! c. checkpoint after a 4 KiB write inside the big file — same baseline;
 //! d. rewind of 10 edits + 3 new files — baseline `git read-tree -u --reset`
 //!    then `git clean -fdq`. Every restore (rewind and git) is verified against
-//!    a SHA-256 map of the tree taken at the target; a mismatch panics.
+//!    a SHA-256 map of the tree taken at the target; a mismatch panics;
+//! e. `rewind guard` admitting a new key; f. `rewind verify` of a long chain;
+//! g. `--successive` checkpoints in a row, each after editing 10 small files
+//!    and writing 4 KiB into the big file — rewind, shadow git and rsync
+//!    `--link-dest`, recording per step the wall time and the growth of the
+//!    filesystem's used bytes (statvfs after `syncfs`), charted in
+//!    `<out>/scenarios.svg`.
+//!
+//! rsync snapshots live outside the workspaces, on the same filesystem. If
+//! `rsync` is not installed, its baselines are skipped and the header says so.
 //!
 //! Peak RSS of every child comes from `wait4`'s rusage. The filesystem is
 //! synced (`syncfs`) after every untimed setup step, so no timed command pays
@@ -78,6 +91,8 @@ struct Args {
     out: PathBuf,
     /// Entries in the chain that `verify` walks (scenario f).
     chain: u64,
+    /// Successive checkpoints in scenario g.
+    successive: usize,
     /// The arguments as given after `--` (without cargo's `--bench`).
     user_args: Vec<String>,
     argv: Vec<String>,
@@ -85,7 +100,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench scenarios -- [--smoke] [--files N] [--big-mib M] [--chain N] \
-[--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]";
+[--successive N] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]";
 
 fn parse_args() -> Args {
     let argv: Vec<String> = std::env::args().collect();
@@ -94,6 +109,7 @@ fn parse_args() -> Args {
     let mut big_mib = None;
     let mut runs = None;
     let mut chain = None;
+    let mut successive = None;
     let mut fs_kind = None;
     let mut seed = None;
     let mut out = None;
@@ -127,6 +143,9 @@ fn parse_args() -> Args {
             "--big-mib" => big_mib = Some(parse_num::<u64>("--big-mib", &value("--big-mib"))),
             "--runs" => runs = Some(parse_num::<usize>("--runs", &value("--runs"))),
             "--chain" => chain = Some(parse_num::<u64>("--chain", &value("--chain"))),
+            "--successive" => {
+                successive = Some(parse_num::<usize>("--successive", &value("--successive")));
+            }
             "--seed" => {
                 let v = value("--seed");
                 let parsed = match v.strip_prefix("0x") {
@@ -157,12 +176,14 @@ fn parse_args() -> Args {
     let big_mib = big_mib.unwrap_or(if smoke { 8 } else { 200 });
     let runs = runs.unwrap_or(if smoke { 2 } else { 5 });
     let chain = chain.unwrap_or(if smoke { 20_000 } else { 1_000_000 });
+    let successive = successive.unwrap_or(if smoke { 5 } else { 100 });
     assert!(
         files >= SMALL_EDITS,
         "--files must be at least {SMALL_EDITS}"
     );
     assert!(big_mib >= 1, "--big-mib must be at least 1");
     assert!(runs >= 1, "--runs must be at least 1");
+    assert!(successive >= 1, "--successive must be at least 1");
     Args {
         smoke,
         files,
@@ -173,6 +194,7 @@ fn parse_args() -> Args {
         seed: seed.unwrap_or(DEFAULT_SEED),
         out: out.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench")),
         chain,
+        successive,
         user_args,
         argv,
         under_cargo_bench,
@@ -534,6 +556,17 @@ fn setup_fs(args: &Args, image_bytes: u64) -> (Scratch, FsInfo) {
                 args.fs.name()
             ));
         } else {
+            // The image is sparse, but (g) fills most of it: fail now rather
+            // than with ENOSPC after many minutes.
+            let avail = avail_bytes(&scratch.base);
+            assert!(
+                image_bytes <= avail,
+                "the {:.1} GiB filesystem image may not fit: {} has {:.1} GiB available; \
+                 pass a smaller --successive or --big-mib (or set TMPDIR)",
+                image_bytes as f64 / (1024.0 * MIB as f64),
+                scratch.base.display(),
+                avail as f64 / (1024.0 * MIB as f64)
+            );
             let img = scratch.base.join("fs.img");
             let mnt = scratch.base.join("mnt");
             fs::create_dir(&mnt).unwrap_or_else(|e| panic!("create {}: {e}", mnt.display()));
@@ -834,9 +867,24 @@ fn copy_tree(src: &Path, dst: &Path) {
     ));
 }
 
+/// A copy that shares no extents with `src` (`--reflink=never`): edits to it
+/// must not pay for unsharing blocks of the template, which would show up as
+/// disk growth of whichever tool is being measured.
+fn copy_tree_private(src: &Path, dst: &Path) {
+    run(cmd(
+        "cp",
+        [
+            OsStr::new("-a"),
+            OsStr::new("--reflink=never"),
+            src.as_os_str(),
+            dst.as_os_str(),
+        ],
+    ));
+}
+
 // ---------------------------------------------------------------- stats
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Series {
     ms: Vec<f64>,
     rss_kib: Vec<u64>,
@@ -904,6 +952,8 @@ struct Scenario {
     name: String,
     rewind: Series,
     baselines: Vec<Baseline>,
+    /// Extra per-scenario data for the JSON (`Null`: none).
+    detail: Value,
 }
 
 // ---------------------------------------------------------------- scenarios
@@ -938,6 +988,70 @@ fn git_init(git_dir: &Path, wt: &Path) {
     run(git_cmd(git_dir, wt).args(["init", "-q"]));
 }
 
+/// `rsync -a --modify-window=-1 [--link-dest=PREV] SRC/ DST/`: a full
+/// snapshot of `src` in `dst`, unchanged files hard-linked to `prev` (a
+/// previous snapshot). `--modify-window=-1` makes rsync's quick check
+/// compare mtimes to the nanosecond: with the default (whole seconds) an
+/// edit that keeps the size, made in the same second as the previous
+/// snapshot, is silently hard-linked to the stale copy (seen in the smoke run).
+fn rsync_cmd(rsync: &Path, src: &Path, dst: &Path, prev: Option<&Path>) -> Command {
+    let mut c = Command::new(rsync);
+    c.args(["-a", "--modify-window=-1"]);
+    if let Some(prev) = prev {
+        let mut a = std::ffi::OsString::from("--link-dest=");
+        a.push(prev);
+        c.arg(a);
+    }
+    let mut s = src.as_os_str().to_owned();
+    s.push("/");
+    let mut d = dst.as_os_str().to_owned();
+    d.push("/");
+    c.arg(s).arg(d);
+    c
+}
+
+/// A `--link-dest` snapshot must hold the edited bytes (rsync's quick check
+/// compares size and mtime only, and the edits keep sizes) and must
+/// hard-link what did not change; otherwise its numbers mean nothing.
+fn check_rsync_snapshot(what: &str, ws: &Path, snap: &Path, edits: &[Edit], unchanged: &Path) {
+    for e in edits {
+        let mut want = vec![0u8; e.xor.len()];
+        let mut got = vec![0u8; e.xor.len()];
+        for (root, buf) in [(ws, &mut want), (snap, &mut got)] {
+            let p = root.join(&e.rel);
+            let f = fs::File::open(&p).unwrap_or_else(|err| panic!("open {}: {err}", p.display()));
+            f.read_exact_at(buf, e.offset)
+                .unwrap_or_else(|err| panic!("read {} at {}: {err}", p.display(), e.offset));
+        }
+        assert!(
+            want == got,
+            "{what}: rsync snapshot {} does not hold the edit of {} at offset {}",
+            snap.display(),
+            e.rel.display(),
+            e.offset
+        );
+    }
+    let p = snap.join(unchanged);
+    let nlink = std::os::unix::fs::MetadataExt::nlink(
+        &fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display())),
+    );
+    assert!(
+        nlink >= 2,
+        "{what}: unchanged file {} in rsync snapshot is not hard-linked (nlink {nlink}); \
+         --link-dest did not work",
+        p.display()
+    );
+}
+
+/// A small file that `edits` does not touch.
+fn untouched_file<'a>(tree: &'a Tree, edits: &[Edit]) -> &'a Path {
+    tree.small
+        .iter()
+        .map(|(rel, _)| rel.as_path())
+        .find(|rel| edits.iter().all(|e| e.rel != *rel))
+        .expect("the tree has more small files than one step edits")
+}
+
 /// Facts from the first checkpoint's JSON, for the header.
 #[derive(Default)]
 struct CloneFacts {
@@ -954,9 +1068,11 @@ fn scenario_a(
     template: &Path,
     tree: &Tree,
     can_clone: bool,
+    rsync: Option<&Path>,
     facts: &mut CloneFacts,
 ) -> Scenario {
     let ws = work.join("ws-a");
+    let rsync_dst = work.join("rsync-a");
     let ws_git = work.join("ws-a-git");
     let git_dir = work.join("git-a");
     let cp_dst = work.join("cp-a");
@@ -968,6 +1084,7 @@ fn scenario_a(
     let mut rw = Series::default();
     let mut cp = Series::default();
     let mut git = Series::default();
+    let mut rs = Series::default();
     let expected_min_added = tree.small.len() as u64 + 1;
     for r in 0..args.runs {
         eprintln!("bench: [a] first checkpoint, run {}/{}", r + 1, args.runs);
@@ -1012,37 +1129,71 @@ fn scenario_a(
         git_checkpoint(&git_dir, &ws_git, &mut git, work);
         rm_rf(&ws_git);
         rm_rf(&git_dir);
+        // rsync baseline: the first snapshot has nothing to link against.
+        if let Some(rsync) = rsync {
+            settle(work);
+            let m = run(rsync_cmd(rsync, template, &rsync_dst, None));
+            rs.push(m.ms(), m.maxrss_kib);
+            rm_rf(&rsync_dst);
+        }
+    }
+    let mut baselines = vec![
+        Baseline {
+            name: format!("`cp -a {reflink_flag}`"),
+            series: cp,
+        },
+        Baseline {
+            name: "shadow git: `add -A` + `commit`".into(),
+            series: git,
+        },
+    ];
+    if rsync.is_some() {
+        baselines.push(Baseline {
+            name: "`rsync -a` (first snapshot)".into(),
+            series: rs,
+        });
     }
     Scenario {
         id: "a",
         name: "a. first checkpoint (fresh tree)".into(),
         rewind: rw,
-        baselines: vec![
-            Baseline {
-                name: format!("`cp -a {reflink_flag}`"),
-                series: cp,
-            },
-            Baseline {
-                name: "shadow git: `add -A` + `commit`".into(),
-                series: git,
-            },
-        ],
+        baselines,
+        detail: Value::Null,
     }
 }
 
-/// Long-lived workspaces for scenarios b–d: one for rewind, one for git.
+/// Long-lived workspaces for scenarios b–d: one for rewind, one for git
+/// and, when rsync is installed, one for rsync (used in b; its snapshots go
+/// to `rsync_snaps`, outside the workspace).
 struct Pair {
     ws: PathBuf,
     ws_git: PathBuf,
     git_dir: PathBuf,
+    ws_rsync: PathBuf,
+    rsync_snaps: PathBuf,
 }
 
-fn setup_pair(work: &Path, template: &Path) -> Pair {
+const RSYNC_BASE_SNAP: &str = "snap-base";
+
+fn setup_pair(work: &Path, template: &Path, rsync: Option<&Path>) -> Pair {
     let p = Pair {
         ws: work.join("ws"),
         ws_git: work.join("ws-git"),
         git_dir: work.join("git"),
+        ws_rsync: work.join("ws-rsync"),
+        rsync_snaps: work.join("rsync-snaps"),
     };
+    if let Some(rsync) = rsync {
+        copy_tree(template, &p.ws_rsync);
+        fs::create_dir(&p.rsync_snaps)
+            .unwrap_or_else(|e| panic!("create {}: {e}", p.rsync_snaps.display()));
+        run(rsync_cmd(
+            rsync,
+            &p.ws_rsync,
+            &p.rsync_snaps.join(RSYNC_BASE_SNAP),
+            None,
+        ));
+    }
     copy_tree(template, &p.ws);
     run(rewind_cmd(&p.ws).args(["checkpoint", "bench-base", "--json"]));
     copy_tree(template, &p.ws_git);
@@ -1058,10 +1209,14 @@ fn scenario_edit(
     pair: &Pair,
     tree: &Tree,
     rng: &mut Rng,
+    rsync: Option<&Path>,
     id: &'static str,
 ) -> Scenario {
     let mut rw = Series::default();
     let mut git = Series::default();
+    // rsync --link-dest only in (b).
+    let rsync = rsync.filter(|_| id == "b");
+    let mut rs = Series::default();
     for r in 0..args.runs {
         eprintln!(
             "bench: [{id}] checkpoint after edits, run {}/{}",
@@ -1091,6 +1246,26 @@ fn scenario_edit(
 
         apply_edits(&pair.ws_git, &edits);
         git_checkpoint(&pair.git_dir, &pair.ws_git, &mut git, work);
+
+        if let Some(rsync) = rsync {
+            let prev = if r == 0 {
+                pair.rsync_snaps.join(RSYNC_BASE_SNAP)
+            } else {
+                pair.rsync_snaps.join(format!("snap-{id}-{}", r - 1))
+            };
+            let snap = pair.rsync_snaps.join(format!("snap-{id}-{r}"));
+            apply_edits(&pair.ws_rsync, &edits);
+            settle(work);
+            let m = run(rsync_cmd(rsync, &pair.ws_rsync, &snap, Some(&prev)));
+            rs.push(m.ms(), m.maxrss_kib);
+            check_rsync_snapshot(
+                &format!("{id} (run {})", r + 1),
+                &pair.ws_rsync,
+                &snap,
+                &edits,
+                untouched_file(tree, &edits),
+            );
+        }
     }
     let name = if id == "b" {
         format!("b. checkpoint after editing {SMALL_EDITS} small files")
@@ -1100,14 +1275,22 @@ fn scenario_edit(
             BIG_WRITE / 1024
         )
     };
+    let mut baselines = vec![Baseline {
+        name: "shadow git: `add -A` + `commit`".into(),
+        series: git,
+    }];
+    if rsync.is_some() {
+        baselines.push(Baseline {
+            name: "`rsync -a --link-dest=PREV`¹".into(),
+            series: rs,
+        });
+    }
     Scenario {
         id,
         name,
         rewind: rw,
-        baselines: vec![Baseline {
-            name: "shadow git: `add -A` + `commit`".into(),
-            series: git,
-        }],
+        baselines,
+        detail: Value::Null,
     }
 }
 
@@ -1204,6 +1387,7 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
             name: "shadow git: `read-tree -u --reset` + `clean -fdq`".into(),
             series: git,
         }],
+        detail: Value::Null,
     }
 }
 
@@ -1243,6 +1427,7 @@ fn scenario_guard(args: &Args, pair: &Pair) -> Scenario {
             name: "process floor: `true`".into(),
             series: floor,
         }],
+        detail: Value::Null,
     }
 }
 
@@ -1298,7 +1483,357 @@ fn scenario_verify(args: &Args, work: &Path) -> Scenario {
             name: "`sha256sum` of the ledger file".into(),
             series: base,
         }],
+        detail: Value::Null,
     }
+}
+
+/// Used bytes of the filesystem holding `dir`, after `syncfs` (what
+/// `sync -f` does): `(f_blocks - f_bfree) * f_frsize` from statvfs.
+fn used_bytes(dir: &Path) -> u64 {
+    settle(dir);
+    let st = statvfs(dir);
+    // fsblkcnt_t and c_ulong are u64 on 64-bit Linux.
+    let blocks: u64 = st.f_blocks.saturating_sub(st.f_bfree);
+    blocks.saturating_mul(st.f_frsize)
+}
+
+/// Bytes available to us on the filesystem holding `dir`.
+fn avail_bytes(dir: &Path) -> u64 {
+    let st = statvfs(dir);
+    let avail: u64 = st.f_bavail;
+    avail.saturating_mul(st.f_frsize)
+}
+
+fn statvfs(dir: &Path) -> libc::statvfs {
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .unwrap_or_else(|e| panic!("statvfs {}: {e}", dir.display()));
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid NUL-terminated path and pointer to a local.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        panic!(
+            "statvfs({}) failed: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    st
+}
+
+/// One tool's per-step record in scenario g.
+struct StepSeries {
+    tool: String,
+    series: Series,
+    /// Used bytes of the filesystem grown by this tool's steps 1..=k (edits
+    /// plus checkpoint), one value per step.
+    growth: Vec<i64>,
+}
+
+impl StepSeries {
+    fn new(tool: &str) -> Self {
+        StepSeries {
+            tool: tool.to_string(),
+            series: Series::default(),
+            growth: Vec::new(),
+        }
+    }
+    fn total_growth(&self) -> i64 {
+        self.growth.last().copied().unwrap_or(0)
+    }
+    fn to_json(&self) -> Value {
+        let mut v = self.series.to_json();
+        v["name"] = json!(self.tool);
+        v["growth_bytes"] = json!(self.growth);
+        v
+    }
+}
+
+fn mib_signed(bytes: i64) -> String {
+    format!("{:+.1} MiB", bytes as f64 / MIB as f64)
+}
+
+/// g. `--successive` checkpoints in a row. Each step edits 10 small files and
+/// writes 4 KiB into the big file, identically in each tool's own copy of
+/// the tree, then checkpoints: rewind, shadow git (`add -A` + `commit` into
+/// a separate git dir with a persistent index) and, if installed,
+/// `rsync -a --link-dest=PREV` (snapshots outside the workspace). Each tool
+/// works on a copy that shares no extents with the template. The tools
+/// take turns within a step; each tool's disk growth is the sum of the
+/// statvfs used-bytes deltas around its own edits + checkpoint, i.e. the
+/// used bytes after its step k minus before its step 1 had it run alone.
+fn scenario_g(
+    args: &Args,
+    work: &Path,
+    template: &Path,
+    tree: &Tree,
+    rng: &mut Rng,
+    rsync: Option<&Path>,
+) -> (Scenario, Vec<StepSeries>) {
+    let n = args.successive;
+    let ws = work.join("ws-g");
+    let ws_git = work.join("ws-g-git");
+    let git_dir = work.join("git-g");
+    let ws_rsync = work.join("ws-g-rsync");
+    let snaps = work.join("rsync-g");
+    let snap = |k: usize| snaps.join(format!("snap-{k:05}"));
+
+    // Untimed step 0: a first checkpoint of each (private) copy.
+    copy_tree_private(template, &ws);
+    run(rewind_cmd(&ws).args(["checkpoint", "bench-g-0", "--json"]));
+    copy_tree_private(template, &ws_git);
+    git_init(&git_dir, &ws_git);
+    git_checkpoint(&git_dir, &ws_git, &mut Series::default(), work);
+    if let Some(rsync) = rsync {
+        copy_tree_private(template, &ws_rsync);
+        fs::create_dir(&snaps).unwrap_or_else(|e| panic!("create {}: {e}", snaps.display()));
+        run(rsync_cmd(rsync, &ws_rsync, &snap(0), None));
+    }
+
+    let mut rw = StepSeries::new("rewind");
+    let mut git = StepSeries::new("shadow git");
+    let mut rs = StepSeries::new("rsync --link-dest");
+    let mut grown = [0i64; 3];
+    let delta = |before: u64, after: u64| {
+        i64::try_from(after).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX)
+    };
+    let used_start = used_bytes(work);
+    let t = Instant::now();
+    for k in 1..=n {
+        if k == 1 || k % 10 == 0 || k == n {
+            eprintln!("bench: [g] successive checkpoint {k}/{n}");
+        }
+        let mut edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        edits.push(plan_big_edit(tree, rng));
+
+        // rewind
+        let before = used_bytes(work);
+        apply_edits(&ws, &edits);
+        settle(work);
+        let m = run(rewind_cmd(&ws).args(["checkpoint", &format!("bench-g-{k}"), "--json"]));
+        let v = m.json();
+        let got = counts(&v, &format!("g: checkpoint {k}"));
+        let want = (0, edits.len() as u64, 0);
+        assert!(
+            got == want,
+            "g: checkpoint {k} after {} edits reported (added, modified, deleted) = {got:?}, want {want:?}: {v}",
+            edits.len()
+        );
+        rw.series.push(m.ms(), m.maxrss_kib);
+        rw.series
+            .self_ms
+            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        grown[0] += delta(before, used_bytes(work));
+        rw.growth.push(grown[0]);
+
+        // shadow git
+        let before = used_bytes(work);
+        apply_edits(&ws_git, &edits);
+        git_checkpoint(&git_dir, &ws_git, &mut git.series, work);
+        grown[1] += delta(before, used_bytes(work));
+        git.growth.push(grown[1]);
+
+        // rsync --link-dest
+        if let Some(rsync) = rsync {
+            let before = used_bytes(work);
+            apply_edits(&ws_rsync, &edits);
+            settle(work);
+            let m = run(rsync_cmd(rsync, &ws_rsync, &snap(k), Some(&snap(k - 1))));
+            rs.series.push(m.ms(), m.maxrss_kib);
+            grown[2] += delta(before, used_bytes(work));
+            rs.growth.push(grown[2]);
+            check_rsync_snapshot(
+                &format!("g: step {k}"),
+                &ws_rsync,
+                &snap(k),
+                &edits,
+                untouched_file(tree, &edits),
+            );
+        }
+    }
+    eprintln!(
+        "bench: [g] {n} successive checkpoints done in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut steps = vec![rw, git];
+    if rsync.is_some() {
+        steps.push(rs);
+    }
+    let detail = json!({
+        "steps": n,
+        "edits_per_step": format!("{SMALL_EDITS} small files + {BIG_WRITE} bytes in the big file"),
+        "growth": "statvfs (f_blocks - f_bfree) * f_frsize after syncfs, summed over each tool's own edits + checkpoint",
+        "used_bytes_before_step_1": used_start,
+        "tools": steps.iter().map(StepSeries::to_json).collect::<Vec<_>>(),
+    });
+    let mut it = steps.iter();
+    let first = it.next().expect("rewind's series");
+    let baselines = it
+        .map(|s| Baseline {
+            name: format!(
+                "{}: fs {} after {n}",
+                match s.tool.as_str() {
+                    "shadow git" => "shadow git: `add -A` + `commit`",
+                    _ => "`rsync -a --link-dest=PREV`¹",
+                },
+                mib_signed(s.total_growth())
+            ),
+            series: s.series.clone(),
+        })
+        .collect();
+    let scenario = Scenario {
+        id: "g",
+        name: format!(
+            "g. {n} successive checkpoints ({SMALL_EDITS} small edits + {} KiB big write each; median per checkpoint); rewind: fs {} after {n}",
+            BIG_WRITE / 1024,
+            mib_signed(first.total_growth())
+        ),
+        rewind: first.series.clone(),
+        baselines,
+        detail,
+    };
+    (scenario, steps)
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const SVG_COLORS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
+
+/// One chart panel at horizontal offset `x0`: a polyline per tool of
+/// `values[tool][step]` against the checkpoint number.
+fn svg_panel(svg: &mut String, x0: f64, title: &str, ylabel: &str, values: &[Vec<f64>]) {
+    let (w, h) = (470.0, 330.0);
+    let (left, right, top, bottom) = (x0 + 70.0, x0 + w - 20.0, 70.0, h - 10.0);
+    let n = values.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let finite = values.iter().flatten().copied().filter(|v| v.is_finite());
+    let lo = finite.clone().fold(0.0f64, f64::min);
+    let mut hi = finite.fold(f64::NEG_INFINITY, f64::max);
+    if hi <= lo {
+        hi = lo + 1.0;
+    }
+    let px = |i: usize| {
+        if n == 1 {
+            (left + right) / 2.0
+        } else {
+            left + (right - left) * i as f64 / (n - 1) as f64
+        }
+    };
+    let py = |v: f64| bottom - (bottom - top) * (v - lo) / (hi - lo);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-weight="bold">{}</text>"#,
+        (left + right) / 2.0,
+        top - 12.0,
+        xml_escape(title)
+    );
+    let _ = writeln!(
+        svg,
+        r#"<path d="M{left:.1} {top:.1} V{bottom:.1} H{right:.1}" fill="none" stroke="black"/>"#
+    );
+    for (v, y) in [(lo, bottom), (hi, top)] {
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{:.1}" y1="{y:.1}" x2="{left:.1}" y2="{y:.1}" stroke="black"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            left - 5.0,
+            left - 8.0,
+            y + 4.0,
+            fmt_ms(v)
+        );
+    }
+    let mut xticks = vec![0];
+    if n > 1 {
+        xticks.push(n - 1);
+    }
+    for i in xticks {
+        let x = px(i);
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{x:.1}" y1="{bottom:.1}" x2="{x:.1}" y2="{:.1}" stroke="black"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            bottom + 5.0,
+            bottom + 20.0,
+            i + 1
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">checkpoint number</text>"#,
+        (left + right) / 2.0,
+        bottom + 38.0
+    );
+    let (lx, ly) = (x0 + 18.0, (top + bottom) / 2.0);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{lx:.1}" y="{ly:.1}" text-anchor="middle" transform="rotate(-90 {lx:.1} {ly:.1})">{}</text>"#,
+        xml_escape(ylabel)
+    );
+    for (t, vals) in values.iter().enumerate() {
+        let color = SVG_COLORS[t % SVG_COLORS.len()];
+        let pts: Vec<String> = vals
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, v)| format!("{:.1},{:.1}", px(i), py(*v)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+            pts.join(" ")
+        );
+        if vals.len() <= 30 {
+            for p in &pts {
+                let (x, y) = p.split_once(',').expect("point is x,y");
+                let _ = writeln!(svg, r#"<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>"#);
+            }
+        }
+    }
+}
+
+/// The scenario-g chart: time per checkpoint (left) and disk growth (right)
+/// against the checkpoint number, one line per tool.
+fn render_svg(steps: &[StepSeries], subtitle: &str) -> String {
+    let (width, height) = (960, 420);
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="18" text-anchor="middle" font-size="14" font-weight="bold">{}</text>"#,
+        width / 2,
+        xml_escape(subtitle)
+    );
+    let mut lx = 70.0;
+    for (t, s) in steps.iter().enumerate() {
+        let color = SVG_COLORS[t % SVG_COLORS.len()];
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{lx:.1}" y1="36" x2="{:.1}" y2="36" stroke="{color}" stroke-width="3"/><text x="{:.1}" y="40">{}</text>"#,
+            lx + 24.0,
+            lx + 30.0,
+            xml_escape(&s.tool)
+        );
+        lx += 200.0;
+    }
+    let _ = writeln!(svg, r#"<g transform="translate(0 40)">"#);
+    let ms: Vec<Vec<f64>> = steps.iter().map(|s| s.series.ms.clone()).collect();
+    let growth: Vec<Vec<f64>> = steps
+        .iter()
+        .map(|s| s.growth.iter().map(|b| *b as f64 / MIB as f64).collect())
+        .collect();
+    svg_panel(&mut svg, 0.0, "checkpoint time", "ms per checkpoint", &ms);
+    svg_panel(
+        &mut svg,
+        480.0,
+        "disk growth since before step 1",
+        "filesystem used MiB",
+        &growth,
+    );
+    let _ = writeln!(svg, "</g>\n</svg>");
+    svg
 }
 
 fn utc_now() -> String {
@@ -1375,6 +1910,18 @@ fn main() {
         .unwrap_or_else(|_| run(Command::new("uname").arg("-r")).text());
     let git_version = run(Command::new("git").arg("--version")).text();
     let rewind_version = run(Command::new(REWIND).arg("--version")).text();
+    let rsync = find_program("rsync");
+    let rsync_version = rsync.as_ref().map(|p| {
+        run(Command::new(p).arg("--version"))
+            .text()
+            .lines()
+            .next()
+            .unwrap_or("rsync")
+            .to_string()
+    });
+    if rsync.is_none() {
+        eprintln!("bench: NOTE: rsync not found; skipping the rsync --link-dest baselines");
+    }
     let date = utc_now();
     let load_start = loadavg();
     let command_line = format!(
@@ -1394,10 +1941,21 @@ fn main() {
     );
 
     // Size: template + 2 workspaces + their stores + git stores (no clones
-    // on ext4), plus one new big-file blob per scenario-c run for both tools.
+    // on ext4), plus one new big-file blob per scenario-c run for both tools;
+    // rsync's workspace and snapshots in (a)/(b); scenario g's three copies,
+    // their first checkpoints, and per step a new big-file blob (git) and a
+    // new big-file copy (rsync).
     let tree_est = args.files as u64 * 2560 + args.big_mib * MIB;
-    let image_bytes =
-        (6 * tree_est + 2 * args.runs as u64 * args.big_mib * MIB + 512 * MIB).div_ceil(MIB) * MIB;
+    let succ = args.successive as u64;
+    let image_bytes = (6 * tree_est
+        + 2 * args.runs as u64 * args.big_mib * MIB
+        + 3 * tree_est
+        + 5 * tree_est
+        + 2 * succ * args.big_mib * MIB
+        + succ * MIB
+        + 512 * MIB)
+        .div_ceil(MIB)
+        * MIB;
     let (scratch, fsinfo) = setup_fs(&args, image_bytes);
     if let Some(n) = &fsinfo.note {
         eprintln!("bench: {n}");
@@ -1428,20 +1986,28 @@ fn main() {
 
     let mut facts = CloneFacts::default();
     let mut scenarios = Vec::new();
+    let rsync = rsync.as_deref();
     scenarios.push(scenario_a(
         &args,
         &work,
         &template,
         &tree,
         fsinfo.can_clone,
+        rsync,
         &mut facts,
     ));
-    let pair = setup_pair(&work, &template);
-    scenarios.push(scenario_edit(&args, &work, &pair, &tree, &mut rng, "b"));
-    scenarios.push(scenario_edit(&args, &work, &pair, &tree, &mut rng, "c"));
+    let pair = setup_pair(&work, &template, rsync);
+    scenarios.push(scenario_edit(
+        &args, &work, &pair, &tree, &mut rng, rsync, "b",
+    ));
+    scenarios.push(scenario_edit(
+        &args, &work, &pair, &tree, &mut rng, rsync, "c",
+    ));
     scenarios.push(scenario_d(&args, &work, &pair, &tree, &mut rng));
     scenarios.push(scenario_guard(&args, &pair));
     scenarios.push(scenario_verify(&args, &work));
+    let (scen_g, steps_g) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
+    scenarios.push(scen_g);
 
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
@@ -1493,6 +2059,14 @@ fn main() {
     );
     let _ = writeln!(md, "- filesystem: {fs_line}");
     let _ = writeln!(md, "- reflink clones: {reflink_line}");
+    let _ = writeln!(
+        md,
+        "- rsync: {}",
+        match &rsync_version {
+            Some(v) => v.clone(),
+            None => "NOT FOUND — the rsync baselines in (a), (b) and (g) were skipped".into(),
+        }
+    );
     let _ = writeln!(md, "- seed: {:#x}", args.seed);
     let _ = writeln!(
         md,
@@ -1538,12 +2112,16 @@ fn main() {
             bj["ratio_baseline_over_rewind"] = json!(round2(ratio));
             bl_json.push(bj);
         }
-        json_scen.push(json!({
+        let mut sj = json!({
             "id": s.id,
             "name": s.name,
             "rewind": s.rewind.to_json(),
             "baselines": bl_json,
-        }));
+        });
+        if !s.detail.is_null() {
+            sj["detail"] = s.detail.clone();
+        }
+        json_scen.push(sj);
     }
     let _ = writeln!(
         md,
@@ -1552,6 +2130,21 @@ fn main() {
          pre-rewind safety checkpoint and durability syncs; the git baselines do no fsync by \
          default, `git init` is not timed, and (d)'s baseline saves nothing before restoring. \
          Every (d) restore, rewind's and git's, was verified file by file (SHA-256) against the target."
+    );
+    let svg_path = args.out.join("scenarios.svg");
+    let _ = writeln!(
+        md,
+        "\n(g) runs {n} checkpoints in a row, each after the same edits in each tool's own copy; \
+         \"fs +X MiB\" is the growth of the filesystem's used bytes (statvfs after syncfs) over the {n} \
+         edits + checkpoints of that tool. rsync snapshots live outside the workspace, on the same \
+         filesystem; each was checked to hold the edits and to hard-link an unchanged file. \
+         ¹ rsync runs with `--modify-window=-1` (nanosecond mtime quick check): with the default \
+         whole-second check, same-size edits made in the same second as the previous snapshot \
+         are silently linked to the stale copy. \
+         Per-step values are in the JSON; chart: `{}` (time per checkpoint and disk growth vs \
+         checkpoint number).",
+        svg_path.display(),
+        n = args.successive
     );
 
     print!("{md}");
@@ -1584,6 +2177,9 @@ fn main() {
         "seed": args.seed,
         "smoke": args.smoke,
         "runs": args.runs,
+        "successive": args.successive,
+        "rsync": rsync_version,
+        "chart_svg": svg_path,
         "tree": {
             "files": tree.small.len(),
             "dirs": tree.dirs.len(),
@@ -1600,10 +2196,21 @@ fn main() {
     let pretty = serde_json::to_string_pretty(&report).expect("serialize report");
     fs::write(&json_path, pretty + "\n")
         .unwrap_or_else(|e| panic!("write {}: {e}", json_path.display()));
+    let svg = render_svg(
+        &steps_g,
+        &format!(
+            "rewind scenario g: {} successive checkpoints ({} on {})",
+            args.successive,
+            mib(total_bytes),
+            fsinfo.fs_type
+        ),
+    );
+    fs::write(&svg_path, svg).unwrap_or_else(|e| panic!("write {}: {e}", svg_path.display()));
     eprintln!(
-        "bench: wrote {} and {}",
+        "bench: wrote {}, {} and {}",
         md_path.display(),
-        json_path.display()
+        json_path.display(),
+        svg_path.display()
     );
     drop(scratch);
 }
