@@ -84,6 +84,12 @@ fn outside_a_workspace_says_run_init() {
         !dir.path().join(".rewind").exists(),
         "a failed read-only verb creates nothing"
     );
+    let missing = dir.path().join("no-such-dir");
+    let out = rewind(
+        dir.path(),
+        &["-C", missing.to_str().expect("utf8"), "status"],
+    );
+    assert_clear_error(&out, "No such file or directory");
 }
 
 #[test]

@@ -109,7 +109,7 @@ impl Ctx {
             None if !start.exists() => Err(Error::Os(rewind_platform::Error::new(
                 "open workspace",
                 &start,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
+                std::io::Error::from_raw_os_error(2),
             ))),
             None => Err(Error::NotAWorkspace { path: start }),
         }
