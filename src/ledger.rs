@@ -52,6 +52,14 @@ CREATE TABLE IF NOT EXISTS operations(
 );
 ";
 
+fn put_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+        params![key, value],
+    )?;
+    Ok(())
+}
+
 fn genesis_fields(workspace_id: &str) -> crate::chain::Fields {
     crate::chain::Fields::new()
         .str("workspace", workspace_id)
@@ -369,13 +377,7 @@ impl Ledger {
 
     /// Set one meta value in its own transaction (for cached facts).
     pub fn set_meta_now(&self, key: &str, value: &str) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-                params![key, value],
-            )
-            .map_err(self.err())?;
-        Ok(())
+        put_meta(&self.conn, key, value).map_err(self.err())
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit if it succeeds.
@@ -595,13 +597,7 @@ impl Tx<'_> {
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-                params![key, value],
-            )
-            .map_err(self.err())?;
-        Ok(())
+        put_meta(self.tx, key, value).map_err(self.err())
     }
 
     pub fn id_exists(&self, id: &str) -> Result<bool> {
