@@ -35,6 +35,12 @@ impl<'a> Trees<'a> {
         }
     }
 
+    /// Give the overlay back, to build a new `Trees` after the ledger was
+    /// written (the borrow of the ledger must end first).
+    pub fn into_overlay(self) -> HashMap<Hash, Node> {
+        self.overlay
+    }
+
     /// Remember the root a plan leads to (for looking up unchanged parents).
     pub fn with_target(mut self, root: Hash) -> Self {
         self.target = Some(root);

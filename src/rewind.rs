@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{Hash, Hasher};
 use crate::ledger::{Checkpoint, Intent, Operation};
-use crate::workspace::{ChangeJson, NewCheckpoint, Workspace, insert_checkpoint, write_capture};
+use crate::workspace::{
+    ChangeJson, NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -218,7 +220,6 @@ fn run_to(
     // 1. Capture first: the live tree is saved before anything changes.
     let mut cap = ws.capture_live()?;
     failpoint::hit("rewind:captured");
-    let overlay = cap.overlay();
     let fp = fingerprint(op, &cap.root, &target.root, opts);
     if let Some(expected) = &opts.expect
         && *expected != fp
@@ -228,18 +229,18 @@ fn run_to(
             actual: fp,
         });
     }
-    // 2. Plan.
-    let changes = {
-        let trees = Trees::with_overlay(ws.ledger(), overlay.clone()).with_target(target.root);
-        plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?
-    };
+    // 2. Plan. The capture's new nodes are decoded once and serve the plan,
+    //    the safety checkpoint's diff and the apply.
+    let head = ws.head()?;
+    let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
+    let changes = plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?;
+    let safety_changes = content_changes(&trees, head.as_ref(), &cap.root)?;
+    let overlay = trees.into_overlay();
     check_space(ws, &changes)?;
     ws.sync_state(&cap)?;
 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
     //    safety checkpoint when the live tree has the same content.
-    let head = ws.head()?;
-    let safety_changes = ws.changes_since(head.as_ref(), &cap)?;
     let head_matches = head.is_some() && safety_changes == diff::Counts::default();
     let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
     let label = format!("before {} to {}", op.as_str(), target.id);

@@ -381,17 +381,11 @@ impl Workspace {
     /// What changed between HEAD and a capture, by content (mtimes alone
     /// are not a change: a rewind gives restored files the current time).
     pub(crate) fn changes_since(&self, head: Option<&Checkpoint>, cap: &Capture) -> Result<Counts> {
-        let _t = crate::trace::span("diff against HEAD");
-        let trees = Trees::with_overlay(&self.ledger, cap.overlay());
-        let from = head
-            .map(|h| h.root)
-            .unwrap_or_else(crate::tree::Node::empty_hash);
-        Ok(diff::count(&diff::diff(
-            &trees,
-            &from,
+        content_changes(
+            &Trees::with_overlay(&self.ledger, cap.overlay()),
+            head,
             &cap.root,
-            DiffOptions::default(),
-        )?))
+        )
     }
 
     fn report(
@@ -545,6 +539,25 @@ impl Workspace {
         }
         Ok(bytes)
     }
+}
+
+/// What changed between HEAD and `root`, by content, reading nodes through
+/// `trees` (which must hold the capture's new nodes).
+pub(crate) fn content_changes(
+    trees: &Trees<'_>,
+    head: Option<&Checkpoint>,
+    root: &crate::hash::Hash,
+) -> Result<Counts> {
+    let _t = crate::trace::span("diff against HEAD");
+    let from = head
+        .map(|h| h.root)
+        .unwrap_or_else(crate::tree::Node::empty_hash);
+    Ok(diff::count(&diff::diff(
+        trees,
+        &from,
+        root,
+        DiffOptions::default(),
+    )?))
 }
 
 /// A checkpoint row to create along with a capture.
