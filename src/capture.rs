@@ -411,6 +411,9 @@ impl Walker<'_> {
     /// then hash misses and descend into subdirectories in parallel. A
     /// directory whose records all match the cache keeps its node as is.
     fn walk_dir(&self, dir: Dir, rel: Vec<u8>, parent_ignores: &IgnoreStack) -> Result<Hash> {
+        if self.progress.cancelled() {
+            return Err(Error::Cancelled);
+        }
         let mut names = dir.entries().map_err(Error::os)?;
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         let ignores = self.ignore_stack(&dir, &rel, &names, parent_ignores)?;

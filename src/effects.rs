@@ -111,8 +111,7 @@ pub fn payload_hash(raw: Option<&str>) -> Hash {
     let canonical = match raw.map(str::trim) {
         None | Some("") => String::new(),
         Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
-            // serde_json's map is a BTreeMap: keys come out sorted.
-            Ok(v) => v.to_string(),
+            Ok(v) => canonical_json(&v),
             Err(_) => text.to_string(),
         },
     };
@@ -120,6 +119,44 @@ pub fn payload_hash(raw: Option<&str>) -> Hash {
     h.update(b"rewind-payload-v1\0");
     h.update(canonical.as_bytes());
     h.finish()
+}
+
+/// Compact JSON with object keys sorted bytewise, whatever order the map
+/// keeps (serde_json's `preserve_order` feature changes that order, and
+/// features are unified across the dependency graph).
+pub fn canonical_json(v: &serde_json::Value) -> String {
+    fn write(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write(&m[k], out);
+                }
+                out.push('}');
+            }
+            serde_json::Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(x, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
 }
 
 pub fn payload_hash_value(v: Option<&serde_json::Value>) -> Hash {

@@ -56,6 +56,9 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    #[error("cancelled by the caller before anything was committed: nothing changed")]
+    Cancelled,
+
     #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; run `rewind doctor`", path.display())]
     ObjectMissing { hash: String, path: PathBuf },
 }
@@ -99,6 +102,7 @@ impl Error {
             Error::NothingToUndo => "NOTHING_TO_UNDO",
             Error::Usage(_) => "USAGE",
             Error::ObjectMissing { .. } => "OBJECT_MISSING",
+            Error::Cancelled => "CANCELLED",
         }
     }
 }

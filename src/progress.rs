@@ -1,11 +1,27 @@
-//! A progress line on stderr for work that takes over a second. Silent when
-//! stderr is not a terminal, with `-q` or `--json`, and for fast work.
+//! Progress of long work, shown two ways: a line on stderr for humans (after
+//! a second, only on a terminal, never with `-q` or `--json`), and an
+//! [`Observer`] for machine callers such as the MCP server, which forwards
+//! progress notifications and asks for cancellation.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Called with (what is being done, items done so far), at most every
+/// [`OBSERVER_EVERY`].
+pub type ProgressFn = dyn Fn(&'static str, u64) + Send + Sync;
+
+/// A machine caller's view of long work: where it is, and a flag that asks
+/// it to stop. Stopping is honoured only where it loses nothing: during a
+/// capture, before anything is committed. Once a rewind has persisted its
+/// intent it rolls forward regardless (DESIGN §4).
+#[derive(Clone)]
+pub struct Observer {
+    pub on_progress: Arc<ProgressFn>,
+    pub cancel: Arc<AtomicBool>,
+}
 
 pub struct Progress {
     start: Instant,
@@ -13,18 +29,36 @@ pub struct Progress {
     message: &'static str,
     count: AtomicU64,
     bar: OnceLock<ProgressBar>,
+    observer: Option<Observer>,
+    /// Milliseconds since `start` of the last observer call.
+    observed_ms: AtomicU64,
 }
 
 const DELAY: Duration = Duration::from_secs(1);
+/// Often enough to show life, rarely enough not to flood a client.
+pub const OBSERVER_EVERY: Duration = Duration::from_millis(200);
 
 impl Progress {
     pub fn new(message: &'static str, enabled: bool) -> Progress {
+        Progress::with_observer(message, enabled, None)
+    }
+
+    pub fn with_observer(
+        message: &'static str,
+        enabled: bool,
+        observer: Option<Observer>,
+    ) -> Progress {
+        if let Some(o) = &observer {
+            (o.on_progress)(message, 0);
+        }
         Progress {
             start: Instant::now(),
             enabled,
             message,
             count: AtomicU64::new(0),
             bar: OnceLock::new(),
+            observer,
+            observed_ms: AtomicU64::new(0),
         }
     }
 
@@ -32,8 +66,27 @@ impl Progress {
         Progress::new("", false)
     }
 
+    /// True when the observer asked the work to stop.
+    pub fn cancelled(&self) -> bool {
+        self.observer
+            .as_ref()
+            .is_some_and(|o| o.cancel.load(Ordering::Relaxed))
+    }
+
     pub fn inc(&self, n: u64) {
         let count = self.count.fetch_add(n, Ordering::Relaxed) + n;
+        if let Some(o) = &self.observer {
+            let now = self.start.elapsed().as_millis() as u64;
+            let last = self.observed_ms.load(Ordering::Relaxed);
+            if now >= last + OBSERVER_EVERY.as_millis() as u64
+                && self
+                    .observed_ms
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                (o.on_progress)(self.message, count);
+            }
+        }
         if !self.enabled || (self.bar.get().is_none() && self.start.elapsed() < DELAY) {
             return;
         }

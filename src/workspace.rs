@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 use crate::ledger::{Checkpoint, Ledger};
 use crate::objects::ObjectStore;
-use crate::progress::Progress;
+use crate::progress::{Observer, Progress};
 use crate::{failpoint, time};
 
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -34,6 +34,7 @@ pub struct Workspace {
     store: ObjectStore,
     fs: FsInfo,
     show_progress: bool,
+    observer: Option<Observer>,
     lock: Option<LockFile>,
 }
 
@@ -173,6 +174,7 @@ impl Workspace {
             store,
             fs,
             show_progress,
+            observer: None,
             lock: None,
         })
     }
@@ -219,7 +221,13 @@ impl Workspace {
     }
 
     pub(crate) fn progress(&self, message: &'static str) -> Progress {
-        Progress::new(message, self.show_progress)
+        Progress::with_observer(message, self.show_progress, self.observer.clone())
+    }
+
+    /// Report progress of long work to a machine caller, and let it cancel
+    /// captures (see [`Observer`]).
+    pub fn set_observer(&mut self, observer: Observer) {
+        self.observer = Some(observer);
     }
 
     /// Take the workspace lock (once per process), clean temp files left by

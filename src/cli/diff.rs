@@ -17,29 +17,43 @@ use crate::workspace::{ChangeJson, Workspace};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// From this checkpoint (default: HEAD)
-    from: Option<String>,
+    pub from: Option<String>,
     /// To this checkpoint (default: the live tree)
-    to: Option<String>,
+    pub to: Option<String>,
     /// Show a unified text diff of changed files
     #[arg(long)]
-    patch: bool,
+    pub patch: bool,
     /// Only these paths
     #[arg(last = true)]
-    paths: Vec<PathBuf>,
+    pub paths: Vec<PathBuf>,
 }
 
 #[derive(Serialize)]
-struct Out {
-    from: Option<String>,
-    to: String,
-    changes: Vec<ChangeJson>,
+pub(crate) struct Out {
+    pub from: Option<String>,
+    pub to: String,
+    pub changes: Vec<ChangeJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    pub patch: Option<String>,
 }
 
 const PATCH_LIMIT: u64 = 1 << 20;
 
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let out = compute(ctx, &args)?;
+    ctx.emit(&out, || {
+        if let Some(p) = &out.patch {
+            return p.clone();
+        }
+        let mut s = String::new();
+        for c in &out.changes {
+            s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
+        }
+        s
+    })
+}
+
+pub(crate) fn compute(ctx: &Ctx, args: &Args) -> Result<Out> {
     let mut ws = ctx.workspace()?;
     ws.recover_if_needed()?;
     let from = match &args.from {
@@ -84,21 +98,11 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     } else {
         None
     };
-    let out = Out {
+    Ok(Out {
         from: from.map(|c| c.id),
         to: to.map(|c| c.id).unwrap_or_else(|| "live".into()),
         changes: ChangeJson::from_changes(&changes),
         patch,
-    };
-    ctx.emit(&out, || {
-        if let Some(p) = &out.patch {
-            return p.clone();
-        }
-        let mut s = String::new();
-        for c in &out.changes {
-            s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
-        }
-        s
     })
 }
 

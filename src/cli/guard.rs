@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 /// How long `guard` waits for another writer before refusing.
-fn timeout() -> Duration {
+pub(crate) fn timeout() -> Duration {
     let ms = std::env::var("REWIND_GUARD_TIMEOUT_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -68,7 +68,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     }
 }
 
-fn decide(ctx: &Ctx, req: &Request) -> Result<Decision> {
+pub(crate) fn decide(ctx: &Ctx, req: &Request) -> Result<Decision> {
     let mut ws = ctx.workspace()?;
     ws.ledger().set_busy_timeout(timeout())?;
     ws.ledger_mut().guard(req)

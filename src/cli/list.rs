@@ -7,18 +7,22 @@ use crate::error::Result;
 use crate::ledger::Checkpoint;
 
 #[derive(Serialize)]
-struct Out {
-    head: Option<String>,
-    checkpoints: Vec<Checkpoint>,
+pub(crate) struct Out {
+    pub head: Option<String>,
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
+    let mut ws = ctx.workspace()?;
+    ws.recover_if_needed()?;
+    Ok(Out {
+        head: ws.head()?.map(|h| h.id),
+        checkpoints: ws.ledger().checkpoints()?,
+    })
 }
 
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let mut ws = ctx.workspace()?;
-    ws.recover_if_needed()?;
-    let out = Out {
-        head: ws.head()?.map(|h| h.id),
-        checkpoints: ws.ledger().checkpoints()?,
-    };
+    let out = compute(ctx)?;
     ctx.emit(&out, || render(&out.checkpoints, out.head.as_deref()))
 }
 

@@ -3,15 +3,18 @@
 
 mod anchor;
 mod checkpoint;
-mod diff;
+pub(crate) mod diff;
 mod doctor;
 mod effects;
-mod guard;
+pub(crate) mod guard;
+mod hook;
 mod init;
-mod list;
+mod integrate;
+pub(crate) mod list;
+mod mcp;
 mod rewind;
-mod status;
-mod verify;
+pub(crate) mod status;
+pub(crate) mod verify;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,6 +23,7 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::progress::Observer;
 use crate::workspace::Workspace;
 
 /// Version of the `--json` output contract (bumped on breaking changes).
@@ -76,17 +80,37 @@ enum Command {
     Guard(guard::Args),
     /// List recorded effects, or `effects resolve KEY --outcome failed|succeeded`
     Effects(effects::Args),
+    /// MCP server on stdio for AI agents (tools: checkpoint, rewind, guard_effect, ...)
+    Mcp(mcp::Args),
+    /// Agent hooks: `hook pre-tool-use` / `hook post-tool-use` read the hook JSON on stdin
+    Hook(hook::Args),
+    /// Write an agent's MCP server entry and hooks: claude, codex, gemini, cursor
+    Integrate(integrate::Args),
 }
 
 /// What every verb gets: global options and how to find the workspace.
 pub struct Ctx {
-    dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
     pub json: bool,
     pub quiet: bool,
     pub cwd: PathBuf,
+    /// A machine caller (the MCP server) watching progress and able to cancel.
+    pub observer: Option<Observer>,
 }
 
 impl Ctx {
+    /// The context of one MCP tool call: no human output; relative paths
+    /// name paths from `cwd`.
+    pub fn for_tool(dir: Option<PathBuf>, cwd: PathBuf, observer: Option<Observer>) -> Ctx {
+        Ctx {
+            dir,
+            json: true,
+            quiet: true,
+            cwd,
+            observer,
+        }
+    }
+
     fn progress(&self) -> bool {
         !self.json && !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())
     }
@@ -105,7 +129,7 @@ impl Ctx {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         match Workspace::discover(&start) {
-            Some(root) => Workspace::open(&root, self.progress()),
+            Some(root) => self.observed(Workspace::open(&root, self.progress())?),
             None if !start.exists() => Err(Error::Os(rewind_platform::Error::new(
                 "open workspace",
                 &start,
@@ -119,10 +143,18 @@ impl Ctx {
     pub fn workspace_or_init(&self) -> Result<Workspace> {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
-        match Workspace::discover(&start) {
-            Some(root) => Workspace::open(&root, self.progress()),
-            None => Ok(Workspace::init(&start, self.progress())?.0),
+        let ws = match Workspace::discover(&start) {
+            Some(root) => Workspace::open(&root, self.progress())?,
+            None => Workspace::init(&start, self.progress())?.0,
+        };
+        self.observed(ws)
+    }
+
+    fn observed(&self, mut ws: Workspace) -> Result<Workspace> {
+        if let Some(o) = &self.observer {
+            ws.set_observer(o.clone());
         }
+        Ok(ws)
     }
 
     /// Print the result: JSON (with the contract version) or the human text.
@@ -168,6 +200,7 @@ pub fn main() -> i32 {
         json: cli.json,
         quiet: cli.quiet,
         cwd,
+        observer: None,
     };
     let result = match cli.command {
         Command::Init => init::run(&ctx),
@@ -184,6 +217,9 @@ pub fn main() -> i32 {
         Command::Verify(a) => return verify::run(&ctx, a),
         Command::Guard(a) => return guard::run(&ctx, a),
         Command::Effects(a) => effects::run(&ctx, a),
+        Command::Mcp(a) => mcp::run(&ctx, a),
+        Command::Hook(a) => return hook::run(&ctx, a),
+        Command::Integrate(a) => integrate::run(&ctx, a),
     };
     match result {
         Ok(()) => 0,

@@ -7,28 +7,14 @@ use crate::error::Result;
 use crate::workspace::ChangeJson;
 
 #[derive(Serialize)]
-struct Out {
-    head: Option<String>,
-    changes: Vec<ChangeJson>,
-    skipped: Vec<crate::capture::Skipped>,
+pub(crate) struct Out {
+    pub head: Option<String>,
+    pub changes: Vec<ChangeJson>,
+    pub skipped: Vec<crate::capture::Skipped>,
 }
 
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let mut ws = ctx.workspace()?;
-    ws.recover_if_needed()?;
-    let head = ws.head()?;
-    let cap = ws.capture(Sink::HashOnly, "scanning")?;
-    let trees = Trees::with_overlay(ws.ledger(), cap.overlay());
-    let from = head
-        .as_ref()
-        .map(|h| h.root)
-        .unwrap_or_else(crate::tree::Node::empty_hash);
-    let changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
-    let out = Out {
-        head: head.map(|h| h.id),
-        changes: ChangeJson::from_changes(&changes),
-        skipped: cap.skipped,
-    };
+    let out = compute(ctx)?;
     ctx.emit(&out, || {
         let mut s = format!(
             "HEAD {}\n",
@@ -41,6 +27,24 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
         }
         s
+    })
+}
+
+pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
+    let mut ws = ctx.workspace()?;
+    ws.recover_if_needed()?;
+    let head = ws.head()?;
+    let cap = ws.capture(Sink::HashOnly, "scanning")?;
+    let trees = Trees::with_overlay(ws.ledger(), cap.overlay());
+    let from = head
+        .as_ref()
+        .map(|h| h.root)
+        .unwrap_or_else(crate::tree::Node::empty_hash);
+    let changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
+    Ok(Out {
+        head: head.map(|h| h.id),
+        changes: ChangeJson::from_changes(&changes),
+        skipped: cap.skipped,
     })
 }
 

@@ -10,26 +10,26 @@ use crate::error::{Error, Result};
 pub struct Args {
     /// Also re-hash every stored object and tree node
     #[arg(long)]
-    deep: bool,
+    pub deep: bool,
     /// Check against a head exported earlier with `rewind anchor FILE`
     #[arg(long, value_name = "FILE")]
-    anchor: Option<PathBuf>,
+    pub anchor: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
-struct Deep {
-    tree_nodes: u64,
-    small_objects: u64,
-    object_files: u64,
-    bad: Vec<String>,
+pub(crate) struct Deep {
+    pub tree_nodes: u64,
+    pub small_objects: u64,
+    pub object_files: u64,
+    pub bad: Vec<String>,
 }
 
 #[derive(Serialize)]
-struct Out {
+pub(crate) struct Out {
     #[serde(flatten)]
-    verdict: Verdict,
+    pub verdict: Verdict,
     #[serde(skip_serializing_if = "Option::is_none")]
-    deep: Option<Deep>,
+    pub deep: Option<Deep>,
 }
 
 /// Exit codes (DESIGN §3): 0 intact, 1 tampered, 2 could not be read.
@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     }
 }
 
-fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
+pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
     let anchor = match &args.anchor {
         Some(path) => {
             let text = std::fs::read_to_string(path)

@@ -1,0 +1,189 @@
+//! `rewind hook pre-tool-use|post-tool-use`: the agent hook protocol of
+//! Claude Code and Codex. Hook JSON on stdin; exit 0 lets the call run,
+//! exit 2 blocks it with the reason on stderr (shown to the model), exit 1
+//! is a non-blocking error shown to the user.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::Ctx;
+use crate::effects::Decision;
+use crate::hooks::{Config, ToolCall};
+use crate::workspace::Workspace;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    event: Event,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, Copy)]
+enum Event {
+    /// Before a tool call: auto-checkpoint, and the effect barrier for
+    /// calls matching an [[effect]] rule in rewind.toml
+    PreToolUse,
+    /// After a tool call: record whether a guarded effect succeeded or failed
+    PostToolUse,
+}
+
+#[derive(Serialize, Default)]
+struct Out {
+    event: &'static str,
+    tool: String,
+    checkpoint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effect: Option<Decision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolved: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+}
+
+const BLOCK: i32 = 2;
+
+pub fn run(ctx: &Ctx, args: Args) -> i32 {
+    let mut text = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+        eprintln!("rewind hook: cannot read the hook payload on stdin: {e}");
+        return 1;
+    }
+    let call: ToolCall = match serde_json::from_str(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            // Not knowing the call, we cannot know a rule matches: report,
+            // do not block.
+            eprintln!(
+                "rewind hook: the hook payload is not the expected JSON ({e}); expected {{\"tool_name\": ..., \"tool_input\": {{...}}, \"cwd\": ...}}"
+            );
+            return 1;
+        }
+    };
+    let start = match (&ctx.dir, &call.cwd) {
+        (Some(_), _) | (None, None) => ctx.start_dir(),
+        (None, Some(cwd)) => ctx.cwd.join(cwd),
+    };
+    let (out, code) = match args.event {
+        Event::PreToolUse => pre(&start, call),
+        Event::PostToolUse => post(&start, call),
+    };
+    if let Some(w) = &out.warning {
+        eprintln!("rewind hook: {w}");
+    }
+    let _ = ctx.emit(&out, String::new);
+    code
+}
+
+/// Where the workspace and its rewind.toml are, if anywhere.
+fn locate(start: &Path) -> (PathBuf, Option<PathBuf>) {
+    match Workspace::discover(start) {
+        Some(root) => (root.clone(), Some(root)),
+        None => (start.to_path_buf(), None),
+    }
+}
+
+fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
+    let mut out = Out {
+        event: "pre-tool-use",
+        tool: call.tool_name.clone(),
+        ..Out::default()
+    };
+    let (config_root, workspace) = locate(start);
+    let config = match Config::load(&config_root) {
+        Ok(c) => c,
+        Err(e) => {
+            // The rules cannot be read, so any call might be an effect: fail closed.
+            eprintln!("rewind hook: refused, fail closed: {e}");
+            return (out, BLOCK);
+        }
+    };
+    let effect = config.effect(&call);
+    let Some(root) = workspace else {
+        if let Some((req, _)) = effect {
+            eprintln!(
+                "rewind: LEDGER_UNAVAILABLE ({}:{}): refused, fail closed: {} is not a rewind workspace; run `rewind init` there",
+                req.scope,
+                req.key,
+                config_root.display()
+            );
+            return (out, BLOCK);
+        }
+        return (out, 0);
+    };
+    let mut ws = match Workspace::open(&root, false) {
+        Ok(ws) => Some(ws),
+        Err(e) => {
+            out.warning = Some(format!("no checkpoint before this call: {e}"));
+            None
+        }
+    };
+    // Checkpoint first: an admitted effect is then recorded against the
+    // tree it was made from, which is what a later rewind compares with.
+    if config.checkpoints(&call.tool_name)
+        && let Some(ws) = ws.as_mut()
+    {
+        match ws.checkpoint(Some(&call.label()), "hook", true) {
+            Ok(r) => out.checkpoint = Some(r.id),
+            Err(e) => out.warning = Some(format!("no checkpoint before this call: {e}")),
+        }
+    }
+    let Some((req, _rule)) = effect else {
+        let code = if out.warning.is_some() { 1 } else { 0 };
+        return (out, code);
+    };
+    let decision = match ws.as_mut() {
+        Some(ws) => ws
+            .ledger()
+            .set_busy_timeout(super::guard::timeout())
+            .and_then(|_| ws.ledger_mut().guard(&req))
+            .unwrap_or_else(|e| Decision::unavailable(&req, e.to_string())),
+        None => Decision::unavailable(&req, "the ledger cannot be opened".into()),
+    };
+    let admitted = decision.code.admitted();
+    if !admitted {
+        eprintln!(
+            "rewind: {} ({}:{}): {}",
+            decision.code.as_str(),
+            decision.scope,
+            decision.key,
+            decision.reason
+        );
+    }
+    out.effect = Some(decision);
+    (out, if admitted { 0 } else { BLOCK })
+}
+
+/// Record the outcome of a guarded effect, so a failed one may be retried
+/// (RETRY_AFTER_FAILURE) and a succeeded one stays spent.
+fn post(start: &Path, call: ToolCall) -> (Out, i32) {
+    let mut out = Out {
+        event: "post-tool-use",
+        tool: call.tool_name.clone(),
+        ..Out::default()
+    };
+    let (config_root, workspace) = locate(start);
+    let (Ok(config), Some(root)) = (Config::load(&config_root), workspace) else {
+        return (out, 0);
+    };
+    let Some((req, _)) = config.effect(&call) else {
+        return (out, 0);
+    };
+    let outcome = if call.failed() { "failed" } else { "succeeded" };
+    let result = Workspace::open(&root, false).and_then(|mut ws| {
+        ws.ledger_mut()
+            .resolve_effect(&req.scope, &req.key, outcome)
+    });
+    match result {
+        Ok(Some(_)) => out.resolved = Some(outcome.into()),
+        Ok(None) => {}
+        Err(e) => {
+            out.warning = Some(format!(
+                "could not record that {}:{} {outcome}: {e}",
+                req.scope, req.key
+            ));
+            return (out, 1);
+        }
+    }
+    (out, 0)
+}

@@ -1,0 +1,383 @@
+//! `rewind integrate claude|codex|gemini|cursor`: write the agent's MCP
+//! server entry and hook config into the project, merging with what is
+//! there. Rules: the user's settings survive byte-for-byte where we do not
+//! touch them (JSON key order, TOML comments); a file that does not parse is
+//! reported and nothing at all is written; a second run changes nothing.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::Ctx;
+use crate::error::{Error, Result};
+use crate::workspace::Workspace;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The agent: claude, codex, gemini or cursor
+    #[arg(value_parser = ["claude", "codex", "gemini", "cursor"])]
+    agent: String,
+    /// Show what would change (a unified diff per file); write nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// The command agents run (default: `rewind` when that is this binary
+    /// on PATH, else this binary's absolute path)
+    #[arg(long, value_name = "PATH")]
+    command: Option<String>,
+}
+
+#[derive(Serialize)]
+struct FileChange {
+    path: String,
+    /// created, updated or unchanged
+    action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diff: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Out {
+    agent: String,
+    dry_run: bool,
+    workspace: String,
+    workspace_created: bool,
+    files: Vec<FileChange>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+}
+
+/// One file's planned content.
+struct Plan {
+    path: PathBuf,
+    old: Option<String>,
+    new: String,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let root = ctx.start_dir();
+    if !root.is_dir() {
+        return Err(Error::InvalidPath {
+            path: root,
+            reason: "not a directory: run integrate in the project directory or pass -C DIR".into(),
+        });
+    }
+    let root = Workspace::discover(&root).unwrap_or(root);
+    let cmd = args.command.clone().unwrap_or_else(default_command);
+    let mut notes = Vec::new();
+    let plans = match args.agent.as_str() {
+        "claude" => vec![
+            json_plan(&root.join(".mcp.json"), |v| mcp_entry(v, &cmd))?,
+            json_plan(&root.join(".claude/settings.json"), |v| {
+                hooks_entry(v, &cmd, "PreToolUse", "PostToolUse")
+            })?,
+        ],
+        "gemini" => vec![json_plan(&root.join(".gemini/settings.json"), |v| {
+            mcp_entry(v, &cmd)?;
+            hooks_entry(v, &cmd, "BeforeTool", "AfterTool")
+        })?],
+        "cursor" => {
+            notes.push("cursor: MCP server only; Cursor's hooks use another protocol, so take checkpoints with the `checkpoint` tool".into());
+            vec![json_plan(&root.join(".cursor/mcp.json"), |v| mcp_entry(v, &cmd))?]
+        }
+        _ => vec![codex_plan(&root.join(".codex/config.toml"), &cmd)?],
+    };
+    // Every file parsed and planned before any is written.
+    let mut files = Vec::new();
+    for p in &plans {
+        let action = match &p.old {
+            None => "created",
+            Some(old) if *old == p.new => "unchanged",
+            Some(_) => "updated",
+        };
+        let diff = (args.dry_run && action != "unchanged").then(|| {
+            similar::TextDiff::from_lines(p.old.as_deref().unwrap_or(""), &p.new)
+                .unified_diff()
+                .header(
+                    &format!("a/{}", rel(&root, &p.path)),
+                    &format!("b/{}", rel(&root, &p.path)),
+                )
+                .to_string()
+        });
+        files.push(FileChange {
+            path: rel(&root, &p.path),
+            action,
+            diff,
+        });
+    }
+    let mut workspace_created = false;
+    if !args.dry_run {
+        for p in plans.iter().filter(|p| p.old.as_deref() != Some(&p.new)) {
+            write_atomically(&p.path, &p.new)?;
+        }
+        // Hooks only act in a workspace: make sure there is one.
+        if Workspace::discover(&root).is_none() {
+            Workspace::init(&root, false)?;
+            workspace_created = true;
+        }
+    }
+    let out = Out {
+        agent: args.agent,
+        dry_run: args.dry_run,
+        workspace: root.display().to_string(),
+        workspace_created,
+        files,
+        notes,
+    };
+    ctx.emit(&out, || {
+        let mut s = String::new();
+        for f in &out.files {
+            match &f.diff {
+                Some(d) => s.push_str(d),
+                None => s.push_str(&format!(
+                    "{}{}\n",
+                    f.path,
+                    match f.action {
+                        "unchanged" => ": already set up, unchanged",
+                        "created" if out.dry_run => ": would be created",
+                        "created" => ": created",
+                        _ if out.dry_run => ": would be updated",
+                        _ => ": updated",
+                    }
+                )),
+            }
+        }
+        if out.workspace_created {
+            s.push_str(&format!("initialized the workspace {}\n", out.workspace));
+        }
+        for n in &out.notes {
+            s.push_str(&format!("note: {n}\n"));
+        }
+        s
+    })
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// `rewind` when the `rewind` on PATH is this binary, else our absolute path.
+fn default_command() -> String {
+    let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else {
+        return "rewind".into();
+    };
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join("rewind"))
+        .find(|c| c.is_file());
+    match on_path.and_then(|p| p.canonicalize().ok()) {
+        Some(p) if p == me => "rewind".into(),
+        _ => me.display().to_string(),
+    }
+}
+
+fn hook_command(cmd: &str, event: &str) -> String {
+    let quoted = if cmd.contains(' ') {
+        format!("'{cmd}'")
+    } else {
+        cmd.to_string()
+    };
+    format!("{quoted} hook {event}")
+}
+
+fn read_existing(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::os(rewind_platform::Error::new("read", path, e))),
+    }
+}
+
+fn json_plan(path: &Path, edit: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<Plan> {
+    let old = read_existing(path)?;
+    let invalid = |reason: String| Error::InvalidPath {
+        path: path.to_path_buf(),
+        reason: format!("{reason}; fix or move the file, then rerun: nothing was changed"),
+    };
+    let mut value: Value = match old.as_deref().map(str::trim) {
+        None | Some("") => json!({}),
+        Some(text) => serde_json::from_str(text).map_err(|e| invalid(format!("not valid JSON ({e})")))?,
+    };
+    let Value::Object(map) = &mut value else {
+        return Err(invalid("the top level is not a JSON object".into()));
+    };
+    let before = map.clone();
+    edit(map).map_err(|e| match e {
+        Error::Usage(m) => invalid(m),
+        other => other,
+    })?;
+    // Semantically unchanged: keep the user's bytes (and formatting).
+    let new = match (&old, *map == before) {
+        (Some(o), true) => o.clone(),
+        _ => {
+            let mut s = serde_json::to_string_pretty(&value)
+                .map_err(|e| Error::Usage(format!("internal: {e}")))?;
+            s.push('\n');
+            s
+        }
+    };
+    Ok(Plan {
+        path: path.to_path_buf(),
+        old,
+        new,
+    })
+}
+
+/// An object member, created empty when missing; an error when it exists
+/// and is not an object.
+fn object<'a>(map: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Map<String, Value>> {
+    let v = map.entry(key.to_string()).or_insert_with(|| json!({}));
+    v.as_object_mut()
+        .ok_or_else(|| Error::Usage(format!("\"{key}\" is not a JSON object")))
+}
+
+fn mcp_entry(map: &mut Map<String, Value>, cmd: &str) -> Result<()> {
+    let servers = object(map, "mcpServers")?;
+    let ours = json!({"command": cmd, "args": ["mcp"]});
+    // Keep fields the user added to our entry (env, timeouts, ...).
+    match servers.get_mut("rewind").and_then(Value::as_object_mut) {
+        Some(existing) => {
+            existing.insert("command".into(), ours["command"].clone());
+            existing.insert("args".into(), ours["args"].clone());
+        }
+        None => {
+            servers.insert("rewind".into(), ours);
+        }
+    }
+    Ok(())
+}
+
+/// Add our pre/post hook groups unless a hook already runs `rewind hook`.
+fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, pre: &str, post: &str) -> Result<()> {
+    let hooks = object(map, "hooks")?;
+    for (event, verb) in [(pre, "pre-tool-use"), (post, "post-tool-use")] {
+        let groups = hooks.entry(event.to_string()).or_insert_with(|| json!([]));
+        let groups = groups
+            .as_array_mut()
+            .ok_or_else(|| Error::Usage(format!("\"hooks.{event}\" is not a JSON array")))?;
+        let present = groups.iter().any(|g| {
+            g.get("hooks").and_then(Value::as_array).is_some_and(|hs| {
+                hs.iter().any(|h| {
+                    h.get("command")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| c.contains(&format!("hook {verb}")))
+                })
+            })
+        });
+        if !present {
+            groups.push(json!({
+                "matcher": "*",
+                "hooks": [{"type": "command", "command": hook_command(cmd, verb)}]
+            }));
+        }
+    }
+    Ok(())
+}
+
+fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
+    use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
+    let old = read_existing(path)?;
+    let invalid = |reason: String| Error::InvalidPath {
+        path: path.to_path_buf(),
+        reason: format!("{reason}; fix or move the file, then rerun: nothing was changed"),
+    };
+    let mut doc: DocumentMut = old
+        .as_deref()
+        .unwrap_or("")
+        .parse()
+        .map_err(|e: toml_edit::TomlError| invalid(format!("not valid TOML ({})", e.to_string().trim())))?;
+    let table = |item: &mut Item, name: &str| -> Result<()> {
+        if item.is_none() {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            *item = Item::Table(t);
+        }
+        if item.is_table() {
+            Ok(())
+        } else {
+            Err(invalid(format!("`{name}` is not a table")))
+        }
+    };
+    table(&mut doc["mcp_servers"], "mcp_servers")?;
+    let servers = &mut doc["mcp_servers"];
+    if servers["rewind"].is_none() {
+        servers["rewind"] = Item::Table(Table::new());
+    }
+    let entry = &mut servers["rewind"];
+    if !entry.is_table() {
+        return Err(invalid("`mcp_servers.rewind` is not a table".into()));
+    }
+    if entry["command"].as_str() != Some(cmd) {
+        entry["command"] = value(cmd);
+    }
+    let args_ok = entry["args"]
+        .as_array()
+        .is_some_and(|a| a.len() == 1 && a.get(0).and_then(|v| v.as_str()) == Some("mcp"));
+    if !args_ok {
+        let mut a = toml_edit::Array::new();
+        a.push("mcp");
+        entry["args"] = value(a);
+    }
+    table(&mut doc["hooks"], "hooks")?;
+    for (event, verb) in [("PreToolUse", "pre-tool-use"), ("PostToolUse", "post-tool-use")] {
+        let hooks = &mut doc["hooks"];
+        if hooks[event].is_none() {
+            hooks[event] = Item::ArrayOfTables(ArrayOfTables::new());
+        }
+        let Some(groups) = hooks[event].as_array_of_tables_mut() else {
+            return Err(invalid(format!("`hooks.{event}` is not an array of tables")));
+        };
+        let present = groups.iter().any(|g| {
+            g.get("hooks")
+                .and_then(Item::as_array_of_tables)
+                .is_some_and(|hs| {
+                    hs.iter().any(|h| {
+                        h.get("command")
+                            .and_then(Item::as_str)
+                            .is_some_and(|c| c.contains(&format!("hook {verb}")))
+                    })
+                })
+        });
+        if !present {
+            let mut hook = Table::new();
+            hook["type"] = value("command");
+            hook["command"] = value(hook_command(cmd, verb));
+            let mut inner = ArrayOfTables::new();
+            inner.push(hook);
+            let mut group = Table::new();
+            group["matcher"] = value("*");
+            group["hooks"] = Item::ArrayOfTables(inner);
+            groups.push(group);
+        }
+    }
+    let new = doc.to_string();
+    Ok(Plan {
+        path: path.to_path_buf(),
+        old,
+        new,
+    })
+}
+
+/// Temp file beside the target, fsync, rename: a crash leaves the old file
+/// or the new one, never half of one.
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let os = |op: &'static str, p: &Path, e: std::io::Error| Error::os(rewind_platform::Error::new(op, p, e));
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| os("create directory", dir, e))?;
+    let tmp = dir.join(format!(
+        ".{}.rewind-tmp",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+    ));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| os("create", &tmp, e))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| os("write", &tmp, e))?;
+    // Keep the user's permissions on an existing file.
+    if let Ok(meta) = std::fs::metadata(path) {
+        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+    }
+    std::fs::rename(&tmp, path).map_err(|e| os("rename", path, e))
+}

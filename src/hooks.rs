@@ -1,0 +1,332 @@
+//! Agent hooks (DESIGN §8): which tool calls get an automatic checkpoint,
+//! and which are irreversible effects that must pass the barrier. Pure
+//! logic over the hook payload and `rewind.toml`; `cli::hook` does the I/O.
+//!
+//! `rewind.toml` lives at the workspace root:
+//!
+//! ```toml
+//! [hook]
+//! checkpoint = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]  # the default
+//!
+//! [[effect]]
+//! match = "Bash(git push*)"   # Tool(glob over the command) or a glob over the tool name
+//! kind = "push"               # recorded with the decision
+//!
+//! [[effect]]
+//! match = "mcp__stripe__*"
+//! key = "order_id"            # the effect's identity: this field of tool_input
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::effects::{Request, payload_hash};
+use crate::error::{Error, Result};
+
+pub const CONFIG_FILE: &str = "rewind.toml";
+
+/// Tools whose calls change files, checkpointed before they run by default.
+pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub hook: HookConfig,
+    #[serde(default, rename = "effect")]
+    pub effects: Vec<EffectRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// Tool names (or globs) checkpointed before they run.
+    #[serde(default = "default_checkpoint_tools")]
+    pub checkpoint: Vec<String>,
+}
+
+impl Default for HookConfig {
+    fn default() -> Self {
+        HookConfig {
+            checkpoint: default_checkpoint_tools(),
+        }
+    }
+}
+
+fn default_checkpoint_tools() -> Vec<String> {
+    DEFAULT_CHECKPOINT_TOOLS.iter().map(|s| s.to_string()).collect()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectRule {
+    /// `Tool(glob)` (glob over the command or main argument) or `glob`
+    /// (over the tool name).
+    #[serde(rename = "match")]
+    pub pattern: String,
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// A `tool_input` field naming the effect (e.g. an order id); default:
+    /// the whole call, so only an identical call counts as the same effect.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+impl Config {
+    /// Read `rewind.toml` under `root`; a missing file is the defaults. A
+    /// broken file is an error naming the file and the fix: the caller
+    /// fails closed on it.
+    pub fn load(root: &Path) -> Result<Config> {
+        let path = root.join(CONFIG_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) => {
+                return Err(Error::os(rewind_platform::Error::new(
+                    "read config",
+                    &path,
+                    e,
+                )));
+            }
+        };
+        Config::parse(&text).map_err(|reason| Error::InvalidPath { path, reason })
+    }
+
+    pub fn parse(text: &str) -> std::result::Result<Config, String> {
+        let config: Config = toml_edit::de::from_str(text)
+            .map_err(|e| format!("invalid rewind.toml, fix it: {}", e.to_string().trim()))?;
+        for r in &config.effects {
+            Pattern::parse(&r.pattern)?;
+        }
+        Ok(config)
+    }
+
+    pub fn checkpoints(&self, tool: &str) -> bool {
+        self.hook.checkpoint.iter().any(|g| glob(g, tool))
+    }
+
+    /// The first effect rule this call matches, as a barrier request.
+    pub fn effect(&self, call: &ToolCall) -> Option<(Request, &EffectRule)> {
+        let rule = self
+            .effects
+            .iter()
+            .find(|r| Pattern::parse(&r.pattern).is_ok_and(|p| p.matches(call)))?;
+        Some((call.request(rule), rule))
+    }
+}
+
+/// One hook payload (Claude Code / Codex shape).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ToolCall {
+    pub tool_name: String,
+    #[serde(default)]
+    pub tool_input: Value,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
+    #[serde(default)]
+    pub tool_response: Option<Value>,
+}
+
+impl ToolCall {
+    /// The argument rules glob over: the shell command, else the file.
+    pub fn argument(&self) -> String {
+        let field = |k: &str| self.tool_input.get(k).and_then(Value::as_str);
+        field("command")
+            .or_else(|| field("file_path"))
+            .or_else(|| field("notebook_path"))
+            .or_else(|| field("path"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// A checkpoint label naming the call, short enough to read in `list`.
+    pub fn label(&self) -> String {
+        let arg = self.argument().replace(['\n', '\t'], " ");
+        let mut label = if arg.is_empty() {
+            format!("before {}", self.tool_name)
+        } else {
+            format!("before {}: {arg}", self.tool_name)
+        };
+        if label.chars().count() > 72 {
+            label = label.chars().take(71).collect::<String>() + "…";
+        }
+        label
+    }
+
+    fn request(&self, rule: &EffectRule) -> Request {
+        let named = rule
+            .key
+            .as_deref()
+            .and_then(|k| self.tool_input.get(k))
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+        // A shell command is its own identity and payload: the description
+        // the agent attaches changes between identical runs.
+        let (key, payload) = match named {
+            Some(k) => (format!("{}:{k}", self.tool_name), self.tool_input.to_string()),
+            None if self.tool_input.get("command").is_some() => {
+                let arg = self.argument();
+                (format!("{}:{arg}", self.tool_name), arg)
+            }
+            None => {
+                let payload = self.tool_input.to_string();
+                let digest = payload_hash(Some(&payload)).to_hex();
+                (format!("{}:{}", self.tool_name, &digest[..16]), payload)
+            }
+        };
+        Request {
+            scope: "hook".into(),
+            key,
+            kind: rule.kind.clone().unwrap_or_else(|| "effect".into()),
+            payload: payload_hash(Some(&payload)),
+        }
+    }
+
+    /// Whether the tool reported failure (post-tool-use): then the effect
+    /// may be retried.
+    pub fn failed(&self) -> bool {
+        let Some(r) = &self.tool_response else {
+            return false;
+        };
+        let flag = |k: &str| r.get(k).and_then(Value::as_bool) == Some(true);
+        let code = ["exit_code", "exitCode", "returnCode"]
+            .iter()
+            .find_map(|k| r.get(*k).and_then(Value::as_i64));
+        flag("is_error") || flag("isError") || flag("interrupted") || code.is_some_and(|c| c != 0)
+    }
+}
+
+/// `Tool(glob)` or `glob`.
+#[derive(Debug)]
+struct Pattern<'a> {
+    tool: &'a str,
+    argument: Option<&'a str>,
+}
+
+impl<'a> Pattern<'a> {
+    fn parse(s: &'a str) -> std::result::Result<Pattern<'a>, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("an [[effect]] has an empty `match`: write e.g. \"Bash(git push*)\" or \"mcp__stripe__*\"".into());
+        }
+        match s.find('(') {
+            None => Ok(Pattern {
+                tool: s,
+                argument: None,
+            }),
+            Some(i) if s.ends_with(')') => Ok(Pattern {
+                tool: &s[..i],
+                argument: Some(&s[i + 1..s.len() - 1]),
+            }),
+            Some(_) => Err(format!(
+                "the effect pattern '{s}' opens '(' but does not end with ')': write e.g. \"Bash(git push*)\""
+            )),
+        }
+    }
+
+    fn matches(&self, call: &ToolCall) -> bool {
+        glob(self.tool, &call.tool_name)
+            && self.argument.is_none_or(|a| glob(a, &call.argument()))
+    }
+}
+
+/// `*` matches any run of characters, `?` any one; everything else is
+/// literal. Iterative with one backtrack point: linear in practice.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(tool: &str, input: Value) -> ToolCall {
+        ToolCall {
+            tool_name: tool.into(),
+            tool_input: input,
+            cwd: None,
+            session_id: None,
+            tool_use_id: None,
+            tool_response: None,
+        }
+    }
+
+    #[test]
+    fn glob_matches_stars_and_literals() {
+        assert!(glob("git push*", "git push origin main"));
+        assert!(glob("mcp__stripe__*", "mcp__stripe__create_charge"));
+        assert!(!glob("mcp__stripe__*", "mcp__github__push"));
+        assert!(glob("*publish*", "cd pkg && npm publish"));
+        assert!(!glob("git push*", "echo git push"));
+        assert!(glob("a?c", "abc") && !glob("a?c", "ac"));
+        assert!(glob("*", "") && !glob("x", ""));
+    }
+
+    #[test]
+    fn rules_match_tool_and_command() {
+        let c = Config::parse(
+            "[[effect]]\nmatch = \"Bash(git push*)\"\nkind = \"push\"\n[[effect]]\nmatch = \"mcp__stripe__*\"\nkey = \"order\"\n",
+        )
+        .unwrap();
+        let push = call("Bash", serde_json::json!({"command": "git push origin main", "description": "x"}));
+        let (req, _) = c.effect(&push).unwrap();
+        assert_eq!(req.key, "Bash:git push origin main");
+        assert_eq!(req.kind, "push");
+        assert!(c.effect(&call("Bash", serde_json::json!({"command": "npm test"}))).is_none());
+        let charge = call("mcp__stripe__charge", serde_json::json!({"order": 7, "amount": 5}));
+        assert_eq!(c.effect(&charge).unwrap().0.key, "mcp__stripe__charge:7");
+    }
+
+    #[test]
+    fn same_command_different_description_is_the_same_payload() {
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
+        let a = call("Bash", serde_json::json!({"command": "git push", "description": "a"}));
+        let b = call("Bash", serde_json::json!({"command": "git push", "description": "b"}));
+        assert_eq!(c.effect(&a).unwrap().0.payload, c.effect(&b).unwrap().0.payload);
+    }
+
+    #[test]
+    fn broken_config_is_an_error_that_names_the_fix() {
+        assert!(Config::parse("[[effect]]\nmatch = \"Bash(git push*\"\n").is_err());
+        assert!(Config::parse("[hook]\ncheckpoint = 3\n").is_err());
+        assert!(Config::parse("[unknown]\n").is_err());
+        let d = Config::parse("").unwrap();
+        assert!(d.checkpoints("Bash") && d.checkpoints("Edit") && !d.checkpoints("Read"));
+    }
+
+    #[test]
+    fn failure_is_read_from_the_tool_response() {
+        let mut c = call("Bash", Value::Null);
+        assert!(!c.failed());
+        c.tool_response = Some(serde_json::json!({"exit_code": 1}));
+        assert!(c.failed());
+        c.tool_response = Some(serde_json::json!({"stdout": "ok", "interrupted": false}));
+        assert!(!c.failed());
+    }
+}

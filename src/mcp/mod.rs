@@ -1,0 +1,223 @@
+//! `rewind mcp`: the MCP server on stdio (DESIGN §7).
+//!
+//! One transport over the same operations as the CLI: each tool call builds
+//! a [`Ctx`] and runs the verb's code on a blocking thread. Calls are
+//! serialized (one writer at a time is the workspace's rule anyway, and a
+//! queue is friendlier than a LOCKED error). Errors a model can act on come
+//! back as `isError` results with no `structuredContent`: clients validate
+//! structured content against the output schema even on errors.
+
+mod tools;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+pub use tools::{Profile, TOOLS, ToolDef};
+
+use crate::cli::Ctx;
+use crate::error::{Error, Result};
+use crate::progress::Observer;
+
+/// Taught to the model at `initialize`; kept short because it is paid for
+/// in every session's context.
+pub const INSTRUCTIONS: &str = "rewind makes this workspace reversible, shell commands included. \
+Call `checkpoint` before risky work. If it goes wrong, `rewind` to a checkpoint id: the current tree \
+is saved first, so nothing is lost; say in `report` what failed, so the next attempt avoids it. \
+Before an effect no rewind can undo (payment, email, deploy, push), call `guard_effect` and go on \
+only if it is admitted.";
+
+pub struct Server {
+    dir: Option<PathBuf>,
+    cwd: PathBuf,
+    profile: Profile,
+    /// One call at a time (see the module docs).
+    queue: tokio::sync::Mutex<()>,
+}
+
+impl Server {
+    pub fn new(dir: Option<PathBuf>, cwd: PathBuf, profile: Profile) -> Server {
+        Server {
+            dir,
+            cwd,
+            profile,
+            queue: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The tool definitions this server's profile offers.
+    pub fn tools(&self) -> Vec<Tool> {
+        TOOLS
+            .iter()
+            .filter(|t| t.offered_in(self.profile))
+            .map(definition)
+            .collect()
+    }
+
+    fn find(&self, name: &str) -> Option<&'static ToolDef> {
+        TOOLS
+            .iter()
+            .find(|t| t.name == name && t.offered_in(self.profile))
+    }
+}
+
+fn definition(t: &ToolDef) -> Tool {
+    let e = t.effects;
+    Tool::new(t.name, t.description, Arc::new((t.input)()))
+        .with_title(t.title)
+        .with_raw_output_schema(Arc::new((t.output)()))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(e.read_only)
+                .destructive(e.destructive)
+                .idempotent(e.idempotent)
+                .open_world(e.open_world),
+        )
+}
+
+/// An error result that tells the model what to do next.
+fn error_result(tool: &str, e: &Error) -> CallToolResult {
+    let hint = match e {
+        Error::UnknownId { id } => format!(
+            "no checkpoint matches '{id}': call `list` (or `backtrack_candidates`) to see the ids and labels"
+        ),
+        Error::NotAWorkspace { .. } => {
+            format!("{e} (or call `checkpoint`, which creates the workspace)")
+        }
+        _ => e.to_string(),
+    };
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "{tool} failed [{}]: {hint}",
+        e.code()
+    ))])
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("rewind", env!("CARGO_PKG_VERSION"))
+                    .with_title("rewind: reversible workspaces"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.find(name).map(definition)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let Some(tool) = self.find(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool '{}' in profile {:?}: call tools/list",
+                    request.name, self.profile
+                ),
+                None,
+            ));
+        };
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let cancel = Arc::new(AtomicBool::new(false));
+        let observer = progress_observer(&context, tool.name, cancel.clone());
+        let ctx = Ctx::for_tool(self.dir.clone(), self.cwd.clone(), observer);
+
+        let _turn = tokio::select! {
+            turn = self.queue.lock() => turn,
+            _ = context.ct.cancelled() => return Ok(cancelled(tool.name).into()),
+        };
+        let work = tokio::task::spawn_blocking(move || (tool.call)(&ctx, args));
+        tokio::pin!(work);
+        let joined = tokio::select! {
+            r = &mut work => r,
+            _ = context.ct.cancelled() => {
+                // Ask the work to stop where that loses nothing, and keep
+                // the queue until it has (a rewind past its intent finishes).
+                cancel.store(true, Ordering::Relaxed);
+                (&mut work).await
+            }
+        };
+        let result = match joined {
+            Ok(Ok(value)) => CallToolResult::structured(value),
+            Ok(Err(e)) => error_result(tool.name, &e),
+            Err(join) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "{} failed: internal error ({join}); the workspace is unchanged or recovers on the next call",
+                tool.name
+            ))]),
+        };
+        Ok(result.into())
+    }
+}
+
+fn cancelled(tool: &str) -> CallToolResult {
+    error_result(tool, &Error::Cancelled)
+}
+
+/// Forward progress to the client when it asked for it (a progress token),
+/// in order, from the blocking thread doing the work.
+fn progress_observer(
+    context: &RequestContext<RoleServer>,
+    tool: &'static str,
+    cancel: Arc<AtomicBool>,
+) -> Option<Observer> {
+    let token = context.meta.get_progress_token()?;
+    let peer = context.peer.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&'static str, u64)>();
+    tokio::spawn(async move {
+        let mut last = -1.0f64;
+        while let Some((what, n)) = rx.recv().await {
+            // Progress must increase; phases restart their counts.
+            let progress = (n as f64).max(last + 1.0);
+            last = progress;
+            let p = ProgressNotificationParam::new(token.clone(), progress)
+                .with_message(format!("{tool}: {what} ({n})"));
+            if peer.notify_progress(p).await.is_err() {
+                break;
+            }
+        }
+    });
+    Some(Observer {
+        on_progress: Arc::new(move |what, n| {
+            let _ = tx.send((what, n));
+        }),
+        cancel,
+    })
+}
+
+/// Serve MCP on stdin/stdout until the client closes stdin.
+pub fn serve(dir: Option<PathBuf>, cwd: PathBuf, profile: Profile) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Usage(format!("cannot start the MCP server runtime: {e}")))?;
+    runtime.block_on(async move {
+        let server = Server::new(dir, cwd, profile)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Error::Usage(format!("MCP session failed to start: {e}")))?;
+        server
+            .waiting()
+            .await
+            .map_err(|e| Error::Usage(format!("MCP session ended with an error: {e}")))?;
+        Ok(())
+    })
+}

@@ -1,0 +1,728 @@
+//! The MCP tools: their input and output types (the JSON schemas are derived
+//! from these, so schema and behaviour cannot drift apart), annotations,
+//! profiles, and what each call does. Every tool runs the same code as the
+//! CLI verb of the same name (`crate::cli`), on a blocking thread.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::cli::Ctx;
+use crate::effects::{Request, payload_hash, payload_hash_value};
+use crate::error::{Error, Result};
+use crate::rewind::{self as engine, Op, RewindOptions, RewindReport};
+use crate::workspace::ChangeJson;
+
+/// Which tools a server offers (`--profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// checkpoint, rewind, guard_effect: the smallest useful set.
+    Lean,
+    /// lean + list, replay, diff, status, backtrack_*.
+    Recovery,
+    /// Every tool.
+    All,
+}
+
+impl Profile {
+    pub const NAMES: &'static [&'static str] = &["lean", "recovery", "all"];
+
+    pub fn parse(name: &str) -> Result<Profile> {
+        match name {
+            "lean" => Ok(Profile::Lean),
+            "recovery" => Ok(Profile::Recovery),
+            "all" => Ok(Profile::All),
+            other => Err(Error::Usage(format!(
+                "unknown MCP profile '{other}': use one of {}",
+                Profile::NAMES.join(", ")
+            ))),
+        }
+    }
+}
+
+/// What a tool does to the world, in MCP annotation terms.
+#[derive(Debug, Clone, Copy)]
+pub struct Effects {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+const READ: Effects = Effects {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+    open_world: false,
+};
+const ADD: Effects = Effects {
+    read_only: false,
+    destructive: false,
+    idempotent: false,
+    open_world: false,
+};
+/// Rewinds overwrite the live tree; the previous tree is saved first, but
+/// a client should still ask before running one.
+const OVERWRITE: Effects = Effects {
+    read_only: false,
+    destructive: true,
+    idempotent: false,
+    open_world: false,
+};
+
+pub struct ToolDef {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub effects: Effects,
+    /// The smallest profile offering it.
+    pub profile: Profile,
+    pub input: fn() -> Map<String, Value>,
+    pub output: fn() -> Map<String, Value>,
+    pub call: fn(&Ctx, Value) -> Result<Value>,
+}
+
+impl ToolDef {
+    pub fn offered_in(&self, p: Profile) -> bool {
+        match p {
+            Profile::All => true,
+            Profile::Recovery => self.profile != Profile::All,
+            Profile::Lean => self.profile == Profile::Lean,
+        }
+    }
+}
+
+macro_rules! tool {
+    ($name:literal, $title:literal, $effects:expr, $profile:expr, $in:ty, $out:ty, $f:path, $desc:literal) => {
+        ToolDef {
+            name: $name,
+            title: $title,
+            description: $desc,
+            effects: $effects,
+            profile: $profile,
+            input: schema::<$in>,
+            output: schema::<$out>,
+            call: |ctx, args| {
+                let input: $in = parse_args($name, args)?;
+                let out: $out = $f(ctx, input)?;
+                serde_json::to_value(out).map_err(|e| Error::Usage(format!("internal: {e}")))
+            },
+        }
+    };
+}
+
+pub static TOOLS: &[ToolDef] = &[
+    tool!("checkpoint", "Checkpoint the workspace", ADD, Profile::Lean, CheckpointIn, CheckpointOut, checkpoint,
+        "Save the whole workspace, shell changes included. Cheap: only changed files cost. Returns the id to rewind to."),
+    tool!("rewind", "Rewind the workspace", OVERWRITE, Profile::Lean, RewindIn, RewindOut, rewind,
+        "Make the workspace equal to checkpoint `id`. The current tree is saved first (`safety_checkpoint`): nothing is lost."),
+    tool!("guard_effect", "Guard an irreversible effect", ADD, Profile::Lean, GuardIn, GuardOut, guard_effect,
+        "Call before an effect no rewind can undo (payment, email, deploy, push). Go on only if decision is \"admitted\"."),
+    tool!("list", "List checkpoints", READ, Profile::Recovery, ListIn, ListOut, list,
+        "Checkpoints, newest first, with HEAD marked and the notes left on abandoned branches."),
+    tool!("status", "What changed since HEAD", READ, Profile::Recovery, PageIn, StatusOut, status,
+        "Paths changed in the live workspace since the current checkpoint (HEAD)."),
+    tool!("diff", "Compare checkpoints", READ, Profile::Recovery, DiffIn, DiffOut, diff,
+        "Paths changed between two checkpoints (`to` defaults to the live tree), optionally with a unified patch."),
+    tool!("replay", "Replay to a later checkpoint", OVERWRITE, Profile::Recovery, ReplayIn, RewindOut, replay,
+        "Like rewind, moving forward again, e.g. back to the branch a rewind left."),
+    tool!("backtrack_candidates", "Where to backtrack to", READ, Profile::Recovery, CandidatesIn, CandidatesOut, backtrack_candidates,
+        "Checkpoints on the current line of work, newest first, each with the notes of attempts already abandoned from it. Read before backtracking so you do not repeat a dead end."),
+    tool!("backtrack_commit", "Backtrack with a note", OVERWRITE, Profile::Recovery, CommitIn, RewindOut, backtrack_commit,
+        "Rewind to `id`, leaving `note` (required) on the abandoned attempt: what was tried and why it failed."),
+    tool!("verify", "Verify the history", READ, Profile::All, VerifyIn, VerifyOut, verify,
+        "Check the tamper-evident hash chain of the history (and with `deep`, every stored file)."),
+];
+
+/// A JSON schema as the object MCP wants: no `$schema`/`title` noise, no
+/// integer `format`s that clients ignore anyway.
+pub fn schema<T: JsonSchema>() -> Map<String, Value> {
+    let mut v = schemars::schema_for!(T).to_value();
+    strip(&mut v);
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn strip(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("$schema");
+            m.remove("title");
+            // Defaults of absent optional fields say nothing a model needs.
+            if m.get("default").is_some_and(|d| d.is_null() || d == &Value::Bool(false)) {
+                m.remove("default");
+            }
+            if m.get("format").is_some_and(Value::is_string)
+                && m.get("type").is_some_and(|t| t.to_string().contains("integer"))
+            {
+                m.remove("format");
+                m.remove("minimum");
+            }
+            for (k, child) in m.iter_mut() {
+                // Property maps hold names, not keywords: recurse into values only.
+                if k == "properties" || k == "$defs" {
+                    if let Value::Object(props) = child {
+                        props.values_mut().for_each(strip);
+                    }
+                } else {
+                    strip(child);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
+fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: Value) -> Result<T> {
+    serde_json::from_value(args)
+        .map_err(|e| Error::Usage(format!("invalid arguments for `{tool}`: {e}")))
+}
+
+// ---- pagination ----
+
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 200;
+
+/// `limit` + `cursor` paging, shared by every tool that returns a list, so
+/// that no result comes near a client's token limit.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PageIn {
+    /// Items per page (default 50, at most 200)
+    #[serde(default)]
+    limit: Option<usize>,
+    /// `next_cursor` from the previous page
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+impl PageIn {
+    /// The page of `items`, and the cursor of the next one.
+    fn page<T>(&self, items: Vec<T>) -> Result<(Vec<T>, Option<String>)> {
+        let start = match &self.cursor {
+            None => 0,
+            Some(c) => c
+                .strip_prefix("o")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&n| n <= items.len())
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "cursor '{c}' is not one this server gave out: pass `next_cursor` from the previous page, or omit it to start over"
+                    ))
+                })?,
+        };
+        let limit = self.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+        let end = (start + limit).min(items.len());
+        let next = (end < items.len()).then(|| format!("o{end}"));
+        Ok((
+            items.into_iter().skip(start).take(end - start).collect(),
+            next,
+        ))
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Change {
+    path: String,
+    /// added, modified, deleted or type
+    status: String,
+}
+
+fn changes(c: Vec<ChangeJson>) -> Vec<Change> {
+    c.into_iter()
+        .map(|c| Change {
+            path: c.path,
+            status: c.status.into(),
+        })
+        .collect()
+}
+
+// ---- checkpoint ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointIn {
+    /// Name to find it by
+    #[serde(default)]
+    label: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckpointOut {
+    id: String,
+    label: Option<String>,
+    parent: Option<String>,
+    unchanged: bool,
+    added: u64,
+    modified: u64,
+    deleted: u64,
+    bytes_new: u64,
+    duration_ms: u64,
+}
+
+fn checkpoint(ctx: &Ctx, input: CheckpointIn) -> Result<CheckpointOut> {
+    let mut ws = ctx.workspace_or_init()?;
+    let r = ws.checkpoint(input.label.as_deref(), "manual", false)?;
+    Ok(CheckpointOut {
+        id: r.id,
+        label: r.label,
+        parent: r.parent,
+        unchanged: r.unchanged,
+        added: r.changes.added,
+        modified: r.changes.modified,
+        deleted: r.changes.deleted,
+        bytes_new: r.bytes_new,
+        duration_ms: r.duration_ms,
+    })
+}
+
+// ---- rewind, replay, backtrack_commit ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewindIn {
+    /// Checkpoint id, label or HEAD~N
+    id: String,
+    /// Why you go back; shown to later attempts
+    #[serde(default)]
+    report: Option<String>,
+    /// Only show the plan
+    #[serde(default)]
+    dry_run: bool,
+    /// plan_fingerprint from dry_run: apply only that plan
+    #[serde(default)]
+    expect: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayIn {
+    /// Checkpoint id or label to move to
+    id: String,
+    /// Why: stored on the branch being left
+    #[serde(default)]
+    report: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommitIn {
+    /// Checkpoint to go back to (from backtrack_candidates)
+    id: String,
+    /// What was tried since then and why it failed (required)
+    #[schemars(length(min = 1))]
+    note: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RewindOut {
+    rewound_to: String,
+    /// Rewind here to undo
+    safety_checkpoint: Option<String>,
+    written: u64,
+    deleted: u64,
+    dry_run: bool,
+    plan_fingerprint: String,
+    /// dry_run: the first 200 changes
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    plan: Vec<Change>,
+    /// Done effects no rewind undoes
+    effects_not_undone: Vec<String>,
+    duration_ms: u64,
+}
+
+impl From<RewindReport> for RewindOut {
+    fn from(r: RewindReport) -> RewindOut {
+        RewindOut {
+            rewound_to: r.rewound_to,
+            safety_checkpoint: r.safety_checkpoint,
+            written: r.changes.written,
+            deleted: r.changes.deleted,
+            dry_run: r.dry_run,
+            plan_fingerprint: r.plan_fingerprint,
+            plan: changes(r.plan.into_iter().take(MAX_LIMIT).collect()),
+            effects_not_undone: r
+                .effects_not_undone
+                .into_iter()
+                .map(|e| format!("{} {}:{}", e.kind, e.scope, e.key).trim().to_string())
+                .collect(),
+            duration_ms: r.duration_ms,
+        }
+    }
+}
+
+fn options(report: Option<String>) -> RewindOptions {
+    RewindOptions {
+        dry_run: false,
+        expect: None,
+        report: report.filter(|r| !r.trim().is_empty()),
+        exact_times: false,
+        allow_setuid: false,
+        paths: Vec::new(),
+    }
+}
+
+fn rewind(ctx: &Ctx, input: RewindIn) -> Result<RewindOut> {
+    let mut ws = ctx.workspace()?;
+    let mut opts = options(input.report);
+    opts.dry_run = input.dry_run;
+    opts.expect = input.expect;
+    Ok(engine::run(&mut ws, Op::Rewind, &input.id, &opts)?.into())
+}
+
+fn replay(ctx: &Ctx, input: ReplayIn) -> Result<RewindOut> {
+    let mut ws = ctx.workspace()?;
+    Ok(engine::run(&mut ws, Op::Replay, &input.id, &options(input.report))?.into())
+}
+
+fn backtrack_commit(ctx: &Ctx, input: CommitIn) -> Result<RewindOut> {
+    if input.note.trim().is_empty() {
+        return Err(Error::Usage(
+            "`note` is required: say what was tried since that checkpoint and why it failed"
+                .into(),
+        ));
+    }
+    let mut ws = ctx.workspace()?;
+    Ok(engine::run(&mut ws, Op::Rewind, &input.id, &options(Some(input.note)))?.into())
+}
+
+// ---- guard_effect ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GuardIn {
+    /// Stable name, e.g. "charge-order-1234"
+    #[schemars(length(min = 1))]
+    key: String,
+    /// What will be sent
+    #[serde(default)]
+    payload: Option<Value>,
+    #[serde(default)]
+    scope: Option<String>,
+    /// payment, email, deploy, ...
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GuardOut {
+    /// admitted or refused
+    decision: String,
+    code: String,
+    reason: String,
+    seq: Option<u64>,
+}
+
+fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
+    if input.key.trim().is_empty() {
+        return Err(Error::Usage(
+            "`key` is required: a stable name for the effect, e.g. \"charge-order-1234\"".into(),
+        ));
+    }
+    let req = Request {
+        scope: input.scope.unwrap_or_else(|| "default".into()),
+        key: input.key,
+        kind: input.kind.unwrap_or_default(),
+        payload: match &input.payload {
+            Some(Value::String(s)) => payload_hash(Some(s)),
+            other => payload_hash_value(other.as_ref()),
+        },
+    };
+    // Anything that keeps us from deciding refuses: fail closed.
+    let d = crate::cli::guard::decide(ctx, &req)
+        .unwrap_or_else(|e| crate::effects::Decision::unavailable(&req, e.to_string()));
+    Ok(GuardOut {
+        decision: d.decision.into(),
+        code: d.code.as_str().into(),
+        reason: d.reason,
+        seq: d.seq,
+    })
+}
+
+// ---- list, status, diff ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListIn {
+    #[serde(flatten)]
+    page: PageIn,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckpointItem {
+    id: String,
+    label: Option<String>,
+    parent: Option<String>,
+    /// manual, auto, hook or pre-rewind
+    kind: String,
+    created_at: String,
+    /// Left by a rewind with a report: why this branch was abandoned
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+impl From<crate::ledger::Checkpoint> for CheckpointItem {
+    fn from(c: crate::ledger::Checkpoint) -> CheckpointItem {
+        CheckpointItem {
+            id: c.id,
+            label: c.label,
+            parent: c.parent.map(|p| p.1),
+            kind: c.kind,
+            created_at: c.created_at,
+            note: c.note,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListOut {
+    head: Option<String>,
+    total: usize,
+    checkpoints: Vec<CheckpointItem>,
+    next_cursor: Option<String>,
+}
+
+fn list(ctx: &Ctx, input: ListIn) -> Result<ListOut> {
+    let out = crate::cli::list::compute(ctx)?;
+    let total = out.checkpoints.len();
+    let newest_first: Vec<CheckpointItem> = out
+        .checkpoints
+        .into_iter()
+        .rev()
+        .map(CheckpointItem::from)
+        .collect();
+    let (checkpoints, next_cursor) = input.page.page(newest_first)?;
+    Ok(ListOut {
+        head: out.head,
+        total,
+        checkpoints,
+        next_cursor,
+    })
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StatusOut {
+    head: Option<String>,
+    total: usize,
+    changes: Vec<Change>,
+    next_cursor: Option<String>,
+}
+
+fn status(ctx: &Ctx, input: PageIn) -> Result<StatusOut> {
+    let out = crate::cli::status::compute(ctx)?;
+    let total = out.changes.len();
+    let (changes, next_cursor) = input.page(changes(out.changes))?;
+    Ok(StatusOut {
+        head: out.head,
+        total,
+        changes,
+        next_cursor,
+    })
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiffIn {
+    /// From this checkpoint (default HEAD)
+    #[serde(default)]
+    from: Option<String>,
+    /// To this checkpoint (default: the live tree)
+    #[serde(default)]
+    to: Option<String>,
+    /// Only these paths (relative to the workspace)
+    #[serde(default)]
+    paths: Vec<String>,
+    /// Include a unified diff of the files on this page (text, 1 MiB max per file)
+    #[serde(default)]
+    patch: bool,
+    #[serde(flatten)]
+    page: PageIn,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DiffOut {
+    from: Option<String>,
+    to: String,
+    total: usize,
+    changes: Vec<Change>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    next_cursor: Option<String>,
+}
+
+fn diff(ctx: &Ctx, input: DiffIn) -> Result<DiffOut> {
+    let mut args = crate::cli::diff::Args {
+        from: input.from,
+        to: input.to,
+        patch: false,
+        paths: input.paths.iter().map(PathBuf::from).collect(),
+    };
+    let out = crate::cli::diff::compute(ctx, &args)?;
+    let total = out.changes.len();
+    let (page, next_cursor) = input.page.page(changes(out.changes))?;
+    // The patch covers only this page's files, so it is paged too.
+    let patch = if input.patch && !page.is_empty() {
+        args.paths = page.iter().map(|c| PathBuf::from(&c.path)).collect();
+        args.patch = true;
+        crate::cli::diff::compute(ctx, &args)?.patch
+    } else {
+        None
+    };
+    Ok(DiffOut {
+        from: out.from,
+        to: out.to,
+        total,
+        changes: page,
+        patch,
+        next_cursor,
+    })
+}
+
+// ---- backtrack_candidates ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CandidatesIn {
+    #[serde(flatten)]
+    page: PageIn,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FailedAttempt {
+    /// The note left when the attempt was abandoned
+    note: String,
+    /// The abandoned branch's last checkpoint (replay to see it again)
+    abandoned_at: String,
+    created_at: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Candidate {
+    id: String,
+    label: Option<String>,
+    kind: String,
+    created_at: String,
+    /// Attempts already made from here and abandoned, oldest first
+    failed_attempts: Vec<FailedAttempt>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CandidatesOut {
+    head: Option<String>,
+    total: usize,
+    candidates: Vec<Candidate>,
+    next_cursor: Option<String>,
+}
+
+/// Failure memory: each checkpoint on HEAD's line of history, with the
+/// notes of abandoned branches that fork from it. A branch's note sits on
+/// its last checkpoint (the safety checkpoint of the rewind that left it);
+/// its fork point is its nearest ancestor on HEAD's line.
+fn backtrack_candidates(ctx: &Ctx, input: CandidatesIn) -> Result<CandidatesOut> {
+    use std::collections::HashMap;
+    let out = crate::cli::list::compute(ctx)?;
+    let by_seq: HashMap<i64, &crate::ledger::Checkpoint> =
+        out.checkpoints.iter().map(|c| (c.seq, c)).collect();
+    let parent = |c: &crate::ledger::Checkpoint| c.parent.as_ref().and_then(|p| by_seq.get(&p.0));
+    let mut line = Vec::new();
+    let mut cur = out
+        .head
+        .as_ref()
+        .and_then(|h| out.checkpoints.iter().find(|c| &c.id == h));
+    while let Some(c) = cur {
+        line.push(c);
+        cur = parent(c).copied();
+    }
+    let on_line: HashMap<i64, usize> = line.iter().enumerate().map(|(i, c)| (c.seq, i)).collect();
+    let mut attempts: Vec<Vec<FailedAttempt>> = line.iter().map(|_| Vec::new()).collect();
+    for c in out.checkpoints.iter().filter(|c| c.note.is_some()) {
+        let mut fork = Some(c);
+        while let Some(f) = fork {
+            if let Some(&i) = on_line.get(&f.seq) {
+                attempts[i].push(FailedAttempt {
+                    note: c.note.clone().unwrap_or_default(),
+                    abandoned_at: c.id.clone(),
+                    created_at: c.created_at.clone(),
+                });
+                break;
+            }
+            fork = parent(f).copied();
+        }
+    }
+    let total = line.len();
+    let candidates: Vec<Candidate> = line
+        .into_iter()
+        .zip(attempts)
+        .map(|(c, failed_attempts)| Candidate {
+            id: c.id.clone(),
+            label: c.label.clone(),
+            kind: c.kind.clone(),
+            created_at: c.created_at.clone(),
+            failed_attempts,
+        })
+        .collect();
+    let (candidates, next_cursor) = input.page.page(candidates)?;
+    Ok(CandidatesOut {
+        head: out.head,
+        total,
+        candidates,
+        next_cursor,
+    })
+}
+
+// ---- verify ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyIn {
+    /// Also re-hash every stored file (slow on big histories)
+    #[serde(default)]
+    deep: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct VerifyOut {
+    ok: bool,
+    entries: u64,
+    head_seq: Option<u64>,
+    head: Option<String>,
+    /// First entry that fails, with its code (e.g. HASH_MISMATCH)
+    first_bad: Option<String>,
+    /// With deep: damaged objects
+    damaged: Vec<String>,
+}
+
+fn verify(ctx: &Ctx, input: VerifyIn) -> Result<VerifyOut> {
+    let out = crate::cli::verify::check(
+        ctx,
+        &crate::cli::verify::Args {
+            deep: input.deep,
+            anchor: None,
+        },
+    )?;
+    let v = out.verdict;
+    let damaged = out.deep.map(|d| d.bad).unwrap_or_default();
+    Ok(VerifyOut {
+        ok: v.ok && damaged.is_empty(),
+        entries: v.entries,
+        head_seq: v.head.as_ref().map(|h| h.seq),
+        head: v.head.map(|h| h.hash),
+        first_bad: v.first_bad.map(|b| {
+            format!(
+                "entry {}: {} ({})",
+                b.seq,
+                serde_json::to_value(b.code)
+                    .ok()
+                    .and_then(|c| c.as_str().map(String::from))
+                    .unwrap_or_default(),
+                b.reason
+            )
+        }),
+        damaged,
+    })
+}
