@@ -411,6 +411,7 @@ impl Walker<'_> {
     /// then hash misses and descend into subdirectories in parallel. A
     /// directory whose records all match the cache keeps its node as is.
     fn walk_dir(&self, dir: Dir, rel: Vec<u8>, parent_ignores: &IgnoreStack) -> Result<Hash> {
+        crate::failpoint::hit("capture:dir");
         if self.progress.cancelled() {
             return Err(Error::Cancelled);
         }
@@ -498,6 +499,9 @@ impl Walker<'_> {
             Err(e) => return Err(Error::os(e)),
         };
         self.progress.inc(1);
+        if self.progress.cancelled() {
+            return Err(Error::Cancelled);
+        }
         Counters::add(&self.counters.entries, 1);
         if meta.kind.is_special() {
             self.skip(

@@ -1,7 +1,8 @@
 //! Test-only crash points. `REWIND_FAILPOINT=name` (or `name:N` for the
-//! N-th hit) makes the process SIGKILL itself at that named point, or stop
+//! N-th hit) makes the process SIGKILL itself at that named point, stop
 //! itself (`REWIND_FAILPOINT_ACTION=stop`) so a test can change the tree and
-//! then continue it. Unset, a failpoint costs one relaxed atomic load.
+//! then continue it, or pause there (`pause:MS`, a slow disk) so a test can
+//! cancel work in flight. Unset, a failpoint costs one relaxed atomic load.
 //!
 //! The named points, in the order a rewind passes them, are listed in
 //! [`POINTS`]; the crash tests iterate over this list.
@@ -10,6 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const POINTS: &[&str] = &[
+    "capture:dir",
     "capture:object-stored",
     "checkpoint:before-sync",
     "checkpoint:before-commit",
@@ -30,6 +32,7 @@ pub const POINTS: &[&str] = &[
 enum Action {
     Kill,
     Stop,
+    Pause(std::time::Duration),
 }
 
 struct Config {
@@ -52,6 +55,9 @@ fn config() -> &'static Option<Config> {
         };
         let action = match std::env::var("REWIND_FAILPOINT_ACTION").as_deref() {
             Ok("stop") => Action::Stop,
+            Ok(a) if a.starts_with("pause:") => Action::Pause(std::time::Duration::from_millis(
+                a["pause:".len()..].parse().unwrap_or(1000),
+            )),
             _ => Action::Kill,
         };
         Some(Config { name, nth, action })
@@ -68,6 +74,7 @@ pub fn hit(name: &str) {
         match cfg.action {
             Action::Kill => rewind_platform::kill_self(),
             Action::Stop => rewind_platform::stop_self(),
+            Action::Pause(d) => std::thread::sleep(d),
         }
     }
 }

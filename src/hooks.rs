@@ -28,7 +28,8 @@ use crate::error::{Error, Result};
 pub const CONFIG_FILE: &str = "rewind.toml";
 
 /// Tools whose calls change files, checkpointed before they run by default.
-pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
+pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] =
+    &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,7 +57,10 @@ impl Default for HookConfig {
 }
 
 fn default_checkpoint_tools() -> Vec<String> {
-    DEFAULT_CHECKPOINT_TOOLS.iter().map(|s| s.to_string()).collect()
+    DEFAULT_CHECKPOINT_TOOLS
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -171,7 +175,10 @@ impl ToolCall {
         // A shell command is its own identity and payload: the description
         // the agent attaches changes between identical runs.
         let (key, payload) = match named {
-            Some(k) => (format!("{}:{k}", self.tool_name), self.tool_input.to_string()),
+            Some(k) => (
+                format!("{}:{k}", self.tool_name),
+                self.tool_input.to_string(),
+            ),
             None if self.tool_input.get("command").is_some() => {
                 let arg = self.argument();
                 (format!("{}:{arg}", self.tool_name), arg)
@@ -233,8 +240,7 @@ impl<'a> Pattern<'a> {
     }
 
     fn matches(&self, call: &ToolCall) -> bool {
-        glob(self.tool, &call.tool_name)
-            && self.argument.is_none_or(|a| glob(a, &call.argument()))
+        glob(self.tool, &call.tool_name) && self.argument.is_none_or(|a| glob(a, &call.argument()))
     }
 }
 
@@ -294,21 +300,39 @@ mod tests {
             "[[effect]]\nmatch = \"Bash(git push*)\"\nkind = \"push\"\n[[effect]]\nmatch = \"mcp__stripe__*\"\nkey = \"order\"\n",
         )
         .unwrap();
-        let push = call("Bash", serde_json::json!({"command": "git push origin main", "description": "x"}));
+        let push = call(
+            "Bash",
+            serde_json::json!({"command": "git push origin main", "description": "x"}),
+        );
         let (req, _) = c.effect(&push).unwrap();
         assert_eq!(req.key, "Bash:git push origin main");
         assert_eq!(req.kind, "push");
-        assert!(c.effect(&call("Bash", serde_json::json!({"command": "npm test"}))).is_none());
-        let charge = call("mcp__stripe__charge", serde_json::json!({"order": 7, "amount": 5}));
+        assert!(
+            c.effect(&call("Bash", serde_json::json!({"command": "npm test"})))
+                .is_none()
+        );
+        let charge = call(
+            "mcp__stripe__charge",
+            serde_json::json!({"order": 7, "amount": 5}),
+        );
         assert_eq!(c.effect(&charge).unwrap().0.key, "mcp__stripe__charge:7");
     }
 
     #[test]
     fn same_command_different_description_is_the_same_payload() {
         let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
-        let a = call("Bash", serde_json::json!({"command": "git push", "description": "a"}));
-        let b = call("Bash", serde_json::json!({"command": "git push", "description": "b"}));
-        assert_eq!(c.effect(&a).unwrap().0.payload, c.effect(&b).unwrap().0.payload);
+        let a = call(
+            "Bash",
+            serde_json::json!({"command": "git push", "description": "a"}),
+        );
+        let b = call(
+            "Bash",
+            serde_json::json!({"command": "git push", "description": "b"}),
+        );
+        assert_eq!(
+            c.effect(&a).unwrap().0.payload,
+            c.effect(&b).unwrap().0.payload
+        );
     }
 
     #[test]

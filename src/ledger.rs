@@ -117,6 +117,24 @@ pub struct Operation {
     pub safety: i64,
 }
 
+/// Notes left on abandoned branches, one row per rewind report.
+const NOTES_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS notes(
+    seq INTEGER PRIMARY KEY,
+    checkpoint INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
+";
+
+/// A note on a checkpoint (see [`Tx::set_note`]).
+#[derive(Debug, Clone)]
+pub struct Note {
+    pub checkpoint: i64,
+    pub created_at: String,
+    pub text: String,
+}
+
 pub struct Ledger {
     conn: Connection,
     path: PathBuf,
@@ -263,6 +281,7 @@ impl Ledger {
     fn migrate(&self) -> Result<()> {
         let path = self.path.clone();
         for schema in [
+            NOTES_SCHEMA,
             crate::blobs::SCHEMA,
             crate::chain::SCHEMA,
             crate::effects::SCHEMA,
@@ -410,6 +429,31 @@ impl Ledger {
             .query_row(&sql, [seq], checkpoint_from_row)
             .optional()
             .map_err(self.err())
+    }
+
+    /// Every note, oldest first. Notes written before the notes table
+    /// existed live only in their checkpoint's column: those come back too.
+    pub fn notes(&self) -> Result<Vec<Note>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT checkpoint, created_at, text FROM notes
+                 UNION ALL
+                 SELECT c.seq, c.created_at, c.note FROM checkpoints c
+                 WHERE c.note IS NOT NULL AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.checkpoint = c.seq)
+                 ORDER BY 2",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Note {
+                    checkpoint: r.get(0)?,
+                    created_at: crate::time::format_rfc3339(r.get(1)?),
+                    text: r.get(2)?,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
     pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
@@ -647,9 +691,18 @@ impl Tx<'_> {
                 .str("checkpoint", &id)
                 .str("note", note),
         )?;
+        // Every note is kept (the notes table); the checkpoint's own column
+        // joins them for `list`. Two attempts abandoned at the same tree
+        // (HEAD reused as the safety checkpoint) are two notes, not one.
         self.tx
             .execute(
-                "UPDATE checkpoints SET note = ?2 WHERE seq = ?1",
+                "INSERT INTO notes(checkpoint, created_at, text) VALUES (?1, ?2, ?3)",
+                params![seq, crate::time::now_ms(), note],
+            )
+            .map_err(self.err())?;
+        self.tx
+            .execute(
+                "UPDATE checkpoints SET note = CASE WHEN note IS NULL OR note = '' THEN ?2 ELSE note || ' | ' || ?2 END WHERE seq = ?1",
                 params![seq, note],
             )
             .map_err(self.err())?;

@@ -305,6 +305,10 @@ impl Workspace {
         let progress = self.progress(message);
         let cap = capture::capture(&self.root, &cache, sink, clock, &progress)?;
         progress.finish();
+        // Last chance to stop before the caller commits anything.
+        if progress.cancelled() {
+            return Err(Error::Cancelled);
+        }
         Ok(cap)
     }
 

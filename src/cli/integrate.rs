@@ -78,7 +78,9 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         })?],
         "cursor" => {
             notes.push("cursor: MCP server only; Cursor's hooks use another protocol, so take checkpoints with the `checkpoint` tool".into());
-            vec![json_plan(&root.join(".cursor/mcp.json"), |v| mcp_entry(v, &cmd))?]
+            vec![json_plan(&root.join(".cursor/mcp.json"), |v| {
+                mcp_entry(v, &cmd)
+            })?]
         }
         _ => vec![codex_plan(&root.join(".codex/config.toml"), &cmd)?],
     };
@@ -190,7 +192,10 @@ fn read_existing(path: &Path) -> Result<Option<String>> {
     }
 }
 
-fn json_plan(path: &Path, edit: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<Plan> {
+fn json_plan(
+    path: &Path,
+    edit: impl FnOnce(&mut Map<String, Value>) -> Result<()>,
+) -> Result<Plan> {
     let old = read_existing(path)?;
     let invalid = |reason: String| Error::InvalidPath {
         path: path.to_path_buf(),
@@ -198,7 +203,9 @@ fn json_plan(path: &Path, edit: impl FnOnce(&mut Map<String, Value>) -> Result<(
     };
     let mut value: Value = match old.as_deref().map(str::trim) {
         None | Some("") => json!({}),
-        Some(text) => serde_json::from_str(text).map_err(|e| invalid(format!("not valid JSON ({e})")))?,
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| invalid(format!("not valid JSON ({e})")))?
+        }
     };
     let Value::Object(map) = &mut value else {
         return Err(invalid("the top level is not a JSON object".into()));
@@ -283,11 +290,13 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         path: path.to_path_buf(),
         reason: format!("{reason}; fix or move the file, then rerun: nothing was changed"),
     };
-    let mut doc: DocumentMut = old
-        .as_deref()
-        .unwrap_or("")
-        .parse()
-        .map_err(|e: toml_edit::TomlError| invalid(format!("not valid TOML ({})", e.to_string().trim())))?;
+    let mut doc: DocumentMut =
+        old.as_deref()
+            .unwrap_or("")
+            .parse()
+            .map_err(|e: toml_edit::TomlError| {
+                invalid(format!("not valid TOML ({})", e.to_string().trim()))
+            })?;
     let table = |item: &mut Item, name: &str| -> Result<()> {
         if item.is_none() {
             let mut t = Table::new();
@@ -321,13 +330,18 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         entry["args"] = value(a);
     }
     table(&mut doc["hooks"], "hooks")?;
-    for (event, verb) in [("PreToolUse", "pre-tool-use"), ("PostToolUse", "post-tool-use")] {
+    for (event, verb) in [
+        ("PreToolUse", "pre-tool-use"),
+        ("PostToolUse", "post-tool-use"),
+    ] {
         let hooks = &mut doc["hooks"];
         if hooks[event].is_none() {
             hooks[event] = Item::ArrayOfTables(ArrayOfTables::new());
         }
         let Some(groups) = hooks[event].as_array_of_tables_mut() else {
-            return Err(invalid(format!("`hooks.{event}` is not an array of tables")));
+            return Err(invalid(format!(
+                "`hooks.{event}` is not an array of tables"
+            )));
         };
         let present = groups.iter().any(|g| {
             g.get("hooks")
@@ -364,12 +378,16 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
 /// or the new one, never half of one.
 fn write_atomically(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
-    let os = |op: &'static str, p: &Path, e: std::io::Error| Error::os(rewind_platform::Error::new(op, p, e));
+    let os = |op: &'static str, p: &Path, e: std::io::Error| {
+        Error::os(rewind_platform::Error::new(op, p, e))
+    };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| os("create directory", dir, e))?;
     let tmp = dir.join(format!(
         ".{}.rewind-tmp",
-        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
     ));
     let mut f = std::fs::File::create(&tmp).map_err(|e| os("create", &tmp, e))?;
     f.write_all(text.as_bytes())

@@ -139,12 +139,15 @@ impl ServerHandler for Server {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let cancel = Arc::new(AtomicBool::new(false));
         let observer = progress_observer(&context, tool.name, cancel.clone());
-        let ctx = Ctx::for_tool(self.dir.clone(), self.cwd.clone(), observer);
+        let ctx = Ctx::for_tool(self.dir.clone(), self.cwd.clone(), Some(observer));
 
         let _turn = tokio::select! {
             turn = self.queue.lock() => turn,
             _ = context.ct.cancelled() => return Ok(cancelled(tool.name).into()),
         };
+        // rmcp may drop this future when the client cancels: the guard
+        // then raises the flag the blocking work polls.
+        let _stop_on_drop = StopOnDrop(cancel.clone());
         let work = tokio::task::spawn_blocking(move || (tool.call)(&ctx, args));
         tokio::pin!(work);
         let joined = tokio::select! {
@@ -168,18 +171,32 @@ impl ServerHandler for Server {
     }
 }
 
+/// Sets the cancel flag when dropped; harmless after the work finished.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn cancelled(tool: &str) -> CallToolResult {
     error_result(tool, &Error::Cancelled)
 }
 
-/// Forward progress to the client when it asked for it (a progress token),
-/// in order, from the blocking thread doing the work.
+/// The work's link to the client: progress is forwarded, in order, when the
+/// client asked for it (a progress token); the cancel flag is always wired.
 fn progress_observer(
     context: &RequestContext<RoleServer>,
     tool: &'static str,
     cancel: Arc<AtomicBool>,
-) -> Option<Observer> {
-    let token = context.meta.get_progress_token()?;
+) -> Observer {
+    let Some(token) = context.meta.get_progress_token() else {
+        return Observer {
+            on_progress: Arc::new(|_, _| {}),
+            cancel,
+        };
+    };
     let peer = context.peer.clone();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&'static str, u64)>();
     tokio::spawn(async move {
@@ -195,12 +212,12 @@ fn progress_observer(
             }
         }
     });
-    Some(Observer {
+    Observer {
         on_progress: Arc::new(move |what, n| {
             let _ = tx.send((what, n));
         }),
         cancel,
-    })
+    }
 }
 
 /// Serve MCP on stdin/stdout until the client closes stdin.

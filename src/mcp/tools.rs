@@ -114,26 +114,106 @@ macro_rules! tool {
 }
 
 pub static TOOLS: &[ToolDef] = &[
-    tool!("checkpoint", "Checkpoint the workspace", ADD, Profile::Lean, CheckpointIn, CheckpointOut, checkpoint,
-        "Save the whole workspace, shell changes included. Cheap: only changed files cost. Returns the id to rewind to."),
-    tool!("rewind", "Rewind the workspace", OVERWRITE, Profile::Lean, RewindIn, RewindOut, rewind,
-        "Make the workspace equal to checkpoint `id`. The current tree is saved first (`safety_checkpoint`): nothing is lost."),
-    tool!("guard_effect", "Guard an irreversible effect", ADD, Profile::Lean, GuardIn, GuardOut, guard_effect,
-        "Call before an effect no rewind can undo (payment, email, deploy, push). Go on only if decision is \"admitted\"."),
-    tool!("list", "List checkpoints", READ, Profile::Recovery, ListIn, ListOut, list,
-        "Checkpoints, newest first, with HEAD marked and the notes left on abandoned branches."),
-    tool!("status", "What changed since HEAD", READ, Profile::Recovery, PageIn, StatusOut, status,
-        "Paths changed in the live workspace since the current checkpoint (HEAD)."),
-    tool!("diff", "Compare checkpoints", READ, Profile::Recovery, DiffIn, DiffOut, diff,
-        "Paths changed between two checkpoints (`to` defaults to the live tree), optionally with a unified patch."),
-    tool!("replay", "Replay to a later checkpoint", OVERWRITE, Profile::Recovery, ReplayIn, RewindOut, replay,
-        "Like rewind, moving forward again, e.g. back to the branch a rewind left."),
-    tool!("backtrack_candidates", "Where to backtrack to", READ, Profile::Recovery, CandidatesIn, CandidatesOut, backtrack_candidates,
-        "Checkpoints on the current line of work, newest first, each with the notes of attempts already abandoned from it. Read before backtracking so you do not repeat a dead end."),
-    tool!("backtrack_commit", "Backtrack with a note", OVERWRITE, Profile::Recovery, CommitIn, RewindOut, backtrack_commit,
-        "Rewind to `id`, leaving `note` (required) on the abandoned attempt: what was tried and why it failed."),
-    tool!("verify", "Verify the history", READ, Profile::All, VerifyIn, VerifyOut, verify,
-        "Check the tamper-evident hash chain of the history (and with `deep`, every stored file)."),
+    tool!(
+        "checkpoint",
+        "Checkpoint the workspace",
+        ADD,
+        Profile::Lean,
+        CheckpointIn,
+        CheckpointOut,
+        checkpoint,
+        "Save the whole workspace, shell changes included. Cheap: only changed files cost. Returns the id to rewind to."
+    ),
+    tool!(
+        "rewind",
+        "Rewind the workspace",
+        OVERWRITE,
+        Profile::Lean,
+        RewindIn,
+        RewindOut,
+        rewind,
+        "Make the workspace equal to checkpoint `id`. The current tree is saved first (`safety_checkpoint`): nothing is lost."
+    ),
+    tool!(
+        "guard_effect",
+        "Guard an irreversible effect",
+        ADD,
+        Profile::Lean,
+        GuardIn,
+        GuardOut,
+        guard_effect,
+        "Call before an effect no rewind can undo (payment, email, deploy, push). Go on only if decision is \"admitted\"."
+    ),
+    tool!(
+        "list",
+        "List checkpoints",
+        READ,
+        Profile::Recovery,
+        ListIn,
+        ListOut,
+        list,
+        "Checkpoints, newest first, with HEAD marked and the notes left on abandoned branches."
+    ),
+    tool!(
+        "status",
+        "What changed since HEAD",
+        READ,
+        Profile::Recovery,
+        PageIn,
+        StatusOut,
+        status,
+        "Paths changed in the live workspace since the current checkpoint (HEAD)."
+    ),
+    tool!(
+        "diff",
+        "Compare checkpoints",
+        READ,
+        Profile::Recovery,
+        DiffIn,
+        DiffOut,
+        diff,
+        "Paths changed between two checkpoints (`to` defaults to the live tree), optionally with a unified patch."
+    ),
+    tool!(
+        "replay",
+        "Replay to a later checkpoint",
+        OVERWRITE,
+        Profile::Recovery,
+        ReplayIn,
+        RewindOut,
+        replay,
+        "Like rewind, moving forward again, e.g. back to the branch a rewind left."
+    ),
+    tool!(
+        "backtrack_candidates",
+        "Where to backtrack to",
+        READ,
+        Profile::Recovery,
+        CandidatesIn,
+        CandidatesOut,
+        backtrack_candidates,
+        "Checkpoints on the current line of work, newest first, each with the notes of attempts already abandoned from it. Read before backtracking so you do not repeat a dead end."
+    ),
+    tool!(
+        "backtrack_commit",
+        "Backtrack with a note",
+        OVERWRITE,
+        Profile::Recovery,
+        CommitIn,
+        RewindOut,
+        backtrack_commit,
+        "Rewind to `id`, leaving `note` (required) on the abandoned attempt: what was tried and why it failed."
+    ),
+    tool!(
+        "verify",
+        "Verify the history",
+        READ,
+        Profile::All,
+        VerifyIn,
+        VerifyOut,
+        verify,
+        "Check the tamper-evident hash chain of the history (and with `deep`, every stored file)."
+    ),
 ];
 
 /// A JSON schema as the object MCP wants: no `$schema`/`title` noise, no
@@ -152,12 +232,24 @@ fn strip(v: &mut Value) {
         Value::Object(m) => {
             m.remove("$schema");
             m.remove("title");
+            // Optional fields are absent, never null: one `type` each, which
+            // every client's schema dialect can express.
+            if let Some(Value::Array(types)) = m.get("type")
+                && types.len() == 2
+                && let Some(t) = types.iter().find(|t| t.as_str() != Some("null"))
+            {
+                let t = t.clone();
+                m.insert("type".into(), t);
+            }
             // Defaults of absent optional fields say nothing a model needs.
-            if m.get("default").is_some_and(|d| d.is_null() || d == &Value::Bool(false)) {
+            if m.get("default")
+                .is_some_and(|d| d.is_null() || d == &Value::Bool(false))
+            {
                 m.remove("default");
             }
             if m.get("format").is_some_and(Value::is_string)
-                && m.get("type").is_some_and(|t| t.to_string().contains("integer"))
+                && m.get("type")
+                    .is_some_and(|t| t.to_string().contains("integer"))
             {
                 m.remove("format");
                 m.remove("minimum");
@@ -255,7 +347,9 @@ pub struct CheckpointIn {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CheckpointOut {
     id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     label: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
     unchanged: bool,
     added: u64,
@@ -323,6 +417,7 @@ pub struct CommitIn {
 pub struct RewindOut {
     rewound_to: String,
     /// Rewind here to undo
+    #[serde(skip_serializing_if = "Option::is_none")]
     safety_checkpoint: Option<String>,
     written: u64,
     deleted: u64,
@@ -349,7 +444,11 @@ impl From<RewindReport> for RewindOut {
             effects_not_undone: r
                 .effects_not_undone
                 .into_iter()
-                .map(|e| format!("{} {}:{}", e.kind, e.scope, e.key).trim().to_string())
+                .map(|e| {
+                    format!("{} {}:{}", e.kind, e.scope, e.key)
+                        .trim()
+                        .to_string()
+                })
                 .collect(),
             duration_ms: r.duration_ms,
         }
@@ -383,8 +482,7 @@ fn replay(ctx: &Ctx, input: ReplayIn) -> Result<RewindOut> {
 fn backtrack_commit(ctx: &Ctx, input: CommitIn) -> Result<RewindOut> {
     if input.note.trim().is_empty() {
         return Err(Error::Usage(
-            "`note` is required: say what was tried since that checkpoint and why it failed"
-                .into(),
+            "`note` is required: say what was tried since that checkpoint and why it failed".into(),
         ));
     }
     let mut ws = ctx.workspace()?;
@@ -401,12 +499,19 @@ pub struct GuardIn {
     key: String,
     /// What will be sent
     #[serde(default)]
+    #[schemars(schema_with = "payload_schema")]
     payload: Option<Value>,
+    /// Key namespace
     #[serde(default)]
     scope: Option<String>,
     /// payment, email, deploy, ...
     #[serde(default)]
     kind: Option<String>,
+}
+
+/// A payload is a JSON object or text; both are compared canonically.
+fn payload_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"anyOf": [{"type": "object"}, {"type": "string"}], "description": "What will be sent"})
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -415,6 +520,7 @@ pub struct GuardOut {
     decision: String,
     code: String,
     reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     seq: Option<u64>,
 }
 
@@ -456,7 +562,9 @@ pub struct ListIn {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CheckpointItem {
     id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     label: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
     /// manual, auto, hook or pre-rewind
     kind: String,
@@ -481,9 +589,11 @@ impl From<crate::ledger::Checkpoint> for CheckpointItem {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ListOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<String>,
     total: usize,
     checkpoints: Vec<CheckpointItem>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
 }
 
@@ -507,9 +617,11 @@ fn list(ctx: &Ctx, input: ListIn) -> Result<ListOut> {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct StatusOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<String>,
     total: usize,
     changes: Vec<Change>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
 }
 
@@ -546,12 +658,14 @@ pub struct DiffIn {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct DiffOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
     from: Option<String>,
     to: String,
     total: usize,
     changes: Vec<Change>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
 }
 
@@ -604,6 +718,7 @@ pub struct FailedAttempt {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Candidate {
     id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     label: Option<String>,
     kind: String,
     created_at: String,
@@ -613,9 +728,11 @@ pub struct Candidate {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CandidatesOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<String>,
     total: usize,
     candidates: Vec<Candidate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
 }
 
@@ -625,29 +742,35 @@ pub struct CandidatesOut {
 /// its fork point is its nearest ancestor on HEAD's line.
 fn backtrack_candidates(ctx: &Ctx, input: CandidatesIn) -> Result<CandidatesOut> {
     use std::collections::HashMap;
-    let out = crate::cli::list::compute(ctx)?;
+    let mut ws = ctx.workspace()?;
+    ws.recover_if_needed()?;
+    let head = ws.head()?.map(|h| h.id);
+    let checkpoints = ws.ledger().checkpoints()?;
+    let notes = ws.ledger().notes()?;
     let by_seq: HashMap<i64, &crate::ledger::Checkpoint> =
-        out.checkpoints.iter().map(|c| (c.seq, c)).collect();
+        checkpoints.iter().map(|c| (c.seq, c)).collect();
     let parent = |c: &crate::ledger::Checkpoint| c.parent.as_ref().and_then(|p| by_seq.get(&p.0));
     let mut line = Vec::new();
-    let mut cur = out
-        .head
+    let mut cur = head
         .as_ref()
-        .and_then(|h| out.checkpoints.iter().find(|c| &c.id == h));
+        .and_then(|h| checkpoints.iter().find(|c| &c.id == h));
     while let Some(c) = cur {
         line.push(c);
         cur = parent(c).copied();
     }
     let on_line: HashMap<i64, usize> = line.iter().enumerate().map(|(i, c)| (c.seq, i)).collect();
     let mut attempts: Vec<Vec<FailedAttempt>> = line.iter().map(|_| Vec::new()).collect();
-    for c in out.checkpoints.iter().filter(|c| c.note.is_some()) {
-        let mut fork = Some(c);
+    for note in &notes {
+        let Some(tip) = by_seq.get(&note.checkpoint) else {
+            continue;
+        };
+        let mut fork = Some(*tip);
         while let Some(f) = fork {
             if let Some(&i) = on_line.get(&f.seq) {
                 attempts[i].push(FailedAttempt {
-                    note: c.note.clone().unwrap_or_default(),
-                    abandoned_at: c.id.clone(),
-                    created_at: c.created_at.clone(),
+                    note: note.text.clone(),
+                    abandoned_at: tip.id.clone(),
+                    created_at: note.created_at.clone(),
                 });
                 break;
             }
@@ -668,7 +791,7 @@ fn backtrack_candidates(ctx: &Ctx, input: CandidatesIn) -> Result<CandidatesOut>
         .collect();
     let (candidates, next_cursor) = input.page.page(candidates)?;
     Ok(CandidatesOut {
-        head: out.head,
+        head,
         total,
         candidates,
         next_cursor,
@@ -689,9 +812,12 @@ pub struct VerifyIn {
 pub struct VerifyOut {
     ok: bool,
     entries: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     head_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<String>,
     /// First entry that fails, with its code (e.g. HASH_MISMATCH)
+    #[serde(skip_serializing_if = "Option::is_none")]
     first_bad: Option<String>,
     /// With deep: damaged objects
     damaged: Vec<String>,

@@ -1,0 +1,187 @@
+//! `rewind mcp` against real MCP clients: the Python `mcp` package (driven
+//! by tests/mcp/client.py) and the MCP Inspector CLI. `.ci/run` installs
+//! both under target/; elsewhere the tests skip and say why.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A Python with the `mcp` and `jsonschema` packages, if there is one.
+fn python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("REWIND_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest().join("target/venv/bin/python"));
+    let ok = Command::new(&candidate)
+        .args(["-c", "import mcp, jsonschema"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Some(candidate)
+    } else {
+        common::skip_or_fail(&format!(
+            "no Python with the `mcp` and `jsonschema` packages at {} (set REWIND_TEST_PYTHON, or run .ci/run once)",
+            candidate.display()
+        ));
+        None
+    }
+}
+
+fn client(
+    python: &Path,
+    scenario: &str,
+    dir: &Path,
+    profile: &str,
+    mode: &str,
+    env: &[(&str, &str)],
+) {
+    let mut c = Command::new(python);
+    c.arg(manifest().join("tests/mcp/client.py"))
+        .args([scenario, env!("CARGO_BIN_EXE_rewind")])
+        .arg(dir)
+        .args([profile, mode]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run the Python MCP client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "MCP client scenario {scenario} ({profile}, {mode}) failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{scenario} {profile} {mode}: {}", stdout.trim());
+}
+
+#[test]
+fn every_profile_lists_described_schema_checked_tools_over_both_lifecycles() {
+    let Some(py) = python() else { return };
+    let dir = common::tmp();
+    for mode in ["legacy", "auto"] {
+        for profile in ["lean", "recovery", "all"] {
+            client(&py, "lifecycle", dir.path(), profile, mode, &[]);
+        }
+    }
+}
+
+#[test]
+fn a_session_checkpoints_survives_shell_damage_remembers_failures_and_guards_effects() {
+    let Some(py) = python() else { return };
+    for mode in ["legacy", "auto"] {
+        let dir = common::tmp();
+        client(&py, "session", dir.path(), "all", mode, &[]);
+    }
+}
+
+#[test]
+fn long_calls_report_progress_to_clients_that_ask() {
+    let Some(py) = python() else { return };
+    let dir = common::tmp();
+    client(&py, "progress", dir.path(), "all", "legacy", &[]);
+}
+
+#[test]
+fn a_cancelled_checkpoint_commits_nothing_and_the_server_keeps_serving() {
+    let Some(py) = python() else { return };
+    let dir = common::tmp();
+    client(
+        &py,
+        "cancel",
+        dir.path(),
+        "all",
+        "legacy",
+        &[
+            ("REWIND_FAILPOINT", "capture:dir"),
+            ("REWIND_FAILPOINT_ACTION", "pause:2000"),
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_profile_fails_at_startup() {
+    let dir = common::tmp();
+    for (args, env) in [
+        (vec!["mcp", "--profile", "huge"], None),
+        (vec!["mcp"], Some("tiny")),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rewind"));
+        c.current_dir(dir.path()).args(&args);
+        if let Some(p) = env {
+            c.env("REWIND_MCP_PROFILE", p);
+        }
+        let out = c.output().expect("run rewind mcp");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("unknown MCP profile") && err.contains("lean, recovery, all"),
+            "{err}"
+        );
+    }
+}
+
+/// The MCP Inspector CLI, if installed (it needs Node; `.ci/run` installs it).
+fn inspector() -> Option<PathBuf> {
+    let p = std::env::var_os("REWIND_TEST_INSPECTOR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest().join("target/inspector/node_modules/.bin/mcp-inspector"));
+    if p.exists() {
+        return Some(p);
+    }
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if node {
+        common::skip_or_fail(&format!(
+            "Node is here but the MCP Inspector is not at {} (run .ci/run once, or set REWIND_TEST_INSPECTOR)",
+            p.display()
+        ));
+    } else {
+        eprintln!("SKIPPED: no Node.js, so no MCP Inspector");
+    }
+    None
+}
+
+#[test]
+fn the_inspector_cli_accepts_every_profile_in_strict_mode() {
+    let Some(inspector) = inspector() else { return };
+    let dir = common::tmp();
+    for profile in ["lean", "recovery", "all"] {
+        let out = Command::new(&inspector)
+            .current_dir(dir.path())
+            .args([
+                "--cli",
+                env!("CARGO_BIN_EXE_rewind"),
+                "mcp",
+                "--profile",
+                profile,
+            ])
+            .args(["--method", "tools/list", "--strict"])
+            .output()
+            .expect("run the MCP Inspector");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "inspector --strict on {profile}: {stderr}\n{stdout}"
+        );
+        assert!(
+            !stderr.contains("Warning"),
+            "inspector warns on {profile}: {stderr}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout).expect("inspector prints JSON");
+        let n = v["tools"].as_array().map_or(0, Vec::len);
+        assert_eq!(
+            n,
+            [3, 9, 10][["lean", "recovery", "all"]
+                .iter()
+                .position(|p| *p == profile)
+                .unwrap_or(0)],
+            "{profile}"
+        );
+    }
+}
