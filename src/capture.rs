@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -291,7 +291,22 @@ struct Walker<'a> {
     progress: &'a Progress,
 }
 
-/// Capture the tree below `root`. `clock_ns` is the filesystem's notion of
+/// Gitignore-syntax rules, anchored at the directory holding them.
+fn ignore_matcher(text: &str, path: &Path) -> Result<ignore::gitignore::Gitignore> {
+    let mut builder = ignore::gitignore::GitignoreBuilder::new("/");
+    for line in text.lines() {
+        // A bad pattern is reported by the builder; keep the good ones.
+        let _ = builder.add_line(None, line);
+    }
+    builder.build().map_err(|e| Error::InvalidPath {
+        path: path.to_path_buf(),
+        reason: format!("bad ignore pattern: {e}"),
+    })
+}
+
+/// Capture the tree below `root`.
+/// `state_ignores` are rules kept outside the tree (`.rewind/ignore`), so
+/// that no rewind can change them. `clock_ns` is the filesystem's notion of
 /// "now" taken just before the walk (see the module docs on racy entries).
 pub fn capture(
     root: &Dir,
@@ -299,6 +314,7 @@ pub fn capture(
     sink: Sink<'_>,
     clock_ns: i64,
     progress: &Progress,
+    state_ignores: Option<(&str, &Path)>,
 ) -> Result<Capture> {
     let root_meta = root.meta().map_err(Error::os)?;
     let walker = Walker {
@@ -311,7 +327,11 @@ pub fn capture(
         progress,
     };
     let root_dir = root.try_clone().map_err(Error::os)?;
-    let root_hash = walker.walk_dir(root_dir, Vec::new(), &IgnoreStack::new())?;
+    let mut base = IgnoreStack::new();
+    if let Some((text, path)) = state_ignores {
+        base.push((0, Arc::new(ignore_matcher(text, path)?)));
+    }
+    let root_hash = walker.walk_dir(root_dir, Vec::new(), &base)?;
     let stats = walker.counters.snapshot();
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
     let cache_removals = cache
@@ -373,19 +393,12 @@ impl Walker<'_> {
             Err(_) => return Ok(parent.clone()), // not a regular file: not a rule file
         };
         let mut text = String::new();
+        let path = PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes())));
         std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| Error::InvalidPath {
-            path: PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes()))),
+            path: path.clone(),
             reason: format!("cannot read ignore rules: {e}"),
         })?;
-        let mut builder = ignore::gitignore::GitignoreBuilder::new("/");
-        for line in text.lines() {
-            // A bad pattern is reported by the builder; keep the good ones.
-            let _ = builder.add_line(None, line);
-        }
-        let matcher = builder.build().map_err(|e| Error::InvalidPath {
-            path: PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes()))),
-            reason: format!("bad ignore pattern: {e}"),
-        })?;
+        let matcher = ignore_matcher(&text, &path)?;
         let mut stack = parent.clone();
         stack.push((
             if rel.is_empty() { 0 } else { rel.len() + 1 },

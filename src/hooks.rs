@@ -151,7 +151,13 @@ impl ToolCall {
 
     /// A checkpoint label naming the call, short enough to read in `list`.
     pub fn label(&self) -> String {
-        let arg = self.argument().replace(['\n', '\t'], " ");
+        let mut arg = self.argument().replace(['\n', '\t'], " ");
+        // Paths inside the project read better relative to it.
+        if let Some(cwd) = &self.cwd
+            && let Some(rel) = arg.strip_prefix(&format!("{}/", cwd.trim_end_matches('/')))
+        {
+            arg = rel.to_string();
+        }
         let mut label = if arg.is_empty() {
             format!("before {}", self.tool_name)
         } else {

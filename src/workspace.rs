@@ -23,6 +23,9 @@ use crate::{failpoint, time};
 pub const LEDGER_FILE: &str = "ledger.db";
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Ignore rules kept in the state directory, where no rewind reaches.
+pub const STATE_IGNORE_FILE: &str = "ignore";
+
 /// The change-detection engine in use (DESIGN §2). Only `walk` exists yet.
 pub const ENGINE_WALK: &str = "walk";
 
@@ -303,13 +306,66 @@ impl Workspace {
         };
         let _t = crate::trace::span("walk");
         let progress = self.progress(message);
-        let cap = capture::capture(&self.root, &cache, sink, clock, &progress)?;
+        let rules = self.state_ignores()?;
+        let rules_path = self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
+        let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
+        let cap = capture::capture(&self.root, &cache, sink, clock, &progress, state_ignores)?;
         progress.finish();
         // Last chance to stop before the caller commits anything.
         if progress.cancelled() {
             return Err(Error::Cancelled);
         }
         Ok(cap)
+    }
+
+    /// Ignore rules that live in `.rewind/ignore`, outside the tree: paths
+    /// no rewind may touch (an agent's config written by `integrate`).
+    fn state_ignores(&self) -> Result<Option<String>> {
+        match self.state.open_read(OsStr::new(STATE_IGNORE_FILE)) {
+            Ok((mut f, _)) => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| {
+                    Error::os(rewind_platform::Error::new(
+                        "read",
+                        self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE),
+                        e,
+                    ))
+                })?;
+                Ok(Some(text))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(Error::os(e)),
+        }
+    }
+
+    /// Add root-anchored ignore rules to `.rewind/ignore` (missing lines
+    /// only); returns the lines added.
+    pub fn add_state_ignores(&self, lines: &[String]) -> Result<Vec<String>> {
+        let text = self.state_ignores()?.unwrap_or_default();
+        let present: Vec<&str> = text.lines().map(str::trim).collect();
+        let missing: Vec<String> = lines
+            .iter()
+            .filter(|l| !present.contains(&l.as_str()))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(missing);
+        }
+        let mut new = text.clone();
+        if !new.is_empty() && !new.ends_with('\n') {
+            new.push('\n');
+        }
+        for l in &missing {
+            new.push_str(l);
+            new.push('\n');
+        }
+        let path = self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, new)
+            .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|e| Error::os(rewind_platform::Error::new("write", &path, e)))?;
+        Ok(missing)
     }
 
     /// Capture the live tree, storing every new object; small ones are

@@ -43,6 +43,8 @@ struct Out {
     workspace: String,
     workspace_created: bool,
     files: Vec<FileChange>,
+    /// Paths added to .rewind/ignore: captured by no checkpoint, changed by no rewind
+    never_rewound: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
 }
@@ -84,6 +86,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         _ => vec![codex_plan(&root.join(".codex/config.toml"), &cmd)?],
     };
+    // The agent's config must not flip with rewinds (a rewind to before
+    // the integration would switch the hooks off mid-session): the files we
+    // manage are ignored by rules in .rewind/ignore, which no rewind touches.
+    let protect: Vec<String> = plans.iter().map(|p| format!("/{}", rel(&root, &p.path))).collect();
     // Every file parsed and planned before any is written.
     let mut files = Vec::new();
     for p in &plans {
@@ -113,10 +119,14 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             write_atomically(&p.path, &p.new)?;
         }
         // Hooks only act in a workspace: make sure there is one.
-        if Workspace::discover(&root).is_none() {
-            Workspace::init(&root, false)?;
-            workspace_created = true;
-        }
+        let ws = match Workspace::discover(&root) {
+            Some(r) => Workspace::open(&r, false)?,
+            None => {
+                workspace_created = true;
+                Workspace::init(&root, false)?.0
+            }
+        };
+        ws.add_state_ignores(&protect)?;
     }
     let out = Out {
         agent: args.agent,
@@ -124,6 +134,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         workspace: root.display().to_string(),
         workspace_created,
         files,
+        never_rewound: protect,
         notes,
     };
     ctx.emit(&out, || {
@@ -297,52 +308,44 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
             .map_err(|e: toml_edit::TomlError| {
                 invalid(format!("not valid TOML ({})", e.to_string().trim()))
             })?;
-    let table = |item: &mut Item, name: &str| -> Result<()> {
-        if item.is_none() {
-            let mut t = Table::new();
-            t.set_implicit(true);
-            *item = Item::Table(t);
-        }
-        if item.is_table() {
-            Ok(())
-        } else {
-            Err(invalid(format!("`{name}` is not a table")))
-        }
+    let implicit = || {
+        let mut t = Table::new();
+        t.set_implicit(true);
+        Item::Table(t)
     };
-    table(&mut doc["mcp_servers"], "mcp_servers")?;
-    let servers = &mut doc["mcp_servers"];
-    if servers["rewind"].is_none() {
-        servers["rewind"] = Item::Table(Table::new());
-    }
-    let entry = &mut servers["rewind"];
-    if !entry.is_table() {
-        return Err(invalid("`mcp_servers.rewind` is not a table".into()));
-    }
-    if entry["command"].as_str() != Some(cmd) {
+    let servers = doc
+        .entry("mcp_servers")
+        .or_insert_with(implicit)
+        .as_table_mut()
+        .ok_or_else(|| invalid("`mcp_servers` is not a table".into()))?;
+    let entry = servers
+        .entry("rewind")
+        .or_insert_with(|| Item::Table(Table::new()))
+        .as_table_mut()
+        .ok_or_else(|| invalid("`mcp_servers.rewind` is not a table".into()))?;
+    if entry.get("command").and_then(Item::as_str) != Some(cmd) {
         entry["command"] = value(cmd);
     }
-    let args_ok = entry["args"]
-        .as_array()
+    let args_ok = entry
+        .get("args")
+        .and_then(Item::as_array)
         .is_some_and(|a| a.len() == 1 && a.get(0).and_then(|v| v.as_str()) == Some("mcp"));
     if !args_ok {
         let mut a = toml_edit::Array::new();
         a.push("mcp");
         entry["args"] = value(a);
     }
-    table(&mut doc["hooks"], "hooks")?;
-    for (event, verb) in [
-        ("PreToolUse", "pre-tool-use"),
-        ("PostToolUse", "post-tool-use"),
-    ] {
-        let hooks = &mut doc["hooks"];
-        if hooks[event].is_none() {
-            hooks[event] = Item::ArrayOfTables(ArrayOfTables::new());
-        }
-        let Some(groups) = hooks[event].as_array_of_tables_mut() else {
-            return Err(invalid(format!(
-                "`hooks.{event}` is not an array of tables"
-            )));
-        };
+    let hooks = doc
+        .entry("hooks")
+        .or_insert_with(implicit)
+        .as_table_mut()
+        .ok_or_else(|| invalid("`hooks` is not a table".into()))?;
+    for (event, verb) in [("PreToolUse", "pre-tool-use"), ("PostToolUse", "post-tool-use")] {
+        let groups = hooks
+            .entry(event)
+            .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new()))
+            .as_array_of_tables_mut()
+            .ok_or_else(|| invalid(format!("`hooks.{event}` is not an array of tables")))?;
         let present = groups.iter().any(|g| {
             g.get("hooks")
                 .and_then(Item::as_array_of_tables)

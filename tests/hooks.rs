@@ -1,0 +1,225 @@
+//! `rewind hook pre-tool-use|post-tool-use` on real Claude Code hook
+//! payloads (tests/hooks/*.json, with `$CWD` standing for the workspace).
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::{rewind_json, snapshot, write};
+
+const RULES: &str = r#"
+[[effect]]
+match = "Bash(git push*)"
+kind = "push"
+
+[[effect]]
+match = "mcp__stripe__*"
+kind = "payment"
+key = "order_id"
+"#;
+
+fn payload(name: &str, cwd: &Path) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hooks").join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .replace("$CWD", &cwd.display().to_string())
+}
+
+/// Run a hook as an agent does: payload on stdin, from some other cwd.
+fn hook(event: &str, stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["hook", event])
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rewind hook");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write payload");
+    child.wait_with_output().expect("wait rewind hook")
+}
+
+fn pre(name: &str, ws: &Path) -> Output {
+    hook("pre-tool-use", &payload(name, ws))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn project(with_rules: bool) -> tempfile::TempDir {
+    let dir = common::tmp();
+    write(&dir.path().join("src/main.py"), b"print('v1')\n");
+    write(&dir.path().join("src/lib/util.py"), b"X = 1\n");
+    write(&dir.path().join("README.md"), b"v1\n");
+    if with_rules {
+        write(&dir.path().join("rewind.toml"), RULES.as_bytes());
+    }
+    rewind_json(dir.path(), &["init"]);
+    dir
+}
+
+fn checkpoints(ws: &Path) -> Vec<serde_json::Value> {
+    rewind_json(ws, &["list"])["checkpoints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_auto_checkpoint_before_bash_makes_its_damage_undoable() {
+    let dir = project(false);
+    let ws = dir.path();
+    let before = snapshot(ws);
+    let out = pre("bash_rm.json", ws);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let cks = checkpoints(ws);
+    assert_eq!(cks.len(), 1);
+    assert_eq!(cks[0]["kind"], "hook");
+    assert_eq!(cks[0]["label"], "before Bash: rm -rf src && echo cleaned");
+    // The agent's command runs; the hook's checkpoint undoes it.
+    let run = Command::new("sh")
+        .args(["-c", "rm -rf src && echo cleaned"])
+        .current_dir(ws)
+        .output()
+        .expect("run the command");
+    assert!(run.status.success() && !ws.join("src").exists());
+    let id = cks[0]["id"].as_str().expect("id");
+    rewind_json(ws, &["rewind", id]);
+    common::assert_same("after undoing the Bash call", &before, &snapshot(ws));
+}
+
+#[test]
+fn write_and_edit_are_checkpointed_and_read_is_not() {
+    let dir = project(false);
+    let ws = dir.path();
+    for (name, label) in [
+        ("write.json", "before Write: src/main.py"),
+        ("edit.json", "before Edit: README.md"),
+    ] {
+        let out = pre(name, ws);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        let cks = checkpoints(ws);
+        assert_eq!(cks.last().expect("a checkpoint")["label"], label, "{name}");
+        // Change the tree as the tool would, so the next call has something new.
+        write(&ws.join("src/main.py"), format!("print('{name}')\n").as_bytes());
+    }
+    let n = checkpoints(ws).len();
+    let out = pre("read.json", ws);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(checkpoints(ws).len(), n, "Read took a checkpoint");
+}
+
+#[test]
+fn a_matching_effect_is_admitted_once_then_refused_with_exit_2() {
+    let dir = project(true);
+    let ws = dir.path();
+    for name in ["bash_push.json", "mcp_stripe.json"] {
+        let first = pre(name, ws);
+        assert_eq!(first.status.code(), Some(0), "{name}: {}", stderr(&first));
+        let second = pre(name, ws);
+        assert_eq!(second.status.code(), Some(2), "{name} was admitted twice");
+        let err = stderr(&second);
+        assert!(err.contains("SPENT"), "{name}: {err}");
+    }
+    // The same order with another amount is a different payload: refused too.
+    let changed = payload("mcp_stripe.json", ws).replace("4200", "9900");
+    let out = hook("pre-tool-use", &changed);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("PAYLOAD_MISMATCH"), "{}", stderr(&out));
+    let effects = rewind_json(ws, &["effects"]);
+    let keys: Vec<&str> = effects["effects"]
+        .as_array()
+        .expect("effects")
+        .iter()
+        .filter_map(|e| e["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["Bash:git push origin main", "mcp__stripe__create_payment_intent:ord_1234"]);
+}
+
+#[test]
+fn a_call_that_matches_no_rule_is_never_blocked() {
+    let dir = project(true);
+    let ws = dir.path();
+    for _ in 0..3 {
+        let out = pre("bash_npm_test.json", ws);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    assert_eq!(rewind_json(ws, &["effects"])["effects"], serde_json::json!([]));
+}
+
+#[test]
+fn a_failed_effect_may_be_retried_and_a_succeeded_one_may_not() {
+    let dir = project(true);
+    let ws = dir.path();
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    let post = hook("post-tool-use", &payload("post_push_failed.json", ws));
+    assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
+    let retry = pre("bash_push.json", ws);
+    assert_eq!(retry.status.code(), Some(0), "retry after failure refused: {}", stderr(&retry));
+    let post = hook("post-tool-use", &payload("post_push_ok.json", ws));
+    assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
+    let again = pre("bash_push.json", ws);
+    assert_eq!(again.status.code(), Some(2), "a succeeded push was admitted again");
+}
+
+#[test]
+fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
+    let dir = project(true);
+    let ws = dir.path();
+    let ledger = ws.join(".rewind/ledger.db");
+    assert!(ledger.exists(), "ledger path changed: update this test");
+    std::fs::write(&ledger, b"this is not a SQLite database, it was overwritten").expect("corrupt");
+    let _ = std::fs::remove_file(ws.join(".rewind/ledger.db-wal"));
+    let out = pre("bash_push.json", ws);
+    assert_eq!(out.status.code(), Some(2), "a matching call ran without a ledger");
+    assert!(stderr(&out).contains("LEDGER_UNAVAILABLE"), "{}", stderr(&out));
+    // Not an effect: the hook reports the missing checkpoint but does not block.
+    let out = pre("bash_npm_test.json", ws);
+    assert_ne!(out.status.code(), Some(2), "a non-matching call was blocked");
+    assert!(stderr(&out).contains("no checkpoint"), "{}", stderr(&out));
+}
+
+#[test]
+fn an_invalid_rewind_toml_fails_closed_naming_the_file() {
+    let dir = project(false);
+    let ws = dir.path();
+    write(&ws.join("rewind.toml"), b"[[effect]]\nmatch = \"Bash(git push*\"\n");
+    let out = pre("bash_npm_test.json", ws);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("rewind.toml") && err.contains("')'"), "{err}");
+    assert!(checkpoints(ws).is_empty(), "a refused call took a checkpoint");
+}
+
+#[test]
+fn outside_a_workspace_hooks_do_nothing_unless_a_rule_matches() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let out = pre("bash_rm.json", ws);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!ws.join(".rewind").exists(), "a hook created a workspace");
+    write(&ws.join("rewind.toml"), RULES.as_bytes());
+    let out = pre("bash_push.json", ws);
+    assert_eq!(out.status.code(), Some(2), "an effect ran with no ledger to record it");
+    assert!(stderr(&out).contains("rewind init"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_malformed_payload_is_reported_and_changes_nothing() {
+    let dir = project(true);
+    let ws = dir.path();
+    for bad in ["", "not json", "{\"tool_input\": {}}", "[1,2]"] {
+        let out = hook("pre-tool-use", bad);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("tool_name"), "{bad:?}: {}", stderr(&out));
+    }
+    assert!(checkpoints(ws).is_empty());
+}

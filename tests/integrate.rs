@@ -1,0 +1,250 @@
+//! `rewind integrate AGENT`: merges, never clobbers, is idempotent, and
+//! what it writes actually runs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{rewind, rewind_json, write};
+use serde_json::{Value, json};
+
+const FILES: &[(&str, &[&str])] = &[
+    ("claude", &[".mcp.json", ".claude/settings.json"]),
+    ("codex", &[".codex/config.toml"]),
+    ("gemini", &[".gemini/settings.json"]),
+    ("cursor", &[".cursor/mcp.json"]),
+];
+
+fn files_of(agent: &str) -> &'static [&'static str] {
+    FILES.iter().find(|(a, _)| *a == agent).map(|(_, f)| *f).unwrap_or(&[])
+}
+
+fn read_all(ws: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    FILES
+        .iter()
+        .flat_map(|(_, f)| f.iter())
+        .chain(&[".rewind/ignore"])
+        .map(|f| (f.to_string(), std::fs::read(ws.join(f)).ok()))
+        .collect()
+}
+
+fn json_file(ws: &Path, f: &str) -> Value {
+    let text = std::fs::read_to_string(ws.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f} is not valid JSON ({e}):\n{text}"))
+}
+
+fn toml_file(ws: &Path, f: &str) -> toml_edit::DocumentMut {
+    let text = std::fs::read_to_string(ws.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    text.parse()
+        .unwrap_or_else(|e| panic!("{f} is not valid TOML ({e}):\n{text}"))
+}
+
+fn integrate(ws: &Path, agent: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["integrate", agent, "--command", "rewind"];
+    args.extend_from_slice(extra);
+    rewind_json(ws, &args)
+}
+
+fn actions(out: &Value) -> Vec<String> {
+    out["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| format!("{} {}", f["path"].as_str().unwrap_or(""), f["action"].as_str().unwrap_or("")))
+        .collect()
+}
+
+#[test]
+fn on_an_empty_project_each_agent_gets_valid_config_and_a_second_run_is_a_no_op() {
+    for (agent, files) in FILES {
+        let dir = common::tmp();
+        let ws = dir.path();
+        let out = integrate(ws, agent, &[]);
+        let mut want: Vec<String> = files.iter().map(|f| format!("{f} created")).collect();
+        assert_eq!(actions(&out), want, "{agent}");
+        let ignore = std::fs::read_to_string(ws.join(".rewind/ignore")).expect(".rewind/ignore");
+        for f in *files {
+            assert!(ignore.lines().any(|l| l == format!("/{f}")), "{agent}: {f} not ignored:\n{ignore}");
+        }
+        assert!(ws.join(".rewind").is_dir(), "{agent}: no workspace");
+        for f in *files {
+            if f.ends_with(".toml") {
+                let doc = toml_file(ws, f);
+                assert_eq!(doc["mcp_servers"]["rewind"]["command"].as_str(), Some("rewind"));
+                assert!(doc.to_string().contains("rewind hook pre-tool-use"), "{agent}");
+            } else {
+                let v = json_file(ws, f);
+                if f.ends_with("mcp.json") || *agent == "gemini" {
+                    assert_eq!(v["mcpServers"]["rewind"], json!({"command": "rewind", "args": ["mcp"]}), "{agent} {f}");
+                }
+                if f.contains("settings") {
+                    let text = v["hooks"].to_string();
+                    assert!(text.contains("rewind hook pre-tool-use") && text.contains("rewind hook post-tool-use"), "{agent}: {text}");
+                }
+            }
+        }
+        let before = read_all(ws);
+        let again = integrate(ws, agent, &[]);
+        let mut want: Vec<String> = files.iter().map(|f| format!("{f} unchanged")).collect();
+        assert_eq!(actions(&again), want, "{agent} second run");
+        assert_eq!(read_all(ws), before, "{agent}: the second run changed bytes");
+    }
+}
+
+#[test]
+fn the_users_settings_survive_and_the_merge_is_idempotent() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let mcp = r#"{
+  "mcpServers": {
+    "github": {"command": "gh-mcp", "args": ["--stdio"], "env": {"TOKEN": "x"}}
+  },
+  "zzz_user_key": true
+}"#;
+    let settings = r#"{
+  "permissions": {"allow": ["Bash(npm test)"], "deny": ["Read(./.env)"]},
+  "model": "opus",
+  "hooks": {
+    "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./audit.sh"}]}]
+  }
+}"#;
+    let codex = "# my codex settings\nmodel = \"gpt-5\"  # keep this comment\n\n[mcp_servers.docs]\ncommand = \"docs-mcp\"\n";
+    let gemini = r#"{"theme": "Dracula", "mcpServers": {"fs": {"command": "fs-mcp"}}}"#;
+    let cursor = r#"{"mcpServers": {"rewind": {"command": "old-rewind", "args": ["serve"], "env": {"A": "1"}}}}"#;
+    write(&ws.join(".mcp.json"), mcp.as_bytes());
+    write(&ws.join(".claude/settings.json"), settings.as_bytes());
+    write(&ws.join(".codex/config.toml"), codex.as_bytes());
+    write(&ws.join(".gemini/settings.json"), gemini.as_bytes());
+    write(&ws.join(".cursor/mcp.json"), cursor.as_bytes());
+    for (agent, files) in FILES {
+        let out = integrate(ws, agent, &[]);
+        let got = actions(&out);
+        let want: Vec<String> = files.iter().map(|f| format!("{f} updated")).collect();
+        assert_eq!(got[..files.len()], want[..], "{agent}");
+    }
+    let m = json_file(ws, ".mcp.json");
+    assert_eq!(m["mcpServers"]["github"], json!({"command": "gh-mcp", "args": ["--stdio"], "env": {"TOKEN": "x"}}));
+    assert_eq!(m["zzz_user_key"], json!(true));
+    let keys: Vec<&String> = m.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["mcpServers", "zzz_user_key"], "key order was not kept");
+    let s = json_file(ws, ".claude/settings.json");
+    assert_eq!(s["permissions"], json!({"allow": ["Bash(npm test)"], "deny": ["Read(./.env)"]}));
+    assert_eq!(s["model"], json!("opus"));
+    let pre = s["hooks"]["PreToolUse"].as_array().expect("PreToolUse");
+    assert_eq!(pre.len(), 2, "the user's hook must stay, ours added: {pre:?}");
+    assert_eq!(pre[0]["hooks"][0]["command"], json!("./audit.sh"));
+    let c = std::fs::read_to_string(ws.join(".codex/config.toml")).expect("codex");
+    assert!(c.starts_with("# my codex settings\nmodel = \"gpt-5\"  # keep this comment\n"), "{c}");
+    let doc = toml_file(ws, ".codex/config.toml");
+    assert_eq!(doc["mcp_servers"]["docs"]["command"].as_str(), Some("docs-mcp"));
+    assert_eq!(doc["mcp_servers"]["rewind"]["command"].as_str(), Some("rewind"));
+    let g = json_file(ws, ".gemini/settings.json");
+    assert_eq!(g["theme"], json!("Dracula"));
+    assert_eq!(g["mcpServers"]["fs"], json!({"command": "fs-mcp"}));
+    assert!(g["hooks"]["BeforeTool"].to_string().contains("hook pre-tool-use"));
+    let cu = json_file(ws, ".cursor/mcp.json");
+    assert_eq!(cu["mcpServers"]["rewind"], json!({"command": "rewind", "args": ["mcp"], "env": {"A": "1"}}), "our entry is refreshed, the user's env kept");
+
+    let before = read_all(ws);
+    for (agent, _) in FILES {
+        let out = integrate(ws, agent, &[]);
+        assert!(actions(&out).iter().all(|a| a.ends_with(" unchanged")), "{agent}: {out}");
+    }
+    assert_eq!(read_all(ws), before);
+}
+
+#[test]
+fn dry_run_shows_a_diff_and_writes_nothing() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(&ws.join(".mcp.json"), br#"{"mcpServers": {}}"#);
+    let before = read_all(ws);
+    let out = rewind(ws, &["integrate", "claude", "--dry-run", "--command", "rewind"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--- a/.mcp.json") && text.contains("+++ b/.mcp.json"), "{text}");
+    assert!(text.contains("+    \"rewind\": {"), "{text}");
+    assert!(text.contains("+++ b/.claude/settings.json"), "{text}");
+    assert_eq!(read_all(ws), before, "dry run wrote files");
+    assert!(!ws.join(".rewind").exists(), "dry run created the workspace");
+}
+
+#[test]
+fn a_config_file_that_does_not_parse_is_named_and_nothing_is_written() {
+    for (agent, file, junk) in [
+        ("claude", ".claude/settings.json", "{\"hooks\": [1, 2"),
+        ("claude", ".claude/settings.json", "{\"hooks\": {\"PreToolUse\": {}}}"),
+        ("codex", ".codex/config.toml", "[mcp_servers\nx = "),
+        ("gemini", ".gemini/settings.json", "[]"),
+    ] {
+        let dir = common::tmp();
+        let ws = dir.path();
+        write(&ws.join(file), junk.as_bytes());
+        let before = read_all(ws);
+        let out = rewind(ws, &["integrate", agent, "--command", "rewind"]);
+        assert_eq!(out.status.code(), Some(1), "{agent} {junk}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(file) && err.contains("nothing was changed"), "{agent} {junk}: {err}");
+        assert_eq!(read_all(ws), before, "{agent}: files written despite the error");
+    }
+    let _ = files_of("claude");
+}
+
+#[test]
+fn the_hook_command_written_for_claude_runs_and_checkpoints() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(&ws.join("a.txt"), b"a\n");
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    rewind_json(ws, &["integrate", "claude", "--command", bin]);
+    let s = json_file(ws, ".claude/settings.json");
+    let group = &s["hooks"]["PreToolUse"][0];
+    assert_eq!(group["matcher"], json!("*"));
+    let cmd = group["hooks"][0]["command"].as_str().expect("command").to_string();
+    let payload = json!({"cwd": ws, "tool_name": "Bash", "tool_input": {"command": "rm a.txt"}, "session_id": "s", "tool_use_id": "t"});
+    let mut child = Command::new("sh")
+        .args(["-c", &cmd])
+        .current_dir(ws)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the hook command");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.to_string().as_bytes())
+        .expect("payload");
+    let out = child.wait_with_output().expect("hook");
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    let list = rewind_json(ws, &["list"]);
+    assert_eq!(list["checkpoints"][0]["label"], json!("before Bash: rm a.txt"));
+    let m = json_file(ws, ".mcp.json");
+    assert_eq!(m["mcpServers"]["rewind"]["command"], json!(bin));
+}
+
+#[test]
+fn a_rewind_to_before_the_integration_keeps_the_agent_config() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(&ws.join("a.txt"), b"a\n");
+    let before = common::checkpoint_id(ws, &[]);
+    integrate(ws, "claude", &[]);
+    integrate(ws, "codex", &[]);
+    write(&ws.join("b.txt"), b"b\n");
+    common::checkpoint_id(ws, &[]);
+    // Twice: the protection must not itself be something a rewind undoes.
+    for round in 0..2 {
+        rewind_json(ws, &["rewind", &before]);
+        assert!(!ws.join("b.txt").exists(), "the rewind did not happen");
+        for f in [".mcp.json", ".claude/settings.json", ".codex/config.toml"] {
+            assert!(ws.join(f).is_file(), "round {round}: {f} was rewound away");
+        }
+        write(&ws.join("b.txt"), b"again\n");
+        common::checkpoint_id(ws, &[]);
+    }
+    assert!(!ws.join(".rewindignore").exists(), "integrate wrote into the user's tree rules");
+}
