@@ -24,7 +24,17 @@
 //!    and writing 4 KiB into the big file — rewind, shadow git and rsync
 //!    `--link-dest`, recording per step the wall time and the growth of the
 //!    filesystem's used bytes (statvfs after `syncfs`), charted in
-//!    `<out>/scenarios.svg`.
+//!    `<out>/scenarios.svg`;
+//! h. agent integration, on b–e's workspace: the MCP `checkpoint` tool's
+//!    round trip on one running `rewind mcp` (newline-delimited JSON-RPC on
+//!    stdio) after 10 small edits — baseline `rewind checkpoint --json` as a
+//!    whole process after the same kind of edits (target: ≤ 1.5×); a fresh
+//!    `rewind mcp` from spawn to its `tools/list` answer (≤ 100 ms; baseline
+//!    `rewind --version`); `rewind hook pre-tool-use` with a Bash payload
+//!    (auto-checkpoint) as a whole process after 10 small edits (≤ 50 ms;
+//!    baseline `rewind checkpoint --kind hook --json`). Error responses,
+//!    malformed lines, a wrong tool count or a missing hook checkpoint panic.
+//!    The targets get their own table, and `targets` in the JSON.
 //!
 //! rsync snapshots live outside the workspaces, on the same filesystem. If
 //! `rsync` is not installed, its baselines are skipped and the header says so.
@@ -41,7 +51,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write as _};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -306,19 +316,41 @@ fn describe(cmd: &Command) -> String {
 
 /// Spawn, collect output, reap with `wait4` to get the child's peak RSS.
 /// The wall time covers spawn to reap.
+fn measure(cmd: impl BorrowMut<Command>) -> Measured {
+    measure_with_input(cmd, None)
+}
+
+/// [`measure`] with `input` written to the child's stdin (by a thread, inside
+/// the timed span, then closed); `None`: stdin is `/dev/null`.
 // The child is reaped by wait4 on its pid, which clippy cannot see.
 #[allow(clippy::zombie_processes)]
-fn measure(mut cmd: impl BorrowMut<Command>) -> Measured {
+fn measure_with_input(mut cmd: impl BorrowMut<Command>, input: Option<&[u8]>) -> Measured {
     let cmd = cmd.borrow_mut();
     let desc = describe(cmd);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let input = input.map(<[u8]>::to_vec);
     let start = Instant::now();
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("could not start `{desc}`: {e}"));
     let pid = libc::pid_t::try_from(child.id()).expect("child pid fits in pid_t");
+    let in_writer = input.map(|bytes| {
+        let mut pipe = child.stdin.take().expect("child stdin is piped");
+        std::thread::spawn(move || {
+            // A child that exits without reading its stdin is judged by
+            // its exit code, not by our broken pipe.
+            match pipe.write_all(&bytes) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Some(e),
+                _ => None,
+            }
+        })
+    });
     let mut out_pipe = child.stdout.take().expect("child stdout is piped");
     let mut err_pipe = child.stderr.take().expect("child stderr is piped");
     let err_reader = std::thread::spawn(move || {
@@ -333,6 +365,9 @@ fn measure(mut cmd: impl BorrowMut<Command>) -> Measured {
     let (stderr, err) = err_reader.join().expect("stderr reader thread panicked");
     if let Some(e) = err {
         panic!("reading stderr of `{desc}`: {e}");
+    }
+    if let Some(Some(e)) = in_writer.map(|t| t.join().expect("stdin writer thread panicked")) {
+        panic!("writing stdin of `{desc}`: {e}");
     }
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is plain old data; all-zero is a valid value.
@@ -1487,6 +1522,583 @@ fn scenario_verify(args: &Args, work: &Path) -> Scenario {
     }
 }
 
+// ---------------------------------------------------------------- h. agent integration
+
+/// How long the harness waits for one MCP response, or for the server to
+/// exit once its stdin is closed: a hung server fails the run, not stalls it.
+const MCP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Tools `rewind mcp` offers with its default profile (`all`).
+const MCP_TOOLS: usize = 10;
+const MCP_PROTOCOL: &str = "2025-06-18";
+
+fn mcp_initialize(id: u64) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": MCP_PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    })
+}
+
+fn mcp_initialized() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+/// One `rewind mcp` process spoken to over stdio: newline-delimited
+/// JSON-RPC 2.0. A thread reads its stdout line by line (`BufReader`) and
+/// hands each line over a channel, so a silent server is a timeout and a
+/// loud panic, not a hang. Any error response, malformed line or unexpected
+/// exit kills the server and panics with its stderr.
+struct McpServer {
+    desc: String,
+    child: std::process::Child,
+    pid: libc::pid_t,
+    /// Just before the spawn.
+    started: Instant,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<std::io::Result<String>>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    reaped: bool,
+}
+
+impl McpServer {
+    /// `rewind mcp` started in `ws` the way agents start it (`cwd` = the
+    /// project, no `-C`).
+    fn spawn(ws: &Path) -> McpServer {
+        let mut c = Command::new(REWIND);
+        c.arg("mcp")
+            .current_dir(ws)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let desc = describe(&c);
+        let started = Instant::now();
+        let mut child = c
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start `{desc}`: {e}"));
+        let pid = libc::pid_t::try_from(child.id()).expect("child pid fits in pid_t");
+        let stdout = child.stdout.take().expect("server stdout is piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                match r.read_line(&mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if tx.send(Ok(line)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        break;
+                    }
+                }
+            }
+        });
+        let mut err_pipe = child.stderr.take().expect("server stderr is piped");
+        let stderr = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = err_pipe.read_to_end(&mut buf);
+            buf
+        });
+        McpServer {
+            desc,
+            stdin: child.stdin.take(),
+            child,
+            pid,
+            started,
+            lines,
+            stderr: Some(stderr),
+            reaped: false,
+        }
+    }
+
+    /// Write one message and a newline, and flush.
+    fn send(&mut self, msg: &Value) {
+        let mut line = msg.to_string();
+        line.push('\n');
+        let stdin = self.stdin.as_mut().expect("server stdin is open");
+        let r = stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.flush());
+        if let Err(e) = r {
+            self.fail(&format!("writing {msg} to its stdin: {e}"));
+        }
+    }
+
+    /// The `result` of the response with this `id`; notifications (and
+    /// requests from the server) on the way are skipped.
+    fn result(&mut self, id: u64, what: &str) -> Value {
+        let deadline = Instant::now() + MCP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left) {
+                Ok(Ok(line)) => line,
+                Ok(Err(e)) => self.fail(&format!("{what}: reading its stdout: {e}")),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => self.fail(&format!(
+                    "{what}: no response with id {id} within {}s",
+                    MCP_TIMEOUT.as_secs()
+                )),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.fail(&format!(
+                    "{what}: it closed stdout (exited?) before answering id {id}"
+                )),
+            };
+            let v: Value = match serde_json::from_str(line.trim_end_matches(['\n', '\r'])) {
+                Ok(v) => v,
+                Err(e) => self.fail(&format!(
+                    "{what}: a stdout line is not one JSON object ({e}): {line:?}"
+                )),
+            };
+            if v.get("jsonrpc") != Some(&json!("2.0")) {
+                self.fail(&format!("{what}: not a JSON-RPC 2.0 message: {v}"));
+            }
+            if v.get("method").is_some() {
+                continue;
+            }
+            if v.get("id").and_then(Value::as_u64) != Some(id) {
+                self.fail(&format!(
+                    "{what}: a response to another id while waiting for {id}: {v}"
+                ));
+            }
+            if let Some(err) = v.get("error") {
+                self.fail(&format!("{what}: JSON-RPC error response: {err}"));
+            }
+            match v.get("result") {
+                Some(r) if r.is_object() => return r.clone(),
+                _ => self.fail(&format!("{what}: response without a result object: {v}")),
+            }
+        }
+    }
+
+    /// The server's peak RSS so far (`VmHWM`), in KiB; 0 if unreadable.
+    fn peak_rss_kib(&self) -> u64 {
+        fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// Reap the server with `wait4` within `timeout`: its wait status and
+    /// rusage; `None` if it is still running (or cannot be waited for).
+    fn reap(&mut self, timeout: Duration) -> Option<(libc::c_int, libc::rusage)> {
+        if self.reaped {
+            return None;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: rusage is plain old data; all-zero is a valid value.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: valid pointers to locals; pid is our own unreaped child.
+            let r = unsafe { libc::wait4(self.pid, &mut status, libc::WNOHANG, &mut ru) };
+            if r == self.pid {
+                self.reaped = true;
+                return Some((status, ru));
+            }
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("bench: wait4 on `{}` failed: {e}", self.desc);
+                self.reaped = true;
+                return None;
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Kill the server and panic with `msg` and its stderr.
+    fn fail(&mut self, msg: &str) -> ! {
+        self.stdin.take();
+        if !self.reaped {
+            let _ = self.child.kill();
+            self.reap(MCP_TIMEOUT);
+        }
+        let stderr = self
+            .stderr
+            .take()
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default();
+        panic!(
+            "\n\n!!!!!!!! h: MCP server `{}`: {msg}\n--- server stderr ---\n{}\n",
+            self.desc,
+            String::from_utf8_lossy(&stderr)
+        );
+    }
+
+    /// Close stdin and wait for a clean exit (code 0): its peak RSS in KiB.
+    fn close(mut self, what: &str) -> u64 {
+        self.stdin.take();
+        let Some((status, ru)) = self.reap(MCP_TIMEOUT) else {
+            self.fail(&format!(
+                "{what}: did not exit within {}s of its stdin being closed",
+                MCP_TIMEOUT.as_secs()
+            ));
+        };
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            self.fail(&format!(
+                "{what}: exited with wait status {status:#x} after its stdin was closed"
+            ));
+        }
+        if let Some(t) = self.stderr.take() {
+            let _ = t.join();
+        }
+        u64::try_from(ru.ru_maxrss).unwrap_or(0)
+    }
+}
+
+impl Drop for McpServer {
+    /// On a panic elsewhere: do not leave a server running in the
+    /// workspace (it would keep the loop filesystem busy).
+    fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        self.stdin.take();
+        if self.reap(Duration::from_secs(5)).is_none() && !self.reaped {
+            let _ = self.child.kill();
+            self.reap(Duration::from_secs(5));
+        }
+    }
+}
+
+/// A target from the issues and what the run measured against it.
+struct Target {
+    scenario: &'static str,
+    what: String,
+    limit: f64,
+    measured: f64,
+    /// `ms` or `×`.
+    unit: &'static str,
+    /// What `measured` is.
+    measured_as: &'static str,
+    shown: String,
+}
+
+impl Target {
+    fn met(&self) -> bool {
+        self.measured <= self.limit
+    }
+    fn to_json(&self) -> Value {
+        json!({
+            "scenario": self.scenario,
+            "target": self.what,
+            "limit": self.limit,
+            "measured": round2(self.measured),
+            "unit": self.unit,
+            "measured_as": self.measured_as,
+            "met": self.met(),
+        })
+    }
+}
+
+/// `(added, modified, deleted)` must be `(0, SMALL_EDITS, 0)`: a checkpoint
+/// that did not see the edits would be a fast, meaningless number.
+fn check_edit_counts(got: (u64, u64, u64), what: &str, v: &Value) {
+    let want = (0, SMALL_EDITS as u64, 0);
+    assert!(
+        got == want,
+        "{what} after {SMALL_EDITS} edits reported (added, modified, deleted) = {got:?}, want {want:?}: {v}"
+    );
+}
+
+/// h. Agent integration, on the long-lived workspace of b–e:
+/// h1. the MCP `checkpoint` tool's round trip on one running server after
+///     10 small edits, against `rewind checkpoint --json` as a whole process
+///     after the same kind of edits (the two alternate which goes first);
+/// h2. `rewind mcp` from spawn to its `tools/list` answer;
+/// h3. `rewind hook pre-tool-use` (a Bash call: auto-checkpoint) as a whole
+///     process after 10 small edits, against `rewind checkpoint --kind hook
+///     --json` after the same kind of edits.
+fn scenario_h(
+    args: &Args,
+    work: &Path,
+    pair: &Pair,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> (Vec<Scenario>, Vec<Target>) {
+    let ws = &pair.ws;
+    let edit = |rng: &mut Rng| {
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        apply_edits(ws, &edits);
+        settle(work);
+    };
+
+    // ---- h1: checkpoint round trip on one server
+    let mut server = McpServer::spawn(ws);
+    server.send(&mcp_initialize(1));
+    let init = server.result(1, "initialize");
+    if !init["protocolVersion"].is_string() || !init["serverInfo"]["name"].is_string() {
+        server.fail(&format!(
+            "initialize: result without protocolVersion / serverInfo.name: {init}"
+        ));
+    }
+    server.send(&mcp_initialized());
+    let mut mcp = Series::default();
+    let mut cli = Series::default();
+    let mut next_id = 2u64;
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [h1] MCP checkpoint vs CLI after {SMALL_EDITS} edits, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let order = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for via_mcp in order {
+            edit(rng);
+            if via_mcp {
+                let id = next_id;
+                next_id += 1;
+                let what = format!("tools/call checkpoint (id {id})");
+                let t = Instant::now();
+                server.send(&json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "method": "tools/call",
+                    "params": {"name": "checkpoint", "arguments": {}},
+                }));
+                let res = server.result(id, &what);
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                match res.get("isError") {
+                    None | Some(Value::Bool(false)) => {}
+                    Some(other) => {
+                        server.fail(&format!("{what}: isError is {other}: {res}"));
+                    }
+                }
+                let sc = &res["structuredContent"];
+                if !sc["id"].is_string() {
+                    server.fail(&format!(
+                        "{what}: result.structuredContent.id is not a string: {res}"
+                    ));
+                }
+                let num = |k: &str| sc[k].as_u64();
+                match (num("added"), num("modified"), num("deleted")) {
+                    (Some(a), Some(m), Some(d)) => check_edit_counts((a, m, d), &what, &res),
+                    _ => server.fail(&format!(
+                        "{what}: structuredContent has no numeric added/modified/deleted: {res}"
+                    )),
+                }
+                mcp.push(ms, server.peak_rss_kib());
+                mcp.self_ms
+                    .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            } else {
+                let m = run(rewind_cmd(ws).args(["checkpoint", "--json"]));
+                let v = m.json();
+                check_edit_counts(counts(&v, "h1: CLI checkpoint"), "h1: CLI checkpoint", &v);
+                cli.push(m.ms(), m.maxrss_kib);
+                cli.self_ms
+                    .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            }
+        }
+    }
+    let server_rss = server.close("h1 server");
+    if let Some(last) = mcp.rss_kib.last_mut() {
+        *last = (*last).max(server_rss);
+    }
+    let ratio = mcp.median() / cli.median();
+    let t1 = Target {
+        scenario: "h1",
+        what: "MCP `checkpoint` round trip ≤ 1.5× `rewind checkpoint --json`".into(),
+        limit: 1.5,
+        measured: ratio,
+        unit: "×",
+        measured_as: "MCP median / CLI median",
+        shown: format!(
+            "MCP/CLI {ratio:.2}× ({} ms vs {} ms)",
+            fmt_ms(mcp.median()),
+            fmt_ms(cli.median())
+        ),
+    };
+
+    // ---- h2: server start to tools/list answered
+    let mut start = Series::default();
+    let mut floor = Series::default();
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [h2] MCP server start → tools/list, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        settle(work);
+        let mut s = McpServer::spawn(ws);
+        s.send(&mcp_initialize(1));
+        s.send(&mcp_initialized());
+        s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        let init = s.result(1, "initialize");
+        let res = s.result(2, "tools/list");
+        let ms = s.started.elapsed().as_secs_f64() * 1000.0;
+        if !init["protocolVersion"].is_string() {
+            s.fail(&format!(
+                "initialize: result without protocolVersion: {init}"
+            ));
+        }
+        let names: Vec<&str> = match res["tools"].as_array() {
+            Some(tools) => tools.iter().filter_map(|t| t["name"].as_str()).collect(),
+            None => s.fail(&format!("tools/list: result has no tools array: {res}")),
+        };
+        if names.len() != MCP_TOOLS
+            || res["tools"].as_array().map(Vec::len) != Some(MCP_TOOLS)
+            || !names.contains(&"checkpoint")
+        {
+            let msg = format!(
+                "tools/list: want {MCP_TOOLS} named tools including checkpoint, got {names:?}: {res}"
+            );
+            s.fail(&msg);
+        }
+        let rss = s.close("h2 server");
+        start.push(ms, rss);
+        let m = run(Command::new(REWIND).arg("--version"));
+        floor.push(m.ms(), m.maxrss_kib);
+    }
+    let t2 = Target {
+        scenario: "h2",
+        what: "MCP server start → `tools/list` answered ≤ 100 ms".into(),
+        limit: 100.0,
+        measured: start.median(),
+        unit: "ms",
+        measured_as: "median, spawn to the tools/list response line",
+        shown: format!("{} ms median", fmt_ms(start.median())),
+    };
+
+    // ---- h3: pre-tool-use hook with an auto-checkpoint
+    let ws_str = ws
+        .to_str()
+        .unwrap_or_else(|| panic!("h3: workspace path {} is not UTF-8", ws.display()));
+    let mut hook = Series::default();
+    let mut hook_cli = Series::default();
+    for r in 0..args.runs {
+        let n = r + 1;
+        eprintln!(
+            "bench: [h3] pre-tool-use hook after {SMALL_EDITS} edits, run {n}/{}",
+            args.runs
+        );
+        let order = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for via_hook in order {
+            edit(rng);
+            if via_hook {
+                let payload = json!({
+                    "session_id": "bench",
+                    "cwd": ws_str,
+                    "hook_event_name": "PreToolUse",
+                    "tool_name": "Bash",
+                    "tool_input": {"command": format!("make test-{n}")},
+                    "tool_use_id": format!("t{n}"),
+                })
+                .to_string();
+                let mut c = Command::new(REWIND);
+                c.args(["hook", "pre-tool-use"]).current_dir(ws);
+                let m = measure_with_input(c, Some(payload.as_bytes())).ok();
+                hook.push(m.ms(), m.maxrss_kib);
+            } else {
+                let label = format!("bench-h3-cli-{n}");
+                let m =
+                    run(rewind_cmd(ws).args(["checkpoint", &label, "--kind", "hook", "--json"]));
+                let v = m.json();
+                check_edit_counts(counts(&v, "h3: CLI checkpoint"), "h3: CLI checkpoint", &v);
+                hook_cli.push(m.ms(), m.maxrss_kib);
+                hook_cli
+                    .self_ms
+                    .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            }
+        }
+    }
+    let list = run(rewind_cmd(ws).args(["list", "--json"])).json();
+    let cks = list["checkpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("h3: `rewind list --json` has no checkpoints array: {list}"));
+    for n in 1..=args.runs {
+        let label = format!("before Bash: make test-{n}");
+        assert!(
+            cks.iter()
+                .any(|c| c["kind"] == "hook" && c["label"].as_str() == Some(label.as_str())),
+            "h3: after the hook runs, `rewind list --json` shows no checkpoint of kind \"hook\" \
+             labelled {label:?} (the hook exited 0 without checkpointing?)"
+        );
+    }
+    let t3 = Target {
+        scenario: "h3",
+        what: format!("pre-tool-use hook with auto-checkpoint after {SMALL_EDITS} edits ≤ 50 ms"),
+        limit: 50.0,
+        measured: hook.median(),
+        unit: "ms",
+        measured_as: "median, whole hook process",
+        shown: format!("{} ms median", fmt_ms(hook.median())),
+    };
+
+    let detail = |t: &Target, how: &str| json!({"target": t.to_json(), "how": how});
+    let scenarios = vec![
+        Scenario {
+            id: "h1",
+            name: format!(
+                "h1. MCP `checkpoint` round trip after editing {SMALL_EDITS} small files (one running server; RSS: server)"
+            ),
+            rewind: mcp,
+            baselines: vec![Baseline {
+                name: "`rewind checkpoint --json` (whole process, same kind of edits)".into(),
+                series: cli,
+            }],
+            detail: detail(
+                &t1,
+                "one `rewind mcp` (cwd = workspace) for all runs, initialized once; timed from writing \
+                 the tools/call request to reading its response line; runs alternate which of MCP and CLI goes first",
+            ),
+        },
+        Scenario {
+            id: "h2",
+            name: "h2. MCP server start → `tools/list` answered (spawn → response line)".into(),
+            rewind: start,
+            baselines: vec![Baseline {
+                name: "process start: `rewind --version`".into(),
+                series: floor,
+            }],
+            detail: detail(
+                &t2,
+                "initialize + notifications/initialized + tools/list written right after spawn; \
+                 then stdin closed and the exit (code 0) awaited, untimed",
+            ),
+        },
+        Scenario {
+            id: "h3",
+            name: format!(
+                "h3. `rewind hook pre-tool-use` (Bash: auto-checkpoint) after editing {SMALL_EDITS} small files (whole process)"
+            ),
+            rewind: hook,
+            baselines: vec![Baseline {
+                name: "`rewind checkpoint --kind hook --json` (same kind of edits)".into(),
+                series: hook_cli,
+            }],
+            detail: detail(
+                &t3,
+                "Claude Code hook payload on stdin, cwd = workspace, no -C (as `rewind integrate` installs it); \
+                 exit 0 required; each run's checkpoint checked in `rewind list --json` at the end",
+            ),
+        },
+    ];
+    (scenarios, vec![t1, t2, t3])
+}
+
 /// Used bytes of the filesystem holding `dir`, after `syncfs` (what
 /// `sync -f` does): `(f_blocks - f_bfree) * f_frsize` from statvfs.
 fn used_bytes(dir: &Path) -> u64 {
@@ -2005,9 +2617,13 @@ fn main() {
     ));
     scenarios.push(scenario_d(&args, &work, &pair, &tree, &mut rng));
     scenarios.push(scenario_guard(&args, &pair));
+    // h runs on b–e's workspace while it is in the state they left it in;
+    // it is reported last.
+    let (scen_h, targets) = scenario_h(&args, &work, &pair, &tree, &mut rng);
     scenarios.push(scenario_verify(&args, &work));
     let (scen_g, steps_g) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
     scenarios.push(scen_g);
+    scenarios.extend(scen_h);
 
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
@@ -2131,6 +2747,28 @@ fn main() {
          default, `git init` is not timed, and (d)'s baseline saves nothing before restoring. \
          Every (d) restore, rewind's and git's, was verified file by file (SHA-256) against the target."
     );
+    let _ = writeln!(
+        md,
+        "\n(h) is agent integration on the workspace of (b)–(e): h1 times one `tools/call checkpoint` \
+         on a `rewind mcp` server started once and kept running (request written → response line \
+         read; not a whole process; its RSS column is the server's VmHWM), h2 a fresh server from \
+         spawn to its `tools/list` answer, h3 the whole `rewind hook pre-tool-use` process that \
+         Claude Code runs before a Bash call. Each h run edits {SMALL_EDITS} small files before each \
+         timed checkpoint, the baseline's included; MCP/hook and baseline alternate which goes first."
+    );
+    let _ = writeln!(md, "\nAgainst the targets:\n");
+    let _ = writeln!(md, "| target | measured | |");
+    let _ = writeln!(md, "|---|---|---|");
+    for t in &targets {
+        let _ = writeln!(
+            md,
+            "| {}. {} | {} | {} |",
+            t.scenario,
+            t.what,
+            t.shown,
+            if t.met() { "met" } else { "**not met**" }
+        );
+    }
     let svg_path = args.out.join("scenarios.svg");
     let _ = writeln!(
         md,
@@ -2188,6 +2826,7 @@ fn main() {
             "total_bytes": total_bytes,
         },
         "scenarios": json_scen,
+        "targets": targets.iter().map(Target::to_json).collect::<Vec<_>>(),
     });
     fs::create_dir_all(&args.out).unwrap_or_else(|e| panic!("create {}: {e}", args.out.display()));
     let md_path = args.out.join("scenarios.md");

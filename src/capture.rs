@@ -27,6 +27,8 @@ use crate::progress::Progress;
 use crate::tree::{Entry, Kind, Node, Reader, Target};
 
 pub const STATE_DIR: &str = ".rewind";
+/// `rewind.toml` at the workspace root: hook and effect rules (`crate::hooks`).
+pub const CONFIG_FILE: &str = "rewind.toml";
 pub const IGNORE_FILE: &str = ".rewindignore";
 
 /// One record of the stat cache: the tree entry as last captured plus the
@@ -503,7 +505,10 @@ impl Walker<'_> {
         ignores: &IgnoreStack,
     ) -> Result<Option<Slot<'c>>> {
         let nb = name.as_bytes();
-        if rel.is_empty() && nb == STATE_DIR.as_bytes() {
+        // rewind's own state and policy are never captured, so no rewind
+        // can roll them back (an agent rewinding to before an effect rule
+        // was written must not switch the rule off).
+        if rel.is_empty() && (nb == STATE_DIR.as_bytes() || nb == CONFIG_FILE.as_bytes()) {
             return Ok(None);
         }
         let meta = match dir.stat_at(&name) {

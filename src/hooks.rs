@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::effects::{Request, payload_hash};
 use crate::error::{Error, Result};
 
-pub const CONFIG_FILE: &str = "rewind.toml";
+pub use crate::capture::CONFIG_FILE;
 
 /// Tools whose calls change files, checkpointed before they run by default.
 pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] =

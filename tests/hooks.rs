@@ -21,7 +21,9 @@ key = "order_id"
 "#;
 
 fn payload(name: &str, cwd: &Path) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hooks").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/hooks")
+        .join(name);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .replace("$CWD", &cwd.display().to_string())
@@ -109,7 +111,10 @@ fn write_and_edit_are_checkpointed_and_read_is_not() {
         let cks = checkpoints(ws);
         assert_eq!(cks.last().expect("a checkpoint")["label"], label, "{name}");
         // Change the tree as the tool would, so the next call has something new.
-        write(&ws.join("src/main.py"), format!("print('{name}')\n").as_bytes());
+        write(
+            &ws.join("src/main.py"),
+            format!("print('{name}')\n").as_bytes(),
+        );
     }
     let n = checkpoints(ws).len();
     let out = pre("read.json", ws);
@@ -133,7 +138,11 @@ fn a_matching_effect_is_admitted_once_then_refused_with_exit_2() {
     let changed = payload("mcp_stripe.json", ws).replace("4200", "9900");
     let out = hook("pre-tool-use", &changed);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("PAYLOAD_MISMATCH"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("PAYLOAD_MISMATCH"),
+        "{}",
+        stderr(&out)
+    );
     let effects = rewind_json(ws, &["effects"]);
     let keys: Vec<&str> = effects["effects"]
         .as_array()
@@ -141,7 +150,13 @@ fn a_matching_effect_is_admitted_once_then_refused_with_exit_2() {
         .iter()
         .filter_map(|e| e["key"].as_str())
         .collect();
-    assert_eq!(keys, ["Bash:git push origin main", "mcp__stripe__create_payment_intent:ord_1234"]);
+    assert_eq!(
+        keys,
+        [
+            "Bash:git push origin main",
+            "mcp__stripe__create_payment_intent:ord_1234"
+        ]
+    );
 }
 
 #[test]
@@ -152,7 +167,10 @@ fn a_call_that_matches_no_rule_is_never_blocked() {
         let out = pre("bash_npm_test.json", ws);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
-    assert_eq!(rewind_json(ws, &["effects"])["effects"], serde_json::json!([]));
+    assert_eq!(
+        rewind_json(ws, &["effects"])["effects"],
+        serde_json::json!([])
+    );
 }
 
 #[test]
@@ -163,11 +181,20 @@ fn a_failed_effect_may_be_retried_and_a_succeeded_one_may_not() {
     let post = hook("post-tool-use", &payload("post_push_failed.json", ws));
     assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
     let retry = pre("bash_push.json", ws);
-    assert_eq!(retry.status.code(), Some(0), "retry after failure refused: {}", stderr(&retry));
+    assert_eq!(
+        retry.status.code(),
+        Some(0),
+        "retry after failure refused: {}",
+        stderr(&retry)
+    );
     let post = hook("post-tool-use", &payload("post_push_ok.json", ws));
     assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
     let again = pre("bash_push.json", ws);
-    assert_eq!(again.status.code(), Some(2), "a succeeded push was admitted again");
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "a succeeded push was admitted again"
+    );
 }
 
 #[test]
@@ -176,14 +203,30 @@ fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
     let ws = dir.path();
     let ledger = ws.join(".rewind/ledger.db");
     assert!(ledger.exists(), "ledger path changed: update this test");
-    std::fs::write(&ledger, b"this is not a SQLite database, it was overwritten").expect("corrupt");
+    std::fs::write(
+        &ledger,
+        b"this is not a SQLite database, it was overwritten",
+    )
+    .expect("corrupt");
     let _ = std::fs::remove_file(ws.join(".rewind/ledger.db-wal"));
     let out = pre("bash_push.json", ws);
-    assert_eq!(out.status.code(), Some(2), "a matching call ran without a ledger");
-    assert!(stderr(&out).contains("LEDGER_UNAVAILABLE"), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a matching call ran without a ledger"
+    );
+    assert!(
+        stderr(&out).contains("LEDGER_UNAVAILABLE"),
+        "{}",
+        stderr(&out)
+    );
     // Not an effect: the hook reports the missing checkpoint but does not block.
     let out = pre("bash_npm_test.json", ws);
-    assert_ne!(out.status.code(), Some(2), "a non-matching call was blocked");
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "a non-matching call was blocked"
+    );
     assert!(stderr(&out).contains("no checkpoint"), "{}", stderr(&out));
 }
 
@@ -191,12 +234,18 @@ fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
 fn an_invalid_rewind_toml_fails_closed_naming_the_file() {
     let dir = project(false);
     let ws = dir.path();
-    write(&ws.join("rewind.toml"), b"[[effect]]\nmatch = \"Bash(git push*\"\n");
+    write(
+        &ws.join("rewind.toml"),
+        b"[[effect]]\nmatch = \"Bash(git push*\"\n",
+    );
     let out = pre("bash_npm_test.json", ws);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("rewind.toml") && err.contains("')'"), "{err}");
-    assert!(checkpoints(ws).is_empty(), "a refused call took a checkpoint");
+    assert!(
+        checkpoints(ws).is_empty(),
+        "a refused call took a checkpoint"
+    );
 }
 
 #[test]
@@ -208,7 +257,11 @@ fn outside_a_workspace_hooks_do_nothing_unless_a_rule_matches() {
     assert!(!ws.join(".rewind").exists(), "a hook created a workspace");
     write(&ws.join("rewind.toml"), RULES.as_bytes());
     let out = pre("bash_push.json", ws);
-    assert_eq!(out.status.code(), Some(2), "an effect ran with no ledger to record it");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an effect ran with no ledger to record it"
+    );
     assert!(stderr(&out).contains("rewind init"), "{}", stderr(&out));
 }
 
@@ -219,7 +272,32 @@ fn a_malformed_payload_is_reported_and_changes_nothing() {
     for bad in ["", "not json", "{\"tool_input\": {}}", "[1,2]"] {
         let out = hook("pre-tool-use", bad);
         assert_eq!(out.status.code(), Some(1), "{bad:?}: {}", stderr(&out));
-        assert!(stderr(&out).contains("tool_name"), "{bad:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("tool_name"),
+            "{bad:?}: {}",
+            stderr(&out)
+        );
     }
     assert!(checkpoints(ws).is_empty());
+}
+
+#[test]
+fn a_rewind_to_before_the_rules_existed_keeps_the_rules() {
+    let dir = project(false);
+    let ws = dir.path();
+    let before = common::checkpoint_id(ws, &[]);
+    write(&ws.join("rewind.toml"), RULES.as_bytes());
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    rewind_json(ws, &["rewind", &before]);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("rewind.toml")).expect("rules"),
+        RULES
+    );
+    let again = pre("bash_push.json", ws);
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "the rules were rewound away: {}",
+        stderr(&again)
+    );
 }

@@ -19,7 +19,11 @@ const FILES: &[(&str, &[&str])] = &[
 ];
 
 fn files_of(agent: &str) -> &'static [&'static str] {
-    FILES.iter().find(|(a, _)| *a == agent).map(|(_, f)| *f).unwrap_or(&[])
+    FILES
+        .iter()
+        .find(|(a, _)| *a == agent)
+        .map(|(_, f)| *f)
+        .unwrap_or(&[])
 }
 
 fn read_all(ws: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
@@ -53,7 +57,13 @@ fn actions(out: &Value) -> Vec<String> {
         .as_array()
         .expect("files")
         .iter()
-        .map(|f| format!("{} {}", f["path"].as_str().unwrap_or(""), f["action"].as_str().unwrap_or("")))
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["path"].as_str().unwrap_or(""),
+                f["action"].as_str().unwrap_or("")
+            )
+        })
         .collect()
 }
 
@@ -67,22 +77,39 @@ fn on_an_empty_project_each_agent_gets_valid_config_and_a_second_run_is_a_no_op(
         assert_eq!(actions(&out), want, "{agent}");
         let ignore = std::fs::read_to_string(ws.join(".rewind/ignore")).expect(".rewind/ignore");
         for f in *files {
-            assert!(ignore.lines().any(|l| l == format!("/{f}")), "{agent}: {f} not ignored:\n{ignore}");
+            assert!(
+                ignore.lines().any(|l| l == format!("/{f}")),
+                "{agent}: {f} not ignored:\n{ignore}"
+            );
         }
         assert!(ws.join(".rewind").is_dir(), "{agent}: no workspace");
         for f in *files {
             if f.ends_with(".toml") {
                 let doc = toml_file(ws, f);
-                assert_eq!(doc["mcp_servers"]["rewind"]["command"].as_str(), Some("rewind"));
-                assert!(doc.to_string().contains("rewind hook pre-tool-use"), "{agent}");
+                assert_eq!(
+                    doc["mcp_servers"]["rewind"]["command"].as_str(),
+                    Some("rewind")
+                );
+                assert!(
+                    doc.to_string().contains("rewind hook pre-tool-use"),
+                    "{agent}"
+                );
             } else {
                 let v = json_file(ws, f);
                 if f.ends_with("mcp.json") || *agent == "gemini" {
-                    assert_eq!(v["mcpServers"]["rewind"], json!({"command": "rewind", "args": ["mcp"]}), "{agent} {f}");
+                    assert_eq!(
+                        v["mcpServers"]["rewind"],
+                        json!({"command": "rewind", "args": ["mcp"]}),
+                        "{agent} {f}"
+                    );
                 }
                 if f.contains("settings") {
                     let text = v["hooks"].to_string();
-                    assert!(text.contains("rewind hook pre-tool-use") && text.contains("rewind hook post-tool-use"), "{agent}: {text}");
+                    assert!(
+                        text.contains("rewind hook pre-tool-use")
+                            && text.contains("rewind hook post-tool-use"),
+                        "{agent}: {text}"
+                    );
                 }
             }
         }
@@ -90,7 +117,11 @@ fn on_an_empty_project_each_agent_gets_valid_config_and_a_second_run_is_a_no_op(
         let again = integrate(ws, agent, &[]);
         let mut want: Vec<String> = files.iter().map(|f| format!("{f} unchanged")).collect();
         assert_eq!(actions(&again), want, "{agent} second run");
-        assert_eq!(read_all(ws), before, "{agent}: the second run changed bytes");
+        assert_eq!(
+            read_all(ws),
+            before,
+            "{agent}: the second run changed bytes"
+        );
     }
 }
 
@@ -126,32 +157,66 @@ fn the_users_settings_survive_and_the_merge_is_idempotent() {
         assert_eq!(got[..files.len()], want[..], "{agent}");
     }
     let m = json_file(ws, ".mcp.json");
-    assert_eq!(m["mcpServers"]["github"], json!({"command": "gh-mcp", "args": ["--stdio"], "env": {"TOKEN": "x"}}));
+    assert_eq!(
+        m["mcpServers"]["github"],
+        json!({"command": "gh-mcp", "args": ["--stdio"], "env": {"TOKEN": "x"}})
+    );
     assert_eq!(m["zzz_user_key"], json!(true));
     let keys: Vec<&String> = m.as_object().expect("object").keys().collect();
-    assert_eq!(keys, ["mcpServers", "zzz_user_key"], "key order was not kept");
+    assert_eq!(
+        keys,
+        ["mcpServers", "zzz_user_key"],
+        "key order was not kept"
+    );
     let s = json_file(ws, ".claude/settings.json");
-    assert_eq!(s["permissions"], json!({"allow": ["Bash(npm test)"], "deny": ["Read(./.env)"]}));
+    assert_eq!(
+        s["permissions"],
+        json!({"allow": ["Bash(npm test)"], "deny": ["Read(./.env)"]})
+    );
     assert_eq!(s["model"], json!("opus"));
     let pre = s["hooks"]["PreToolUse"].as_array().expect("PreToolUse");
-    assert_eq!(pre.len(), 2, "the user's hook must stay, ours added: {pre:?}");
+    assert_eq!(
+        pre.len(),
+        2,
+        "the user's hook must stay, ours added: {pre:?}"
+    );
     assert_eq!(pre[0]["hooks"][0]["command"], json!("./audit.sh"));
     let c = std::fs::read_to_string(ws.join(".codex/config.toml")).expect("codex");
-    assert!(c.starts_with("# my codex settings\nmodel = \"gpt-5\"  # keep this comment\n"), "{c}");
+    assert!(
+        c.starts_with("# my codex settings\nmodel = \"gpt-5\"  # keep this comment\n"),
+        "{c}"
+    );
     let doc = toml_file(ws, ".codex/config.toml");
-    assert_eq!(doc["mcp_servers"]["docs"]["command"].as_str(), Some("docs-mcp"));
-    assert_eq!(doc["mcp_servers"]["rewind"]["command"].as_str(), Some("rewind"));
+    assert_eq!(
+        doc["mcp_servers"]["docs"]["command"].as_str(),
+        Some("docs-mcp")
+    );
+    assert_eq!(
+        doc["mcp_servers"]["rewind"]["command"].as_str(),
+        Some("rewind")
+    );
     let g = json_file(ws, ".gemini/settings.json");
     assert_eq!(g["theme"], json!("Dracula"));
     assert_eq!(g["mcpServers"]["fs"], json!({"command": "fs-mcp"}));
-    assert!(g["hooks"]["BeforeTool"].to_string().contains("hook pre-tool-use"));
+    assert!(
+        g["hooks"]["BeforeTool"]
+            .to_string()
+            .contains("hook pre-tool-use")
+    );
     let cu = json_file(ws, ".cursor/mcp.json");
-    assert_eq!(cu["mcpServers"]["rewind"], json!({"command": "rewind", "args": ["mcp"], "env": {"A": "1"}}), "our entry is refreshed, the user's env kept");
+    assert_eq!(
+        cu["mcpServers"]["rewind"],
+        json!({"command": "rewind", "args": ["mcp"], "env": {"A": "1"}}),
+        "our entry is refreshed, the user's env kept"
+    );
 
     let before = read_all(ws);
     for (agent, _) in FILES {
         let out = integrate(ws, agent, &[]);
-        assert!(actions(&out).iter().all(|a| a.ends_with(" unchanged")), "{agent}: {out}");
+        assert!(
+            actions(&out).iter().all(|a| a.ends_with(" unchanged")),
+            "{agent}: {out}"
+        );
     }
     assert_eq!(read_all(ws), before);
 }
@@ -162,21 +227,38 @@ fn dry_run_shows_a_diff_and_writes_nothing() {
     let ws = dir.path();
     write(&ws.join(".mcp.json"), br#"{"mcpServers": {}}"#);
     let before = read_all(ws);
-    let out = rewind(ws, &["integrate", "claude", "--dry-run", "--command", "rewind"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rewind(
+        ws,
+        &["integrate", "claude", "--dry-run", "--command", "rewind"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("--- a/.mcp.json") && text.contains("+++ b/.mcp.json"), "{text}");
+    assert!(
+        text.contains("--- a/.mcp.json") && text.contains("+++ b/.mcp.json"),
+        "{text}"
+    );
     assert!(text.contains("+    \"rewind\": {"), "{text}");
     assert!(text.contains("+++ b/.claude/settings.json"), "{text}");
     assert_eq!(read_all(ws), before, "dry run wrote files");
-    assert!(!ws.join(".rewind").exists(), "dry run created the workspace");
+    assert!(
+        !ws.join(".rewind").exists(),
+        "dry run created the workspace"
+    );
 }
 
 #[test]
 fn a_config_file_that_does_not_parse_is_named_and_nothing_is_written() {
     for (agent, file, junk) in [
         ("claude", ".claude/settings.json", "{\"hooks\": [1, 2"),
-        ("claude", ".claude/settings.json", "{\"hooks\": {\"PreToolUse\": {}}}"),
+        (
+            "claude",
+            ".claude/settings.json",
+            "{\"hooks\": {\"PreToolUse\": {}}}",
+        ),
         ("codex", ".codex/config.toml", "[mcp_servers\nx = "),
         ("gemini", ".gemini/settings.json", "[]"),
     ] {
@@ -187,8 +269,15 @@ fn a_config_file_that_does_not_parse_is_named_and_nothing_is_written() {
         let out = rewind(ws, &["integrate", agent, "--command", "rewind"]);
         assert_eq!(out.status.code(), Some(1), "{agent} {junk}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(file) && err.contains("nothing was changed"), "{agent} {junk}: {err}");
-        assert_eq!(read_all(ws), before, "{agent}: files written despite the error");
+        assert!(
+            err.contains(file) && err.contains("nothing was changed"),
+            "{agent} {junk}: {err}"
+        );
+        assert_eq!(
+            read_all(ws),
+            before,
+            "{agent}: files written despite the error"
+        );
     }
     let _ = files_of("claude");
 }
@@ -203,7 +292,10 @@ fn the_hook_command_written_for_claude_runs_and_checkpoints() {
     let s = json_file(ws, ".claude/settings.json");
     let group = &s["hooks"]["PreToolUse"][0];
     assert_eq!(group["matcher"], json!("*"));
-    let cmd = group["hooks"][0]["command"].as_str().expect("command").to_string();
+    let cmd = group["hooks"][0]["command"]
+        .as_str()
+        .expect("command")
+        .to_string();
     let payload = json!({"cwd": ws, "tool_name": "Bash", "tool_input": {"command": "rm a.txt"}, "session_id": "s", "tool_use_id": "t"});
     let mut child = Command::new("sh")
         .args(["-c", &cmd])
@@ -219,9 +311,16 @@ fn the_hook_command_written_for_claude_runs_and_checkpoints() {
         .write_all(payload.to_string().as_bytes())
         .expect("payload");
     let out = child.wait_with_output().expect("hook");
-    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list = rewind_json(ws, &["list"]);
-    assert_eq!(list["checkpoints"][0]["label"], json!("before Bash: rm a.txt"));
+    assert_eq!(
+        list["checkpoints"][0]["label"],
+        json!("before Bash: rm a.txt")
+    );
     let m = json_file(ws, ".mcp.json");
     assert_eq!(m["mcpServers"]["rewind"]["command"], json!(bin));
 }
@@ -246,5 +345,8 @@ fn a_rewind_to_before_the_integration_keeps_the_agent_config() {
         write(&ws.join("b.txt"), b"again\n");
         common::checkpoint_id(ws, &[]);
     }
-    assert!(!ws.join(".rewindignore").exists(), "integrate wrote into the user's tree rules");
+    assert!(
+        !ws.join(".rewindignore").exists(),
+        "integrate wrote into the user's tree rules"
+    );
 }

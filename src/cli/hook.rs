@@ -111,18 +111,24 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         }
         return (out, 0);
     };
+    let checkpoint = config.checkpoints(&call.tool_name);
+    if !checkpoint && effect.is_none() {
+        return (out, 0); // a read: nothing to save, nothing to guard
+    }
+    let mut open_error = String::new();
     let mut ws = match Workspace::open(&root, false) {
         Ok(ws) => Some(ws),
         Err(e) => {
-            out.warning = Some(format!("no checkpoint before this call: {e}"));
+            if checkpoint {
+                out.warning = Some(format!("no checkpoint before this call: {e}"));
+            }
+            open_error = e.to_string();
             None
         }
     };
     // Checkpoint first: an admitted effect is then recorded against the
     // tree it was made from, which is what a later rewind compares with.
-    if config.checkpoints(&call.tool_name)
-        && let Some(ws) = ws.as_mut()
-    {
+    if checkpoint && let Some(ws) = ws.as_mut() {
         match ws.checkpoint(Some(&call.label()), "hook", true) {
             Ok(r) => out.checkpoint = Some(r.id),
             Err(e) => out.warning = Some(format!("no checkpoint before this call: {e}")),
@@ -138,7 +144,7 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
             .set_busy_timeout(super::guard::timeout())
             .and_then(|_| ws.ledger_mut().guard(&req))
             .unwrap_or_else(|e| Decision::unavailable(&req, e.to_string())),
-        None => Decision::unavailable(&req, "the ledger cannot be opened".into()),
+        None => Decision::unavailable(&req, open_error),
     };
     let admitted = decision.code.admitted();
     if !admitted {

@@ -89,7 +89,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     // The agent's config must not flip with rewinds (a rewind to before
     // the integration would switch the hooks off mid-session): the files we
     // manage are ignored by rules in .rewind/ignore, which no rewind touches.
-    let protect: Vec<String> = plans.iter().map(|p| format!("/{}", rel(&root, &p.path))).collect();
+    let protect: Vec<String> = plans
+        .iter()
+        .map(|p| format!("/{}", rel(&root, &p.path)))
+        .collect();
     // Every file parsed and planned before any is written.
     let mut files = Vec::new();
     for p in &plans {
@@ -340,7 +343,10 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         .or_insert_with(implicit)
         .as_table_mut()
         .ok_or_else(|| invalid("`hooks` is not a table".into()))?;
-    for (event, verb) in [("PreToolUse", "pre-tool-use"), ("PostToolUse", "post-tool-use")] {
+    for (event, verb) in [
+        ("PreToolUse", "pre-tool-use"),
+        ("PostToolUse", "post-tool-use"),
+    ] {
         let groups = hooks
             .entry(event)
             .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new()))
