@@ -27,6 +27,9 @@ pub const POINTS: &[&str] = &[
     "rewind:after-commit",
     "guard:before-commit",
     "guard:after-commit",
+    "gc:pruned",
+    "gc:rows-swept",
+    "gc:object-removed",
 ];
 
 enum Action {

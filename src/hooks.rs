@@ -17,96 +17,14 @@
 //! key = "order_id"            # the effect's identity: this field of tool_input
 //! ```
 
-use std::path::Path;
-
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::effects::{Request, payload_hash};
-use crate::error::{Error, Result};
 
-pub use crate::capture::CONFIG_FILE;
-
-/// Tools whose calls change files, checkpointed before they run by default.
-pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] =
-    &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    #[serde(default)]
-    pub hook: HookConfig,
-    #[serde(default, rename = "effect")]
-    pub effects: Vec<EffectRule>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HookConfig {
-    /// Tool names (or globs) checkpointed before they run.
-    #[serde(default = "default_checkpoint_tools")]
-    pub checkpoint: Vec<String>,
-}
-
-impl Default for HookConfig {
-    fn default() -> Self {
-        HookConfig {
-            checkpoint: default_checkpoint_tools(),
-        }
-    }
-}
-
-fn default_checkpoint_tools() -> Vec<String> {
-    DEFAULT_CHECKPOINT_TOOLS
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EffectRule {
-    /// `Tool(glob)` (glob over the command or main argument) or `glob`
-    /// (over the tool name).
-    #[serde(rename = "match")]
-    pub pattern: String,
-    #[serde(default)]
-    pub kind: Option<String>,
-    /// A `tool_input` field naming the effect (e.g. an order id); default:
-    /// the whole call, so only an identical call counts as the same effect.
-    #[serde(default)]
-    pub key: Option<String>,
-}
+pub use crate::config::{CONFIG_FILE, Config, EffectRule};
 
 impl Config {
-    /// Read `rewind.toml` under `root`; a missing file is the defaults. A
-    /// broken file is an error naming the file and the fix: the caller
-    /// fails closed on it.
-    pub fn load(root: &Path) -> Result<Config> {
-        let path = root.join(CONFIG_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(e) => {
-                return Err(Error::os(rewind_platform::Error::new(
-                    "read config",
-                    &path,
-                    e,
-                )));
-            }
-        };
-        Config::parse(&text).map_err(|reason| Error::InvalidPath { path, reason })
-    }
-
-    pub fn parse(text: &str) -> std::result::Result<Config, String> {
-        let config: Config = toml_edit::de::from_str(text)
-            .map_err(|e| format!("invalid rewind.toml, fix it: {}", e.to_string().trim()))?;
-        for r in &config.effects {
-            Pattern::parse(&r.pattern)?;
-        }
-        Ok(config)
-    }
-
     pub fn checkpoints(&self, tool: &str) -> bool {
         self.hook.checkpoint.iter().any(|g| glob(g, tool))
     }
@@ -218,6 +136,11 @@ impl ToolCall {
 }
 
 /// `Tool(glob)` or `glob`.
+/// Check an effect rule's `match` when the config is read.
+pub(crate) fn validate_pattern(s: &str) -> std::result::Result<(), String> {
+    Pattern::parse(s).map(|_| ())
+}
+
 #[derive(Debug)]
 struct Pattern<'a> {
     tool: &'a str,

@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS checkpoints(
     kind TEXT NOT NULL,
     created_at INTEGER NOT NULL,
     note TEXT,
-    stats TEXT NOT NULL
+    stats TEXT NOT NULL,
+    pruned_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS checkpoints_label ON checkpoints(label);
 CREATE TABLE IF NOT EXISTS stat_cache(dir BLOB PRIMARY KEY, node BLOB NOT NULL, stats BLOB NOT NULL) WITHOUT ROWID;
@@ -85,6 +86,10 @@ pub struct Checkpoint {
     pub note: Option<String>,
     #[serde(skip)]
     pub stats: serde_json::Value,
+    /// Its contents were released by `gc`; the row (and its chain entry)
+    /// stays so that history keeps its shape.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pruned: bool,
 }
 
 fn ser_parent<S: serde::Serializer>(p: &Option<(i64, String)>, s: S) -> Result<S::Ok, S::Error> {
@@ -141,7 +146,7 @@ pub struct Ledger {
 }
 
 const CHECKPOINT_COLS: &str =
-    "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats";
+    "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats, c.pruned_at";
 
 fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     let root: Vec<u8> = r.get(2)?;
@@ -160,6 +165,7 @@ fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
         created_at_ms,
         note: r.get(8)?,
         stats: serde_json::from_str(&stats).unwrap_or(serde_json::Value::Null),
+        pruned: r.get::<_, Option<i64>>(10)?.is_some(),
     })
 }
 
@@ -250,7 +256,7 @@ impl Ledger {
         // directory's stat-cache blob out of overflow chains. mmap reads
         // skip a copy per page.
         conn.execute_batch(
-            "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
+            "PRAGMA page_size=16384; PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
              PRAGMA foreign_keys=ON; PRAGMA mmap_size=268435456;",
         )
         .map_err(db_err(path))?;
@@ -287,6 +293,20 @@ impl Ledger {
             crate::effects::SCHEMA,
         ] {
             self.conn.execute_batch(schema).map_err(db_err(&path))?;
+        }
+        let has_pruned: bool = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('checkpoints') WHERE name = 'pruned_at'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db_err(&path))?
+            > 0;
+        if !has_pruned {
+            self.conn
+                .execute_batch("ALTER TABLE checkpoints ADD COLUMN pruned_at INTEGER")
+                .map_err(db_err(&path))?;
         }
         if crate::chain::head(&self.conn, &path)?.is_none() {
             let id = self.workspace_id()?;
@@ -494,6 +514,78 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// Checkpoints that admitted effects still unresolved point at.
+    pub fn unresolved_effect_heads(&self) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT head FROM effects WHERE status = 'admitted' AND head IS NOT NULL")
+            .map_err(self.err())?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// Hashes of every stored tree node (for `gc`'s sweep).
+    pub fn tree_hashes(&self) -> Result<Vec<Hash>> {
+        self.hashes("SELECT hash FROM trees")
+    }
+
+    /// Every small object: (hash, size in bytes).
+    pub fn blob_sizes(&self) -> Result<Vec<(Hash, u64)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT hash, length(data) FROM blobs")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                let h: Vec<u8> = r.get(0)?;
+                Ok((Hash::from_slice(&h).unwrap_or(Hash([0; 32])), r.get::<_, i64>(1)? as u64))
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    fn hashes(&self, sql: &str) -> Result<Vec<Hash>> {
+        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                let h: Vec<u8> = r.get(0)?;
+                Ok(Hash::from_slice(&h).unwrap_or(Hash([0; 32])))
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// Node hashes the stat cache points at: they are reused by the next
+    /// capture without being re-read, so `gc` must keep them.
+    pub fn stat_cache_nodes(&self) -> Result<Vec<Hash>> {
+        self.hashes("SELECT node FROM stat_cache")
+    }
+
+    /// Bytes the ledger file uses, and the bytes of its free pages.
+    pub fn used_bytes(&self) -> Result<(u64, u64)> {
+        let q = |sql: &str| -> Result<u64> {
+            self.conn
+                .query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(self.err())
+        };
+        let (pages, free, size) = (
+            q("PRAGMA page_count")?,
+            q("PRAGMA freelist_count")?,
+            q("PRAGMA page_size")?,
+        );
+        Ok(((pages - free.min(pages)) * size, free * size))
+    }
+
+    /// Give free pages back to the filesystem (ledgers created with
+    /// `auto_vacuum=INCREMENTAL`; a no-op on older ones), then fold the WAL
+    /// into the main file so the space shows in `df`.
+    pub fn release_free_pages(&self) -> Result<()> {
+        self.conn
+            .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(self.err())
+    }
+
     pub fn tree(&self, hash: &Hash) -> Result<Option<Node>> {
         let data: Option<Vec<u8>> = self
             .conn
@@ -679,6 +771,33 @@ impl Tx<'_> {
                 "INSERT INTO checkpoints(seq, id, root, parent, label, kind, created_at, note, stats) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8)",
                 params![seq, id, &root.0[..], parent, label, kind, created_at_ms, stats.to_string()],
             )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Mark a checkpoint pruned (its contents go at the next sweep).
+    pub fn mark_pruned(&self, seq: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "UPDATE checkpoints SET pruned_at = ?2 WHERE seq = ?1 AND pruned_at IS NULL",
+                params![seq, crate::time::now_ms()],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn delete_tree(&self, hash: &Hash) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM trees WHERE hash = ?1")
+            .and_then(|mut s| s.execute([&hash.0[..]]))
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn delete_blob(&self, hash: &Hash) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM blobs WHERE hash = ?1")
+            .and_then(|mut s| s.execute([&hash.0[..]]))
             .map_err(self.err())?;
         Ok(())
     }

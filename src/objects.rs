@@ -334,6 +334,50 @@ impl ObjectStore {
         Ok((checked, bad))
     }
 
+    /// Every object file: its hash and metadata (for `gc` and `du`). Names
+    /// that are not object names are skipped.
+    pub fn files(&self) -> Result<Vec<(Hash, rewind_platform::Meta)>> {
+        let mut out = Vec::new();
+        for shard in self.objects.entries().map_err(Error::os)? {
+            let Ok(dir) = self.objects.open_dir(&shard) else {
+                continue;
+            };
+            for name in dir.entries().map_err(Error::os)? {
+                let label = format!("{}{}", shard.to_string_lossy(), name.to_string_lossy());
+                let Some(hash) = Hash::from_hex(&label) else {
+                    continue;
+                };
+                match dir.stat_at(&name) {
+                    Ok(meta) => out.push((hash, meta)),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(Error::os(e)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Open an object file, if there is one.
+    pub fn open_object(&self, hash: &Hash) -> Result<Option<File>> {
+        self.open_file(hash)
+    }
+
+    /// Where an object file lives (for messages and FIEMAP).
+    pub fn object_path(&self, hash: &Hash) -> std::path::PathBuf {
+        let hex = hash.to_hex();
+        self.objects.path().join(&hex[..2]).join(&hex[2..])
+    }
+
+    /// Delete an object file (`gc`); gone already is fine.
+    pub fn remove_object(&self, hash: &Hash) -> Result<()> {
+        let hex = hash.to_hex();
+        match self.shard(&hex[..2])?.unlink(OsStr::new(&hex[2..])) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(Error::os(e)),
+        }
+    }
+
     /// Remove every leftover in `.rewind/tmp/` (after a crash).
     pub fn clean_tmp(&self) -> Result<usize> {
         let names = self.tmp.entries().map_err(Error::os)?;

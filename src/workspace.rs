@@ -510,6 +510,15 @@ impl Workspace {
     /// for the N-th parent), a full id, a unique id prefix, or a label
     /// (the newest checkpoint with that label).
     pub fn resolve(&self, spec: &str) -> Result<Checkpoint> {
+        let ck = self.resolve_any(spec)?;
+        if ck.pruned {
+            return Err(Error::Pruned { id: ck.id });
+        }
+        Ok(ck)
+    }
+
+    /// Like [`Workspace::resolve`], pruned checkpoints included.
+    pub fn resolve_any(&self, spec: &str) -> Result<Checkpoint> {
         let unknown = || Error::UnknownId {
             id: spec.to_string(),
         };

@@ -73,7 +73,7 @@ fn on_an_empty_project_each_agent_gets_valid_config_and_a_second_run_is_a_no_op(
         let dir = common::tmp();
         let ws = dir.path();
         let out = integrate(ws, agent, &[]);
-        let mut want: Vec<String> = files.iter().map(|f| format!("{f} created")).collect();
+        let want: Vec<String> = files.iter().map(|f| format!("{f} created")).collect();
         assert_eq!(actions(&out), want, "{agent}");
         let ignore = std::fs::read_to_string(ws.join(".rewind/ignore")).expect(".rewind/ignore");
         for f in *files {
@@ -115,7 +115,7 @@ fn on_an_empty_project_each_agent_gets_valid_config_and_a_second_run_is_a_no_op(
         }
         let before = read_all(ws);
         let again = integrate(ws, agent, &[]);
-        let mut want: Vec<String> = files.iter().map(|f| format!("{f} unchanged")).collect();
+        let want: Vec<String> = files.iter().map(|f| format!("{f} unchanged")).collect();
         assert_eq!(actions(&again), want, "{agent} second run");
         assert_eq!(
             read_all(ws),

@@ -8,6 +8,7 @@
 mod clone;
 mod dir;
 mod error;
+mod fiemap;
 mod fsinfo;
 mod lock;
 mod process;
@@ -16,6 +17,7 @@ mod xattr;
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};
+pub use fiemap::{Extent, extents};
 pub use fsinfo::{FsInfo, FsKind, clone_support, probe_clone};
 pub use lock::LockFile;
 pub use process::{kill_self, stop_self};

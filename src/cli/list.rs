@@ -63,6 +63,8 @@ fn draw(
         };
         let marker = if Some(c.id.as_str()) == head {
             "@"
+        } else if c.pruned {
+            "·"
         } else {
             "○"
         };
@@ -80,6 +82,10 @@ fn draw(
                 .map(|n| format!("  note: {n}"))
                 .unwrap_or_default(),
         ));
+        if c.pruned {
+            out.truncate(out.trim_end().len());
+            out.push_str("  (pruned)\n");
+        }
         if let Some(kids) = children.get(&Some(c.seq)) {
             draw(kids, &rest, children, head, out);
         }

@@ -6,6 +6,7 @@ mod checkpoint;
 pub(crate) mod diff;
 mod doctor;
 mod effects;
+mod gc;
 pub(crate) mod guard;
 mod hook;
 mod init;
@@ -80,6 +81,8 @@ enum Command {
     Guard(guard::Args),
     /// List recorded effects, or `effects resolve KEY --outcome failed|succeeded`
     Effects(effects::Args),
+    /// Prune checkpoints by the retention policy and free what only they used
+    Gc(gc::Args),
     /// MCP server on stdio for AI agents (tools: checkpoint, rewind, guard_effect, ...)
     Mcp(mcp::Args),
     /// Agent hooks: `hook pre-tool-use` / `hook post-tool-use` read the hook JSON on stdin
@@ -217,6 +220,7 @@ pub fn main() -> i32 {
         Command::Verify(a) => return verify::run(&ctx, a),
         Command::Guard(a) => return guard::run(&ctx, a),
         Command::Effects(a) => effects::run(&ctx, a),
+        Command::Gc(a) => gc::run(&ctx, a),
         Command::Mcp(a) => mcp::run(&ctx, a),
         Command::Hook(a) => return hook::run(&ctx, a),
         Command::Integrate(a) => integrate::run(&ctx, a),

@@ -572,6 +572,9 @@ pub struct CheckpointItem {
     /// Left by a rewind with a report: why this branch was abandoned
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+    /// Released by gc: cannot be rewound to
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pruned: bool,
 }
 
 impl From<crate::ledger::Checkpoint> for CheckpointItem {
@@ -583,6 +586,7 @@ impl From<crate::ledger::Checkpoint> for CheckpointItem {
             kind: c.kind,
             created_at: c.created_at,
             note: c.note,
+            pruned: c.pruned,
         }
     }
 }
@@ -777,6 +781,12 @@ fn backtrack_candidates(ctx: &Ctx, input: CandidatesIn) -> Result<CandidatesOut>
             fork = parent(f).copied();
         }
     }
+    // Pruned checkpoints cannot be gone back to: not candidates.
+    let (line, attempts): (Vec<_>, Vec<_>) = line
+        .into_iter()
+        .zip(attempts)
+        .filter(|(c, _)| !c.pruned)
+        .unzip();
     let total = line.len();
     let candidates: Vec<Candidate> = line
         .into_iter()

@@ -1,0 +1,74 @@
+use super::{Ctx, human_bytes};
+use crate::config::{Config, Retention, parse_duration};
+use crate::error::{Error, Result};
+use crate::gc::{self, Options};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Keep the N newest checkpoints
+    #[arg(long, value_name = "N")]
+    keep_last: Option<usize>,
+    /// Keep checkpoints younger than this (90s, 30m, 24h, 7d, 2w)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    keep_within: Option<std::time::Duration>,
+    /// Keep every labeled checkpoint
+    #[arg(long)]
+    keep_labeled: bool,
+    /// Show what would be pruned and freed; change nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Also prune protected checkpoints (recent past, unresolved effects,
+    /// undo target); never HEAD or a rewind in progress
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    // Flags given: they are the whole policy. None: rewind.toml's [retention].
+    let policy = if args.keep_last.is_some() || args.keep_within.is_some() || args.keep_labeled {
+        Retention {
+            keep_last: args.keep_last.unwrap_or(0),
+            keep_within: args.keep_within.unwrap_or_default(),
+            keep_labeled: args.keep_labeled,
+            ..Retention::default()
+        }
+    } else {
+        Config::load(ws.root_path())
+            .map_err(|e| Error::Usage(format!("{e} (gc reads [retention] from it)")))?
+            .retention
+    };
+    let r = gc::run(
+        &mut ws,
+        &Options {
+            policy,
+            dry_run: args.dry_run,
+            force: args.force,
+        },
+    )?;
+    ctx.emit(&r, || {
+        let verb = if r.dry_run { "would prune" } else { "pruned" };
+        let mut s = format!(
+            "{verb} {} checkpoint{}, kept {} ({} protected)",
+            r.pruned.len(),
+            if r.pruned.len() == 1 { "" } else { "s" },
+            r.kept,
+            r.protected.len()
+        );
+        if !r.pruned.is_empty() {
+            s.push_str(&format!(": {}", r.pruned.join(" ")));
+        }
+        let f = &r.freed;
+        s.push_str(&format!(
+            "\n{} {} tree nodes, {} small objects, {} object files: {} ({} allocated) in {} ms",
+            if r.dry_run { "would free" } else { "freed" },
+            f.tree_nodes,
+            f.small_objects,
+            f.object_files,
+            human_bytes(f.bytes),
+            human_bytes(f.allocated),
+            r.duration_ms
+        ));
+        s
+    })
+}

@@ -1,0 +1,290 @@
+//! Retention and garbage collection (issue 7).
+//!
+//! Pruning is two steps, each crash-safe on its own:
+//! 1. **Prune**: in one transaction, checkpoints the policy drops are marked
+//!    `pruned_at` and a `gc` entry naming them goes on the chain. Rows stay,
+//!    so history keeps its shape and the chain its entries.
+//! 2. **Sweep** (mark and sweep): everything reachable from a live root is
+//!    marked (unpruned checkpoints, the stat cache's nodes, an in-flight
+//!    rewind's target); unmarked tree nodes and small objects are deleted in
+//!    one transaction, then unmarked object files are unlinked.
+//!
+//! A crash between or inside the steps leaves only garbage that the next
+//! sweep removes: nothing a live checkpoint reaches is ever deleted, because
+//! the mark is computed afresh under the workspace lock, which every writer
+//! (checkpoint, rewind, gc) holds for its whole run.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::config::Retention;
+use crate::error::Result;
+use crate::hash::Hash;
+use crate::ledger::Checkpoint;
+use crate::tree::Target;
+use crate::workspace::Workspace;
+
+/// HEAD and this many of its nearest ancestors are protected: the agent's
+/// recent past, where an undo most likely goes.
+pub const RECENT_ANCESTORS: usize = 3;
+
+/// Why a checkpoint may not be pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protection {
+    /// The tree as it is now: never pruned, not even with `--force`.
+    Head,
+    /// The source or target of a rewind in flight: never pruned.
+    RewindInProgress,
+    RecentPast,
+    UnresolvedEffect,
+    /// The last rewind's safety checkpoint or target: `undo` goes there.
+    UndoTarget,
+}
+
+impl Protection {
+    pub fn forceable(self) -> bool {
+        !matches!(self, Protection::Head | Protection::RewindInProgress)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Protected {
+    pub id: String,
+    pub reason: Protection,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Freed {
+    pub tree_nodes: u64,
+    pub small_objects: u64,
+    pub object_files: u64,
+    /// Logical bytes of the objects released.
+    pub bytes: u64,
+    /// Bytes those object files had allocated on disk (shared extents
+    /// included: the filesystem frees only what no other file maps).
+    pub allocated: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub dry_run: bool,
+    pub pruned: Vec<String>,
+    pub kept: usize,
+    pub protected: Vec<Protected>,
+    pub freed: Freed,
+    pub duration_ms: u64,
+}
+
+pub struct Options {
+    pub policy: Retention,
+    pub dry_run: bool,
+    /// Also prune protected checkpoints (except HEAD and a rewind in flight).
+    pub force: bool,
+}
+
+/// Why each protected checkpoint (by seq) may not be pruned.
+pub fn protections(ws: &Workspace, checkpoints: &[Checkpoint]) -> Result<HashMap<i64, Protection>> {
+    let ledger = ws.ledger();
+    let mut p = HashMap::new();
+    let by_seq: HashMap<i64, &Checkpoint> = checkpoints.iter().map(|c| (c.seq, c)).collect();
+    for seq in ledger.unresolved_effect_heads()? {
+        p.insert(seq, Protection::UnresolvedEffect);
+    }
+    if let Some(op) = ledger.last_operation()? {
+        p.insert(op.safety, Protection::UndoTarget);
+        p.insert(op.target, Protection::UndoTarget);
+    }
+    if let Some(head) = ledger.head()? {
+        let mut cur = head.parent.as_ref().map(|p| p.0);
+        for _ in 0..RECENT_ANCESTORS {
+            let Some(seq) = cur else { break };
+            p.insert(seq, Protection::RecentPast);
+            cur = by_seq.get(&seq).and_then(|c| c.parent.as_ref().map(|p| p.0));
+        }
+        p.insert(head.seq, Protection::Head);
+    }
+    if let Some(intent) = ledger.intent()? {
+        p.insert(intent.target, Protection::RewindInProgress);
+        p.insert(intent.safety, Protection::RewindInProgress);
+    }
+    Ok(p)
+}
+
+/// The checkpoints (seqs) the policy drops: those no rule keeps and no
+/// protection (or, with `force`, no unforceable one) saves. Pure, so the
+/// property tests can check it against the policy's definition.
+pub fn select(
+    checkpoints: &[Checkpoint],
+    protected: &HashMap<i64, Protection>,
+    policy: &Retention,
+    now_ms: i64,
+    force: bool,
+) -> Vec<i64> {
+    let live: Vec<&Checkpoint> = checkpoints.iter().filter(|c| !c.pruned).collect();
+    let newest: HashSet<i64> = {
+        let mut by_age: Vec<&&Checkpoint> = live.iter().collect();
+        by_age.sort_by_key(|c| std::cmp::Reverse((c.created_at_ms, c.seq)));
+        by_age.iter().take(policy.keep_last).map(|c| c.seq).collect()
+    };
+    let within_ms = i64::try_from(policy.keep_within.as_millis()).unwrap_or(i64::MAX);
+    live.iter()
+        .filter(|c| {
+            let kept_by_rule = newest.contains(&c.seq)
+                || now_ms.saturating_sub(c.created_at_ms) < within_ms
+                || (policy.keep_labeled && c.label.is_some());
+            let saved = protected
+                .get(&c.seq)
+                .is_some_and(|p| !force || !p.forceable());
+            !kept_by_rule && !saved
+        })
+        .map(|c| c.seq)
+        .collect()
+}
+
+/// Apply the policy: prune, then sweep. Takes the workspace lock.
+pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
+    let start = Instant::now();
+    ws.lock()?;
+    let checkpoints = ws.ledger().checkpoints()?;
+    let protected = protections(ws, &checkpoints)?;
+    let prune = select(
+        &checkpoints,
+        &protected,
+        &opts.policy,
+        crate::time::now_ms(),
+        opts.force,
+    );
+    let by_seq: HashMap<i64, &Checkpoint> = checkpoints.iter().map(|c| (c.seq, c)).collect();
+    let pruned: Vec<String> = prune
+        .iter()
+        .filter_map(|s| by_seq.get(s).map(|c| c.id.clone()))
+        .collect();
+    let prune_set: HashSet<i64> = prune.iter().copied().collect();
+    let kept = checkpoints
+        .iter()
+        .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
+        .count();
+    let mut protected_list: Vec<Protected> = checkpoints
+        .iter()
+        .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
+        .filter_map(|c| {
+            protected.get(&c.seq).map(|&reason| Protected {
+                id: c.id.clone(),
+                reason,
+            })
+        })
+        .collect();
+    protected_list.sort_by(|a, b| a.id.cmp(&b.id));
+
+    if !opts.dry_run && !prune.is_empty() {
+        ws.ledger_mut().write(|tx| {
+            for seq in &prune {
+                tx.mark_pruned(*seq)?;
+            }
+            tx.event(
+                "gc",
+                crate::chain::Fields::new()
+                    .num("count", prune.len() as u64)
+                    .str("pruned", &pruned.join(",")),
+            )?;
+            Ok(())
+        })?;
+        crate::failpoint::hit("gc:pruned");
+    }
+    let roots: Vec<Hash> = checkpoints
+        .iter()
+        .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
+        .map(|c| c.root)
+        .collect();
+    let freed = sweep(ws, &roots, opts.dry_run)?;
+    Ok(Report {
+        dry_run: opts.dry_run,
+        pruned,
+        kept,
+        protected: protected_list,
+        freed,
+        duration_ms: start.elapsed().as_millis() as u64,
+    })
+}
+
+/// Everything reachable from `roots` and the other live roots: tree nodes
+/// and object hashes.
+pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Hash>)> {
+    let ledger = ws.ledger();
+    let mut stack: Vec<Hash> = roots.to_vec();
+    stack.extend(ledger.stat_cache_nodes()?);
+    if let Some(intent) = ledger.intent()? {
+        stack.push(intent.to_root);
+    }
+    let (mut nodes, mut objects) = (HashSet::new(), HashSet::new());
+    while let Some(h) = stack.pop() {
+        if !nodes.insert(h) {
+            continue;
+        }
+        // A node missing here is damage `verify --deep` reports; the sweep
+        // only needs to know what is reachable.
+        let Some(node) = ledger.tree(&h)? else { continue };
+        for e in node.entries {
+            match e.target {
+                Target::Tree(t) => stack.push(t),
+                Target::Object(o) => {
+                    objects.insert(o);
+                }
+                Target::Link(_) => {}
+            }
+        }
+    }
+    Ok((nodes, objects))
+}
+
+/// Delete what nothing live reaches (or, dry, count it).
+fn sweep(ws: &mut Workspace, roots: &[Hash], dry_run: bool) -> Result<Freed> {
+    let (nodes, objects) = mark(ws, roots)?;
+    let mut freed = Freed::default();
+    let dead_trees: Vec<Hash> = ws
+        .ledger()
+        .tree_hashes()?
+        .into_iter()
+        .filter(|h| !nodes.contains(h))
+        .collect();
+    let dead_blobs: Vec<(Hash, u64)> = ws
+        .ledger()
+        .blob_sizes()?
+        .into_iter()
+        .filter(|(h, _)| !objects.contains(h))
+        .collect();
+    freed.tree_nodes = dead_trees.len() as u64;
+    freed.small_objects = dead_blobs.len() as u64;
+    freed.bytes = dead_blobs.iter().map(|(_, n)| n).sum();
+    if !dry_run && (!dead_trees.is_empty() || !dead_blobs.is_empty()) {
+        ws.ledger_mut().write(|tx| {
+            for h in &dead_trees {
+                tx.delete_tree(h)?;
+            }
+            for (h, _) in &dead_blobs {
+                tx.delete_blob(h)?;
+            }
+            Ok(())
+        })?;
+        crate::failpoint::hit("gc:rows-swept");
+    }
+    for (hash, meta) in ws.store().files()? {
+        if objects.contains(&hash) {
+            continue;
+        }
+        freed.object_files += 1;
+        freed.bytes += meta.size;
+        freed.allocated += meta.allocated;
+        if !dry_run {
+            ws.store().remove_object(&hash)?;
+            crate::failpoint::hit("gc:object-removed");
+        }
+    }
+    if !dry_run {
+        ws.ledger().release_free_pages()?;
+    }
+    Ok(freed)
+}
