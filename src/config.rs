@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 pub use crate::capture::CONFIG_FILE;
 
 /// Tools whose calls change files, checkpointed before they run by default.
-pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
+pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] =
+    &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,7 +122,11 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
         "h" => 3600,
         "d" => 86400,
         "w" => 7 * 86400,
-        other => return Err(format!("unknown duration unit '{other}' in '{s}': use s, m, h, d or w")),
+        other => {
+            return Err(format!(
+                "unknown duration unit '{other}' in '{s}': use s, m, h, d or w"
+            ));
+        }
     };
     Ok(Duration::from_secs(n.saturating_mul(secs)))
 }
@@ -147,7 +152,11 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
         "gb" => 1e9,
         "t" | "tib" => 1024f64.powi(4),
         "tb" => 1e12,
-        other => return Err(format!("unknown size unit '{other}' in '{s}': use KiB, MiB, GiB or TiB")),
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{s}': use KiB, MiB, GiB or TiB"
+            ));
+        }
     };
     Ok((n * mult) as u64)
 }
@@ -207,5 +216,4 @@ impl Config {
         }
         Ok(config)
     }
-
 }

@@ -56,10 +56,12 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
-    #[error("checkpoint {id} was pruned by `rewind gc`: its contents are gone (its history entry stays); `rewind list` shows the checkpoints you can still rewind to")]
+    #[error(
+        "checkpoint {id} was pruned by `rewind gc`: its contents are gone (its history entry stays); `rewind list` shows the checkpoints you can still rewind to"
+    )]
     Pruned { id: String },
 
-    #[error("the store is over its budget (max_store_bytes = {budget} bytes, using {used}) and every remaining checkpoint is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken")]
+    #[error("the store uses {:.1} MiB, over its budget (max_store_bytes = {:.1} MiB), and every remaining checkpoint is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken", *used as f64 / 1048576.0, *budget as f64 / 1048576.0)]
     OverBudget { budget: u64, used: u64 },
 
     #[error("cancelled by the caller before anything was committed: nothing changed")]

@@ -102,7 +102,9 @@ pub fn protections(ws: &Workspace, checkpoints: &[Checkpoint]) -> Result<HashMap
         for _ in 0..RECENT_ANCESTORS {
             let Some(seq) = cur else { break };
             p.insert(seq, Protection::RecentPast);
-            cur = by_seq.get(&seq).and_then(|c| c.parent.as_ref().map(|p| p.0));
+            cur = by_seq
+                .get(&seq)
+                .and_then(|c| c.parent.as_ref().map(|p| p.0));
         }
         p.insert(head.seq, Protection::Head);
     }
@@ -127,7 +129,11 @@ pub fn select(
     let newest: HashSet<i64> = {
         let mut by_age: Vec<&&Checkpoint> = live.iter().collect();
         by_age.sort_by_key(|c| std::cmp::Reverse((c.created_at_ms, c.seq)));
-        by_age.iter().take(policy.keep_last).map(|c| c.seq).collect()
+        by_age
+            .iter()
+            .take(policy.keep_last)
+            .map(|c| c.seq)
+            .collect()
     };
     let within_ms = i64::try_from(policy.keep_within.as_millis()).unwrap_or(i64::MAX);
     live.iter()
@@ -226,7 +232,9 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
         }
         // A node missing here is damage `verify --deep` reports; the sweep
         // only needs to know what is reachable.
-        let Some(node) = ledger.tree(&h)? else { continue };
+        let Some(node) = ledger.tree(&h)? else {
+            continue;
+        };
         for e in node.entries {
             match e.target {
                 Target::Tree(t) => stack.push(t),
@@ -287,4 +295,164 @@ fn sweep(ws: &mut Workspace, roots: &[Hash], dry_run: bool) -> Result<Freed> {
         ws.ledger().release_free_pages()?;
     }
     Ok(freed)
+}
+
+/// Checkpoints the budget may prune, oldest first: unpruned, unprotected,
+/// and not labeled when the policy keeps labels.
+fn budget_candidates(ws: &Workspace, policy: &Retention) -> Result<Vec<Checkpoint>> {
+    let checkpoints = ws.ledger().checkpoints()?;
+    let protected = protections(ws, &checkpoints)?;
+    let mut c: Vec<Checkpoint> = checkpoints
+        .into_iter()
+        .filter(|c| !c.pruned && !protected.contains_key(&c.seq))
+        .filter(|c| !(policy.keep_labeled && c.label.is_some()))
+        .collect();
+    c.sort_by_key(|c| (c.created_at_ms, c.seq));
+    Ok(c)
+}
+
+/// Prune oldest-first until the store fits `budget`. Returns the ids
+/// pruned and the size reached.
+fn enforce_budget(
+    ws: &mut Workspace,
+    policy: &Retention,
+    budget: u64,
+) -> Result<(Vec<String>, u64)> {
+    let mut pruned = Vec::new();
+    if crate::du::store_upper_bound(ws)? <= budget {
+        return Ok((pruned, 0));
+    }
+    let mut used = crate::du::store_physical(ws)?.total();
+    // Prune in growing batches: each round costs a sweep.
+    let mut batch = 1;
+    while used > budget {
+        let candidates = budget_candidates(ws, policy)?;
+        if candidates.is_empty() {
+            break;
+        }
+        let take: Vec<&Checkpoint> = candidates.iter().take(batch).collect();
+        let ids: Vec<String> = take.iter().map(|c| c.id.clone()).collect();
+        ws.ledger_mut().write(|tx| {
+            for c in &take {
+                tx.mark_pruned(c.seq)?;
+            }
+            tx.event(
+                "gc",
+                crate::chain::Fields::new()
+                    .num("count", take.len() as u64)
+                    .str("pruned", &ids.join(","))
+                    .str("reason", "max_store_bytes"),
+            )?;
+            Ok(())
+        })?;
+        let roots: Vec<Hash> = ws
+            .ledger()
+            .checkpoints()?
+            .iter()
+            .filter(|c| !c.pruned)
+            .map(|c| c.root)
+            .collect();
+        sweep(ws, &roots, false)?;
+        pruned.extend(ids);
+        used = crate::du::store_physical(ws)?.total();
+        batch *= 2;
+    }
+    Ok((pruned, used))
+}
+
+/// Before a checkpoint: make room under `max_store_bytes`, or refuse when
+/// only protected checkpoints are left. Returns the ids pruned.
+pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<String>> {
+    let Some(budget) = policy.max_store_bytes else {
+        return Ok(Vec::new());
+    };
+    let (pruned, used) = enforce_budget(ws, policy, budget)?;
+    if used > budget {
+        return Err(crate::error::Error::OverBudget { budget, used });
+    }
+    Ok(pruned)
+}
+
+/// After a checkpoint: apply the policy, batched so that the O(store)
+/// sweep runs once per `batch` prunable checkpoints rather than every
+/// time; then the budget. Returns the ids pruned and a warning when the
+/// store is still over budget.
+pub fn after_checkpoint(
+    ws: &mut Workspace,
+    policy: &Retention,
+) -> Result<(Vec<String>, Option<String>)> {
+    let mut pruned = Vec::new();
+    if policy.auto {
+        let live = ws.ledger().live_checkpoints()?;
+        let batch = (policy.keep_last / 10).max(10);
+        if live > policy.keep_last + batch {
+            let checkpoints = ws.ledger().checkpoints()?;
+            let protected = protections(ws, &checkpoints)?;
+            let prunable = select(
+                &checkpoints,
+                &protected,
+                policy,
+                crate::time::now_ms(),
+                false,
+            );
+            if prunable.len() >= batch {
+                let r = run(
+                    ws,
+                    &Options {
+                        policy: policy.clone(),
+                        dry_run: false,
+                        force: false,
+                    },
+                )?;
+                pruned.extend(r.pruned);
+            }
+        }
+    }
+    let mut warning = None;
+    if let Some(budget) = policy.max_store_bytes {
+        let (ids, used) = enforce_budget(ws, policy, budget)?;
+        pruned.extend(ids);
+        if used > budget {
+            warning = Some(format!(
+                "the store uses {:.1} MiB, over max_store_bytes = {:.1} MiB, and every remaining checkpoint is protected: the next checkpoint will be refused; raise the budget or run `rewind gc --force`",
+                used as f64 / 1048576.0,
+                budget as f64 / 1048576.0
+            ));
+        }
+    }
+    Ok((pruned, warning))
+}
+
+/// Content a live checkpoint reaches that is not in the store (`verify
+/// --deep`): after any gc, crashed or not, this must be empty.
+pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
+    let checkpoints = ws.ledger().checkpoints()?;
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(Hash, String)> = checkpoints
+        .iter()
+        .filter(|c| !c.pruned)
+        .map(|c| (c.root, c.id.clone()))
+        .collect();
+    while let Some((h, owner)) = stack.pop() {
+        if !seen.insert(h) {
+            continue;
+        }
+        let Some(node) = ws.ledger().tree(&h)? else {
+            out.push(format!("tree node {h} of checkpoint {owner} is missing"));
+            continue;
+        };
+        for e in node.entries {
+            match e.target {
+                Target::Tree(t) => stack.push((t, owner.clone())),
+                Target::Object(o) => {
+                    if seen.insert(o) && !ws.store().contains(&o, e.size) {
+                        out.push(format!("object {o} of checkpoint {owner} is missing"));
+                    }
+                }
+                Target::Link(_) => {}
+            }
+        }
+    }
+    Ok(out)
 }

@@ -145,8 +145,7 @@ pub struct Ledger {
     path: PathBuf,
 }
 
-const CHECKPOINT_COLS: &str =
-    "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats, c.pruned_at";
+const CHECKPOINT_COLS: &str = "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats, c.pruned_at";
 
 fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     let root: Vec<u8> = r.get(2)?;
@@ -514,11 +513,25 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// How many checkpoints are not pruned (one indexed count).
+    pub fn live_checkpoints(&self) -> Result<usize> {
+        self.conn
+            .query_row(
+                "SELECT count(*) FROM checkpoints WHERE pruned_at IS NULL",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as usize)
+            .map_err(self.err())
+    }
+
     /// Checkpoints that admitted effects still unresolved point at.
     pub fn unresolved_effect_heads(&self) -> Result<Vec<i64>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT DISTINCT head FROM effects WHERE status = 'admitted' AND head IS NOT NULL")
+            .prepare(
+                "SELECT DISTINCT head FROM effects WHERE status = 'admitted' AND head IS NOT NULL",
+            )
             .map_err(self.err())?;
         let rows = stmt.query_map([], |r| r.get(0)).map_err(self.err())?;
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
@@ -538,7 +551,10 @@ impl Ledger {
         let rows = stmt
             .query_map([], |r| {
                 let h: Vec<u8> = r.get(0)?;
-                Ok((Hash::from_slice(&h).unwrap_or(Hash([0; 32])), r.get::<_, i64>(1)? as u64))
+                Ok((
+                    Hash::from_slice(&h).unwrap_or(Hash([0; 32])),
+                    r.get::<_, i64>(1)? as u64,
+                ))
             })
             .map_err(self.err())?;
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())

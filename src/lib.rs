@@ -12,6 +12,7 @@ pub mod chain;
 pub mod cli;
 pub mod config;
 pub mod diff;
+pub mod du;
 pub mod effects;
 pub mod error;
 pub mod failpoint;

@@ -64,6 +64,11 @@ pub struct CheckpointReport {
     /// True when nothing changed and an existing checkpoint was reused.
     pub unchanged: bool,
     pub duration_ms: u64,
+    /// Checkpoints pruned by retention around this one (rewind.toml).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pruned: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -413,6 +418,13 @@ impl Workspace {
     ) -> Result<CheckpointReport> {
         let started = Instant::now();
         self.lock()?;
+        // rewind.toml is read for [retention]; a broken file must not stop
+        // checkpoints (the hook reports it), so retention falls back to
+        // the defaults then.
+        let retention = crate::config::Config::load(&self.root_path)
+            .map(|c| c.retention)
+            .unwrap_or_default();
+        let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
         let mut cap = self.capture_live()?;
         failpoint::hit("checkpoint:before-sync");
         self.sync_state(&cap)?;
@@ -422,7 +434,9 @@ impl Workspace {
             && let Some(h) = head.as_ref().filter(|_| changes == Counts::default())
         {
             self.persist_capture(&mut cap, None)?;
-            return Ok(self.report(h, &cap, changes, true, started));
+            let mut r = self.report(h, &cap, changes, true, started);
+            r.pruned = pruned;
+            return Ok(r);
         }
         failpoint::hit("checkpoint:before-commit");
         let seq = self
@@ -443,7 +457,13 @@ impl Workspace {
             .ok_or_else(|| Error::UnknownId {
                 id: seq.to_string(),
             })?;
-        Ok(self.report(&ck, &cap, changes, false, started))
+        // Retention after the commit: the checkpoint is safe whatever gc does.
+        let (more, warning) = crate::gc::after_checkpoint(self, &retention)?;
+        pruned.extend(more);
+        let mut r = self.report(&ck, &cap, changes, false, started);
+        r.pruned = pruned;
+        r.warnings.extend(warning);
+        Ok(r)
     }
 
     /// What changed between HEAD and a capture, by content (mtimes alone
@@ -484,6 +504,8 @@ impl Workspace {
             skipped: cap.skipped.clone(),
             unchanged,
             duration_ms: started.elapsed().as_millis() as u64,
+            pruned: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 

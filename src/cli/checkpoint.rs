@@ -14,6 +14,18 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let mut ws = ctx.workspace_or_init()?;
     let reuse = args.kind != "manual";
     let r = ws.checkpoint(args.label.as_deref(), &args.kind, reuse)?;
+    // Retention happens on the side: say so on stderr, never silently.
+    if !r.pruned.is_empty() {
+        eprintln!(
+            "rewind: pruned {} checkpoint{} by the retention policy (rewind.toml [retention]): {}",
+            r.pruned.len(),
+            if r.pruned.len() == 1 { "" } else { "s" },
+            r.pruned.join(" ")
+        );
+    }
+    for w in &r.warnings {
+        eprintln!("rewind: warning: {w}");
+    }
     ctx.emit(&r, || {
         let mut how = Vec::new();
         if r.cloned > 0 {

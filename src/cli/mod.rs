@@ -5,6 +5,7 @@ mod anchor;
 mod checkpoint;
 pub(crate) mod diff;
 mod doctor;
+mod du;
 mod effects;
 mod gc;
 pub(crate) mod guard;
@@ -81,6 +82,8 @@ enum Command {
     Guard(guard::Args),
     /// List recorded effects, or `effects resolve KEY --outcome failed|succeeded`
     Effects(effects::Args),
+    /// Disk used by the history: per checkpoint (logical, unique, on disk) and in total
+    Du,
     /// Prune checkpoints by the retention policy and free what only they used
     Gc(gc::Args),
     /// MCP server on stdio for AI agents (tools: checkpoint, rewind, guard_effect, ...)
@@ -221,6 +224,7 @@ pub fn main() -> i32 {
         Command::Guard(a) => return guard::run(&ctx, a),
         Command::Effects(a) => effects::run(&ctx, a),
         Command::Gc(a) => gc::run(&ctx, a),
+        Command::Du => du::run(&ctx),
         Command::Mcp(a) => mcp::run(&ctx, a),
         Command::Hook(a) => return hook::run(&ctx, a),
         Command::Integrate(a) => integrate::run(&ctx, a),

@@ -21,6 +21,8 @@ pub(crate) struct Deep {
     pub tree_nodes: u64,
     pub small_objects: u64,
     pub object_files: u64,
+    /// Content reachable from a live checkpoint that is missing, and
+    /// stored content whose bytes do not match its name.
     pub bad: Vec<String>,
 }
 
@@ -28,6 +30,9 @@ pub(crate) struct Deep {
 pub(crate) struct Out {
     #[serde(flatten)]
     pub verdict: Verdict,
+    /// Checkpoints whose content gc released: their chain entries are
+    /// intact, their content is not checked (it is gone by design).
+    pub pruned_checkpoints: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deep: Option<Deep>,
 }
@@ -79,6 +84,7 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         let mut bad: Vec<String> = bad_trees.iter().map(|h| format!("tree node {h}")).collect();
         bad.extend(bad_blobs.iter().map(|h| format!("small object {h}")));
         bad.extend(bad_files.iter().map(|h| format!("object file {h}")));
+        bad.extend(crate::gc::missing(&ws)?);
         Some(Deep {
             tree_nodes,
             small_objects,
@@ -88,7 +94,17 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
     } else {
         None
     };
-    Ok(Out { verdict, deep })
+    let pruned_checkpoints = ws
+        .ledger()
+        .checkpoints()?
+        .iter()
+        .filter(|c| c.pruned)
+        .count() as u64;
+    Ok(Out {
+        verdict,
+        pruned_checkpoints,
+        deep,
+    })
 }
 
 fn human(out: &Out) -> String {
@@ -106,6 +122,12 @@ fn human(out: &Out) -> String {
         (None, Some(h)) => format!("ok: {} entries, head {} {}", v.entries, h.seq, h.hash),
         (None, None) => "ok: the chain is empty".into(),
     };
+    if out.pruned_checkpoints > 0 {
+        s.push_str(&format!(
+            "\n{} checkpoints were pruned by gc: their entries verified, their content gone by design",
+            out.pruned_checkpoints
+        ));
+    }
     if let Some(d) = &out.deep {
         s.push_str(&format!(
             "\ndeep: {} tree nodes, {} small objects, {} object files re-hashed",

@@ -1,0 +1,43 @@
+use super::{Ctx, human_bytes};
+use crate::error::Result;
+
+pub fn run(ctx: &Ctx) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    ws.recover_if_needed()?;
+    let u = crate::du::usage(&ws)?;
+    ctx.emit(&u, || {
+        let mut s = format!(
+            "{:<10} {:>10} {:>10} {:>10}  label\n",
+            "checkpoint", "logical", "unique", "on disk"
+        );
+        for c in &u.checkpoints {
+            s.push_str(&format!(
+                "{:<10} {:>10} {:>10} {:>10}  {}\n",
+                c.id,
+                human_bytes(c.logical),
+                human_bytes(c.unique),
+                human_bytes(c.unique_physical),
+                c.label.as_deref().unwrap_or("")
+            ));
+        }
+        let t = &u.total;
+        s.push_str(&format!(
+            "\n{} checkpoints ({} pruned); distinct content {}\n\
+             on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace; measured by {}) + metadata ~{} ({} extents, estimated)",
+            t.checkpoints,
+            t.pruned,
+            human_bytes(t.content),
+            human_bytes(t.physical),
+            human_bytes(t.ledger_file),
+            human_bytes(t.ledger_used),
+            human_bytes(t.object_physical),
+            t.object_files,
+            human_bytes(t.object_logical),
+            human_bytes(t.object_allocated),
+            t.method,
+            human_bytes(t.metadata_estimate),
+            t.object_extents
+        ));
+        s
+    })
+}

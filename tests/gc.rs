@@ -1,0 +1,484 @@
+//! Retention and garbage collection: gc keeps exactly what the policy says,
+//! every kept checkpoint still rewinds exactly, a SIGKILL at each gc point
+//! loses nothing, `du` agrees with `df`, and the size budget holds.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use common::{Fs, LoopFs, Snap, rewind, rewind_env, rewind_json, snapshot, write};
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// xorshift64*: deterministic randomness from proptest's seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+type Tree = BTreeMap<Vec<u8>, Snap>;
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The checkpoints `gc --keep-last K [--keep-labeled]` must prune, computed
+/// from the definition (DESIGN/issue: newest K, labeled, and the protected
+/// set: HEAD and its 3 nearest ancestors, heads of unresolved effects, the
+/// last rewind's target and safety checkpoint).
+fn expected_pruned(
+    ws: &Path,
+    keep_last: usize,
+    keep_labeled: bool,
+    last_op: &[String],
+) -> HashSet<String> {
+    let list = rewind_json(ws, &["list"]);
+    let cks = list["checkpoints"].as_array().cloned().unwrap_or_default();
+    let live: Vec<&Value> = cks
+        .iter()
+        .filter(|c| c["pruned"] != Value::Bool(true))
+        .collect();
+    let parent: HashMap<String, String> = cks
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c["id"].as_str()?.to_string(),
+                c["parent"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let mut keep: HashSet<String> = live
+        .iter()
+        .rev()
+        .take(keep_last)
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .collect();
+    if keep_labeled {
+        keep.extend(
+            live.iter()
+                .filter(|c| c["label"].is_string())
+                .filter_map(|c| c["id"].as_str().map(String::from)),
+        );
+    }
+    if let Some(head) = list["head"].as_str() {
+        let mut cur = Some(head.to_string());
+        for _ in 0..4 {
+            let Some(c) = cur else { break };
+            cur = parent.get(&c).cloned();
+            keep.insert(c);
+        }
+    }
+    let effects = rewind_json(ws, &["effects"]);
+    for e in effects["effects"].as_array().cloned().unwrap_or_default() {
+        if e["status"] == "admitted"
+            && let Some(h) = e["head"].as_str()
+        {
+            keep.insert(h.to_string());
+        }
+    }
+    keep.extend(last_op.iter().cloned());
+    live.iter()
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .filter(|id| !keep.contains(id))
+        .collect()
+}
+
+fn big(rng: &mut Rng) -> Vec<u8> {
+    let n = 64 * 1024 + rng.below(64 * 1024) as usize;
+    (0..n).map(|_| rng.next() as u8).collect()
+}
+
+fn history_case(base: &Path, seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let dir = tempfile::tempdir_in(base).expect("case dir");
+    let ws = dir.path();
+    let mut trees: HashMap<String, Tree> = HashMap::new();
+    let mut last_op: Vec<String> = Vec::new();
+    let mut effect_no = 0;
+    write(&ws.join("keep.txt"), b"base\n");
+    for step in 0..12 {
+        match rng.below(10) {
+            0..=5 => {
+                let name = format!(
+                    "f{}.{}",
+                    rng.below(4),
+                    if rng.below(3) == 0 { "bin" } else { "txt" }
+                );
+                if name.ends_with(".bin") {
+                    write(&ws.join(&name), &big(&mut rng));
+                } else {
+                    write(
+                        &ws.join(&name),
+                        format!("step {step} {}\n", rng.next()).as_bytes(),
+                    );
+                }
+                if rng.below(4) == 0 {
+                    let _ = std::fs::remove_file(ws.join(format!("f{}.txt", rng.below(4))));
+                }
+                let mut args = vec!["checkpoint".to_string()];
+                if rng.below(3) == 0 {
+                    args.push(format!("label-{step}"));
+                }
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                let id = rewind_json(ws, &a)["id"].as_str().expect("id").to_string();
+                trees.insert(id, snapshot(ws));
+            }
+            6 | 7 if !trees.is_empty() => {
+                let ids: Vec<&String> = trees.keys().collect();
+                let target = ids[rng.below(ids.len() as u64) as usize].clone();
+                let before = snapshot(ws);
+                let r = rewind_json(ws, &["rewind", &target]);
+                if let Some(s) = r["safety_checkpoint"].as_str() {
+                    trees.entry(s.to_string()).or_insert(before);
+                    last_op = vec![target, s.to_string()];
+                }
+            }
+            8 if !trees.is_empty() => {
+                effect_no += 1;
+                rewind_json(ws, &["guard", "--key", &format!("effect-{effect_no}")]);
+            }
+            _ if effect_no > 0 => {
+                let _ = rewind(
+                    ws,
+                    &[
+                        "effects",
+                        "resolve",
+                        &format!("effect-{}", rng.below(effect_no) + 1),
+                        "--outcome",
+                        "succeeded",
+                    ],
+                );
+            }
+            _ => {}
+        }
+    }
+    let keep_last = rng.below(4) as usize;
+    let keep_labeled = rng.below(2) == 0;
+    let want = expected_pruned(ws, keep_last, keep_labeled, &last_op);
+    let k = keep_last.to_string();
+    let mut args = vec!["gc", "--keep-last", &k];
+    if keep_labeled {
+        args.push("--keep-labeled");
+    }
+    let dry = {
+        let mut a = args.clone();
+        a.push("--dry-run");
+        rewind_json(ws, &a)
+    };
+    let r = rewind_json(ws, &args);
+    let got: HashSet<String> = strs(&r["pruned"]).into_iter().collect();
+    assert_eq!(got, want, "seed {seed}: gc {args:?} pruned the wrong set");
+    assert_eq!(
+        strs(&dry["pruned"]).into_iter().collect::<HashSet<_>>(),
+        want,
+        "seed {seed}: dry run differs"
+    );
+    let v = rewind_json(ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "seed {seed}: {v}");
+    assert_eq!(v["deep"]["bad"], serde_json::json!([]), "seed {seed}: {v}");
+    assert_eq!(v["pruned_checkpoints"].as_u64(), Some(want.len() as u64));
+    // Every kept checkpoint rewinds exactly; a pruned one is refused by name.
+    for (id, tree) in &trees {
+        if want.contains(id) {
+            let out = rewind(ws, &["rewind", id]);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "seed {seed}: pruned {id} rewound"
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("pruned"),
+                "seed {seed}"
+            );
+        } else {
+            rewind_json(ws, &["rewind", id]);
+            common::assert_same(&format!("seed {seed}: kept {id}"), tree, &snapshot(ws));
+        }
+    }
+}
+
+#[test]
+fn gc_keeps_exactly_what_the_policy_says_and_every_kept_checkpoint_rewinds_exactly() {
+    let base = common::tmp();
+    let cases = std::env::var("REWIND_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map(|n| (n / 10).max(4))
+        .unwrap_or(16);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&any::<u64>(), |seed| {
+            history_case(base.path(), seed);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn keep_within_keeps_young_checkpoints_and_protected_ones_need_force() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        write(&ws.join("a.txt"), format!("{i}\n").as_bytes());
+        ids.push(common::checkpoint_id(ws, &[]));
+    }
+    let r = rewind_json(ws, &["gc", "--keep-within", "1h"]);
+    assert_eq!(
+        r["pruned"],
+        serde_json::json!([]),
+        "young checkpoints pruned: {r}"
+    );
+    let r = rewind_json(ws, &["gc", "--keep-last", "0"]);
+    assert_eq!(
+        strs(&r["pruned"]),
+        ids[..2].to_vec(),
+        "HEAD and 3 ancestors are protected"
+    );
+    let r = rewind_json(ws, &["gc", "--keep-last", "0", "--force"]);
+    assert_eq!(
+        strs(&r["pruned"]),
+        ids[2..5].to_vec(),
+        "--force prunes all but HEAD"
+    );
+    let list = rewind_json(ws, &["list"]);
+    assert_eq!(list["head"].as_str(), Some(ids[5].as_str()));
+    let bad = rewind(ws, &["gc", "--keep-within", "soon"]);
+    assert_eq!(bad.status.code(), Some(1));
+}
+
+/// Six checkpoints, each holding a different 100 KiB file (so gc has object
+/// files to delete) and a small one.
+fn objects_history(ws: &Path) -> Vec<(String, Tree)> {
+    let mut rng = Rng(7);
+    let mut out = Vec::new();
+    for i in 0..6 {
+        write(&ws.join("big.bin"), &big(&mut rng));
+        write(&ws.join("small.txt"), format!("{i}\n").as_bytes());
+        let id = common::checkpoint_id(ws, &[]);
+        out.push((id, snapshot(ws)));
+    }
+    out
+}
+
+#[test]
+fn a_sigkill_at_every_gc_point_loses_nothing_a_kept_checkpoint_needs() {
+    for (point, nth) in [
+        ("gc:pruned", 1),
+        ("gc:rows-swept", 1),
+        ("gc:object-removed", 1),
+        ("gc:object-removed", 2),
+    ] {
+        let dir = common::tmp();
+        let ws = dir.path();
+        let history = objects_history(ws);
+        let spec = format!("{point}:{nth}");
+        let out = rewind_env(
+            ws,
+            &["gc", "--keep-last", "1"],
+            &[("REWIND_FAILPOINT", &spec)],
+        );
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&out.status),
+            Some(9),
+            "{spec}: gc was not killed there: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Whatever the crash left, every kept checkpoint is complete ...
+        let v = rewind_json(ws, &["verify", "--deep"]);
+        assert_eq!(v["deep"]["bad"], serde_json::json!([]), "{spec}: {v}");
+        // ... and the next gc finishes the job.
+        rewind_json(ws, &["gc", "--keep-last", "1"]);
+        let du = rewind_json(ws, &["du"]);
+        assert_eq!(
+            du["total"]["object_files"].as_u64(),
+            Some(4),
+            "{spec}: orphans left: {du}"
+        );
+        for (id, tree) in &history[2..] {
+            rewind_json(ws, &["rewind", id]);
+            common::assert_same(&format!("{spec}: {id}"), tree, &snapshot(ws));
+        }
+        let v = rewind_json(ws, &["verify", "--deep"]);
+        assert_eq!(v["ok"], true, "{spec}: {v}");
+    }
+}
+
+/// 100 checkpoints, each after a 4 KiB write inside a 200 MiB file.
+fn df_and_du_agree_on(fs: Fs) {
+    let Some(lfs) = LoopFs::new(fs, 1024) else {
+        return;
+    };
+    let ws = lfs.subdir("ws");
+    let mut rng = Rng(99);
+    let size: u64 = 200 << 20;
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(ws.join("big.bin")).expect("create");
+        let mut block = vec![0u8; 1 << 20];
+        for _ in 0..(size >> 20) {
+            block.iter_mut().for_each(|b| *b = rng.next() as u8);
+            f.write_all(&block).expect("write");
+        }
+        f.sync_all().expect("sync");
+    }
+    let settle = || {
+        // XFS holds speculative CoW preallocations (128 KiB per write into
+        // a shared extent) until its background reclaim; free them so that
+        // statfs shows what is really in use.
+        if fs == Fs::Xfs {
+            let _ = std::process::Command::new("xfs_spaceman")
+                .args(["-c", "prealloc -s"])
+                .arg(&lfs.mnt)
+                .output();
+        }
+        lfs.used_bytes()
+    };
+    let before = settle();
+    common::checkpoint_id(&ws, &[]);
+    for _ in 0..100 {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(ws.join("big.bin"))
+            .expect("open");
+        let block: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
+        f.write_all_at(&block, rng.below(size / 4096) * 4096)
+            .expect("write");
+        drop(f);
+        common::checkpoint_id(&ws, &[]);
+    }
+    let grown = settle().saturating_sub(before);
+    let du = rewind_json(&ws, &["du"]);
+    let physical = du["total"]["physical"].as_u64().expect("physical");
+    let mib = |b: u64| b as f64 / 1048576.0;
+    eprintln!(
+        "{}: statfs grew {:.2} MiB, du says {:.2} MiB ({})",
+        fs.name(),
+        mib(grown),
+        mib(physical),
+        du["total"]
+    );
+    assert!(
+        grown <= 10 << 20,
+        "{}: the store grew {:.1} MiB for 100 x 4 KiB",
+        fs.name(),
+        mib(grown)
+    );
+    let diff = (physical as f64 - grown as f64).abs();
+    assert!(
+        diff <= 0.10 * grown as f64,
+        "{}: du says {:.2} MiB, statfs grew {:.2} MiB",
+        fs.name(),
+        mib(physical),
+        mib(grown)
+    );
+}
+
+#[test]
+fn du_agrees_with_statfs_and_100_small_changes_stay_small_on_xfs_reflink() {
+    df_and_du_agree_on(Fs::Xfs);
+}
+
+#[test]
+fn du_agrees_with_statfs_and_100_small_changes_stay_small_on_btrfs() {
+    df_and_du_agree_on(Fs::Btrfs);
+}
+
+#[test]
+fn the_budget_prunes_unprotected_checkpoints_then_refuses_clearly() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(
+        &ws.join("rewind.toml"),
+        b"[retention]\nmax_store_bytes = \"3MiB\"\nkeep_last = 1000\n",
+    );
+    let mut rng = Rng(3);
+    let mut pruned = Vec::new();
+    for _ in 0..20 {
+        let data: Vec<u8> = (0..300_000).map(|_| rng.next() as u8).collect();
+        write(&ws.join("big.bin"), &data);
+        let r = rewind_json(ws, &["checkpoint"]);
+        pruned.extend(strs(&r["pruned"]));
+        let used = rewind_json(ws, &["du"])["total"]["physical"]
+            .as_u64()
+            .expect("physical");
+        assert!(used <= 3 << 20, "over budget after a checkpoint: {used}");
+    }
+    assert!(pruned.len() >= 8, "the budget pruned only {pruned:?}");
+    // Only protected checkpoints left over a smaller budget: refuse, name the fix.
+    write(
+        &ws.join("rewind.toml"),
+        b"[retention]\nmax_store_bytes = \"600KiB\"\n",
+    );
+    let before = rewind_json(ws, &["list"]);
+    write(&ws.join("big.bin"), b"changed");
+    let out = rewind(ws, &["checkpoint"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("max_store_bytes") && err.contains("protected"),
+        "{err}"
+    );
+    let after = rewind_json(ws, &["list"]);
+    assert_eq!(
+        before["checkpoints"].as_array().map(Vec::len),
+        after["checkpoints"].as_array().map(Vec::len),
+        "a refused checkpoint was taken"
+    );
+}
+
+#[test]
+fn auto_gc_applies_the_policy_in_batches_after_checkpoints() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(
+        &ws.join("rewind.toml"),
+        b"[retention]\nkeep_last = 5\nkeep_within = 0\n",
+    );
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        write(&ws.join("a.txt"), format!("{i}\n").as_bytes());
+        ids.push(common::checkpoint_id(ws, &[]));
+    }
+    let list = rewind_json(ws, &["list"]);
+    let live: Vec<String> = list["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .filter(|c| c["pruned"] != Value::Bool(true))
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .collect();
+    // Batches of 10 beyond keep_last: never more than 5 + 10 + 1 live.
+    assert!(
+        live.len() <= 16 && live.len() >= 5,
+        "live after auto gc: {}",
+        live.len()
+    );
+    assert_eq!(live.last(), ids.last(), "HEAD pruned");
+    assert!(
+        live.iter()
+            .all(|id| ids[ids.len() - live.len()..].contains(id)),
+        "not the oldest pruned"
+    );
+}
