@@ -31,7 +31,8 @@ pub const INLINE_MAX: u64 = 64 * 1024;
 const COMMIT_EVERY: usize = 8 << 20;
 
 pub const SCHEMA: &str =
-    "CREATE TABLE IF NOT EXISTS blobs(hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS blobs(hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS chunked(hash BLOB PRIMARY KEY, manifest BLOB NOT NULL) WITHOUT ROWID;";
 
 fn connect(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path).map_err(db_err(path))?;
@@ -214,19 +215,57 @@ impl BlobReader {
     }
 
     pub fn get(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {
+        self.with(|conn| {
+            conn.query_row(
+                "SELECT data FROM blobs WHERE hash = ?1",
+                [&hash.0[..]],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+    }
+
+    /// The chunk list of a chunked object (see `objects::CHUNK_SIZE`).
+    pub fn chunks(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
+        let manifest: Option<Vec<u8>> = self.with(|conn| {
+            conn.query_row(
+                "SELECT manifest FROM chunked WHERE hash = ?1",
+                [&hash.0[..]],
+                |r| r.get(0),
+            )
+            .optional()
+        })?;
+        Ok(manifest.map(|m| decode_manifest(&m)))
+    }
+
+    /// Record a chunked object's chunk list. Committed on its own: a crash
+    /// before the checkpoint commits leaves an orphan row for `gc`.
+    pub fn put_chunks(&self, hash: &Hash, chunks: &[Hash]) -> Result<()> {
+        let manifest: Vec<u8> = chunks.iter().flat_map(|h| h.0).collect();
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO chunked(hash, manifest) VALUES (?1, ?2)",
+                params![&hash.0[..], manifest],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(connect(&self.path)?);
         }
-        let Some(conn) = guard.as_ref() else {
-            return Ok(None);
-        };
-        conn.query_row(
-            "SELECT data FROM blobs WHERE hash = ?1",
-            [&hash.0[..]],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(db_err(&self.path))
+        match guard.as_ref() {
+            Some(conn) => f(conn).map_err(db_err(&self.path)),
+            None => Err(crate::error::Error::Usage(
+                "internal: no ledger connection".into(),
+            )),
+        }
     }
+}
+
+/// A manifest is the chunks' hashes, 32 bytes each, in file order.
+pub fn decode_manifest(m: &[u8]) -> Vec<Hash> {
+    m.chunks_exact(32).filter_map(Hash::from_slice).collect()
 }

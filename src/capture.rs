@@ -662,7 +662,7 @@ impl Walker<'_> {
                 Counters::add(&self.counters.bytes_new, ing.new_bytes);
                 let counter = match ing.stored {
                     Stored::Cloned => &self.counters.cloned,
-                    Stored::Copied => &self.counters.copied,
+                    Stored::Copied | Stored::Chunked => &self.counters.copied,
                     Stored::Inline => &self.counters.inlined,
                 };
                 Counters::add(counter, 1);

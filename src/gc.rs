@@ -221,6 +221,7 @@ pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
 pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Hash>)> {
     let ledger = ws.ledger();
     let mut stack: Vec<Hash> = roots.to_vec();
+    let manifests: HashMap<Hash, Vec<Hash>> = ledger.chunk_manifests()?.into_iter().collect();
     stack.extend(ledger.stat_cache_nodes()?);
     if let Some(intent) = ledger.intent()? {
         stack.push(intent.to_root);
@@ -239,7 +240,13 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
             match e.target {
                 Target::Tree(t) => stack.push(t),
                 Target::Object(o) => {
-                    objects.insert(o);
+                    // A chunked object keeps its manifest (keyed by its
+                    // hash) and its chunks.
+                    if objects.insert(o)
+                        && let Some(chunks) = manifests.get(&o)
+                    {
+                        objects.extend(chunks.iter().copied());
+                    }
                 }
                 Target::Link(_) => {}
             }
@@ -264,13 +271,24 @@ fn sweep(ws: &mut Workspace, roots: &[Hash], dry_run: bool) -> Result<Freed> {
         .into_iter()
         .filter(|(h, _)| !objects.contains(h))
         .collect();
+    let dead_manifests: Vec<Hash> = ws
+        .ledger()
+        .chunk_manifests()?
+        .into_iter()
+        .map(|(h, _)| h)
+        .filter(|h| !objects.contains(h))
+        .collect();
     freed.tree_nodes = dead_trees.len() as u64;
     freed.small_objects = dead_blobs.len() as u64;
     freed.bytes = dead_blobs.iter().map(|(_, n)| n).sum();
-    if !dry_run && (!dead_trees.is_empty() || !dead_blobs.is_empty()) {
+    if !dry_run && (!dead_trees.is_empty() || !dead_blobs.is_empty() || !dead_manifests.is_empty())
+    {
         ws.ledger_mut().write(|tx| {
             for h in &dead_trees {
                 tx.delete_tree(h)?;
+            }
+            for h in &dead_manifests {
+                tx.delete_manifest(h)?;
             }
             for (h, _) in &dead_blobs {
                 tx.delete_blob(h)?;

@@ -537,6 +537,25 @@ impl Ledger {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
+    /// Every chunked object's chunk list (for `gc` and `verify --deep`).
+    pub fn chunk_manifests(&self) -> Result<Vec<(Hash, Vec<Hash>)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT hash, manifest FROM chunked")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                let h: Vec<u8> = r.get(0)?;
+                let m: Vec<u8> = r.get(1)?;
+                Ok((
+                    Hash::from_slice(&h).unwrap_or(Hash([0; 32])),
+                    crate::blobs::decode_manifest(&m),
+                ))
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
     /// Hashes of every stored tree node (for `gc`'s sweep).
     pub fn tree_hashes(&self) -> Result<Vec<Hash>> {
         self.hashes("SELECT hash FROM trees")
@@ -805,6 +824,14 @@ impl Tx<'_> {
     pub fn delete_tree(&self, hash: &Hash) -> Result<()> {
         self.tx
             .prepare_cached("DELETE FROM trees WHERE hash = ?1")
+            .and_then(|mut s| s.execute([&hash.0[..]]))
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn delete_manifest(&self, hash: &Hash) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM chunked WHERE hash = ?1")
             .and_then(|mut s| s.execute([&hash.0[..]]))
             .map_err(self.err())?;
         Ok(())

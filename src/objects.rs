@@ -40,6 +40,9 @@ pub enum Stored {
     Copied,
     /// A row in the ledger (small files).
     Inline,
+    /// Fixed-size chunks (big files where clones are impossible): only
+    /// the chunks a change touched are new.
+    Chunked,
 }
 
 /// The result of storing one file.
@@ -53,11 +56,21 @@ pub struct Ingested {
     pub stored: Stored,
 }
 
-/// An object's content: a file, or bytes from the ledger.
+/// An object's content: a file, bytes from the ledger, or chunk files.
 pub enum ObjectData {
     File(File),
     Inline(Vec<u8>),
+    Chunked(Vec<Hash>),
 }
+
+/// Files at least this big are stored as chunks where clones are
+/// impossible (ext4, tmpfs): a 4 KiB change then costs one chunk, not a
+/// copy of the whole file.
+pub const CHUNKED_MIN: u64 = 4 << 20;
+/// Fixed chunk size: in-place edits (databases, images, logs) keep chunk
+/// boundaries, which is what fixed chunks need; insertions that shift
+/// content are rare in the big binary files this is for (D40).
+pub const CHUNK_SIZE: usize = 1 << 20;
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -130,6 +143,9 @@ impl ObjectStore {
                 });
             }
         }
+        if !self.clones && size >= CHUNKED_MIN {
+            return self.ingest_chunked(src);
+        }
         // Created read-only: the fd stays writable, the object never is.
         let (tmp_name, tmp) = self.temp_file("in", 0o444)?;
         let stored = self.fill_and_hash(src, &tmp, size);
@@ -151,6 +167,52 @@ impl ObjectStore {
             size,
             new_bytes,
             stored: outcome,
+        })
+    }
+
+    /// Read `src` once, hashing the whole and each chunk; store the chunks
+    /// not already stored, then the chunk list.
+    fn ingest_chunked(&self, src: &File) -> Result<Ingested> {
+        let read_err = |e| Error::os(rewind_platform::Error::new("read", self.tmp.path(), e));
+        let mut whole = Hasher::default();
+        let mut list = Vec::new();
+        let mut new_bytes = 0;
+        let mut buf = vec![0u8; CHUNK_SIZE];
+        let mut off = 0u64;
+        loop {
+            let n = read_full_from(src, &mut buf, off).map_err(read_err)?;
+            if n == 0 {
+                break;
+            }
+            let chunk = &buf[..n];
+            whole.update(chunk);
+            let h = Hash::of(chunk);
+            if self.open_file(&h)?.is_none() {
+                let (tmp_name, tmp) = self.temp_file("ch", 0o444)?;
+                if let Err(e) = std::io::Write::write_all(&mut &tmp, chunk) {
+                    let _ = self.tmp.unlink(&tmp_name);
+                    return Err(Error::os(rewind_platform::Error::new(
+                        "write",
+                        self.tmp.path().join(&tmp_name),
+                        e,
+                    )));
+                }
+                drop(tmp);
+                new_bytes += self.publish(&tmp_name, &h, n as u64)?;
+            }
+            list.push(h);
+            off += n as u64;
+            if n < CHUNK_SIZE {
+                break;
+            }
+        }
+        let hash = whole.finish();
+        self.blobs.put_chunks(&hash, &list)?;
+        Ok(Ingested {
+            hash,
+            size: off,
+            new_bytes,
+            stored: Stored::Chunked,
         })
     }
 
@@ -255,6 +317,11 @@ impl ObjectStore {
         if let Some(f) = self.open_file(hash)? {
             return Ok(ObjectData::File(f));
         }
+        if size >= CHUNKED_MIN
+            && let Some(chunks) = self.blobs.chunks(hash)?
+        {
+            return Ok(ObjectData::Chunked(chunks));
+        }
         match self.blobs.get(hash)? {
             Some(bytes) => Ok(ObjectData::Inline(bytes)),
             None => Err(missing()),
@@ -262,7 +329,18 @@ impl ObjectStore {
     }
 
     pub fn contains(&self, hash: &Hash, size: u64) -> bool {
-        self.data(hash, size).is_ok()
+        match self.data(hash, size) {
+            Ok(ObjectData::Chunked(chunks)) => chunks
+                .iter()
+                .all(|c| self.open_file(c).is_ok_and(|f| f.is_some())),
+            Ok(_) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// The chunk list of a chunked object, if it is one.
+    pub fn chunks_of(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
+        self.blobs.chunks(hash)
     }
 
     /// Up to `limit` bytes of an object (for showing diffs).
@@ -277,6 +355,24 @@ impl ObjectStore {
                 f.take(limit).read_to_end(&mut buf).map_err(|e| {
                     Error::os(rewind_platform::Error::new("read", self.objects.path(), e))
                 })?;
+                Ok(buf)
+            }
+            ObjectData::Chunked(chunks) => {
+                let mut buf = Vec::new();
+                for c in chunks {
+                    if buf.len() as u64 >= limit {
+                        break;
+                    }
+                    let f = self.open_file(&c)?.ok_or_else(|| Error::ObjectMissing {
+                        hash: c.to_hex(),
+                        path: self.objects.path().to_owned(),
+                    })?;
+                    f.take(limit - buf.len() as u64)
+                        .read_to_end(&mut buf)
+                        .map_err(|e| {
+                            Error::os(rewind_platform::Error::new("read", self.objects.path(), e))
+                        })?;
+                }
                 Ok(buf)
             }
         }
@@ -297,6 +393,7 @@ impl ObjectStore {
             ObjectData::File(src) => {
                 copy_with(src.as_fd(), file.as_fd(), |_| {}).map(|_| CloneOutcome::Copied)
             }
+            ObjectData::Chunked(chunks) => self.concat_chunks(chunks, &file),
         };
         match outcome {
             Ok(o) => Ok((name, file, o)),
@@ -309,6 +406,53 @@ impl ObjectStore {
                 )))
             }
         }
+    }
+
+    /// Write a chunked object's chunks, in order, into `dst`.
+    fn concat_chunks(&self, chunks: &[Hash], dst: &File) -> std::io::Result<CloneOutcome> {
+        for c in chunks {
+            let src = self
+                .open_file(c)
+                .map_err(|e| std::io::Error::other(e.to_string()))?
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("chunk {c} of a stored file is missing"),
+                    )
+                })?;
+            copy_with(src.as_fd(), dst.as_fd(), |_| {})?;
+        }
+        Ok(CloneOutcome::Copied)
+    }
+
+    /// Chunked objects whose chunks are missing or do not add up to the
+    /// object's hash (`verify --deep`).
+    pub fn bad_manifests(&self, manifests: &[(Hash, Vec<Hash>)]) -> Result<Vec<String>> {
+        let mut bad = Vec::new();
+        for (hash, chunks) in manifests {
+            let mut h = Hasher::default();
+            let mut ok = true;
+            for c in chunks {
+                match self.open_file(c)? {
+                    Some(mut f) => {
+                        let mut buf = Vec::new();
+                        if f.read_to_end(&mut buf).is_err() {
+                            ok = false;
+                            break;
+                        }
+                        h.update(&buf);
+                    }
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok || h.finish() != *hash {
+                bad.push(format!("chunked object {hash}"));
+            }
+        }
+        Ok(bad)
     }
 
     /// Re-hash every object file (`verify --deep`): (files checked, names
@@ -476,9 +620,14 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
 
 /// Fill `buf` from offset 0 (or up to EOF); returns the bytes read.
 fn read_full_at(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+    read_full_from(file, buf, 0)
+}
+
+/// Fill `buf` from `off` on, short only at end of file.
+fn read_full_from(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
-        match read_at_retry(file, &mut buf[n..], n as u64)? {
+        match read_at_retry(file, &mut buf[n..], off + n as u64)? {
             0 => break,
             k => n += k,
         }

@@ -85,6 +85,7 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         bad.extend(bad_blobs.iter().map(|h| format!("small object {h}")));
         bad.extend(bad_files.iter().map(|h| format!("object file {h}")));
         bad.extend(crate::gc::missing(&ws)?);
+        bad.extend(ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)?);
         Some(Deep {
             tree_nodes,
             small_objects,
