@@ -1,7 +1,7 @@
 //! End-to-end benchmark: `rewind` against the baselines users have today.
 //!
 //! Run with `cargo bench --bench scenarios -- [--smoke] [--files N]
-//! [--big-mib M] [--runs R] [--chain N] [--successive N]
+//! [--big-mib M] [--runs R] [--chain N] [--successive N] [--history N]
 //! [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]`.
 //!
 //! By default (as root) it makes an XFS filesystem with reflink on a loop
@@ -35,6 +35,21 @@
 //!    baseline `rewind checkpoint --kind hook --json`). Error responses,
 //!    malformed lines, a wrong tool count or a missing hook checkpoint panic.
 //!    The targets get their own table, and `targets` in the JSON.
+//! i. retention and disk accounting, on a fresh copy of T1: a history of
+//!    `--history` checkpoints (1,000; 60 at `--smoke`), each after editing
+//!    10 small files (time per checkpoint kept as a side number);
+//!    i1. `rewind du --json` over that history (≤ 1 s at 1,000; baseline
+//!    coreutils `du -s` of `.rewind/`); i2. `rewind gc --keep-last 100
+//!    --json` (10 at `--smoke`), one run per fresh `cp -a --reflink=auto`
+//!    copy of the whole workspace (≤ 2 s pruning ~900 of 1,000; baseline
+//!    the same gc with `--dry-run` on the same copy just before), each copy
+//!    then checked with `verify --deep`; i3. ledger metadata per checkpoint:
+//!    over the history's last 20 checkpoints, the growth of `du`'s
+//!    `total.ledger_used` minus the new small-file content they stored
+//!    inline (`bytes_new` of each checkpoint), per checkpoint (≤ 64 KiB).
+//!    Wrong counts, an unexpected gc result or a failed deep verify panic.
+//!    Storage growth against shadow git over successive checkpoints is g's
+//!    chart (right panel), not repeated here.
 //!
 //! rsync snapshots live outside the workspaces, on the same filesystem. If
 //! `rsync` is not installed, its baselines are skipped and the header says so.
@@ -68,6 +83,8 @@ const DEFAULT_SEED: u64 = 0x5EED_2026_0000_0001;
 const SMALL_EDITS: usize = 10;
 const NEW_FILES: usize = 3;
 const BIG_WRITE: usize = 4096;
+/// Scenario i3: checkpoints over which the ledger's metadata is measured.
+const I_META_CHECKPOINTS: usize = 20;
 
 // ---------------------------------------------------------------- arguments
 
@@ -103,6 +120,10 @@ struct Args {
     chain: u64,
     /// Successive checkpoints in scenario g.
     successive: usize,
+    /// Checkpoints in scenario i's history.
+    history: usize,
+    /// `gc --keep-last` in scenario i.
+    keep_last: usize,
     /// The arguments as given after `--` (without cargo's `--bench`).
     user_args: Vec<String>,
     argv: Vec<String>,
@@ -110,7 +131,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench scenarios -- [--smoke] [--files N] [--big-mib M] [--chain N] \
-[--successive N] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]";
+[--successive N] [--history N] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]";
 
 fn parse_args() -> Args {
     let argv: Vec<String> = std::env::args().collect();
@@ -120,6 +141,7 @@ fn parse_args() -> Args {
     let mut runs = None;
     let mut chain = None;
     let mut successive = None;
+    let mut history = None;
     let mut fs_kind = None;
     let mut seed = None;
     let mut out = None;
@@ -156,6 +178,7 @@ fn parse_args() -> Args {
             "--successive" => {
                 successive = Some(parse_num::<usize>("--successive", &value("--successive")));
             }
+            "--history" => history = Some(parse_num::<usize>("--history", &value("--history"))),
             "--seed" => {
                 let v = value("--seed");
                 let parsed = match v.strip_prefix("0x") {
@@ -194,6 +217,14 @@ fn parse_args() -> Args {
     assert!(big_mib >= 1, "--big-mib must be at least 1");
     assert!(runs >= 1, "--runs must be at least 1");
     assert!(successive >= 1, "--successive must be at least 1");
+    let history = history.unwrap_or(if smoke { 60 } else { 1_000 });
+    let keep_last = if smoke { 10 } else { 100 };
+    assert!(
+        history >= I_META_CHECKPOINTS && history > keep_last + 10,
+        "--history must be at least {} (gc keeps the newest {keep_last}; \
+         the metadata measure uses the last {I_META_CHECKPOINTS})",
+        (keep_last + 11).max(I_META_CHECKPOINTS)
+    );
     Args {
         smoke,
         files,
@@ -205,6 +236,8 @@ fn parse_args() -> Args {
         out: out.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench")),
         chain,
         successive,
+        history,
+        keep_last,
         user_args,
         argv,
         under_cargo_bench,
@@ -2099,6 +2132,485 @@ fn scenario_h(
     (scenarios, vec![t1, t2, t3])
 }
 
+// ---------------------------------------------------------------- i. retention and disk accounting
+
+fn json_u64(v: &Value, ptr: &str, what: &str) -> u64 {
+    v.pointer(ptr)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{what}: JSON has no unsigned integer at {ptr}: {v}"))
+}
+
+/// Median of a slice (NaN when empty).
+fn median_of(v: &[f64]) -> f64 {
+    Series {
+        ms: v.to_vec(),
+        ..Series::default()
+    }
+    .median()
+}
+
+/// `rewind du --json` must describe the history it was run on: `live`
+/// checkpoints listed and counted, `pruned` pruned, sizes that are not zero.
+/// Returns the live checkpoints' ids in the order du lists them.
+fn check_du(v: &Value, what: &str, live: u64, pruned: u64) -> Vec<String> {
+    let n = json_u64(v, "/total/checkpoints", what);
+    let p = json_u64(v, "/total/pruned", what);
+    let rows = v["checkpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: du JSON has no checkpoints array: {}", v["total"]));
+    assert!(
+        n == live && p == pruned && rows.len() as u64 == live,
+        "{what}: du reports total.checkpoints={n}, total.pruned={p} and {} per-checkpoint rows; \
+         want {live}, {pruned} and {live}: total = {}",
+        rows.len(),
+        v["total"]
+    );
+    for k in ["content", "ledger_file", "ledger_used", "physical"] {
+        let x = json_u64(v, &format!("/total/{k}"), what);
+        assert!(x > 0, "{what}: du reports total.{k} = 0: {}", v["total"]);
+    }
+    rows.iter()
+        .map(|c| {
+            let logical = json_u64(c, "/logical", what);
+            assert!(
+                logical > 0,
+                "{what}: du reports logical = 0 for a checkpoint of T1: {c}"
+            );
+            json_str(c, "id", what)
+        })
+        .collect()
+}
+
+/// A `rewind gc --keep-last KEEP --json` report on a history of `live`
+/// unpruned checkpoints, none labeled-kept and only HEAD's recent past
+/// protected: it prunes the oldest `live - keep` (fewer only if protections
+/// reach further back; at most 10 fewer is accepted), keeps the rest and
+/// frees tree nodes and small objects. Returns the pruned ids, sorted.
+fn check_gc(
+    v: &Value,
+    what: &str,
+    dry_run: bool,
+    live: u64,
+    keep: u64,
+    oldest: &[String],
+) -> Vec<String> {
+    assert_eq!(
+        v["dry_run"].as_bool(),
+        Some(dry_run),
+        "{what}: gc JSON has dry_run={}, want {dry_run}: {v}",
+        v["dry_run"]
+    );
+    let mut ids: Vec<String> = v["pruned"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: gc JSON has no pruned array: {v}"))
+        .iter()
+        .map(|x| {
+            x.as_str()
+                .unwrap_or_else(|| panic!("{what}: a pruned id is not a string: {x}"))
+                .to_string()
+        })
+        .collect();
+    let p = ids.len() as u64;
+    let (hi, lo) = (live - keep, (live - keep).saturating_sub(10));
+    let kept = json_u64(v, "/kept", what);
+    assert!(
+        (lo..=hi).contains(&p) && kept == live - p,
+        "{what}: gc pruned {p} and kept {kept} of {live} checkpoints with --keep-last {keep}; \
+         want {lo}..={hi} pruned and the rest kept: protected = {}, freed = {}",
+        v["protected"],
+        v["freed"]
+    );
+    ids.sort();
+    ids.dedup();
+    assert_eq!(
+        ids.len() as u64,
+        p,
+        "{what}: gc names a pruned checkpoint twice"
+    );
+    let oldest: std::collections::HashSet<&str> = oldest.iter().map(String::as_str).collect();
+    if let Some(young) = ids.iter().find(|id| !oldest.contains(id.as_str())) {
+        panic!(
+            "{what}: gc pruned {young}, which is not among the oldest {} checkpoints \
+             (du's order): --keep-last {keep} must keep the newest",
+            oldest.len()
+        );
+    }
+    for k in ["tree_nodes", "small_objects", "bytes"] {
+        let x = json_u64(v, &format!("/freed/{k}"), what);
+        assert!(
+            x > 0,
+            "{what}: gc pruned {p} checkpoints, each with {SMALL_EDITS} edited files of its own, \
+             but reports freed.{k} = 0: {}",
+            v["freed"]
+        );
+    }
+    ids
+}
+
+/// i. Retention and disk accounting on a fresh copy of T1 (see the module
+/// docs). Returns the scenarios (i1 du, i2 gc), the targets (i1–i3) and
+/// the note for the report.
+fn scenario_i(
+    args: &Args,
+    work: &Path,
+    template: &Path,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> (Vec<Scenario>, Vec<Target>, String) {
+    let n = args.history;
+    let keep = args.keep_last;
+    let k_meta = I_META_CHECKPOINTS;
+    let ws = work.join("ws-i");
+    let store = ws.join(".rewind");
+    let sizes: std::collections::HashMap<&Path, u64> = tree
+        .small
+        .iter()
+        .map(|(rel, size)| (rel.as_path(), *size))
+        .collect();
+    copy_tree(template, &ws);
+    settle(work);
+    let first = run(rewind_cmd(&ws).args(["checkpoint", "bench-i-0", "--json"])).json();
+    json_str(&first, "id", "i: first checkpoint");
+    // The first checkpoint plus the history.
+    let total = n as u64 + 1;
+
+    // ---- the history; its last k_meta checkpoints measure the metadata (i3)
+    let mut ck = Series::default();
+    let mut meta_new = 0u64;
+    let mut du_meta_before = Value::Null;
+    let t = Instant::now();
+    for k in 1..=n {
+        if k == 1 || k % 100 == 0 || k == n {
+            eprintln!("bench: [i] history checkpoint {k}/{n}");
+        }
+        if k == n - k_meta + 1 {
+            settle(work);
+            let v = run(rewind_cmd(&ws).args(["du", "--json"])).json();
+            check_du(&v, "i3: du before the measured checkpoints", k as u64, 0);
+            du_meta_before = v;
+        }
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        apply_edits(&ws, &edits);
+        settle(work);
+        let m = run(rewind_cmd(&ws).args(["checkpoint", "--json"]));
+        let v = m.json();
+        let what = format!("i: history checkpoint {k}");
+        check_edit_counts(counts(&v, &what), &what, &v);
+        // Each edit makes a file content never seen before, stored inline
+        // (small files are under the inline limit): bytes_new is their size.
+        let want_new: u64 = edits.iter().map(|e| sizes[e.rel.as_path()]).sum();
+        let got_new = json_u64(&v, "/bytes_new", &what);
+        assert_eq!(
+            got_new, want_new,
+            "{what}: bytes_new is {got_new}, but the {SMALL_EDITS} edited files (new contents) \
+             hold {want_new} bytes: {v}"
+        );
+        if k > n - k_meta {
+            meta_new += got_new;
+        }
+        ck.push(m.ms(), m.maxrss_kib);
+        ck.self_ms
+            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+    }
+    let history_s = t.elapsed().as_secs_f64();
+    eprintln!("bench: [i] {n} history checkpoints done in {history_s:.1}s");
+
+    // ---- i1: du over the whole history, against coreutils du of the store
+    let mut du = Series::default();
+    let mut du_base = Series::default();
+    let mut du_json = Value::Null;
+    let mut coreutils_bytes = 0u64;
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [i1] du over {total} checkpoints, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        settle(work);
+        let m = run(rewind_cmd(&ws).args(["du", "--json"]));
+        let v = m.json();
+        check_du(&v, &format!("i1: du (run {})", r + 1), total, 0);
+        du.push(m.ms(), m.maxrss_kib);
+        if r == 0 {
+            du_json = v;
+        }
+        settle(work);
+        let b = run(cmd(
+            "du",
+            [OsStr::new("-s"), OsStr::new("-B1"), store.as_os_str()],
+        ));
+        let text = b.text();
+        coreutils_bytes = text
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("i1: cannot read a byte count from `{}`: {text:?}", b.desc));
+        du_base.push(b.ms(), b.maxrss_kib);
+    }
+    let du_total = du_json["total"].clone();
+    let du_ids = check_du(&du_json, "i1: du", total, 0);
+
+    // ---- i3: ledger metadata per checkpoint
+    let used0 = json_u64(&du_meta_before, "/total/ledger_used", "i3: du before");
+    let used1 = json_u64(&du_json, "/total/ledger_used", "i1: du");
+    assert!(
+        used1 >= used0 + meta_new,
+        "i3: over the last {k_meta} checkpoints the ledger's used bytes grew by {} \
+         ({used0} → {used1}), less than the {meta_new} bytes of new content they report \
+         storing inline: du's ledger_used or checkpoint's bytes_new is wrong",
+        used1 as i64 - used0 as i64
+    );
+    let meta_bytes = (used1 - used0 - meta_new) as f64 / k_meta as f64;
+    let meta_kib = meta_bytes / 1024.0;
+
+    // ---- i2: gc on a fresh copy of the workspace per run
+    let keep_s = keep.to_string();
+    let oldest = &du_ids[..du_ids.len() - keep];
+    let mut gc = Series::default();
+    let mut dry = Series::default();
+    let mut gc_json = Value::Null;
+    let mut verify_json = Value::Null;
+    let mut du_after = Value::Null;
+    let mut ledger_db_after = Value::Null;
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [i2] gc --keep-last {keep} of {total} checkpoints, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let copy = work.join(format!("ws-i-gc-{r}"));
+        copy_tree(&ws, &copy);
+        settle(work);
+        let gc_args = ["gc", "--keep-last", keep_s.as_str()];
+        let d = run(rewind_cmd(&copy)
+            .args(gc_args)
+            .args(["--dry-run", "--json"]));
+        let dv = d.json();
+        let what = format!("i2: gc --dry-run (run {})", r + 1);
+        let dry_ids = check_gc(&dv, &what, true, total, keep as u64, oldest);
+        dry.push(d.ms(), d.maxrss_kib);
+        settle(work);
+        let m = run(rewind_cmd(&copy).args(gc_args).arg("--json"));
+        let v = m.json();
+        let what = format!("i2: gc (run {})", r + 1);
+        let ids = check_gc(&v, &what, false, total, keep as u64, oldest);
+        assert!(
+            ids == dry_ids
+                && v["freed"]["tree_nodes"] == dv["freed"]["tree_nodes"]
+                && v["freed"]["small_objects"] == dv["freed"]["small_objects"],
+            "{what}: gc pruned or freed something else than its --dry-run announced on the same copy: \
+             {} vs {} pruned, freed {} vs {}",
+            ids.len(),
+            dry_ids.len(),
+            v["freed"],
+            dv["freed"]
+        );
+        gc.push(m.ms(), m.maxrss_kib);
+        gc.self_ms
+            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        // Untimed: the copy must be intact and hold what it keeps.
+        let vv = run(rewind_cmd(&copy).args(["verify", "--deep", "--json"])).json();
+        let bad = vv["deep"]["bad"].as_array();
+        assert!(
+            vv["ok"] == true
+                && bad.is_some_and(Vec::is_empty)
+                && vv["pruned_checkpoints"].as_u64() == Some(ids.len() as u64),
+            "\n\n!!!!!!!! {what}: `rewind verify --deep` after gc is not clean \
+             (want ok: true, deep.bad: [], pruned_checkpoints: {}) !!!!!!!!\n{vv}\n",
+            ids.len()
+        );
+        if r == 0 {
+            let after = run(rewind_cmd(&copy).args(["du", "--json"])).json();
+            check_du(
+                &after,
+                "i2: du after gc",
+                total - ids.len() as u64,
+                ids.len() as u64,
+            );
+            du_after = after["total"].clone();
+            // st_size against allocated blocks: du's ledger_file counts
+            // the latter.
+            let db = copy.join(".rewind/ledger.db");
+            let md = fs::metadata(&db).unwrap_or_else(|e| panic!("stat {}: {e}", db.display()));
+            ledger_db_after = json!({
+                "st_size": md.len(),
+                "allocated": std::os::unix::fs::MetadataExt::blocks(&md) * 512,
+            });
+            gc_json = v;
+            verify_json = vv;
+        }
+        rm_rf(&copy);
+    }
+    let pruned = gc_json["pruned"].as_array().map_or(0, Vec::len);
+
+    // ---- targets, scenarios, note
+    let ck_ms = &ck.ms;
+    let tenth = (n / 10).max(1);
+    let ck_first = median_of(&ck_ms[..tenth]);
+    let ck_last = median_of(&ck_ms[n - tenth..]);
+    let at_1000 = if n == 1000 {
+        String::new()
+    } else {
+        " (target set for 1,000)".into()
+    };
+    let t_du = Target {
+        scenario: "i1",
+        what: format!("`rewind du --json` over {total} checkpoints ≤ 1 s{at_1000}"),
+        limit: 1000.0,
+        measured: du.median(),
+        unit: "ms",
+        measured_as: "median, whole process",
+        shown: format!(
+            "{} ms median ({}–{})",
+            fmt_ms(du.median()),
+            fmt_ms(du.min()),
+            fmt_ms(du.max())
+        ),
+    };
+    let t_gc = Target {
+        scenario: "i2",
+        what: format!(
+            "`rewind gc --keep-last {keep}` pruning {pruned} of {total} checkpoints ≤ 2 s{}",
+            if n == 1000 && keep == 100 {
+                String::new()
+            } else {
+                " (target set for ~900 of 1,000)".into()
+            }
+        ),
+        limit: 2000.0,
+        measured: gc.median(),
+        unit: "ms",
+        measured_as: "median, whole process, one gc per fresh copy",
+        shown: format!(
+            "{} ms median ({}–{})",
+            fmt_ms(gc.median()),
+            fmt_ms(gc.min()),
+            fmt_ms(gc.max())
+        ),
+    };
+    let t_meta = Target {
+        scenario: "i3",
+        what: format!("ledger metadata per checkpoint after {SMALL_EDITS} small edits ≤ 64 KiB"),
+        limit: 64.0,
+        measured: meta_kib,
+        unit: "KiB",
+        measured_as: "(Δ du total.ledger_used − Σ bytes_new) / K over the history's last K checkpoints",
+        shown: format!(
+            "{meta_kib:.1} KiB (ledger +{:.1} KiB over {k_meta}, of which new content {:.1} KiB)",
+            (used1 - used0) as f64 / 1024.0,
+            meta_new as f64 / 1024.0
+        ),
+    };
+    let how_history = format!(
+        "fresh `cp -a --reflink=auto` copy of T1, first checkpoint, then {n} checkpoints \
+         (`rewind checkpoint --json`, unlabeled), each after editing {SMALL_EDITS} small files"
+    );
+    let history = json!({
+        "how": how_history,
+        "checkpoints": n,
+        "seconds": round2(history_s),
+        "checkpoint_ms": {
+            "median": round2(ck.median()),
+            "min": round2(ck.min()),
+            "max": round2(ck.max()),
+            "median_first_tenth": round2(ck_first),
+            "median_last_tenth": round2(ck_last),
+            "peak_rss_kib": ck.peak_rss_kib(),
+        },
+        "runs_ms": ck.ms.iter().map(|x| round2(*x)).collect::<Vec<_>>(),
+    });
+    let meta = json!({
+        "target": t_meta.to_json(),
+        "how": "du --json before the history's last K checkpoints and after them (the first i1 run); \
+                (after.total.ledger_used − before.total.ledger_used − Σ bytes_new of the K) / K; \
+                each checkpoint's bytes_new checked to equal the sizes of its edited files",
+        "k": k_meta,
+        "ledger_used_before": used0,
+        "ledger_used_after": used1,
+        "bytes_new_sum": meta_new,
+        "per_checkpoint_bytes": round2(meta_bytes),
+    });
+    let physical = json_u64(&du_json, "/total/physical", "i1: du");
+    let ledger_used = json_u64(&du_json, "/total/ledger_used", "i1: du");
+    let ledger_after = json_u64(&du_after, "/ledger_used", "i2: du after gc");
+    let scenarios = vec![
+        Scenario {
+            id: "i1",
+            name: format!(
+                "i1. `rewind du --json` over {total} checkpoints (T1, {SMALL_EDITS} small edits between checkpoints); \
+                 du: {} on disk, ledger {} used",
+                mib(physical),
+                mib(ledger_used)
+            ),
+            rewind: du,
+            baselines: vec![Baseline {
+                name: format!("coreutils `du -s -B1 .rewind` ({})", mib(coreutils_bytes)),
+                series: du_base,
+            }],
+            detail: json!({
+                "target": t_du.to_json(),
+                "how": "whole process, on the history's workspace, fs synced before each run; \
+                        total.checkpoints, total.pruned and the per-checkpoint rows checked, sizes > 0",
+                "history": history,
+                "du_total": du_total,
+                "coreutils_du_bytes": coreutils_bytes,
+                "metadata": meta,
+            }),
+        },
+        Scenario {
+            id: "i2",
+            name: format!(
+                "i2. `rewind gc --keep-last {keep} --json` pruning {pruned} of {total} checkpoints \
+                 (whole process, a fresh copy of the workspace per run); ledger used {} → {}",
+                mib(ledger_used),
+                mib(ledger_after)
+            ),
+            rewind: gc,
+            baselines: vec![Baseline {
+                name: "the same gc with `--dry-run` (same copy, just before)".into(),
+                series: dry,
+            }],
+            detail: json!({
+                "target": t_gc.to_json(),
+                "how": "per run: `cp -a --reflink=auto` of the whole workspace (.rewind/ inside) to a fresh dir, \
+                        syncfs, `gc --dry-run` timed, syncfs, `gc` timed; pruned ids (same as the dry run's, all among \
+                        the oldest), kept and freed checked; then, untimed, `verify --deep --json` must say ok with \
+                        an empty deep.bad",
+                "pruned": pruned,
+                "kept": gc_json["kept"],
+                "protected": gc_json["protected"],
+                "freed": gc_json["freed"],
+                "du_total_after": du_after,
+                "ledger_db_after": ledger_db_after,
+                "verify_deep": verify_json,
+            }),
+        },
+    ];
+    let note = format!(
+        "\n(i) is retention and disk accounting on its own copy of T1: a first checkpoint, then a history of \
+         {n} checkpoints, each after editing {SMALL_EDITS} small files (side number: {} ms median per checkpoint, \
+         {}–{}; {} ms over the first tenth, {} ms over the last; {history_s:.1} s in all). \
+         i1 times `rewind du --json` over the {total} checkpoints (whole process; its counts and sizes are checked); \
+         the baseline is coreutils `du -s` of `.rewind/`, which cannot tell extents shared with the workspace. \
+         i2 times one `rewind gc --keep-last {keep} --json` per run, each on a fresh `cp -a --reflink=auto` copy \
+         of the whole workspace, after the same gc with `--dry-run` on that copy (the baseline); it must prune \
+         the oldest {}–{} checkpoints and free their content, and `verify --deep` afterwards (untimed) must \
+         report no damage. i3 is the ledger's metadata per checkpoint: over the history's last {k_meta} \
+         checkpoints, the growth of `du`'s `total.ledger_used` minus the new small-file content they stored \
+         inline (the `bytes_new` of each, checked to equal its edited files' sizes), divided by {k_meta}. \
+         Storage growth against shadow git and rsync over successive checkpoints is (g)'s chart, right panel.",
+        fmt_ms(ck.median()),
+        fmt_ms(ck.min()),
+        fmt_ms(ck.max()),
+        fmt_ms(ck_first),
+        fmt_ms(ck_last),
+        (total - keep as u64).saturating_sub(10),
+        total - keep as u64,
+    );
+    rm_rf(&ws);
+    (scenarios, vec![t_du, t_gc, t_meta], note)
+}
+
 /// Used bytes of the filesystem holding `dir`, after `syncfs` (what
 /// `sync -f` does): `(f_blocks - f_bfree) * f_frsize` from statvfs.
 fn used_bytes(dir: &Path) -> u64 {
@@ -2556,7 +3068,9 @@ fn main() {
     // on ext4), plus one new big-file blob per scenario-c run for both tools;
     // rsync's workspace and snapshots in (a)/(b); scenario g's three copies,
     // their first checkpoints, and per step a new big-file blob (git) and a
-    // new big-file copy (rsync).
+    // new big-file copy (rsync); scenario i's workspace and one copy of it
+    // at a time (each a tree, its first checkpoint's store and a ledger of
+    // up to ~2 MiB per checkpoint).
     let tree_est = args.files as u64 * 2560 + args.big_mib * MIB;
     let succ = args.successive as u64;
     let image_bytes = (6 * tree_est
@@ -2565,6 +3079,8 @@ fn main() {
         + 5 * tree_est
         + 2 * succ * args.big_mib * MIB
         + succ * MIB
+        + 4 * tree_est
+        + 4 * args.history as u64 * MIB
         + 512 * MIB)
         .div_ceil(MIB)
         * MIB;
@@ -2619,11 +3135,14 @@ fn main() {
     scenarios.push(scenario_guard(&args, &pair));
     // h runs on b–e's workspace while it is in the state they left it in;
     // it is reported last.
-    let (scen_h, targets) = scenario_h(&args, &work, &pair, &tree, &mut rng);
+    let (scen_h, mut targets) = scenario_h(&args, &work, &pair, &tree, &mut rng);
     scenarios.push(scenario_verify(&args, &work));
+    let (scen_i, targets_i, note_i) = scenario_i(&args, &work, &template, &tree, &mut rng);
+    targets.extend(targets_i);
     let (scen_g, steps_g) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
     scenarios.push(scen_g);
     scenarios.extend(scen_h);
+    scenarios.extend(scen_i);
 
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
@@ -2756,6 +3275,7 @@ fn main() {
          Claude Code runs before a Bash call. Each h run edits {SMALL_EDITS} small files before each \
          timed checkpoint, the baseline's included; MCP/hook and baseline alternate which goes first."
     );
+    let _ = writeln!(md, "{note_i}");
     let _ = writeln!(md, "\nAgainst the targets:\n");
     let _ = writeln!(md, "| target | measured | |");
     let _ = writeln!(md, "|---|---|---|");
@@ -2816,6 +3336,8 @@ fn main() {
         "smoke": args.smoke,
         "runs": args.runs,
         "successive": args.successive,
+        "history": args.history,
+        "keep_last": args.keep_last,
         "rsync": rsync_version,
         "chart_svg": svg_path,
         "tree": {

@@ -546,3 +546,47 @@ fn big_files_are_chunked_on_ext4_so_small_changes_stay_small_and_exact() {
         "{du}"
     );
 }
+
+/// gc and checkpoints racing: the workspace lock serializes them, so no
+/// checkpoint ever references content a concurrent sweep deleted.
+#[test]
+fn gc_racing_checkpoints_never_loses_live_content() {
+    let dir = common::tmp();
+    let ws = dir.path().to_path_buf();
+    common::checkpoint_id(&ws, &[]);
+    let writer = {
+        let ws = ws.clone();
+        std::thread::spawn(move || {
+            let mut rng = Rng(11);
+            let mut taken = Vec::new();
+            for i in 0..25 {
+                write(&ws.join("big.bin"), &big(&mut rng));
+                write(&ws.join("n.txt"), format!("{i}\n").as_bytes());
+                let out = rewind(&ws, &["--json", "checkpoint"]);
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+                taken.push(v["id"].as_str().expect("id").to_string());
+            }
+            taken
+        })
+    };
+    for _ in 0..15 {
+        let out = rewind(&ws, &["gc", "--keep-last", "2"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let taken = writer.join().expect("writer thread");
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["deep"]["bad"], serde_json::json!([]), "{v}");
+    let list = rewind_json(&ws, &["list"]);
+    let live: Vec<String> = list["checkpoints"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|c| c["pruned"] != Value::Bool(true))
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .collect();
+    assert!(live.contains(taken.last().expect("one")), "the newest checkpoint was pruned");
+    for id in live {
+        rewind_json(&ws, &["rewind", &id]);
+    }
+}
