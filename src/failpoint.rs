@@ -30,6 +30,10 @@ pub const POINTS: &[&str] = &[
     "gc:pruned",
     "gc:rows-swept",
     "gc:object-removed",
+    "subvol:created",
+    "subvol:file-cloned",
+    "subvol:copied",
+    "subvol:swapped",
 ];
 
 enum Action {

@@ -216,6 +216,11 @@ impl Workspace {
         self.fs
     }
 
+    /// The workspace root is a btrfs subvolume.
+    pub fn is_subvolume(&self) -> bool {
+        rewind_platform::is_subvolume(&self.root).unwrap_or(false)
+    }
+
     pub fn clones(&self) -> bool {
         self.store.clones()
     }

@@ -563,7 +563,11 @@ fn gc_racing_checkpoints_never_loses_live_content() {
                 write(&ws.join("big.bin"), &big(&mut rng));
                 write(&ws.join("n.txt"), format!("{i}\n").as_bytes());
                 let out = rewind(&ws, &["--json", "checkpoint"]);
-                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 let v: Value = serde_json::from_slice(&out.stdout).expect("json");
                 taken.push(v["id"].as_str().expect("id").to_string());
             }
@@ -572,7 +576,11 @@ fn gc_racing_checkpoints_never_loses_live_content() {
     };
     for _ in 0..15 {
         let out = rewind(&ws, &["gc", "--keep-last", "2"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let taken = writer.join().expect("writer thread");
     let v = rewind_json(&ws, &["verify", "--deep"]);
@@ -585,7 +593,10 @@ fn gc_racing_checkpoints_never_loses_live_content() {
         .filter(|c| c["pruned"] != Value::Bool(true))
         .filter_map(|c| c["id"].as_str().map(String::from))
         .collect();
-    assert!(live.contains(taken.last().expect("one")), "the newest checkpoint was pruned");
+    assert!(
+        live.contains(taken.last().expect("one")),
+        "the newest checkpoint was pruned"
+    );
     for id in live {
         rewind_json(&ws, &["rewind", &id]);
     }

@@ -106,6 +106,12 @@ pub struct Dir {
     path: PathBuf,
 }
 
+impl std::os::fd::AsFd for Dir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -279,6 +285,12 @@ impl Dir {
         let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
             .map_err(|e| Error::new("readlink", self.child(name), e))?;
         Ok(target.into_bytes())
+    }
+
+    /// A hard link `to_dir/to` to the entry `name` (never following symlinks).
+    pub fn link(&self, name: &OsStr, to_dir: &Dir, to: &OsStr) -> Result<()> {
+        rustix::fs::linkat(&self.fd, name, &to_dir.fd, to, rustix::fs::AtFlags::empty())
+            .map_err(|e| Error::new("link", to_dir.path.join(to), e))
     }
 
     pub fn unlink(&self, name: &OsStr) -> Result<()> {

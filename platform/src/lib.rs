@@ -5,6 +5,7 @@
 //! that never follow symlinks, `user.*` xattrs, durability helpers and locks.
 //! Every fallible call returns [`Error`], which names the operation and path.
 
+mod btrfs;
 mod clone;
 mod dir;
 mod error;
@@ -14,6 +15,7 @@ mod lock;
 mod process;
 mod xattr;
 
+pub use btrfs::{create_subvolume, delete_subvolume, is_subvolume, snapshot};
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};

@@ -14,6 +14,8 @@ struct Out {
     reflink_why: String,
     engine: &'static str,
     engine_why: String,
+    /// The workspace root is a btrfs subvolume (`init --subvolume` makes one).
+    subvolume: bool,
     openat2: bool,
     fuse: Fuse,
     ledger: Ledger,
@@ -53,7 +55,12 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             fs.kind
         ),
     };
-    let engine_why = "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (btrfs snapshots and the FUSE overlay are not built yet)".to_string();
+    let subvolume = ws.is_subvolume();
+    let engine_why = match (fs.kind, subvolume) {
+        (rewind_platform::FsKind::Btrfs, true) => "walk: the workspace is a btrfs subvolume, ready for the snapshot engine, which is not built yet; a parallel stat walk with a stat cache hashes and stores only changed files".to_string(),
+        (rewind_platform::FsKind::Btrfs, false) => "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (`rewind init --subvolume DIR` makes the workspace a subvolume, for the snapshot engine to come)".to_string(),
+        _ => "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (the FUSE overlay and btrfs snapshots are not built yet)".to_string(),
+    };
     let openat2 = rewind_platform::Dir::open(ws.root_path()).is_ok_and(|d| d.openat2_available());
     let out = Out {
         workspace: ws.root_path().display().to_string(),
@@ -62,6 +69,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         reflink_why,
         engine: ENGINE_WALK,
         engine_why,
+        subvolume,
         openat2,
         fuse: Fuse {
             dev_fuse: Path::new("/dev/fuse").exists(),

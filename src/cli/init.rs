@@ -1,8 +1,21 @@
+use std::path::PathBuf;
+
 use serde::Serialize;
 
 use super::Ctx;
 use crate::error::Result;
+use crate::subvol::Converted;
 use crate::workspace::{ENGINE_WALK, Workspace};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// First turn the directory into a btrfs subvolume in place (keeps
+    /// every file, mode, symlink, hard link and xattr; crash-safe)
+    #[arg(long)]
+    subvolume: bool,
+    /// The directory (default: -C, else the current directory)
+    dir: Option<PathBuf>,
+}
 
 #[derive(Serialize)]
 struct Out {
@@ -11,19 +24,46 @@ struct Out {
     reflink: bool,
     fs: String,
     created: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subvolume: Option<Converted>,
 }
 
-pub fn run(ctx: &Ctx) -> Result<()> {
-    let (ws, created) = Workspace::init(&ctx.start_dir(), false)?;
+pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let dir = match args.dir {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => ctx.cwd.join(d),
+        None => ctx.start_dir(),
+    };
+    let subvolume = if args.subvolume {
+        Some(crate::subvol::convert(&dir)?)
+    } else {
+        None
+    };
+    let (ws, created) = Workspace::init(&dir, false)?;
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         engine: ENGINE_WALK,
         reflink: ws.clones(),
         fs: ws.fs().kind.to_string(),
         created,
+        subvolume,
     };
     ctx.emit(&out, || {
-        format!(
+        let mut s = String::new();
+        if let Some(c) = &out.subvolume {
+            if c.already {
+                s.push_str(&format!("{} is a btrfs subvolume already\n", c.path));
+            } else {
+                s.push_str(&format!(
+                    "{} is now a btrfs subvolume: {} files, {} directories, {} symlinks, {} hard links carried over by reflink\n",
+                    c.path, c.files, c.dirs, c.symlinks, c.hard_links
+                ));
+            }
+            if let Some(what) = c.cleaned_up {
+                s.push_str(&format!("(removed the {what} an interrupted earlier run left)\n"));
+            }
+        }
+        s.push_str(&format!(
             "{} workspace {} ({} on {}, {})",
             if out.created {
                 "initialized"
@@ -38,6 +78,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             } else {
                 "no clones here: files are copied"
             }
-        )
+        ));
+        s
     })
 }

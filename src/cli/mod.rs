@@ -54,7 +54,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Create .rewind/ in the workspace (the first checkpoint also does this)
-    Init,
+    Init(init::Args),
     /// Capture the whole workspace
     Checkpoint(checkpoint::Args),
     /// Checkpoints as a tree, HEAD marked, with branch notes
@@ -209,7 +209,7 @@ pub fn main() -> i32 {
         observer: None,
     };
     let result = match cli.command {
-        Command::Init => init::run(&ctx),
+        Command::Init(a) => init::run(&ctx, a),
         Command::Checkpoint(a) => checkpoint::run(&ctx, a),
         Command::List => list::run(&ctx),
         Command::Status => status::run(&ctx),

@@ -424,7 +424,7 @@ pub struct RewindOut {
     dry_run: bool,
     plan_fingerprint: String,
     /// dry_run: the first 200 changes
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     plan: Vec<Change>,
     /// Done effects no rewind undoes
     effects_not_undone: Vec<String>,
@@ -573,7 +573,7 @@ pub struct CheckpointItem {
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
     /// Released by gc: cannot be rewound to
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pruned: bool,
 }
 

@@ -1,0 +1,126 @@
+//! btrfs subvolume ioctls, called directly (no btrfs-progs at run time):
+//! create a subvolume, snapshot one (read-only or not), delete one, and
+//! tell whether a directory is a subvolume root.
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::ioctl::{Setter, ioctl, opcode};
+
+use crate::dir::Dir;
+use crate::error::{Error, Result};
+use crate::fsinfo::{FsInfo, FsKind};
+
+/// The inode number of every subvolume's root directory.
+const FIRST_FREE_OBJECTID: u64 = 256;
+const VOL_NAME_MAX: usize = 4087;
+const SUBVOL_NAME_MAX: usize = 4039;
+const SUBVOL_RDONLY: u64 = 1 << 1;
+
+#[repr(C)]
+struct VolArgs {
+    fd: i64,
+    name: [u8; VOL_NAME_MAX + 1],
+}
+
+#[repr(C)]
+struct VolArgsV2 {
+    fd: i64,
+    transid: u64,
+    flags: u64,
+    unused: [u64; 4],
+    name: [u8; SUBVOL_NAME_MAX + 1],
+}
+
+const IOC_SUBVOL_CREATE: rustix::ioctl::Opcode = opcode::write::<VolArgs>(0x94, 14);
+const IOC_SNAP_DESTROY: rustix::ioctl::Opcode = opcode::write::<VolArgs>(0x94, 15);
+const IOC_SNAP_CREATE_V2: rustix::ioctl::Opcode = opcode::write::<VolArgsV2>(0x94, 23);
+
+fn name_bytes<const N: usize>(
+    name: &OsStr,
+    op: &'static str,
+    path: &std::path::Path,
+) -> Result<[u8; N]> {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() >= N || b.contains(&b'/') || b.contains(&0) {
+        return Err(Error::new(
+            op,
+            path.join(name),
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        ));
+    }
+    let mut out = [0u8; N];
+    out[..b.len()].copy_from_slice(b);
+    Ok(out)
+}
+
+/// Is `dir` the root of a btrfs subvolume?
+pub fn is_subvolume(dir: &Dir) -> Result<bool> {
+    let fs = FsInfo::of(dir)?;
+    Ok(fs.kind == FsKind::Btrfs && dir.meta()?.ino == FIRST_FREE_OBJECTID)
+}
+
+/// Create an empty subvolume `name` in `parent`.
+pub fn create_subvolume(parent: &Dir, name: &OsStr) -> Result<()> {
+    let args = VolArgs {
+        fd: 0,
+        name: name_bytes(name, "create subvolume", parent.path())?,
+    };
+    // SAFETY: `VolArgs` is the kernel's `struct btrfs_ioctl_vol_args`.
+    unsafe {
+        ioctl(
+            parent.as_fd(),
+            Setter::<{ IOC_SUBVOL_CREATE }, VolArgs>::new(args),
+        )
+    }
+    .map_err(|e| Error::new("create subvolume", parent.path().join(name), e))
+}
+
+/// Snapshot the subvolume `src` as `name` in `parent` (read-only when
+/// `readonly`): O(1), whatever the tree's size.
+pub fn snapshot(src: &Dir, parent: &Dir, name: &OsStr, readonly: bool) -> Result<()> {
+    let args = VolArgsV2 {
+        fd: src.as_fd().as_raw_fd_i64(),
+        transid: 0,
+        flags: if readonly { SUBVOL_RDONLY } else { 0 },
+        unused: [0; 4],
+        name: name_bytes(name, "snapshot", parent.path())?,
+    };
+    // SAFETY: `VolArgsV2` is the kernel's `struct btrfs_ioctl_vol_args_v2`.
+    unsafe {
+        ioctl(
+            parent.as_fd(),
+            Setter::<{ IOC_SNAP_CREATE_V2 }, VolArgsV2>::new(args),
+        )
+    }
+    .map_err(|e| Error::new("snapshot", parent.path().join(name), e))
+}
+
+/// Delete the subvolume `name` in `parent` (non-root users need the
+/// `user_subvol_rm_allowed` mount option).
+pub fn delete_subvolume(parent: &Dir, name: &OsStr) -> Result<()> {
+    let args = VolArgs {
+        fd: 0,
+        name: name_bytes(name, "delete subvolume", parent.path())?,
+    };
+    // SAFETY: `VolArgs` is the kernel's `struct btrfs_ioctl_vol_args`.
+    unsafe {
+        ioctl(
+            parent.as_fd(),
+            Setter::<{ IOC_SNAP_DESTROY }, VolArgs>::new(args),
+        )
+    }
+    .map_err(|e| Error::new("delete subvolume", parent.path().join(name), e))
+}
+
+trait RawFdI64 {
+    fn as_raw_fd_i64(&self) -> i64;
+}
+
+impl RawFdI64 for std::os::fd::BorrowedFd<'_> {
+    fn as_raw_fd_i64(&self) -> i64 {
+        use std::os::fd::AsRawFd;
+        i64::from(self.as_raw_fd())
+    }
+}
