@@ -207,3 +207,31 @@ fn off_btrfs_the_conversion_is_refused_clearly() {
         );
     }
 }
+
+/// The snapshot ioctls the btrfs engine builds on: a read-only snapshot
+/// has the same tree, refuses writes, and can be deleted.
+#[test]
+fn a_read_only_snapshot_holds_the_tree_and_refuses_writes() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("proj");
+    populate(&ws);
+    rewind_json(&lfs.mnt, &["init", "--subvolume", "proj"]);
+    let src = rewind_platform::Dir::open(&ws).expect("open");
+    let parent = rewind_platform::Dir::open(&lfs.mnt).expect("open");
+    rewind_platform::snapshot(&src, &parent, std::ffi::OsStr::new("snap"), true).expect("snapshot");
+    let snap = lfs.mnt.join("snap");
+    assert_eq!(inode(&snap), 256);
+    let mut want = snapshot(&ws);
+    let mut got = snapshot(&snap);
+    // .rewind/ is excluded by the snapshot helper on both sides alike.
+    want.retain(|k, _| !k.starts_with(b".rewind"));
+    got.retain(|k, _| !k.starts_with(b".rewind"));
+    common::assert_same("snapshot", &want, &got);
+    let err =
+        std::fs::write(snap.join("new.txt"), b"x").expect_err("a read-only snapshot took a write");
+    assert_eq!(err.raw_os_error(), Some(30), "{err}"); // EROFS
+    rewind_platform::delete_subvolume(&parent, std::ffi::OsStr::new("snap")).expect("delete");
+    assert!(!snap.exists());
+}
