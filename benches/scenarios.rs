@@ -2247,6 +2247,18 @@ fn check_gc(
     ids
 }
 
+/// `ledger.db`'s size and allocated bytes in workspace `ws` (du's
+/// `ledger_file` is the allocated bytes; on a reflinked copy they include
+/// the filesystem's copy-on-write preallocation).
+fn ledger_db_size(ws: &Path) -> Value {
+    let db = ws.join(".rewind/ledger.db");
+    let md = fs::metadata(&db).unwrap_or_else(|e| panic!("stat {}: {e}", db.display()));
+    json!({
+        "st_size": md.len(),
+        "allocated": std::os::unix::fs::MetadataExt::blocks(&md) * 512,
+    })
+}
+
 /// i. Retention and disk accounting on a fresh copy of T1 (see the module
 /// docs). Returns the scenarios (i1 du, i2 gc), the targets (i1–i3) and
 /// the note for the report.
@@ -2371,6 +2383,7 @@ fn scenario_i(
     let mut gc_json = Value::Null;
     let mut verify_json = Value::Null;
     let mut du_after = Value::Null;
+    let ledger_db_before = ledger_db_size(&ws);
     let mut ledger_db_after = Value::Null;
     for r in 0..args.runs {
         eprintln!(
@@ -2428,14 +2441,7 @@ fn scenario_i(
                 ids.len() as u64,
             );
             du_after = after["total"].clone();
-            // st_size against allocated blocks: du's ledger_file counts
-            // the latter.
-            let db = copy.join(".rewind/ledger.db");
-            let md = fs::metadata(&db).unwrap_or_else(|e| panic!("stat {}: {e}", db.display()));
-            ledger_db_after = json!({
-                "st_size": md.len(),
-                "allocated": std::os::unix::fs::MetadataExt::blocks(&md) * 512,
-            });
+            ledger_db_after = ledger_db_size(&copy);
             gc_json = v;
             verify_json = vv;
         }
@@ -2533,6 +2539,29 @@ fn scenario_i(
     let physical = json_u64(&du_json, "/total/physical", "i1: du");
     let ledger_used = json_u64(&du_json, "/total/ledger_used", "i1: du");
     let ledger_after = json_u64(&du_after, "/ledger_used", "i2: du after gc");
+    let file_before = json_u64(&ledger_db_before, "/st_size", "i2: ledger.db");
+    let file_after = json_u64(&ledger_db_after, "/st_size", "i2: ledger.db after gc");
+    // What gc freed in the ledger but left in the file as free pages.
+    let stranded = file_after.saturating_sub(ledger_after);
+    let stranded_note = if stranded > file_after / 10 && stranded > 4 * MIB {
+        eprintln!(
+            "bench: NOTE: i2: after gc, ledger.db is {} but only {} of it is in use: \
+             {} of freed pages were not returned to the filesystem",
+            mib(file_after),
+            mib(ledger_after),
+            mib(stranded)
+        );
+        format!(
+            " NOTE: after gc, `ledger.db` is still {} (st_size; {} before) while only {} of it is in use: \
+             {} of freed pages stay in the file, so gc does not give that space back to the filesystem.",
+            mib(file_after),
+            mib(file_before),
+            mib(ledger_after),
+            mib(stranded)
+        )
+    } else {
+        String::new()
+    };
     let scenarios = vec![
         Scenario {
             id: "i1",
@@ -2561,9 +2590,11 @@ fn scenario_i(
             id: "i2",
             name: format!(
                 "i2. `rewind gc --keep-last {keep} --json` pruning {pruned} of {total} checkpoints \
-                 (whole process, a fresh copy of the workspace per run); ledger used {} → {}",
+                 (whole process, a fresh copy of the workspace per run); ledger used {} → {}, ledger.db {} → {}",
                 mib(ledger_used),
-                mib(ledger_after)
+                mib(ledger_after),
+                mib(file_before),
+                mib(file_after)
             ),
             rewind: gc,
             baselines: vec![Baseline {
@@ -2581,6 +2612,7 @@ fn scenario_i(
                 "protected": gc_json["protected"],
                 "freed": gc_json["freed"],
                 "du_total_after": du_after,
+                "ledger_db_before": ledger_db_before,
                 "ledger_db_after": ledger_db_after,
                 "verify_deep": verify_json,
             }),
@@ -2598,7 +2630,7 @@ fn scenario_i(
          report no damage. i3 is the ledger's metadata per checkpoint: over the history's last {k_meta} \
          checkpoints, the growth of `du`'s `total.ledger_used` minus the new small-file content they stored \
          inline (the `bytes_new` of each, checked to equal its edited files' sizes), divided by {k_meta}. \
-         Storage growth against shadow git and rsync over successive checkpoints is (g)'s chart, right panel.",
+         Storage growth against shadow git and rsync over successive checkpoints is (g)'s chart, right panel.{stranded_note}",
         fmt_ms(ck.median()),
         fmt_ms(ck.min()),
         fmt_ms(ck.max()),

@@ -67,6 +67,24 @@ fn genesis_fields(workspace_id: &str) -> crate::chain::Fields {
         .str("format", FORMAT_VERSION)
 }
 
+/// Keep the WAL file when the last connection closes instead of deleting
+/// it (`journal_size_limit=0` empties it after the closing checkpoint, so
+/// the main file alone holds the data): deleting and recreating it cost a
+/// WAL fsync per command.
+fn persist_wal(conn: &Connection) {
+    let mut on: std::os::raw::c_int = 1;
+    // SAFETY: the handle is valid for the connection's lifetime, and
+    // SQLITE_FCNTL_PERSIST_WAL reads and writes one int through the pointer.
+    unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&mut on as *mut std::os::raw::c_int).cast(),
+        );
+    }
+}
+
 /// A checkpoint row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Checkpoint {
@@ -255,10 +273,11 @@ impl Ledger {
         // directory's stat-cache blob out of overflow chains. mmap reads
         // skip a copy per page.
         conn.execute_batch(
-            "PRAGMA page_size=16384; PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
+            "PRAGMA page_size=16384; PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=0; \
              PRAGMA foreign_keys=ON; PRAGMA mmap_size=268435456;",
         )
         .map_err(db_err(path))?;
+        persist_wal(&conn);
         Ok(Ledger {
             conn,
             path: path.to_owned(),
