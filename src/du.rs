@@ -131,7 +131,8 @@ pub fn usage(ws: &Workspace) -> Result<Usage> {
         for entry in &node.entries {
             if let Target::Object(o) = entry.target {
                 let slot = holders.entry(o).or_insert((entry.size, Vec::new()));
-                if !slot.1.contains(h) {
+                // Nodes are visited one at a time: a repeat is the last one.
+                if slot.1.last() != Some(h) {
                     slot.1.push(*h);
                 }
             }

@@ -403,7 +403,14 @@ pub fn after_checkpoint(
     if policy.auto {
         let live = ws.ledger().live_checkpoints()?;
         let batch = (policy.keep_last / 10).max(10);
-        if live > policy.keep_last + batch {
+        // Two counts decide most of the time that nothing can go: too few
+        // checkpoints, or too few older than keep_within.
+        let within_ms = i64::try_from(policy.keep_within.as_millis()).unwrap_or(i64::MAX);
+        let old_enough = || {
+            ws.ledger()
+                .live_checkpoints_before(crate::time::now_ms().saturating_sub(within_ms))
+        };
+        if live > policy.keep_last + batch && old_enough()? >= batch {
             let checkpoints = ws.ledger().checkpoints()?;
             let protected = protections(ws, &checkpoints)?;
             let prunable = select(
