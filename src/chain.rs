@@ -192,11 +192,39 @@ pub enum Code {
     AnchorMismatch,
 }
 
+impl Code {
+    /// The code as it appears in JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::SeqGap => "SEQ_GAP",
+            Code::DecodeError => "DECODE_ERROR",
+            Code::HashMismatch => "HASH_MISMATCH",
+            Code::OutOfOrder => "OUT_OF_ORDER",
+            Code::BrokenLink => "BROKEN_LINK",
+            Code::GenesisMismatch => "GENESIS_MISMATCH",
+            Code::TruncatedBelowAnchor => "TRUNCATED_BELOW_ANCHOR",
+            Code::AnchorMismatch => "ANCHOR_MISMATCH",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FirstBad {
     pub seq: u64,
     pub code: Code,
     pub reason: String,
+}
+
+impl FirstBad {
+    /// `entry N: CODE (reason)`, for people and models alike.
+    pub fn summary(&self) -> String {
+        format!(
+            "entry {}: {} ({})",
+            self.seq,
+            self.code.as_str(),
+            self.reason
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -390,6 +418,26 @@ pub fn head(conn: &Connection, path: &std::path::Path) -> Result<Option<(u64, Ha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_names_are_the_json_names() {
+        use super::Code::*;
+        for c in [
+            SeqGap,
+            DecodeError,
+            HashMismatch,
+            OutOfOrder,
+            BrokenLink,
+            GenesisMismatch,
+            TruncatedBelowAnchor,
+            AnchorMismatch,
+        ] {
+            assert_eq!(
+                serde_json::to_value(c).ok(),
+                Some(serde_json::Value::from(c.as_str()))
+            );
+        }
+    }
 
     #[test]
     fn encoding_round_trips_and_rejects_non_canonical_forms() {

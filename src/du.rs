@@ -48,9 +48,17 @@ pub struct Totals {
     pub pruned: usize,
     /// Distinct content the history references, counted once.
     pub content: u64,
-    pub ledger_file: u64,
     /// Of `ledger_file`, pages in use (the rest is free space SQLite reuses).
     pub ledger_used: u64,
+    #[serde(flatten)]
+    pub footprint: Footprint,
+}
+
+/// The store's footprint on disk (see the module docs for how each part
+/// is measured).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Footprint {
+    pub ledger_file: u64,
     pub object_files: u64,
     pub object_logical: u64,
     pub object_allocated: u64,
@@ -152,26 +160,16 @@ pub fn usage(ws: &Workspace) -> Result<Usage> {
         }
     }
 
-    let mut total = Totals {
+    let store = store_physical(ws)?;
+    let total = Totals {
         checkpoints: live.len(),
         pruned: checkpoints.len() - live.len(),
         content: holders.values().map(|(s, _)| s).sum(),
-        ..Totals::default()
+        ledger_used: ws.ledger().used_bytes()?.0,
+        footprint: store.footprint,
     };
-    total.ledger_used = ws.ledger().used_bytes()?.0;
-
-    let store = store_physical(ws)?;
-    total.physical = store.total();
-    total.ledger_file = store.ledger_file;
-    total.object_files = store.object_files;
-    total.object_logical = store.object_logical;
-    total.object_allocated = store.object_allocated;
-    total.object_physical = store.object_physical;
-    total.object_extents = store.object_extents;
-    total.metadata_estimate = store.metadata_estimate;
-    let cost = store.cost;
-    let (live_extents, object_extents, method) = (store.live, store.objects, store.method);
-    total.method = method;
+    let (cost, live_extents, object_extents) = (store.cost, store.live, store.objects);
+    let method = total.footprint.method;
 
     let checkpoints = live
         .iter()
@@ -204,16 +202,10 @@ pub fn usage(ws: &Workspace) -> Result<Usage> {
     Ok(Usage { checkpoints, total })
 }
 
-/// The store's footprint on disk, without the per-checkpoint breakdown.
+/// The store's footprint, and what the per-checkpoint breakdown needs to
+/// attribute it.
 pub struct StorePhysical {
-    pub ledger_file: u64,
-    pub object_files: u64,
-    pub object_logical: u64,
-    pub object_allocated: u64,
-    pub object_physical: u64,
-    pub object_extents: u64,
-    pub metadata_estimate: u64,
-    pub method: &'static str,
+    pub footprint: Footprint,
     cost: MetadataCost,
     live: Vec<(u64, u64)>,
     objects: HashMap<Hash, Vec<(u64, u64)>>,
@@ -222,7 +214,7 @@ pub struct StorePhysical {
 impl StorePhysical {
     /// What deleting `.rewind/` would free.
     pub fn total(&self) -> u64 {
-        self.ledger_file + self.object_physical + self.metadata_estimate
+        self.footprint.physical
     }
 }
 
@@ -267,10 +259,7 @@ impl MetadataCost {
 /// Ledger file bytes, plus object extents not mapped by the live tree,
 /// each counted once.
 pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
-    let ledger_path = ws.ledger().path().to_path_buf();
-    let ledger_file = file_allocated(&ledger_path)
-        + file_allocated(&ledger_path.with_extension("db-wal"))
-        + file_allocated(&ledger_path.with_extension("db-shm"));
+    let ledger_file = ledger_allocated(ws);
     let live = live_tree_extents(ws)?;
     let mut method = "fiemap";
     let mut objects: HashMap<Hash, Vec<(u64, u64)>> = HashMap::new();
@@ -301,15 +290,19 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
     };
     let object_extents: u64 = objects.values().map(|e| e.len() as u64).sum();
     let cost = MetadataCost::for_fs(ws.fs().kind);
+    let metadata_estimate = cost.of(object_files, object_extents);
     Ok(StorePhysical {
-        ledger_file,
-        object_files,
-        object_logical,
-        object_allocated,
-        object_physical,
-        object_extents,
-        metadata_estimate: cost.of(object_files, object_extents),
-        method,
+        footprint: Footprint {
+            ledger_file,
+            object_files,
+            object_logical,
+            object_allocated,
+            object_physical,
+            object_extents,
+            metadata_estimate,
+            physical: ledger_file + object_physical + metadata_estimate,
+            method,
+        },
         cost,
         live,
         objects,
@@ -319,11 +312,16 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
 /// A cheap upper bound of [`store_physical`]: allocated blocks, shared
 /// extents counted in full (one stat per object file, no FIEMAP).
 pub fn store_upper_bound(ws: &Workspace) -> Result<u64> {
-    let ledger_path = ws.ledger().path().to_path_buf();
-    let ledger =
-        file_allocated(&ledger_path) + file_allocated(&ledger_path.with_extension("db-wal"));
     let objects: u64 = ws.store().files()?.iter().map(|(_, m)| m.allocated).sum();
-    Ok(ledger + objects)
+    Ok(ledger_allocated(ws) + objects)
+}
+
+/// Allocated bytes of the ledger and its WAL and shared-memory files.
+fn ledger_allocated(ws: &Workspace) -> u64 {
+    let path = ws.ledger().path();
+    file_allocated(path)
+        + file_allocated(&path.with_extension("db-wal"))
+        + file_allocated(&path.with_extension("db-shm"))
 }
 
 fn file_allocated(p: &Path) -> u64 {

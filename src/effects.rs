@@ -90,6 +90,17 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The one line on stderr that explains a refusal (`guard`, hooks).
+    pub fn refusal_line(&self) -> String {
+        format!(
+            "rewind: {} ({}:{}): {}",
+            self.code.as_str(),
+            self.scope,
+            self.key,
+            self.reason
+        )
+    }
+
     pub fn unavailable(req: &Request, reason: String) -> Decision {
         Decision {
             decision: "refused",

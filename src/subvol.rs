@@ -88,7 +88,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     let filled = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
         let mut links = HashMap::new();
         copy_tree(&target, &new, &mut out, &mut links)?;
-        copy_meta_dir(&target, &new)?;
+        copy_meta_dir(&target, &parent, &tmp)?;
         new.syncfs().map_err(Error::os)
     });
     if let Err(e) = filled {
@@ -194,7 +194,7 @@ fn copy_tree(
                     dst.open_dir(&name).map_err(Error::os)?,
                 );
                 copy_tree(&s, &d, out, links)?;
-                copy_meta_dir(&s, &d)?;
+                copy_meta_dir(&s, dst, &name)?;
                 out.dirs += 1;
             }
             EntryKind::File => {
@@ -249,20 +249,19 @@ fn copy_tree(
 }
 
 /// A directory's mode, xattrs and mtime (after its children are in).
-fn copy_meta_dir(src: &Dir, dst: &Dir) -> Result<()> {
+/// Set through the parent (`dst_parent`/`name`): Dir's setters work on
+/// entries by name, relative to an fd.
+fn copy_meta_dir(src: &Dir, dst_parent: &Dir, name: &OsStr) -> Result<()> {
     let meta = src.meta().map_err(Error::os)?;
     let xattrs = src.user_xattrs().map_err(Error::os)?;
-    let parent = |d: &Dir| d.path().parent().map(Path::to_path_buf);
-    // Set through the parent: Dir's setters work on entries by name.
-    let (Some(pp), Some(name)) = (parent(dst), dst.path().file_name()) else {
-        return Ok(());
-    };
-    let p = Dir::open(&pp).map_err(Error::os)?;
-    p.set_user_xattrs(name, EntryKind::Dir, &xattrs)
+    dst_parent
+        .set_user_xattrs(name, EntryKind::Dir, &xattrs)
         .map_err(Error::os)?;
-    p.set_mode(name, EntryKind::Dir, meta.mode)
+    dst_parent
+        .set_mode(name, EntryKind::Dir, meta.mode)
         .map_err(Error::os)?;
-    p.set_mtime(name, EntryKind::Dir, meta.mtime_ns)
+    dst_parent
+        .set_mtime(name, EntryKind::Dir, meta.mtime_ns)
         .map_err(Error::os)?;
     Ok(())
 }

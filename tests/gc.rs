@@ -324,6 +324,30 @@ fn a_sigkill_at_every_gc_point_loses_nothing_a_kept_checkpoint_needs() {
     }
 }
 
+/// `size` bytes of random content, on disk.
+fn random_file(path: &Path, size: u64, rng: &mut Rng) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("create");
+    let mut block = vec![0u8; 1 << 20];
+    for _ in 0..(size >> 20) {
+        block.iter_mut().for_each(|b| *b = rng.next() as u8);
+        f.write_all(&block).expect("write");
+    }
+    f.sync_all().expect("sync");
+}
+
+/// 4 KiB of random bytes written in place at a random aligned offset.
+fn random_block_write(path: &Path, size: u64, rng: &mut Rng) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open");
+    let block: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
+    f.write_all_at(&block, rng.below(size / 4096) * 4096)
+        .expect("write");
+}
+
 /// 100 checkpoints, each after a 4 KiB write inside a 200 MiB file.
 fn df_and_du_agree_on(fs: Fs) {
     let Some(lfs) = LoopFs::new(fs, 1024) else {
@@ -332,16 +356,7 @@ fn df_and_du_agree_on(fs: Fs) {
     let ws = lfs.subdir("ws");
     let mut rng = Rng(99);
     let size: u64 = 200 << 20;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(ws.join("big.bin")).expect("create");
-        let mut block = vec![0u8; 1 << 20];
-        for _ in 0..(size >> 20) {
-            block.iter_mut().for_each(|b| *b = rng.next() as u8);
-            f.write_all(&block).expect("write");
-        }
-        f.sync_all().expect("sync");
-    }
+    random_file(&ws.join("big.bin"), size, &mut rng);
     let settle = || {
         // XFS holds speculative CoW preallocations (128 KiB per write into
         // a shared extent) until its background reclaim; free them so that
@@ -357,15 +372,7 @@ fn df_and_du_agree_on(fs: Fs) {
     let before = settle();
     common::checkpoint_id(&ws, &[]);
     for _ in 0..100 {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(ws.join("big.bin"))
-            .expect("open");
-        let block: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
-        f.write_all_at(&block, rng.below(size / 4096) * 4096)
-            .expect("write");
-        drop(f);
+        random_block_write(&ws.join("big.bin"), size, &mut rng);
         common::checkpoint_id(&ws, &[]);
     }
     let grown = settle().saturating_sub(before);
@@ -488,35 +495,19 @@ fn auto_gc_applies_the_policy_in_batches_after_checkpoints() {
 /// each, not a 200 MiB copy each; restores stay exact.
 #[test]
 fn big_files_are_chunked_on_ext4_so_small_changes_stay_small_and_exact() {
-    use std::os::unix::fs::FileExt;
     let Some(lfs) = LoopFs::new(Fs::Ext4, 1024) else {
         return;
     };
     let ws = lfs.subdir("ws");
     let mut rng = Rng(5);
     let size: u64 = 200 << 20;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(ws.join("big.bin")).expect("create");
-        let mut block = vec![0u8; 1 << 20];
-        for _ in 0..(size >> 20) {
-            block.iter_mut().for_each(|b| *b = rng.next() as u8);
-            f.write_all(&block).expect("write");
-        }
-    }
+    random_file(&ws.join("big.bin"), size, &mut rng);
     let first = rewind_json(&ws, &["checkpoint"]);
     assert_eq!(first["copied"].as_u64(), Some(1), "{first}");
     let after_first = lfs.used_bytes();
     let mut kept: Vec<(String, Tree)> = Vec::new();
     for i in 0..100 {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(ws.join("big.bin"))
-            .expect("open");
-        let block: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
-        f.write_all_at(&block, rng.below(size / 4096) * 4096)
-            .expect("write");
-        drop(f);
+        random_block_write(&ws.join("big.bin"), size, &mut rng);
         let id = common::checkpoint_id(&ws, &[]);
         if i % 33 == 0 {
             kept.push((id, snapshot(&ws)));

@@ -54,6 +54,17 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
 }
 
 pub(crate) fn compute(ctx: &Ctx, args: &Args) -> Result<Out> {
+    compute_patching(ctx, args, |n| Ok(0..n))
+}
+
+/// Like [`compute`], with the patch (when asked for) covering only the
+/// changes in `patch_range(number of changes)`: a caller that pages the
+/// list gets the page's patch from the same capture of the live tree.
+pub(crate) fn compute_patching(
+    ctx: &Ctx,
+    args: &Args,
+    patch_range: impl FnOnce(usize) -> Result<std::ops::Range<usize>>,
+) -> Result<Out> {
     let mut ws = ctx.workspace()?;
     ws.recover_if_needed()?;
     let from = match &args.from {
@@ -94,7 +105,8 @@ pub(crate) fn compute(ctx: &Ctx, args: &Args) -> Result<Out> {
         });
     }
     let patch = if args.patch {
-        Some(render_patch(&ws, &changes, to.is_none())?)
+        let range = patch_range(changes.len())?;
+        Some(render_patch(&ws, &changes[range], to.is_none())?)
     } else {
         None
     };

@@ -21,22 +21,23 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             ));
         }
         let t = &u.total;
+        let f = &t.footprint;
         s.push_str(&format!(
             "\n{} checkpoints ({} pruned); distinct content {}\n\
              on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace; measured by {}) + metadata ~{} ({} extents, estimated)",
             t.checkpoints,
             t.pruned,
             human_bytes(t.content),
-            human_bytes(t.physical),
-            human_bytes(t.ledger_file),
+            human_bytes(f.physical),
+            human_bytes(f.ledger_file),
             human_bytes(t.ledger_used),
-            human_bytes(t.object_physical),
-            t.object_files,
-            human_bytes(t.object_logical),
-            human_bytes(t.object_allocated),
-            t.method,
-            human_bytes(t.metadata_estimate),
-            t.object_extents
+            human_bytes(f.object_physical),
+            f.object_files,
+            human_bytes(f.object_logical),
+            human_bytes(f.object_allocated),
+            f.method,
+            human_bytes(f.metadata_estimate),
+            f.object_extents
         ));
         s
     })

@@ -4,6 +4,7 @@ use std::time::Duration;
 use super::Ctx;
 use crate::effects::{Decision, Request, payload_hash, payload_hash_value};
 use crate::error::{Error, Result};
+use crate::workspace::Workspace;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -27,7 +28,7 @@ pub struct Args {
 }
 
 /// How long `guard` waits for another writer before refusing.
-pub(crate) fn timeout() -> Duration {
+fn timeout() -> Duration {
     let ms = std::env::var("REWIND_GUARD_TIMEOUT_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -44,8 +45,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
             return 1;
         }
     };
-    // Anything that keeps us from deciding refuses: fail closed.
-    let decision = decide(ctx, &req).unwrap_or_else(|e| Decision::unavailable(&req, e.to_string()));
+    let decision = decide(ctx, &req);
     let _ = ctx.emit(&decision, || {
         format!(
             "{} {}: {}",
@@ -57,21 +57,26 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     if decision.code.admitted() {
         0
     } else {
-        eprintln!(
-            "rewind: {} ({}:{}): {}",
-            decision.code.as_str(),
-            decision.scope,
-            decision.key,
-            decision.reason
-        );
+        eprintln!("{}", decision.refusal_line());
         2
     }
 }
 
-pub(crate) fn decide(ctx: &Ctx, req: &Request) -> Result<Decision> {
-    let mut ws = ctx.workspace()?;
-    ws.ledger().set_busy_timeout(timeout())?;
-    ws.ledger_mut().guard(req)
+/// The barrier's decision for the workspace of `ctx`. Anything that keeps
+/// us from deciding refuses: fail closed.
+pub(crate) fn decide(ctx: &Ctx, req: &Request) -> Decision {
+    match ctx.workspace() {
+        Ok(mut ws) => decide_in(&mut ws, req),
+        Err(e) => Decision::unavailable(req, e.to_string()),
+    }
+}
+
+/// The barrier's decision in an open workspace, failing closed.
+pub(crate) fn decide_in(ws: &mut Workspace, req: &Request) -> Decision {
+    ws.ledger()
+        .set_busy_timeout(timeout())
+        .and_then(|_| ws.ledger_mut().guard(req))
+        .unwrap_or_else(|e| Decision::unavailable(req, e.to_string()))
 }
 
 fn request(args: Args) -> Result<Request> {

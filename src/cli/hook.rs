@@ -139,22 +139,12 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         return (out, code);
     };
     let decision = match ws.as_mut() {
-        Some(ws) => ws
-            .ledger()
-            .set_busy_timeout(super::guard::timeout())
-            .and_then(|_| ws.ledger_mut().guard(&req))
-            .unwrap_or_else(|e| Decision::unavailable(&req, e.to_string())),
+        Some(ws) => super::guard::decide_in(ws, &req),
         None => Decision::unavailable(&req, open_error),
     };
     let admitted = decision.code.admitted();
     if !admitted {
-        eprintln!(
-            "rewind: {} ({}:{}): {}",
-            decision.code.as_str(),
-            decision.scope,
-            decision.key,
-            decision.reason
-        );
+        eprintln!("{}", decision.refusal_line());
     }
     out.effect = Some(decision);
     (out, if admitted { 0 } else { BLOCK })

@@ -198,6 +198,15 @@ fn hook_command(cmd: &str, event: &str) -> String {
     format!("{quoted} hook {event}")
 }
 
+/// A config file we cannot merge into: named, with the fix; nothing is
+/// written (every file is planned before any is written).
+fn unusable(path: &Path, reason: String) -> Error {
+    Error::InvalidPath {
+        path: path.to_path_buf(),
+        reason: format!("{reason}; fix or move the file, then rerun: nothing was changed"),
+    }
+}
+
 fn read_existing(path: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
@@ -211,10 +220,7 @@ fn json_plan(
     edit: impl FnOnce(&mut Map<String, Value>) -> Result<()>,
 ) -> Result<Plan> {
     let old = read_existing(path)?;
-    let invalid = |reason: String| Error::InvalidPath {
-        path: path.to_path_buf(),
-        reason: format!("{reason}; fix or move the file, then rerun: nothing was changed"),
-    };
+    let invalid = |reason: String| unusable(path, reason);
     let mut value: Value = match old.as_deref().map(str::trim) {
         None | Some("") => json!({}),
         Some(text) => {
@@ -300,10 +306,7 @@ fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, pre: &str, post: &str) -
 fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
     use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
     let old = read_existing(path)?;
-    let invalid = |reason: String| Error::InvalidPath {
-        path: path.to_path_buf(),
-        reason: format!("{reason}; fix or move the file, then rerun: nothing was changed"),
-    };
+    let invalid = |reason: String| unusable(path, reason);
     let mut doc: DocumentMut =
         old.as_deref()
             .unwrap_or("")

@@ -111,15 +111,7 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
 fn human(out: &Out) -> String {
     let v = &out.verdict;
     let mut s = match (&v.first_bad, &v.head) {
-        (Some(b), _) => format!(
-            "TAMPERED at entry {}: {} ({})",
-            b.seq,
-            serde_json::to_value(b.code)
-                .ok()
-                .and_then(|c| c.as_str().map(String::from))
-                .unwrap_or_default(),
-            b.reason
-        ),
+        (Some(b), _) => format!("TAMPERED at {}", b.summary()),
         (None, Some(h)) => format!("ok: {} entries, head {} {}", v.entries, h.seq, h.hash),
         (None, None) => "ok: the chain is empty".into(),
     };

@@ -296,12 +296,25 @@ pub struct PageIn {
 impl PageIn {
     /// The page of `items`, and the cursor of the next one.
     fn page<T>(&self, items: Vec<T>) -> Result<(Vec<T>, Option<String>)> {
+        let (range, next) = self.range(items.len())?;
+        Ok((
+            items
+                .into_iter()
+                .skip(range.start)
+                .take(range.len())
+                .collect(),
+            next,
+        ))
+    }
+
+    /// Which of `total` items this page holds, and the next page's cursor.
+    fn range(&self, total: usize) -> Result<(std::ops::Range<usize>, Option<String>)> {
         let start = match &self.cursor {
             None => 0,
             Some(c) => c
                 .strip_prefix("o")
                 .and_then(|n| n.parse::<usize>().ok())
-                .filter(|&n| n <= items.len())
+                .filter(|&n| n <= total)
                 .ok_or_else(|| {
                     Error::Usage(format!(
                         "cursor '{c}' is not one this server gave out: pass `next_cursor` from the previous page, or omit it to start over"
@@ -309,12 +322,9 @@ impl PageIn {
                 })?,
         };
         let limit = self.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-        let end = (start + limit).min(items.len());
-        let next = (end < items.len()).then(|| format!("o{end}"));
-        Ok((
-            items.into_iter().skip(start).take(end - start).collect(),
-            next,
-        ))
+        let end = (start + limit).min(total);
+        let next = (end < total).then(|| format!("o{end}"));
+        Ok((start..end, next))
     }
 }
 
@@ -539,9 +549,7 @@ fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
             other => payload_hash_value(other.as_ref()),
         },
     };
-    // Anything that keeps us from deciding refuses: fail closed.
-    let d = crate::cli::guard::decide(ctx, &req)
-        .unwrap_or_else(|e| crate::effects::Decision::unavailable(&req, e.to_string()));
+    let d = crate::cli::guard::decide(ctx, &req);
     Ok(GuardOut {
         decision: d.decision.into(),
         code: d.code.as_str().into(),
@@ -674,23 +682,18 @@ pub struct DiffOut {
 }
 
 fn diff(ctx: &Ctx, input: DiffIn) -> Result<DiffOut> {
-    let mut args = crate::cli::diff::Args {
+    let args = crate::cli::diff::Args {
         from: input.from,
         to: input.to,
-        patch: false,
+        patch: input.patch,
         paths: input.paths.iter().map(PathBuf::from).collect(),
     };
-    let out = crate::cli::diff::compute(ctx, &args)?;
+    // The patch covers only this page's files, so it is paged too.
+    let out =
+        crate::cli::diff::compute_patching(ctx, &args, |n| input.page.range(n).map(|(r, _)| r))?;
     let total = out.changes.len();
     let (page, next_cursor) = input.page.page(changes(out.changes))?;
-    // The patch covers only this page's files, so it is paged too.
-    let patch = if input.patch && !page.is_empty() {
-        args.paths = page.iter().map(|c| PathBuf::from(&c.path)).collect();
-        args.patch = true;
-        crate::cli::diff::compute(ctx, &args)?.patch
-    } else {
-        None
-    };
+    let patch = out.patch.filter(|_| !page.is_empty());
     Ok(DiffOut {
         from: out.from,
         to: out.to,
@@ -848,17 +851,7 @@ fn verify(ctx: &Ctx, input: VerifyIn) -> Result<VerifyOut> {
         entries: v.entries,
         head_seq: v.head.as_ref().map(|h| h.seq),
         head: v.head.map(|h| h.hash),
-        first_bad: v.first_bad.map(|b| {
-            format!(
-                "entry {}: {} ({})",
-                b.seq,
-                serde_json::to_value(b.code)
-                    .ok()
-                    .and_then(|c| c.as_str().map(String::from))
-                    .unwrap_or_default(),
-                b.reason
-            )
-        }),
+        first_bad: v.first_bad.map(|b| b.summary()),
         damaged,
     })
 }
