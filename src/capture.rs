@@ -1,9 +1,12 @@
 //! The `walk` engine's change detection: a parallel, fd-relative walk that
 //! stats every entry and hashes only what the stat cache cannot vouch for.
 //!
-//! The stat cache is git-index-like: per directory, the (dev, ino, mode,
-//! size, mtime, ctime) of each entry when it was last hashed, aligned with
-//! the tree node that holds its hash. An entry whose ctime is not older than
+//! The stat cache is git-index-like: per directory, the (ino, mode, size,
+//! mtime, ctime) of each entry when it was last hashed, aligned with the
+//! tree node that holds its hash. The device is not compared: a walk never
+//! crosses into another filesystem, and a btrfs snapshot of the workspace
+//! has its own device number but the same inodes and ctimes, so the cache
+//! built from one snapshot vouches for the next (and for the live tree). An entry whose ctime is not older than
 //! the start of the capture that cached it is "racy" (it could change again
 //! within the same timestamp tick without the stat changing), so it is
 //! re-hashed next time. ctime, not mtime: user space cannot set ctime, and
@@ -37,6 +40,7 @@ pub const IGNORE_FILE: &str = ".rewindignore";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheRec {
     pub entry: Entry,
+    /// Kept for diagnostics; never compared (see the module docs).
     pub dev: u64,
     pub ino: u64,
     pub ctime_ns: i64,
@@ -66,7 +70,6 @@ impl CacheRec {
         );
         !self.racy
             && kind_matches
-            && self.dev == m.dev
             && self.ino == m.ino
             && self.entry.mode == m.mode
             && self.entry.mtime_ns == m.mtime_ns
