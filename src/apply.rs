@@ -45,6 +45,38 @@ pub struct ApplyReport {
 
 const SETID_BITS: u32 = 0o6000;
 
+/// Clone `path` out of a read-only snapshot into a temp file. `None` when
+/// the snapshot does not hold a regular file of that size there (then the
+/// object store is asked).
+fn from_snapshot(
+    snap: &Dir,
+    store: &ObjectStore,
+    path: &[u8],
+    size: u64,
+) -> Result<Option<(std::ffi::OsString, std::fs::File)>> {
+    use std::os::fd::AsFd;
+    let (parent, name) = split_parent(path);
+    let Ok(dir) = snap.open_beneath(Path::new(OsStr::from_bytes(parent))) else {
+        return Ok(None);
+    };
+    let Ok((src, meta)) = dir.open_read(OsStr::from_bytes(name)) else {
+        return Ok(None);
+    };
+    if meta.kind != EntryKind::File || meta.size != size {
+        return Ok(None);
+    }
+    let (tmp_name, file) = store.temp_file("wr", 0o600)?;
+    if let Err(e) = rewind_platform::clone_or_copy(src.as_fd(), file.as_fd()) {
+        let _ = store.tmp_dir().unlink(&tmp_name);
+        return Err(Error::os(rewind_platform::Error::new(
+            "clone from snapshot",
+            snap.path().join(OsStr::from_bytes(path)),
+            e,
+        )));
+    }
+    Ok(Some((tmp_name, file)))
+}
+
 fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|&c| c == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
@@ -81,9 +113,13 @@ impl Parents<'_> {
     }
 }
 
+/// Apply `changes` to the tree at `root`. File contents come from
+/// `snapshot` (the target checkpoint's read-only btrfs snapshot) when it
+/// has one, else from the object store.
 pub fn apply(
     root: &Dir,
     store: &ObjectStore,
+    snapshot: Option<&Dir>,
     trees: &Trees<'_>,
     changes: &[Change],
     opts: ApplyOptions,
@@ -160,7 +196,17 @@ pub fn apply(
                 let Target::Object(hash) = &new.target else {
                     continue;
                 };
-                let (tmp_name, file, _) = store.materialize(hash, new.size)?;
+                let (tmp_name, file) = match snapshot
+                    .map(|s| from_snapshot(s, store, &ch.path, new.size))
+                    .transpose()?
+                    .flatten()
+                {
+                    Some(v) => v,
+                    None => {
+                        let (n, f, _) = store.materialize(hash, new.size)?;
+                        (n, f)
+                    }
+                };
                 let mode = allowed_mode(new, opts, &ch.path, &mut report);
                 let tmp_path = || store.tmp_dir().path().join(&tmp_name);
                 rewind_platform::file_set_mode(&file, mode)

@@ -198,6 +198,7 @@ pub struct CaptureStats {
 }
 
 /// A captured tree: the root hash plus everything needed to persist it.
+#[derive(Default)]
 pub struct Capture {
     pub root: Hash,
     /// Nodes that may not be in the ledger yet (encoded, with their hash).
@@ -210,6 +211,12 @@ pub struct Capture {
     pub stats: CaptureStats,
     /// Small objects to store in the same transaction as the capture.
     pub blobs: Vec<(Hash, Vec<u8>)>,
+    /// The capture ignored the stat cache it found (written by the btrfs
+    /// engine): its rows replace all of the cache.
+    pub replaces_cache: bool,
+    /// Captured from a btrfs snapshot with hashing only: the stat-cache
+    /// rows it writes vouch for content the object store does not hold.
+    pub from_snapshot: bool,
 }
 
 impl Capture {
@@ -354,6 +361,8 @@ pub fn capture(
         skipped,
         stats,
         blobs: Vec::new(),
+        replaces_cache: false,
+        from_snapshot: false,
     })
 }
 

@@ -259,7 +259,7 @@ pub fn diff_entries(
 
 /// Added / modified / deleted counts over every changed path (files,
 /// symlinks and directories alike).
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Counts {
     pub added: u64,
     pub modified: u64,

@@ -64,6 +64,9 @@ pub enum Error {
     #[error("the store uses {:.1} MiB, over its budget (max_store_bytes = {:.1} MiB), and every remaining checkpoint is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken", *used as f64 / 1048576.0, *budget as f64 / 1048576.0)]
     OverBudget { budget: u64, used: u64 },
 
+    #[error("btrfs: {}: {reason}", path.display())]
+    Btrfs { path: PathBuf, reason: String },
+
     #[error("cancelled by the caller before anything was committed: nothing changed")]
     Cancelled,
 
@@ -113,6 +116,7 @@ impl Error {
             Error::Cancelled => "CANCELLED",
             Error::Pruned { .. } => "PRUNED",
             Error::OverBudget { .. } => "OVER_BUDGET",
+            Error::Btrfs { .. } => "BTRFS",
         }
     }
 }

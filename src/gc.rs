@@ -66,6 +66,9 @@ pub struct Freed {
     /// Bytes those object files had allocated on disk (shared extents
     /// included: the filesystem frees only what no other file maps).
     pub allocated: u64,
+    /// btrfs snapshots deleted: of pruned checkpoints, or left by a crash
+    /// before their checkpoint was recorded.
+    pub snapshots: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,12 +203,11 @@ pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
         })?;
         crate::failpoint::hit("gc:pruned");
     }
-    let roots: Vec<Hash> = checkpoints
-        .iter()
+    let live: Vec<Checkpoint> = checkpoints
+        .into_iter()
         .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
-        .map(|c| c.root)
         .collect();
-    let freed = sweep(ws, &roots, opts.dry_run)?;
+    let freed = sweep(ws, &live, opts.dry_run)?;
     Ok(Report {
         dry_run: opts.dry_run,
         pruned,
@@ -255,10 +257,24 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
     Ok((nodes, objects))
 }
 
-/// Delete what nothing live reaches (or, dry, count it).
-fn sweep(ws: &mut Workspace, roots: &[Hash], dry_run: bool) -> Result<Freed> {
-    let (nodes, objects) = mark(ws, roots)?;
+/// Delete what no checkpoint in `live` reaches (or, dry, count it).
+fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed> {
+    let roots: Vec<Hash> = live.iter().map(|c| c.root).collect();
+    let (nodes, objects) = mark(ws, &roots)?;
     let mut freed = Freed::default();
+    // Snapshots first: a pruned btrfs checkpoint's content is its snapshot.
+    let mut keep: HashSet<String> = live.iter().map(|c| c.id.clone()).collect();
+    keep.extend(ws.ledger().pending()?.into_iter().map(|p| p.id));
+    for name in crate::snapshot::names(ws)? {
+        if keep.contains(&name) {
+            continue;
+        }
+        freed.snapshots += 1;
+        if !dry_run {
+            crate::snapshot::delete(ws, &name)?;
+            crate::failpoint::hit("gc:snapshot-deleted");
+        }
+    }
     let dead_trees: Vec<Hash> = ws
         .ledger()
         .tree_hashes()?
@@ -363,14 +379,13 @@ fn enforce_budget(
             )?;
             Ok(())
         })?;
-        let roots: Vec<Hash> = ws
+        let live: Vec<Checkpoint> = ws
             .ledger()
             .checkpoints()?
-            .iter()
+            .into_iter()
             .filter(|c| !c.pruned)
-            .map(|c| c.root)
             .collect();
-        sweep(ws, &roots, false)?;
+        sweep(ws, &live, false)?;
         pruned.extend(ids);
         used = crate::du::store_physical(ws)?.total();
         batch *= 2;
@@ -454,11 +469,30 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
     let checkpoints = ws.ledger().checkpoints()?;
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    let mut stack: Vec<(Hash, String)> = checkpoints
-        .iter()
-        .filter(|c| !c.pruned)
-        .map(|c| (c.root, c.id.clone()))
-        .collect();
+    let mut stack: Vec<(Hash, String)> = Vec::new();
+    for c in checkpoints.iter().filter(|c| !c.pruned) {
+        if c.stats["engine"] != "btrfs" {
+            stack.push((c.root, c.id.clone()));
+            continue;
+        }
+        // A btrfs checkpoint's content is its read-only snapshot: walk it
+        // (the stat cache vouches for unchanged inodes) and compare roots.
+        match crate::snapshot::open(ws, &c.id)? {
+            None => out.push(format!(
+                "snapshot of checkpoint {} is missing or no longer read-only",
+                c.id
+            )),
+            Some(snap) => {
+                let cap = ws.capture_dir(&snap, crate::capture::Sink::HashOnly, i64::MIN, "verifying")?;
+                if cap.root != c.root {
+                    out.push(format!(
+                        "snapshot of checkpoint {} does not match its manifest (root {} instead of {})",
+                        c.id, cap.root, c.root
+                    ));
+                }
+            }
+        }
+    }
     while let Some((h, owner)) = stack.pop() {
         if !seen.insert(h) {
             continue;

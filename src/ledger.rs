@@ -143,6 +143,41 @@ pub struct Operation {
     pub safety: i64,
 }
 
+/// Checkpoints of the btrfs engine that are acknowledged (their snapshot
+/// exists) but whose manifest is not built yet (`crate::snapshot`), and
+/// ids of checkpoints that turned out identical to their parent and were
+/// folded into it.
+const PENDING_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS pending(
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    parent INTEGER,
+    label TEXT,
+    kind TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    clock_ns INTEGER NOT NULL,
+    reuse INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS aliases(id TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID;
+";
+
+/// A checkpoint acknowledged before its manifest exists (btrfs engine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub seq: i64,
+    pub id: String,
+    pub parent: Option<i64>,
+    pub label: Option<String>,
+    pub kind: String,
+    pub created_at_ms: i64,
+    /// The filesystem clock just before the snapshot: the stat cache's
+    /// racy cut-off for the manifest built from it.
+    pub clock_ns: i64,
+    /// Fold into the parent when the content is identical (automatic
+    /// checkpoints).
+    pub reuse: bool,
+}
+
 /// Notes left on abandoned branches, one row per rewind report.
 const NOTES_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS notes(
@@ -309,6 +344,7 @@ impl Ledger {
         let path = self.path.clone();
         for schema in [
             NOTES_SCHEMA,
+            PENDING_SCHEMA,
             crate::blobs::SCHEMA,
             crate::chain::SCHEMA,
             crate::effects::SCHEMA,
@@ -765,6 +801,65 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// Checkpoints whose manifest is still to be built, oldest first.
+    pub fn pending(&self) -> Result<Vec<Pending>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, id, parent, label, kind, created_at, clock_ns, reuse FROM pending ORDER BY seq",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Pending {
+                    seq: r.get(0)?,
+                    id: r.get(1)?,
+                    parent: r.get(2)?,
+                    label: r.get(3)?,
+                    kind: r.get(4)?,
+                    created_at_ms: r.get(5)?,
+                    clock_ns: r.get(6)?,
+                    reuse: r.get::<_, i64>(7)? != 0,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    pub fn has_pending(&self) -> Result<bool> {
+        self.conn
+            .query_row("SELECT 1 FROM pending LIMIT 1", [], |_| Ok(()))
+            .optional()
+            .map(|o| o.is_some())
+            .map_err(self.err())
+    }
+
+    /// The checkpoint an id was folded into, if it was.
+    pub fn alias(&self, id: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row("SELECT seq FROM aliases WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(self.err())
+    }
+
+    /// The id of a checkpoint, pending or not.
+    pub fn id_of_seq(&self, seq: i64) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT id FROM checkpoints WHERE seq = ?1 UNION ALL SELECT id FROM pending WHERE seq = ?1",
+                [seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
+    /// The seq HEAD points at, without reading its row (which a pending
+    /// checkpoint does not have yet).
+    pub fn head_seq(&self) -> Result<Option<i64>> {
+        Ok(self.meta("head")?.and_then(|s| s.parse().ok()))
+    }
+
     pub fn intent(&self) -> Result<Option<Intent>> {
         self.conn
             .query_row(
@@ -862,13 +957,27 @@ impl Tx<'_> {
         crate::blobs::insert(self.tx, hash, data).map_err(self.err())
     }
 
+    pub fn delete_meta(&self, key: &str) -> Result<()> {
+        self.tx
+            .execute("DELETE FROM meta WHERE key = ?1", [key])
+            .map_err(self.err())?;
+        Ok(())
+    }
+
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         put_meta(self.tx, key, value).map_err(self.err())
     }
 
+    /// Whether an id is taken: by a checkpoint, a pending one, or an alias.
     pub fn id_exists(&self, id: &str) -> Result<bool> {
         self.tx
-            .query_row("SELECT 1 FROM checkpoints WHERE id = ?1", [id], |_| Ok(()))
+            .query_row(
+                "SELECT 1 FROM checkpoints WHERE id = ?1
+                 UNION ALL SELECT 1 FROM pending WHERE id = ?1
+                 UNION ALL SELECT 1 FROM aliases WHERE id = ?1",
+                [id],
+                |_| Ok(()),
+            )
             .optional()
             .map(|o| o.is_some())
             .map_err(self.err())
@@ -877,11 +986,62 @@ impl Tx<'_> {
     pub fn next_seq(&self) -> Result<i64> {
         self.tx
             .query_row(
-                "SELECT coalesce(max(seq), 0) + 1 FROM checkpoints",
+                "SELECT max(coalesce((SELECT max(seq) FROM checkpoints), 0),
+                            coalesce((SELECT max(seq) FROM pending), 0)) + 1",
                 [],
                 |r| r.get(0),
             )
             .map_err(self.err())
+    }
+
+    /// The seq HEAD points at, read inside the transaction.
+    pub fn head_seq(&self) -> Result<Option<i64>> {
+        let v: Option<String> = self
+            .tx
+            .query_row("SELECT value FROM meta WHERE key = 'head'", [], |r| r.get(0))
+            .optional()
+            .map_err(self.err())?;
+        Ok(v.and_then(|s| s.parse().ok()))
+    }
+
+    pub fn insert_pending(&self, p: &Pending) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO pending(seq, id, parent, label, kind, created_at, clock_ns, reuse) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![p.seq, p.id, p.parent, p.label, p.kind, p.created_at_ms, p.clock_ns, p.reuse as i64],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn delete_pending(&self, seq: i64) -> Result<()> {
+        self.tx
+            .execute("DELETE FROM pending WHERE seq = ?1", [seq])
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Pending checkpoints whose parent was `from` get `to` instead (their
+    /// parent was folded into its own parent, or lost).
+    pub fn reparent_pending(&self, from: i64, to: Option<i64>) -> Result<()> {
+        self.tx
+            .execute(
+                "UPDATE pending SET parent = ?2 WHERE parent = ?1",
+                params![from, to],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// `id` names checkpoint `seq` from now on (it was folded into it).
+    pub fn insert_alias(&self, id: &str, seq: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT OR REPLACE INTO aliases(id, seq) VALUES (?1, ?2)",
+                params![id, seq],
+            )
+            .map_err(self.err())?;
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -972,6 +1132,13 @@ impl Tx<'_> {
                 "INSERT OR REPLACE INTO stat_cache(dir, node, stats) VALUES (?1, ?2, ?3)",
             )
             .and_then(|mut s| s.execute(params![dir, &node.0[..], stats]))
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn clear_stat_cache(&self) -> Result<()> {
+        self.tx
+            .execute("DELETE FROM stat_cache", [])
             .map_err(self.err())?;
         Ok(())
     }

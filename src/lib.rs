@@ -25,6 +25,7 @@ pub mod mcp;
 pub mod objects;
 pub mod progress;
 pub mod rewind;
+pub mod snapshot;
 pub mod subvol;
 pub mod time;
 pub mod trace;

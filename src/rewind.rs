@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{Hash, Hasher};
 use crate::ledger::{Checkpoint, Intent, Operation};
+use crate::snapshot::{self, Engine};
 use crate::workspace::{
     ChangeJson, NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture,
 };
@@ -217,8 +218,17 @@ fn run_to(
     }
 
     ws.lock()?;
-    // 1. Capture first: the live tree is saved before anything changes.
-    let mut cap = ws.capture_live()?;
+    // 1. Capture first: the live tree is saved before anything changes
+    //    (the btrfs engine snapshots it and builds the manifest right away:
+    //    the plan needs it).
+    let safety_snapshot = match ws.engine().0 {
+        Engine::Btrfs => Some(snapshot::take_for_safety(ws)?),
+        Engine::Walk => None,
+    };
+    let mut cap = match &safety_snapshot {
+        Some(s) => snapshot::capture(ws, s)?,
+        None => ws.capture_live()?,
+    };
     failpoint::hit("rewind:captured");
     let fp = fingerprint(op, &cap.root, &target.root, opts);
     if let Some(expected) = &opts.expect
@@ -243,6 +253,7 @@ fn run_to(
     //    safety checkpoint when the live tree has the same content.
     let head_matches = head.is_some() && safety_changes == diff::Counts::default();
     let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
+    let ws_engine = ws.engine().0;
     let label = format!("before {} to {}", op.as_str(), target.id);
     let intent_options = serde_json::json!({
         "exact_times": opts.exact_times,
@@ -264,6 +275,10 @@ fn run_to(
                     parent: head.as_ref().map(|h| h.seq),
                     changes: safety_changes,
                 },
+                safety_snapshot
+                    .as_ref()
+                    .map(|s| (s.seq, s.id.as_str(), s.created_at_ms)),
+                ws_engine,
             )?,
         };
         if let Some(note) = &opts.report {
@@ -291,6 +306,14 @@ fn run_to(
         Ok(safety)
     })?;
     drop(t);
+    // The safety snapshot is kept unless HEAD served as the safety
+    // checkpoint (then dropping it deletes it).
+    if let Some(s) = &safety_snapshot
+        && !head_matches
+    {
+        s.keep();
+    }
+    drop(safety_snapshot);
     failpoint::hit("rewind:after-intent");
     let t = crate::trace::span("apply");
 
@@ -298,12 +321,12 @@ fn run_to(
     //    for a symlink), finish from a fresh capture instead.
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
-        apply_plan(ws, &trees, &changes, aopts)
+        apply_plan(ws, &target.id, &trees, &changes, aopts)
     };
     let report = match report {
         Ok(r) => r,
         Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => {
-            reapply_from_live(ws, target.root, &opts.paths, aopts, dopts)?
+            reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)?
         }
         Err(e) => return Err(e),
     };
@@ -355,6 +378,7 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
 
 fn reapply_from_live(
     ws: &Workspace,
+    target_id: &str,
     to_root: Hash,
     paths: &[Vec<u8>],
     aopts: ApplyOptions,
@@ -363,17 +387,29 @@ fn reapply_from_live(
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
     let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
-    apply_plan(ws, &trees, &changes, aopts)
+    apply_plan(ws, target_id, &trees, &changes, aopts)
 }
 
+/// Apply a plan towards checkpoint `target_id`, cloning from its btrfs
+/// snapshot when it has one.
 fn apply_plan(
     ws: &Workspace,
+    target_id: &str,
     trees: &Trees<'_>,
     changes: &[Change],
     aopts: ApplyOptions,
 ) -> Result<ApplyReport> {
     let progress = ws.progress("restoring");
-    apply::apply(ws.root_dir(), ws.store(), trees, changes, aopts, &progress)
+    let source = snapshot::open(ws, target_id)?;
+    apply::apply(
+        ws.root_dir(),
+        ws.store(),
+        source.as_ref(),
+        trees,
+        changes,
+        aopts,
+        &progress,
+    )
 }
 
 fn finish(
@@ -446,14 +482,14 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
                 .collect()
         })
         .unwrap_or_default();
-    let report = reapply_from_live(ws, intent.to_root, &paths, aopts, dopts)?;
-    let op = Op::parse(&intent.op);
-    finish(ws, op, intent.target, intent.safety, &report, true)?;
     let target = ws
         .ledger()
         .checkpoint_by_seq(intent.target)?
         .map(|c| c.id)
         .unwrap_or_default();
+    let report = reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts)?;
+    let op = Op::parse(&intent.op);
+    finish(ws, op, intent.target, intent.safety, &report, true)?;
     eprintln!(
         "rewind: finished an interrupted {} to {target} ({} written, {} deleted)",
         op.as_str(),

@@ -18,6 +18,7 @@ use crate::ids;
 use crate::ledger::{Checkpoint, Ledger};
 use crate::objects::ObjectStore;
 use crate::progress::{Observer, Progress};
+use crate::snapshot::{self, Engine};
 use crate::{failpoint, time};
 
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -26,8 +27,11 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Ignore rules kept in the state directory, where no rewind reaches.
 pub const STATE_IGNORE_FILE: &str = "ignore";
 
-/// The change-detection engine in use (DESIGN §2). Only `walk` exists yet.
-pub const ENGINE_WALK: &str = "walk";
+/// Meta key: which engine wrote the stat cache. Rows written from a btrfs
+/// snapshot vouch for hashes whose content lives in that snapshot, not in
+/// the object store, so the walk engine, which stores what it captures,
+/// must not trust them (it starts from an empty cache once instead).
+pub(crate) const STAT_CACHE_FROM: &str = "stat_cache_from";
 
 pub struct Workspace {
     root_path: PathBuf,
@@ -36,6 +40,8 @@ pub struct Workspace {
     ledger: Ledger,
     store: ObjectStore,
     fs: FsInfo,
+    engine: Engine,
+    engine_reason: &'static str,
     show_progress: bool,
     observer: Option<Observer>,
     lock: Option<LockFile>,
@@ -47,13 +53,24 @@ pub struct CheckpointReport {
     pub id: String,
     pub label: Option<String>,
     pub parent: Option<String>,
+    /// Empty while the manifest is pending (btrfs engine).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub root: String,
     pub created_at: String,
     pub kind: String,
     pub engine: &'static str,
     pub fs: String,
     pub reflink: bool,
-    pub changes: Counts,
+    /// The btrfs engine acknowledges a checkpoint once its snapshot exists;
+    /// its root and changes are known when the manifest is built, shortly
+    /// after (`rewind list` shows them).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub manifest_pending: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// `None` while the manifest is pending (btrfs engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Counts>,
     pub bytes_new: u64,
     pub files_hashed: u64,
     pub cloned: u64,
@@ -174,6 +191,7 @@ impl Workspace {
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
         let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
         let store = ObjectStore::new(objects, tmp, clones, ledger.path());
+        let (engine, engine_reason) = Engine::choose(&root, &fs);
         Ok(Workspace {
             root_path,
             root,
@@ -181,6 +199,8 @@ impl Workspace {
             ledger,
             store,
             fs,
+            engine,
+            engine_reason,
             show_progress,
             observer: None,
             lock: None,
@@ -221,6 +241,15 @@ impl Workspace {
         rewind_platform::is_subvolume(&self.root).unwrap_or(false)
     }
 
+    /// The change-detection engine, and why it was chosen.
+    pub fn engine(&self) -> (Engine, &'static str) {
+        (self.engine, self.engine_reason)
+    }
+
+    pub(crate) fn state_dir(&self) -> &Dir {
+        &self.state
+    }
+
     pub fn clones(&self) -> bool {
         self.store.clones()
     }
@@ -247,6 +276,14 @@ impl Workspace {
     /// a crashed writer, and finish any interrupted rewind. Every command
     /// that writes calls this first.
     pub fn lock(&mut self) -> Result<()> {
+        self.lock_for_snapshot()?;
+        snapshot::finish_pending(self)?;
+        Ok(())
+    }
+
+    /// [`Workspace::lock`] without building pending manifests: what a
+    /// btrfs checkpoint needs, which must not wait for earlier manifests.
+    fn lock_for_snapshot(&mut self) -> Result<()> {
         if self.lock.is_some() {
             return Ok(());
         }
@@ -270,7 +307,7 @@ impl Workspace {
             .entries()
             .map(|e| !e.is_empty())
             .unwrap_or(false);
-        if leftovers || self.ledger.intent()?.is_some() {
+        if leftovers || self.ledger.intent()?.is_some() || self.ledger.has_pending()? {
             self.lock()?;
         }
         Ok(())
@@ -278,7 +315,7 @@ impl Workspace {
 
     /// The filesystem's clock, read by touching a file in `.rewind/`: the
     /// racy-entry cut-off for the stat cache.
-    fn fs_clock_ns(&self) -> i64 {
+    pub(crate) fn fs_clock_ns(&self) -> i64 {
         let name = OsStr::new("clock");
         let _ = self.state.unlink(name);
         match self.state.create_new(name, 0o644) {
@@ -299,14 +336,6 @@ impl Workspace {
     /// Capture the live tree. `Sink::Store` stores new objects; the caller
     /// persists the result with [`Workspace::persist_capture`].
     pub(crate) fn capture(&self, sink: Sink<'_>, message: &'static str) -> Result<Capture> {
-        let cache = {
-            let rows = {
-                let _t = crate::trace::span("read stat cache");
-                self.ledger.stat_cache()?
-            };
-            let _t = crate::trace::span("decode stat cache");
-            capture::load_stat_cache(rows)
-        };
         let clock = {
             let _t = crate::trace::span("fs clock");
             match sink {
@@ -314,12 +343,41 @@ impl Workspace {
                 Sink::HashOnly => i64::MIN,
             }
         };
+        self.capture_dir(&self.root, sink, clock, message)
+    }
+
+    /// Capture the tree below `dir`: the live root, or a btrfs snapshot of
+    /// it (then `clock_ns` is the clock when the snapshot was taken).
+    pub(crate) fn capture_dir(
+        &self,
+        dir: &Dir,
+        sink: Sink<'_>,
+        clock_ns: i64,
+        message: &'static str,
+    ) -> Result<Capture> {
+        // A storing capture cannot trust rows the btrfs engine wrote (see
+        // STAT_CACHE_FROM): it starts cold once and replaces them.
+        let distrust = matches!(sink, Sink::Store(..))
+            && self.ledger.meta(STAT_CACHE_FROM)?.as_deref() == Some("snapshot");
+        let cache = {
+            let rows = {
+                let _t = crate::trace::span("read stat cache");
+                if distrust {
+                    Vec::new()
+                } else {
+                    self.ledger.stat_cache()?
+                }
+            };
+            let _t = crate::trace::span("decode stat cache");
+            capture::load_stat_cache(rows)
+        };
         let _t = crate::trace::span("walk");
         let progress = self.progress(message);
         let rules = self.state_ignores()?;
         let rules_path = self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
         let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
-        let cap = capture::capture(&self.root, &cache, sink, clock, &progress, state_ignores)?;
+        let mut cap = capture::capture(dir, &cache, sink, clock_ns, &progress, state_ignores)?;
+        cap.replaces_cache = distrust;
         progress.finish();
         // Last chance to stop before the caller commits anything.
         if progress.cancelled() {
@@ -421,6 +479,9 @@ impl Workspace {
         kind: &str,
         reuse_if_unchanged: bool,
     ) -> Result<CheckpointReport> {
+        if self.engine == Engine::Btrfs {
+            return self.checkpoint_snapshot(label, kind, reuse_if_unchanged);
+        }
         let started = Instant::now();
         self.lock()?;
         // rewind.toml is read for [retention]; a broken file must not stop
@@ -471,6 +532,78 @@ impl Workspace {
         Ok(r)
     }
 
+    /// The btrfs engine's checkpoint: a snapshot, acknowledged at once; the
+    /// manifest follows in a detached process (or right here with
+    /// `REWIND_MANIFEST=inline`). Retention runs after the manifest.
+    fn checkpoint_snapshot(
+        &mut self,
+        label: Option<&str>,
+        kind: &str,
+        reuse: bool,
+    ) -> Result<CheckpointReport> {
+        let started = Instant::now();
+        self.lock_for_snapshot()?;
+        let p = snapshot::acknowledge(self, label, kind, reuse)?;
+        if snapshot::inline_manifests() {
+            snapshot::finish_pending(self)?;
+            let (pruned, warnings) = self.retention_after_checkpoint()?;
+            let seq = self.ledger.alias(&p.id)?.unwrap_or(p.seq);
+            let ck = self
+                .ledger
+                .checkpoint_by_seq(seq)?
+                .ok_or_else(|| Error::UnknownId { id: p.id.clone() })?;
+            let changes: Counts = serde_json::from_value(ck.stats["changes"].clone())
+                .unwrap_or_default();
+            let mut r = self.report(&ck, &Capture::default(), changes, seq != p.seq, started);
+            r.snapshot = (seq == p.seq).then(|| p.id.clone());
+            r.bytes_new = ck.stats["bytes_new"].as_u64().unwrap_or(0);
+            r.pruned = pruned;
+            r.warnings = warnings;
+            return Ok(r);
+        }
+        snapshot::spawn_finisher(&self.root_path);
+        let parent = match p.parent {
+            Some(s) => self.ledger.id_of_seq(s)?,
+            None => None,
+        };
+        Ok(CheckpointReport {
+            id: p.id.clone(),
+            label: p.label,
+            parent,
+            root: String::new(),
+            created_at: time::format_rfc3339(p.created_at_ms),
+            kind: p.kind,
+            engine: Engine::Btrfs.as_str(),
+            fs: self.fs.kind.to_string(),
+            reflink: self.store.clones(),
+            manifest_pending: true,
+            snapshot: Some(p.id),
+            changes: None,
+            bytes_new: 0,
+            files_hashed: 0,
+            cloned: 0,
+            copied: 0,
+            inlined: 0,
+            entries: 0,
+            skipped: Vec::new(),
+            unchanged: false,
+            duration_ms: started.elapsed().as_millis() as u64,
+            pruned: Vec::new(),
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Retention after a checkpoint (rewind.toml [retention]); a broken
+    /// rewind.toml falls back to the defaults.
+    pub(crate) fn retention_after_checkpoint(&mut self) -> Result<(Vec<String>, Vec<String>)> {
+        let retention = crate::config::Config::load(&self.root_path)
+            .map(|c| c.retention)
+            .unwrap_or_default();
+        self.lock()?;
+        let (pruned, warning) = crate::gc::after_checkpoint(self, &retention)?;
+        Ok((pruned, warning.into_iter().collect()))
+    }
+
     /// What changed between HEAD and a capture, by content (mtimes alone
     /// are not a change: a rewind gives restored files the current time).
     pub(crate) fn changes_since(&self, head: Option<&Checkpoint>, cap: &Capture) -> Result<Counts> {
@@ -496,10 +629,12 @@ impl Workspace {
             root: ck.root.to_hex(),
             created_at: ck.created_at.clone(),
             kind: ck.kind.clone(),
-            engine: ENGINE_WALK,
+            engine: self.engine.as_str(),
             fs: self.fs.kind.to_string(),
             reflink: self.store.clones(),
-            changes,
+            manifest_pending: false,
+            snapshot: None,
+            changes: Some(changes),
             bytes_new: cap.stats.bytes_new,
             files_hashed: cap.stats.files_hashed,
             cloned: cap.stats.cloned,
@@ -528,7 +663,14 @@ impl Workspace {
             cap.stats.bytes_new += write_capture(tx, cap)?;
             match new {
                 None => Ok(None),
-                Some(n) => Ok(Some(insert_checkpoint(tx, &workspace_id, cap, &n)?)),
+                Some(n) => Ok(Some(insert_checkpoint(
+                    tx,
+                    &workspace_id,
+                    cap,
+                    &n,
+                    None,
+                    Engine::Walk,
+                )?)),
             }
         })
     }
@@ -536,7 +678,7 @@ impl Workspace {
     /// Resolve a user-typed checkpoint name: `HEAD`/`@` (optionally `~N`
     /// for the N-th parent), a full id, a unique id prefix, or a label
     /// (the newest checkpoint with that label).
-    pub fn resolve(&self, spec: &str) -> Result<Checkpoint> {
+    pub fn resolve(&mut self, spec: &str) -> Result<Checkpoint> {
         let ck = self.resolve_any(spec)?;
         if ck.pruned {
             return Err(Error::Pruned { id: ck.id });
@@ -544,8 +686,10 @@ impl Workspace {
         Ok(ck)
     }
 
-    /// Like [`Workspace::resolve`], pruned checkpoints included.
-    pub fn resolve_any(&self, spec: &str) -> Result<Checkpoint> {
+    /// Like [`Workspace::resolve`], pruned checkpoints included. Pending
+    /// manifests are finished first: the id may name one.
+    pub fn resolve_any(&mut self, spec: &str) -> Result<Checkpoint> {
+        self.recover_if_needed()?;
         let unknown = || Error::UnknownId {
             id: spec.to_string(),
         };
@@ -569,6 +713,11 @@ impl Workspace {
             return Ok(ck);
         }
         if ids::looks_like_id_prefix(spec) {
+            // An automatic checkpoint identical to its parent was folded
+            // into it; its id keeps naming that checkpoint.
+            if let Some(seq) = self.ledger.alias(spec)? {
+                return self.ledger.checkpoint_by_seq(seq)?.ok_or_else(unknown);
+            }
             let found = self.ledger.checkpoints_by_prefix(spec, 6)?;
             if let Some(exact) = found.iter().find(|c| c.id == spec) {
                 return Ok(exact.clone());
@@ -684,6 +833,13 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     for (h, data) in &cap.new_nodes {
         tx.put_tree(h, data)?;
     }
+    if cap.replaces_cache {
+        tx.clear_stat_cache()?;
+        tx.delete_meta(STAT_CACHE_FROM)?;
+    }
+    if cap.from_snapshot && !cap.cache_updates.is_empty() {
+        tx.set_meta(STAT_CACHE_FROM, "snapshot")?;
+    }
     for (dir, node, stats) in &cap.cache_updates {
         tx.put_stat_cache(dir, node, stats)?;
     }
@@ -693,25 +849,36 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     Ok(new_bytes)
 }
 
+/// Insert a checkpoint row and its chain entry. `preset` is the (seq, id,
+/// created_at) a btrfs checkpoint got when it was acknowledged; without it
+/// the checkpoint is new and becomes HEAD.
 pub(crate) fn insert_checkpoint(
     tx: &crate::ledger::Tx<'_>,
     workspace_id: &str,
     cap: &Capture,
     n: &NewCheckpoint<'_>,
+    preset: Option<(i64, &str, i64)>,
+    engine: Engine,
 ) -> Result<i64> {
     let root = &cap.root;
     let stats = serde_json::json!({
-        "changes": n.changes, "bytes_new": cap.stats.bytes_new, "engine": ENGINE_WALK,
+        "changes": n.changes, "bytes_new": cap.stats.bytes_new, "engine": engine.as_str(),
         "cloned": cap.stats.cloned, "copied": cap.stats.copied, "inlined": cap.stats.inlined,
     });
-    let seq = tx.next_seq()?;
-    let mut nonce = 0;
-    let id = loop {
-        let id = ids::make_id(workspace_id, seq, root, nonce);
-        if !tx.id_exists(&id)? {
-            break id;
+    let (seq, id, created_at) = match preset {
+        Some((seq, id, at)) => (seq, id.to_owned(), at),
+        None => {
+            let seq = tx.next_seq()?;
+            let mut nonce = 0;
+            let id = loop {
+                let id = ids::make_id(workspace_id, seq, root, nonce);
+                if !tx.id_exists(&id)? {
+                    break id;
+                }
+                nonce += 1;
+            };
+            (seq, id, time::now_ms())
         }
-        nonce += 1;
     };
     tx.insert_checkpoint(
         seq,
@@ -720,7 +887,7 @@ pub(crate) fn insert_checkpoint(
         n.parent,
         n.label,
         n.kind,
-        time::now_ms(),
+        created_at,
         &stats,
     )?;
     let parent_id = match n.parent {
@@ -736,6 +903,8 @@ pub(crate) fn insert_checkpoint(
             .str("label", n.label.unwrap_or(""))
             .str("kind", n.kind),
     )?;
-    tx.set_meta("head", &seq.to_string())?;
+    if preset.is_none() {
+        tx.set_meta("head", &seq.to_string())?;
+    }
     Ok(seq)
 }

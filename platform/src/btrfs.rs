@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use rustix::ioctl::{Setter, ioctl, opcode};
+use rustix::ioctl::{Getter, Setter, ioctl, opcode};
 
 use crate::dir::Dir;
 use crate::error::{Error, Result};
@@ -36,6 +36,7 @@ struct VolArgsV2 {
 const IOC_SUBVOL_CREATE: rustix::ioctl::Opcode = opcode::write::<VolArgs>(0x94, 14);
 const IOC_SNAP_DESTROY: rustix::ioctl::Opcode = opcode::write::<VolArgs>(0x94, 15);
 const IOC_SNAP_CREATE_V2: rustix::ioctl::Opcode = opcode::write::<VolArgsV2>(0x94, 23);
+const IOC_SUBVOL_GETFLAGS: rustix::ioctl::Opcode = opcode::read::<u64>(0x94, 25);
 
 fn name_bytes<const N: usize>(
     name: &OsStr,
@@ -59,6 +60,16 @@ fn name_bytes<const N: usize>(
 pub fn is_subvolume(dir: &Dir) -> Result<bool> {
     let fs = FsInfo::of(dir)?;
     Ok(fs.kind == FsKind::Btrfs && dir.meta()?.ino == FIRST_FREE_OBJECTID)
+}
+
+/// Is the subvolume whose root is `dir` read-only? A checkpoint's
+/// snapshot is trusted as a source of content only while it is: someone
+/// who flipped it writable could have changed it.
+pub fn is_readonly_subvolume(dir: &Dir) -> Result<bool> {
+    // SAFETY: BTRFS_IOC_SUBVOL_GETFLAGS writes one u64.
+    let flags = unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
+        .map_err(|e| Error::new("get subvolume flags", dir.path(), e))?;
+    Ok(flags & SUBVOL_RDONLY != 0)
 }
 
 /// Create an empty subvolume `name` in `parent`.

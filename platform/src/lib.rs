@@ -15,7 +15,9 @@ mod lock;
 mod process;
 mod xattr;
 
-pub use btrfs::{create_subvolume, delete_subvolume, is_subvolume, snapshot};
+pub use btrfs::{
+    create_subvolume, delete_subvolume, is_readonly_subvolume, is_subvolume, snapshot,
+};
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};

@@ -50,8 +50,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         } else {
             format!(" ({})", how.join(", "))
         };
+        let counts = match r.changes {
+            Some(c) => format!("+{} ~{} -{}", c.added, c.modified, c.deleted),
+            None => "snapshot taken, manifest following".to_string(),
+        };
         let mut s = format!(
-            "{} {}{}: +{} ~{} -{}, {} new{how}, {} ms",
+            "{} {}{}: {counts}, {} new{how}, {} ms",
             if r.unchanged {
                 "unchanged, still at"
             } else {
@@ -62,9 +66,6 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 .as_ref()
                 .map(|l| format!(" \"{l}\""))
                 .unwrap_or_default(),
-            r.changes.added,
-            r.changes.modified,
-            r.changes.deleted,
             human_bytes(r.bytes_new),
             r.duration_ms
         );

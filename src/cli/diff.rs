@@ -106,7 +106,21 @@ pub(crate) fn compute_patching(
     }
     let patch = if args.patch {
         let range = patch_range(changes.len())?;
-        Some(render_patch(&ws, &changes[range], to.is_none())?)
+        let snapshot_of = |c: &Option<crate::ledger::Checkpoint>| match c {
+            Some(c) => crate::snapshot::open(&ws, &c.id),
+            None => Ok(None),
+        };
+        let from_tree = snapshot_of(&from)?;
+        let to_tree = match &to {
+            Some(_) => snapshot_of(&to)?,
+            None => Some(ws.root_dir().try_clone().map_err(Error::os)?),
+        };
+        Some(render_patch(
+            &ws,
+            &changes[range],
+            from_tree.as_ref(),
+            to_tree.as_ref(),
+        )?)
     } else {
         None
     };
@@ -118,13 +132,14 @@ pub(crate) fn compute_patching(
     })
 }
 
-/// Content of one side of a change: a stored object, or the live file.
+/// Content of one side of a change: a stored object, or the file at
+/// `path` under `tree` (the live tree, or a btrfs checkpoint's snapshot).
 fn content(
     ws: &Workspace,
     path: &[u8],
     hash: &Hash,
     size: u64,
-    live: bool,
+    tree: Option<&rewind_platform::Dir>,
 ) -> Result<Option<Vec<u8>>> {
     if ws.store().contains(hash, size) {
         return ws
@@ -132,13 +147,13 @@ fn content(
             .read_prefix(hash, size, PATCH_LIMIT + 1)
             .map(Some);
     }
-    if !live {
+    let Some(tree) = tree else {
         return Ok(None);
-    }
-    // Not stored (a status-style hash-only capture): read the live file.
+    };
+    // Not stored (a status-style hash-only capture, or a btrfs
+    // checkpoint): read the file itself.
     let p = Path::new(OsStr::from_bytes(path));
-    let dir = ws
-        .root_dir()
+    let dir = tree
         .open_beneath(p.parent().unwrap_or(Path::new("")))
         .map_err(Error::os)?;
     let (file, _) = dir
@@ -155,14 +170,23 @@ fn p_lossy(path: &[u8]) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(path))
 }
 
-fn render_patch(ws: &Workspace, changes: &[Change], to_live: bool) -> Result<String> {
+/// `from_tree`/`to_tree`: where content not in the store is read (a btrfs
+/// checkpoint's snapshot, or the live tree for TO).
+fn render_patch(
+    ws: &Workspace,
+    changes: &[Change],
+    from_tree: Option<&rewind_platform::Dir>,
+    to_tree: Option<&rewind_platform::Dir>,
+) -> Result<String> {
     let mut out = String::new();
     for c in changes {
         let name = String::from_utf8_lossy(&c.path).into_owned();
-        let side = |e: &Option<crate::tree::Entry>, live: bool| -> Result<Option<Vec<u8>>> {
+        let side = |e: &Option<crate::tree::Entry>,
+                    tree: Option<&rewind_platform::Dir>|
+         -> Result<Option<Vec<u8>>> {
             match e.as_ref().map(|e| &e.target) {
                 Some(Target::Object(h)) => {
-                    content(ws, &c.path, h, e.as_ref().map_or(0, |e| e.size), live)
+                    content(ws, &c.path, h, e.as_ref().map_or(0, |e| e.size), tree)
                 }
                 Some(Target::Link(t)) => Ok(Some([b"-> ".as_slice(), t].concat())),
                 _ => Ok(Some(Vec::new())),
@@ -174,8 +198,8 @@ fn render_patch(ws: &Workspace, changes: &[Change], to_live: bool) -> Result<Str
             continue;
         }
         let (a, b) = (
-            side(&c.old, false)?.unwrap_or_default(),
-            side(&c.new, to_live)?.unwrap_or_default(),
+            side(&c.old, from_tree)?.unwrap_or_default(),
+            side(&c.new, to_tree)?.unwrap_or_default(),
         );
         out.push_str(&format!("diff --rewind a/{name} b/{name}\n"));
         if a.len() as u64 > PATCH_LIMIT || b.len() as u64 > PATCH_LIMIT {

@@ -4,7 +4,6 @@ use serde::Serialize;
 
 use super::Ctx;
 use crate::error::Result;
-use crate::workspace::ENGINE_WALK;
 
 #[derive(Serialize)]
 struct Out {
@@ -35,6 +34,10 @@ struct Ledger {
     checkpoints: i64,
     tree_nodes: i64,
     pending_rewind: bool,
+    /// btrfs checkpoints acknowledged whose manifest is not built yet.
+    pending_manifests: usize,
+    /// Read-only snapshots under .rewind/snapshots (btrfs engine).
+    snapshots: usize,
 }
 
 pub fn run(ctx: &Ctx) -> Result<()> {
@@ -56,18 +59,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         ),
     };
     let subvolume = ws.is_subvolume();
-    let engine_why = match (fs.kind, subvolume) {
-        (rewind_platform::FsKind::Btrfs, true) => "walk: the workspace is a btrfs subvolume, ready for the snapshot engine, which is not built yet; a parallel stat walk with a stat cache hashes and stores only changed files".to_string(),
-        (rewind_platform::FsKind::Btrfs, false) => "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (`rewind init --subvolume DIR` makes the workspace a subvolume, for the snapshot engine to come)".to_string(),
-        _ => "walk: a parallel stat walk with a stat cache; only changed files are hashed and stored (the FUSE overlay and btrfs snapshots are not built yet)".to_string(),
-    };
+    let (engine, why) = ws.engine();
+    let engine_why = format!("{}: {why}", engine.as_str());
     let openat2 = rewind_platform::Dir::open(ws.root_path()).is_ok_and(|d| d.openat2_available());
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
         reflink,
         reflink_why,
-        engine: ENGINE_WALK,
+        engine: engine.as_str(),
         engine_why,
         subvolume,
         openat2,
@@ -82,11 +82,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             checkpoints: ws.ledger().count("checkpoints")?,
             tree_nodes: ws.ledger().count("trees")?,
             pending_rewind: ws.ledger().intent()?.is_some(),
+            pending_manifests: ws.ledger().pending()?.len(),
+            snapshots: crate::snapshot::names(&ws)?.len(),
         },
     };
     ctx.emit(&out, || {
         format!(
-            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes{}",
+            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
             out.workspace,
             out.fs,
             if out.reflink { "yes" } else { "no" },
@@ -100,6 +102,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             out.ledger.integrity,
             out.ledger.checkpoints,
             out.ledger.tree_nodes,
+            out.ledger.snapshots,
+            if out.ledger.pending_manifests > 0 { format!(", {} manifests being built", out.ledger.pending_manifests) } else { String::new() },
             if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
         )
     })

@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::Ctx;
 use crate::error::Result;
 use crate::subvol::Converted;
-use crate::workspace::{ENGINE_WALK, Workspace};
+use crate::workspace::Workspace;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let (ws, created) = Workspace::init(&dir, false)?;
     let out = Out {
         workspace: ws.root_path().display().to_string(),
-        engine: ENGINE_WALK,
+        engine: ws.engine().0.as_str(),
         reflink: ws.clones(),
         fs: ws.fs().kind.to_string(),
         created,

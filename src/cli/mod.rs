@@ -7,6 +7,7 @@ pub(crate) mod diff;
 mod doctor;
 mod du;
 mod effects;
+mod finish;
 mod gc;
 pub(crate) mod guard;
 mod hook;
@@ -92,6 +93,9 @@ enum Command {
     Hook(hook::Args),
     /// Write an agent's MCP server entry and hooks: claude, codex, gemini, cursor
     Integrate(integrate::Args),
+    /// Build pending btrfs manifests (started in the background by `checkpoint`)
+    #[command(hide = true, name = "finish-manifests")]
+    FinishManifests,
 }
 
 /// What every verb gets: global options and how to find the workspace.
@@ -228,6 +232,7 @@ pub fn main() -> i32 {
         Command::Mcp(a) => mcp::run(&ctx, a),
         Command::Hook(a) => return hook::run(&ctx, a),
         Command::Integrate(a) => integrate::run(&ctx, a),
+        Command::FinishManifests => finish::run(&ctx),
     };
     match result {
         Ok(()) => 0,

@@ -362,9 +362,16 @@ pub struct CheckpointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
     unchanged: bool,
-    added: u64,
-    modified: u64,
-    deleted: u64,
+    /// btrfs engine: acknowledged once its snapshot exists; the change
+    /// counts are known when its manifest is built (see `list`)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    manifest_pending: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    added: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    modified: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deleted: Option<u64>,
     bytes_new: u64,
     duration_ms: u64,
 }
@@ -377,9 +384,10 @@ fn checkpoint(ctx: &Ctx, input: CheckpointIn) -> Result<CheckpointOut> {
         label: r.label,
         parent: r.parent,
         unchanged: r.unchanged,
-        added: r.changes.added,
-        modified: r.changes.modified,
-        deleted: r.changes.deleted,
+        manifest_pending: r.manifest_pending,
+        added: r.changes.map(|c| c.added),
+        modified: r.changes.map(|c| c.modified),
+        deleted: r.changes.map(|c| c.deleted),
         bytes_new: r.bytes_new,
         duration_ms: r.duration_ms,
     })

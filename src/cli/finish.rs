@@ -1,0 +1,36 @@
+//! `rewind finish-manifests` (hidden): build the manifests of pending
+//! btrfs checkpoints, then apply retention. A btrfs `checkpoint` starts it
+//! detached so the agent never waits for the manifest (DESIGN §2, D47);
+//! any other command does the same work itself if this did not finish.
+
+use serde::Serialize;
+
+use super::Ctx;
+use crate::error::Result;
+
+#[derive(Serialize)]
+struct Out {
+    finished: usize,
+    pruned: Vec<String>,
+}
+
+pub fn run(ctx: &Ctx) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    let finished = crate::snapshot::finish_pending(&mut ws)?;
+    let (pruned, warnings) = if finished > 0 {
+        ws.retention_after_checkpoint()?
+    } else {
+        Default::default()
+    };
+    if !pruned.is_empty() {
+        eprintln!(
+            "rewind: pruned by the retention policy: {}",
+            pruned.join(" ")
+        );
+    }
+    for w in &warnings {
+        eprintln!("rewind: warning: {w}");
+    }
+    let out = Out { finished, pruned };
+    ctx.emit(&out, || format!("{} manifest(s) built", out.finished))
+}

@@ -1,0 +1,442 @@
+//! The `btrfs` engine (DESIGN §2): when the workspace root is a btrfs
+//! subvolume, a checkpoint is a read-only snapshot of it, taken in O(1)
+//! and acknowledged as soon as it exists. The manifest (the Merkle tree
+//! that `list`, `diff`, `rewind` and the chain read) is built from the
+//! snapshot afterwards, by the walk engine's capture with its stat cache,
+//! in a detached process (`rewind finish-manifests`), or by the next
+//! command that needs it, whichever comes first.
+//!
+//! Crash between acknowledgement and manifest: the snapshot and the
+//! pending row are both durable before the acknowledgement, and the
+//! snapshot is read-only, so building the manifest later gives exactly the
+//! tree building it at once would have (D47). Commands that read
+//! checkpoints call [`finish_pending`] first; writers of the stat cache
+//! hold `.rewind/manifest.lock` while they do.
+//!
+//! Snapshots live in `.rewind/snapshots/<id>`. A nested subvolume is not
+//! part of its parent's snapshots, so history never snapshots itself.
+//! Every checkpoint this engine makes has its own snapshot, which is the
+//! source of clones when a rewind restores it; gc deletes the snapshots of
+//! the checkpoints it prunes.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Duration;
+
+use rewind_platform::{Dir, FsInfo, FsKind, LockFile};
+use serde::Serialize;
+
+use crate::capture::{STATE_DIR, Sink};
+use crate::chain::Fields;
+use crate::error::{Error, Result};
+use crate::ledger::Pending;
+use crate::workspace::{NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture};
+use crate::{failpoint, ids, time};
+
+pub const SNAPSHOT_DIR: &str = "snapshots";
+const MANIFEST_LOCK: &str = "manifest.lock";
+/// Log of the detached manifest builder (its stderr).
+pub const FINISHER_LOG: &str = "finisher.log";
+const LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How a workspace detects changes (DESIGN §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    Walk,
+    Btrfs,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Walk => "walk",
+            Engine::Btrfs => "btrfs",
+        }
+    }
+
+    /// The engine for a workspace root, and why. `REWIND_ENGINE=walk`
+    /// forces the walk engine (benchmarks compare the two on one tree).
+    pub fn choose(root: &Dir, fs: &FsInfo) -> (Engine, &'static str) {
+        if std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk") {
+            return (Engine::Walk, "REWIND_ENGINE=walk");
+        }
+        if fs.kind != FsKind::Btrfs {
+            return (
+                Engine::Walk,
+                "not btrfs: stat-cache walk, clones where the filesystem has them",
+            );
+        }
+        match rewind_platform::is_subvolume(root) {
+            Ok(true) => (
+                Engine::Btrfs,
+                "the workspace root is a btrfs subvolume: O(1) read-only snapshots",
+            ),
+            _ => (
+                Engine::Walk,
+                "btrfs, but the workspace root is not a subvolume (`rewind init --subvolume DIR` makes it one)",
+            ),
+        }
+    }
+}
+
+/// `.rewind/snapshots/`, created on first use.
+pub(crate) fn snapshots_dir(ws: &Workspace) -> Result<Dir> {
+    let state = ws.state_dir();
+    match state.mkdir(OsStr::new(SNAPSHOT_DIR), 0o755) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::os(e)),
+    }
+    state.open_dir(OsStr::new(SNAPSHOT_DIR)).map_err(Error::os)
+}
+
+/// Snapshot the live tree, read-only, as `.rewind/snapshots/<id>`.
+pub(crate) fn take(ws: &Workspace, id: &str) -> Result<()> {
+    let _t = crate::trace::span("btrfs snapshot");
+    let dir = snapshots_dir(ws)?;
+    rewind_platform::snapshot(ws.root_dir(), &dir, OsStr::new(id), true).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            Error::Btrfs {
+                path: ws.root_path().to_owned(),
+                reason: "creating a snapshot was refused (permission denied): the workspace subvolume must belong to you; set REWIND_ENGINE=walk to use the walk engine instead".into(),
+            }
+        } else {
+            Error::os(e)
+        }
+    })
+}
+
+/// A checkpoint's snapshot, when it has one that can still be trusted
+/// (present and read-only): the source of its content.
+pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
+    let state = ws.state_dir();
+    let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(Error::os(e)),
+    };
+    let snap = match dir.open_dir(OsStr::new(id)) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(Error::os(e)),
+    };
+    match rewind_platform::is_readonly_subvolume(&snap) {
+        Ok(true) => Ok(Some(snap)),
+        _ => Ok(None),
+    }
+}
+
+/// Delete a checkpoint's snapshot; false when it had none.
+pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
+    let state = ws.state_dir();
+    let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(false),
+        Err(e) => return Err(Error::os(e)),
+    };
+    match rewind_platform::delete_subvolume(&dir, OsStr::new(id)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(Error::Btrfs {
+            path: dir.path().join(id),
+            reason: "deleting a snapshot was refused: as a non-root user btrfs needs the `user_subvol_rm_allowed` mount option (or run `rewind gc` as root)".into(),
+        }),
+        Err(e) => Err(Error::os(e)),
+    }
+}
+
+/// The names in `.rewind/snapshots/`.
+pub(crate) fn names(ws: &Workspace) -> Result<Vec<String>> {
+    let state = ws.state_dir();
+    let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        Err(e) => return Err(Error::os(e)),
+    };
+    let mut out: Vec<String> = dir
+        .entries()
+        .map_err(Error::os)?
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// A fresh checkpoint id (the root is not known yet when the snapshot is
+/// named).
+pub(crate) fn new_id(tx: &crate::ledger::Tx<'_>, workspace_id: &str, seq: i64) -> Result<String> {
+    let mut nonce = 0;
+    loop {
+        let id = ids::make_id(workspace_id, seq, &crate::hash::Hash([0; 32]), nonce);
+        if !tx.id_exists(&id)? {
+            return Ok(id);
+        }
+        nonce += 1;
+    }
+}
+
+/// Acknowledge a checkpoint: snapshot the tree and record it as pending,
+/// parent = HEAD, and make it HEAD. O(1) in the tree's size. The caller
+/// holds the workspace lock.
+pub(crate) fn acknowledge(
+    ws: &mut Workspace,
+    label: Option<&str>,
+    kind: &str,
+    reuse: bool,
+) -> Result<Pending> {
+    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
+    let clock_ns = ws.fs_clock_ns();
+    // The id is reserved (not committed) before the snapshot is named
+    // after it: only this process writes checkpoints while it holds the
+    // workspace lock, and an orphan snapshot left by a crash before the
+    // commit is removed by gc.
+    let (seq, id) = ws.ledger_mut().write(|tx| {
+        let seq = tx.next_seq()?;
+        Ok((seq, new_id(tx, &workspace_id, seq)?))
+    })?;
+    take(ws, &id)?;
+    failpoint::hit("btrfs:snapshotted");
+    let pending = ws.ledger_mut().write(|tx| {
+        let p = Pending {
+            seq,
+            id: id.clone(),
+            parent: tx.head_seq()?,
+            label: label.map(str::to_owned),
+            kind: kind.to_owned(),
+            created_at_ms: time::now_ms(),
+            clock_ns,
+            reuse,
+        };
+        tx.insert_pending(&p)?;
+        tx.set_meta("head", &seq.to_string())?;
+        Ok(p)
+    })?;
+    failpoint::hit("btrfs:acknowledged");
+    Ok(pending)
+}
+
+/// The snapshot a rewind takes of the live tree before changing it (its
+/// safety checkpoint). Deleted when dropped unless [`SafetySnapshot::keep`]
+/// was called: an error before the commit, or HEAD serving as the safety
+/// checkpoint, leaves nothing behind.
+pub(crate) struct SafetySnapshot {
+    pub seq: i64,
+    pub id: String,
+    pub created_at_ms: i64,
+    clock_ns: i64,
+    dir: Dir,
+    keep: std::cell::Cell<bool>,
+}
+
+impl SafetySnapshot {
+    pub fn keep(&self) {
+        self.keep.set(true);
+    }
+}
+
+impl Drop for SafetySnapshot {
+    fn drop(&mut self) {
+        if !self.keep.get() {
+            let _ = rewind_platform::delete_subvolume(&self.dir, OsStr::new(&self.id));
+        }
+    }
+}
+
+/// Snapshot the live tree for a rewind's safety checkpoint. The caller
+/// holds the workspace lock, so the reserved seq and id stay free until
+/// its commit.
+pub(crate) fn take_for_safety(ws: &mut Workspace) -> Result<SafetySnapshot> {
+    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
+    let clock_ns = ws.fs_clock_ns();
+    let (seq, id) = ws.ledger_mut().write(|tx| {
+        let seq = tx.next_seq()?;
+        Ok((seq, new_id(tx, &workspace_id, seq)?))
+    })?;
+    take(ws, &id)?;
+    Ok(SafetySnapshot {
+        seq,
+        id,
+        created_at_ms: time::now_ms(),
+        clock_ns,
+        dir: snapshots_dir(ws)?,
+        keep: std::cell::Cell::new(false),
+    })
+}
+
+/// The manifest of a safety snapshot, built now (the plan needs it).
+pub(crate) fn capture(ws: &Workspace, s: &SafetySnapshot) -> Result<crate::capture::Capture> {
+    let snap = open(ws, &s.id)?.ok_or_else(|| Error::Btrfs {
+        path: s.dir.path().join(&s.id),
+        reason: "the snapshot just taken is missing or not read-only".into(),
+    })?;
+    let mut cap = ws.capture_dir(&snap, Sink::HashOnly, s.clock_ns, "capturing")?;
+    cap.from_snapshot = true;
+    Ok(cap)
+}
+
+/// What became of a pending checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// Its manifest is committed: a checkpoint like any other.
+    Checkpoint(i64),
+    /// Same content as its parent (an automatic checkpoint): its id now
+    /// names the parent and its snapshot is gone.
+    Folded(i64),
+    /// Its snapshot disappeared before the manifest was built.
+    Lost,
+}
+
+/// Build the manifests of every pending checkpoint, oldest first. Takes
+/// `.rewind/manifest.lock` (waiting for a running builder, which usually
+/// has finished them by then).
+pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
+    if !ws.ledger().has_pending()? {
+        return Ok(0);
+    }
+    let _lock = manifest_lock(ws)?;
+    let mut n = 0;
+    for p in ws.ledger().pending()? {
+        finish_one(ws, &p)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Hold the lock that serialises writers of manifests and the stat cache.
+pub(crate) fn manifest_lock(ws: &Workspace) -> Result<LockFile> {
+    let path = ws.root_path().join(STATE_DIR).join(MANIFEST_LOCK);
+    match LockFile::acquire(&path, LOCK_TIMEOUT).map_err(Error::os)? {
+        Ok(l) => Ok(l),
+        Err(pid) => Err(Error::Locked { path, pid }),
+    }
+}
+
+fn finish_one(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
+    let _t = crate::trace::span("build manifest from snapshot");
+    let Some(snap) = open(ws, &p.id)? else {
+        return lose(ws, p);
+    };
+    let mut cap = ws.capture_dir(&snap, Sink::HashOnly, p.clock_ns, "building manifest")?;
+    cap.from_snapshot = true;
+    failpoint::hit("btrfs:manifest-built");
+    let parent = match p.parent {
+        Some(s) => ws.ledger().checkpoint_by_seq(s)?,
+        None => None,
+    };
+    let changes = content_changes(
+        &crate::diff::Trees::with_overlay(ws.ledger(), cap.overlay()),
+        parent.as_ref(),
+        &cap.root,
+    )?;
+    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
+    if p.reuse
+        && let Some(parent) = parent.as_ref().filter(|_| changes == Default::default())
+    {
+        ws.ledger_mut().write(|tx| {
+            write_capture(tx, &cap)?;
+            tx.insert_alias(&p.id, parent.seq)?;
+            tx.reparent_pending(p.seq, Some(parent.seq))?;
+            tx.delete_pending(p.seq)?;
+            if tx.head_seq()? == Some(p.seq) {
+                tx.set_meta("head", &parent.seq.to_string())?;
+            }
+            Ok(())
+        })?;
+        delete(ws, &p.id)?;
+        return Ok(Finished::Folded(parent.seq));
+    }
+    ws.ledger_mut().write(|tx| {
+        cap.stats.bytes_new += write_capture(tx, &cap)?;
+        insert_checkpoint(
+            tx,
+            &workspace_id,
+            &cap,
+            &NewCheckpoint {
+                label: p.label.as_deref(),
+                kind: &p.kind,
+                parent: p.parent,
+                changes,
+            },
+            Some((p.seq, &p.id, p.created_at_ms)),
+            crate::snapshot::Engine::Btrfs,
+        )?;
+        tx.delete_pending(p.seq)?;
+        Ok(())
+    })?;
+    failpoint::hit("btrfs:manifest-committed");
+    Ok(Finished::Checkpoint(p.seq))
+}
+
+/// A pending checkpoint whose snapshot is gone (deleted by hand): it can
+/// never be built. Record that on the chain, give its children its parent,
+/// and move HEAD back if it was HEAD.
+fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
+    eprintln!(
+        "rewind: checkpoint {} cannot be finished: its snapshot {} is missing or no longer read-only; it is dropped",
+        p.id,
+        ws.root_path()
+            .join(STATE_DIR)
+            .join(SNAPSHOT_DIR)
+            .join(&p.id)
+            .display()
+    );
+    ws.ledger_mut().write(|tx| {
+        tx.event(
+            "checkpoint-lost",
+            Fields::new()
+                .str("id", &p.id)
+                .str("reason", "snapshot missing before its manifest was built"),
+        )?;
+        tx.reparent_pending(p.seq, p.parent)?;
+        tx.delete_pending(p.seq)?;
+        if tx.head_seq()? == Some(p.seq) {
+            match p.parent {
+                Some(parent) => tx.set_meta("head", &parent.to_string())?,
+                None => tx.delete_meta("head")?,
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Finished::Lost)
+}
+
+/// Start `rewind finish-manifests` for this workspace, detached: its own
+/// process group, no stdin/stdout (an agent waiting for our stdout to
+/// close must not wait for it), stderr to `.rewind/finisher.log`.
+pub(crate) fn spawn_finisher(root: &Path) {
+    use std::os::unix::process::CommandExt;
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join(STATE_DIR).join(FINISHER_LOG));
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("-C")
+        .arg(root)
+        .arg("finish-manifests")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(match log {
+            Ok(f) => std::process::Stdio::from(f),
+            Err(_) => std::process::Stdio::null(),
+        })
+        .env_remove("REWIND_FAILPOINT")
+        .process_group(0);
+    if let Ok(mut child) = cmd.spawn() {
+        // Reap it when it exits (a long-lived MCP server would otherwise
+        // collect zombies); a CLI process exits first and init reaps it.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+    }
+}
+
+/// Whether manifests are built in the background (the default) or before
+/// the checkpoint returns (`REWIND_MANIFEST=inline`: tests, benchmarks).
+pub(crate) fn inline_manifests() -> bool {
+    std::env::var("REWIND_MANIFEST").is_ok_and(|v| v == "inline")
+}
