@@ -483,7 +483,8 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
                 c.id
             )),
             Some(snap) => {
-                let cap = ws.capture_dir(&snap, crate::capture::Sink::HashOnly, i64::MIN, "verifying")?;
+                let cap =
+                    ws.capture_dir(&snap, crate::capture::Sink::HashOnly, i64::MIN, "verifying")?;
                 if cap.root != c.root {
                     out.push(format!(
                         "snapshot of checkpoint {} does not match its manifest (root {} instead of {})",

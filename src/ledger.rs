@@ -998,7 +998,9 @@ impl Tx<'_> {
     pub fn head_seq(&self) -> Result<Option<i64>> {
         let v: Option<String> = self
             .tx
-            .query_row("SELECT value FROM meta WHERE key = 'head'", [], |r| r.get(0))
+            .query_row("SELECT value FROM meta WHERE key = 'head'", [], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(self.err())?;
         Ok(v.and_then(|s| s.parse().ok()))

@@ -30,7 +30,9 @@ use crate::capture::{STATE_DIR, Sink};
 use crate::chain::Fields;
 use crate::error::{Error, Result};
 use crate::ledger::Pending;
-use crate::workspace::{NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture};
+use crate::workspace::{
+    NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture,
+};
 use crate::{failpoint, ids, time};
 
 pub const SNAPSHOT_DIR: &str = "snapshots";
@@ -405,10 +407,15 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
 /// Start `rewind finish-manifests` for this workspace, detached: its own
 /// process group, no stdin/stdout (an agent waiting for our stdout to
 /// close must not wait for it), stderr to `.rewind/finisher.log`.
-pub(crate) fn spawn_finisher(root: &Path) {
+/// Returns false when this process is not the `rewind` binary (the library
+/// embedded elsewhere, tests): then the caller builds the manifest itself.
+pub(crate) fn spawn_finisher(root: &Path) -> bool {
     use std::os::unix::process::CommandExt;
-    let Ok(exe) = std::env::current_exe() else {
-        return;
+    let Some(exe) = std::env::current_exe()
+        .ok()
+        .filter(|e| e.file_name().is_some_and(|n| n == "rewind"))
+    else {
+        return false;
     };
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -426,17 +433,37 @@ pub(crate) fn spawn_finisher(root: &Path) {
         })
         .env_remove("REWIND_FAILPOINT")
         .process_group(0);
-    if let Ok(mut child) = cmd.spawn() {
-        // Reap it when it exits (a long-lived MCP server would otherwise
-        // collect zombies); a CLI process exits first and init reaps it.
-        std::thread::spawn(move || {
-            let _ = child.wait();
-        });
+    match cmd.spawn() {
+        Ok(mut child) => {
+            // Reap it when it exits (a long-lived MCP server would otherwise
+            // collect zombies); a CLI process exits first and init reaps it.
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+            true
+        }
+        Err(_) => false,
     }
 }
 
-/// Whether manifests are built in the background (the default) or before
-/// the checkpoint returns (`REWIND_MANIFEST=inline`: tests, benchmarks).
-pub(crate) fn inline_manifests() -> bool {
-    std::env::var("REWIND_MANIFEST").is_ok_and(|v| v == "inline")
+/// When a btrfs checkpoint's manifest is built (`REWIND_MANIFEST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestMode {
+    /// By a detached `rewind finish-manifests` (the default).
+    Background,
+    /// Before `checkpoint` returns (`inline`).
+    Inline,
+    /// By the next command that needs it (`deferred`: benchmarks time
+    /// the acknowledgement and the manifest separately).
+    Deferred,
+}
+
+impl ManifestMode {
+    pub fn from_env() -> ManifestMode {
+        match std::env::var("REWIND_MANIFEST").as_deref() {
+            Ok("inline") => ManifestMode::Inline,
+            Ok("deferred") => ManifestMode::Deferred,
+            _ => ManifestMode::Background,
+        }
+    }
 }

@@ -544,7 +544,12 @@ impl Workspace {
         let started = Instant::now();
         self.lock_for_snapshot()?;
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
-        if snapshot::inline_manifests() {
+        let inline = match snapshot::ManifestMode::from_env() {
+            snapshot::ManifestMode::Inline => true,
+            snapshot::ManifestMode::Deferred => false,
+            snapshot::ManifestMode::Background => !snapshot::spawn_finisher(&self.root_path),
+        };
+        if inline {
             snapshot::finish_pending(self)?;
             let (pruned, warnings) = self.retention_after_checkpoint()?;
             let seq = self.ledger.alias(&p.id)?.unwrap_or(p.seq);
@@ -552,8 +557,8 @@ impl Workspace {
                 .ledger
                 .checkpoint_by_seq(seq)?
                 .ok_or_else(|| Error::UnknownId { id: p.id.clone() })?;
-            let changes: Counts = serde_json::from_value(ck.stats["changes"].clone())
-                .unwrap_or_default();
+            let changes: Counts =
+                serde_json::from_value(ck.stats["changes"].clone()).unwrap_or_default();
             let mut r = self.report(&ck, &Capture::default(), changes, seq != p.seq, started);
             r.snapshot = (seq == p.seq).then(|| p.id.clone());
             r.bytes_new = ck.stats["bytes_new"].as_u64().unwrap_or(0);
@@ -561,7 +566,6 @@ impl Workspace {
             r.warnings = warnings;
             return Ok(r);
         }
-        snapshot::spawn_finisher(&self.root_path);
         let parent = match p.parent {
             Some(s) => self.ledger.id_of_seq(s)?,
             None => None,
@@ -881,14 +885,7 @@ pub(crate) fn insert_checkpoint(
         }
     };
     tx.insert_checkpoint(
-        seq,
-        &id,
-        root,
-        n.parent,
-        n.label,
-        n.kind,
-        created_at,
-        &stats,
+        seq, &id, root, n.parent, n.label, n.kind, created_at, &stats,
     )?;
     let parent_id = match n.parent {
         Some(p) => tx.checkpoint_id(p)?,

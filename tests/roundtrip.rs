@@ -262,12 +262,36 @@ fn opts() -> RewindOptions {
 /// (live C), rewind A, replay B, undo (back to A's content), undo (B), and
 /// finally the safety checkpoint of the first rewind holds C.
 fn round_trip_case(base: &Path, seed: u64) {
-    let root = base.join(format!("case-{seed:016x}"));
-    std::fs::create_dir_all(&root).expect("mkdir case");
+    round_trip_case_in(base, seed, Layout::Directory)
+}
+
+/// What a case's workspace root is, and so which engine captures it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// A plain directory: the walk engine.
+    Directory,
+    /// A btrfs subvolume: the snapshot engine.
+    Subvolume,
+}
+
+fn round_trip_case_in(base: &Path, seed: u64, layout: Layout) {
+    let name = format!("case-{seed:016x}");
+    let root = base.join(&name);
+    let parent = rewind_platform::Dir::open(base).expect("open base");
+    match layout {
+        Layout::Directory => std::fs::create_dir_all(&root).expect("mkdir case"),
+        Layout::Subvolume => rewind_platform::create_subvolume(&parent, os(name.as_bytes()))
+            .expect("create subvolume"),
+    }
     let mut rng = Rng(seed | 1);
     let with_git = rng.chance(25);
     build_tree(&root, &mut rng, with_git);
     let (mut ws, _) = Workspace::init(&root, false).expect("init");
+    let expected_engine = match layout {
+        Layout::Directory => ws.engine().0,
+        Layout::Subvolume => rewind::snapshot::Engine::Btrfs,
+    };
+    assert_eq!(ws.engine().0, expected_engine, "seed {seed:#x}: engine");
     let a = ws
         .checkpoint(Some("A"), "manual", false)
         .expect("checkpoint A");
@@ -320,7 +344,18 @@ fn round_trip_case(base: &Path, seed: u64) {
     );
     assert!(common::temp_leftovers(&root).is_empty(), "temp files left");
     drop(ws);
-    let _ = std::fs::remove_dir_all(&root);
+    if layout == Layout::Subvolume {
+        // Snapshots are read-only subvolumes: delete them, then the case.
+        let snaps = root.join(".rewind/snapshots");
+        let dir = rewind_platform::Dir::open(&snaps).expect("open snapshots");
+        for entry in std::fs::read_dir(&snaps).expect("list snapshots") {
+            let entry = entry.expect("entry");
+            rewind_platform::delete_subvolume(&dir, &entry.file_name()).expect("delete snapshot");
+        }
+        rewind_platform::delete_subvolume(&parent, os(name.as_bytes())).expect("delete case");
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
 
 fn cases() -> u32 {
@@ -441,4 +476,26 @@ fn many_small_files_beyond_the_memory_budget_round_trip() {
     write(&root.join("d1/f1"), b"damaged");
     run(&mut ws, Op::Rewind, &a.id, &opts()).expect("rewind");
     assert_same("small files beyond the budget", &snap, &snapshot(root));
+}
+
+/// The same property with the btrfs engine: every case is its own
+/// subvolume, so checkpoints are read-only snapshots and rewinds clone
+/// from them.
+#[test]
+fn rewind_restores_the_exact_tree_with_the_btrfs_snapshot_engine() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 2048) else {
+        return;
+    };
+    let base = lfs.subdir("subvolumes");
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&any::<u64>(), |seed| {
+            round_trip_case_in(&base, seed, Layout::Subvolume);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("btrfs engine: {e}"));
 }

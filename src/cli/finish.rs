@@ -12,11 +12,15 @@ use crate::error::Result;
 struct Out {
     finished: usize,
     pruned: Vec<String>,
+    /// Time to build the manifests (retention excluded).
+    duration_ms: u64,
 }
 
 pub fn run(ctx: &Ctx) -> Result<()> {
     let mut ws = ctx.workspace()?;
+    let started = std::time::Instant::now();
     let finished = crate::snapshot::finish_pending(&mut ws)?;
+    let duration_ms = started.elapsed().as_millis() as u64;
     let (pruned, warnings) = if finished > 0 {
         ws.retention_after_checkpoint()?
     } else {
@@ -31,6 +35,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     for w in &warnings {
         eprintln!("rewind: warning: {w}");
     }
-    let out = Out { finished, pruned };
+    let out = Out {
+        finished,
+        pruned,
+        duration_ms,
+    };
     ctx.emit(&out, || format!("{} manifest(s) built", out.finished))
 }

@@ -142,6 +142,15 @@ impl LoopFs {
         p
     }
 
+    /// A fresh btrfs subvolume on this filesystem (the btrfs engine's
+    /// workspace root).
+    pub fn subvolume(&self, name: &str) -> PathBuf {
+        let parent = rewind_platform::Dir::open(&self.mnt).expect("open mnt");
+        rewind_platform::create_subvolume(&parent, std::ffi::OsStr::new(name))
+            .expect("create subvolume");
+        self.mnt.join(name)
+    }
+
     /// Bytes used on the filesystem (statfs), after flushing it.
     pub fn used_bytes(&self) -> u64 {
         let _ = Command::new("sync").arg("-f").arg(&self.mnt).status();

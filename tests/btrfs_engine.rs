@@ -1,0 +1,344 @@
+//! The btrfs engine (issue 6): a workspace whose root is a btrfs subvolume
+//! is checkpointed by read-only snapshots, acknowledged before their
+//! manifest, which any later command finishes; rewinds clone from the
+//! snapshots; gc deletes them; crashes anywhere lose nothing acknowledged.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Fs, LoopFs, rewind, rewind_env, rewind_json, snapshot, write};
+
+fn populate(ws: &Path) {
+    for d in 0..5 {
+        for f in 0..20 {
+            write(
+                &ws.join(format!("src/d{d}/f{f}.rs")),
+                format!("fn f{d}_{f}() {{}}\n").repeat(f + 1).as_bytes(),
+            );
+        }
+    }
+    std::os::unix::fs::symlink("src/d0/f0.rs", ws.join("link")).expect("symlink");
+    std::fs::create_dir_all(ws.join("empty")).expect("mkdir");
+    common::chmod(&ws.join("src/d1/f1.rs"), 0o755);
+    common::set_xattr(&ws.join("src/d2/f2.rs"), "user.tag", b"x");
+}
+
+fn engine(ws: &Path) -> String {
+    rewind_json(ws, &["doctor"])["engine"]
+        .as_str()
+        .expect("engine")
+        .to_string()
+}
+
+fn snapshot_names(ws: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(ws.join(".rewind/snapshots"))
+        .map(|r| {
+            r.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Ids and roots of the listed checkpoints (this finishes pending ones).
+fn listed(ws: &Path) -> Vec<(String, String, bool)> {
+    let l = rewind_json(ws, &["list"]);
+    l["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().expect("id").to_string(),
+                c["root"].as_str().expect("root").to_string(),
+                c["pruned"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_engine_is_btrfs_exactly_when_the_root_is_a_subvolume() {
+    let Some(btrfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let sub = btrfs.subvolume("sub");
+    populate(&sub);
+    rewind_json(&sub, &["init"]);
+    assert_eq!(engine(&sub), "btrfs");
+    let c = rewind_json(&sub, &["checkpoint"]);
+    assert_eq!(c["engine"], "btrfs", "{c}");
+    let plain = btrfs.subdir("plain");
+    populate(&plain);
+    rewind_json(&plain, &["init"]);
+    assert_eq!(engine(&plain), "walk", "a plain directory on btrfs");
+    let c = rewind_json(&plain, &["checkpoint"]);
+    assert_eq!(c["engine"], "walk", "{c}");
+    assert_eq!(c["reflink"], true, "walk engine with reflinks on btrfs");
+    for fs in [Fs::Xfs, Fs::Ext4] {
+        let Some(lfs) = LoopFs::new(fs, 300) else {
+            return;
+        };
+        let ws = lfs.subdir("ws");
+        populate(&ws);
+        rewind_json(&ws, &["init"]);
+        assert_eq!(engine(&ws), "walk", "{}", fs.name());
+    }
+    // Forced off: the same subvolume checkpoints by walking.
+    let out = rewind_env(
+        &sub,
+        &["--json", "checkpoint"],
+        &[("REWIND_ENGINE", "walk")],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["engine"], "walk", "{v}");
+}
+
+#[test]
+fn a_checkpoint_is_acknowledged_from_its_snapshot_and_its_manifest_equals_a_walk() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    let c = rewind_json(&ws, &["checkpoint", "first"]);
+    assert_eq!(c["manifest_pending"], true, "{c}");
+    assert!(c.get("root").is_none(), "no root before the manifest: {c}");
+    let id = c["id"].as_str().expect("id").to_string();
+    assert_eq!(snapshot_names(&ws), vec![id.clone()]);
+    // The snapshot is read-only: nothing can change a checkpoint.
+    assert!(
+        std::fs::write(
+            ws.join(".rewind/snapshots").join(&id).join("src/d0/f0.rs"),
+            b"x"
+        )
+        .is_err(),
+        "snapshot writable"
+    );
+    // The manifest (built by the detached finisher or by `list` itself)
+    // equals what the walk engine captures of the same tree.
+    let l = listed(&ws);
+    assert_eq!(l.len(), 1, "{l:?}");
+    let walk = rewind_env(&ws, &["--json", "checkpoint"], &[("REWIND_ENGINE", "walk")]);
+    let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
+    assert_eq!(walk["root"].as_str(), Some(l[0].1.as_str()), "{walk}");
+    // An edit is seen, and only it changed.
+    write(&ws.join("src/d3/f3.rs"), b"edited\n");
+    let second = rewind_json(&ws, &["checkpoint"]);
+    let d = rewind_json(
+        &ws,
+        &["diff", &id, second["id"].as_str().expect("id"), "--patch"],
+    );
+    assert_eq!(d["changes"].as_array().map(Vec::len), Some(1), "{d}");
+    assert_eq!(d["changes"][0]["path"], "src/d3/f3.rs", "{d}");
+    assert!(
+        d["patch"].as_str().is_some_and(|p| p.contains("+edited")),
+        "patch read from the snapshots: {d}"
+    );
+}
+
+#[test]
+fn rewind_clones_from_the_snapshot_and_undo_returns_exactly() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    let good = rewind_json(&ws, &["checkpoint", "good"]);
+    let good_id = good["id"].as_str().expect("id").to_string();
+    let before = snapshot(&ws);
+    // Damage: delete a directory, rewrite a file, add junk.
+    std::fs::remove_dir_all(ws.join("src/d1")).expect("rm");
+    write(&ws.join("src/d0/f0.rs"), b"broken\n");
+    write(&ws.join("junk.txt"), b"junk\n");
+    let damaged = snapshot(&ws);
+    let cwd = ws.join("src/d0");
+    let r = rewind_json(&cwd, &["rewind", &good_id]);
+    assert_eq!(r["rewound_to"], good_id.as_str(), "{r}");
+    common::assert_same("rewind to good", &before, &snapshot(&ws));
+    // The safety checkpoint is a snapshot too.
+    let safety = r["safety_checkpoint"].as_str().expect("safety").to_string();
+    assert!(snapshot_names(&ws).contains(&safety), "{safety}");
+    rewind_json(&ws, &["undo"]);
+    common::assert_same("undo", &damaged, &snapshot(&ws));
+    assert!(common::temp_leftovers(&ws).is_empty());
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+}
+
+#[test]
+fn identical_automatic_checkpoints_fold_into_their_parent_and_keep_their_id() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    let a = rewind_json(&ws, &["checkpoint", "--kind", "hook"]);
+    let b = rewind_json(&ws, &["checkpoint", "--kind", "hook"]);
+    let (a, b) = (
+        a["id"].as_str().expect("id").to_string(),
+        b["id"].as_str().expect("id").to_string(),
+    );
+    let l = listed(&ws);
+    assert_eq!(l.len(), 1, "the identical one was folded: {l:?}");
+    assert_eq!(l[0].0, a);
+    assert_eq!(snapshot_names(&ws), vec![a.clone()], "its snapshot went");
+    // Its id still names the checkpoint it was folded into.
+    write(&ws.join("src/d0/f0.rs"), b"changed\n");
+    let r = rewind_json(&ws, &["rewind", &b]);
+    assert_eq!(r["rewound_to"], a.as_str(), "{r}");
+    let head = rewind_json(&ws, &["list"])["head"].clone();
+    assert_eq!(head, a.as_str());
+}
+
+#[test]
+fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_changed_one() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        write(&ws.join(format!("src/d4/gen{i}.rs")), b"x\n");
+        ids.push(common::checkpoint_id(&ws, &[]));
+    }
+    let g = rewind_json(&ws, &["gc", "--keep-last", "2", "--keep-within", "0s"]);
+    let pruned: Vec<&str> = g["pruned"]
+        .as_array()
+        .expect("pruned")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(!pruned.is_empty(), "{g}");
+    assert_eq!(g["freed"]["snapshots"], pruned.len(), "{g}");
+    let left = snapshot_names(&ws);
+    for p in &pruned {
+        assert!(!left.contains(&p.to_string()), "snapshot of {p} kept");
+    }
+    let live: Vec<String> = listed(&ws)
+        .into_iter()
+        .filter(|c| !c.2)
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(left, {
+        let mut l = live.clone();
+        l.sort();
+        l
+    });
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+    // Every kept checkpoint still rewinds exactly (the newest two).
+    for id in ids.iter().rev().take(2) {
+        rewind_json(&ws, &["rewind", id]);
+    }
+    // Someone flips a snapshot writable: verify --deep says so (exit 1).
+    let victim = ws.join(".rewind/snapshots").join(&live[live.len() - 1]);
+    let set_ro = |ro: &str| {
+        let st = std::process::Command::new("btrfs")
+            .args(["property", "set", "-ts"])
+            .arg(&victim)
+            .args(["ro", ro])
+            .status()
+            .expect("btrfs property");
+        assert!(st.success());
+    };
+    let deep_bad = || {
+        let out = rewind(&ws, &["--json", "verify", "--deep"]);
+        assert_eq!(out.status.code(), Some(1), "verify --deep must fail");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        v["deep"]["bad"]
+            .as_array()
+            .expect("bad")
+            .iter()
+            .filter_map(|b| b.as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    set_ro("false");
+    assert!(
+        deep_bad().iter().any(|b| b.contains("no longer read-only")),
+        "writable snapshot not reported"
+    );
+    // ...edits it and makes it read-only again: the content is compared.
+    write(&victim.join("src/d0/f0.rs"), b"tampered\n");
+    set_ro("true");
+    assert!(
+        deep_bad()
+            .iter()
+            .any(|b| b.contains("does not match its manifest")),
+        "edited snapshot not reported"
+    );
+}
+
+#[test]
+fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 1024) else {
+        return;
+    };
+    for (i, point) in [
+        "btrfs:snapshotted",
+        "btrfs:acknowledged",
+        "btrfs:manifest-built",
+        "btrfs:manifest-committed",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let ws = lfs.subvolume(&format!("ws{i}"));
+        populate(&ws);
+        let base = common::checkpoint_id(&ws, &["base"]);
+        write(&ws.join("src/d2/f7.rs"), b"edited before the kill\n");
+        let at_kill = snapshot(&ws);
+        let out = rewind_env(
+            &ws,
+            &["--json", "checkpoint", "killed"],
+            &[("REWIND_FAILPOINT", point), ("REWIND_MANIFEST", "inline")],
+        );
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&out.status),
+            Some(9),
+            "{point}: not killed there: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The next command finishes whatever was acknowledged.
+        let l = rewind_json(&ws, &["list"]);
+        let labels: Vec<&str> = l["checkpoints"]
+            .as_array()
+            .expect("checkpoints")
+            .iter()
+            .filter_map(|c| c["label"].as_str())
+            .collect();
+        let acknowledged = *point != "btrfs:snapshotted";
+        assert_eq!(
+            labels,
+            if acknowledged {
+                vec!["base", "killed"]
+            } else {
+                vec!["base"]
+            },
+            "{point}: {l}"
+        );
+        let doctor = rewind_json(&ws, &["doctor"]);
+        assert_eq!(doctor["ledger"]["integrity"], "ok", "{point}: {doctor}");
+        assert_eq!(
+            doctor["ledger"]["pending_manifests"], 0,
+            "{point}: {doctor}"
+        );
+        let v = rewind_json(&ws, &["verify", "--deep"]);
+        assert_eq!(v["ok"], true, "{point}: {v}");
+        if acknowledged {
+            // Restorable exactly, from its snapshot.
+            write(&ws.join("src/d2/f7.rs"), b"damage\n");
+            rewind_json(&ws, &["rewind", "killed"]);
+            common::assert_same(point, &at_kill, &snapshot(&ws));
+        } else {
+            // The unacknowledged snapshot is an orphan: gc removes it.
+            let g = rewind_json(&ws, &["gc"]);
+            assert_eq!(g["freed"]["snapshots"], 1, "{point}: {g}");
+            assert_eq!(snapshot_names(&ws), vec![base.clone()], "{point}");
+        }
+        assert!(common::temp_leftovers(&ws).is_empty(), "{point}");
+    }
+}
