@@ -587,7 +587,17 @@ fn unique_base() -> PathBuf {
     std::env::temp_dir().join(format!("rewind-bench-{}-{nanos}", std::process::id()))
 }
 
-fn setup_fs(args: &Args, image_bytes: u64) -> (Scratch, FsInfo) {
+/// A work directory on a loop-mounted `fs` of `image_bytes` (root), or
+/// on the host filesystem with a FALLBACK note (a panic when `explicit`).
+fn setup_fs(fs_kind: FsKind, explicit: bool, image_bytes: u64) -> (Scratch, FsInfo) {
+    struct A {
+        fs: FsKind,
+        fs_explicit: bool,
+    }
+    let args = A {
+        fs: fs_kind,
+        fs_explicit: explicit,
+    };
     let base = unique_base();
     fs::create_dir_all(&base).unwrap_or_else(|e| panic!("create {}: {e}", base.display()));
     let mut scratch = Scratch {
@@ -1457,6 +1467,339 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
         }],
         detail: Value::Null,
     }
+}
+
+// ---------------------------------------------------------------- j: btrfs engine
+
+/// `rewind` in `ws` with the manifest left to the next command, so the
+/// acknowledgement and the manifest are timed apart.
+fn rewind_deferred(ws: &Path) -> Command {
+    let mut c = rewind_cmd(ws);
+    c.env("REWIND_MANIFEST", "deferred");
+    c
+}
+
+/// `rewind` in `ws` forced onto the walk engine (the baseline on the same
+/// btrfs filesystem).
+fn rewind_walk(ws: &Path) -> Command {
+    let mut c = rewind_cmd(ws);
+    c.env("REWIND_ENGINE", "walk");
+    c
+}
+
+fn make_subvolume(path: &Path) {
+    let parent = path.parent().expect("subvolume parent");
+    let dir = rewind_platform::Dir::open(parent)
+        .unwrap_or_else(|e| panic!("open {}: {e}", parent.display()));
+    rewind_platform::create_subvolume(&dir, path.file_name().expect("subvolume name"))
+        .unwrap_or_else(|e| panic!("create subvolume {}: {e}", path.display()));
+}
+
+/// Acknowledge a btrfs checkpoint (timed), then build its manifest (timed,
+/// `finish-manifests`), then check what it saw with `diff HEAD~1 HEAD`.
+fn btrfs_checkpoint(ws: &Path, label: &str, ack: &mut Series, manifest: &mut Series) -> Value {
+    let m = run(rewind_deferred(ws).args(["checkpoint", label, "--json"]));
+    let v = m.json();
+    assert_eq!(v["engine"], "btrfs", "j: not the btrfs engine: {v}");
+    assert_eq!(v["manifest_pending"], true, "j: manifest not deferred: {v}");
+    ack.push(m.ms(), m.maxrss_kib);
+    ack.self_ms
+        .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+    let f = run(rewind_cmd(ws).args(["finish-manifests", "--json"]));
+    let fv = f.json();
+    assert_eq!(fv["finished"], 1, "j: finish-manifests: {fv}");
+    manifest.push(f.ms(), f.maxrss_kib);
+    manifest
+        .self_ms
+        .push(fv["duration_ms"].as_f64().unwrap_or(f64::NAN));
+    v
+}
+
+/// j. The btrfs engine (issue 6) on a btrfs loop filesystem of its own:
+/// j1 first checkpoint, j2 checkpoint after 10 edits, each acknowledged
+/// (snapshot) and then its manifest built, against the walk engine with
+/// reflinks on the same filesystem and shadow git; j3 rewind of 10 edits +
+/// 3 new files against the walk engine; j4 acknowledgement on a 100-file
+/// tree vs a 10×-files tree and the used space a checkpoint adds.
+fn scenario_j(
+    args: &Args,
+    template: &Path,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> (Vec<Scenario>, Vec<Target>, String) {
+    let tree_bytes = tree.small_bytes + tree.big_size;
+    let large_files = args.files * 10;
+    let image = (4 * tree_bytes + large_files as u64 * 8192 + 1024 * MIB).div_ceil(MIB) * MIB;
+    let (scratch, info) = setup_fs(FsKind::Btrfs, false, image);
+    if info.fs_type != "btrfs" {
+        let why = info
+            .note
+            .unwrap_or_else(|| format!("work dir is on {}", info.fs_type));
+        eprintln!("bench: [j] SKIPPED: the btrfs engine needs a btrfs filesystem: {why}");
+        return (Vec::new(), Vec::new(), format!("j skipped: {why}"));
+    }
+    let work = scratch.work.clone();
+    let ws = work.join("ws-btrfs");
+    make_subvolume(&ws);
+    copy_tree(&template.join("."), &ws);
+    let ws_walk = work.join("ws-walk");
+    copy_tree(template, &ws_walk);
+    let ws_git = work.join("ws-git");
+    let git_dir = work.join("git");
+    copy_tree(template, &ws_git);
+    git_init(&git_dir, &ws_git);
+    let mut scratch_series = Series::default();
+    git_checkpoint(&git_dir, &ws_git, &mut scratch_series, &work);
+    settle(&work);
+
+    // j1. First checkpoint (once: it is the first).
+    eprintln!("bench: [j1] first checkpoint, btrfs engine and walk engine");
+    let (mut ack1, mut man1, mut walk1) = (Series::default(), Series::default(), Series::default());
+    btrfs_checkpoint(&ws, "bench-j-base", &mut ack1, &mut man1);
+    let m = run(rewind_walk(&ws_walk).args(["checkpoint", "bench-j-base", "--json"]));
+    walk1.push(m.ms(), m.maxrss_kib);
+
+    // j2. After 10 small edits.
+    let (mut ack, mut man, mut walk, mut git) = (
+        Series::default(),
+        Series::default(),
+        Series::default(),
+        Series::default(),
+    );
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [j2] checkpoint after {SMALL_EDITS} edits, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        apply_edits(&ws, &edits);
+        apply_edits(&ws_walk, &edits);
+        apply_edits(&ws_git, &edits);
+        settle(&work);
+        btrfs_checkpoint(&ws, &format!("bench-j2-{r}"), &mut ack, &mut man);
+        let d = run(rewind_cmd(&ws).args(["diff", "HEAD~1", "HEAD", "--json"])).json();
+        let modified = d["changes"].as_array().map(Vec::len);
+        assert_eq!(
+            modified,
+            Some(SMALL_EDITS),
+            "j2: the manifest missed edits: {d}"
+        );
+        let m = run(rewind_walk(&ws_walk).args(["checkpoint", &format!("bench-j2-{r}"), "--json"]));
+        check_edit_counts(
+            counts(&m.json(), "j2: walk checkpoint"),
+            "j2 walk",
+            &m.json(),
+        );
+        walk.push(m.ms(), m.maxrss_kib);
+        git_checkpoint(&git_dir, &ws_git, &mut git, &work);
+    }
+
+    // j3. Rewind of 10 edits + 3 new files.
+    let (mut rw, mut rw_walk) = (Series::default(), Series::default());
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [j3] rewind of {SMALL_EDITS} edits + {NEW_FILES} new files, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let mut unused = (Series::default(), Series::default());
+        let x = btrfs_checkpoint(
+            &ws,
+            &format!("bench-j3-x-{r}"),
+            &mut unused.0,
+            &mut unused.1,
+        );
+        let x_id = json_str(&x, "id", "j3: checkpoint X");
+        let xw =
+            run(rewind_walk(&ws_walk).args(["checkpoint", &format!("bench-j3-x-{r}"), "--json"]))
+                .json();
+        let xw_id = json_str(&xw, "id", "j3: walk checkpoint X");
+        let want = hash_tree(&ws);
+        let want_walk = hash_tree(&ws_walk);
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        let new_files = plan_new_files(tree, rng, r + 1000);
+        for w in [&ws, &ws_walk] {
+            apply_edits(w, &edits);
+            create_files(w, &new_files);
+        }
+        settle(&work);
+        let m = run(rewind_cmd(&ws).args(["rewind", &x_id, "--json"]));
+        rw.push(m.ms(), m.maxrss_kib);
+        rw.self_ms
+            .push(m.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        verify_equal(
+            &format!("j3: btrfs rewind to {x_id} (run {})", r + 1),
+            &want,
+            &ws,
+        );
+        let m = run(rewind_walk(&ws_walk).args(["rewind", &xw_id, "--json"]));
+        rw_walk.push(m.ms(), m.maxrss_kib);
+        verify_equal(
+            &format!("j3: walk rewind to {xw_id} (run {})", r + 1),
+            &want_walk,
+            &ws_walk,
+        );
+    }
+
+    // j4. Flat in the tree's size: 100 files vs 10× the T files, fresh
+    // subvolumes; one edit between checkpoints; used space per checkpoint.
+    let mut flat = Vec::new();
+    for (name, files) in [("small", 100usize), ("large", large_files)] {
+        let dir = work.join(format!("ws-j4-{name}"));
+        make_subvolume(&dir);
+        eprintln!("bench: [j4] generating {files} files for the {name} tree");
+        let t = gen_tree(&dir, files, 1, rng);
+        settle(&work);
+        let (mut a, mut mm) = (Series::default(), Series::default());
+        btrfs_checkpoint(&dir, "base", &mut Series::default(), &mut Series::default());
+        let mut used = Vec::new();
+        for r in 0..args.runs.max(5) {
+            let edits = plan_small_edits(&t, rng, 1);
+            apply_edits(&dir, &edits);
+            settle(&work);
+            let before = used_bytes(&work);
+            btrfs_checkpoint(&dir, &format!("j4-{r}"), &mut a, &mut mm);
+            settle(&work);
+            used.push(used_bytes(&work) as i64 - before as i64);
+        }
+        used.sort();
+        flat.push((name, files, a, mm, used[used.len() / 2]));
+    }
+
+    let ratio = flat[1].2.median() / flat[0].2.median();
+    let per_ck_kib = flat.iter().map(|f| f.4).max().unwrap_or(0) as f64 / 1024.0;
+    let targets = vec![
+        Target {
+            scenario: "j2",
+            what: "btrfs checkpoint after 10 edits, acknowledged ≤ 10 ms".into(),
+            limit: 10.0,
+            measured: ack.median(),
+            unit: "ms",
+            measured_as: "median, process spawn to exit (snapshot + pending row)",
+            shown: format!(
+                "{} ms (manifest then {} ms)",
+                fmt_ms(ack.median()),
+                fmt_ms(man.median())
+            ),
+        },
+        Target {
+            scenario: "j3",
+            what: "btrfs rewind of 10 edits + 3 new files ≤ 40 ms".into(),
+            limit: 40.0,
+            measured: rw.median(),
+            unit: "ms",
+            measured_as: "median, process spawn to exit",
+            shown: format!(
+                "{} ms (walk engine {} ms)",
+                fmt_ms(rw.median()),
+                fmt_ms(rw_walk.median())
+            ),
+        },
+        Target {
+            scenario: "j4",
+            what: format!(
+                "btrfs acknowledgement flat: {} files vs 100 files within 2×",
+                large_files
+            ),
+            limit: 2.0,
+            measured: ratio,
+            unit: "×",
+            measured_as: "median large / median small",
+            shown: format!(
+                "{ratio:.2}× ({} ms vs {} ms)",
+                fmt_ms(flat[1].2.median()),
+                fmt_ms(flat[0].2.median())
+            ),
+        },
+        Target {
+            scenario: "j4",
+            what: "btrfs checkpoint adds < 1 MiB of used space".into(),
+            limit: 1024.0,
+            measured: per_ck_kib,
+            unit: "KiB",
+            measured_as: "median statfs delta per checkpoint (snapshot + manifest), worse of the two trees",
+            shown: format!("{per_ck_kib:.0} KiB"),
+        },
+    ];
+    let scenarios = vec![
+        Scenario {
+            id: "j1",
+            name: "j1. btrfs engine: first checkpoint acknowledged (snapshot)".into(),
+            rewind: ack1,
+            baselines: vec![
+                Baseline {
+                    name: "its manifest, built afterwards (`finish-manifests`)".into(),
+                    series: man1,
+                },
+                Baseline {
+                    name: "walk engine with reflinks, same filesystem".into(),
+                    series: walk1,
+                },
+            ],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j2",
+            name: format!(
+                "j2. btrfs engine: checkpoint after editing {SMALL_EDITS} small files, acknowledged"
+            ),
+            rewind: ack,
+            baselines: vec![
+                Baseline {
+                    name: "its manifest, built afterwards".into(),
+                    series: man,
+                },
+                Baseline {
+                    name: "walk engine with reflinks, same filesystem".into(),
+                    series: walk,
+                },
+                Baseline {
+                    name: "shadow git: `add -A` + `commit`, same filesystem".into(),
+                    series: git,
+                },
+            ],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j3",
+            name: format!(
+                "j3. btrfs engine: rewind of {SMALL_EDITS} edits + {NEW_FILES} new files"
+            ),
+            rewind: rw,
+            baselines: vec![Baseline {
+                name: "walk engine with reflinks, same filesystem".into(),
+                series: rw_walk,
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j4",
+            name: format!(
+                "j4. btrfs engine: checkpoint of a {}-file tree acknowledged",
+                large_files
+            ),
+            rewind: flat[1].2.clone(),
+            baselines: vec![Baseline {
+                name: "the same on a 100-file tree".into(),
+                series: flat[0].2.clone(),
+            }],
+            detail: json!({
+                "used_bytes_per_checkpoint": {"small": flat[0].4, "large": flat[1].4},
+                "manifest_ms": {"small": flat[0].3.to_json(), "large": flat[1].3.to_json()},
+            }),
+        },
+    ];
+    let note = format!(
+        "j ran on {} ({}); j4 used space per checkpoint (statfs, after sync): 100 files {} KiB, {} files {} KiB",
+        info.fs_type,
+        info.setup,
+        flat[0].4 / 1024,
+        flat[1].1,
+        flat[1].4 / 1024
+    );
+    drop(scratch);
+    (scenarios, targets, note)
 }
 
 // ---------------------------------------------------------------- report
@@ -3116,7 +3459,7 @@ fn main() {
         + 512 * MIB)
         .div_ceil(MIB)
         * MIB;
-    let (scratch, fsinfo) = setup_fs(&args, image_bytes);
+    let (scratch, fsinfo) = setup_fs(args.fs, args.fs_explicit, image_bytes);
     if let Some(n) = &fsinfo.note {
         eprintln!("bench: {n}");
     }
@@ -3171,10 +3514,13 @@ fn main() {
     scenarios.push(scenario_verify(&args, &work));
     let (scen_i, targets_i, note_i) = scenario_i(&args, &work, &template, &tree, &mut rng);
     targets.extend(targets_i);
+    let (scen_j, targets_j, note_j) = scenario_j(&args, &template, &tree, &mut rng);
+    targets.extend(targets_j);
     let (scen_g, steps_g) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
     scenarios.push(scen_g);
     scenarios.extend(scen_h);
     scenarios.extend(scen_i);
+    scenarios.extend(scen_j);
 
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
@@ -3308,6 +3654,14 @@ fn main() {
          timed checkpoint, the baseline's included; MCP/hook and baseline alternate which goes first."
     );
     let _ = writeln!(md, "{note_i}");
+    let _ = writeln!(
+        md,
+        "\n(j) is the btrfs engine on a btrfs loop filesystem of its own (the workspace a \
+         subvolume): each checkpoint is timed to its acknowledgement (read-only snapshot + pending \
+         row), then its manifest is timed apart (`rewind finish-manifests`, which the checkpoint \
+         normally starts detached); the walk engine and shadow git run on the same filesystem. \
+         {note_j}."
+    );
     let _ = writeln!(md, "\nAgainst the targets:\n");
     let _ = writeln!(md, "| target | measured | |");
     let _ = writeln!(md, "|---|---|---|");

@@ -66,6 +66,10 @@ pub struct Footprint {
     pub object_physical: u64,
     /// Extents the object files map (each is metadata the filesystem keeps).
     pub object_extents: u64,
+    /// Read-only snapshots of btrfs-engine checkpoints, and the files in
+    /// them measured as content no object file holds (each once).
+    pub snapshots: u64,
+    pub snapshot_files: u64,
     /// Filesystem metadata the object files cost (inodes, extent records):
     /// an estimate, see [`MetadataCost`].
     pub metadata_estimate: u64,
@@ -230,6 +234,9 @@ impl StorePhysical {
 pub struct MetadataCost {
     pub per_file: u64,
     pub per_extent: u64,
+    /// A btrfs snapshot: its root item and the tree blocks it keeps
+    /// (copy-on-write makes the first change under each one a copy).
+    pub per_snapshot: u64,
 }
 
 impl MetadataCost {
@@ -239,14 +246,17 @@ impl MetadataCost {
             FsKind::Btrfs => MetadataCost {
                 per_file: 1024,
                 per_extent: 256,
+                per_snapshot: 64 << 10,
             },
             FsKind::Xfs => MetadataCost {
                 per_file: 512,
                 per_extent: 48,
+                per_snapshot: 0,
             },
             _ => MetadataCost {
                 per_file: 256,
                 per_extent: 12,
+                per_snapshot: 0,
             },
         }
     }
@@ -260,7 +270,14 @@ impl MetadataCost {
 /// each counted once.
 pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
     let ledger_file = ledger_allocated(ws);
-    let live = live_tree_extents(ws)?;
+    // Snapshots share extents with live files of any size (unchanged
+    // since); object files only with those big enough to be cloned.
+    let min_size = if crate::snapshot::names(ws)?.is_empty() {
+        crate::objects::CLONE_MIN
+    } else {
+        1
+    };
+    let live = live_tree_extents(ws, min_size)?;
     let mut method = "fiemap";
     let mut objects: HashMap<Hash, Vec<(u64, u64)>> = HashMap::new();
     let (mut object_files, mut object_logical, mut object_allocated) = (0, 0, 0);
@@ -282,6 +299,7 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
             }
         }
     }
+    let (snapshots, snapshot_files) = snapshot_extents(ws, &mut objects)?;
     let object_physical = if method == "fiemap" {
         let all: Vec<(u64, u64)> = objects.values().flatten().copied().collect();
         outside(&union(all), &live)
@@ -290,7 +308,7 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
     };
     let object_extents: u64 = objects.values().map(|e| e.len() as u64).sum();
     let cost = MetadataCost::for_fs(ws.fs().kind);
-    let metadata_estimate = cost.of(object_files, object_extents);
+    let metadata_estimate = cost.of(object_files, object_extents) + snapshots * cost.per_snapshot;
     Ok(StorePhysical {
         footprint: Footprint {
             ledger_file,
@@ -299,6 +317,8 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
             object_allocated,
             object_physical,
             object_extents,
+            snapshots,
+            snapshot_files,
             metadata_estimate,
             physical: ledger_file + object_physical + metadata_estimate,
             method,
@@ -309,9 +329,68 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
     })
 }
 
+/// Content of live btrfs-engine checkpoints that no object file holds is
+/// in their snapshots: measure each such object once, at the first path
+/// that holds it, into `objects`. Returns (snapshots, files measured).
+fn snapshot_extents(
+    ws: &Workspace,
+    objects: &mut HashMap<Hash, Vec<(u64, u64)>>,
+) -> Result<(u64, u64)> {
+    let (mut snapshots, mut files) = (0, 0);
+    let mut seen = HashSet::new();
+    for c in ws.ledger().checkpoints()? {
+        if c.pruned || c.stats["engine"] != "btrfs" {
+            continue;
+        }
+        let Some(snap) = crate::snapshot::open(ws, &c.id)? else {
+            continue;
+        };
+        snapshots += 1;
+        let mut stack = vec![(c.root, Vec::<u8>::new())];
+        while let Some((h, dir)) = stack.pop() {
+            if !seen.insert(h) {
+                continue;
+            }
+            let Some(node) = ws.ledger().tree(&h)? else {
+                continue;
+            };
+            for e in node.entries {
+                let path = if dir.is_empty() {
+                    e.name.clone()
+                } else {
+                    [dir.as_slice(), b"/", &e.name].concat()
+                };
+                match e.target {
+                    Target::Tree(t) => stack.push((t, path)),
+                    Target::Object(o) if !objects.contains_key(&o) => {
+                        let p = Path::new(OsStr::from_bytes(&path));
+                        let parent = p.parent().unwrap_or(Path::new(""));
+                        let Ok(d) = snap.open_beneath(parent) else {
+                            continue;
+                        };
+                        let Ok((f, _)) = d.open_read(p.file_name().unwrap_or_default()) else {
+                            continue;
+                        };
+                        if let Ok(ext) = rewind_platform::extents(&f, p) {
+                            objects.insert(o, ext.iter().map(|x| (x.physical, x.length)).collect());
+                            files += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok((snapshots, files))
+}
+
 /// A cheap upper bound of [`store_physical`]: allocated blocks, shared
 /// extents counted in full (one stat per object file, no FIEMAP).
 pub fn store_upper_bound(ws: &Workspace) -> Result<u64> {
+    // Snapshots have no cheap bound (their content is whole trees).
+    if !crate::snapshot::names(ws)?.is_empty() {
+        return Ok(store_physical(ws)?.total());
+    }
     let objects: u64 = ws.store().files()?.iter().map(|(_, m)| m.allocated).sum();
     Ok(ledger_allocated(ws) + objects)
 }
@@ -329,9 +408,9 @@ fn file_allocated(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0)
 }
 
-/// Extents of the live files that can share with objects: those at HEAD of
-/// at least the clone threshold, where they still exist.
-fn live_tree_extents(ws: &Workspace) -> Result<Vec<(u64, u64)>> {
+/// Extents of the live files that can share with the store: those at HEAD
+/// of at least `min_size` bytes, where they still exist.
+fn live_tree_extents(ws: &Workspace, min_size: u64) -> Result<Vec<(u64, u64)>> {
     let Some(head) = ws.head()? else {
         return Ok(Vec::new());
     };
@@ -349,7 +428,7 @@ fn live_tree_extents(ws: &Workspace) -> Result<Vec<(u64, u64)>> {
             };
             match e.target {
                 Target::Tree(t) => stack.push((t, path)),
-                Target::Object(_) if e.size >= crate::objects::CLONE_MIN => {
+                Target::Object(_) if e.size >= min_size => {
                     let p = Path::new(OsStr::from_bytes(&path));
                     let parent = p.parent().unwrap_or(Path::new(""));
                     let Ok(d) = ws.root_dir().open_beneath(parent) else {

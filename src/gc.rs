@@ -406,6 +406,27 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
     Ok(pruned)
 }
 
+/// Whether the policy may prune a batch now. Two counts decide most of the
+/// time that nothing can go: too few checkpoints, or too few older than
+/// keep_within. No lock needed.
+fn enough_to_prune(ws: &Workspace, policy: &Retention) -> Result<bool> {
+    let live = ws.ledger().live_checkpoints()?;
+    let batch = (policy.keep_last / 10).max(10);
+    let within_ms = i64::try_from(policy.keep_within.as_millis()).unwrap_or(i64::MAX);
+    Ok(live > policy.keep_last + batch
+        && ws
+            .ledger()
+            .live_checkpoints_before(crate::time::now_ms().saturating_sub(within_ms))?
+            >= batch)
+}
+
+/// Whether [`after_checkpoint`] has anything to do (a budget to check, or
+/// enough checkpoints to prune): callers that do not hold the workspace
+/// lock ask first, so they take it only when needed.
+pub fn after_checkpoint_needed(ws: &Workspace, policy: &Retention) -> Result<bool> {
+    Ok(policy.max_store_bytes.is_some() || (policy.auto && enough_to_prune(ws, policy)?))
+}
+
 /// After a checkpoint: apply the policy, batched so that the O(store)
 /// sweep runs once per `batch` prunable checkpoints rather than every
 /// time; then the budget. Returns the ids pruned and a warning when the
@@ -416,16 +437,8 @@ pub fn after_checkpoint(
 ) -> Result<(Vec<String>, Option<String>)> {
     let mut pruned = Vec::new();
     if policy.auto {
-        let live = ws.ledger().live_checkpoints()?;
         let batch = (policy.keep_last / 10).max(10);
-        // Two counts decide most of the time that nothing can go: too few
-        // checkpoints, or too few older than keep_within.
-        let within_ms = i64::try_from(policy.keep_within.as_millis()).unwrap_or(i64::MAX);
-        let old_enough = || {
-            ws.ledger()
-                .live_checkpoints_before(crate::time::now_ms().saturating_sub(within_ms))
-        };
-        if live > policy.keep_last + batch && old_enough()? >= batch {
+        if enough_to_prune(ws, policy)? {
             let checkpoints = ws.ledger().checkpoints()?;
             let protected = protections(ws, &checkpoints)?;
             let prunable = select(
@@ -483,8 +496,13 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
                 c.id
             )),
             Some(snap) => {
-                let cap =
-                    ws.capture_dir(&snap, crate::capture::Sink::HashOnly, i64::MIN, "verifying")?;
+                let cap = ws.capture_dir(
+                    &snap,
+                    false,
+                    crate::capture::Sink::HashOnly,
+                    i64::MIN,
+                    "verifying",
+                )?;
                 if cap.root != c.root {
                     out.push(format!(
                         "snapshot of checkpoint {} does not match its manifest (root {} instead of {})",

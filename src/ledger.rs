@@ -178,6 +178,27 @@ pub struct Pending {
     pub reuse: bool,
 }
 
+fn id_taken(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT 1 FROM checkpoints WHERE id = ?1
+         UNION ALL SELECT 1 FROM pending WHERE id = ?1
+         UNION ALL SELECT 1 FROM aliases WHERE id = ?1",
+        [id],
+        |_| Ok(()),
+    )
+    .optional()
+    .map(|o| o.is_some())
+}
+
+fn next_seq(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT max(coalesce((SELECT max(seq) FROM checkpoints), 0),
+                    coalesce((SELECT max(seq) FROM pending), 0)) + 1",
+        [],
+        |r| r.get(0),
+    )
+}
+
 /// Notes left on abandoned branches, one row per rewind report.
 const NOTES_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS notes(
@@ -854,6 +875,20 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// The seq and id the next checkpoint would get. Only stable while the
+    /// caller holds the workspace lock (the only writer of new seqs).
+    pub fn next_id(&self, mut make: impl FnMut(i64, u64) -> String) -> Result<(i64, String)> {
+        let seq = next_seq(&self.conn).map_err(self.err())?;
+        let mut nonce = 0;
+        loop {
+            let id = make(seq, nonce);
+            if !id_taken(&self.conn, &id).map_err(self.err())? {
+                return Ok((seq, id));
+            }
+            nonce += 1;
+        }
+    }
+
     /// The seq HEAD points at, without reading its row (which a pending
     /// checkpoint does not have yet).
     pub fn head_seq(&self) -> Result<Option<i64>> {
@@ -970,28 +1005,11 @@ impl Tx<'_> {
 
     /// Whether an id is taken: by a checkpoint, a pending one, or an alias.
     pub fn id_exists(&self, id: &str) -> Result<bool> {
-        self.tx
-            .query_row(
-                "SELECT 1 FROM checkpoints WHERE id = ?1
-                 UNION ALL SELECT 1 FROM pending WHERE id = ?1
-                 UNION ALL SELECT 1 FROM aliases WHERE id = ?1",
-                [id],
-                |_| Ok(()),
-            )
-            .optional()
-            .map(|o| o.is_some())
-            .map_err(self.err())
+        id_taken(self.tx, id).map_err(self.err())
     }
 
     pub fn next_seq(&self) -> Result<i64> {
-        self.tx
-            .query_row(
-                "SELECT max(coalesce((SELECT max(seq) FROM checkpoints), 0),
-                            coalesce((SELECT max(seq) FROM pending), 0)) + 1",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
+        next_seq(self.tx).map_err(self.err())
     }
 
     /// The seq HEAD points at, read inside the transaction.

@@ -166,17 +166,14 @@ pub(crate) fn names(ws: &Workspace) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// A fresh checkpoint id (the root is not known yet when the snapshot is
-/// named).
-pub(crate) fn new_id(tx: &crate::ledger::Tx<'_>, workspace_id: &str, seq: i64) -> Result<String> {
-    let mut nonce = 0;
-    loop {
-        let id = ids::make_id(workspace_id, seq, &crate::hash::Hash([0; 32]), nonce);
-        if !tx.id_exists(&id)? {
-            return Ok(id);
-        }
-        nonce += 1;
-    }
+/// The seq and a fresh id for the next checkpoint (the root is not known
+/// yet when the snapshot is named after the id). Stable while the caller
+/// holds the workspace lock: nothing else allocates seqs.
+fn reserve(ws: &Workspace) -> Result<(i64, String)> {
+    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
+    ws.ledger().next_id(|seq, nonce| {
+        ids::make_id(&workspace_id, seq, &crate::hash::Hash::default(), nonce)
+    })
 }
 
 /// Acknowledge a checkpoint: snapshot the tree and record it as pending,
@@ -188,18 +185,15 @@ pub(crate) fn acknowledge(
     kind: &str,
     reuse: bool,
 ) -> Result<Pending> {
-    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
     let clock_ns = ws.fs_clock_ns();
     // The id is reserved (not committed) before the snapshot is named
     // after it: only this process writes checkpoints while it holds the
     // workspace lock, and an orphan snapshot left by a crash before the
     // commit is removed by gc.
-    let (seq, id) = ws.ledger_mut().write(|tx| {
-        let seq = tx.next_seq()?;
-        Ok((seq, new_id(tx, &workspace_id, seq)?))
-    })?;
+    let (seq, id) = reserve(ws)?;
     take(ws, &id)?;
     failpoint::hit("btrfs:snapshotted");
+    let _t = crate::trace::span("commit pending checkpoint");
     let pending = ws.ledger_mut().write(|tx| {
         let p = Pending {
             seq,
@@ -250,12 +244,8 @@ impl Drop for SafetySnapshot {
 /// holds the workspace lock, so the reserved seq and id stay free until
 /// its commit.
 pub(crate) fn take_for_safety(ws: &mut Workspace) -> Result<SafetySnapshot> {
-    let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
     let clock_ns = ws.fs_clock_ns();
-    let (seq, id) = ws.ledger_mut().write(|tx| {
-        let seq = tx.next_seq()?;
-        Ok((seq, new_id(tx, &workspace_id, seq)?))
-    })?;
+    let (seq, id) = reserve(ws)?;
     take(ws, &id)?;
     Ok(SafetySnapshot {
         seq,
@@ -273,7 +263,7 @@ pub(crate) fn capture(ws: &Workspace, s: &SafetySnapshot) -> Result<crate::captu
         path: s.dir.path().join(&s.id),
         reason: "the snapshot just taken is missing or not read-only".into(),
     })?;
-    let mut cap = ws.capture_dir(&snap, Sink::HashOnly, s.clock_ns, "capturing")?;
+    let mut cap = ws.capture_dir(&snap, true, Sink::HashOnly, s.clock_ns, "capturing")?;
     cap.from_snapshot = true;
     Ok(cap)
 }
@@ -320,7 +310,7 @@ fn finish_one(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
     let Some(snap) = open(ws, &p.id)? else {
         return lose(ws, p);
     };
-    let mut cap = ws.capture_dir(&snap, Sink::HashOnly, p.clock_ns, "building manifest")?;
+    let mut cap = ws.capture_dir(&snap, true, Sink::HashOnly, p.clock_ns, "building manifest")?;
     cap.from_snapshot = true;
     failpoint::hit("btrfs:manifest-built");
     let parent = match p.parent {

@@ -343,14 +343,18 @@ impl Workspace {
                 Sink::HashOnly => i64::MIN,
             }
         };
-        self.capture_dir(&self.root, sink, clock, message)
+        self.capture_dir(&self.root, false, sink, clock, message)
     }
 
     /// Capture the tree below `dir`: the live root, or a btrfs snapshot of
-    /// it (then `clock_ns` is the clock when the snapshot was taken).
+    /// it (then `clock_ns` is the clock when the snapshot was taken, and
+    /// with `mirrored` the live tree's cached inodes stand in for the
+    /// snapshot's where the stat cache vouches for them: see
+    /// [`capture::capture`]).
     pub(crate) fn capture_dir(
         &self,
         dir: &Dir,
+        mirrored: bool,
         sink: Sink<'_>,
         clock_ns: i64,
         message: &'static str,
@@ -376,7 +380,16 @@ impl Workspace {
         let rules = self.state_ignores()?;
         let rules_path = self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
         let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
-        let mut cap = capture::capture(dir, &cache, sink, clock_ns, &progress, state_ignores)?;
+        let mirror = mirrored.then_some(&self.root);
+        let mut cap = capture::capture(
+            dir,
+            mirror,
+            &cache,
+            sink,
+            clock_ns,
+            &progress,
+            state_ignores,
+        )?;
         cap.replaces_cache = distrust;
         progress.finish();
         // Last chance to stop before the caller commits anything.
@@ -542,12 +555,18 @@ impl Workspace {
         reuse: bool,
     ) -> Result<CheckpointReport> {
         let started = Instant::now();
-        self.lock_for_snapshot()?;
+        {
+            let _t = crate::trace::span("lock");
+            self.lock_for_snapshot()?;
+        }
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
         let inline = match snapshot::ManifestMode::from_env() {
             snapshot::ManifestMode::Inline => true,
             snapshot::ManifestMode::Deferred => false,
-            snapshot::ManifestMode::Background => !snapshot::spawn_finisher(&self.root_path),
+            snapshot::ManifestMode::Background => {
+                let _t = crate::trace::span("start manifest builder");
+                !snapshot::spawn_finisher(&self.root_path)
+            }
         };
         if inline {
             snapshot::finish_pending(self)?;
@@ -603,6 +622,9 @@ impl Workspace {
         let retention = crate::config::Config::load(&self.root_path)
             .map(|c| c.retention)
             .unwrap_or_default();
+        if !crate::gc::after_checkpoint_needed(self, &retention)? {
+            return Ok(Default::default());
+        }
         self.lock()?;
         let (pruned, warning) = crate::gc::after_checkpoint(self, &retention)?;
         Ok((pruned, warning.into_iter().collect()))

@@ -342,3 +342,50 @@ fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
         assert!(common::temp_leftovers(&ws).is_empty(), "{point}");
     }
 }
+
+#[test]
+fn a_manifest_built_after_the_tree_moved_on_is_the_snapshots_not_the_live_trees() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    // A first manifest fills the stat cache the second one will consult.
+    rewind_json(&ws, &["checkpoint", "warm"]);
+    listed(&ws);
+    write(&ws.join("src/d0/f3.rs"), b"in the snapshot\n");
+    let at_ack = snapshot(&ws);
+    let out = rewind_env(
+        &ws,
+        &["--json", "checkpoint", "acked"],
+        &[("REWIND_MANIFEST", "deferred")],
+    );
+    assert!(out.status.success());
+    // The live tree moves on before the manifest is built: edits, a file
+    // renamed away and back, a deletion, a type change, an mtime set back.
+    write(&ws.join("src/d0/f3.rs"), b"after the snapshot\n");
+    write(&ws.join("src/d1/f2.rs"), b"changed too\n");
+    std::fs::rename(ws.join("src/d2/f1.rs"), ws.join("src/d2/tmp")).expect("mv");
+    std::fs::rename(ws.join("src/d2/tmp"), ws.join("src/d2/f1.rs")).expect("mv back");
+    std::fs::remove_file(ws.join("src/d3/f4.rs")).expect("rm");
+    std::fs::remove_dir_all(ws.join("src/d4")).expect("rm -r");
+    write(&ws.join("src/d4"), b"now a file\n");
+    let st = std::process::Command::new("touch")
+        .args(["-d", "2001-01-01"])
+        .arg(ws.join("src/d1/f2.rs"))
+        .status()
+        .expect("touch");
+    assert!(st.success());
+    // `list` builds it (mirrored by the live tree where the cache vouches);
+    // `verify --deep` rebuilds it from the snapshot alone: same root.
+    let l = listed(&ws);
+    assert_eq!(l.len(), 2, "{l:?}");
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(
+        v["deep"]["bad"].as_array().is_some_and(Vec::is_empty),
+        "manifest differs from its snapshot: {v}"
+    );
+    rewind_json(&ws, &["rewind", "acked"]);
+    common::assert_same("rewind to the snapshot's state", &at_ack, &snapshot(&ws));
+}
