@@ -69,6 +69,11 @@ pub struct Freed {
     /// btrfs snapshots deleted: of pruned checkpoints, or left by a crash
     /// before their checkpoint was recorded.
     pub snapshots: u64,
+    /// Snapshots that could not be deleted (a non-root user without the
+    /// `user_subvol_rm_allowed` mount option), with why: the next gc with
+    /// the right to do so deletes them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snapshots_left: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -269,11 +274,19 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         if keep.contains(&name) {
             continue;
         }
-        freed.snapshots += 1;
-        if !dry_run {
-            crate::snapshot::delete(ws, &name)?;
-            crate::failpoint::hit("gc:snapshot-deleted");
+        if dry_run {
+            freed.snapshots += 1;
+            continue;
         }
+        match crate::snapshot::delete(ws, &name) {
+            Ok(_) => freed.snapshots += 1,
+            // Not ours to delete: say so, and free everything else.
+            Err(e @ crate::error::Error::Btrfs { .. }) => {
+                freed.snapshots_left.push(e.to_string());
+            }
+            Err(e) => return Err(e),
+        }
+        crate::failpoint::hit("gc:snapshot-deleted");
     }
     let dead_trees: Vec<Hash> = ws
         .ledger()

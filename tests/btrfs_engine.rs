@@ -389,3 +389,88 @@ fn a_manifest_built_after_the_tree_moved_on_is_the_snapshots_not_the_live_trees(
     rewind_json(&ws, &["rewind", "acked"]);
     common::assert_same("rewind to the snapshot's state", &at_ack, &snapshot(&ws));
 }
+
+#[test]
+fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delete() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        common::skip_or_fail("setpriv (util-linux) is needed to run as another user");
+        return;
+    }
+    // nobody must reach the mount point: let others traverse the
+    // directories on the way that do not allow it (the test's temp dir),
+    // keeping every other mode bit (/tmp keeps its sticky bit).
+    for dir in lfs.mnt.ancestors() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            common::chmod(dir, mode | 0o055);
+        }
+    }
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    let st = std::process::Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(&ws)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    let as_nobody = |args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_rewind"))
+            .arg("-C")
+            .arg(&ws)
+            .args(args)
+            .output()
+            .expect("setpriv");
+        (
+            out.status.code(),
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, c, err) = as_nobody(&["--json", "checkpoint", "mine"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(c["engine"], "btrfs", "{c}");
+    let before = snapshot(&ws);
+    let (code, _, err) = as_nobody(&["--json", "checkpoint", "second"]);
+    assert_eq!(code, Some(0), "{err}");
+    std::fs::remove_file(ws.join("src/d0/f0.rs")).expect("rm");
+    let (code, r, err) = as_nobody(&["--json", "rewind", "mine"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["changes"]["written"], 1, "{r}");
+    common::assert_same("non-root rewind", &before, &snapshot(&ws));
+    // Deleting snapshots needs user_subvol_rm_allowed, which this mount
+    // lacks: doctor says so, and gc frees everything else and names it.
+    let (_, d, _) = as_nobody(&["--json", "doctor"]);
+    assert_eq!(d["snapshot_delete"], false, "{d}");
+    let (code, g, err) = as_nobody(&[
+        "--json",
+        "gc",
+        "--keep-last",
+        "1",
+        "--keep-within",
+        "0s",
+        "--force",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let left = g["freed"]["snapshots_left"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!left.is_empty(), "{g}");
+    assert!(
+        err.contains("user_subvol_rm_allowed"),
+        "the warning must name the mount option: {err}"
+    );
+    // Root can finish the job.
+    let g = rewind_json(&ws, &["gc"]);
+    assert_eq!(g["freed"]["snapshots"], left.len(), "{g}");
+}

@@ -135,3 +135,36 @@ impl RawFdI64 for std::os::fd::BorrowedFd<'_> {
         i64::from(self.as_raw_fd())
     }
 }
+
+/// Whether this process may delete snapshots under `path`: root may; other
+/// users only where the filesystem is mounted with `user_subvol_rm_allowed`
+/// (read from /proc/self/mountinfo: the mount whose point is the longest
+/// prefix of `path`).
+pub fn can_delete_snapshots(path: &std::path::Path) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let mut best: Option<(usize, bool)> = None;
+    for line in info.lines() {
+        // id parent major:minor root mount-point options ... - type source super-options
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (Some(point), Some(sep)) = (fields.get(4), fields.iter().position(|f| *f == "-"))
+        else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if !path.starts_with(&point) {
+            continue;
+        }
+        let allowed = fields
+            .get(sep + 3)
+            .is_some_and(|o| o.split(',').any(|x| x == "user_subvol_rm_allowed"));
+        if best.is_none_or(|(len, _)| point.len() >= len) {
+            best = Some((point.len(), allowed));
+        }
+    }
+    best.is_some_and(|(_, allowed)| allowed)
+}

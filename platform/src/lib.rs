@@ -16,7 +16,8 @@ mod process;
 mod xattr;
 
 pub use btrfs::{
-    create_subvolume, delete_subvolume, is_readonly_subvolume, is_subvolume, snapshot,
+    can_delete_snapshots, create_subvolume, delete_subvolume, is_readonly_subvolume, is_subvolume,
+    snapshot,
 };
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};

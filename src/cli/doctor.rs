@@ -15,6 +15,10 @@ struct Out {
     engine_why: String,
     /// The workspace root is a btrfs subvolume (`init --subvolume` makes one).
     subvolume: bool,
+    /// btrfs engine: whether `gc` can delete snapshots here (root, or the
+    /// `user_subvol_rm_allowed` mount option).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_delete: Option<bool>,
     openat2: bool,
     fuse: Fuse,
     ledger: Ledger,
@@ -69,6 +73,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         reflink_why,
         engine: engine.as_str(),
         engine_why,
+        snapshot_delete: (engine == crate::snapshot::Engine::Btrfs)
+            .then(|| rewind_platform::can_delete_snapshots(ws.root_path())),
         subvolume,
         openat2,
         fuse: Fuse {
@@ -93,7 +99,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             out.fs,
             if out.reflink { "yes" } else { "no" },
             out.reflink_why,
-            out.engine_why,
+            match out.snapshot_delete {
+                Some(false) => format!("{}; gc cannot delete snapshots here: mount with `user_subvol_rm_allowed` or run `rewind gc` as root", out.engine_why),
+                _ => out.engine_why.clone(),
+            },
             if out.openat2 { "yes (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" } else { "no (component-wise O_NOFOLLOW fallback)" },
             if out.fuse.dev_fuse { "present" } else { "missing" },
             if out.fuse.fusermount3 { "found" } else { "missing" },

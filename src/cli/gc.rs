@@ -46,6 +46,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             force: args.force,
         },
     )?;
+    if let Some(first) = r.freed.snapshots_left.first() {
+        eprintln!(
+            "rewind: warning: {} snapshot(s) could not be deleted and still use space; {first}",
+            r.freed.snapshots_left.len()
+        );
+    }
     ctx.emit(&r, || {
         let verb = if r.dry_run { "would prune" } else { "pruned" };
         let mut s = format!(
@@ -69,6 +75,15 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             human_bytes(f.allocated),
             r.duration_ms
         ));
+        if f.snapshots > 0 {
+            s.push_str(&format!(", {} snapshots deleted", f.snapshots));
+        }
+        for left in &f.snapshots_left {
+            s.push_str(&format!(
+                "
+kept: {left}"
+            ));
+        }
         s
     })
 }
