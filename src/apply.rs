@@ -128,6 +128,7 @@ pub fn apply(
     let mut report = ApplyReport::default();
     let mut parents = Parents { root, last: None };
 
+    let _t = crate::trace::span("apply: removals");
     // 1. Removals: everything whose old entry goes away or changes type.
     //    Only top-most ones: a removed directory takes its captured
     //    children with it.
@@ -167,6 +168,7 @@ pub fn apply(
     }
     parents.forget();
 
+    let _t = crate::trace::span("apply: directories and files");
     // 2. Directories and files, parents first (changes are in pre-order).
     // Directories whose metadata is set last, with their target entry when
     // a change carries it (parents under --exact-times are looked up).
@@ -238,6 +240,7 @@ pub fn apply(
         }
     }
 
+    let _t = crate::trace::span("apply: symlinks");
     // 3. Symlinks last: made in tmp, renamed over (atomic replace).
     for ch in links {
         let Some(Entry {
@@ -267,6 +270,7 @@ pub fn apply(
     }
     parents.forget();
 
+    let _t = crate::trace::span("apply: directory metadata");
     // 4. Directory metadata, deepest first, so a read-only directory is
     //    made read-only only after its children are in place. With exact
     //    times, every parent of a change gets its recorded mtime back too.
