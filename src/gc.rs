@@ -208,6 +208,10 @@ pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
         })?;
         crate::failpoint::hit("gc:pruned");
     }
+    if !opts.dry_run && ws.ledger().meta(OVER_BUDGET)?.is_some() {
+        // Re-evaluated after the next checkpoint's manifest.
+        ws.ledger_mut().write(|tx| tx.delete_meta(OVER_BUDGET))?;
+    }
     let live: Vec<Checkpoint> = checkpoints
         .into_iter()
         .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
@@ -419,6 +423,25 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
     Ok(pruned)
 }
 
+/// Meta key: the store's size when the last retention run found it over
+/// `max_store_bytes` with only protected checkpoints left.
+pub const OVER_BUDGET: &str = "over_budget";
+
+/// A btrfs checkpoint is acknowledged before any retention runs (that
+/// happens after its manifest): refuse it when the last run left the store
+/// over budget, as the walk engine's `before_checkpoint` would.
+pub fn refuse_if_over_budget(ws: &Workspace, policy: &Retention) -> Result<()> {
+    let (Some(budget), Some(used)) = (policy.max_store_bytes, ws.ledger().meta(OVER_BUDGET)?)
+    else {
+        return Ok(());
+    };
+    let used: u64 = used.parse().unwrap_or(u64::MAX);
+    if used > budget {
+        return Err(crate::error::Error::OverBudget { budget, used });
+    }
+    Ok(())
+}
+
 /// Whether the policy may prune a batch now. Two counts decide most of the
 /// time that nothing can go: too few checkpoints, or too few older than
 /// keep_within. No lock needed.
@@ -478,6 +501,18 @@ pub fn after_checkpoint(
     if let Some(budget) = policy.max_store_bytes {
         let (ids, used) = enforce_budget(ws, policy, budget)?;
         pruned.extend(ids);
+        // Remembered for checkpoints that cannot afford to measure the
+        // store first (the btrfs engine's acknowledgement).
+        let flagged = ws.ledger().meta(OVER_BUDGET)?.is_some();
+        if (used > budget) != flagged {
+            ws.ledger_mut().write(|tx| {
+                if used > budget {
+                    tx.set_meta(OVER_BUDGET, &used.to_string())
+                } else {
+                    tx.delete_meta(OVER_BUDGET)
+                }
+            })?;
+        }
         if used > budget {
             warning = Some(format!(
                 "the store uses {:.1} MiB, over max_store_bytes = {:.1} MiB, and every remaining checkpoint is protected: the next checkpoint will be refused; raise the budget or run `rewind gc --force`",

@@ -559,6 +559,10 @@ impl Workspace {
             let _t = crate::trace::span("lock");
             self.lock_for_snapshot()?;
         }
+        let retention = crate::config::Config::load(&self.root_path)
+            .map(|c| c.retention)
+            .unwrap_or_default();
+        crate::gc::refuse_if_over_budget(self, &retention)?;
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
         let inline = match snapshot::ManifestMode::from_env() {
             snapshot::ManifestMode::Inline => true,

@@ -474,3 +474,50 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
     let g = rewind_json(&ws, &["gc"]);
     assert_eq!(g["freed"]["snapshots"], left.len(), "{g}");
 }
+
+#[test]
+fn over_budget_with_only_protected_checkpoints_the_next_snapshot_is_refused() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    write(&ws.join("big.bin"), &vec![5u8; 2 << 20]);
+    write(
+        &ws.join("rewind.toml"),
+        b"[retention]\nmax_store_bytes = \"100KiB\"\n",
+    );
+    // The first checkpoint is acknowledged (nothing measured yet); its
+    // manifest's retention run finds the store over budget, all protected.
+    let first = rewind_env(
+        &ws,
+        &["--json", "checkpoint"],
+        &[("REWIND_MANIFEST", "inline")],
+    );
+    assert!(first.status.success());
+    assert!(
+        String::from_utf8_lossy(&first.stderr).contains("max_store_bytes"),
+        "warned: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let before = snapshot_names(&ws);
+    let second = rewind(&ws, &["--json", "checkpoint"]);
+    assert_eq!(second.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("max_store_bytes") && err.contains("protected"),
+        "{err}"
+    );
+    assert_eq!(
+        snapshot_names(&ws),
+        before,
+        "refused, yet a snapshot was taken"
+    );
+    // Raising the budget lifts the refusal.
+    write(
+        &ws.join("rewind.toml"),
+        b"[retention]\nmax_store_bytes = \"1GiB\"\n",
+    );
+    rewind_json(&ws, &["gc"]);
+    rewind_json(&ws, &["checkpoint"]);
+}
