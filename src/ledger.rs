@@ -448,7 +448,7 @@ impl Ledger {
     /// Every tree node whose bytes do not hash to its name, and the count
     /// checked (for `verify --deep`).
     pub fn bad_tree_nodes(&self) -> Result<(u64, Vec<Hash>)> {
-        self.bad_rows("trees", Node::hash_of_encoding)
+        self.bad_rows("trees", Node::hash_of_stored)
     }
 
     /// Every small object whose bytes do not hash to its name, and the
@@ -728,19 +728,20 @@ impl Ledger {
             .map_err(self.err())?;
         match data {
             None => Ok(None),
+            // Stored compact (or canonical, in older rows): decode, then
+            // check that the canonical encoding hashes to the name.
             Some(d) => {
-                if Node::hash_of_encoding(&d) != *hash {
+                let node = Node::decode_stored(&d).map_err(|e| Error::LedgerCorrupt {
+                    path: self.path.clone(),
+                    detail: format!("tree node {hash}: {e}"),
+                })?;
+                if Node::hash_of_encoding(&node.encode()) != *hash {
                     return Err(Error::LedgerCorrupt {
                         path: self.path.clone(),
                         detail: format!("tree node {hash} does not match its hash"),
                     });
                 }
-                Node::decode(&d)
-                    .map(Some)
-                    .map_err(|e| Error::LedgerCorrupt {
-                        path: self.path.clone(),
-                        detail: format!("tree node {hash}: {e}"),
-                    })
+                Ok(Some(node))
             }
         }
     }
@@ -849,10 +850,16 @@ impl Tx<'_> {
             .map_err(self.err())
     }
 
+    /// Store a tree node given its canonical encoding (`data`); the row
+    /// holds the compact stored form (`Node::encode_stored`, D-meta).
     pub fn put_tree(&self, hash: &Hash, data: &[u8]) -> Result<()> {
+        let stored = Node::stored_from_canonical(data).map_err(|e| Error::LedgerCorrupt {
+            path: self.path.to_path_buf(),
+            detail: format!("tree node {hash} to store: {e}"),
+        })?;
         self.tx
             .prepare_cached("INSERT OR IGNORE INTO trees(hash, data) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![&hash.0[..], data]))
+            .and_then(|mut s| s.execute(params![&hash.0[..], stored]))
             .map_err(self.err())?;
         Ok(())
     }
