@@ -728,20 +728,21 @@ impl Ledger {
             .map_err(self.err())?;
         match data {
             None => Ok(None),
-            // Stored compact (or canonical, in older rows): decode, then
-            // check that the canonical encoding hashes to the name.
+            // Stored compact (or canonical, in older rows): the canonical
+            // bytes must hash to the name, then decode.
             Some(d) => {
-                let node = Node::decode_stored(&d).map_err(|e| Error::LedgerCorrupt {
+                let corrupt = |detail: String| Error::LedgerCorrupt {
                     path: self.path.clone(),
-                    detail: format!("tree node {hash}: {e}"),
-                })?;
-                if Node::hash_of_encoding(&node.encode()) != *hash {
-                    return Err(Error::LedgerCorrupt {
-                        path: self.path.clone(),
-                        detail: format!("tree node {hash} does not match its hash"),
-                    });
+                    detail,
+                };
+                let canonical = Node::canonical_from_stored(&d)
+                    .map_err(|e| corrupt(format!("tree node {hash}: {e}")))?;
+                if Node::hash_of_encoding(&canonical) != *hash {
+                    return Err(corrupt(format!("tree node {hash} does not match its hash")));
                 }
-                Ok(Some(node))
+                Node::decode(&canonical)
+                    .map(Some)
+                    .map_err(|e| corrupt(format!("tree node {hash}: {e}")))
             }
         }
     }
