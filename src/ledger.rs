@@ -14,7 +14,12 @@ use crate::error::{Error, Result, db_err};
 use crate::hash::Hash;
 use crate::tree::Node;
 
-pub const FORMAT_VERSION: &str = "1";
+/// The ledger's format. 2: tree nodes may be stored compactly (D-meta),
+/// which a format-1 rewind cannot read. A format-1 ledger is read as it is
+/// and marked 2 when opened, so that an older rewind refuses it by its
+/// version instead of calling its first compact node corrupt.
+pub const FORMAT_VERSION: &str = "2";
+const FORMAT_V1: &str = "1";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -226,9 +231,18 @@ impl Ledger {
                 ledger.migrate()?;
                 Ok(ledger)
             }
+            Some(FORMAT_V1) => {
+                ledger.migrate()?;
+                // Best effort: a ledger we cannot write gets no compact
+                // nodes either.
+                let _ = ledger.set_meta_now("format_version", FORMAT_VERSION);
+                Ok(ledger)
+            }
             Some(v) => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
-                detail: format!("format version {v}, this rewind reads {FORMAT_VERSION}"),
+                detail: format!(
+                    "format version {v}, this rewind reads {FORMAT_V1} and {FORMAT_VERSION}"
+                ),
             }),
             None => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
