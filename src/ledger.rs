@@ -14,7 +14,12 @@ use crate::error::{Error, Result, db_err};
 use crate::hash::Hash;
 use crate::tree::Node;
 
-pub const FORMAT_VERSION: &str = "1";
+/// The ledger's format. 2: tree nodes may be stored compactly (D49),
+/// which a format-1 rewind cannot read. A format-1 ledger is read as it is
+/// and marked 2 when opened, so that an older rewind refuses it by its
+/// version instead of calling its first compact node corrupt.
+pub const FORMAT_VERSION: &str = "2";
+const FORMAT_V1: &str = "1";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -282,9 +287,18 @@ impl Ledger {
                 ledger.migrate()?;
                 Ok(ledger)
             }
+            Some(FORMAT_V1) => {
+                ledger.migrate()?;
+                // Best effort: a ledger we cannot write gets no compact
+                // nodes either.
+                let _ = ledger.set_meta_now("format_version", FORMAT_VERSION);
+                Ok(ledger)
+            }
             Some(v) => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
-                detail: format!("format version {v}, this rewind reads {FORMAT_VERSION}"),
+                detail: format!(
+                    "format version {v}, this rewind reads {FORMAT_V1} and {FORMAT_VERSION}"
+                ),
             }),
             None => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
@@ -505,7 +519,7 @@ impl Ledger {
     /// Every tree node whose bytes do not hash to its name, and the count
     /// checked (for `verify --deep`).
     pub fn bad_tree_nodes(&self) -> Result<(u64, Vec<Hash>)> {
-        self.bad_rows("trees", Node::hash_of_encoding)
+        self.bad_rows("trees", Node::hash_of_stored)
     }
 
     /// Every small object whose bytes do not hash to its name, and the
@@ -785,19 +799,21 @@ impl Ledger {
             .map_err(self.err())?;
         match data {
             None => Ok(None),
+            // Stored compact (or canonical, in older rows): the canonical
+            // bytes must hash to the name, then decode.
             Some(d) => {
-                if Node::hash_of_encoding(&d) != *hash {
-                    return Err(Error::LedgerCorrupt {
-                        path: self.path.clone(),
-                        detail: format!("tree node {hash} does not match its hash"),
-                    });
+                let corrupt = |detail: String| Error::LedgerCorrupt {
+                    path: self.path.clone(),
+                    detail,
+                };
+                let canonical = Node::canonical_from_stored(&d)
+                    .map_err(|e| corrupt(format!("tree node {hash}: {e}")))?;
+                if Node::hash_of_encoding(&canonical) != *hash {
+                    return Err(corrupt(format!("tree node {hash} does not match its hash")));
                 }
-                Node::decode(&d)
+                Node::decode(&canonical)
                     .map(Some)
-                    .map_err(|e| Error::LedgerCorrupt {
-                        path: self.path.clone(),
-                        detail: format!("tree node {hash}: {e}"),
-                    })
+                    .map_err(|e| corrupt(format!("tree node {hash}: {e}")))
             }
         }
     }
@@ -979,10 +995,16 @@ impl Tx<'_> {
             .map_err(self.err())
     }
 
+    /// Store a tree node given its canonical encoding (`data`); the row
+    /// holds the compact stored form (`Node::encode_stored`, D49).
     pub fn put_tree(&self, hash: &Hash, data: &[u8]) -> Result<()> {
+        let stored = Node::stored_from_canonical(data).map_err(|e| Error::LedgerCorrupt {
+            path: self.path.to_path_buf(),
+            detail: format!("tree node {hash} to store: {e}"),
+        })?;
         self.tx
             .prepare_cached("INSERT OR IGNORE INTO trees(hash, data) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![&hash.0[..], data]))
+            .and_then(|mut s| s.execute(params![&hash.0[..], stored]))
             .map_err(self.err())?;
         Ok(())
     }
