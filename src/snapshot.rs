@@ -282,7 +282,9 @@ pub enum Finished {
 
 /// Build the manifests of every pending checkpoint, oldest first. Takes
 /// `.rewind/manifest.lock` (waiting for a running builder, which usually
-/// has finished them by then).
+/// has finished them by then). Needs no workspace lock: only a holder of
+/// that lock adds pending rows, and every holder finishes them first, so
+/// nothing a lock holder (gc) does can race this.
 pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
     if !ws.ledger().has_pending()? {
         return Ok(0);

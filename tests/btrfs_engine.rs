@@ -521,3 +521,31 @@ fn over_budget_with_only_protected_checkpoints_the_next_snapshot_is_refused() {
     rewind_json(&ws, &["gc"]);
     rewind_json(&ws, &["checkpoint"]);
 }
+
+#[test]
+fn the_effect_barrier_decides_against_a_finished_head_not_a_pending_one() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    let a = common::checkpoint_id(&ws, &["A"]);
+    listed(&ws);
+    // An identical hook checkpoint, still pending: it will fold into A.
+    let out = rewind_env(
+        &ws,
+        &["--json", "checkpoint", "--kind", "hook"],
+        &[("REWIND_MANIFEST", "deferred")],
+    );
+    assert!(out.status.success());
+    let guard = |key: &str| {
+        let out = rewind(&ws, &["--json", "guard", "--key", key]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let first = guard("deploy-1");
+    assert_eq!(first["code"], "FIRST_FIRING", "{first}");
+    let effects = rewind_json(&ws, &["effects"]);
+    assert_eq!(effects["effects"][0]["head"], a.as_str(), "{effects}");
+    let again = guard("deploy-1");
+    assert_eq!(again["code"], "SPENT", "{again}");
+}

@@ -73,6 +73,12 @@ pub(crate) fn decide(ctx: &Ctx, req: &Request) -> Decision {
 
 /// The barrier's decision in an open workspace, failing closed.
 pub(crate) fn decide_in(ws: &mut Workspace, req: &Request) -> Decision {
+    // The decision is taken against HEAD's place in history: a btrfs
+    // checkpoint still pending has none yet (it may even be folded into
+    // its parent), so its manifest is finished first.
+    if let Err(e) = crate::snapshot::finish_pending(ws) {
+        return Decision::unavailable(req, e.to_string());
+    }
     ws.ledger()
         .set_busy_timeout(timeout())
         .and_then(|_| ws.ledger_mut().guard(req))
