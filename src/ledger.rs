@@ -284,6 +284,7 @@ impl Ledger {
             })?;
         match version.as_deref() {
             Some(FORMAT_VERSION) => {
+                let _t = crate::trace::span("migrate ledger");
                 ledger.migrate()?;
                 Ok(ledger)
             }

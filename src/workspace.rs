@@ -186,12 +186,18 @@ impl Workspace {
         if fs.read_only {
             return Err(Error::ReadOnly { path: root_path });
         }
-        let ledger = Ledger::open(&root_path.join(STATE_DIR).join(LEDGER_FILE))?;
+        let ledger = {
+            let _t = crate::trace::span("open ledger");
+            Ledger::open(&root_path.join(STATE_DIR).join(LEDGER_FILE))?
+        };
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
         let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
         let store = ObjectStore::new(objects, tmp, clones, ledger.path());
-        let (engine, engine_reason) = Engine::choose(&root, &fs);
+        let (engine, engine_reason) = {
+            let _t = crate::trace::span("choose engine");
+            Engine::choose(&root, &fs)
+        };
         Ok(Workspace {
             root_path,
             root,
