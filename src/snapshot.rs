@@ -13,7 +13,7 @@
 //! checkpoints call [`finish_pending`] first; writers of the stat cache
 //! hold `.rewind/manifest.lock` while they do.
 //!
-//! Snapshots live in `.rewind/snapshots/<id>`. A nested subvolume is not
+//! Snapshots live in `.rewind/state/snapshots/<id>`. A nested subvolume is not
 //! part of its parent's snapshots, so history never snapshots itself.
 //! Every checkpoint this engine makes has its own snapshot, which is the
 //! source of clones when a rewind restores it; gc deletes the snapshots of
@@ -26,7 +26,7 @@ use std::time::Duration;
 use rewind_platform::{Dir, FsInfo, FsKind, LockFile};
 use serde::Serialize;
 
-use crate::capture::{STATE_DIR, Sink};
+use crate::capture::Sink;
 use crate::chain::Fields;
 use crate::error::{Error, Result};
 use crate::ledger::Pending;
@@ -82,9 +82,9 @@ impl Engine {
     }
 }
 
-/// `.rewind/snapshots/`, created on first use.
+/// `.rewind/state/snapshots/`, created on first use.
 pub(crate) fn snapshots_dir(ws: &Workspace) -> Result<Dir> {
-    let state = ws.state_dir();
+    let state = ws.meta_dir();
     match state.mkdir(OsStr::new(SNAPSHOT_DIR), 0o755) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -93,7 +93,7 @@ pub(crate) fn snapshots_dir(ws: &Workspace) -> Result<Dir> {
     state.open_dir(OsStr::new(SNAPSHOT_DIR)).map_err(Error::os)
 }
 
-/// Snapshot the live tree, read-only, as `.rewind/snapshots/<id>`.
+/// Snapshot the live tree, read-only, as `.rewind/state/snapshots/<id>`.
 pub(crate) fn take(ws: &Workspace, id: &str) -> Result<()> {
     let _t = crate::trace::span("btrfs snapshot");
     let dir = snapshots_dir(ws)?;
@@ -112,7 +112,7 @@ pub(crate) fn take(ws: &Workspace, id: &str) -> Result<()> {
 /// A checkpoint's snapshot, when it has one that can still be trusted
 /// (present and read-only): the source of its content.
 pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
-    let state = ws.state_dir();
+    let state = ws.meta_dir();
     let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
         Ok(d) => d,
         Err(e) if e.is_not_found() => return Ok(None),
@@ -131,7 +131,7 @@ pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
 
 /// Delete a checkpoint's snapshot; false when it had none.
 pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
-    let state = ws.state_dir();
+    let state = ws.meta_dir();
     let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
         Ok(d) => d,
         Err(e) if e.is_not_found() => return Ok(false),
@@ -148,9 +148,9 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     }
 }
 
-/// The names in `.rewind/snapshots/`.
+/// The names in `.rewind/state/snapshots/`.
 pub(crate) fn names(ws: &Workspace) -> Result<Vec<String>> {
-    let state = ws.state_dir();
+    let state = ws.meta_dir();
     let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
         Ok(d) => d,
         Err(e) if e.is_not_found() => return Ok(Vec::new()),
@@ -289,7 +289,9 @@ pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
     if !ws.ledger().has_pending()? {
         return Ok(0);
     }
-    let _lock = manifest_lock(ws)?;
+    let Some(_lock) = wait_for_builder(ws)? else {
+        return Ok(0);
+    };
     let mut n = 0;
     for p in ws.ledger().pending()? {
         finish_one(ws, &p)?;
@@ -298,12 +300,35 @@ pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
     Ok(n)
 }
 
-/// Hold the lock that serialises writers of manifests and the stat cache.
-pub(crate) fn manifest_lock(ws: &Workspace) -> Result<LockFile> {
-    let path = ws.root_path().join(STATE_DIR).join(MANIFEST_LOCK);
-    match LockFile::acquire(&path, LOCK_TIMEOUT).map_err(Error::os)? {
-        Ok(l) => Ok(l),
-        Err(pid) => Err(Error::Locked { path, pid }),
+/// Take the lock that serialises builders of manifests (and writers of
+/// the stat cache). Another builder may hold it for a long time when many
+/// checkpoints were acknowledged quickly (each manifest re-hashes what
+/// changed): wait as long as it makes progress, saying so once; give up
+/// only when the pending count stops moving for `LOCK_TIMEOUT`. `None`
+/// when the other builder finished everything meanwhile.
+fn wait_for_builder(ws: &Workspace) -> Result<Option<LockFile>> {
+    let path = ws.meta_path().join(MANIFEST_LOCK);
+    let mut last = (usize::MAX, std::time::Instant::now());
+    let mut said = false;
+    loop {
+        match LockFile::acquire(&path, Duration::from_secs(1)).map_err(Error::os)? {
+            Ok(l) => return Ok(Some(l)),
+            Err(pid) => {
+                let n = ws.ledger().pending()?.len();
+                if n == 0 {
+                    return Ok(None);
+                }
+                if n != last.0 {
+                    last = (n, std::time::Instant::now());
+                } else if last.1.elapsed() > LOCK_TIMEOUT {
+                    return Err(Error::Locked { path, pid });
+                }
+                if !said {
+                    eprintln!("rewind: waiting for the manifests of {n} checkpoint(s) to be built");
+                    said = true;
+                }
+            }
+        }
     }
 }
 
@@ -370,11 +395,7 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
     eprintln!(
         "rewind: checkpoint {} cannot be finished: its snapshot {} is missing or no longer read-only; it is dropped",
         p.id,
-        ws.root_path()
-            .join(STATE_DIR)
-            .join(SNAPSHOT_DIR)
-            .join(&p.id)
-            .display()
+        ws.meta_path().join(SNAPSHOT_DIR).join(&p.id).display()
     );
     ws.ledger_mut().write(|tx| {
         tx.event(
@@ -401,7 +422,7 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
 /// close must not wait for it), stderr to `.rewind/finisher.log`.
 /// Returns false when this process is not the `rewind` binary (the library
 /// embedded elsewhere, tests): then the caller builds the manifest itself.
-pub(crate) fn spawn_finisher(root: &Path) -> bool {
+pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
     use std::os::unix::process::CommandExt;
     let Some(exe) = std::env::current_exe()
         .ok()
@@ -412,7 +433,7 @@ pub(crate) fn spawn_finisher(root: &Path) -> bool {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(root.join(STATE_DIR).join(FINISHER_LOG));
+        .open(meta.join(FINISHER_LOG));
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("-C")
         .arg(root)

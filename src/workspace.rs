@@ -22,6 +22,25 @@ use crate::snapshot::{self, Engine};
 use crate::{failpoint, time};
 
 pub const LEDGER_FILE: &str = "ledger.db";
+/// On a btrfs subvolume, everything rewind changes at every checkpoint
+/// (the ledger, lock files, the clock file, the snapshots directory) lives
+/// in this nested subvolume of `.rewind/`: nested subvolumes are not part
+/// of snapshots, so the snapshots do not pin old versions of it (D50).
+/// `objects/` and `tmp/` stay beside it, in the workspace's subvolume,
+/// where restored files are renamed from.
+pub const STATE_SUBVOLUME: &str = "state";
+
+/// Where the workspace's mutable state is: `.rewind/state/` when that
+/// subvolume holds the ledger, else `.rewind/` itself.
+fn meta_path(root_path: &Path) -> PathBuf {
+    let state = root_path.join(STATE_DIR);
+    let nested = state.join(STATE_SUBVOLUME);
+    if nested.join(LEDGER_FILE).exists() {
+        nested
+    } else {
+        state
+    }
+}
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Ignore rules kept in the state directory, where no rewind reaches.
@@ -37,6 +56,10 @@ pub struct Workspace {
     root_path: PathBuf,
     root: Dir,
     state: Dir,
+    /// Where mutable state lives: `.rewind/state/` (a subvolume, D50) or
+    /// `.rewind/`.
+    meta_path: PathBuf,
+    meta: Dir,
     ledger: Ledger,
     store: ObjectStore,
     fs: FsInfo,
@@ -138,7 +161,7 @@ impl Workspace {
                 Err(e) => return Err(Error::os(e)),
             }
         }
-        let ledger_path = root_path.join(STATE_DIR).join(LEDGER_FILE);
+        let mut ledger_path = meta_path(&root_path).join(LEDGER_FILE);
         if created || !ledger_path.exists() {
             if !created {
                 // .rewind/ without a ledger: refuse rather than start a new
@@ -151,6 +174,21 @@ impl Workspace {
                 if has_objects {
                     return Err(Error::LedgerMissing { path: ledger_path });
                 }
+            }
+            // A new history on a subvolume keeps its ledger out of the
+            // snapshots (D50); anywhere else, or if btrfs refuses, a file.
+            if Engine::choose(&root_dir, &FsInfo::of(&root_dir).map_err(Error::os)?).0
+                == Engine::Btrfs
+                && match rewind_platform::create_subvolume(&state, OsStr::new(STATE_SUBVOLUME)) {
+                    Ok(()) => true,
+                    // Left by a crash before the ledger was made in it.
+                    Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+                }
+            {
+                ledger_path = root_path
+                    .join(STATE_DIR)
+                    .join(STATE_SUBVOLUME)
+                    .join(LEDGER_FILE);
             }
             Ledger::create(&ledger_path, &ids::make_workspace_id())?;
             state.fsync().map_err(Error::os)?;
@@ -186,9 +224,11 @@ impl Workspace {
         if fs.read_only {
             return Err(Error::ReadOnly { path: root_path });
         }
+        let meta_path = meta_path(&root_path);
+        let meta = Dir::open(&meta_path).map_err(Error::os)?;
         let ledger = {
             let _t = crate::trace::span("open ledger");
-            Ledger::open(&root_path.join(STATE_DIR).join(LEDGER_FILE))?
+            Ledger::open(&meta_path.join(LEDGER_FILE))?
         };
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
@@ -202,6 +242,8 @@ impl Workspace {
             root_path,
             root,
             state,
+            meta_path,
+            meta,
             ledger,
             store,
             fs,
@@ -252,8 +294,14 @@ impl Workspace {
         (self.engine, self.engine_reason)
     }
 
-    pub(crate) fn state_dir(&self) -> &Dir {
-        &self.state
+    /// Where mutable state lives (lock files, the clock file, snapshots):
+    /// `.rewind/state/` on a btrfs subvolume (D50), else `.rewind/`.
+    pub(crate) fn meta_dir(&self) -> &Dir {
+        &self.meta
+    }
+
+    pub(crate) fn meta_path(&self) -> &Path {
+        &self.meta_path
     }
 
     pub fn clones(&self) -> bool {
@@ -293,7 +341,7 @@ impl Workspace {
         if self.lock.is_some() {
             return Ok(());
         }
-        let path = self.root_path.join(STATE_DIR).join("lock");
+        let path = self.meta_path.join("lock");
         match LockFile::acquire(&path, LOCK_TIMEOUT).map_err(Error::os)? {
             Ok(l) => self.lock = Some(l),
             Err(pid) => return Err(Error::Locked { path, pid }),
@@ -323,8 +371,8 @@ impl Workspace {
     /// racy-entry cut-off for the stat cache.
     pub(crate) fn fs_clock_ns(&self) -> i64 {
         let name = OsStr::new("clock");
-        let _ = self.state.unlink(name);
-        match self.state.create_new(name, 0o644) {
+        let _ = self.meta.unlink(name);
+        match self.meta.create_new(name, 0o644) {
             Ok(f) => {
                 let _ = std::io::Write::write_all(&mut &f, b"t");
                 f.metadata()
@@ -575,7 +623,7 @@ impl Workspace {
             snapshot::ManifestMode::Deferred => false,
             snapshot::ManifestMode::Background => {
                 let _t = crate::trace::span("start manifest builder");
-                !snapshot::spawn_finisher(&self.root_path)
+                !snapshot::spawn_finisher(&self.root_path, &self.meta_path)
             }
         };
         if inline {

@@ -32,7 +32,7 @@ fn engine(ws: &Path) -> String {
 }
 
 fn snapshot_names(ws: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(ws.join(".rewind/snapshots"))
+    let mut v: Vec<String> = std::fs::read_dir(ws.join(".rewind/state/snapshots"))
         .map(|r| {
             r.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
                 .collect()
@@ -111,7 +111,9 @@ fn a_checkpoint_is_acknowledged_from_its_snapshot_and_its_manifest_equals_a_walk
     // The snapshot is read-only: nothing can change a checkpoint.
     assert!(
         std::fs::write(
-            ws.join(".rewind/snapshots").join(&id).join("src/d0/f0.rs"),
+            ws.join(".rewind/state/snapshots")
+                .join(&id)
+                .join("src/d0/f0.rs"),
             b"x"
         )
         .is_err(),
@@ -235,7 +237,9 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
         rewind_json(&ws, &["rewind", id]);
     }
     // Someone flips a snapshot writable: verify --deep says so (exit 1).
-    let victim = ws.join(".rewind/snapshots").join(&live[live.len() - 1]);
+    let victim = ws
+        .join(".rewind/state/snapshots")
+        .join(&live[live.len() - 1]);
     let set_ro = |ro: &str| {
         let st = std::process::Command::new("btrfs")
             .args(["property", "set", "-ts"])

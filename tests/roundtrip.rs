@@ -346,12 +346,15 @@ fn round_trip_case_in(base: &Path, seed: u64, layout: Layout) {
     drop(ws);
     if layout == Layout::Subvolume {
         // Snapshots are read-only subvolumes: delete them, then the case.
-        let snaps = root.join(".rewind/snapshots");
+        let snaps = root.join(".rewind/state/snapshots");
         let dir = rewind_platform::Dir::open(&snaps).expect("open snapshots");
         for entry in std::fs::read_dir(&snaps).expect("list snapshots") {
             let entry = entry.expect("entry");
             rewind_platform::delete_subvolume(&dir, &entry.file_name()).expect("delete snapshot");
         }
+        // The ledger and the snapshots have a subvolume of their own (D50).
+        let state = rewind_platform::Dir::open(&root.join(".rewind")).expect("open state");
+        rewind_platform::delete_subvolume(&state, os(b"state")).expect("delete state subvolume");
         rewind_platform::delete_subvolume(&parent, os(name.as_bytes())).expect("delete case");
     } else {
         let _ = std::fs::remove_dir_all(&root);

@@ -40,7 +40,7 @@ struct Ledger {
     pending_rewind: bool,
     /// btrfs checkpoints acknowledged whose manifest is not built yet.
     pending_manifests: usize,
-    /// Read-only snapshots under .rewind/snapshots (btrfs engine).
+    /// Read-only snapshots under .rewind/state/snapshots (btrfs engine).
     snapshots: usize,
 }
 
