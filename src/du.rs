@@ -247,9 +247,9 @@ impl MetadataCost {
                 per_file: 1024,
                 per_extent: 256,
                 // tests/gc.rs, 100 snapshots each after a 4 KiB write into
-                // a 200 MiB file: ~100 KiB each (copy-on-write of the tree
+                // a 200 MiB file: ~22 KiB each (copy-on-write of the tree
                 // blocks the next change shares with the snapshot, DUP).
-                per_snapshot: 104 << 10,
+                per_snapshot: 22 << 10,
             },
             FsKind::Xfs => MetadataCost {
                 per_file: 512,

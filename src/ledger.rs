@@ -783,6 +783,13 @@ impl Ledger {
         while rows.next().map_err(self.err())?.is_some() {}
         drop(rows);
         drop(stmt);
+        self.fold_wal()
+    }
+
+    /// Fold the WAL into the main file and truncate it. A process that
+    /// commits many times (the manifest builder) would otherwise carry a
+    /// WAL of up to 1,000 pages (16 MiB) until it exits.
+    pub fn fold_wal(&self) -> Result<()> {
         self.conn
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
             .map_err(self.err())

@@ -297,6 +297,10 @@ pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
         finish_one(ws, &p)?;
         n += 1;
     }
+    if n > 1 {
+        // Best effort: a reader may hold the WAL; it is folded later.
+        let _ = ws.ledger().fold_wal();
+    }
     Ok(n)
 }
 
