@@ -349,42 +349,63 @@ fn snapshot_extents(
             continue;
         };
         snapshots += 1;
-        let mut stack = vec![(c.root, Vec::<u8>::new())];
-        while let Some((h, dir)) = stack.pop() {
-            if !seen.insert(h) {
-                continue;
+        for_each_file(ws, c.root, Some(&mut seen), |path, hash, _| {
+            if !objects.contains_key(&hash)
+                && let Some(ext) = extents_at(&snap, path)
+            {
+                objects.insert(hash, ext);
+                files += 1;
             }
-            let Some(node) = ws.ledger().tree(&h)? else {
-                continue;
+        })?;
+    }
+    Ok((snapshots, files))
+}
+
+/// Call `f(path, object, size)` for every file entry of the tree `root`.
+/// With `seen`, a node already in it is skipped (each distinct subtree is
+/// visited once, across calls); without, every path is visited.
+fn for_each_file(
+    ws: &Workspace,
+    root: Hash,
+    mut seen: Option<&mut HashSet<Hash>>,
+    mut f: impl FnMut(&[u8], Hash, u64),
+) -> Result<()> {
+    let mut stack = vec![(root, Vec::<u8>::new())];
+    while let Some((h, dir)) = stack.pop() {
+        if let Some(seen) = seen.as_deref_mut()
+            && !seen.insert(h)
+        {
+            continue;
+        }
+        let Some(node) = ws.ledger().tree(&h)? else {
+            continue;
+        };
+        for e in node.entries {
+            let path = if dir.is_empty() {
+                e.name.clone()
+            } else {
+                [dir.as_slice(), b"/", &e.name].concat()
             };
-            for e in node.entries {
-                let path = if dir.is_empty() {
-                    e.name.clone()
-                } else {
-                    [dir.as_slice(), b"/", &e.name].concat()
-                };
-                match e.target {
-                    Target::Tree(t) => stack.push((t, path)),
-                    Target::Object(o) if !objects.contains_key(&o) => {
-                        let p = Path::new(OsStr::from_bytes(&path));
-                        let parent = p.parent().unwrap_or(Path::new(""));
-                        let Ok(d) = snap.open_beneath(parent) else {
-                            continue;
-                        };
-                        let Ok((f, _)) = d.open_read(p.file_name().unwrap_or_default()) else {
-                            continue;
-                        };
-                        if let Ok(ext) = rewind_platform::extents(&f, p) {
-                            objects.insert(o, ext.iter().map(|x| (x.physical, x.length)).collect());
-                            files += 1;
-                        }
-                    }
-                    _ => {}
-                }
+            match e.target {
+                Target::Tree(t) => stack.push((t, path)),
+                Target::Object(o) => f(&path, o, e.size),
+                Target::Link(_) => {}
             }
         }
     }
-    Ok((snapshots, files))
+    Ok(())
+}
+
+/// The physical extents (start, length) of the file at `path` beneath
+/// `tree`; `None` when it cannot be opened or mapped.
+fn extents_at(tree: &rewind_platform::Dir, path: &[u8]) -> Option<Vec<(u64, u64)>> {
+    let p = Path::new(OsStr::from_bytes(path));
+    let d = tree
+        .open_beneath(p.parent().unwrap_or(Path::new("")))
+        .ok()?;
+    let (f, _) = d.open_read(p.file_name().unwrap_or_default()).ok()?;
+    let ext = rewind_platform::extents(&f, p).ok()?;
+    Some(ext.iter().map(|x| (x.physical, x.length)).collect())
 }
 
 /// A cheap upper bound of [`store_physical`]: allocated blocks, shared
@@ -418,36 +439,14 @@ fn live_tree_extents(ws: &Workspace, min_size: u64) -> Result<Vec<(u64, u64)>> {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
-    let mut stack = vec![(head.root, Vec::<u8>::new())];
-    while let Some((h, dir)) = stack.pop() {
-        let Some(node) = ws.ledger().tree(&h)? else {
-            continue;
-        };
-        for e in node.entries {
-            let path = if dir.is_empty() {
-                e.name.clone()
-            } else {
-                [dir.as_slice(), b"/", &e.name].concat()
-            };
-            match e.target {
-                Target::Tree(t) => stack.push((t, path)),
-                Target::Object(_) if e.size >= min_size => {
-                    let p = Path::new(OsStr::from_bytes(&path));
-                    let parent = p.parent().unwrap_or(Path::new(""));
-                    let Ok(d) = ws.root_dir().open_beneath(parent) else {
-                        continue;
-                    };
-                    let Ok((f, _)) = d.open_read(p.file_name().unwrap_or_default()) else {
-                        continue;
-                    };
-                    if let Ok(ext) = rewind_platform::extents(&f, p) {
-                        out.extend(ext.iter().map(|x| (x.physical, x.length)));
-                    }
-                }
-                _ => {}
-            }
+    // Every path: two paths with the same content are two files.
+    for_each_file(ws, head.root, None, |path, _, size| {
+        if size >= min_size
+            && let Some(ext) = extents_at(ws.root_dir(), path)
+        {
+            out.extend(ext);
         }
-    }
+    })?;
     Ok(union(out))
 }
 

@@ -195,6 +195,23 @@ fn id_taken(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
     .map(|o| o.is_some())
 }
 
+/// The next seq, and the first id `make(seq, nonce)` gives for nonce = 0,
+/// 1, ... that no checkpoint, pending one or alias has taken.
+fn fresh_id(
+    conn: &Connection,
+    mut make: impl FnMut(i64, u64) -> String,
+) -> rusqlite::Result<(i64, String)> {
+    let seq = next_seq(conn)?;
+    let mut nonce = 0;
+    loop {
+        let id = make(seq, nonce);
+        if !id_taken(conn, &id)? {
+            return Ok((seq, id));
+        }
+        nonce += 1;
+    }
+}
+
 fn next_seq(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row(
         "SELECT max(coalesce((SELECT max(seq) FROM checkpoints), 0),
@@ -901,16 +918,8 @@ impl Ledger {
 
     /// The seq and id the next checkpoint would get. Only stable while the
     /// caller holds the workspace lock (the only writer of new seqs).
-    pub fn next_id(&self, mut make: impl FnMut(i64, u64) -> String) -> Result<(i64, String)> {
-        let seq = next_seq(&self.conn).map_err(self.err())?;
-        let mut nonce = 0;
-        loop {
-            let id = make(seq, nonce);
-            if !id_taken(&self.conn, &id).map_err(self.err())? {
-                return Ok((seq, id));
-            }
-            nonce += 1;
-        }
+    pub fn next_id(&self, make: impl FnMut(i64, u64) -> String) -> Result<(i64, String)> {
+        fresh_id(&self.conn, make).map_err(self.err())
     }
 
     /// The seq HEAD points at, without reading its row (which a pending
@@ -1033,13 +1042,9 @@ impl Tx<'_> {
         put_meta(self.tx, key, value).map_err(self.err())
     }
 
-    /// Whether an id is taken: by a checkpoint, a pending one, or an alias.
-    pub fn id_exists(&self, id: &str) -> Result<bool> {
-        id_taken(self.tx, id).map_err(self.err())
-    }
-
-    pub fn next_seq(&self) -> Result<i64> {
-        next_seq(self.tx).map_err(self.err())
+    /// The seq and id of a new checkpoint (see [`Ledger::next_id`]).
+    pub fn next_id(&self, make: impl FnMut(i64, u64) -> String) -> Result<(i64, String)> {
+        fresh_id(self.tx, make).map_err(self.err())
     }
 
     /// The seq HEAD points at, read inside the transaction.

@@ -109,14 +109,20 @@ pub(crate) fn take(ws: &Workspace, id: &str) -> Result<()> {
     })
 }
 
+/// The snapshots directory, if it exists yet.
+fn existing_snapshots_dir(ws: &Workspace) -> Result<Option<Dir>> {
+    match ws.meta_dir().open_dir(OsStr::new(SNAPSHOT_DIR)) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(Error::os(e)),
+    }
+}
+
 /// A checkpoint's snapshot, when it has one that can still be trusted
 /// (present and read-only): the source of its content.
 pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
-    let state = ws.meta_dir();
-    let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
-        Ok(d) => d,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(Error::os(e)),
+    let Some(dir) = existing_snapshots_dir(ws)? else {
+        return Ok(None);
     };
     let snap = match dir.open_dir(OsStr::new(id)) {
         Ok(d) => d,
@@ -131,11 +137,8 @@ pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
 
 /// Delete a checkpoint's snapshot; false when it had none.
 pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
-    let state = ws.meta_dir();
-    let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
-        Ok(d) => d,
-        Err(e) if e.is_not_found() => return Ok(false),
-        Err(e) => return Err(Error::os(e)),
+    let Some(dir) = existing_snapshots_dir(ws)? else {
+        return Ok(false);
     };
     match rewind_platform::delete_subvolume(&dir, OsStr::new(id)) {
         Ok(()) => Ok(true),
@@ -150,11 +153,8 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
 
 /// The names in `.rewind/state/snapshots/`.
 pub(crate) fn names(ws: &Workspace) -> Result<Vec<String>> {
-    let state = ws.meta_dir();
-    let dir = match state.open_dir(OsStr::new(SNAPSHOT_DIR)) {
-        Ok(d) => d,
-        Err(e) if e.is_not_found() => return Ok(Vec::new()),
-        Err(e) => return Err(Error::os(e)),
+    let Some(dir) = existing_snapshots_dir(ws)? else {
+        return Ok(Vec::new());
     };
     let mut out: Vec<String> = dir
         .entries()
@@ -176,6 +176,27 @@ fn reserve(ws: &Workspace) -> Result<(i64, String)> {
     })
 }
 
+/// A snapshot of the live tree just taken under a reserved seq and id,
+/// with the filesystem clock read just before it (the racy cut-off for
+/// its manifest).
+struct Taken {
+    seq: i64,
+    id: String,
+    clock_ns: i64,
+}
+
+/// Reserve the next seq and id and snapshot the live tree under that id.
+/// The id is reserved (not committed) before the snapshot is named after
+/// it: only this process writes checkpoints while it holds the workspace
+/// lock, and an orphan snapshot left by a crash before the commit is
+/// removed by gc.
+fn take_new(ws: &Workspace) -> Result<Taken> {
+    let clock_ns = ws.fs_clock_ns();
+    let (seq, id) = reserve(ws)?;
+    take(ws, &id)?;
+    Ok(Taken { seq, id, clock_ns })
+}
+
 /// Acknowledge a checkpoint: snapshot the tree and record it as pending,
 /// parent = HEAD, and make it HEAD. O(1) in the tree's size. The caller
 /// holds the workspace lock.
@@ -185,13 +206,7 @@ pub(crate) fn acknowledge(
     kind: &str,
     reuse: bool,
 ) -> Result<Pending> {
-    let clock_ns = ws.fs_clock_ns();
-    // The id is reserved (not committed) before the snapshot is named
-    // after it: only this process writes checkpoints while it holds the
-    // workspace lock, and an orphan snapshot left by a crash before the
-    // commit is removed by gc.
-    let (seq, id) = reserve(ws)?;
-    take(ws, &id)?;
+    let Taken { seq, id, clock_ns } = take_new(ws)?;
     failpoint::hit("btrfs:snapshotted");
     let _t = crate::trace::span("commit pending checkpoint");
     let pending = ws.ledger_mut().write(|tx| {
@@ -244,9 +259,7 @@ impl Drop for SafetySnapshot {
 /// holds the workspace lock, so the reserved seq and id stay free until
 /// its commit.
 pub(crate) fn take_for_safety(ws: &mut Workspace) -> Result<SafetySnapshot> {
-    let clock_ns = ws.fs_clock_ns();
-    let (seq, id) = reserve(ws)?;
-    take(ws, &id)?;
+    let Taken { seq, id, clock_ns } = take_new(ws)?;
     Ok(SafetySnapshot {
         seq,
         id,

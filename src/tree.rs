@@ -517,17 +517,26 @@ mod tests {
         assert_eq!(Node::decode(&n.encode()).unwrap(), n);
     }
 
-    #[test]
-    fn decode_rejects_unsorted_duplicate_and_dotdot_names() {
+    /// `decode` refuses what `encode` wrote of a node with unsorted,
+    /// duplicated or dot-dot names.
+    fn assert_rejects_bad_names(
+        encode: fn(&Node) -> Vec<u8>,
+        decode: fn(&[u8]) -> Result<Node, DecodeError>,
+    ) {
         let mut n = sample();
         n.entries.swap(0, 1);
-        assert!(Node::decode(&n.encode()).is_err());
+        assert!(decode(&encode(&n)).is_err(), "unsorted");
         let mut n = sample();
         n.entries[1].name = b"a".to_vec();
-        assert!(Node::decode(&n.encode()).is_err());
+        assert!(decode(&encode(&n)).is_err(), "duplicated");
         let mut n = sample();
         n.entries[0].name = b"..".to_vec();
-        assert!(Node::decode(&n.encode()).is_err());
+        assert!(decode(&encode(&n)).is_err(), "dot-dot");
+    }
+
+    #[test]
+    fn decode_rejects_unsorted_duplicate_and_dotdot_names() {
+        assert_rejects_bad_names(Node::encode, Node::decode);
         let mut bytes = sample().encode();
         bytes.push(0);
         assert!(Node::decode(&bytes).is_err());
@@ -668,16 +677,7 @@ mod tests {
             long.push(0);
             assert!(Node::decode_stored(&long).is_err());
         }
-        // Unsorted, duplicated and dot-dot names.
-        let mut n = sample();
-        n.entries.swap(0, 1);
-        assert!(Node::decode_stored(&n.encode_stored()).is_err());
-        let mut n = sample();
-        n.entries[1].name = b"a".to_vec();
-        assert!(Node::decode_stored(&n.encode_stored()).is_err());
-        let mut n = sample();
-        n.entries[0].name = b"..".to_vec();
-        assert!(Node::decode_stored(&n.encode_stored()).is_err());
+        assert_rejects_bad_names(Node::encode_stored, Node::decode_stored);
         // Unknown flags, a shared prefix longer than the previous name, and
         // a varint that does not fit 64 bits.
         let one = Node {

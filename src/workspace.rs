@@ -551,12 +551,7 @@ impl Workspace {
         }
         let started = Instant::now();
         self.lock()?;
-        // rewind.toml is read for [retention]; a broken file must not stop
-        // checkpoints (the hook reports it), so retention falls back to
-        // the defaults then.
-        let retention = crate::config::Config::load(&self.root_path)
-            .map(|c| c.retention)
-            .unwrap_or_default();
+        let retention = self.retention();
         let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
         let mut cap = self.capture_live()?;
         failpoint::hit("checkpoint:before-sync");
@@ -613,9 +608,7 @@ impl Workspace {
             let _t = crate::trace::span("lock");
             self.lock_for_snapshot()?;
         }
-        let retention = crate::config::Config::load(&self.root_path)
-            .map(|c| c.retention)
-            .unwrap_or_default();
+        let retention = self.retention();
         crate::gc::refuse_if_over_budget(self, &retention)?;
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
         let inline = match snapshot::ManifestMode::from_env() {
@@ -674,12 +667,18 @@ impl Workspace {
         })
     }
 
-    /// Retention after a checkpoint (rewind.toml [retention]); a broken
-    /// rewind.toml falls back to the defaults.
-    pub(crate) fn retention_after_checkpoint(&mut self) -> Result<(Vec<String>, Vec<String>)> {
-        let retention = crate::config::Config::load(&self.root_path)
+    /// The retention policy (rewind.toml [retention]). A broken file must
+    /// not stop checkpoints (the hook reports it), so retention falls back
+    /// to the defaults then.
+    fn retention(&self) -> crate::config::Retention {
+        crate::config::Config::load(&self.root_path)
             .map(|c| c.retention)
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// Retention after a checkpoint (rewind.toml [retention]).
+    pub(crate) fn retention_after_checkpoint(&mut self) -> Result<(Vec<String>, Vec<String>)> {
+        let retention = self.retention();
         if !crate::gc::after_checkpoint_needed(self, &retention)? {
             return Ok(Default::default());
         }
@@ -952,15 +951,8 @@ pub(crate) fn insert_checkpoint(
     let (seq, id, created_at) = match preset {
         Some((seq, id, at)) => (seq, id.to_owned(), at),
         None => {
-            let seq = tx.next_seq()?;
-            let mut nonce = 0;
-            let id = loop {
-                let id = ids::make_id(workspace_id, seq, root, nonce);
-                if !tx.id_exists(&id)? {
-                    break id;
-                }
-                nonce += 1;
-            };
+            let (seq, id) =
+                tx.next_id(|seq, nonce| ids::make_id(workspace_id, seq, root, nonce))?;
             (seq, id, time::now_ms())
         }
     };

@@ -369,7 +369,13 @@ fn cases() -> u32 {
 }
 
 fn property_on(fs: Fs) {
-    let Some(lfs) = LoopFs::new(fs, 1024) else {
+    property(fs, 1024, Layout::Directory, fs.name());
+}
+
+/// Run [`round_trip_case_in`] for `cases()` random seeds on a fresh `fs`
+/// of `size_mb`, each case's root laid out as `layout`.
+fn property(fs: Fs, size_mb: u64, layout: Layout, name: &str) {
+    let Some(lfs) = LoopFs::new(fs, size_mb) else {
         return;
     };
     let base = lfs.subdir("cases");
@@ -380,10 +386,10 @@ fn property_on(fs: Fs) {
     });
     runner
         .run(&any::<u64>(), |seed| {
-            round_trip_case(&base, seed);
+            round_trip_case_in(&base, seed, layout);
             Ok(())
         })
-        .unwrap_or_else(|e| panic!("{}: {e}", fs.name()));
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
 }
 
 #[test]
@@ -486,19 +492,5 @@ fn many_small_files_beyond_the_memory_budget_round_trip() {
 /// from them.
 #[test]
 fn rewind_restores_the_exact_tree_with_the_btrfs_snapshot_engine() {
-    let Some(lfs) = LoopFs::new(Fs::Btrfs, 2048) else {
-        return;
-    };
-    let base = lfs.subdir("subvolumes");
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: cases(),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
-    runner
-        .run(&any::<u64>(), |seed| {
-            round_trip_case_in(&base, seed, Layout::Subvolume);
-            Ok(())
-        })
-        .unwrap_or_else(|e| panic!("btrfs engine: {e}"));
+    property(Fs::Btrfs, 2048, Layout::Subvolume, "btrfs engine");
 }
