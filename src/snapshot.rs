@@ -11,7 +11,7 @@
 //! snapshot is read-only, so building the manifest later gives exactly the
 //! tree building it at once would have (D47). Commands that read
 //! checkpoints call [`finish_pending`] first; writers of the stat cache
-//! hold `.rewind/manifest.lock` while they do.
+//! hold `manifest.lock` (beside the ledger) while they do.
 //!
 //! Snapshots live in `.rewind/state/snapshots/<id>`. A nested subvolume is not
 //! part of its parent's snapshots, so history never snapshots itself.
@@ -294,7 +294,7 @@ pub enum Finished {
 }
 
 /// Build the manifests of every pending checkpoint, oldest first. Takes
-/// `.rewind/manifest.lock` (waiting for a running builder, which usually
+/// `manifest.lock` beside the ledger (waiting for a running builder, which usually
 /// has finished them by then). Needs no workspace lock: only a holder of
 /// that lock adds pending rows, and every holder finishes them first, so
 /// nothing a lock holder (gc) does can race this.
@@ -436,7 +436,7 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
 
 /// Start `rewind finish-manifests` for this workspace, detached: its own
 /// process group, no stdin/stdout (an agent waiting for our stdout to
-/// close must not wait for it), stderr to `.rewind/finisher.log`.
+/// close must not wait for it), stderr to `finisher.log` beside the ledger.
 /// Returns false when this process is not the `rewind` binary (the library
 /// embedded elsewhere, tests): then the caller builds the manifest itself.
 pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
