@@ -176,6 +176,60 @@ pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
         .collect()
 }
 
+/// What a change tracker (the FUSE daemon) saw change since the stat cache
+/// was written, as directories. A scoped capture opens only these
+/// directories and their ancestors; every other directory keeps its cached
+/// node without being opened, which makes a checkpoint O(changed).
+#[derive(Debug, Default, Clone)]
+pub struct Scope {
+    /// Directories whose entries (names, content, metadata) may have changed.
+    dirty: HashSet<Vec<u8>>,
+    /// Directories walked in full: an ignore file changed there, which can
+    /// change what is captured anywhere below.
+    deep: HashSet<Vec<u8>>,
+    /// Every ancestor of the above: listed to rebuild their nodes.
+    spine: HashSet<Vec<u8>>,
+}
+
+impl Scope {
+    pub fn new(dirty: HashSet<Vec<u8>>, deep: HashSet<Vec<u8>>) -> Scope {
+        let mut spine = HashSet::new();
+        spine.insert(Vec::new());
+        for d in dirty.iter().chain(deep.iter()) {
+            for (i, &c) in d.iter().enumerate() {
+                if c == b'/' {
+                    spine.insert(d[..i].to_vec());
+                }
+            }
+        }
+        Scope { dirty, deep, spine }
+    }
+
+    /// The directory must be listed (it or something below it changed).
+    fn lists(&self, rel: &[u8]) -> bool {
+        self.dirty.contains(rel) || self.spine.contains(rel) || self.deep.contains(rel)
+    }
+
+    pub fn len(&self) -> usize {
+        self.dirty.len() + self.deep.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What guides a capture besides the stat cache.
+#[derive(Clone, Copy)]
+pub enum Guide<'a> {
+    /// Stat everything.
+    None,
+    /// `root` is a btrfs snapshot of this tree (see [`capture`]).
+    Mirror(&'a Dir),
+    /// Only these directories changed (see [`Scope`]).
+    Scope(&'a Scope),
+}
+
 /// Something the capture saw and deliberately left out.
 #[derive(Debug, Clone, Serialize)]
 pub struct Skipped {
@@ -234,6 +288,9 @@ struct Outputs {
     new_nodes: Vec<(Hash, Vec<u8>)>,
     cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     visited: HashSet<Vec<u8>>,
+    /// Directories a scoped capture kept without opening: their stat-cache
+    /// rows, and those of everything below, stay.
+    kept: HashSet<Vec<u8>>,
     skipped: Vec<Skipped>,
 }
 
@@ -298,6 +355,7 @@ struct Walker<'a> {
     cache: &'a StatCache,
     sink: Sink<'a>,
     clock_ns: i64,
+    scope: Option<&'a Scope>,
     out: Mutex<Outputs>,
     counters: Counters,
     progress: &'a Progress,
@@ -321,7 +379,9 @@ fn ignore_matcher(text: &str, path: &Path) -> Result<ignore::gitignore::Gitignor
 /// that no rewind can change them. `clock_ns` is the filesystem's notion of
 /// "now" taken just before the walk (see the module docs on racy entries).
 ///
-/// `mirror`: a tree known to hold, at the same paths, the same inodes as
+/// `Guide::Scope`: only the scope's directories are opened (see [`Scope`]).
+///
+/// `Guide::Mirror`: a tree known to hold, at the same paths, the same inodes as
 /// `root` wherever neither changed since the stat cache was written: the
 /// live workspace when `root` is a btrfs snapshot of it. An entry whose
 /// stat in the mirror the cache vouches for is taken from the cache
@@ -333,7 +393,7 @@ fn ignore_matcher(text: &str, path: &Path) -> Result<ignore::gitignore::Gitignor
 /// the cache does not vouch for is read from `root`.
 pub fn capture(
     root: &Dir,
-    mirror: Option<&Dir>,
+    guide: Guide<'_>,
     cache: &StatCache,
     sink: Sink<'_>,
     clock_ns: i64,
@@ -341,11 +401,17 @@ pub fn capture(
     state_ignores: Option<(&str, &Path)>,
 ) -> Result<Capture> {
     let root_meta = root.meta().map_err(Error::os)?;
+    let (mirror, scope) = match guide {
+        Guide::None => (None, None),
+        Guide::Mirror(m) => (Some(m), None),
+        Guide::Scope(s) => (None, Some(s)),
+    };
     let walker = Walker {
         root_dev: root_meta.dev,
         cache,
         sink,
         clock_ns,
+        scope,
         out: Mutex::new(Outputs::default()),
         counters: Counters::default(),
         progress,
@@ -356,12 +422,19 @@ pub fn capture(
         base.push((0, Arc::new(ignore_matcher(text, path)?)));
     }
     let mirror = mirror.and_then(|m| m.try_clone().ok());
-    let root_hash = walker.walk_dir(root_dir, mirror, Vec::new(), &base)?;
+    let root_hash = walker.walk_dir(root_dir, mirror, Vec::new(), &base, scope.is_some())?;
     let stats = walker.counters.snapshot();
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
+    let kept = |k: &[u8]| {
+        !out.kept.is_empty()
+            && (out.kept.contains(k)
+                || k.iter()
+                    .enumerate()
+                    .any(|(i, &c)| c == b'/' && out.kept.contains(&k[..i])))
+    };
     let cache_removals = cache
         .keys()
-        .filter(|k| !out.visited.contains(*k))
+        .filter(|k| !out.visited.contains(*k) && !kept(k))
         .cloned()
         .collect();
     let mut skipped = out.skipped;
@@ -450,13 +523,16 @@ impl Walker<'_> {
     /// Capture one directory: stat every entry here (cheap, sequential),
     /// then hash misses and descend into subdirectories in parallel. A
     /// directory whose records all match the cache keeps its node as is.
+    /// `scoped`: descend only into directories the scope lists.
     fn walk_dir(
         &self,
         dir: Dir,
         mirror: Option<Dir>,
         rel: Vec<u8>,
         parent_ignores: &IgnoreStack,
+        scoped: bool,
     ) -> Result<Hash> {
+        let scoped = scoped && self.scope.is_some_and(|s| !s.deep.contains(&rel));
         crate::failpoint::hit("capture:dir");
         if self.progress.cancelled() {
             return Err(Error::Cancelled);
@@ -480,12 +556,12 @@ impl Walker<'_> {
         let resolved: Vec<Result<Option<Resolved<'_>>>> = if work > 1 {
             slots
                 .into_par_iter()
-                .map(|slot| self.resolve(&dir, mirror.as_ref(), &rel, slot, &ignores))
+                .map(|slot| self.resolve(&dir, mirror.as_ref(), &rel, slot, &ignores, scoped))
                 .collect()
         } else {
             slots
                 .into_iter()
-                .map(|slot| self.resolve(&dir, mirror.as_ref(), &rel, slot, &ignores))
+                .map(|slot| self.resolve(&dir, mirror.as_ref(), &rel, slot, &ignores, scoped))
                 .collect()
         };
         let mut recs: Vec<Resolved<'_>> = Vec::with_capacity(resolved.len());
@@ -599,6 +675,7 @@ impl Walker<'_> {
         rel: &[u8],
         slot: Slot<'c>,
         ignores: &IgnoreStack,
+        scoped: bool,
     ) -> Result<Option<Resolved<'c>>> {
         match slot {
             Slot::Same(prev) => Ok(Some(Resolved::Same(prev))),
@@ -634,6 +711,15 @@ impl Walker<'_> {
             }
             Slot::Dir(name, meta, prev) => {
                 let path = join(rel, name.as_bytes());
+                // Outside the scope, a directory the cache vouches for is
+                // unchanged below too: the tracker saw every change.
+                if let Some(p) = prev
+                    && scoped
+                    && self.scope.is_some_and(|s| !s.lists(&path))
+                {
+                    self.lock_out().kept.insert(path);
+                    return Ok(Some(Resolved::Same(p)));
+                }
                 let sub = match dir.open_dir(&name) {
                     Ok(d) => d,
                     Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
@@ -650,7 +736,8 @@ impl Walker<'_> {
                     None => sub.user_xattrs().map_err(Error::os)?,
                 };
                 let sub_mirror = mirror.and_then(|m| m.open_dir(&name).ok());
-                let subtree = self.walk_dir(sub, sub_mirror, path, ignores)?;
+                let sub_scoped = scoped && self.scope.is_some_and(|s| s.lists(&path));
+                let subtree = self.walk_dir(sub, sub_mirror, path, ignores, sub_scoped)?;
                 if let Some(p) = prev
                     && p.entry.subtree() == Some(subtree)
                 {

@@ -8,6 +8,9 @@ pub enum Error {
     #[error("{0}")]
     Os(#[from] rewind_platform::Error),
 
+    #[error("{0}")]
+    Mount(#[from] rewind_fuse::Error),
+
     #[error("no space left on the device holding {}: free some space (or run `rewind gc` once it exists), then retry; nothing was changed", path.display())]
     NoSpace { path: PathBuf },
 
@@ -98,6 +101,9 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::Os(_) => "IO",
+            Error::Mount(rewind_fuse::Error::AlreadyMounted { .. }) => "ALREADY_MOUNTED",
+            Error::Mount(rewind_fuse::Error::Busy { .. }) => "BUSY",
+            Error::Mount(_) => "MOUNT",
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::ReadOnly { .. } => "READ_ONLY",

@@ -22,6 +22,7 @@ pub mod hooks;
 pub mod ids;
 pub mod ledger;
 pub mod mcp;
+pub mod mount;
 pub mod objects;
 pub mod progress;
 pub mod rewind;

@@ -218,12 +218,15 @@ fn run_to(
     }
 
     ws.lock()?;
+    // Mounted: nobody sees the tree from the safety capture until the
+    // apply is done and the kernel's caches are dropped.
+    let mut frozen = ws.freeze()?;
     // 1. Capture first: the live tree is saved before anything changes
     //    (the btrfs engine snapshots it and builds the manifest right away:
     //    the plan needs it).
     let safety_snapshot = match ws.engine().0 {
         Engine::Btrfs => Some(snapshot::take_for_safety(ws)?),
-        Engine::Walk => None,
+        Engine::Walk | Engine::Fuse => None,
     };
     let mut cap = match &safety_snapshot {
         Some(s) => snapshot::capture(ws, s)?,
@@ -306,6 +309,7 @@ fn run_to(
         Ok(safety)
     })?;
     drop(t);
+    ws.commit_dirty()?;
     // The safety snapshot is kept unless HEAD served as the safety
     // checkpoint (then dropping it deletes it).
     if let Some(s) = &safety_snapshot
@@ -324,7 +328,12 @@ fn run_to(
         apply_plan(ws, &target.id, &trees, &changes, aopts)
     };
     let report = match report {
-        Ok(r) => r,
+        Ok(r) => {
+            if let Some(f) = frozen.as_mut() {
+                f.changed(changes.iter().map(|c| c.path.clone()));
+            }
+            r
+        }
         Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => {
             reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)?
         }
@@ -333,6 +342,7 @@ fn run_to(
     drop(t);
     // 5 + 6.
     finish(ws, op, target.seq, safety_seq, &report, false)?;
+    drop(frozen);
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
     let effects_not_undone = ws.ledger().effects_not_undone()?;
     Ok(RewindReport {
@@ -487,9 +497,11 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .checkpoint_by_seq(intent.target)?
         .map(|c| c.id)
         .unwrap_or_default();
+    let frozen = ws.freeze()?;
     let report = reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts)?;
     let op = Op::parse(&intent.op);
     finish(ws, op, intent.target, intent.safety, &report, true)?;
+    drop(frozen);
     eprintln!(
         "rewind: finished an interrupted {} to {target} ({} written, {} deleted)",
         op.as_str(),

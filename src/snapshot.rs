@@ -47,6 +47,8 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum Engine {
     Walk,
     Btrfs,
+    /// Mounted with `rewind mount`: a walk guided by the daemon's dirty set.
+    Fuse,
 }
 
 impl Engine {
@@ -54,6 +56,7 @@ impl Engine {
         match self {
             Engine::Walk => "walk",
             Engine::Btrfs => "btrfs",
+            Engine::Fuse => "fuse",
         }
     }
 

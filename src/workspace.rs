@@ -16,6 +16,7 @@ use crate::diff::{self, Counts, DiffOptions, Trees};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::ledger::{Checkpoint, Ledger};
+use crate::mount::{Frozen, MountLink};
 use crate::objects::ObjectStore;
 use crate::progress::{Observer, Progress};
 use crate::snapshot::{self, Engine};
@@ -53,7 +54,13 @@ pub const STATE_IGNORE_FILE: &str = "ignore";
 pub(crate) const STAT_CACHE_FROM: &str = "stat_cache_from";
 
 pub struct Workspace {
+    /// The workspace as the user names it (messages, path arguments).
     root_path: PathBuf,
+    /// How this process reaches the tree by path: `root_path`, or the
+    /// backing root behind a `rewind mount` (where `.rewind/` is hidden).
+    io_path: PathBuf,
+    /// The daemon serving the workspace, when mounted.
+    mount: Option<MountLink>,
     root: Dir,
     state: Dir,
     /// Where mutable state lives: `.rewind/state/` (a subvolume, D50) or
@@ -132,11 +139,27 @@ impl ChangeJson {
 impl Workspace {
     /// The workspace that holds `start`: the nearest ancestor with a
     /// `.rewind/` directory.
+    /// Under a `rewind mount`, `.rewind/` is hidden: the mount point is
+    /// found by its control socket instead.
     pub fn discover(start: &Path) -> Option<PathBuf> {
-        let start = std::fs::canonicalize(start).ok()?;
+        let start = match std::fs::canonicalize(start) {
+            Ok(s) => s,
+            // ENOTCONN: inside the mount of a daemon that died. Detach it
+            // (connecting does) and look again at the backing tree.
+            Err(e) if e.raw_os_error() == Some(107) => {
+                let abs = std::path::absolute(start).ok()?;
+                for a in abs.ancestors() {
+                    if rewind_fuse::socket_path(a).exists() {
+                        let _ = MountLink::connect(a);
+                    }
+                }
+                std::fs::canonicalize(&abs).ok()?
+            }
+            Err(_) => return None,
+        };
         start
             .ancestors()
-            .find(|p| p.join(STATE_DIR).is_dir())
+            .find(|p| p.join(STATE_DIR).is_dir() || rewind_fuse::socket_path(p).exists())
             .map(Path::to_path_buf)
     }
 
@@ -194,37 +217,59 @@ impl Workspace {
             state.fsync().map_err(Error::os)?;
         }
         Ok((
-            Self::open_at(root_path, root_dir, state, show_progress)?,
+            Self::open_at(root_path, None, root_dir, state, show_progress)?,
             created,
         ))
     }
 
-    /// Open an existing workspace rooted exactly at `root`.
+    /// Open an existing workspace rooted exactly at `root`, through its
+    /// mount daemon when `rewind mount` serves it.
     pub fn open(root: &Path, show_progress: bool) -> Result<Workspace> {
-        let root_path = std::fs::canonicalize(root)
-            .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
-        let root_dir = Dir::open(&root_path).map_err(Error::os)?;
+        let canonical = |root: &Path| {
+            std::fs::canonicalize(root)
+                .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))
+        };
+        let root_path = match canonical(root) {
+            // ENOTCONN: the mount of a daemon that died.
+            Err(Error::Os(e)) if e.raw_os_error() == Some(107) => {
+                let abs = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+                MountLink::connect(&abs)?;
+                canonical(root)?
+            }
+            r => r?,
+        };
+        let mount = MountLink::connect(&root_path)?;
+        let io_path = match &mount {
+            Some(m) => m.access_path().to_path_buf(),
+            None => root_path.clone(),
+        };
+        let root_dir = Dir::open(&io_path).map_err(Error::os)?;
         let state = match root_dir.open_dir(OsStr::new(STATE_DIR)) {
             Ok(d) => d,
             Err(e) if e.is_not_found() => return Err(Error::NotAWorkspace { path: root_path }),
             Err(e) => return Err(Error::os(e)),
         };
-        Self::open_at(root_path, root_dir, state, show_progress)
+        Self::open_at(root_path, mount, root_dir, state, show_progress)
     }
 
     fn open_at(
         root_path: PathBuf,
+        mount: Option<MountLink>,
         root: Dir,
         state: Dir,
         show_progress: bool,
     ) -> Result<Workspace> {
+        let io_path = match &mount {
+            Some(m) => m.access_path().to_path_buf(),
+            None => root_path.clone(),
+        };
         let fs = FsInfo::of(&state).map_err(Error::os)?;
         // SQLite in WAL mode cannot even read on a read-only mount; say so
         // plainly instead of "unable to open database file".
         if fs.read_only {
             return Err(Error::ReadOnly { path: root_path });
         }
-        let meta_path = meta_path(&root_path);
+        let meta_path = meta_path(&io_path);
         let meta = Dir::open(&meta_path).map_err(Error::os)?;
         let ledger = {
             let _t = crate::trace::span("open ledger");
@@ -234,12 +279,20 @@ impl Workspace {
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
         let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
         let store = ObjectStore::new(objects, tmp, clones, ledger.path());
-        let (engine, engine_reason) = {
-            let _t = crate::trace::span("choose engine");
-            Engine::choose(&root, &fs)
+        let (engine, engine_reason) = match &mount {
+            Some(_) => (
+                Engine::Fuse,
+                "mounted with `rewind mount`: the daemon's dirty set guides the capture",
+            ),
+            None => {
+                let _t = crate::trace::span("choose engine");
+                Engine::choose(&root, &fs)
+            }
         };
         Ok(Workspace {
             root_path,
+            io_path,
+            mount,
             root,
             state,
             meta_path,
@@ -270,6 +323,30 @@ impl Workspace {
 
     pub fn root_path(&self) -> &Path {
         &self.root_path
+    }
+
+    /// The path to use for I/O on the tree (see the field docs): never a
+    /// path through the mount, which a rewind freezes.
+    pub fn io_path(&self) -> &Path {
+        &self.io_path
+    }
+
+    /// The mount daemon serving this workspace, if any.
+    pub fn mount(&self) -> Option<&MountLink> {
+        self.mount.as_ref()
+    }
+
+    /// Freeze the mount (if mounted) until the guard is dropped.
+    pub(crate) fn freeze(&self) -> Result<Option<Frozen>> {
+        self.mount.as_ref().map(MountLink::freeze).transpose()
+    }
+
+    /// After a capture that took the mount's dirty set is committed.
+    pub(crate) fn commit_dirty(&self) -> Result<()> {
+        match &self.mount {
+            Some(m) => m.commit(),
+            None => Ok(()),
+        }
     }
 
     pub fn ledger(&self) -> &Ledger {
@@ -432,18 +509,26 @@ impl Workspace {
         let _t = crate::trace::span("walk");
         let progress = self.progress(message);
         let rules = self.state_ignores()?;
-        let rules_path = self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
+        let rules_path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
         let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
-        let mirror = mirrored.then_some(&self.root);
-        let mut cap = capture::capture(
-            dir,
-            mirror,
-            &cache,
-            sink,
-            clock_ns,
-            &progress,
-            state_ignores,
-        )?;
+        // Mounted: the daemon says which directories changed. A storing
+        // capture takes the set (and commits it once persisted).
+        // `REWIND_ENGINE=walk` walks anyway (tests compare the two).
+        let walk_anyway = std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk");
+        let scope = match &self.mount {
+            Some(m) if !mirrored && !distrust && !walk_anyway => {
+                let _t = crate::trace::span("dirty set");
+                m.scope(matches!(sink, Sink::Store(..)))?
+            }
+            _ => None,
+        };
+        let guide = match (&scope, mirrored) {
+            (_, true) => capture::Guide::Mirror(&self.root),
+            (Some(s), false) => capture::Guide::Scope(s),
+            (None, false) => capture::Guide::None,
+        };
+        let mut cap =
+            capture::capture(dir, guide, &cache, sink, clock_ns, &progress, state_ignores)?;
         cap.replaces_cache = distrust;
         progress.finish();
         // Last chance to stop before the caller commits anything.
@@ -462,7 +547,7 @@ impl Workspace {
                 std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| {
                     Error::os(rewind_platform::Error::new(
                         "read",
-                        self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE),
+                        self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE),
                         e,
                     ))
                 })?;
@@ -494,7 +579,7 @@ impl Workspace {
             new.push_str(l);
             new.push('\n');
         }
-        let path = self.root_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
+        let path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, new)
             .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
@@ -671,7 +756,7 @@ impl Workspace {
     /// not stop checkpoints (the hook reports it), so retention falls back
     /// to the defaults then.
     fn retention(&self) -> crate::config::Retention {
-        crate::config::Config::load(&self.root_path)
+        crate::config::Config::load(&self.io_path)
             .map(|c| c.retention)
             .unwrap_or_default()
     }
@@ -742,7 +827,8 @@ impl Workspace {
     ) -> Result<Option<i64>> {
         let workspace_id = self.ledger.meta("workspace_id")?.unwrap_or_default();
         let _t = crate::trace::span("commit");
-        self.ledger.write(|tx| {
+        let engine = self.engine;
+        let seq = self.ledger.write(|tx| {
             cap.stats.bytes_new += write_capture(tx, cap)?;
             match new {
                 None => Ok(None),
@@ -752,10 +838,12 @@ impl Workspace {
                     cap,
                     &n,
                     None,
-                    Engine::Walk,
+                    engine,
                 )?)),
             }
-        })
+        })?;
+        self.commit_dirty()?;
+        Ok(seq)
     }
 
     /// Resolve a user-typed checkpoint name: `HEAD`/`@` (optionally `~N`

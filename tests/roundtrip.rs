@@ -272,6 +272,9 @@ enum Layout {
     Directory,
     /// A btrfs subvolume: the snapshot engine.
     Subvolume,
+    /// A directory served by `rewind mount`: every mutation goes through
+    /// the FUSE overlay, and captures follow the daemon's dirty set.
+    Mounted,
 }
 
 fn round_trip_case_in(base: &Path, seed: u64, layout: Layout) {
@@ -279,7 +282,7 @@ fn round_trip_case_in(base: &Path, seed: u64, layout: Layout) {
     let root = base.join(&name);
     let parent = rewind_platform::Dir::open(base).expect("open base");
     match layout {
-        Layout::Directory => std::fs::create_dir_all(&root).expect("mkdir case"),
+        Layout::Directory | Layout::Mounted => std::fs::create_dir_all(&root).expect("mkdir case"),
         Layout::Subvolume => rewind_platform::create_subvolume(&parent, os(name.as_bytes()))
             .expect("create subvolume"),
     }
@@ -287,9 +290,16 @@ fn round_trip_case_in(base: &Path, seed: u64, layout: Layout) {
     let with_git = rng.chance(25);
     build_tree(&root, &mut rng, with_git);
     let (mut ws, _) = Workspace::init(&root, false).expect("init");
+    let mut mount = None;
+    if layout == Layout::Mounted {
+        drop(ws);
+        mount = Some(common::MountGuard::new(&root, &[]).expect("mount"));
+        ws = Workspace::open(&root, false).expect("open through the mount");
+    }
     let expected_engine = match layout {
         Layout::Directory => ws.engine().0,
         Layout::Subvolume => rewind::snapshot::Engine::Btrfs,
+        Layout::Mounted => rewind::snapshot::Engine::Fuse,
     };
     assert_eq!(ws.engine().0, expected_engine, "seed {seed:#x}: engine");
     let a = ws
@@ -342,8 +352,15 @@ fn round_trip_case_in(base: &Path, seed: u64, layout: Layout) {
         &snap_c,
         &snapshot(&root),
     );
-    assert!(common::temp_leftovers(&root).is_empty(), "temp files left");
+    let backing = mount.as_ref().map_or(root.clone(), |m| m.backing());
+    assert!(
+        common::temp_leftovers(&backing).is_empty(),
+        "temp files left"
+    );
     drop(ws);
+    if let Some(m) = mount {
+        m.unmount();
+    }
     if layout == Layout::Subvolume {
         // Snapshots are read-only subvolumes: delete them, then the case.
         let snaps = root.join(".rewind/state/snapshots");
@@ -490,6 +507,11 @@ fn many_small_files_beyond_the_memory_budget_round_trip() {
 /// The same property with the btrfs engine: every case is its own
 /// subvolume, so checkpoints are read-only snapshots and rewinds clone
 /// from them.
+#[test]
+fn rewind_restores_the_exact_tree_through_the_fuse_mount() {
+    property(Fs::Xfs, 1024, Layout::Mounted, "fuse mount on xfs");
+}
+
 #[test]
 fn rewind_restores_the_exact_tree_with_the_btrfs_snapshot_engine() {
     property(Fs::Btrfs, 2048, Layout::Subvolume, "btrfs engine");

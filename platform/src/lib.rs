@@ -25,5 +25,5 @@ pub use error::{Error, Result};
 pub use fiemap::{Extent, extents};
 pub use fsinfo::{FsInfo, FsKind, clone_support, probe_clone};
 pub use lock::LockFile;
-pub use process::{kill_self, stop_self};
+pub use process::{kill_self, new_session, stop_self};
 pub use xattr::Xattr;

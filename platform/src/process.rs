@@ -16,3 +16,9 @@ pub fn kill_self() -> ! {
 pub fn stop_self() {
     let _ = kill_process(getpid(), Signal::STOP);
 }
+
+/// Start a new session (`setsid`): a daemon leaves the terminal's process
+/// group, so a hangup or ^C there does not reach it.
+pub fn new_session() -> std::io::Result<()> {
+    rustix::process::setsid().map(|_| ()).map_err(Into::into)
+}

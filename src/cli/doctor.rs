@@ -28,7 +28,15 @@ struct Out {
 struct Fuse {
     dev_fuse: bool,
     fusermount3: bool,
-    note: &'static str,
+    /// Served by a `rewind mount` daemon right now.
+    mounted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon_pid: Option<u32>,
+    /// Kernel passthrough of opened files (needs CAP_SYS_ADMIN): reads and
+    /// writes at native speed instead of through the daemon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    passthrough: Option<bool>,
+    note: String,
 }
 
 #[derive(Serialize)]
@@ -65,7 +73,19 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let subvolume = ws.is_subvolume();
     let (engine, why) = ws.engine();
     let engine_why = format!("{}: {why}", engine.as_str());
-    let openat2 = rewind_platform::Dir::open(ws.root_path()).is_ok_and(|d| d.openat2_available());
+    let openat2 = rewind_platform::Dir::open(ws.io_path()).is_ok_and(|d| d.openat2_available());
+    let status = ws.mount().map(|m| m.status()).transpose()?;
+    let fuse_note = match &status {
+        Some(s) if s.passthrough => format!(
+            "mounted (daemon pid {}): opened files use kernel passthrough ({} opens, {} served by the daemon)",
+            s.pid, s.passthrough_opens, s.plain_opens
+        ),
+        Some(s) => format!(
+            "mounted (daemon pid {}): no kernel passthrough (it needs root and Linux 6.9+), so file reads and writes go through the daemon",
+            s.pid
+        ),
+        None => "not mounted: `rewind mount DIR` serves the workspace through the overlay".into(),
+    };
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
@@ -80,7 +100,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         fuse: Fuse {
             dev_fuse: Path::new("/dev/fuse").exists(),
             fusermount3: which("fusermount3"),
-            note: "the FUSE overlay (`rewind mount`) is not built yet",
+            mounted: status.is_some(),
+            daemon_pid: status.as_ref().map(|s| s.pid),
+            passthrough: status.as_ref().map(|s| s.passthrough),
+            note: fuse_note,
         },
         ledger: Ledger {
             path: ws.ledger().path().display().to_string(),

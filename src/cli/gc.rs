@@ -34,7 +34,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             ..Retention::default()
         }
     } else {
-        Config::load(ws.root_path())
+        Config::load(ws.io_path())
             .map_err(|e| Error::Usage(format!("{e} (gc reads [retention] from it)")))?
             .retention
     };

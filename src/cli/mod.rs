@@ -15,6 +15,7 @@ mod init;
 mod integrate;
 pub(crate) mod list;
 mod mcp;
+mod mount;
 mod rewind;
 pub(crate) mod status;
 pub(crate) mod verify;
@@ -93,6 +94,10 @@ enum Command {
     Hook(hook::Args),
     /// Write an agent's MCP server entry and hooks: claude, codex, gemini, cursor
     Integrate(integrate::Args),
+    /// Serve the workspace through the FUSE overlay: checkpoints without a walk
+    Mount(mount::Args),
+    /// Stop serving a workspace mounted with `rewind mount`
+    Unmount(mount::UnmountArgs),
     /// Build pending btrfs manifests (started in the background by `checkpoint`)
     #[command(hide = true, name = "finish-manifests")]
     FinishManifests,
@@ -233,6 +238,8 @@ pub fn main() -> i32 {
         Command::Hook(a) => return hook::run(&ctx, a),
         Command::Integrate(a) => integrate::run(&ctx, a),
         Command::FinishManifests => finish::run(&ctx),
+        Command::Mount(a) => mount::run(&ctx, a),
+        Command::Unmount(a) => mount::unmount(&ctx, a),
     };
     match result {
         Ok(()) => 0,

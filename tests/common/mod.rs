@@ -392,3 +392,73 @@ pub fn temp_leftovers(ws: &Path) -> Vec<PathBuf> {
         .map(|it| it.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default()
 }
+
+/// A workspace mounted with `rewind mount`; unmounted on drop (lazily if
+/// the daemon cannot, so a failing test never leaks a mount).
+pub struct MountGuard {
+    pub dir: PathBuf,
+}
+
+impl MountGuard {
+    /// `rewind mount DIR ARGS...`; `None` (with the reason) without root
+    /// or /dev/fuse, outside CI.
+    pub fn new(dir: &Path, args: &[&str]) -> Option<MountGuard> {
+        if !is_root() || !Path::new("/dev/fuse").exists() {
+            skip_or_fail("a FUSE mount over the workspace needs root and /dev/fuse");
+            return None;
+        }
+        let mut a = vec!["mount".to_string(), dir.display().to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let out = rewind(Path::new("/"), &a);
+        assert!(
+            out.status.success(),
+            "rewind mount {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(MountGuard {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The backing tree (where `.rewind/` is visible), as the daemon says.
+    pub fn backing(&self) -> PathBuf {
+        rewind_fuse::Client::connect(&self.dir)
+            .expect("connect to the daemon")
+            .expect("a daemon serves the mount")
+            .backing_path()
+            .to_path_buf()
+    }
+
+    /// The daemon's status (generation, passthrough, ...).
+    pub fn status(&self) -> rewind_fuse::MountStatus {
+        rewind_fuse::Client::connect(&self.dir)
+            .expect("connect to the daemon")
+            .expect("a daemon serves the mount")
+            .status()
+            .expect("daemon status")
+    }
+
+    pub fn unmount(self) {
+        let out = rewind(
+            Path::new("/"),
+            &["unmount", &self.dir.display().to_string()],
+        );
+        assert!(
+            out.status.success(),
+            "rewind unmount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let d = self.dir.display().to_string();
+        if !rewind(Path::new("/"), &["unmount", &d]).status.success() {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The control socket: how the CLI and the MCP server reach a mounted
+//! workspace. It lives outside the mount (a process cannot reach the
+//! backing tree through the mount, and `.rewind/` is hidden there), named
+//! after the mount point, and hands the client the backing root as an fd
+//! (`SCM_RIGHTS`): the client then does its own capture and apply on the
+//! backing tree, asking the daemon only for what the daemon knows: the
+//! dirty set, and a frozen mount while it rewinds.
+//!
+//! Frames: request `[op u8][len u32 le][payload]`, answer
+//! `[status u8 (0 ok, 1 error)][len u32 le][payload]`. A connection that
+//! closes while holding a taken dirty set or a frozen mount gives both
+//! back: a killed client loses no change and blocks nobody.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+use crate::dirty::DirtySet;
+use crate::error::{Error, Result};
+
+pub(crate) const HELLO: u8 = 1;
+pub(crate) const TAKE: u8 = 2;
+pub(crate) const PEEK: u8 = 3;
+pub(crate) const COMMIT: u8 = 4;
+pub(crate) const FREEZE: u8 = 5;
+pub(crate) const THAW: u8 = 6;
+pub(crate) const STATUS: u8 = 7;
+pub(crate) const UNMOUNT: u8 = 8;
+
+/// Where the daemon's sockets live: outside any workspace, private to the
+/// user.
+pub fn runtime_dir() -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    if uid == 0 {
+        return PathBuf::from("/run/rewind");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("rewind"),
+        _ => PathBuf::from(format!("/tmp/rewind-{uid}")),
+    }
+}
+
+/// The name of a mount point's files in the runtime directory. FNV-1a:
+/// stable across builds; the daemon's answer names its mount point, so a
+/// collision is detected, not trusted.
+fn key(mountpoint: &Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in mountpoint.as_os_str().as_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The control socket of a mount point (an absolute, canonical path).
+pub fn socket_path(mountpoint: &Path) -> PathBuf {
+    runtime_dir().join(format!("{}.sock", key(mountpoint)))
+}
+
+/// Where a mount over the workspace itself keeps the backing tree
+/// reachable by path: a private bind mount (SQLite resolves symlinks, so
+/// `/proc/self/fd/N` paths lead it back into the mount).
+pub fn backing_path(mountpoint: &Path) -> PathBuf {
+    runtime_dir().join(format!("{}.backing", key(mountpoint)))
+}
+
+pub(crate) fn write_frame(w: &mut impl Write, tag: u8, payload: &[u8]) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(5 + payload.len());
+    buf.push(tag);
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(payload);
+    w.write_all(&buf)
+}
+
+pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 5];
+    r.read_exact(&mut head)?;
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if len > 1 << 30 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "control frame too large",
+        ));
+    }
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload)?;
+    Ok((head[0], payload))
+}
+
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+pub(crate) struct Cursor<'a>(pub &'a [u8]);
+
+impl Cursor<'_> {
+    pub fn u8(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    pub fn u32(&mut self) -> Option<u32> {
+        if self.0.len() < 4 {
+            return None;
+        }
+        let (h, rest) = self.0.split_at(4);
+        self.0 = rest;
+        Some(u32::from_le_bytes([h[0], h[1], h[2], h[3]]))
+    }
+
+    pub fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        if self.0.len() < n {
+            return None;
+        }
+        let (h, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(h.to_vec())
+    }
+
+    pub fn list(&mut self) -> Option<Vec<Vec<u8>>> {
+        let n = self.u32()?;
+        (0..n).map(|_| self.bytes()).collect()
+    }
+}
+
+pub(crate) fn put_list<'a>(out: &mut Vec<u8>, items: impl ExactSizeIterator<Item = &'a Vec<u8>>) {
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for i in items {
+        put_bytes(out, i);
+    }
+}
+
+pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
+    let mut out = vec![d.all as u8];
+    put_list(&mut out, d.dirs.iter());
+    put_list(&mut out, d.deep.iter());
+    out
+}
+
+fn decode_dirty(b: &[u8]) -> Option<DirtySet> {
+    let mut c = Cursor(b);
+    Some(DirtySet {
+        all: c.u8()? != 0,
+        dirs: c.list()?.into_iter().collect(),
+        deep: c.list()?.into_iter().collect(),
+    })
+}
+
+/// Send an answer frame with an fd attached.
+pub(crate) fn send_with_fd(
+    s: &UnixStream,
+    payload: &[u8],
+    fd: BorrowedFd<'_>,
+) -> std::io::Result<()> {
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(payload);
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    let n = rustix::net::sendmsg(s, &[IoSlice::new(&frame)], &mut anc, SendFlags::empty())?;
+    if n < frame.len() {
+        (&*s).write_all(&frame[n..])?;
+    }
+    Ok(())
+}
+
+fn recv_with_fd(s: &UnixStream) -> std::io::Result<(u8, Vec<u8>, Option<OwnedFd>)> {
+    let mut head = [0u8; 5];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        s,
+        &mut [IoSliceMut::new(&mut head)],
+        &mut anc,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut fd = None;
+    for msg in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
+            fd = fds.next();
+        }
+    }
+    if got.bytes < head.len() {
+        (&*s).read_exact(&mut head[got.bytes..])?;
+    }
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let mut payload = vec![0u8; len];
+    (&*s).read_exact(&mut payload)?;
+    Ok((head[0], payload, fd))
+}
+
+/// What `rewind doctor` and the tests want to know about a mount.
+#[derive(Debug, Clone, Default)]
+pub struct MountStatus {
+    pub pid: u32,
+    pub generation: u64,
+    pub passthrough: bool,
+    pub passthrough_opens: u64,
+    pub plain_opens: u64,
+    pub inodes: u64,
+    pub frozen: bool,
+    /// Dirty directories waiting for the next checkpoint; `None`: all.
+    pub dirty: Option<u64>,
+}
+
+/// A connection to the daemon of one mount.
+pub struct Client {
+    stream: UnixStream,
+    mountpoint: PathBuf,
+    backing: PathBuf,
+    pid: u32,
+    root: OwnedFd,
+}
+
+impl Client {
+    /// Connect to the daemon serving `mountpoint` (canonical). `Ok(None)`:
+    /// no daemon was started for it; `Err(DaemonGone)`: one was, and died.
+    pub fn connect(mountpoint: &Path) -> Result<Option<Client>> {
+        let sock = socket_path(mountpoint);
+        let stream = match UnixStream::connect(&sock) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(Error::DaemonGone {
+                    path: mountpoint.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(Error::io("connect to the rewind daemon at", sock, e)),
+        };
+        let io = |e| Error::io("talk to the rewind daemon at", &sock, e);
+        write_frame(&mut &stream, HELLO, &[]).map_err(io)?;
+        let (status, payload, fd) = recv_with_fd(&stream).map_err(io)?;
+        let text = String::from_utf8_lossy(&payload).into_owned();
+        let mut lines = text.split('\n');
+        let (pid, mp, backing) = (
+            lines.next().unwrap_or("0"),
+            lines.next().unwrap_or(""),
+            lines.next().unwrap_or(""),
+        );
+        if status != 0 || Path::new(mp) != mountpoint {
+            // Another mount hashed to the same socket name, or an error.
+            return Ok(None);
+        }
+        let root = fd.ok_or_else(|| Error::Daemon {
+            path: mountpoint.to_path_buf(),
+            message: "no backing directory fd in the answer".into(),
+        })?;
+        Ok(Some(Client {
+            stream,
+            mountpoint: mountpoint.to_path_buf(),
+            backing: PathBuf::from(backing),
+            pid: pid.parse().unwrap_or(0),
+            root,
+        }))
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    pub fn daemon_pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The backing workspace root, as the daemon sees it under the mount.
+    pub fn backing_root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// A path that reaches the backing workspace root (not through the
+    /// mount): the workspace itself for `--at VIEW`, else a private bind.
+    pub fn backing_path(&self) -> &Path {
+        &self.backing
+    }
+
+    fn call(&mut self, op: u8, payload: &[u8]) -> Result<Vec<u8>> {
+        let sock = socket_path(&self.mountpoint);
+        let io = |e| Error::io("talk to the rewind daemon at", &sock, e);
+        write_frame(&mut self.stream, op, payload).map_err(io)?;
+        let (status, answer) = read_frame(&mut self.stream).map_err(io)?;
+        if status != 0 {
+            return Err(Error::Daemon {
+                path: self.mountpoint.clone(),
+                message: String::from_utf8_lossy(&answer).into_owned(),
+            });
+        }
+        Ok(answer)
+    }
+
+    fn dirty(&mut self, op: u8) -> Result<DirtySet> {
+        let b = self.call(op, &[])?;
+        decode_dirty(&b).ok_or_else(|| Error::Daemon {
+            path: self.mountpoint.clone(),
+            message: "malformed dirty set".into(),
+        })
+    }
+
+    /// Take the dirty set for a capture that will be committed; until
+    /// [`Client::commit`], a new set collects further changes and a
+    /// dropped connection gives the taken one back.
+    pub fn take_dirty(&mut self) -> Result<DirtySet> {
+        self.dirty(TAKE)
+    }
+
+    /// The dirty set, left in place (status, diff, dry runs).
+    pub fn peek_dirty(&mut self) -> Result<DirtySet> {
+        self.dirty(PEEK)
+    }
+
+    /// The capture of the taken set is committed.
+    pub fn commit(&mut self) -> Result<()> {
+        self.call(COMMIT, &[]).map(|_| ())
+    }
+
+    /// Block every request on the mount until [`Client::thaw`] (or until
+    /// this connection closes).
+    pub fn freeze(&mut self) -> Result<()> {
+        self.call(FREEZE, &[]).map(|_| ())
+    }
+
+    /// Resume the mount after the backing tree changed at `changed`
+    /// (`None`: anywhere); the kernel forgets what it cached there.
+    pub fn thaw(&mut self, changed: Option<&[Vec<u8>]>) -> Result<()> {
+        let mut p = vec![changed.is_some() as u8];
+        if let Some(c) = changed {
+            put_list(&mut p, c.iter());
+        }
+        self.call(THAW, &p).map(|_| ())
+    }
+
+    pub fn status(&mut self) -> Result<MountStatus> {
+        let b = self.call(STATUS, &[])?;
+        let text = String::from_utf8_lossy(&b);
+        let mut s = MountStatus::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let n = v.parse::<u64>().unwrap_or(0);
+            match k {
+                "pid" => s.pid = n as u32,
+                "generation" => s.generation = n,
+                "passthrough" => s.passthrough = n != 0,
+                "passthrough_opens" => s.passthrough_opens = n,
+                "plain_opens" => s.plain_opens = n,
+                "inodes" => s.inodes = n,
+                "frozen" => s.frozen = n != 0,
+                "dirty" => s.dirty = (v != "all").then_some(n),
+                _ => {}
+            }
+        }
+        Ok(s)
+    }
+
+    /// Unmount; the daemon exits. A busy mount stays and says who holds it.
+    pub fn unmount(&mut self) -> Result<()> {
+        match self.call(UNMOUNT, &[]) {
+            // The daemon exits as soon as the kernel ends the session,
+            // sometimes before its answer is written.
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Ok(())
+            }
+            Err(Error::Daemon { message, .. }) if message.starts_with("busy: ") => {
+                Err(Error::Busy {
+                    path: self.mountpoint.clone(),
+                    holders: message.trim_start_matches("busy: ").to_string(),
+                })
+            }
+            r => r.map(|_| ()),
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The daemon: mount the overlay over the workspace directory itself,
+//! serve the control socket, run until unmounted.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fuser::{Config, MountOption, SessionACL};
+use rustix::fs::{Mode, OFlags};
+
+use crate::control::{
+    self, COMMIT, Client, Cursor, FREEZE, HELLO, PEEK, STATUS, TAKE, THAW, UNMOUNT, read_frame,
+    send_with_fd, write_frame,
+};
+use crate::error::{Error, Result};
+use crate::fs::{OverlayFs, Shared};
+
+/// How to run the daemon.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Mount here instead of over the workspace itself (`--at VIEW`).
+    pub view: Option<PathBuf>,
+    /// Request threads (the kernel queues requests across them).
+    pub threads: usize,
+    /// Ask for kernel passthrough of opened files (needs CAP_SYS_ADMIN).
+    pub passthrough: bool,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            view: None,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get().clamp(2, 8))
+                .unwrap_or(2),
+            passthrough: rustix::process::geteuid().is_root(),
+        }
+    }
+}
+
+struct Ctx {
+    sh: Arc<Shared>,
+    mountpoint: PathBuf,
+    backing: PathBuf,
+    root: OwnedFd,
+}
+
+/// Keep the workspace `dir` reachable by path once a mount covers it: a
+/// private bind mount (private, so the mount over `dir` does not
+/// propagate onto it).
+fn bind_backing(dir: &Path, mountpoint: &Path) -> Result<PathBuf> {
+    if !rustix::process::geteuid().is_root() {
+        return Err(Error::io(
+            "mount over",
+            dir,
+            std::io::Error::other(format!(
+                "mounting over the workspace itself needs root (a private bind mount keeps the backing tree reachable); as a user, mount a view of it: `rewind mount {} --at VIEW`",
+                dir.display()
+            )),
+        ));
+    }
+    let b = control::backing_path(mountpoint);
+    let _ = rustix::mount::unmount(&b, rustix::mount::UnmountFlags::DETACH); // a dead daemon's
+    std::fs::create_dir_all(&b).map_err(|e| Error::io("create", &b, e))?;
+    rustix::mount::mount_bind(dir, &b)
+        .map_err(|e| Error::io("bind-mount the workspace at", &b, e.into()))?;
+    if let Err(e) = rustix::mount::mount_change(&b, rustix::mount::MountPropagationFlags::PRIVATE) {
+        release_backing(&b);
+        return Err(Error::io("make private", &b, e.into()));
+    }
+    Ok(b)
+}
+
+fn release_backing(b: &Path) {
+    let _ = rustix::mount::unmount(b, rustix::mount::UnmountFlags::DETACH);
+    let _ = std::fs::remove_dir(b);
+}
+
+/// Mount the overlay of the workspace `dir` (canonical) over `dir` itself
+/// or at `opts.view`, and serve until unmounted. `ready` runs once the
+/// mount and the control socket answer.
+pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()> {
+    let mountpoint = opts.view.clone().unwrap_or_else(|| dir.to_path_buf());
+    if let Ok(Some(c)) = Client::connect(&mountpoint) {
+        return Err(Error::AlreadyMounted {
+            path: mountpoint,
+            pid: c.daemon_pid(),
+        });
+    }
+    let open_root = || {
+        rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io("open", dir, e.into()))
+    };
+    // Opened before the mount covers `dir`: these reach the backing tree.
+    let root = open_root()?;
+    let sh = Arc::new(Shared::new(open_root()?).map_err(|e| Error::io("stat", dir, e))?);
+
+    let sock = control::socket_path(&mountpoint);
+    let rt = control::runtime_dir();
+    std::fs::create_dir_all(&rt).map_err(|e| Error::io("create", &rt, e))?;
+    let _ = rustix::fs::chmod(&rt, Mode::from_raw_mode(0o700));
+    let bound = opts.view.is_none();
+    let backing = if bound {
+        bind_backing(dir, &mountpoint)?
+    } else {
+        dir.to_path_buf()
+    };
+    let cleanup = |sock: &Path| {
+        let _ = std::fs::remove_file(sock);
+        if bound {
+            release_backing(&backing);
+        }
+    };
+    let _ = std::fs::remove_file(&sock); // a dead daemon's: connect failed above
+    let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
+    let _ = rustix::fs::chmod(&sock, Mode::from_raw_mode(0o600));
+
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("rewind".into()),
+        MountOption::Subtype("rewind".into()),
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = SessionACL::Owner;
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = opts.threads > 1;
+    let fs = OverlayFs::new(Arc::clone(&sh), opts.passthrough);
+    let session = match fuser::Session::new(fs, &mountpoint, &config) {
+        Ok(s) => s,
+        Err(e) => {
+            cleanup(&sock);
+            return Err(Error::io("mount FUSE at", &mountpoint, e));
+        }
+    };
+    let _ = sh.notifier.set(session.notifier());
+    let ctx = Arc::new(Ctx {
+        sh,
+        mountpoint: mountpoint.clone(),
+        backing: backing.clone(),
+        root,
+    });
+    {
+        let ctx = Arc::clone(&ctx);
+        std::thread::Builder::new()
+            .name("rewind-control".into())
+            .spawn(move || {
+                for conn in listener.incoming().flatten() {
+                    let ctx = Arc::clone(&ctx);
+                    let _ = std::thread::Builder::new()
+                        .name("rewind-client".into())
+                        .spawn(move || serve_client(&ctx, conn));
+                }
+            })
+            .map_err(|e| Error::io("start the control thread for", dir, e))?;
+    }
+    ready();
+    let result = session.run();
+    cleanup(&sock);
+    result.map_err(|e| Error::io("serve FUSE at", &mountpoint, e))
+}
+
+fn serve_client(ctx: &Ctx, stream: UnixStream) {
+    let mut took = false;
+    let mut frozen = false;
+    let _ = handle(ctx, &stream, &mut took, &mut frozen);
+    // Gone without finishing: give everything back.
+    if took {
+        ctx.sh.tracker.abort();
+    }
+    if frozen {
+        ctx.sh.thaw(None);
+    }
+}
+
+fn handle(
+    ctx: &Ctx,
+    stream: &UnixStream,
+    took: &mut bool,
+    frozen: &mut bool,
+) -> std::io::Result<()> {
+    let sh = &ctx.sh;
+    loop {
+        let (op, payload) = read_frame(&mut &*stream)?;
+        let ok = |p: &[u8]| write_frame(&mut &*stream, 0, p);
+        let err = |m: &str| write_frame(&mut &*stream, 1, m.as_bytes());
+        match op {
+            HELLO => {
+                let mut p = std::process::id().to_string().into_bytes();
+                p.push(b'\n');
+                p.extend_from_slice(ctx.mountpoint.as_os_str().as_bytes());
+                p.push(b'\n');
+                p.extend_from_slice(ctx.backing.as_os_str().as_bytes());
+                send_with_fd(stream, &p, ctx.root.as_fd())?;
+            }
+            TAKE => {
+                *took = true;
+                ok(&control::encode_dirty(&sh.take(true)))?;
+            }
+            PEEK => ok(&control::encode_dirty(&sh.take(false)))?,
+            COMMIT => {
+                if *took {
+                    sh.tracker.commit();
+                    *took = false;
+                }
+                ok(&[])?;
+            }
+            FREEZE => {
+                if *frozen || !sh.freeze() {
+                    err("another rewind holds the mount frozen")?;
+                } else {
+                    *frozen = true;
+                    ok(&[])?;
+                }
+            }
+            THAW => {
+                if !*frozen {
+                    err("not frozen by this connection")?;
+                    continue;
+                }
+                let mut c = Cursor(&payload);
+                let paths = match c.u8() {
+                    Some(1) => c.list(),
+                    _ => None,
+                };
+                sh.thaw(paths.as_deref());
+                *frozen = false;
+                ok(&[])?;
+            }
+            STATUS => {
+                let dirty = match sh.tracker.pending() {
+                    usize::MAX => "all".to_string(),
+                    n => n.to_string(),
+                };
+                let text = format!(
+                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\n",
+                    std::process::id(),
+                    sh.generation.load(Ordering::SeqCst),
+                    sh.passthrough.load(Ordering::Relaxed) as u8,
+                    sh.passthrough_opens.load(Ordering::Relaxed),
+                    sh.plain_opens.load(Ordering::Relaxed),
+                    sh.inodes.len(),
+                    sh.gate.is_frozen() as u8,
+                    dirty,
+                );
+                ok(text.as_bytes())?;
+            }
+            UNMOUNT => match unmount(&ctx.mountpoint) {
+                Ok(()) => ok(&[])?,
+                Err(m) => err(&m)?,
+            },
+            _ => err("unknown request")?,
+        }
+    }
+}
+
+/// Unmount (not lazily: a busy mount stays, and the answer names who
+/// holds it).
+fn unmount(mp: &Path) -> std::result::Result<(), String> {
+    let r = if rustix::process::geteuid().is_root() {
+        rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty())
+            .map_err(std::io::Error::from)
+    } else {
+        match std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(mp)
+            .output()
+        {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) if String::from_utf8_lossy(&o.stderr).contains("busy") => Err(
+                std::io::Error::from_raw_os_error(rustix::io::Errno::BUSY.raw_os_error()),
+            ),
+            Ok(o) => Err(std::io::Error::other(
+                String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            )),
+            Err(e) => Err(e),
+        }
+    };
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {
+            let h = holders(mp);
+            Err(format!(
+                "busy: {}",
+                if h.is_empty() {
+                    "open files or working directories".to_string()
+                } else {
+                    h.join(", ")
+                }
+            ))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Processes with their working directory or an open file under `mp`.
+pub fn holders(mp: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let base = p.path();
+        let under = |l: PathBuf| l.starts_with(mp);
+        let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if std::fs::read_link(base.join("cwd")).is_ok_and(under) {
+            out.push(format!("pid {pid} ({comm}): working directory"));
+            continue;
+        }
+        let open = std::fs::read_dir(base.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(under));
+        if open {
+            out.push(format!("pid {pid} ({comm}): open file"));
+        }
+    }
+    out
+}
+
+/// Clear the mount of a daemon that died: detach the dead mount (its
+/// requests fail with ENOTCONN) and remove its socket, so the directory
+/// shows the backing tree again.
+pub fn detach_dead(mp: &Path) -> Result<()> {
+    let r = if rustix::process::geteuid().is_root() {
+        rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH)
+            .map_err(std::io::Error::from)
+    } else {
+        std::process::Command::new("fusermount3")
+            .args(["-u", "-z", "-q"])
+            .arg(mp)
+            .status()
+            .map(|_| ())
+    };
+    // EINVAL: not a mount point any more (someone else cleared it).
+    match r {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
+        Err(e) => return Err(Error::io("detach the dead mount at", mp, e)),
+    }
+    let _ = std::fs::remove_file(control::socket_path(mp));
+    release_backing(&control::backing_path(mp));
+    Ok(())
+}

@@ -1,0 +1,1211 @@
+//! The passthrough filesystem: every request is served by an fd-relative
+//! syscall on the backing tree, after passing the gate and before marking
+//! what it changed. Opened files use kernel passthrough where the kernel
+//! allows it (reads and writes never reach this process); a read-only open
+//! never copies anything.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps};
+
+use crate::dirty::{DirtySet, Tracker};
+use crate::gate::Gate;
+use crate::inodes::{Inode, Inodes, ROOT};
+
+/// How long the kernel may trust an entry or attributes without asking.
+/// Finite, and every rewind invalidates what it changed explicitly.
+const TTL: Duration = Duration::from_secs(1);
+
+/// rewind's state directory, hidden from the mount view so that nothing
+/// working through the mount can delete its own history.
+const HIDDEN: &[u8] = b".rewind";
+
+/// State shared by the request threads and the control socket.
+pub struct Shared {
+    pub inodes: Inodes,
+    pub tracker: Tracker,
+    pub gate: Gate,
+    pub notifier: OnceLock<fuser::Notifier>,
+    /// Odd while a rewind is in progress: a reader that saw the same even
+    /// value before and after reading saw one tree.
+    pub generation: AtomicU64,
+    pub passthrough: AtomicBool,
+    pub passthrough_opens: AtomicU64,
+    pub plain_opens: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(root: OwnedFd) -> std::io::Result<Shared> {
+        let st = stat_fd(&root)?;
+        Ok(Shared {
+            inodes: Inodes::new(root, (st.st_dev, st.st_ino)),
+            tracker: Tracker::new(),
+            gate: Gate::default(),
+            notifier: OnceLock::new(),
+            generation: AtomicU64::new(0),
+            passthrough: AtomicBool::new(false),
+            passthrough_opens: AtomicU64::new(0),
+            plain_opens: AtomicU64::new(0),
+        })
+    }
+
+    fn mark_entry(&self, parent: u64, name: &OsStr) {
+        self.tracker
+            .mark(self.inodes.path(parent).as_deref(), name.as_bytes());
+    }
+
+    /// Inode `ino` changed (content, mode, times, xattrs): its entries in
+    /// every directory that names it are dirty. A file with names the
+    /// daemon never saw makes everything dirty.
+    fn mark_inode(&self, ino: u64, nlink: u64) {
+        if ino == ROOT {
+            self.tracker.mark(Some(b""), b"");
+            return;
+        }
+        let links = self.inodes.links(ino);
+        let is_dir = self
+            .inodes
+            .get(ino)
+            .is_some_and(|i| i.kind == FileType::Directory);
+        if links.is_empty() || (!is_dir && nlink > links.len() as u64) {
+            self.tracker.mark_all();
+            return;
+        }
+        for (p, n) in links {
+            self.mark_entry(p, &n);
+        }
+    }
+
+    /// The dirty set for a capture; with `take`, files still open for
+    /// writing stay dirty for the next one.
+    pub fn take(&self, take: bool) -> DirtySet {
+        let set = self.tracker.take(take);
+        if take {
+            for ino in self.tracker.writers() {
+                let nlink = self
+                    .inodes
+                    .get(ino)
+                    .and_then(|i| stat_fd(&i.fd).ok())
+                    .map_or(u64::MAX, |s| s.st_nlink);
+                self.mark_inode(ino, nlink);
+            }
+        }
+        set
+    }
+
+    /// Close the gate for a rewind.
+    pub fn freeze(&self) -> bool {
+        if !self.gate.freeze() {
+            return false;
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// Reopen the gate after the backing tree changed at `paths` (`None`:
+    /// anywhere), then drop what the kernel cached for them. Invalidation
+    /// comes after reopening: the kernel takes directory locks that a
+    /// request waiting at the gate may hold. Until the generation turns
+    /// even again, the rewind is still in progress.
+    pub fn thaw(&self, paths: Option<&[Vec<u8>]>) {
+        self.gate.thaw();
+        match paths {
+            Some(paths) => {
+                for p in paths {
+                    let (parent, name) = split(p);
+                    self.tracker.mark(Some(parent), name);
+                }
+                self.invalidate(paths);
+            }
+            None => {
+                self.tracker.mark_all();
+                self.invalidate_all();
+            }
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn invalidate(&self, paths: &[Vec<u8>]) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        let mut dirs = std::collections::HashSet::new();
+        for p in paths {
+            let (parent, name) = split(p);
+            if let Some(pino) = self.inodes.resolve(parent) {
+                let _ = n.inval_entry(INodeNo(pino), OsStr::from_bytes(name));
+                dirs.insert(pino);
+            }
+            if let Some(ino) = self.inodes.resolve(p) {
+                let _ = n.inval_inode(INodeNo(ino), 0, 0);
+            }
+        }
+        for d in dirs {
+            let _ = n.inval_inode(INodeNo(d), 0, 0);
+        }
+    }
+
+    fn invalidate_all(&self) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        let (entries, inodes) = self.inodes.everything();
+        for (p, name) in entries {
+            let _ = n.inval_entry(INodeNo(p), &name);
+        }
+        for ino in inodes {
+            let _ = n.inval_inode(INodeNo(ino), 0, 0);
+        }
+    }
+}
+
+fn split(p: &[u8]) -> (&[u8], &[u8]) {
+    match p.iter().rposition(|&c| c == b'/') {
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (b"", p),
+    }
+}
+
+/// A directory as read at `opendir`: (ino, kind, name) per entry, so that
+/// offsets stay stable while the directory changes.
+type Listing = Vec<(u64, FileType, Vec<u8>)>;
+
+struct Handle {
+    file: File,
+    ino: u64,
+    writer: bool,
+    _backing: Option<Arc<BackingId>>,
+}
+
+pub struct OverlayFs {
+    sh: Arc<Shared>,
+    files: Mutex<HashMap<u64, Handle>>,
+    dirs: Mutex<HashMap<u64, Listing>>,
+    next_fh: AtomicU64,
+    want_passthrough: bool,
+}
+
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+fn stat_fd(fd: impl AsFd) -> std::io::Result<Stat> {
+    Ok(rustix::fs::statat(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}
+
+/// `/proc/self/fd/N`: reaches the inode behind an `O_PATH` fd for the
+/// calls that have no fd form (reopen, chmod, xattrs).
+fn proc_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match rustix::fs::FileType::from_raw_mode(mode as _) {
+        rustix::fs::FileType::Directory => FileType::Directory,
+        rustix::fs::FileType::Symlink => FileType::Symlink,
+        rustix::fs::FileType::Fifo => FileType::NamedPipe,
+        rustix::fs::FileType::Socket => FileType::Socket,
+        rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
+        rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn attr(ino: u64, st: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec as i64),
+        mtime: time(st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: time(st.st_ctime, st.st_ctime_nsec as i64),
+        crtime: UNIX_EPOCH,
+        kind: kind_of(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        flags: 0,
+        blksize: st.st_blksize as u32,
+    }
+}
+
+fn timespec(t: Option<TimeOrNow>) -> Timespec {
+    match t {
+        None => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as _,
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (mut s, mut n) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+                if n < 0 {
+                    s -= 1;
+                    n += 1_000_000_000;
+                }
+                Timespec {
+                    tv_sec: s,
+                    tv_nsec: n as _,
+                }
+            }
+        },
+    }
+}
+
+fn hidden(parent: INodeNo, name: &OsStr) -> bool {
+    parent.0 == ROOT && name.as_bytes() == HIDDEN
+}
+
+impl OverlayFs {
+    pub fn new(sh: Arc<Shared>, want_passthrough: bool) -> OverlayFs {
+        OverlayFs {
+            sh,
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            want_passthrough,
+        }
+    }
+
+    fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        self.sh.inodes.get(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Look `name` up in `parent` and remember it (one kernel reference).
+    fn entry(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr, Errno> {
+        if hidden(parent, name) {
+            return Err(Errno::ENOENT);
+        }
+        let p = self.inode(parent)?;
+        let fd = rustix::fs::openat(
+            &p.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let st = stat_fd(&fd).map_err(Errno::from)?;
+        let kind = kind_of(st.st_mode as u32);
+        let ino = self
+            .sh
+            .inodes
+            .learn(parent.0, name, fd, (st.st_dev, st.st_ino), kind);
+        Ok(attr(ino, &st))
+    }
+
+    fn getattr_of(&self, ino: u64, i: &Inode) -> Result<FileAttr, Errno> {
+        Ok(attr(ino, &stat_fd(&i.fd).map_err(Errno::from)?))
+    }
+
+    /// Open the backing file of `i`. With passthrough, read-write when
+    /// possible, so every later open of the inode can share it.
+    fn open_backing(&self, i: &Inode, flags: i32) -> Result<(File, bool), Errno> {
+        let base = OFlags::from_bits_retain(flags as _)
+            & !(OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOCTTY
+                | OFlags::NOFOLLOW
+                | OFlags::DIRECT
+                | OFlags::ACCMODE);
+        let acc = OFlags::from_bits_retain(flags as _) & OFlags::ACCMODE;
+        let path = proc_path(&i.fd);
+        if self.sh.passthrough.load(Ordering::Relaxed) {
+            let rw = (base & !OFlags::APPEND) | OFlags::RDWR | OFlags::CLOEXEC;
+            if let Ok(fd) = rustix::fs::open(path.as_str(), rw, Mode::empty()) {
+                return Ok((File::from(fd), true));
+            }
+        }
+        let fd = rustix::fs::open(path.as_str(), base | acc | OFlags::CLOEXEC, Mode::empty())
+            .map_err(errno)?;
+        Ok((File::from(fd), false))
+    }
+
+    /// The passthrough backing id of `i` for `file`, shared by every open.
+    fn backing_for(
+        &self,
+        i: &Inode,
+        file: &File,
+        register: impl FnOnce(&File) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        let mut slot = i.backing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = slot.upgrade() {
+            return Some(b);
+        }
+        let b = Arc::new(register(file).ok()?);
+        *slot = Arc::downgrade(&b);
+        Some(b)
+    }
+
+    fn keep(&self, file: File, ino: u64, writer: bool, backing: Option<Arc<BackingId>>) -> u64 {
+        let fh = self.fh();
+        if writer {
+            self.sh.tracker.opened_for_write(ino);
+        }
+        if backing.is_some() {
+            self.sh.passthrough_opens.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.sh.plain_opens.fetch_add(1, Ordering::Relaxed);
+        }
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            fh,
+            Handle {
+                file,
+                ino,
+                writer,
+                _backing: backing,
+            },
+        );
+        fh
+    }
+
+    fn with_file<T>(
+        &self,
+        fh: FileHandle,
+        f: impl FnOnce(&File) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let h = files.get(&fh.0).ok_or(Errno::EBADF)?;
+        f(&h.file)
+    }
+
+    fn nlink(&self, i: &Inode) -> u64 {
+        stat_fd(&i.fd).map_or(u64::MAX, |s| s.st_nlink)
+    }
+}
+
+fn is_write(flags: i32) -> bool {
+    let f = OFlags::from_bits_retain(flags as _);
+    (f & OFlags::ACCMODE) != OFlags::RDONLY || f.contains(OFlags::TRUNC)
+}
+
+impl Filesystem for OverlayFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Passthrough needs CAP_SYS_ADMIN for every backing file; without
+        // it every open would fail over to the slow path, so do not ask.
+        if self.want_passthrough
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(2).is_ok()
+        {
+            self.sh.passthrough.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _g = self.sh.gate.enter();
+        match self.entry(parent, name) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.sh.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _g = self.sh.gate.enter();
+        match self.inode(ino).and_then(|i| self.getattr_of(ino.0, &i)) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<FileAttr, Errno> {
+            let i = self.inode(ino)?;
+            let path = proc_path(&i.fd);
+            let is_link = i.kind == FileType::Symlink;
+            // Mark first: a change the capture misses is worse than a
+            // change it looks at for nothing.
+            self.sh.mark_inode(ino.0, self.nlink(&i));
+            if let Some(m) = mode {
+                if is_link {
+                    return Err(Errno::EOPNOTSUPP);
+                }
+                rustix::fs::chmod(path.as_str(), Mode::from_raw_mode(m & 0o7777)).map_err(errno)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                rustix::fs::chownat(
+                    &i.fd,
+                    "",
+                    uid.map(rustix::fs::Uid::from_raw),
+                    gid.map(rustix::fs::Gid::from_raw),
+                    AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(errno)?;
+            }
+            if let Some(len) = size {
+                let done = fh.map(|fh| self.with_file(fh, |f| f.set_len(len).map_err(Errno::from)));
+                match done {
+                    Some(Ok(())) => {}
+                    _ => {
+                        let fd = rustix::fs::open(
+                            path.as_str(),
+                            OFlags::WRONLY | OFlags::CLOEXEC,
+                            Mode::empty(),
+                        )
+                        .map_err(errno)?;
+                        rustix::fs::ftruncate(&fd, len).map_err(errno)?;
+                    }
+                }
+            }
+            if atime.is_some() || mtime.is_some() {
+                let times = Timestamps {
+                    last_access: timespec(atime),
+                    last_modification: timespec(mtime),
+                };
+                if is_link {
+                    let (p, n) = self
+                        .sh
+                        .inodes
+                        .links(ino.0)
+                        .into_iter()
+                        .next()
+                        .ok_or(Errno::EOPNOTSUPP)?;
+                    let pi = self.inode(INodeNo(p))?;
+                    rustix::fs::utimensat(&pi.fd, n.as_os_str(), &times, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(errno)?;
+                } else {
+                    rustix::fs::utimensat(rustix::fs::CWD, path.as_str(), &times, AtFlags::empty())
+                        .map_err(errno)?;
+                }
+            }
+            self.getattr_of(ino.0, &i)
+        };
+        match run() {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _g = self.sh.gate.enter();
+        match self
+            .inode(ino)
+            .and_then(|i| rustix::fs::readlinkat(&i.fd, "", Vec::new()).map_err(errno))
+        {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<FileAttr, Errno> {
+            if hidden(parent, name) {
+                return Err(Errno::EACCES);
+            }
+            let p = self.inode(parent)?;
+            self.sh.mark_entry(parent.0, name);
+            rustix::fs::mknodat(
+                &p.fd,
+                name,
+                rustix::fs::FileType::from_raw_mode(mode as _),
+                Mode::from_raw_mode(mode & !umask & 0o7777),
+                rdev as _,
+            )
+            .map_err(errno)?;
+            self.entry(parent, name)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<FileAttr, Errno> {
+            if hidden(parent, name) {
+                return Err(Errno::EACCES);
+            }
+            let p = self.inode(parent)?;
+            self.sh.mark_entry(parent.0, name);
+            rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
+                .map_err(errno)?;
+            self.entry(parent, name)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.remove(parent, name, AtFlags::empty(), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.remove(parent, name, AtFlags::REMOVEDIR, reply);
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<FileAttr, Errno> {
+            if hidden(parent, link_name) {
+                return Err(Errno::EACCES);
+            }
+            let p = self.inode(parent)?;
+            self.sh.mark_entry(parent.0, link_name);
+            rustix::fs::symlinkat(target, &p.fd, link_name).map_err(errno)?;
+            self.entry(parent, link_name)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<(), Errno> {
+            if hidden(parent, name) {
+                return Err(Errno::ENOENT);
+            }
+            if hidden(newparent, newname) {
+                return Err(Errno::EACCES);
+            }
+            let p = self.inode(parent)?;
+            let np = self.inode(newparent)?;
+            self.sh.mark_entry(parent.0, name);
+            self.sh.mark_entry(newparent.0, newname);
+            let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
+            rustix::fs::renameat_with(&p.fd, name, &np.fd, newname, rf).map_err(errno)?;
+            self.sh.inodes.renamed(
+                parent.0,
+                name,
+                newparent.0,
+                newname,
+                rf.contains(rustix::fs::RenameFlags::EXCHANGE),
+            );
+            Ok(())
+        };
+        match run() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<FileAttr, Errno> {
+            if hidden(newparent, newname) {
+                return Err(Errno::EACCES);
+            }
+            let i = self.inode(ino)?;
+            let np = self.inode(newparent)?;
+            self.sh.mark_entry(newparent.0, newname);
+            // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works without.
+            if rustix::fs::linkat(&i.fd, "", &np.fd, newname, AtFlags::EMPTY_PATH).is_err() {
+                rustix::fs::linkat(
+                    rustix::fs::CWD,
+                    proc_path(&i.fd).as_str(),
+                    &np.fd,
+                    newname,
+                    AtFlags::SYMLINK_FOLLOW,
+                )
+                .map_err(errno)?;
+            }
+            self.entry(newparent, newname)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<(u64, Option<Arc<BackingId>>), Errno> {
+            let i = self.inode(ino)?;
+            let writer = is_write(flags.0);
+            if writer {
+                self.sh.mark_inode(ino.0, self.nlink(&i));
+            }
+            let (file, shareable) = self.open_backing(&i, flags.0)?;
+            let backing = if shareable {
+                self.backing_for(&i, &file, |f| reply.open_backing(f))
+            } else {
+                None
+            };
+            Ok((self.keep(file, ino.0, writer, backing.clone()), backing))
+        };
+        match run() {
+            Ok((fh, Some(b))) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b),
+            // Served by this process; an inode with a passthrough open
+            // elsewhere cannot also use the page cache.
+            Ok((fh, None)) if self.sh.passthrough.load(Ordering::Relaxed) => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            }
+            Ok((fh, None)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _g = self.sh.gate.enter();
+        let r = self.with_file(fh, |f| {
+            let mut buf = vec![0u8; size as usize];
+            let mut got = 0;
+            while got < buf.len() {
+                match f.read_at(&mut buf[got..], offset + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Errno::from(e)),
+                }
+            }
+            buf.truncate(got);
+            Ok(buf)
+        });
+        match r {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _g = self.sh.gate.enter();
+        match self.with_file(fh, |f| f.write_all_at(data, offset).map_err(Errno::from)) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        if let Some(h) = h
+            && h.writer
+        {
+            self.sh.tracker.released(h.ino);
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _g = self.sh.gate.enter();
+        let r = self.with_file(fh, |f| {
+            if datasync {
+                f.sync_data()
+            } else {
+                f.sync_all()
+            }
+            .map_err(Errno::from)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<u64, Errno> {
+            let i = self.inode(ino)?;
+            let fd = rustix::fs::openat(
+                &i.fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            let mut it = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
+            let mut out = Vec::new();
+            while let Some(ent) = it.read() {
+                let ent = ent.map_err(errno)?;
+                let name = ent.file_name().to_bytes();
+                if ino.0 == ROOT && name == HIDDEN {
+                    continue;
+                }
+                let kind = match ent.file_type() {
+                    rustix::fs::FileType::Directory => FileType::Directory,
+                    rustix::fs::FileType::Symlink => FileType::Symlink,
+                    rustix::fs::FileType::Fifo => FileType::NamedPipe,
+                    rustix::fs::FileType::Socket => FileType::Socket,
+                    rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
+                    rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
+                    _ => FileType::RegularFile,
+                };
+                out.push((ent.ino(), kind, name.to_vec()));
+            }
+            let fh = self.fh();
+            self.dirs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(fh, out);
+            Ok(fh)
+        };
+        match run() {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entries) = dirs.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(*ino),
+                (i + 1) as u64,
+                *kind,
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _ds: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _g = self.sh.gate.enter();
+        let r = self.inode(ino).and_then(|i| {
+            let fd = rustix::fs::openat(
+                &i.fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            rustix::fs::fsync(&fd).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self
+            .inode(INodeNo(ROOT))
+            .and_then(|i| rustix::fs::fstatvfs(&i.fd).map_err(errno))
+        {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let _g = self.sh.gate.enter();
+        let r = self.inode(ino).and_then(|i| {
+            self.sh.mark_inode(ino.0, self.nlink(&i));
+            rustix::fs::setxattr(
+                proc_path(&i.fd).as_str(),
+                name,
+                value,
+                rustix::fs::XattrFlags::from_bits_retain(flags as _),
+            )
+            .map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _g = self.sh.gate.enter();
+        let r = self.inode(ino).and_then(|i| {
+            let path = proc_path(&i.fd);
+            if size == 0 {
+                return rustix::fs::getxattr_query(path.as_str(), name)
+                    .map(|n| (n, Vec::new()))
+                    .map_err(errno);
+            }
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::getxattr(path.as_str(), name, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, b)) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _g = self.sh.gate.enter();
+        let r = self.inode(ino).and_then(|i| {
+            let path = proc_path(&i.fd);
+            if size == 0 {
+                return rustix::fs::listxattr_query(path.as_str())
+                    .map(|n| (n, Vec::new()))
+                    .map_err(errno);
+            }
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::listxattr(path.as_str(), &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, b)) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _g = self.sh.gate.enter();
+        let r = self.inode(ino).and_then(|i| {
+            self.sh.mark_inode(ino.0, self.nlink(&i));
+            rustix::fs::removexattr(proc_path(&i.fd).as_str(), name).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _g = self.sh.gate.enter();
+        let r = self.inode(ino).and_then(|i| {
+            rustix::fs::access(
+                proc_path(&i.fd).as_str(),
+                rustix::fs::Access::from_bits_retain(mask.bits() as _),
+            )
+            .map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<(FileAttr, u64, Option<Arc<BackingId>>), Errno> {
+            if hidden(parent, name) {
+                return Err(Errno::EACCES);
+            }
+            let p = self.inode(parent)?;
+            self.sh.mark_entry(parent.0, name);
+            let mut of = OFlags::from_bits_retain(flags as _) & !(OFlags::NOCTTY | OFlags::DIRECT)
+                | OFlags::CREATE
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC;
+            let pt = self.sh.passthrough.load(Ordering::Relaxed);
+            if pt {
+                of = (of & !(OFlags::ACCMODE | OFlags::APPEND)) | OFlags::RDWR;
+            }
+            let fd =
+                rustix::fs::openat(&p.fd, name, of, Mode::from_raw_mode(mode & !umask & 0o7777))
+                    .map_err(errno)?;
+            let file = File::from(fd);
+            let a = self.entry(parent, name)?;
+            let i = self.inode(a.ino)?;
+            let backing = if pt {
+                self.backing_for(&i, &file, |f| reply.open_backing(f))
+            } else {
+                None
+            };
+            let fh = self.keep(file, a.ino.0, is_write(flags), backing.clone());
+            Ok((a, fh, backing))
+        };
+        match run() {
+            Ok((a, fh, Some(b))) => reply.created_passthrough(
+                &TTL,
+                &a,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+                &b,
+            ),
+            Ok((a, fh, None)) if self.sh.passthrough.load(Ordering::Relaxed) => reply.created(
+                &TTL,
+                &a,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
+            Ok((a, fh, None)) => {
+                reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _g = self.sh.gate.enter();
+        let r = self.with_file(fh, |f| {
+            rustix::fs::fallocate(
+                f,
+                rustix::fs::FallocateFlags::from_bits_retain(mode as _),
+                offset,
+                length,
+            )
+            .map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let _g = self.sh.gate.enter();
+        let r = self.with_file(fh, |f| {
+            let pos = match whence {
+                0 => rustix::fs::SeekFrom::Start(offset as u64),
+                2 => rustix::fs::SeekFrom::End(offset),
+                3 => rustix::fs::SeekFrom::Data(offset as u64),
+                4 => rustix::fs::SeekFrom::Hole(offset as u64),
+                _ => return Err(Errno::EINVAL),
+            };
+            rustix::fs::seek(f, pos).map_err(errno)
+        });
+        match r {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+impl OverlayFs {
+    fn remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags, reply: ReplyEmpty) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<(), Errno> {
+            if hidden(parent, name) {
+                return Err(Errno::ENOENT);
+            }
+            let p = self.inode(parent)?;
+            self.sh.mark_entry(parent.0, name);
+            rustix::fs::unlinkat(&p.fd, name, flags).map_err(errno)?;
+            self.sh.inodes.unlinked(parent.0, name);
+            Ok(())
+        };
+        match run() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}

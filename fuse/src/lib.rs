@@ -1,0 +1,29 @@
+//! The FUSE overlay of rewind (`rewind mount DIR`).
+//!
+//! A passthrough filesystem mounted over the workspace directory itself.
+//! It knows nothing about checkpoints; it knows three things the walk
+//! engine has to find out the slow way:
+//! - **what changed**: every mutating request marks its directory dirty
+//!   ([`DirtySet`]), so a checkpoint opens only those;
+//! - **when nobody looks**: a rewind freezes the mount (new requests wait,
+//!   requests inside drain), changes the backing tree, thaws it and
+//!   invalidates what the kernel cached;
+//! - **where the backing tree is**: `.rewind/` is hidden from the mount,
+//!   and clients get the backing root as an fd over the control socket.
+//!
+//! Layout: `inodes` (table keyed by backing (dev, ino)), `dirty` (the
+//! tracker), `gate` (freeze/thaw), `fs` (the request handlers), `control`
+//! (socket protocol and client), `daemon` (mount and serve).
+
+mod control;
+mod daemon;
+mod dirty;
+mod error;
+mod fs;
+mod gate;
+mod inodes;
+
+pub use control::{Client, MountStatus, backing_path, runtime_dir, socket_path};
+pub use daemon::{ServeOptions, detach_dead, holders, serve};
+pub use dirty::DirtySet;
+pub use error::{Error, Result};

@@ -1,0 +1,272 @@
+//! `rewind mount DIR` and `rewind unmount DIR`: serve a workspace through
+//! the FUSE overlay (DESIGN §6). By default `mount` starts the daemon in
+//! the background and returns once the mount answers; `--foreground` runs
+//! it in this process (the background daemon is this, detached).
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::Ctx;
+use crate::capture::STATE_DIR;
+use crate::error::{Error, Result};
+use crate::mount::MountLink;
+use crate::workspace::Workspace;
+
+/// The daemon's log, in the backing `.rewind/`.
+const LOG_FILE: &str = "mount.log";
+/// How long `mount` waits for the daemon to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The workspace directory to mount over (default: the current workspace)
+    dir: Option<PathBuf>,
+    /// Mount a view of the workspace here instead of over it (needed as a non-root user)
+    #[arg(long, value_name = "VIEW")]
+    at: Option<PathBuf>,
+    /// Run the daemon in this process until unmounted
+    #[arg(long)]
+    foreground: bool,
+    /// Serve opened files through the daemon even where kernel passthrough works
+    #[arg(long)]
+    no_passthrough: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UnmountArgs {
+    /// The mounted workspace directory (default: the current workspace)
+    dir: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Mounted {
+    mounted: String,
+    workspace: String,
+    daemon_pid: u32,
+    passthrough: bool,
+    log: String,
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Unmounted {
+    unmounted: String,
+}
+
+/// The workspace root a mount command names: the argument (or -C, or the
+/// current workspace), canonical.
+fn target(ctx: &Ctx, dir: Option<&Path>) -> Result<PathBuf> {
+    let start = match dir {
+        Some(d) if d.is_absolute() => d.to_path_buf(),
+        Some(d) => ctx.cwd.join(d),
+        None => ctx.start_dir(),
+    };
+    match Workspace::discover(&start) {
+        Some(root) => Ok(root),
+        None => Err(Error::NotAWorkspace { path: start }),
+    }
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
+    let root = target(ctx, a.dir.as_deref())?;
+    // Opening checks it is a workspace, finishes an interrupted rewind and
+    // refuses a second mount (its daemon answers).
+    let mut ws = Workspace::open(&root, false)?;
+    if let Some(m) = ws.mount() {
+        return Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
+            path: root,
+            pid: m.daemon_pid(),
+        }));
+    }
+    ws.lock()?;
+    ws.recover_if_needed()?;
+    drop(ws);
+    let view = match &a.at {
+        Some(v) => {
+            let v = if v.is_absolute() {
+                v.clone()
+            } else {
+                ctx.cwd.join(v)
+            };
+            std::fs::create_dir_all(&v)
+                .map_err(|e| Error::Os(rewind_platform::Error::new("create", &v, e)))?;
+            let v = std::fs::canonicalize(&v)
+                .map_err(|e| Error::Os(rewind_platform::Error::new("open", &v, e)))?;
+            if v.starts_with(&root) || root.starts_with(&v) {
+                return Err(Error::InvalidPath {
+                    path: v,
+                    reason: format!(
+                        "a view must be outside the workspace {} (and not contain it)",
+                        root.display()
+                    ),
+                });
+            }
+            Some(v)
+        }
+        None => None,
+    };
+    let mountpoint = view.clone().unwrap_or_else(|| root.clone());
+    let opts = rewind_fuse::ServeOptions {
+        view: view.clone(),
+        passthrough: !a.no_passthrough && rewind_fuse::ServeOptions::default().passthrough,
+        ..Default::default()
+    };
+    if a.foreground {
+        return Ok(rewind_fuse::serve(&root, &opts, || {
+            eprintln!(
+                "rewind: serving {} at {} (unmount with `rewind unmount`)",
+                root.display(),
+                mountpoint.display()
+            )
+        })?);
+    }
+    // Processes already inside keep the directory they entered: the
+    // backing tree, which the daemon does not see them change.
+    let me = format!("pid {} ", std::process::id());
+    let warnings: Vec<String> = if view.is_some() { Vec::new() } else { rewind_fuse::holders(&root) }
+        .into_iter()
+        .filter(|h| h.ends_with("working directory") && !h.starts_with(&me))
+        .map(|h| format!("{h} inside {} keeps using the directory under the mount: its changes bypass the dirty set until it cds back in (checkpoints stay correct only after `rewind unmount`)", root.display()))
+        .collect();
+    let log_path = root.join(STATE_DIR).join(LOG_FILE);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Error::Os(rewind_platform::Error::new("open", &log_path, e)))?;
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Os(rewind_platform::Error::new("find", "the rewind binary", e)))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg("--foreground").arg(&root);
+    if let Some(v) = &view {
+        cmd.arg("--at").arg(v);
+    }
+    if a.no_passthrough {
+        cmd.arg("--no-passthrough");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .current_dir("/");
+    // Its own session: the terminal's hangup and ^C do not reach it.
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(rewind_platform::new_session);
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        Error::Os(rewind_platform::Error::new(
+            "start the daemon for",
+            &root,
+            e,
+        ))
+    })?;
+    let started = Instant::now();
+    let link = loop {
+        if let Some(l) = MountLink::connect(&mountpoint).ok().flatten() {
+            break l;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Error::Usage(format!(
+                "the mount daemon for {} exited ({status}): {}",
+                root.display(),
+                log_tail(&log_path, log_start)
+            )));
+        }
+        if started.elapsed() > READY_TIMEOUT {
+            let _ = child.kill();
+            return Err(Error::Usage(format!(
+                "the mount daemon for {} did not answer within {} s: {}",
+                root.display(),
+                READY_TIMEOUT.as_secs(),
+                log_tail(&log_path, log_start)
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let status = link.status()?;
+    let out = Mounted {
+        mounted: mountpoint.display().to_string(),
+        workspace: root.display().to_string(),
+        daemon_pid: status.pid,
+        passthrough: status.passthrough,
+        log: log_path.display().to_string(),
+        warnings,
+    };
+    for w in &out.warnings {
+        eprintln!("rewind: warning: {w}");
+    }
+    ctx.emit(&out, || {
+        format!(
+            "mounted {} (daemon pid {}, {}); `rewind unmount {}` to stop",
+            out.mounted,
+            out.daemon_pid,
+            if out.passthrough {
+                "kernel passthrough"
+            } else {
+                "no passthrough"
+            },
+            out.mounted
+        )
+    })
+}
+
+fn log_tail(path: &Path, from: u64) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        use std::io::Seek;
+        let _ = f.seek(std::io::SeekFrom::Start(from));
+        let _ = f.read_to_string(&mut s);
+    }
+    let s = s.trim();
+    if s.is_empty() {
+        format!("no output (see {})", path.display())
+    } else {
+        s.lines().last().unwrap_or(s).to_string()
+    }
+}
+
+pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
+    let start = match a.dir.as_deref() {
+        Some(d) if d.is_absolute() => d.to_path_buf(),
+        Some(d) => ctx.cwd.join(d),
+        None => ctx.start_dir(),
+    };
+    let root = match std::fs::canonicalize(&start) {
+        Ok(r) => Workspace::discover(&r).unwrap_or(r),
+        // A dead mount cannot be resolved; name it as given.
+        Err(_) => std::path::absolute(&start).unwrap_or(start),
+    };
+    let had_daemon = rewind_fuse::socket_path(&root).exists();
+    match MountLink::connect(&root)? {
+        Some(link) => {
+            link.unmount()?;
+            drop(link);
+            // The daemon removes its socket (and bind mount) once the
+            // kernel ends the session.
+            let sock = rewind_fuse::socket_path(&root);
+            let gone = Instant::now();
+            while sock.exists() && gone.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        // Its daemon had died: `connect` detached the dead mount.
+        None if had_daemon => {}
+        None => {
+            return Err(Error::Usage(format!(
+                "{} is not mounted by rewind (`rewind mount {}` mounts it)",
+                root.display(),
+                root.display()
+            )));
+        }
+    }
+    let out = Unmounted {
+        unmounted: root.display().to_string(),
+    };
+    ctx.emit(&out, || format!("unmounted {}", out.unmounted))
+}

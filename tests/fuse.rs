@@ -1,0 +1,542 @@
+//! The FUSE overlay (`rewind mount`, DESIGN §6) on real mounts over
+//! workspaces on XFS: the dirty set is exact, real tools behave as they do
+//! natively, rewinds are atomic for readers, a killed daemon loses
+//! nothing, and `.rewind/` cannot be reached through the mount.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use common::{
+    Fs, LoopFs, MountGuard, chmod, rewind, rewind_env, rewind_json, set_xattr, snapshot, write,
+};
+
+/// A workspace with a small tree on a fresh XFS, initialized.
+fn workspace(dirs: usize, files: usize) -> Option<(LoopFs, PathBuf)> {
+    let lfs = LoopFs::new(Fs::Xfs, 512)?;
+    let ws = lfs.subdir("ws");
+    for d in 0..dirs {
+        for f in 0..files {
+            write(
+                &ws.join(format!("d{d:02}/f{f:02}.txt")),
+                format!("dir {d} file {f}\n").as_bytes(),
+            );
+        }
+    }
+    let out = rewind(&ws, &["init", "-q"]);
+    assert!(
+        out.status.success(),
+        "init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((lfs, ws))
+}
+
+/// Checkpoint through the mount (a capture guided by the dirty set), then
+/// check that a full walk of the same tree finds nothing the checkpoint
+/// missed. Returns how many entries the checkpoint looked at.
+fn checkpoint_matches_a_walk(mp: &Path, step: &str) -> u64 {
+    let ck = rewind_json(mp, &["checkpoint", step]);
+    assert_eq!(ck["engine"], "fuse", "{step}: engine");
+    let out = rewind_env(mp, &["--json", "status"], &[("REWIND_ENGINE", "walk")]);
+    assert!(
+        out.status.success(),
+        "{step}: status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(
+        st["changes"],
+        serde_json::json!([]),
+        "{step}: the dirty-set checkpoint missed changes a walk sees"
+    );
+    ck["entries"].as_u64().expect("entries")
+}
+
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("sh")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "script failed in {}:\n{script}\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
+    let Some((_lfs, ws)) = workspace(40, 25) else {
+        return;
+    };
+    // Hard-linked before the mount: the daemon will see only one name.
+    write(&ws.join("hl/one"), b"linked\n");
+    std::fs::hard_link(ws.join("hl/one"), ws.join("hl/two")).expect("hard link");
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let all = checkpoint_matches_a_walk(&ws, "first: everything");
+    assert!(
+        all >= 1000,
+        "the first checkpoint walks everything ({all} entries)"
+    );
+
+    write(&ws.join("d01/new.txt"), b"new\n");
+    let few = checkpoint_matches_a_walk(&ws, "create");
+    assert!(
+        few * 10 < all,
+        "a checkpoint after one change looked at {few} of {all} entries"
+    );
+
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.join("d02/f01.txt"))
+        .and_then(|mut f| f.write_all(b"appended\n"))
+        .expect("append");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ws.join("d02/f02.txt"))
+        .and_then(|f| f.set_len(3))
+        .expect("truncate");
+    checkpoint_matches_a_walk(&ws, "append + truncate");
+
+    chmod(&ws.join("d03/f00.txt"), 0o755);
+    chmod(&ws.join("d04"), 0o700);
+    checkpoint_matches_a_walk(&ws, "chmod file + dir");
+
+    std::fs::rename(ws.join("d05/f00.txt"), ws.join("d06/moved.txt")).expect("mv file");
+    std::fs::create_dir_all(ws.join("deep/a/b")).expect("mkdir -p");
+    std::fs::rename(ws.join("d07"), ws.join("deep/a/b/d07")).expect("mv dir");
+    checkpoint_matches_a_walk(&ws, "renames");
+
+    std::fs::remove_dir_all(ws.join("d08")).expect("rm -rf");
+    std::fs::create_dir(ws.join("empty")).expect("mkdir");
+    std::os::unix::fs::symlink("../d09/f00.txt", ws.join("d10/link")).expect("symlink");
+    std::os::unix::fs::symlink("/outside/dangling", ws.join("dangling")).expect("symlink");
+    checkpoint_matches_a_walk(&ws, "rm -rf, mkdir, symlinks");
+
+    std::fs::remove_file(ws.join("d10/link")).expect("rm link");
+    std::os::unix::fs::symlink("elsewhere", ws.join("d10/link")).expect("relink");
+    std::fs::remove_dir(ws.join("empty")).expect("rmdir");
+    checkpoint_matches_a_walk(&ws, "relink, rmdir");
+
+    // A write through one name of a hard link changes the other.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.join("hl/one"))
+        .and_then(|mut f| f.write_all(b"via one\n"))
+        .expect("write hard link");
+    checkpoint_matches_a_walk(&ws, "hard link known by one name");
+    std::fs::hard_link(ws.join("d11/f00.txt"), ws.join("d12/also.txt")).expect("link");
+    std::fs::write(ws.join("d12/also.txt"), b"rewritten through the new name\n").expect("write");
+    checkpoint_matches_a_walk(&ws, "hard link made through the mount");
+
+    set_xattr(&ws.join("d13/f00.txt"), "user.k", b"v");
+    set_xattr(&ws.join("d14"), "user.dir", b"1");
+    checkpoint_matches_a_walk(&ws, "xattrs");
+
+    let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(ws.join("d15/f00.txt"))
+        .and_then(|f| f.set_modified(t))
+        .expect("utimens");
+    checkpoint_matches_a_walk(&ws, "mtime");
+
+    // An ignore file changes what is captured below it.
+    write(&ws.join("d16/x.log"), b"log\n");
+    checkpoint_matches_a_walk(&ws, "a log file");
+    write(&ws.join("d16/.rewindignore"), b"*.log\n");
+    checkpoint_matches_a_walk(&ws, "an ignore file");
+
+    // RENAME_EXCHANGE swaps two entries in one step.
+    let a = std::ffi::CString::new(ws.join("d17/f00.txt").as_os_str().as_bytes()).expect("c");
+    let b = std::ffi::CString::new(ws.join("d18").as_os_str().as_bytes()).expect("c");
+    // SAFETY: valid C strings; renameat2 does not keep the pointers.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "renameat2 exchange: {}",
+        std::io::Error::last_os_error()
+    );
+    checkpoint_matches_a_walk(&ws, "rename exchange");
+
+    // A file open for writing across a checkpoint stays dirty: writes
+    // after it (through kernel passthrough, unseen by the daemon) are in
+    // the next one.
+    let mut held = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ws.join("d19/f00.txt"))
+        .expect("open for write");
+    held.write_all(b"before\n").expect("write");
+    checkpoint_matches_a_walk(&ws, "open writer, first");
+    held.write_all(b"after the checkpoint\n").expect("write");
+    held.sync_all().expect("fsync");
+    checkpoint_matches_a_walk(&ws, "open writer, second");
+    drop(held);
+
+    assert!(m.status().passthrough, "root mounts use kernel passthrough");
+    m.unmount();
+    // Unmounted, the walk engine agrees with the last checkpoint.
+    let st = rewind_json(&ws, &["status"]);
+    assert_eq!(st["changes"], serde_json::json!([]), "after unmount");
+}
+
+#[test]
+fn real_tools_give_the_same_results_through_the_mount_as_natively() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 1024) else {
+        return;
+    };
+    let native = lfs.subdir("native");
+    let ws = lfs.subdir("ws");
+    let src = lfs.subdir("src");
+    for i in 0..50 {
+        write(
+            &src.join(format!("pkg/m{}/file{i}.c", i % 5)),
+            format!("int f{i};\n").as_bytes(),
+        );
+    }
+    let tarball = lfs.mnt.join("src.tar");
+    sh(
+        &lfs.mnt,
+        &format!("tar -cf {} -C {} pkg", tarball.display(), src.display()),
+    );
+    assert!(rewind(&ws, &["init", "-q"]).status.success());
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let script = format!(
+        r#"
+        git init -q repo && cd repo
+        echo one > a.txt && mkdir -p sub && echo two > sub/b.txt
+        git add -A && git commit -qm first
+        echo changed > a.txt && rm sub/b.txt && echo new > c.txt
+        git status --porcelain > ../status.txt
+        git reset -q --hard && git clean -qfd
+        git checkout -qb topic && echo topic > t.txt && git add t.txt && git commit -qm topic
+        git checkout -q master 2>/dev/null || git checkout -q main
+        git log --all --format=%s | sort > ../log.txt
+        cd ..
+        tar -xf {tar}
+        mkdir -p moved && mv pkg/m1 moved/ && mv pkg/m2/file2.c moved/
+        chmod 0700 moved && chmod 0755 pkg/m3/file3.c
+        ln -s ../pkg/m4 moved/m4link && ln -s /nowhere dangling
+        ln pkg/m0/file0.c hard.c && echo more >> hard.c
+        mkdir churn
+        i=0; while [ $i -lt 10000 ]; do : > churn/f$i; i=$((i+1)); done
+        i=0; while [ $i -lt 10000 ]; do [ $((i % 10)) -eq 0 ] || rm churn/f$i; i=$((i+1)); done
+        "#,
+        tar = tarball.display()
+    );
+    sh(&native, &script);
+    sh(&ws, &script);
+    // Same bytes, types, modes, links, xattrs. Git's own files record
+    // times and inode numbers: its history is compared by `git log`.
+    let strip = |mut t: std::collections::BTreeMap<Vec<u8>, common::Snap>| {
+        t.retain(|k, _| !k.starts_with(b"repo/.git/"));
+        t
+    };
+    common::assert_same(
+        "tools through the mount",
+        &strip(snapshot(&native)),
+        &strip(snapshot(&ws)),
+    );
+    let st = std::fs::read_to_string(ws.join("status.txt")).expect("git status output");
+    assert_eq!(
+        st,
+        std::fs::read_to_string(native.join("status.txt")).expect("native")
+    );
+    assert!(
+        st.contains(" M a.txt") && st.contains(" D sub/b.txt"),
+        "git status: {st}"
+    );
+    let log = std::fs::read_to_string(ws.join("log.txt")).expect("git log output");
+    assert_eq!(log, "first\ntopic\n");
+    checkpoint_matches_a_walk(&ws, "after the tools");
+
+    // cargo new + cargo build of a small crate, through the mount.
+    if Command::new("cargo")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        sh(
+            &ws,
+            "cargo new -q --vcs none hello && cd hello && cargo build -q --offline && ./target/debug/hello > ../hello.out",
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("hello.out")).expect("hello output"),
+            "Hello, world!\n"
+        );
+        checkpoint_matches_a_walk(&ws, "after cargo build");
+    }
+    m.unmount();
+}
+
+#[test]
+fn readers_never_see_a_mix_of_two_checkpoints_during_rewinds() {
+    let Some((_lfs, ws)) = workspace(0, 0) else {
+        return;
+    };
+    let names: Vec<String> = (0..40).map(|i| format!("d{}/f{i:02}", i % 4)).collect();
+    for n in &names {
+        write(&ws.join(n), b"A");
+    }
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let a = common::checkpoint_id(&ws, &["A"]);
+    for n in &names {
+        std::fs::write(ws.join(n), b"BB").expect("write B");
+    }
+    write(&ws.join("only-in-b"), b"BB");
+    let b = common::checkpoint_id(&ws, &["B"]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let consistent = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (ws, names, stop, consistent) = (
+                ws.clone(),
+                names.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&consistent),
+            );
+            std::thread::spawn(move || {
+                let mut client = rewind_fuse::Client::connect(&ws)
+                    .expect("connect")
+                    .expect("daemon");
+                while !stop.load(Ordering::Relaxed) {
+                    let g1 = client.status().expect("status").generation;
+                    let mut seen = BTreeSet::new();
+                    for n in &names {
+                        // Every file exists in both checkpoints: a reader
+                        // never finds one missing, rewind or not.
+                        let c =
+                            std::fs::read(ws.join(n)).unwrap_or_else(|e| panic!("read {n}: {e}"));
+                        seen.insert(c);
+                    }
+                    let extra = ws.join("only-in-b").exists();
+                    let g2 = client.status().expect("status").generation;
+                    if g1 == g2 && g1 % 2 == 0 {
+                        assert_eq!(seen.len(), 1, "one tree has one content: saw {seen:?}");
+                        let b = seen.contains(b"BB".as_slice());
+                        assert_eq!(extra, b, "only-in-b exists exactly in B");
+                        consistent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for i in 0..60 {
+        let to = if i % 2 == 0 { &a } else { &b };
+        let out = rewind(
+            Path::new("/"),
+            &["-C", &ws.display().to_string(), "rewind", to, "-q"],
+        );
+        assert!(
+            out.status.success(),
+            "rewind {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("reader thread");
+    }
+    assert!(
+        consistent.load(Ordering::Relaxed) > 0,
+        "the readers completed no read between rewinds"
+    );
+    assert_eq!(std::fs::read(ws.join("d0/f00")).expect("read"), b"BB");
+    m.unmount();
+}
+
+#[test]
+fn a_killed_daemon_loses_nothing_and_the_next_command_walks() {
+    let Some((_lfs, ws)) = workspace(10, 10) else {
+        return;
+    };
+    let m = MountGuard::new(&ws, &[]);
+    let Some(m) = m else {
+        return;
+    };
+    common::checkpoint_id(&ws, &["base"]);
+    write(&ws.join("d03/edited-through-the-mount"), b"keep me\n");
+    std::fs::remove_file(ws.join("d04/f04.txt")).expect("rm");
+    let pid = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    // The next command detaches the dead mount and walks the tree.
+    let ck = rewind_json(
+        Path::new("/"),
+        &["-C", &ws.display().to_string(), "checkpoint", "after"],
+    );
+    assert_eq!(ck["engine"], "walk");
+    assert_eq!(ck["changes"]["added"], 1);
+    assert_eq!(ck["changes"]["deleted"], 1);
+    assert_eq!(
+        std::fs::read(ws.join("d03/edited-through-the-mount")).expect("read"),
+        b"keep me\n"
+    );
+    assert!(
+        ws.join(".rewind").is_dir(),
+        "the workspace is no longer mounted"
+    );
+    let v = rewind(&ws, &["verify"]);
+    assert!(
+        v.status.success(),
+        "verify: {}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    std::mem::forget(m); // nothing left to unmount
+    // Mounting again works, and the first capture walks everything.
+    let m = MountGuard::new(&ws, &[]).expect("mount again");
+    checkpoint_matches_a_walk(&ws, "after a remount");
+    m.unmount();
+}
+
+#[test]
+fn the_state_directory_cannot_be_reached_through_the_mount() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let names: Vec<_> = std::fs::read_dir(&ws)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(!names.iter().any(|n| n == ".rewind"), "listed: {names:?}");
+    let st = ws.join(".rewind");
+    assert_eq!(
+        std::fs::metadata(&st).map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::NotFound)
+    );
+    assert!(std::fs::remove_dir_all(&st).is_err());
+    assert!(
+        std::fs::create_dir(&st).is_err(),
+        "mkdir .rewind through the mount"
+    );
+    assert!(
+        std::fs::write(&st, b"x").is_err(),
+        "create .rewind through the mount"
+    );
+    assert!(
+        std::fs::rename(ws.join("d00"), &st).is_err(),
+        "rename onto .rewind"
+    );
+    assert!(
+        m.backing().join(".rewind/ledger.db").is_file(),
+        "the ledger is intact"
+    );
+    let v = rewind(&ws, &["verify"]);
+    assert!(
+        v.status.success(),
+        "verify: {}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    m.unmount();
+}
+
+#[test]
+fn unmount_of_a_busy_mount_names_the_holder_and_keeps_the_mount() {
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .current_dir(ws.join("d00"))
+        .spawn()
+        .expect("spawn sleep");
+    let out = rewind(Path::new("/"), &["unmount", &ws.display().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "busy unmount fails: {err}");
+    assert!(
+        err.contains(&format!("pid {} (sleep)", sleeper.id())),
+        "names the holder: {err}"
+    );
+    assert!(m.status().pid > 0, "still mounted");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    m.unmount();
+}
+
+#[test]
+fn a_view_mount_serves_the_workspace_elsewhere() {
+    let Some((lfs, ws)) = workspace(3, 3) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    // `--at` mounts a view: the guard is keyed by the view.
+    let out = rewind(
+        Path::new("/"),
+        &[
+            "mount",
+            &ws.display().to_string(),
+            "--at",
+            &view.display().to_string(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "mount --at: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = MountGuard { dir: view.clone() };
+    assert!(view.join("d01/f01.txt").is_file());
+    assert_eq!(
+        m.backing(),
+        ws,
+        "a view's backing tree is the workspace itself"
+    );
+    let base = common::checkpoint_id(&view, &["base"]);
+    std::fs::write(view.join("d01/f01.txt"), b"edited in the view\n").expect("write");
+    checkpoint_matches_a_walk(&view, "edit in the view");
+    let out = rewind(&view.join("d02"), &["rewind", &base, "-q"]);
+    assert!(
+        out.status.success(),
+        "rewind from inside the view: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(view.join("d01/f01.txt")).expect("read"),
+        b"dir 1 file 1\n"
+    );
+    assert_eq!(
+        std::fs::read(ws.join("d01/f01.txt")).expect("read"),
+        b"dir 1 file 1\n"
+    );
+    m.unmount();
+}
