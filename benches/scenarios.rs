@@ -1469,6 +1469,385 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
     }
 }
 
+// ---------------------------------------------------------------- k: FUSE overlay
+
+/// Unmounts the scenario's FUSE mount even when the benchmark panics (the
+/// loop filesystem under it cannot be unmounted otherwise).
+struct FuseMount(PathBuf);
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let ok = measure(cmd(REWIND, [OsStr::new("unmount"), self.0.as_os_str()]))
+            .exit
+            .is_ok_and(|c| c == 0);
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// Time two commands `runs` times each, after one untimed warm-up each,
+/// alternating which goes first; returns (through the mount, native).
+fn paired(
+    runs: usize,
+    mut mount: impl FnMut() -> Command,
+    mut native: impl FnMut() -> Command,
+) -> (Series, Series) {
+    let (mut a, mut b) = (Series::default(), Series::default());
+    // Warm both (page cache, dentries, the daemon's inode table).
+    run(mount());
+    run(native());
+    for r in 0..runs {
+        for first in [r % 2 == 0, r % 2 != 0] {
+            if first {
+                let m = run(mount());
+                a.push(m.ms(), m.maxrss_kib);
+            } else {
+                let m = run(native());
+                b.push(m.ms(), m.maxrss_kib);
+            }
+        }
+    }
+    (a, b)
+}
+
+/// k. The FUSE overlay (`rewind mount`) over a copy of T on the main
+/// filesystem: checkpoint and rewind through the mount against the walk
+/// engine on another copy, then what the mount costs ordinary tools.
+fn scenario_k(
+    args: &Args,
+    work: &Path,
+    template: &Path,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> (Vec<Scenario>, Vec<Target>, String) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+        let why = "mounting over a workspace needs root and /dev/fuse";
+        eprintln!("bench: [k] SKIPPED: {why}");
+        return (Vec::new(), Vec::new(), format!("k skipped: {why}"));
+    }
+    let ws = work.join("ws-fuse");
+    let walk = work.join("ws-fuse-walk");
+    copy_tree(template, &ws);
+    copy_tree(template, &walk);
+    run(rewind_cmd(&walk).args(["checkpoint", "bench-k-base", "--json"]));
+    run(rewind_cmd(&ws).args(["init", "-q"]));
+    run(cmd(REWIND, [OsStr::new("mount"), ws.as_os_str()]).current_dir("/"));
+    let _mount = FuseMount(ws.clone());
+    // The first capture through a fresh mount walks everything.
+    let v = run(rewind_cmd(&ws).args(["checkpoint", "bench-k-base", "--json"])).json();
+    assert_eq!(v["engine"], "fuse", "k: not the fuse engine: {v}");
+    settle(work);
+
+    // k1. Checkpoint after 10 small edits.
+    let (mut ck, mut ck_walk) = (Series::default(), Series::default());
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [k1] checkpoint after {SMALL_EDITS} edits through the mount, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        apply_edits(&ws, &edits);
+        apply_edits(&walk, &edits);
+        settle(work);
+        let label = format!("bench-k1-{r}");
+        let m = run(rewind_cmd(&ws).args(["checkpoint", &label, "--json"]));
+        check_edit_counts(
+            counts(&m.json(), "k1: fuse checkpoint"),
+            "k1 fuse",
+            &m.json(),
+        );
+        ck.push(m.ms(), m.maxrss_kib);
+        ck.self_ms
+            .push(m.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        let m = run(rewind_cmd(&walk).args(["checkpoint", &label, "--json"]));
+        check_edit_counts(
+            counts(&m.json(), "k1: walk checkpoint"),
+            "k1 walk",
+            &m.json(),
+        );
+        ck_walk.push(m.ms(), m.maxrss_kib);
+    }
+
+    // k2. Rewind of 10 edits + 3 new files.
+    let (mut rw, mut rw_walk) = (Series::default(), Series::default());
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [k2] rewind through the mount, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let label = format!("bench-k2-x-{r}");
+        let x = json_str(
+            &run(rewind_cmd(&ws).args(["checkpoint", &label, "--json"])).json(),
+            "id",
+            "k2: X",
+        );
+        let xw = json_str(
+            &run(rewind_cmd(&walk).args(["checkpoint", &label, "--json"])).json(),
+            "id",
+            "k2: walk X",
+        );
+        let (want, want_walk) = (hash_tree(&ws), hash_tree(&walk));
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        let new_files = plan_new_files(tree, rng, r + 2000);
+        for w in [&ws, &walk] {
+            apply_edits(w, &edits);
+            create_files(w, &new_files);
+        }
+        settle(work);
+        let m = run(rewind_cmd(&ws).args(["rewind", &x, "--json"]));
+        rw.push(m.ms(), m.maxrss_kib);
+        rw.self_ms
+            .push(m.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        verify_equal(
+            &format!("k2: rewind through the mount to {x} (run {})", r + 1),
+            &want,
+            &ws,
+        );
+        let m = run(rewind_cmd(&walk).args(["rewind", &xw, "--json"]));
+        rw_walk.push(m.ms(), m.maxrss_kib);
+        verify_equal(
+            &format!("k2: walk rewind to {xw} (run {})", r + 1),
+            &want_walk,
+            &walk,
+        );
+    }
+
+    // k3–k7. Ordinary tools through the mount and natively (the walk copy).
+    let big = |root: &Path| root.join(&tree.big);
+    eprintln!("bench: [k3] sequential read of the big file");
+    let (rd, rd_native) = paired(
+        args.runs,
+        || {
+            cmd(
+                "dd",
+                [
+                    format!("if={}", big(&ws).display()),
+                    "of=/dev/null".into(),
+                    "bs=1M".into(),
+                ],
+            )
+        },
+        || {
+            cmd(
+                "dd",
+                [
+                    format!("if={}", big(&walk).display()),
+                    "of=/dev/null".into(),
+                    "bs=1M".into(),
+                ],
+            )
+        },
+    );
+    eprintln!("bench: [k4] sequential write of a file of the big file's size");
+    let count = tree.big_size.div_ceil(MIB).to_string();
+    let dd_write = |root: &Path| {
+        cmd(
+            "dd",
+            [
+                "if=/dev/zero".to_string(),
+                format!("of={}", root.join("k-write.bin").display()),
+                "bs=1M".into(),
+                format!("count={count}"),
+                "conv=fdatasync".into(),
+            ],
+        )
+    };
+    let (wr, wr_native) = paired(args.runs, || dd_write(&ws), || dd_write(&walk));
+    let _ = fs::remove_file(ws.join("k-write.bin"));
+    let _ = fs::remove_file(walk.join("k-write.bin"));
+    eprintln!("bench: [k5] find + stat of every entry");
+    let find = |root: &Path| {
+        cmd(
+            "find",
+            [
+                root.as_os_str(),
+                OsStr::new("-printf"),
+                OsStr::new("%s %T@ %m\n"),
+            ],
+        )
+    };
+    let (fd, fd_native) = paired(args.runs, || find(&ws), || find(&walk));
+    eprintln!("bench: [k6] git status");
+    let (git_m, git_n) = (work.join("git-k-mount"), work.join("git-k-native"));
+    for (g, wt) in [(&git_m, &ws), (&git_n, &walk)] {
+        git_init(g, wt);
+        let mut s = Series::default();
+        git_checkpoint(g, wt, &mut s, work);
+    }
+    let (gs, gs_native) = paired(
+        args.runs,
+        || {
+            let mut c = git_cmd(&git_m, &ws);
+            c.args(["status", "--porcelain"]);
+            c
+        },
+        || {
+            let mut c = git_cmd(&git_n, &walk);
+            c.args(["status", "--porcelain"]);
+            c
+        },
+    );
+    eprintln!("bench: [k7] grep -r over the small files");
+    let big_name = tree
+        .big
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let grep = |root: &Path| {
+        cmd(
+            "grep",
+            [
+                OsStr::new("-r"),
+                OsStr::new("-c"),
+                OsStr::new(&format!("--exclude={big_name}")),
+                OsStr::new("-e"),
+                OsStr::new("."),
+                root.as_os_str(),
+            ],
+        )
+    };
+    let (gr, gr_native) = paired(args.runs, || grep(&ws), || grep(&walk));
+
+    let slow = |a: &Series, b: &Series| a.median() / b.median();
+    let io_target = |id: &'static str, what: &str, limit: f64, a: &Series, b: &Series| Target {
+        scenario: id,
+        what: format!("{what} through the mount ≤ {limit}× native"),
+        limit,
+        measured: slow(a, b),
+        unit: "×",
+        measured_as: "median through the mount / median native, same run",
+        shown: format!(
+            "{:.2}× ({} ms vs {} ms)",
+            slow(a, b),
+            fmt_ms(a.median()),
+            fmt_ms(b.median())
+        ),
+    };
+    let targets = vec![
+        Target {
+            scenario: "k1",
+            what: "checkpoint after 10 edits through the mount ≤ 5 ms".into(),
+            limit: 5.0,
+            measured: ck.median(),
+            unit: "ms",
+            measured_as: "median, process spawn to exit",
+            shown: format!(
+                "{} ms (walk engine {} ms)",
+                fmt_ms(ck.median()),
+                fmt_ms(ck_walk.median())
+            ),
+        },
+        Target {
+            scenario: "k2",
+            what: "rewind of 10 edits + 3 new files through the mount ≤ 10 ms".into(),
+            limit: 10.0,
+            measured: rw.median(),
+            unit: "ms",
+            measured_as: "median, process spawn to exit",
+            shown: format!(
+                "{} ms (walk engine {} ms)",
+                fmt_ms(rw.median()),
+                fmt_ms(rw_walk.median())
+            ),
+        },
+        io_target(
+            "k3",
+            "sequential read of the big file (≥ 0.9× native throughput)",
+            1.0 / 0.9,
+            &rd,
+            &rd_native,
+        ),
+        io_target(
+            "k4",
+            "sequential write + fdatasync (≥ 0.9× native throughput)",
+            1.0 / 0.9,
+            &wr,
+            &wr_native,
+        ),
+        io_target("k5", "warm `find` + stat", 1.5, &fd, &fd_native),
+        io_target("k6", "`git status`", 2.0, &gs, &gs_native),
+        io_target("k7", "`grep -r` over the small files", 3.0, &gr, &gr_native),
+    ];
+    let pair_row = |id: &'static str, name: String, a: Series, b: Series| Scenario {
+        id,
+        name,
+        rewind: a,
+        baselines: vec![Baseline {
+            name: "natively, same tree and filesystem".into(),
+            series: b,
+        }],
+        detail: Value::Null,
+    };
+    let scenarios = vec![
+        Scenario {
+            id: "k1",
+            name: format!("k1. FUSE mount: checkpoint after editing {SMALL_EDITS} small files"),
+            rewind: ck,
+            baselines: vec![Baseline {
+                name: "walk engine, same tree unmounted".into(),
+                series: ck_walk,
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "k2",
+            name: format!("k2. FUSE mount: rewind of {SMALL_EDITS} edits + {NEW_FILES} new files"),
+            rewind: rw,
+            baselines: vec![Baseline {
+                name: "walk engine, same tree unmounted".into(),
+                series: rw_walk,
+            }],
+            detail: Value::Null,
+        },
+        pair_row(
+            "k3",
+            format!(
+                "k3. FUSE mount: `dd` read of the {} file",
+                mib(tree.big_size)
+            ),
+            rd,
+            rd_native,
+        ),
+        pair_row(
+            "k4",
+            format!(
+                "k4. FUSE mount: `dd` write of {} + fdatasync",
+                mib(tree.big_size)
+            ),
+            wr,
+            wr_native,
+        ),
+        pair_row(
+            "k5",
+            "k5. FUSE mount: warm `find -printf` (stat of every entry)".into(),
+            fd,
+            fd_native,
+        ),
+        pair_row(
+            "k6",
+            "k6. FUSE mount: `git status --porcelain`".into(),
+            gs,
+            gs_native,
+        ),
+        pair_row(
+            "k7",
+            "k7. FUSE mount: `grep -r -c` over the small files".into(),
+            gr,
+            gr_native,
+        ),
+    ];
+    let note = "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
+                filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
+                on another copy given the same edits, k3–k7 the same command through the mount and \
+                natively on the unmounted copy, alternating which goes first, after one warm-up each"
+        .to_string();
+    (scenarios, targets, note)
+}
+
 // ---------------------------------------------------------------- j: btrfs engine
 
 /// `rewind` in `ws` with the manifest left to the next command, so the
@@ -3456,6 +3835,7 @@ fn main() {
         + succ * MIB
         + 4 * tree_est
         + 4 * args.history as u64 * MIB
+        + 2 * tree_est
         + 512 * MIB)
         .div_ceil(MIB)
         * MIB;
@@ -3516,11 +3896,14 @@ fn main() {
     targets.extend(targets_i);
     let (scen_j, targets_j, note_j) = scenario_j(&args, &template, &tree, &mut rng);
     targets.extend(targets_j);
+    let (scen_k, targets_k, note_k) = scenario_k(&args, &work, &template, &tree, &mut rng);
+    targets.extend(targets_k);
     let (scen_g, steps_g) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
     scenarios.push(scen_g);
     scenarios.extend(scen_h);
     scenarios.extend(scen_i);
     scenarios.extend(scen_j);
+    scenarios.extend(scen_k);
 
     // ---- report
     let total_bytes = tree.small_bytes + tree.big_size;
@@ -3662,6 +4045,7 @@ fn main() {
          normally starts detached); the walk engine and shadow git run on the same filesystem. \
          {note_j}."
     );
+    let _ = writeln!(md, "\n{note_k}.");
     let _ = writeln!(md, "\nAgainst the targets:\n");
     let _ = writeln!(md, "| target | measured | |");
     let _ = writeln!(md, "|---|---|---|");

@@ -540,3 +540,46 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
     );
     m.unmount();
 }
+
+#[test]
+fn a_rewind_killed_while_the_mount_is_frozen_leaves_it_usable_and_is_finished() {
+    let Some((_lfs, ws)) = workspace(5, 5) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let a = common::checkpoint_id(&ws, &["A"]);
+    let want = snapshot(&ws);
+    for point in [
+        "rewind:captured",
+        "rewind:after-intent",
+        "apply:file-written:2",
+        "rewind:before-commit",
+    ] {
+        for d in 0..5 {
+            std::fs::write(
+                ws.join(format!("d{d:02}/f00.txt")),
+                format!("diverged {point}\n"),
+            )
+            .expect("write");
+        }
+        write(&ws.join("new-file"), b"new\n");
+        let out = rewind_env(&ws, &["rewind", &a], &[("REWIND_FAILPOINT", point)]);
+        assert_eq!(out.status.code(), None, "{point}: the rewind was killed");
+        // The daemon saw the connection drop: the mount is not frozen.
+        assert!(!m.status().frozen, "{point}: the mount stayed frozen");
+        let _ = std::fs::read_dir(&ws).expect("the mount answers").count();
+        // The next command finishes (or redoes) the rewind.
+        let st = rewind_json(&ws, &["status"]);
+        let recovered = st["changes"] == serde_json::json!([]);
+        if !recovered {
+            // Killed before the intent: nothing happened; rewind again.
+            assert!(point == "rewind:captured", "{point}: not recovered: {st}");
+            rewind_json(&ws, &["rewind", &a]);
+        }
+        common::assert_same(point, &want, &snapshot(&ws));
+        checkpoint_matches_a_walk(&ws, point);
+    }
+    m.unmount();
+}

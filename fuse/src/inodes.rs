@@ -30,6 +30,10 @@ pub struct Inode {
     pub backing: Mutex<Weak<BackingId>>,
 }
 
+/// FUSE inode numbers for inodes of other filesystems (mounts nested in
+/// the workspace): allocated from here, above any real inode number.
+const FOREIGN: u64 = 1 << 62;
+
 #[derive(Default)]
 struct Table {
     by_ino: HashMap<u64, Arc<Inode>>,
@@ -39,7 +43,8 @@ struct Table {
     children: HashMap<(u64, OsString), u64>,
     /// child -> its (parent, name) links.
     links: HashMap<u64, Vec<(u64, OsString)>>,
-    next: u64,
+    root_dev: u64,
+    next_foreign: u64,
 }
 
 pub struct Inodes {
@@ -49,7 +54,8 @@ pub struct Inodes {
 impl Inodes {
     pub fn new(root: OwnedFd, key: (u64, u64)) -> Inodes {
         let mut t = Table {
-            next: ROOT + 1,
+            root_dev: key.0,
+            next_foreign: FOREIGN,
             ..Table::default()
         };
         t.by_ino.insert(
@@ -100,8 +106,15 @@ impl Inodes {
                 ino
             }
             None => {
-                let ino = t.next;
-                t.next += 1;
+                // The backing inode number itself where it can be: what
+                // programs see stays stable across forgets and remounts
+                // (git's index records it).
+                let ino = if key.0 == t.root_dev && key.1 > ROOT && key.1 < FOREIGN {
+                    key.1
+                } else {
+                    t.next_foreign += 1;
+                    t.next_foreign
+                };
                 t.by_ino.insert(
                     ino,
                     Arc::new(Inode {

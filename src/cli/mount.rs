@@ -190,6 +190,16 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     };
     let status = link.status()?;
+    drop(link);
+    record(
+        &mountpoint,
+        |f| {
+            f.str("at", &mountpoint.display().to_string())
+                .str("view", if view.is_some() { "1" } else { "0" })
+                .str("passthrough", if status.passthrough { "1" } else { "0" })
+        },
+        "mount",
+    )?;
     let out = Mounted {
         mounted: mountpoint.display().to_string(),
         workspace: root.display().to_string(),
@@ -231,6 +241,19 @@ fn log_tail(path: &Path, from: u64) -> String {
     }
 }
 
+/// Append a `mount` or `unmount` entry to the workspace's chain.
+fn record(
+    root: &Path,
+    fields: impl FnOnce(crate::chain::Fields) -> crate::chain::Fields,
+    kind: &str,
+) -> Result<()> {
+    let mut ws = Workspace::open(root, false)?;
+    ws.ledger_mut().write(|tx| {
+        tx.event(kind, fields(crate::chain::Fields::new()))
+            .map(|_| ())
+    })
+}
+
 pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
     let start = match a.dir.as_deref() {
         Some(d) if d.is_absolute() => d.to_path_buf(),
@@ -243,8 +266,15 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
         Err(_) => std::path::absolute(&start).unwrap_or(start),
     };
     let had_daemon = rewind_fuse::socket_path(&root).exists();
-    match MountLink::connect(&root)? {
+    let reason = match MountLink::connect(&root)? {
         Some(link) => {
+            // The workspace itself: the mount point, or a view's backing.
+            let view = !link.access_path().starts_with(rewind_fuse::runtime_dir());
+            let workspace = if view {
+                link.access_path().to_path_buf()
+            } else {
+                root.clone()
+            };
             link.unmount()?;
             drop(link);
             // The daemon removes its socket (and bind mount) once the
@@ -254,9 +284,10 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
             while sock.exists() && gone.elapsed() < Duration::from_secs(5) {
                 std::thread::sleep(Duration::from_millis(2));
             }
+            Some((workspace, "requested"))
         }
         // Its daemon had died: `connect` detached the dead mount.
-        None if had_daemon => {}
+        None if had_daemon => Workspace::discover(&root).map(|w| (w, "daemon-gone")),
         None => {
             return Err(Error::Usage(format!(
                 "{} is not mounted by rewind (`rewind mount {}` mounts it)",
@@ -264,6 +295,16 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
                 root.display()
             )));
         }
+    };
+    if let Some((workspace, reason)) = reason {
+        record(
+            &workspace,
+            |f| {
+                f.str("at", &root.display().to_string())
+                    .str("reason", reason)
+            },
+            "unmount",
+        )?;
     }
     let out = Unmounted {
         unmounted: root.display().to_string(),
