@@ -124,6 +124,8 @@ struct Args {
     history: usize,
     /// `gc --keep-last` in scenario i.
     keep_last: usize,
+    /// `--only abk`: run only these scenarios (letters a–k).
+    only: Option<String>,
     /// The arguments as given after `--` (without cargo's `--bench`).
     user_args: Vec<String>,
     argv: Vec<String>,
@@ -131,7 +133,14 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench scenarios -- [--smoke] [--files N] [--big-mib M] [--chain N] \
-[--successive N] [--history N] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]";
+[--successive N] [--history N] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR] [--only LETTERS]";
+
+impl Args {
+    /// Whether scenario `id` (a letter) runs.
+    fn wants(&self, id: char) -> bool {
+        self.only.as_ref().is_none_or(|o| o.contains(id))
+    }
+}
 
 fn parse_args() -> Args {
     let argv: Vec<String> = std::env::args().collect();
@@ -145,6 +154,7 @@ fn parse_args() -> Args {
     let mut fs_kind = None;
     let mut seed = None;
     let mut out = None;
+    let mut only = None;
     let mut user_args = Vec::new();
     let mut under_cargo_bench = false;
     let mut it = argv.iter().skip(1).peekable();
@@ -198,6 +208,7 @@ fn parse_args() -> Args {
                 });
             }
             "--out" => out = Some(PathBuf::from(value("--out"))),
+            "--only" => only = Some(value("--only")),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -238,6 +249,7 @@ fn parse_args() -> Args {
         successive,
         history,
         keep_last,
+        only,
         user_args,
         argv,
         under_cargo_bench,
@@ -3869,37 +3881,76 @@ fn main() {
 
     let mut facts = CloneFacts::default();
     let mut scenarios = Vec::new();
+    let mut targets = Vec::new();
     let rsync = rsync.as_deref();
-    scenarios.push(scenario_a(
-        &args,
-        &work,
-        &template,
-        &tree,
-        fsinfo.can_clone,
-        rsync,
-        &mut facts,
-    ));
-    let pair = setup_pair(&work, &template, rsync);
-    scenarios.push(scenario_edit(
-        &args, &work, &pair, &tree, &mut rng, rsync, "b",
-    ));
-    scenarios.push(scenario_edit(
-        &args, &work, &pair, &tree, &mut rng, rsync, "c",
-    ));
-    scenarios.push(scenario_d(&args, &work, &pair, &tree, &mut rng));
-    scenarios.push(scenario_guard(&args, &pair));
-    // h runs on b–e's workspace while it is in the state they left it in;
-    // it is reported last.
-    let (scen_h, mut targets) = scenario_h(&args, &work, &pair, &tree, &mut rng);
-    scenarios.push(scenario_verify(&args, &work));
-    let (scen_i, targets_i, note_i) = scenario_i(&args, &work, &template, &tree, &mut rng);
-    targets.extend(targets_i);
-    let (scen_j, targets_j, note_j) = scenario_j(&args, &template, &tree, &mut rng);
-    targets.extend(targets_j);
-    let (scen_k, targets_k, note_k) = scenario_k(&args, &work, &template, &tree, &mut rng);
-    targets.extend(targets_k);
-    let (scen_g, steps_g) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
-    scenarios.push(scen_g);
+    if args.wants('a') {
+        scenarios.push(scenario_a(
+            &args,
+            &work,
+            &template,
+            &tree,
+            fsinfo.can_clone,
+            rsync,
+            &mut facts,
+        ));
+    }
+    let mut scen_h = Vec::new();
+    if "bcdeh".chars().any(|c| args.wants(c)) {
+        let pair = setup_pair(&work, &template, rsync);
+        if args.wants('b') {
+            scenarios.push(scenario_edit(
+                &args, &work, &pair, &tree, &mut rng, rsync, "b",
+            ));
+        }
+        if args.wants('c') {
+            scenarios.push(scenario_edit(
+                &args, &work, &pair, &tree, &mut rng, rsync, "c",
+            ));
+        }
+        if args.wants('d') {
+            scenarios.push(scenario_d(&args, &work, &pair, &tree, &mut rng));
+        }
+        if args.wants('e') {
+            scenarios.push(scenario_guard(&args, &pair));
+        }
+        // h runs on b–e's workspace while it is in the state they left it
+        // in; it is reported last.
+        if args.wants('h') {
+            let (s, t) = scenario_h(&args, &work, &pair, &tree, &mut rng);
+            scen_h = s;
+            targets.extend(t);
+        }
+    }
+    if args.wants('f') {
+        scenarios.push(scenario_verify(&args, &work));
+    }
+    let mut scen_i = Vec::new();
+    let mut note_i = String::new();
+    if args.wants('i') {
+        let (s, t, n) = scenario_i(&args, &work, &template, &tree, &mut rng);
+        (scen_i, note_i) = (s, n);
+        targets.extend(t);
+    }
+    let mut scen_j = Vec::new();
+    let mut note_j = "j not run".to_string();
+    if args.wants('j') {
+        let (s, t, n) = scenario_j(&args, &template, &tree, &mut rng);
+        (scen_j, note_j) = (s, n);
+        targets.extend(t);
+    }
+    let mut scen_k = Vec::new();
+    let mut note_k = "k not run".to_string();
+    if args.wants('k') {
+        let (s, t, n) = scenario_k(&args, &work, &template, &tree, &mut rng);
+        (scen_k, note_k) = (s, n);
+        targets.extend(t);
+    }
+    let mut steps_g = Vec::new();
+    if args.wants('g') {
+        let (scen_g, st) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
+        scenarios.push(scen_g);
+        steps_g = st;
+    }
     scenarios.extend(scen_h);
     scenarios.extend(scen_i);
     scenarios.extend(scen_j);

@@ -177,13 +177,16 @@ pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
 }
 
 /// What a change tracker (the FUSE daemon) saw change since the stat cache
-/// was written, as directories. A scoped capture opens only these
-/// directories and their ancestors; every other directory keeps its cached
-/// node without being opened, which makes a checkpoint O(changed).
+/// was written: per directory, the names of the entries that changed (or
+/// all of them). A scoped capture lists only these directories and their
+/// ancestors, stats only the changed names (and subdirectories it descends
+/// into), and takes everything else from the stat cache without a
+/// syscall, which makes a checkpoint O(changed).
 #[derive(Debug, Default, Clone)]
 pub struct Scope {
-    /// Directories whose entries (names, content, metadata) may have changed.
-    dirty: HashSet<Vec<u8>>,
+    /// Directories whose entries changed: `Some(names)`, or `None` when
+    /// any entry may have.
+    dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>>,
     /// Directories walked in full: an ignore file changed there, which can
     /// change what is captured anywhere below.
     deep: HashSet<Vec<u8>>,
@@ -192,10 +195,10 @@ pub struct Scope {
 }
 
 impl Scope {
-    pub fn new(dirty: HashSet<Vec<u8>>, deep: HashSet<Vec<u8>>) -> Scope {
+    pub fn new(dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>>, deep: HashSet<Vec<u8>>) -> Scope {
         let mut spine = HashSet::new();
         spine.insert(Vec::new());
-        for d in dirty.iter().chain(deep.iter()) {
+        for d in dirty.keys().chain(deep.iter()) {
             for (i, &c) in d.iter().enumerate() {
                 if c == b'/' {
                     spine.insert(d[..i].to_vec());
@@ -207,7 +210,34 @@ impl Scope {
 
     /// The directory must be listed (it or something below it changed).
     fn lists(&self, rel: &[u8]) -> bool {
-        self.dirty.contains(rel) || self.spine.contains(rel) || self.deep.contains(rel)
+        self.dirty.contains_key(rel) || self.spine.contains(rel) || self.deep.contains(rel)
+    }
+
+    /// Whether entry `name` of listed directory `rel` must be looked at
+    /// (stat, and hashed if the stat moved): it changed, or it is a
+    /// directory the capture descends into (its mtime moves with its
+    /// entries).
+    fn looks_at(&self, rel: &[u8], name: &[u8]) -> bool {
+        let changed = match self.dirty.get(rel) {
+            Some(None) => true,
+            Some(Some(names)) => names.contains(name),
+            None => false,
+        };
+        changed || self.lists(&join(rel, name))
+    }
+
+    /// The stat-cache rows the capture needs: the listed directories, and
+    /// whole subtrees walked in full.
+    pub fn rows(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let mut dirs: Vec<Vec<u8>> = self
+            .dirty
+            .keys()
+            .chain(self.spine.iter())
+            .cloned()
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        (dirs, self.deep.iter().cloned().collect())
     }
 
     pub fn len(&self) -> usize {
@@ -261,6 +291,9 @@ pub struct Capture {
     pub cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     /// Stat-cache rows of directories that are gone.
     pub cache_removals: Vec<Vec<u8>>,
+    /// Directories gone with everything below them: a scoped capture does
+    /// not load the rows below, so it removes them by prefix.
+    pub cache_removed_trees: Vec<Vec<u8>>,
     pub skipped: Vec<Skipped>,
     pub stats: CaptureStats,
     /// Small objects to store in the same transaction as the capture.
@@ -291,6 +324,7 @@ struct Outputs {
     /// Directories a scoped capture kept without opening: their stat-cache
     /// rows, and those of everything below, stay.
     kept: HashSet<Vec<u8>>,
+    removed_trees: Vec<Vec<u8>>,
     skipped: Vec<Skipped>,
 }
 
@@ -341,6 +375,9 @@ enum Slot<'c> {
     File(OsString, Meta),
     Link(OsString, Meta),
     Dir(OsString, Meta, Option<&'c CacheRec>),
+    /// Scoped: a directory whose own metadata changed but whose content
+    /// the tracker saw no change in: its cached subtree stands.
+    DirMeta(OsString, Meta, &'c CacheRec),
 }
 
 /// An entry's record after the work: unchanged (borrowed from the cache)
@@ -348,6 +385,18 @@ enum Slot<'c> {
 enum Resolved<'c> {
     Same(&'c CacheRec),
     New(CacheRec),
+}
+
+/// The directory a walker is in, and what it knows about it.
+#[derive(Clone, Copy)]
+struct Here<'a, 'c> {
+    dir: &'a Dir,
+    mirror: Option<&'a Dir>,
+    rel: &'a [u8],
+    cached: Option<&'c CachedDir>,
+    ignores: &'a IgnoreStack,
+    /// Descend only where the scope lists (see [`Scope`]).
+    scoped: bool,
 }
 
 struct Walker<'a> {
@@ -444,6 +493,7 @@ pub fn capture(
         new_nodes: out.new_nodes,
         cache_updates: out.cache_updates,
         cache_removals,
+        cache_removed_trees: out.removed_trees,
         skipped,
         stats,
         blobs: Vec::new(),
@@ -541,12 +591,32 @@ impl Walker<'_> {
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         let ignores = self.ignore_stack(&dir, &rel, &names, parent_ignores)?;
         let cached = self.cache.get(&rel).and_then(LazyDir::get);
+        let here = Here {
+            dir: &dir,
+            mirror: mirror.as_ref(),
+            rel: &rel,
+            cached,
+            ignores: &ignores,
+            scoped,
+        };
 
         let mut slots = Vec::with_capacity(names.len());
         for name in names {
-            if let Some(slot) =
-                self.classify(&dir, mirror.as_ref(), &rel, name, cached, &ignores)?
+            // Scoped: an entry the tracker saw no change to is what the
+            // cache says, without a stat.
+            if scoped
+                && let Some(scope) = self.scope
+                && !scope.looks_at(&rel, name.as_bytes())
+                && let Some(prev) = cached.and_then(|c| c.lookup(name.as_bytes()))
             {
+                if prev.entry.kind() == Kind::Dir {
+                    self.lock_out().kept.insert(join(&rel, name.as_bytes()));
+                }
+                Counters::add(&self.counters.entries, 1);
+                slots.push(Slot::Same(prev));
+                continue;
+            }
+            if let Some(slot) = self.classify(&here, name)? {
                 slots.push(slot);
             }
         }
@@ -556,12 +626,12 @@ impl Walker<'_> {
         let resolved: Vec<Result<Option<Resolved<'_>>>> = if work > 1 {
             slots
                 .into_par_iter()
-                .map(|slot| self.resolve(&dir, mirror.as_ref(), &rel, slot, &ignores, scoped))
+                .map(|slot| self.resolve(&here, slot))
                 .collect()
         } else {
             slots
                 .into_iter()
-                .map(|slot| self.resolve(&dir, mirror.as_ref(), &rel, slot, &ignores, scoped))
+                .map(|slot| self.resolve(&here, slot))
                 .collect()
         };
         let mut recs: Vec<Resolved<'_>> = Vec::with_capacity(resolved.len());
@@ -576,6 +646,27 @@ impl Walker<'_> {
         {
             self.lock_out().visited.insert(rel);
             return Ok(c.node_hash);
+        }
+        // Scoped: subdirectories that are gone (or no longer directories)
+        // take their rows below them along.
+        if scoped && let Some(c) = cached {
+            let now: HashSet<&[u8]> = recs
+                .iter()
+                .filter_map(|r| {
+                    let e = match r {
+                        Resolved::Same(p) => &p.entry,
+                        Resolved::New(n) => &n.entry,
+                    };
+                    (e.kind() == Kind::Dir).then_some(e.name.as_slice())
+                })
+                .collect();
+            let gone: Vec<Vec<u8>> = c
+                .recs
+                .iter()
+                .filter(|r| r.entry.kind() == Kind::Dir && !now.contains(r.entry.name.as_slice()))
+                .map(|r| join(&rel, &r.entry.name))
+                .collect();
+            self.lock_out().removed_trees.extend(gone);
         }
         let recs: Vec<CacheRec> = recs
             .into_iter()
@@ -605,15 +696,15 @@ impl Walker<'_> {
 
     /// Stat one entry and decide what it needs: nothing (the cache vouches
     /// for it), hashing, a readlink, or a descent.
-    fn classify<'c>(
-        &self,
-        dir: &Dir,
-        mirror: Option<&Dir>,
-        rel: &[u8],
-        name: OsString,
-        cached: Option<&'c CachedDir>,
-        ignores: &IgnoreStack,
-    ) -> Result<Option<Slot<'c>>> {
+    fn classify<'c>(&self, here: &Here<'_, 'c>, name: OsString) -> Result<Option<Slot<'c>>> {
+        let Here {
+            dir,
+            mirror,
+            rel,
+            cached,
+            ignores,
+            scoped,
+        } = *here;
         let nb = name.as_bytes();
         // rewind's own state and policy are never captured, so no rewind
         // can roll them back (an agent rewinding to before an effect rule
@@ -660,6 +751,15 @@ impl Walker<'_> {
             return Ok(None);
         }
         let prev = cached_rec.filter(|r| r.vouches_for(&meta));
+        if meta.kind == EntryKind::Dir
+            && prev.is_none()
+            && let (Some(scope), Some(old)) = (self.scope, cached_rec)
+            && old.entry.kind() == Kind::Dir
+            && !scope.lists(&join(rel, nb))
+            && scoped
+        {
+            return Ok(Some(Slot::DirMeta(name, meta, old)));
+        }
         Ok(Some(match (meta.kind, prev) {
             (EntryKind::Dir, prev) => Slot::Dir(name, meta, prev),
             (_, Some(prev)) => Slot::Same(prev),
@@ -668,15 +768,15 @@ impl Walker<'_> {
         }))
     }
 
-    fn resolve<'c>(
-        &self,
-        dir: &Dir,
-        mirror: Option<&Dir>,
-        rel: &[u8],
-        slot: Slot<'c>,
-        ignores: &IgnoreStack,
-        scoped: bool,
-    ) -> Result<Option<Resolved<'c>>> {
+    fn resolve<'c>(&self, here: &Here<'_, 'c>, slot: Slot<'c>) -> Result<Option<Resolved<'c>>> {
+        let Here {
+            dir,
+            mirror,
+            rel,
+            ignores,
+            scoped,
+            ..
+        } = *here;
         match slot {
             Slot::Same(prev) => Ok(Some(Resolved::Same(prev))),
             Slot::File(name, meta) => {
@@ -702,6 +802,28 @@ impl Walker<'_> {
                     mtime_ns: meta.mtime_ns,
                     target: Target::Link(target),
                     xattrs: Vec::new(),
+                };
+                Ok(Some(Resolved::New(CacheRec::new(
+                    entry,
+                    &meta,
+                    self.clock_ns,
+                ))))
+            }
+            Slot::DirMeta(name, meta, old) => {
+                let path = join(rel, name.as_bytes());
+                let xattrs = match dir.open_dir(&name) {
+                    Ok(d) => d.user_xattrs().map_err(Error::os)?,
+                    Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
+                    Err(e) => return Err(Error::os(e)),
+                };
+                self.lock_out().kept.insert(path);
+                let entry = Entry {
+                    name: name.as_bytes().to_vec(),
+                    mode: meta.mode,
+                    size: 0,
+                    mtime_ns: meta.mtime_ns,
+                    target: old.entry.target.clone(),
+                    xattrs,
                 };
                 Ok(Some(Resolved::New(CacheRec::new(
                     entry,

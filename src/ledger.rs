@@ -863,6 +863,48 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// The stat-cache rows of some directories (`dirs`), and of whole
+    /// subtrees (`trees`, each with everything below it): what a capture
+    /// guided by a dirty set opens, and nothing else.
+    pub fn stat_cache_for(
+        &self,
+        dirs: &[Vec<u8>],
+        trees: &[Vec<u8>],
+    ) -> Result<Vec<crate::capture::StatCacheRow>> {
+        const ROW: &str = "SELECT s.dir, s.node, s.stats FROM stat_cache s WHERE ";
+        const LIVE: &str = " AND EXISTS (SELECT 1 FROM trees t WHERE t.hash = s.node)";
+        let mut out = Vec::new();
+        let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<crate::capture::StatCacheRow> {
+            let node: Vec<u8> = r.get(1)?;
+            Ok((
+                r.get(0)?,
+                Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
+                r.get(2)?,
+            ))
+        };
+        let mut one = self
+            .conn
+            .prepare_cached(&format!("{ROW}s.dir = ?1{LIVE}"))
+            .map_err(self.err())?;
+        for d in dirs {
+            if let Some(r) = one.query_row([d], row).optional().map_err(self.err())? {
+                out.push(r);
+            }
+        }
+        let mut below = self
+            .conn
+            .prepare_cached(&format!("{ROW}s.dir >= ?1 AND s.dir < ?2{LIVE}"))
+            .map_err(self.err())?;
+        for t in trees {
+            let (lo, hi) = subtree_bounds(t);
+            let rows = below.query_map(params![lo, hi], row).map_err(self.err())?;
+            for r in rows {
+                out.push(r.map_err(self.err())?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Checkpoints whose manifest is still to be built, oldest first.
     pub fn pending(&self) -> Result<Vec<Pending>> {
         let mut stmt = self
@@ -1198,6 +1240,17 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Delete the rows of `dir` and of everything below it.
+    pub fn delete_stat_cache_tree(&self, dir: &[u8]) -> Result<()> {
+        self.delete_stat_cache(dir)?;
+        let (lo, hi) = subtree_bounds(dir);
+        self.tx
+            .prepare_cached("DELETE FROM stat_cache WHERE dir >= ?1 AND dir < ?2")
+            .and_then(|mut s| s.execute(params![lo, hi]))
+            .map_err(self.err())?;
+        Ok(())
+    }
+
     pub fn delete_stat_cache(&self, dir: &[u8]) -> Result<()> {
         self.tx
             .prepare_cached("DELETE FROM stat_cache WHERE dir = ?1")
@@ -1232,4 +1285,20 @@ impl Tx<'_> {
             .map_err(self.err())?;
         Ok(())
     }
+}
+
+/// The byte range of the paths strictly below directory `dir` (BLOB
+/// order): `dir/` up to, not including, `dir0` ('0' follows '/').
+fn subtree_bounds(dir: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut lo = dir.to_vec();
+    let mut hi = dir.to_vec();
+    if !dir.is_empty() {
+        lo.push(b'/');
+        hi.push(b'0');
+    } else {
+        // Below the root: every non-empty path.
+        lo.push(0);
+        hi = vec![0xff; 4097];
+    }
+    (lo, hi)
 }

@@ -69,7 +69,8 @@ impl MountLink {
         } else {
             c.peek_dirty()?
         };
-        if d.all {
+        // A changed ignore file at the root changes everything.
+        if d.all || d.deep.contains(b"".as_slice()) {
             return Ok(None);
         }
         Ok(Some(Scope::new(d.dirs, d.deep)))

@@ -494,23 +494,6 @@ impl Workspace {
         // STAT_CACHE_FROM): it starts cold once and replaces them.
         let distrust = matches!(sink, Sink::Store(..))
             && self.ledger.meta(STAT_CACHE_FROM)?.as_deref() == Some("snapshot");
-        let cache = {
-            let rows = {
-                let _t = crate::trace::span("read stat cache");
-                if distrust {
-                    Vec::new()
-                } else {
-                    self.ledger.stat_cache()?
-                }
-            };
-            let _t = crate::trace::span("decode stat cache");
-            capture::load_stat_cache(rows)
-        };
-        let _t = crate::trace::span("walk");
-        let progress = self.progress(message);
-        let rules = self.state_ignores()?;
-        let rules_path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
-        let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
         // Mounted: the daemon says which directories changed. A storing
         // capture takes the set (and commits it once persisted).
         // `REWIND_ENGINE=walk` walks anyway (tests compare the two).
@@ -522,6 +505,26 @@ impl Workspace {
             }
             _ => None,
         };
+        let cache = {
+            let rows = {
+                let _t = crate::trace::span("read stat cache");
+                match &scope {
+                    _ if distrust => Vec::new(),
+                    Some(s) => {
+                        let (dirs, trees) = s.rows();
+                        self.ledger.stat_cache_for(&dirs, &trees)?
+                    }
+                    None => self.ledger.stat_cache()?,
+                }
+            };
+            let _t = crate::trace::span("decode stat cache");
+            capture::load_stat_cache(rows)
+        };
+        let _t = crate::trace::span("walk");
+        let progress = self.progress(message);
+        let rules = self.state_ignores()?;
+        let rules_path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
+        let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
         let guide = match (&scope, mirrored) {
             (_, true) => capture::Guide::Mirror(&self.root),
             (Some(s), false) => capture::Guide::Scope(s),
@@ -1016,6 +1019,9 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     }
     for dir in &cap.cache_removals {
         tx.delete_stat_cache(dir)?;
+    }
+    for dir in &cap.cache_removed_trees {
+        tx.delete_stat_cache_tree(dir)?;
     }
     Ok(new_bytes)
 }

@@ -141,18 +141,37 @@ pub(crate) fn put_list<'a>(out: &mut Vec<u8>, items: impl ExactSizeIterator<Item
     }
 }
 
+/// `[all u8][n u32]{[dir][has names u8][names list]}*[deep list]`.
 pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
     let mut out = vec![d.all as u8];
-    put_list(&mut out, d.dirs.iter());
+    out.extend_from_slice(&(d.dirs.len() as u32).to_le_bytes());
+    for (dir, names) in &d.dirs {
+        put_bytes(&mut out, dir);
+        out.push(names.is_some() as u8);
+        if let Some(ns) = names {
+            put_list(&mut out, ns.iter());
+        }
+    }
     put_list(&mut out, d.deep.iter());
     out
 }
 
 fn decode_dirty(b: &[u8]) -> Option<DirtySet> {
     let mut c = Cursor(b);
+    let all = c.u8()? != 0;
+    let n = c.u32()?;
+    let mut dirs = std::collections::HashMap::new();
+    for _ in 0..n {
+        let dir = c.bytes()?;
+        let names = match c.u8()? {
+            0 => None,
+            _ => Some(c.list()?.into_iter().collect()),
+        };
+        dirs.insert(dir, names);
+    }
     Some(DirtySet {
-        all: c.u8()? != 0,
-        dirs: c.list()?.into_iter().collect(),
+        all,
+        dirs,
         deep: c.list()?.into_iter().collect(),
     })
 }

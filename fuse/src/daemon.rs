@@ -98,6 +98,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         )
         .map_err(|e| Error::io("open", dir, e.into()))
     };
+    raise_open_file_limit();
     // Opened before the mount covers `dir`: these reach the backing tree.
     let root = open_root()?;
     let sh = Arc::new(Shared::new(open_root()?).map_err(|e| Error::io("stat", dir, e))?);
@@ -164,6 +165,21 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     let result = session.run();
     cleanup(&sock);
     result.map_err(|e| Error::io("serve FUSE at", &mountpoint, e))
+}
+
+/// Every inode the kernel knows holds an `O_PATH` fd, and opened ones
+/// keep their backing file: take the hard limit, and let inodes keep
+/// backing files open up to a quarter of it.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if let Some(max) = l.maximum {
+        l.current = Some(max);
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+    if let Some(cur) = getrlimit(Resource::Nofile).current {
+        crate::inodes::KEEP_BUDGET.store(cur / 4, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 fn serve_client(ctx: &Ctx, stream: UnixStream) {

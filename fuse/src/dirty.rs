@@ -1,5 +1,5 @@
-//! The dirty set: which directories changed since the last checkpoint's
-//! capture began. A checkpoint takes the set (new changes go to a fresh
+//! The dirty set: which entries of which directories changed since the
+//! last checkpoint's capture began. A checkpoint takes the set (new changes go to a fresh
 //! one); if its capture is not committed, the taken set is merged back, so
 //! a failed or killed checkpoint loses nothing.
 
@@ -8,14 +8,21 @@ use std::collections::{HashMap, HashSet};
 /// The ignore file whose change alters what is captured in a whole subtree.
 const IGNORE_FILE: &[u8] = b".rewindignore";
 
+/// Past this many changed names, a directory is simply "all changed"
+/// (listing and stat-ing it is cheaper than remembering).
+const NAMES_CAP: usize = 512;
+
+/// The changed entries of one directory: `None` means any of them.
+pub type Names = Option<HashSet<Vec<u8>>>;
+
 /// What a checkpoint must look at.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DirtySet {
     /// Everything may have changed (fresh mount, lost track, a hard link
     /// with names the daemon never saw): walk the whole tree.
     pub all: bool,
-    /// Directories whose entries changed.
-    pub dirs: HashSet<Vec<u8>>,
+    /// Directories whose entries changed, with the names that did.
+    pub dirs: HashMap<Vec<u8>, Names>,
     /// Directories whose whole subtree must be walked.
     pub deep: HashSet<Vec<u8>>,
 }
@@ -23,8 +30,32 @@ pub struct DirtySet {
 impl DirtySet {
     fn merge(&mut self, other: DirtySet) {
         self.all |= other.all;
-        self.dirs.extend(other.dirs);
+        for (dir, names) in other.dirs {
+            match names {
+                None => {
+                    self.dirs.insert(dir, None);
+                }
+                Some(ns) => {
+                    for n in ns {
+                        self.add(&dir, &n);
+                    }
+                }
+            }
+        }
         self.deep.extend(other.deep);
+    }
+
+    fn add(&mut self, dir: &[u8], name: &[u8]) {
+        let slot = self
+            .dirs
+            .entry(dir.to_vec())
+            .or_insert_with(|| Some(HashSet::new()));
+        if let Some(names) = slot {
+            names.insert(name.to_vec());
+            if names.len() > NAMES_CAP {
+                *slot = None;
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -69,7 +100,7 @@ impl Tracker {
                 if name == IGNORE_FILE {
                     st.current.deep.insert(p.to_vec());
                 }
-                st.current.dirs.insert(p.to_vec());
+                st.current.add(p, name);
             }
         }
     }
@@ -162,12 +193,24 @@ mod tests {
         t.commit();
         t.mark(Some(b"src"), b"a.rs");
         let taken = t.take(true);
-        assert!(taken.dirs.contains(b"src".as_slice()));
+        assert!(taken.dirs.contains_key(b"src".as_slice()));
         t.mark(Some(b"docs"), b"x.md");
         t.abort();
         let again = t.take(false);
-        assert!(again.dirs.contains(b"src".as_slice()));
-        assert!(again.dirs.contains(b"docs".as_slice()));
+        let names = |d: &[u8]| again.dirs.get(d).cloned().flatten().unwrap_or_default();
+        assert!(names(b"src").contains(b"a.rs".as_slice()));
+        assert!(names(b"docs").contains(b"x.md".as_slice()));
+    }
+
+    #[test]
+    fn a_directory_with_too_many_changed_names_is_all_changed() {
+        let t = Tracker::new();
+        t.take(true);
+        t.commit();
+        for i in 0..=NAMES_CAP {
+            t.mark(Some(b"big"), format!("f{i}").as_bytes());
+        }
+        assert_eq!(t.take(false).dirs.get(b"big".as_slice()), Some(&None));
     }
 
     #[test]

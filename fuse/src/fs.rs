@@ -25,11 +25,11 @@ use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps};
 
 use crate::dirty::{DirtySet, Tracker};
 use crate::gate::Gate;
-use crate::inodes::{Inode, Inodes, ROOT};
+use crate::inodes::{self, Inode, Inodes, Passthrough, ROOT};
 
 /// How long the kernel may trust an entry or attributes without asking.
 /// Finite, and every rewind invalidates what it changed explicitly.
-const TTL: Duration = Duration::from_secs(1);
+const TTL: Duration = Duration::from_secs(5);
 
 /// rewind's state directory, hidden from the mount view so that nothing
 /// working through the mount can delete its own history.
@@ -38,6 +38,8 @@ const HIDDEN: &[u8] = b".rewind";
 /// State shared by the request threads and the control socket.
 pub struct Shared {
     pub inodes: Inodes,
+    /// `/proc/self/fd`, to reopen `O_PATH` fds with real access.
+    proc_fd: OwnedFd,
     pub tracker: Tracker,
     pub gate: Gate,
     pub notifier: OnceLock<fuser::Notifier>,
@@ -52,8 +54,14 @@ pub struct Shared {
 impl Shared {
     pub fn new(root: OwnedFd) -> std::io::Result<Shared> {
         let st = stat_fd(&root)?;
+        let proc_fd = rustix::fs::open(
+            "/proc/self/fd",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         Ok(Shared {
             inodes: Inodes::new(root, (st.st_dev, st.st_ino)),
+            proc_fd,
             tracker: Tracker::new(),
             gate: Gate::default(),
             notifier: OnceLock::new(),
@@ -74,7 +82,7 @@ impl Shared {
     /// daemon never saw makes everything dirty.
     fn mark_inode(&self, ino: u64, nlink: u64) {
         if ino == ROOT {
-            self.tracker.mark(Some(b""), b"");
+            // The root's own metadata is not captured.
             return;
         }
         let links = self.inodes.links(ino);
@@ -185,17 +193,39 @@ fn split(p: &[u8]) -> (&[u8], &[u8]) {
 /// offsets stay stable while the directory changes.
 type Listing = Vec<(u64, FileType, Vec<u8>)>;
 
+/// The file behind an open handle: its own, or the inode's passthrough
+/// backing file.
+enum HandleFile {
+    Own(File),
+    Shared(Arc<Passthrough>),
+}
+
+/// An open directory: its inode, and its listing once read.
+#[derive(Clone)]
+struct OpenDir {
+    ino: u64,
+    listing: Option<Arc<Listing>>,
+}
+
 struct Handle {
-    file: File,
+    file: HandleFile,
     ino: u64,
     writer: bool,
-    _backing: Option<Arc<BackingId>>,
+}
+
+impl Handle {
+    fn file(&self) -> &File {
+        match &self.file {
+            HandleFile::Own(f) => f,
+            HandleFile::Shared(p) => &p.file,
+        }
+    }
 }
 
 pub struct OverlayFs {
     sh: Arc<Shared>,
-    files: Mutex<HashMap<u64, Handle>>,
-    dirs: Mutex<HashMap<u64, Listing>>,
+    files: Mutex<HashMap<u64, Arc<Handle>>>,
+    dirs: Mutex<HashMap<u64, OpenDir>>,
     next_fh: AtomicU64,
     want_passthrough: bool,
 }
@@ -338,75 +368,120 @@ impl OverlayFs {
         Ok(attr(ino, &stat_fd(&i.fd).map_err(Errno::from)?))
     }
 
-    /// Open the backing file of `i`. With passthrough, read-write when
-    /// possible, so every later open of the inode can share it.
-    fn open_backing(&self, i: &Inode, flags: i32) -> Result<(File, bool), Errno> {
-        let base = OFlags::from_bits_retain(flags as _)
-            & !(OFlags::CREATE
-                | OFlags::EXCL
-                | OFlags::NOCTTY
-                | OFlags::NOFOLLOW
-                | OFlags::DIRECT
-                | OFlags::ACCMODE);
-        let acc = OFlags::from_bits_retain(flags as _) & OFlags::ACCMODE;
-        let path = proc_path(&i.fd);
-        if self.sh.passthrough.load(Ordering::Relaxed) {
-            let rw = (base & !OFlags::APPEND) | OFlags::RDWR | OFlags::CLOEXEC;
-            if let Ok(fd) = rustix::fs::open(path.as_str(), rw, Mode::empty()) {
-                return Ok((File::from(fd), true));
-            }
-        }
-        let fd = rustix::fs::open(path.as_str(), base | acc | OFlags::CLOEXEC, Mode::empty())
-            .map_err(errno)?;
-        Ok((File::from(fd), false))
+    /// Reopen the inode behind an `O_PATH` fd with real access, through
+    /// `/proc/self/fd` (one path component, not a walk).
+    fn reopen(&self, i: &Inode, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+        rustix::fs::openat(
+            &self.sh.proc_fd,
+            i.fd.as_raw_fd().to_string(),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
     }
 
-    /// The passthrough backing id of `i` for `file`, shared by every open.
-    fn backing_for(
+    /// An own backing file for a handle the daemon serves, with the
+    /// caller's access mode.
+    fn own_file(&self, i: &Inode, flags: i32) -> Result<File, Errno> {
+        let f = OFlags::from_bits_retain(flags as _)
+            & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::DIRECT);
+        Ok(File::from(self.reopen(i, f).map_err(errno)?))
+    }
+
+    /// The inode's passthrough: the one its other opens share, or a new
+    /// one from `open` (read-write, so every later open can share it)
+    /// registered with the kernel. `Err` gives back the file it could not
+    /// register, if any. The slot stays locked throughout: two backing
+    /// files for one inode would make the kernel refuse the second.
+    fn passthrough(
         &self,
         i: &Inode,
-        file: &File,
+        open: impl FnOnce() -> Option<File>,
         register: impl FnOnce(&File) -> std::io::Result<BackingId>,
-    ) -> Option<Arc<BackingId>> {
+    ) -> Result<Arc<Passthrough>, Option<File>> {
         let mut slot = i.backing.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = slot.upgrade() {
-            return Some(b);
+        if let Some(p) = slot.shared.upgrade() {
+            return Ok(p);
         }
-        let b = Arc::new(register(file).ok()?);
-        *slot = Arc::downgrade(&b);
-        Some(b)
+        let file = open().ok_or(None)?;
+        let id = match register(&file) {
+            Ok(id) => id,
+            Err(_) => return Err(Some(file)),
+        };
+        let p = Arc::new(Passthrough { id, file });
+        slot.shared = Arc::downgrade(&p);
+        if slot.kept.is_none()
+            && inodes::KEPT.load(Ordering::Relaxed) < inodes::KEEP_BUDGET.load(Ordering::Relaxed)
+        {
+            inodes::KEPT.fetch_add(1, Ordering::Relaxed);
+            slot.kept = Some(Arc::clone(&p));
+        }
+        Ok(p)
     }
 
-    fn keep(&self, file: File, ino: u64, writer: bool, backing: Option<Arc<BackingId>>) -> u64 {
+    fn keep(&self, file: HandleFile, ino: u64, writer: bool) -> u64 {
         let fh = self.fh();
         if writer {
             self.sh.tracker.opened_for_write(ino);
         }
-        if backing.is_some() {
-            self.sh.passthrough_opens.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.sh.plain_opens.fetch_add(1, Ordering::Relaxed);
-        }
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            fh,
-            Handle {
-                file,
-                ino,
-                writer,
-                _backing: backing,
-            },
-        );
+        let counter = match file {
+            HandleFile::Shared(_) => &self.sh.passthrough_opens,
+            HandleFile::Own(_) => &self.sh.plain_opens,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, Arc::new(Handle { file, ino, writer }));
         fh
     }
 
+    /// Run `f` on a handle's file without holding the handle table's lock
+    /// (a slow read must not stall every other handle).
     fn with_file<T>(
         &self,
         fh: FileHandle,
         f: impl FnOnce(&File) -> Result<T, Errno>,
     ) -> Result<T, Errno> {
-        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        let h = files.get(&fh.0).ok_or(Errno::EBADF)?;
-        f(&h.file)
+        let h = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)?;
+        f(h.file())
+    }
+
+    /// A directory's entries (minus `.rewind` at the root).
+    fn list(&self, ino: u64) -> Result<Listing, Errno> {
+        let i = self.inode(INodeNo(ino))?;
+        let fd = rustix::fs::openat(
+            &i.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let mut it = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
+        let mut out = Vec::new();
+        while let Some(ent) = it.read() {
+            let ent = ent.map_err(errno)?;
+            let name = ent.file_name().to_bytes();
+            if ino == ROOT && name == HIDDEN {
+                continue;
+            }
+            let kind = match ent.file_type() {
+                rustix::fs::FileType::Directory => FileType::Directory,
+                rustix::fs::FileType::Symlink => FileType::Symlink,
+                rustix::fs::FileType::Fifo => FileType::NamedPipe,
+                rustix::fs::FileType::Socket => FileType::Socket,
+                rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
+                rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
+                _ => FileType::RegularFile,
+            };
+            out.push((ent.ino(), kind, name.to_vec()));
+        }
+        Ok(out)
     }
 
     fn nlink(&self, i: &Inode) -> u64 {
@@ -501,12 +576,7 @@ impl Filesystem for OverlayFs {
                 match done {
                     Some(Ok(())) => {}
                     _ => {
-                        let fd = rustix::fs::open(
-                            path.as_str(),
-                            OFlags::WRONLY | OFlags::CLOEXEC,
-                            Mode::empty(),
-                        )
-                        .map_err(errno)?;
+                        let fd = self.reopen(&i, OFlags::WRONLY).map_err(errno)?;
                         rustix::fs::ftruncate(&fd, len).map_err(errno)?;
                     }
                 }
@@ -718,22 +788,31 @@ impl Filesystem for OverlayFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _g = self.sh.gate.enter();
-        let run = || -> Result<(u64, Option<Arc<BackingId>>), Errno> {
+        let run = || -> Result<(u64, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
             let writer = is_write(flags.0);
             if writer {
                 self.sh.mark_inode(ino.0, self.nlink(&i));
             }
-            let (file, shareable) = self.open_backing(&i, flags.0)?;
-            let backing = if shareable {
-                self.backing_for(&i, &file, |f| reply.open_backing(f))
+            let pt = if self.sh.passthrough.load(Ordering::Relaxed) {
+                self.passthrough(
+                    &i,
+                    || self.reopen(&i, OFlags::RDWR).ok().map(File::from),
+                    |f| reply.open_backing(f),
+                )
             } else {
-                None
+                Err(None)
             };
-            Ok((self.keep(file, ino.0, writer, backing.clone()), backing))
+            let (file, pt) = match pt {
+                Ok(p) => (HandleFile::Shared(Arc::clone(&p)), Some(p)),
+                Err(_) => (HandleFile::Own(self.own_file(&i, flags.0)?), None),
+            };
+            Ok((self.keep(file, ino.0, writer), pt))
         };
         match run() {
-            Ok((fh, Some(b))) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b),
+            Ok((fh, Some(p))) => {
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &p.id)
+            }
             // Served by this process; an inode with a passthrough open
             // elsewhere cannot also use the page cache.
             Ok((fh, None)) if self.sh.passthrough.load(Ordering::Relaxed) => {
@@ -795,17 +874,6 @@ impl Filesystem for OverlayFs {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lo: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
     fn release(
         &self,
         _req: &Request,
@@ -854,45 +922,24 @@ impl Filesystem for OverlayFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _g = self.sh.gate.enter();
-        let run = || -> Result<u64, Errno> {
-            let i = self.inode(ino)?;
-            let fd = rustix::fs::openat(
-                &i.fd,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(errno)?;
-            let mut it = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
-            let mut out = Vec::new();
-            while let Some(ent) = it.read() {
-                let ent = ent.map_err(errno)?;
-                let name = ent.file_name().to_bytes();
-                if ino.0 == ROOT && name == HIDDEN {
-                    continue;
-                }
-                let kind = match ent.file_type() {
-                    rustix::fs::FileType::Directory => FileType::Directory,
-                    rustix::fs::FileType::Symlink => FileType::Symlink,
-                    rustix::fs::FileType::Fifo => FileType::NamedPipe,
-                    rustix::fs::FileType::Socket => FileType::Socket,
-                    rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
-                    rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
-                    _ => FileType::RegularFile,
-                };
-                out.push((ent.ino(), kind, name.to_vec()));
-            }
-            let fh = self.fh();
-            self.dirs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(fh, out);
-            Ok(fh)
-        };
-        match run() {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e),
+        if let Err(e) = self.inode(ino) {
+            return reply.error(e);
         }
+        let fh = self.fh();
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            fh,
+            OpenDir {
+                ino: ino.0,
+                listing: None,
+            },
+        );
+        // The kernel may keep the listing (until a change through the
+        // mount or a rewind's invalidation drops it): the directory is
+        // read on the first `readdir`, not here.
+        reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        )
     }
 
     fn readdir(
@@ -903,11 +950,36 @@ impl Filesystem for OverlayFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(entries) = dirs.get(&fh.0) else {
+        let _g = self.sh.gate.enter();
+        let slot = self
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .cloned();
+        let Some(OpenDir { ino, listing }) = slot else {
             return reply.error(Errno::EBADF);
         };
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+        let listing = match listing {
+            Some(l) if offset > 0 => l,
+            // Offset 0: a fresh read (rewinddir sees changes).
+            _ => match self.list(ino) {
+                Ok(l) => {
+                    let l = Arc::new(l);
+                    if let Some(e) = self
+                        .dirs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_mut(&fh.0)
+                    {
+                        e.listing = Some(Arc::clone(&l));
+                    }
+                    l
+                }
+                Err(e) => return reply.error(e),
+            },
+        };
+        for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
             if reply.add(
                 INodeNo(*ino),
                 (i + 1) as u64,
@@ -1086,7 +1158,7 @@ impl Filesystem for OverlayFs {
         reply: ReplyCreate,
     ) {
         let _g = self.sh.gate.enter();
-        let run = || -> Result<(FileAttr, u64, Option<Arc<BackingId>>), Errno> {
+        let run = || -> Result<(FileAttr, u64, Option<Arc<Passthrough>>), Errno> {
             if hidden(parent, name) {
                 return Err(Errno::EACCES);
             }
@@ -1103,25 +1175,30 @@ impl Filesystem for OverlayFs {
             let fd =
                 rustix::fs::openat(&p.fd, name, of, Mode::from_raw_mode(mode & !umask & 0o7777))
                     .map_err(errno)?;
-            let file = File::from(fd);
+            let created = File::from(fd);
             let a = self.entry(parent, name)?;
             let i = self.inode(a.ino)?;
-            let backing = if pt {
-                self.backing_for(&i, &file, |f| reply.open_backing(f))
+            let shared = if pt {
+                self.passthrough(&i, || Some(created), |f| reply.open_backing(f))
             } else {
-                None
+                Err(Some(created))
             };
-            let fh = self.keep(file, a.ino.0, is_write(flags), backing.clone());
-            Ok((a, fh, backing))
+            let (file, shared) = match shared {
+                Ok(p) => (HandleFile::Shared(Arc::clone(&p)), Some(p)),
+                Err(Some(f)) => (HandleFile::Own(f), None),
+                Err(None) => (HandleFile::Own(self.own_file(&i, flags)?), None),
+            };
+            let fh = self.keep(file, a.ino.0, is_write(flags));
+            Ok((a, fh, shared))
         };
         match run() {
-            Ok((a, fh, Some(b))) => reply.created_passthrough(
+            Ok((a, fh, Some(p))) => reply.created_passthrough(
                 &TTL,
                 &a,
                 Generation(0),
                 FileHandle(fh),
                 FopenFlags::empty(),
-                &b,
+                &p.id,
             ),
             Ok((a, fh, None)) if self.sh.passthrough.load(Ordering::Relaxed) => reply.created(
                 &TTL,

@@ -27,7 +27,42 @@ pub struct Inode {
     lookups: AtomicU64,
     /// The passthrough backing file shared by every open of this inode
     /// (the kernel wants one per inode).
-    pub backing: Mutex<Weak<BackingId>>,
+    pub backing: Mutex<Backing>,
+}
+
+/// An inode's passthrough backing file. Kept open while the kernel knows
+/// the inode (up to a budget of open files), so that opening a file again
+/// costs no new backing file: `grep -r` opens every file once per run.
+#[derive(Default)]
+pub struct Backing {
+    pub shared: Weak<Passthrough>,
+    pub kept: Option<Arc<Passthrough>>,
+}
+
+/// A backing file registered with the kernel for passthrough, and the
+/// file itself (the daemon's fsync, fallocate and lseek use it).
+pub struct Passthrough {
+    pub id: BackingId,
+    pub file: std::fs::File,
+}
+
+/// Backing files kept open by inodes, against [`KEEP_BUDGET`].
+pub static KEPT: AtomicU64 = AtomicU64::new(0);
+
+/// How many backing files inodes may keep open (each is one fd).
+pub static KEEP_BUDGET: AtomicU64 = AtomicU64::new(4096);
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        let kept = self
+            .backing
+            .get_mut()
+            .map(|b| b.kept.is_some())
+            .unwrap_or(false);
+        if kept {
+            KEPT.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// FUSE inode numbers for inodes of other filesystems (mounts nested in
@@ -64,7 +99,7 @@ impl Inodes {
                 fd: root,
                 kind: FileType::Directory,
                 lookups: AtomicU64::new(1),
-                backing: Mutex::new(Weak::new()),
+                backing: Mutex::new(Backing::default()),
             }),
         );
         t.by_key.insert(key, ROOT);
@@ -121,7 +156,7 @@ impl Inodes {
                         fd,
                         kind,
                         lookups: AtomicU64::new(1),
-                        backing: Mutex::new(Weak::new()),
+                        backing: Mutex::new(Backing::default()),
                     }),
                 );
                 t.by_key.insert(key, ino);

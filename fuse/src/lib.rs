@@ -25,5 +25,5 @@ mod inodes;
 
 pub use control::{Client, MountStatus, backing_path, runtime_dir, socket_path};
 pub use daemon::{ServeOptions, detach_dead, holders, serve};
-pub use dirty::DirtySet;
+pub use dirty::{DirtySet, Names};
 pub use error::{Error, Result};
