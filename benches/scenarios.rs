@@ -1546,7 +1546,7 @@ fn scenario_k(
     run(rewind_cmd(&walk).args(["checkpoint", "bench-k-base", "--json"]));
     run(rewind_cmd(&ws).args(["init", "-q"]));
     run(cmd(REWIND, [OsStr::new("mount"), ws.as_os_str()]).current_dir("/"));
-    let _mount = FuseMount(ws.clone());
+    let mount = FuseMount(ws.clone());
     // The first capture through a fresh mount walks everything.
     let v = run(rewind_cmd(&ws).args(["checkpoint", "bench-k-base", "--json"])).json();
     assert_eq!(v["engine"], "fuse", "k: not the fuse engine: {v}");
@@ -1723,11 +1723,43 @@ fn scenario_k(
         )
     };
     let (gr, gr_native) = paired(args.runs, || grep(&ws), || grep(&walk));
+    drop(mount);
+
+    // k8. Flat in the tree's size: the same checkpoint on a tree with 10x
+    // the files, mounted the same way.
+    let large_files = args.files * 10;
+    let large = work.join("ws-fuse-large");
+    fs::create_dir(&large).unwrap_or_else(|e| panic!("create {}: {e}", large.display()));
+    eprintln!("bench: [k8] generating {large_files} files for the large tree");
+    let lt = gen_tree(&large, large_files, 1, rng);
+    run(rewind_cmd(&large).args(["init", "-q"]));
+    run(cmd(REWIND, [OsStr::new("mount"), large.as_os_str()]).current_dir("/"));
+    let _large_mount = FuseMount(large.clone());
+    run(rewind_cmd(&large).args(["checkpoint", "bench-k8-base", "--json"]));
+    let mut ck_large = Series::default();
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [k8] checkpoint after {SMALL_EDITS} edits, {large_files} files, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let edits = plan_small_edits(&lt, rng, SMALL_EDITS);
+        apply_edits(&large, &edits);
+        settle(work);
+        let m = run(rewind_cmd(&large).args(["checkpoint", &format!("bench-k8-{r}"), "--json"]));
+        check_edit_counts(
+            counts(&m.json(), "k8: fuse checkpoint"),
+            "k8 fuse",
+            &m.json(),
+        );
+        ck_large.push(m.ms(), m.maxrss_kib);
+    }
+    let flat = ck_large.median() / ck.median();
 
     let slow = |a: &Series, b: &Series| a.median() / b.median();
     let io_target = |id: &'static str, what: &str, limit: f64, a: &Series, b: &Series| Target {
         scenario: id,
-        what: format!("{what} through the mount ≤ {limit}× native"),
+        what: format!("{what} through the mount ≤ {limit:.2}× native"),
         limit,
         measured: slow(a, b),
         unit: "×",
@@ -1783,6 +1815,22 @@ fn scenario_k(
         io_target("k5", "warm `find` + stat", 1.5, &fd, &fd_native),
         io_target("k6", "`git status`", 2.0, &gs, &gs_native),
         io_target("k7", "`grep -r` over the small files", 3.0, &gr, &gr_native),
+        Target {
+            scenario: "k8",
+            what: format!(
+                "checkpoint through the mount flat: {large_files} files vs {} within 1.5×",
+                args.files
+            ),
+            limit: 1.5,
+            measured: flat,
+            unit: "×",
+            measured_as: "median k8 / median k1",
+            shown: format!(
+                "{flat:.2}× ({} ms vs {} ms)",
+                fmt_ms(ck_large.median()),
+                fmt_ms(ck.median())
+            ),
+        },
     ];
     let pair_row = |id: &'static str, name: String, a: Series, b: Series| Scenario {
         id,
@@ -1851,6 +1899,15 @@ fn scenario_k(
             gr,
             gr_native,
         ),
+        Scenario {
+            id: "k8",
+            name: format!(
+                "k8. FUSE mount: checkpoint after editing {SMALL_EDITS} of {large_files} small files"
+            ),
+            rewind: ck_large,
+            baselines: Vec::new(),
+            detail: Value::Null,
+        },
     ];
     let note = "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
                 filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
@@ -3848,6 +3905,7 @@ fn main() {
         + 4 * tree_est
         + 4 * args.history as u64 * MIB
         + 2 * tree_est
+        + args.files as u64 * 10 * 8192
         + 512 * MIB)
         .div_ceil(MIB)
         * MIB;
@@ -4039,6 +4097,17 @@ fn main() {
     for s in &scenarios {
         let rmed = s.rewind.median();
         let mut bl_json = Vec::new();
+        if s.baselines.is_empty() {
+            let _ = writeln!(
+                md,
+                "| {} | {} ({}–{}) | — | — | — | {:.1} |",
+                s.name,
+                fmt_ms(rmed),
+                fmt_ms(s.rewind.min()),
+                fmt_ms(s.rewind.max()),
+                s.rewind.peak_rss_kib() as f64 / 1024.0
+            );
+        }
         for b in &s.baselines {
             let bmed = b.series.median();
             let ratio = bmed / rmed;

@@ -276,7 +276,7 @@ impl Ledger {
                 path: path.to_owned(),
             });
         }
-        let ledger = Self::connect(path)?;
+        let ledger = Self::connect(path, false)?;
         let version: Option<String> = ledger
             .conn
             .query_row(
@@ -327,7 +327,7 @@ impl Ledger {
 
     /// Create a new ledger with a fresh workspace id.
     pub fn create(path: &Path, workspace_id: &str) -> Result<Ledger> {
-        let mut ledger = Self::connect(path)?;
+        let mut ledger = Self::connect(path, true)?;
         let p = ledger.path.clone();
         let tx = ledger
             .conn
@@ -356,15 +356,21 @@ impl Ledger {
         Ok(ledger)
     }
 
-    fn connect(path: &Path) -> Result<Ledger> {
+    fn connect(path: &Path, new: bool) -> Result<Ledger> {
         let conn = Connection::open(path).map_err(db_err(path))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(path))?;
-        // page_size only takes effect on a new database: 16 KiB pages keep a
-        // directory's stat-cache blob out of overflow chains. mmap reads
-        // skip a copy per page.
+        // Only for a new database, before WAL mode: 16 KiB pages keep a
+        // directory's stat-cache blob out of overflow chains. On an
+        // existing one, setting auto_vacuum writes the header page: a
+        // transaction and three fsyncs on every command.
+        if new {
+            conn.execute_batch("PRAGMA page_size=16384; PRAGMA auto_vacuum=INCREMENTAL;")
+                .map_err(db_err(path))?;
+        }
+        // mmap reads skip a copy per page.
         conn.execute_batch(
-            "PRAGMA page_size=16384; PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=0; \
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=0; \
              PRAGMA foreign_keys=ON; PRAGMA mmap_size=268435456;",
         )
         .map_err(db_err(path))?;
