@@ -755,7 +755,11 @@ struct Tree {
 }
 
 fn gen_tree(dir: &Path, files: usize, big_mib: u64, rng: &mut Rng) -> Tree {
-    let ndirs = files.clamp(1, 100);
+    gen_tree_in(dir, files, files.clamp(1, 100), big_mib, rng)
+}
+
+/// [`gen_tree`] with `ndirs` directories.
+fn gen_tree_in(dir: &Path, files: usize, ndirs: usize, big_mib: u64, rng: &mut Rng) -> Tree {
     let dirs: Vec<PathBuf> = (0..ndirs)
         .map(|d| PathBuf::from(format!("d{d:03}")))
         .collect();
@@ -1726,12 +1730,13 @@ fn scenario_k(
     drop(mount);
 
     // k8. Flat in the tree's size: the same checkpoint on a tree with 10x
-    // the files, mounted the same way.
+    // the files in 10x the directories (directories of T's size: a bigger
+    // project, not bigger directories), mounted the same way.
     let large_files = args.files * 10;
     let large = work.join("ws-fuse-large");
     fs::create_dir(&large).unwrap_or_else(|e| panic!("create {}: {e}", large.display()));
     eprintln!("bench: [k8] generating {large_files} files for the large tree");
-    let lt = gen_tree(&large, large_files, 1, rng);
+    let lt = gen_tree_in(&large, large_files, tree.dirs.len() * 10, 1, rng);
     run(rewind_cmd(&large).args(["init", "-q"]));
     run(cmd(REWIND, [OsStr::new("mount"), large.as_os_str()]).current_dir("/"));
     let _large_mount = FuseMount(large.clone());
@@ -1902,7 +1907,8 @@ fn scenario_k(
         Scenario {
             id: "k8",
             name: format!(
-                "k8. FUSE mount: checkpoint after editing {SMALL_EDITS} of {large_files} small files"
+                "k8. FUSE mount: checkpoint after editing {SMALL_EDITS} of {large_files} small files in {} dirs",
+                tree.dirs.len() * 10
             ),
             rewind: ck_large,
             baselines: Vec::new(),
