@@ -119,9 +119,16 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             release_backing(&backing);
         }
     };
-    let _ = std::fs::remove_file(&sock); // a dead daemon's: connect failed above
-    let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
-    let _ = rustix::fs::chmod(&sock, Mode::from_raw_mode(0o600));
+    // Bound under a temporary name and renamed into place: between bind
+    // and listen a connect is refused, which clients take for a dead
+    // daemon.
+    let tmp_sock = sock.with_extension(format!("sock.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp_sock);
+    let listener =
+        UnixListener::bind(&tmp_sock).map_err(|e| Error::io("listen on", &tmp_sock, e))?;
+    let _ = rustix::fs::chmod(&tmp_sock, Mode::from_raw_mode(0o600));
+    // Replaces a dead daemon's socket (connect failed above).
+    std::fs::rename(&tmp_sock, &sock).map_err(|e| Error::io("listen on", &sock, e))?;
 
     let mut config = Config::default();
     config.mount_options = vec![

@@ -168,7 +168,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     })?;
     let started = Instant::now();
     let link = loop {
-        if let Some(l) = MountLink::connect(&mountpoint).ok().flatten() {
+        // Not `MountLink::connect`: a refused connection here is a daemon
+        // still starting, not a dead one to detach.
+        if let Ok(Some(_)) = rewind_fuse::Client::connect(&mountpoint)
+            && let Some(l) = MountLink::connect(&mountpoint).ok().flatten()
+        {
             break l;
         }
         if let Ok(Some(status)) = child.try_wait() {
