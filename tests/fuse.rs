@@ -590,3 +590,33 @@ fn a_rewind_killed_while_the_mount_is_frozen_leaves_it_usable_and_is_finished() 
     }
     m.unmount();
 }
+
+#[test]
+fn a_terminated_daemon_unmounts_instead_of_leaving_a_dead_mount() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("d00/through-the-mount"), b"x\n");
+    let pid = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let t = std::time::Instant::now();
+    // Unmounted, then the daemon removes its socket and exits.
+    while !ws.join(".rewind").is_dir() || rewind_fuse::socket_path(&ws).exists() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "still mounted after SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        std::fs::read(ws.join("d00/through-the-mount")).expect("read"),
+        b"x\n"
+    );
+    let ck = rewind_json(&ws, &["checkpoint", "after"]);
+    assert_eq!(ck["engine"], "walk");
+    std::mem::forget(m);
+}

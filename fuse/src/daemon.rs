@@ -99,6 +99,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         .map_err(|e| Error::io("open", dir, e.into()))
     };
     raise_open_file_limit();
+    let signals = block_termination_signals();
     // Opened before the mount covers `dir`: these reach the backing tree.
     let root = open_root()?;
     let sh = Arc::new(Shared::new(open_root()?).map_err(|e| Error::io("stat", dir, e))?);
@@ -168,10 +169,46 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             })
             .map_err(|e| Error::io("start the control thread for", dir, e))?;
     }
+    {
+        let mountpoint = mountpoint.clone();
+        let _ = std::thread::Builder::new()
+            .name("rewind-signals".into())
+            .spawn(move || unmount_on_signal(signals, &mountpoint));
+    }
     ready();
     let result = session.run();
     cleanup(&sock);
     result.map_err(|e| Error::io("serve FUSE at", &mountpoint, e))
+}
+
+/// Block SIGTERM, SIGINT and SIGHUP in this thread (and so in every
+/// thread started after it): one thread waits for them instead.
+fn block_termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; the calls only read and write it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// A terminated daemon unmounts instead of leaving a dead mount behind
+/// (ENOTCONN for everyone until the next command detaches it). A busy
+/// mount is detached: open files keep working until they are closed.
+fn unmount_on_signal(set: libc::sigset_t, mp: &Path) {
+    let mut sig = 0;
+    // SAFETY: `set` is a valid, initialized signal set.
+    if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+        return;
+    }
+    eprintln!("rewind: signal {sig}: unmounting {}", mp.display());
+    if unmount(mp).is_err() {
+        let _ = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH);
+    }
 }
 
 /// Every inode the kernel knows holds an `O_PATH` fd, and opened ones
