@@ -199,11 +199,7 @@ impl Scope {
         let mut spine = HashSet::new();
         spine.insert(Vec::new());
         for d in dirty.keys().chain(deep.iter()) {
-            for (i, &c) in d.iter().enumerate() {
-                if c == b'/' {
-                    spine.insert(d[..i].to_vec());
-                }
-            }
+            spine.extend(ancestors(d).map(<[u8]>::to_vec));
         }
         Scope { dirty, deep, spine }
     }
@@ -238,14 +234,6 @@ impl Scope {
         dirs.sort();
         dirs.dedup();
         (dirs, self.deep.iter().cloned().collect())
-    }
-
-    pub fn len(&self) -> usize {
-        self.dirty.len() + self.deep.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -475,11 +463,7 @@ pub fn capture(
     let stats = walker.counters.snapshot();
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
     let kept = |k: &[u8]| {
-        !out.kept.is_empty()
-            && (out.kept.contains(k)
-                || k.iter()
-                    .enumerate()
-                    .any(|(i, &c)| c == b'/' && out.kept.contains(&k[..i])))
+        !out.kept.is_empty() && (out.kept.contains(k) || ancestors(k).any(|a| out.kept.contains(a)))
     };
     let cache_removals = cache
         .keys()
@@ -500,6 +484,15 @@ pub fn capture(
         replaces_cache: false,
         from_snapshot: false,
     })
+}
+
+/// The proper ancestors of a workspace-relative path below the root, the
+/// root (`""`) excluded: `a/b/c` gives `a`, `a/b`.
+fn ancestors(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
+    rel.iter()
+        .enumerate()
+        .filter(|&(_, &c)| c == b'/')
+        .map(move |(i, _)| &rel[..i])
 }
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {

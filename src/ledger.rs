@@ -855,16 +855,7 @@ impl Ledger {
             .conn
             .prepare("SELECT s.dir, s.node, s.stats FROM stat_cache s WHERE EXISTS (SELECT 1 FROM trees t WHERE t.hash = s.node)")
             .map_err(self.err())?;
-        let rows = stmt
-            .query_map([], |r| {
-                let node: Vec<u8> = r.get(1)?;
-                Ok((
-                    r.get(0)?,
-                    Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
-                    r.get(2)?,
-                ))
-            })
-            .map_err(self.err())?;
+        let rows = stmt.query_map([], stat_cache_row).map_err(self.err())?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.err())
     }
@@ -880,20 +871,16 @@ impl Ledger {
         const ROW: &str = "SELECT s.dir, s.node, s.stats FROM stat_cache s WHERE ";
         const LIVE: &str = " AND EXISTS (SELECT 1 FROM trees t WHERE t.hash = s.node)";
         let mut out = Vec::new();
-        let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<crate::capture::StatCacheRow> {
-            let node: Vec<u8> = r.get(1)?;
-            Ok((
-                r.get(0)?,
-                Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
-                r.get(2)?,
-            ))
-        };
         let mut one = self
             .conn
             .prepare_cached(&format!("{ROW}s.dir = ?1{LIVE}"))
             .map_err(self.err())?;
         for d in dirs {
-            if let Some(r) = one.query_row([d], row).optional().map_err(self.err())? {
+            if let Some(r) = one
+                .query_row([d], stat_cache_row)
+                .optional()
+                .map_err(self.err())?
+            {
                 out.push(r);
             }
         }
@@ -903,7 +890,9 @@ impl Ledger {
             .map_err(self.err())?;
         for t in trees {
             let (lo, hi) = subtree_bounds(t);
-            let rows = below.query_map(params![lo, hi], row).map_err(self.err())?;
+            let rows = below
+                .query_map(params![lo, hi], stat_cache_row)
+                .map_err(self.err())?;
             for r in rows {
                 out.push(r.map_err(self.err())?);
             }
@@ -1291,6 +1280,16 @@ impl Tx<'_> {
             .map_err(self.err())?;
         Ok(())
     }
+}
+
+/// A `(dir, node, stats)` stat-cache row.
+fn stat_cache_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::capture::StatCacheRow> {
+    let node: Vec<u8> = r.get(1)?;
+    Ok((
+        r.get(0)?,
+        Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
+        r.get(2)?,
+    ))
 }
 
 /// The byte range of the paths strictly below directory `dir` (BLOB

@@ -1,6 +1,6 @@
 //! A workspace mounted with `rewind mount`: the link from a command to the
 //! daemon serving it (see the `rewind-fuse` crate). The command works on
-//! the backing tree through the fd the daemon hands over; it asks the
+//! the backing tree through the path the daemon names; it asks the
 //! daemon for the dirty set before a capture and for a frozen mount while
 //! it rewinds.
 
@@ -12,6 +12,23 @@ use rewind_fuse::{Client, MountStatus};
 
 use crate::capture::Scope;
 use crate::error::Result;
+
+/// The error a path inside the mount of a dead daemon gives (ENOTCONN).
+pub fn is_dead_mount(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(107)
+}
+
+/// Detach the dead mounts `path` is inside (connecting to their daemon
+/// does), so that it leads to the backing tree again.
+pub fn detach_dead_above(path: &Path) -> Result<()> {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for a in abs.ancestors() {
+        if rewind_fuse::socket_path(a).exists() {
+            MountLink::connect(a)?;
+        }
+    }
+    Ok(())
+}
 
 pub struct MountLink {
     client: Arc<Mutex<Client>>,

@@ -144,16 +144,9 @@ impl Workspace {
     pub fn discover(start: &Path) -> Option<PathBuf> {
         let start = match std::fs::canonicalize(start) {
             Ok(s) => s,
-            // ENOTCONN: inside the mount of a daemon that died. Detach it
-            // (connecting does) and look again at the backing tree.
-            Err(e) if e.raw_os_error() == Some(107) => {
-                let abs = std::path::absolute(start).ok()?;
-                for a in abs.ancestors() {
-                    if rewind_fuse::socket_path(a).exists() {
-                        let _ = MountLink::connect(a);
-                    }
-                }
-                std::fs::canonicalize(&abs).ok()?
+            Err(e) if crate::mount::is_dead_mount(&e) => {
+                crate::mount::detach_dead_above(start).ok()?;
+                std::fs::canonicalize(start).ok()?
             }
             Err(_) => return None,
         };
@@ -229,21 +222,27 @@ impl Workspace {
             std::fs::canonicalize(root)
                 .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))
         };
-        let root_path = match canonical(root) {
-            // ENOTCONN: the mount of a daemon that died.
-            Err(Error::Os(e)) if e.raw_os_error() == Some(107) => {
-                let abs = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-                MountLink::connect(&abs)?;
+        let root_path = match std::fs::canonicalize(root) {
+            Ok(r) => r,
+            Err(e) if crate::mount::is_dead_mount(&e) => {
+                crate::mount::detach_dead_above(root)?;
                 canonical(root)?
             }
-            r => r?,
+            Err(e) => {
+                return Err(Error::os(rewind_platform::Error::new(
+                    "open workspace",
+                    root,
+                    e,
+                )));
+            }
         };
         let mount = MountLink::connect(&root_path)?;
-        let io_path = match &mount {
-            Some(m) => m.access_path().to_path_buf(),
-            None => root_path.clone(),
-        };
-        let root_dir = Dir::open(&io_path).map_err(Error::os)?;
+        let root_dir = Dir::open(
+            mount
+                .as_ref()
+                .map_or(root_path.as_path(), MountLink::access_path),
+        )
+        .map_err(Error::os)?;
         let state = match root_dir.open_dir(OsStr::new(STATE_DIR)) {
             Ok(d) => d,
             Err(e) if e.is_not_found() => return Err(Error::NotAWorkspace { path: root_path }),

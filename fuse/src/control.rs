@@ -1,27 +1,20 @@
 //! The control socket: how the CLI and the MCP server reach a mounted
 //! workspace. It lives outside the mount (a process cannot reach the
 //! backing tree through the mount, and `.rewind/` is hidden there), named
-//! after the mount point, and hands the client the backing root as an fd
-//! (`SCM_RIGHTS`): the client then does its own capture and apply on the
-//! backing tree, asking the daemon only for what the daemon knows: the
-//! dirty set, and a frozen mount while it rewinds.
+//! after the mount point, and tells the client a path that reaches the
+//! backing tree (D53): the client then does its own capture and apply
+//! there, asking the daemon only for what the daemon knows: the dirty
+//! set, and a frozen mount while it rewinds.
 //!
 //! Frames: request `[op u8][len u32 le][payload]`, answer
 //! `[status u8 (0 ok, 1 error)][len u32 le][payload]`. A connection that
 //! closes while holding a taken dirty set or a frozen mount gives both
 //! back: a killed client loses no change and blocks nobody.
 
-use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
 
 use crate::dirty::DirtySet;
 use crate::error::{Error, Result};
@@ -72,12 +65,16 @@ pub fn backing_path(mountpoint: &Path) -> PathBuf {
     runtime_dir().join(format!("{}.backing", key(mountpoint)))
 }
 
-pub(crate) fn write_frame(w: &mut impl Write, tag: u8, payload: &[u8]) -> std::io::Result<()> {
+fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
     let mut buf = Vec::with_capacity(5 + payload.len());
     buf.push(tag);
     buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     buf.extend_from_slice(payload);
-    w.write_all(&buf)
+    buf
+}
+
+pub(crate) fn write_frame(w: &mut impl Write, tag: u8, payload: &[u8]) -> std::io::Result<()> {
+    w.write_all(&frame(tag, payload))
 }
 
 pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
@@ -176,51 +173,6 @@ fn decode_dirty(b: &[u8]) -> Option<DirtySet> {
     })
 }
 
-/// Send an answer frame with an fd attached.
-pub(crate) fn send_with_fd(
-    s: &UnixStream,
-    payload: &[u8],
-    fd: BorrowedFd<'_>,
-) -> std::io::Result<()> {
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    frame.extend_from_slice(payload);
-    let fds = [fd];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut anc = SendAncillaryBuffer::new(&mut space);
-    anc.push(SendAncillaryMessage::ScmRights(&fds));
-    let n = rustix::net::sendmsg(s, &[IoSlice::new(&frame)], &mut anc, SendFlags::empty())?;
-    if n < frame.len() {
-        (&*s).write_all(&frame[n..])?;
-    }
-    Ok(())
-}
-
-fn recv_with_fd(s: &UnixStream) -> std::io::Result<(u8, Vec<u8>, Option<OwnedFd>)> {
-    let mut head = [0u8; 5];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut anc = RecvAncillaryBuffer::new(&mut space);
-    let got = rustix::net::recvmsg(
-        s,
-        &mut [IoSliceMut::new(&mut head)],
-        &mut anc,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
-    let mut fd = None;
-    for msg in anc.drain() {
-        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
-            fd = fds.next();
-        }
-    }
-    if got.bytes < head.len() {
-        (&*s).read_exact(&mut head[got.bytes..])?;
-    }
-    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    let mut payload = vec![0u8; len];
-    (&*s).read_exact(&mut payload)?;
-    Ok((head[0], payload, fd))
-}
-
 /// What `rewind doctor` and the tests want to know about a mount.
 #[derive(Debug, Clone, Default)]
 pub struct MountStatus {
@@ -241,7 +193,6 @@ pub struct Client {
     mountpoint: PathBuf,
     backing: PathBuf,
     pid: u32,
-    root: OwnedFd,
 }
 
 impl Client {
@@ -261,7 +212,7 @@ impl Client {
         };
         let io = |e| Error::io("talk to the rewind daemon at", &sock, e);
         write_frame(&mut &stream, HELLO, &[]).map_err(io)?;
-        let (status, payload, fd) = recv_with_fd(&stream).map_err(io)?;
+        let (status, payload) = read_frame(&mut &stream).map_err(io)?;
         let text = String::from_utf8_lossy(&payload).into_owned();
         let mut lines = text.split('\n');
         let (pid, mp, backing) = (
@@ -273,16 +224,11 @@ impl Client {
             // Another mount hashed to the same socket name, or an error.
             return Ok(None);
         }
-        let root = fd.ok_or_else(|| Error::Daemon {
-            path: mountpoint.to_path_buf(),
-            message: "no backing directory fd in the answer".into(),
-        })?;
         Ok(Some(Client {
             stream,
             mountpoint: mountpoint.to_path_buf(),
             backing: PathBuf::from(backing),
             pid: pid.parse().unwrap_or(0),
-            root,
         }))
     }
 
@@ -292,11 +238,6 @@ impl Client {
 
     pub fn daemon_pid(&self) -> u32 {
         self.pid
-    }
-
-    /// The backing workspace root, as the daemon sees it under the mount.
-    pub fn backing_root(&self) -> BorrowedFd<'_> {
-        self.root.as_fd()
     }
 
     /// A path that reaches the backing workspace root (not through the

@@ -1,7 +1,6 @@
 //! The daemon: mount the overlay over the workspace directory itself,
 //! serve the control socket, run until unmounted.
 
-use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -13,7 +12,7 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::control::{
     self, COMMIT, Client, Cursor, FREEZE, HELLO, PEEK, STATUS, TAKE, THAW, UNMOUNT, read_frame,
-    send_with_fd, write_frame,
+    write_frame,
 };
 use crate::error::{Error, Result};
 use crate::fs::{OverlayFs, Shared};
@@ -45,7 +44,6 @@ struct Ctx {
     sh: Arc<Shared>,
     mountpoint: PathBuf,
     backing: PathBuf,
-    root: OwnedFd,
 }
 
 /// Keep the workspace `dir` reachable by path once a mount covers it: a
@@ -90,19 +88,16 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             pid: c.daemon_pid(),
         });
     }
-    let open_root = || {
-        rustix::fs::open(
-            dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io("open", dir, e.into()))
-    };
     raise_open_file_limit();
     let signals = block_termination_signals();
-    // Opened before the mount covers `dir`: these reach the backing tree.
-    let root = open_root()?;
-    let sh = Arc::new(Shared::new(open_root()?).map_err(|e| Error::io("stat", dir, e))?);
+    // Opened before the mount covers `dir`: it reaches the backing tree.
+    let root = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io("open", dir, e.into()))?;
+    let sh = Arc::new(Shared::new(root).map_err(|e| Error::io("stat", dir, e))?);
 
     let sock = control::socket_path(&mountpoint);
     let rt = control::runtime_dir();
@@ -153,7 +148,6 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         sh,
         mountpoint: mountpoint.clone(),
         backing: backing.clone(),
-        root,
     });
     {
         let ctx = Arc::clone(&ctx);
@@ -257,7 +251,7 @@ fn handle(
                 p.extend_from_slice(ctx.mountpoint.as_os_str().as_bytes());
                 p.push(b'\n');
                 p.extend_from_slice(ctx.backing.as_os_str().as_bytes());
-                send_with_fd(stream, &p, ctx.root.as_fd())?;
+                ok(&p)?;
             }
             TAKE => {
                 *took = true;

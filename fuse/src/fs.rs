@@ -182,6 +182,14 @@ impl Shared {
     }
 }
 
+/// Answer a request that returns nothing but success or an error.
+fn answer(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn split(p: &[u8]) -> (&[u8], &[u8]) {
     match p.iter().rposition(|&c| c == b'/') {
         Some(i) => (&p[..i], &p[i + 1..]),
@@ -249,7 +257,11 @@ fn proc_path(fd: &OwnedFd) -> String {
 }
 
 fn kind_of(mode: u32) -> FileType {
-    match rustix::fs::FileType::from_raw_mode(mode as _) {
+    fuse_kind(rustix::fs::FileType::from_raw_mode(mode as _))
+}
+
+fn fuse_kind(t: rustix::fs::FileType) -> FileType {
+    match t {
         rustix::fs::FileType::Directory => FileType::Directory,
         rustix::fs::FileType::Symlink => FileType::Symlink,
         rustix::fs::FileType::Fifo => FileType::NamedPipe,
@@ -470,16 +482,7 @@ impl OverlayFs {
             if ino == ROOT && name == HIDDEN {
                 continue;
             }
-            let kind = match ent.file_type() {
-                rustix::fs::FileType::Directory => FileType::Directory,
-                rustix::fs::FileType::Symlink => FileType::Symlink,
-                rustix::fs::FileType::Fifo => FileType::NamedPipe,
-                rustix::fs::FileType::Socket => FileType::Socket,
-                rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
-                rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
-                _ => FileType::RegularFile,
-            };
-            out.push((ent.ino(), kind, name.to_vec()));
+            out.push((ent.ino(), fuse_kind(ent.file_type()), name.to_vec()));
         }
         Ok(out)
     }
@@ -631,13 +634,7 @@ impl Filesystem for OverlayFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _g = self.sh.gate.enter();
-        let run = || -> Result<FileAttr, Errno> {
-            if hidden(parent, name) {
-                return Err(Errno::EACCES);
-            }
-            let p = self.inode(parent)?;
-            self.sh.mark_entry(parent.0, name);
+        self.make_entry(parent, name, reply, |p| {
             rustix::fs::mknodat(
                 &p.fd,
                 name,
@@ -645,13 +642,8 @@ impl Filesystem for OverlayFs {
                 Mode::from_raw_mode(mode & !umask & 0o7777),
                 rdev as _,
             )
-            .map_err(errno)?;
-            self.entry(parent, name)
-        };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+            .map_err(errno)
+        });
     }
 
     fn mkdir(
@@ -663,21 +655,10 @@ impl Filesystem for OverlayFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let _g = self.sh.gate.enter();
-        let run = || -> Result<FileAttr, Errno> {
-            if hidden(parent, name) {
-                return Err(Errno::EACCES);
-            }
-            let p = self.inode(parent)?;
-            self.sh.mark_entry(parent.0, name);
+        self.make_entry(parent, name, reply, |p| {
             rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
-                .map_err(errno)?;
-            self.entry(parent, name)
-        };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+                .map_err(errno)
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -696,20 +677,9 @@ impl Filesystem for OverlayFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _g = self.sh.gate.enter();
-        let run = || -> Result<FileAttr, Errno> {
-            if hidden(parent, link_name) {
-                return Err(Errno::EACCES);
-            }
-            let p = self.inode(parent)?;
-            self.sh.mark_entry(parent.0, link_name);
-            rustix::fs::symlinkat(target, &p.fd, link_name).map_err(errno)?;
-            self.entry(parent, link_name)
-        };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        self.make_entry(parent, link_name, reply, |p| {
+            rustix::fs::symlinkat(target, &p.fd, link_name).map_err(errno)
+        });
     }
 
     fn rename(
@@ -745,10 +715,7 @@ impl Filesystem for OverlayFs {
             );
             Ok(())
         };
-        match run() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, run())
     }
 
     fn link(
@@ -759,14 +726,8 @@ impl Filesystem for OverlayFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _g = self.sh.gate.enter();
-        let run = || -> Result<FileAttr, Errno> {
-            if hidden(newparent, newname) {
-                return Err(Errno::EACCES);
-            }
+        self.make_entry(newparent, newname, reply, |np| {
             let i = self.inode(ino)?;
-            let np = self.inode(newparent)?;
-            self.sh.mark_entry(newparent.0, newname);
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works without.
             if rustix::fs::linkat(&i.fd, "", &np.fd, newname, AtFlags::EMPTY_PATH).is_err() {
                 rustix::fs::linkat(
@@ -778,12 +739,8 @@ impl Filesystem for OverlayFs {
                 )
                 .map_err(errno)?;
             }
-            self.entry(newparent, newname)
-        };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+            Ok(())
+        });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -914,10 +871,7 @@ impl Filesystem for OverlayFs {
             }
             .map_err(Errno::from)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1026,10 +980,7 @@ impl Filesystem for OverlayFs {
             .map_err(errno)?;
             rustix::fs::fsync(&fd).map_err(errno)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1072,10 +1023,7 @@ impl Filesystem for OverlayFs {
             )
             .map_err(errno)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1126,10 +1074,7 @@ impl Filesystem for OverlayFs {
             self.sh.mark_inode(ino.0, self.nlink(&i));
             rustix::fs::removexattr(proc_path(&i.fd).as_str(), name).map_err(errno)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1141,10 +1086,7 @@ impl Filesystem for OverlayFs {
             )
             .map_err(errno)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn create(
@@ -1234,10 +1176,7 @@ impl Filesystem for OverlayFs {
             )
             .map_err(errno)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn lseek(
@@ -1268,6 +1207,32 @@ impl Filesystem for OverlayFs {
 }
 
 impl OverlayFs {
+    /// Create entry `name` in `parent` with `make` (mknod, mkdir, symlink,
+    /// link) and answer with what it became. The entry is marked dirty
+    /// before it exists: a capture may look for nothing, never miss it.
+    fn make_entry(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEntry,
+        make: impl FnOnce(&Inode) -> Result<(), Errno>,
+    ) {
+        let _g = self.sh.gate.enter();
+        let run = || -> Result<FileAttr, Errno> {
+            if hidden(parent, name) {
+                return Err(Errno::EACCES);
+            }
+            let p = self.inode(parent)?;
+            self.sh.mark_entry(parent.0, name);
+            make(&p)?;
+            self.entry(parent, name)
+        };
+        match run() {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags, reply: ReplyEmpty) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<(), Errno> {
@@ -1280,9 +1245,6 @@ impl OverlayFs {
             self.sh.inodes.unlinked(parent.0, name);
             Ok(())
         };
-        match run() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, run())
     }
 }

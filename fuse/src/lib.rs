@@ -9,7 +9,7 @@
 //!   requests inside drain), changes the backing tree, thaws it and
 //!   invalidates what the kernel cached;
 //! - **where the backing tree is**: `.rewind/` is hidden from the mount,
-//!   and clients get the backing root as an fd over the control socket.
+//!   and clients learn a path to the backing tree over the control socket.
 //!
 //! Layout: `inodes` (table keyed by backing (dev, ino)), `dirty` (the
 //! tracker), `gate` (freeze/thaw), `fs` (the request handlers), `control`

@@ -132,8 +132,14 @@ impl Ctx {
 
     /// The directory named by -C, or the current one.
     pub fn start_dir(&self) -> PathBuf {
-        match &self.dir {
-            Some(d) if d.is_absolute() => d.clone(),
+        self.dir_arg(None)
+    }
+
+    /// A directory argument, relative to the current directory (an
+    /// absolute one stands as is); none: the -C directory or the current
+    /// one.
+    pub fn dir_arg(&self, dir: Option<&std::path::Path>) -> PathBuf {
+        match dir.or(self.dir.as_deref()) {
             Some(d) => self.cwd.join(d),
             None => self.cwd.clone(),
         }

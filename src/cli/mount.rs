@@ -61,11 +61,7 @@ struct Unmounted {
 /// The workspace root a mount command names: the argument (or -C, or the
 /// current workspace), canonical.
 fn target(ctx: &Ctx, dir: Option<&Path>) -> Result<PathBuf> {
-    let start = match dir {
-        Some(d) if d.is_absolute() => d.to_path_buf(),
-        Some(d) => ctx.cwd.join(d),
-        None => ctx.start_dir(),
-    };
+    let start = ctx.dir_arg(dir);
     match Workspace::discover(&start) {
         Some(root) => Ok(root),
         None => Err(Error::NotAWorkspace { path: start }),
@@ -88,11 +84,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     drop(ws);
     let view = match &a.at {
         Some(v) => {
-            let v = if v.is_absolute() {
-                v.clone()
-            } else {
-                ctx.cwd.join(v)
-            };
+            let v = ctx.cwd.join(v);
             std::fs::create_dir_all(&v)
                 .map_err(|e| Error::Os(rewind_platform::Error::new("create", &v, e)))?;
             let v = std::fs::canonicalize(&v)
@@ -259,11 +251,7 @@ fn record(
 }
 
 pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
-    let start = match a.dir.as_deref() {
-        Some(d) if d.is_absolute() => d.to_path_buf(),
-        Some(d) => ctx.cwd.join(d),
-        None => ctx.start_dir(),
-    };
+    let start = ctx.dir_arg(a.dir.as_deref());
     let root = match std::fs::canonicalize(&start) {
         Ok(r) => Workspace::discover(&r).unwrap_or(r),
         // A dead mount cannot be resolved; name it as given.
