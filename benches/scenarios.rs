@@ -2,12 +2,16 @@
 //!
 //! Run with `cargo bench --bench scenarios -- [--smoke] [--files N]
 //! [--big-mib M] [--runs R] [--chain N] [--successive N] [--history N]
-//! [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR]`.
+//! [--fs xfs|ext4|btrfs|all|here] [--seed S] [--out DIR] [--only LETTERS]`.
+//! `--fs all` runs everything once per filesystem (XFS, ext4, btrfs) into
+//! `<out>/<fs>/` and writes one combined `scenarios.md` and `.json`.
 //!
 //! By default (as root) it makes an XFS filesystem with reflink on a loop
 //! device in a temp dir, generates a seeded tree (T1: `--files` files of
 //! 1–4 KiB over 100 directories plus one `--big-mib` MiB file), and times,
-//! `--runs` times each, the wall time of whole processes:
+//! `--runs` times each, the wall time of whole processes. The flatness
+//! checks (k8, j4) use T2: 10× `--files` files of ~10 KiB on average in a
+//! deep node_modules-like layout (~1 GB at the default size; `gen_tree_deep`):
 //!
 //! a. first checkpoint of a fresh tree copy — baselines `cp -a --reflink`,
 //!    a shadow-git first commit (`add -A` + `commit`) and a plain `rsync -a`
@@ -114,6 +118,8 @@ struct Args {
     runs: usize,
     fs: FsKind,
     fs_explicit: bool,
+    /// `--fs all`: one run per filesystem, then one combined report.
+    all_fs: bool,
     seed: u64,
     out: PathBuf,
     /// Entries in the chain that `verify` walks (scenario f).
@@ -133,7 +139,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench scenarios -- [--smoke] [--files N] [--big-mib M] [--chain N] \
-[--successive N] [--history N] [--runs R] [--fs xfs|ext4|btrfs|here] [--seed S] [--out DIR] [--only LETTERS]";
+[--successive N] [--history N] [--runs R] [--fs xfs|ext4|btrfs|all|here] [--seed S] [--out DIR] [--only LETTERS]";
 
 impl Args {
     /// Whether scenario `id` (a letter) runs.
@@ -152,6 +158,7 @@ fn parse_args() -> Args {
     let mut successive = None;
     let mut history = None;
     let mut fs_kind = None;
+    let mut all_fs = false;
     let mut seed = None;
     let mut out = None;
     let mut only = None;
@@ -204,6 +211,10 @@ fn parse_args() -> Args {
                     "ext4" => FsKind::Ext4,
                     "btrfs" => FsKind::Btrfs,
                     "here" => FsKind::Here,
+                    "all" => {
+                        all_fs = true;
+                        FsKind::Xfs
+                    }
                     other => panic!("--fs: unknown filesystem {other:?}\n{USAGE}"),
                 });
             }
@@ -243,6 +254,7 @@ fn parse_args() -> Args {
         runs,
         fs_explicit: fs_kind.is_some(),
         fs: fs_kind.unwrap_or(FsKind::Xfs),
+        all_fs,
         seed: seed.unwrap_or(DEFAULT_SEED),
         out: out.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench")),
         chain,
@@ -793,6 +805,98 @@ fn gen_tree_in(dir: &Path, files: usize, ndirs: usize, big_mib: u64, rng: &mut R
         dirs,
         big,
         big_size: big_mib * MIB,
+        small_bytes,
+    }
+}
+
+/// Mean size of a T2 file (see [`t2_size`]), for sizing filesystem images.
+const T2_MEAN_BYTES: u64 = 11 * 1024;
+
+/// A T2 file size: half 200 B–4 KiB (manifests, small modules), a third
+/// 4–16 KiB, the rest 16–64 KiB (bundles): a mean of about 10.5 KiB, so
+/// 100,000 files make ~1 GB, as in the issue's T2.
+fn t2_size(rng: &mut Rng) -> usize {
+    let (lo, hi) = match rng.below(20) {
+        0..=9 => (200, 4096),
+        10..=16 => (4096, 16384),
+        _ => (16384, 65536),
+    };
+    lo + rng.below((hi - lo) as u64) as usize
+}
+
+/// T2: `files` files in a node_modules-like deep layout, plus a 1 MiB
+/// `big.bin`. Packages sit in `node_modules/`, a third of them with a
+/// nested `node_modules/` of their own (up to three levels); each has a
+/// `package.json`, a `README.md`, an `index.js` and 1–4 `lib/` or `dist/`
+/// subtrees of 3–30 files, some with an `internal/` directory below:
+/// depths of 3–12 and many small directories, the shape that makes
+/// per-directory work and deep paths show.
+fn gen_tree_deep(dir: &Path, files: usize, rng: &mut Rng) -> Tree {
+    let mut small = Vec::with_capacity(files);
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut small_bytes = 0;
+    let mut buf = vec![0u8; 65536];
+    // (package dir, nesting level)
+    let mut packages: Vec<(PathBuf, u32)> = Vec::new();
+    let mkdir = |rel: &Path, dirs: &mut Vec<PathBuf>| {
+        let p = dir.join(rel);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
+        dirs.push(rel.to_path_buf());
+    };
+    let mut write = |rel: PathBuf, rng: &mut Rng, small: &mut Vec<(PathBuf, u64)>| {
+        let size = t2_size(rng);
+        rng.fill(&mut buf[..size]);
+        let p = dir.join(&rel);
+        fs::write(&p, &buf[..size]).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+        small.push((rel, size as u64));
+        size as u64
+    };
+    let top = PathBuf::from("node_modules");
+    mkdir(&top, &mut dirs);
+    while small.len() < files {
+        let nested = packages
+            .len()
+            .checked_sub(1)
+            .filter(|_| rng.below(3) == 0)
+            .map(|last| packages[rng.below(last as u64 + 1) as usize].clone())
+            .filter(|(_, level)| *level < 3);
+        let (parent, level) = match nested {
+            Some((p, level)) => (p.join("node_modules"), level + 1),
+            None => (top.clone(), 0),
+        };
+        let pkg = parent.join(format!("pkg-{:05}", packages.len()));
+        mkdir(&pkg, &mut dirs);
+        packages.push((pkg.clone(), level));
+        for name in ["package.json", "README.md", "index.js"] {
+            small_bytes += write(pkg.join(name), rng, &mut small);
+        }
+        for sub in 0..1 + rng.below(4) {
+            let kind = if sub % 2 == 0 { "lib" } else { "dist" };
+            let mut d = pkg.join(kind).join(format!("m{sub}"));
+            for depth in 0..1 + rng.below(3) {
+                if depth > 0 {
+                    d = d.join("internal");
+                }
+                mkdir(&d, &mut dirs);
+                for f in 0..3 + rng.below(28) {
+                    small_bytes += write(d.join(format!("f{f:02}.js")), rng, &mut small);
+                }
+            }
+        }
+    }
+    let big = PathBuf::from("big.bin");
+    let p = dir.join(&big);
+    rng.fill(&mut buf);
+    let mut content = Vec::with_capacity(MIB as usize);
+    while content.len() < MIB as usize {
+        content.extend_from_slice(&buf);
+    }
+    fs::write(&p, &content).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+    Tree {
+        small,
+        dirs,
+        big,
+        big_size: MIB,
         small_bytes,
     }
 }
@@ -1729,14 +1833,13 @@ fn scenario_k(
     let (gr, gr_native) = paired(args.runs, || grep(&ws), || grep(&walk));
     drop(mount);
 
-    // k8. Flat in the tree's size: the same checkpoint on a tree with 10x
-    // the files in 10x the directories (directories of T's size: a bigger
-    // project, not bigger directories), mounted the same way.
+    // k8. Flat in the tree's size: the same checkpoint on T2, 10x the
+    // files in a deep node_modules-like layout, mounted the same way.
     let large_files = args.files * 10;
     let large = work.join("ws-fuse-large");
     fs::create_dir(&large).unwrap_or_else(|e| panic!("create {}: {e}", large.display()));
-    eprintln!("bench: [k8] generating {large_files} files for the large tree");
-    let lt = gen_tree_in(&large, large_files, tree.dirs.len() * 10, 1, rng);
+    eprintln!("bench: [k8] generating T2: {large_files} files in a deep layout");
+    let lt = gen_tree_deep(&large, large_files, rng);
     run(rewind_cmd(&large).args(["init", "-q"]));
     run(cmd(REWIND, [OsStr::new("mount"), large.as_os_str()]).current_dir("/"));
     let _large_mount = FuseMount(large.clone());
@@ -1907,8 +2010,10 @@ fn scenario_k(
         Scenario {
             id: "k8",
             name: format!(
-                "k8. FUSE mount: checkpoint after editing {SMALL_EDITS} of {large_files} small files in {} dirs",
-                tree.dirs.len() * 10
+                "k8. FUSE mount: checkpoint after editing {SMALL_EDITS} of {} files (T2: {} dirs, deep layout, {})",
+                lt.small.len(),
+                lt.dirs.len(),
+                mib(lt.small_bytes)
             ),
             rewind: ck_large,
             baselines: Vec::new(),
@@ -1983,7 +2088,9 @@ fn scenario_j(
 ) -> (Vec<Scenario>, Vec<Target>, String) {
     let tree_bytes = tree.small_bytes + tree.big_size;
     let large_files = args.files * 10;
-    let image = (4 * tree_bytes + large_files as u64 * 8192 + 1024 * MIB).div_ceil(MIB) * MIB;
+    let image = (4 * tree_bytes + large_files as u64 * (T2_MEAN_BYTES + 4096) + 1024 * MIB)
+        .div_ceil(MIB)
+        * MIB;
     let (scratch, info) = setup_fs(FsKind::Btrfs, false, image);
     if info.fs_type != "btrfs" {
         let why = info
@@ -2096,14 +2203,18 @@ fn scenario_j(
         );
     }
 
-    // j4. Flat in the tree's size: 100 files vs 10× the T files, fresh
+    // j4. Flat in the tree's size: 100 files vs T2 (10× the T1 files, deep), fresh
     // subvolumes; one edit between checkpoints; used space per checkpoint.
     let mut flat = Vec::new();
     for (name, files) in [("small", 100usize), ("large", large_files)] {
         let dir = work.join(format!("ws-j4-{name}"));
         make_subvolume(&dir);
         eprintln!("bench: [j4] generating {files} files for the {name} tree");
-        let t = gen_tree(&dir, files, 1, rng);
+        let t = if name == "large" {
+            gen_tree_deep(&dir, files, rng)
+        } else {
+            gen_tree(&dir, files, 1, rng)
+        };
         settle(&work);
         let (mut a, mut mm) = (Series::default(), Series::default());
         btrfs_checkpoint(&dir, "base", &mut Series::default(), &mut Series::default());
@@ -2230,7 +2341,7 @@ fn scenario_j(
         Scenario {
             id: "j4",
             name: format!(
-                "j4. btrfs engine: checkpoint of a {}-file tree acknowledged",
+                "j4. btrfs engine: checkpoint of a {}-file tree (T2, deep layout) acknowledged",
                 large_files
             ),
             rewind: flat[1].2.clone(),
@@ -3845,6 +3956,96 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
+/// `--fs all`: this harness once per filesystem (XFS, ext4, btrfs), each
+/// into `<out>/<fs>/`, then `<out>/scenarios.md` and `<out>/scenarios.json`
+/// holding all three. Scenario j makes its own btrfs filesystem whatever
+/// `--fs` says, so it runs in the btrfs pass only.
+fn run_all_filesystems(args: &Args) {
+    let exe = std::env::current_exe().expect("the harness's own path");
+    // The user's arguments without --fs/--out (and their values).
+    let mut passed = Vec::new();
+    let mut it = args.user_args.iter();
+    while let Some(a) = it.next() {
+        if a == "--fs" || a == "--out" {
+            it.next();
+        } else if !(a.starts_with("--fs=") || a.starts_with("--out=")) {
+            passed.push(a.clone());
+        }
+    }
+    let only = args.only.clone().unwrap_or_else(|| "abcdefghijk".into());
+    let mut md = String::from("# rewind benchmark on every filesystem (`--fs all`)\n");
+    let mut runs = serde_json::Map::new();
+    for fs_name in ["xfs", "ext4", "btrfs"] {
+        let sub = args.out.join(fs_name);
+        let letters: String = only
+            .chars()
+            .filter(|&c| c != 'j' || fs_name == "btrfs")
+            .collect();
+        if letters.is_empty() {
+            continue;
+        }
+        eprintln!("bench: === --fs {fs_name} (scenarios {letters}) ===");
+        // The user's --only (either form) gives way to this pass's.
+        let mut skip = false;
+        let filtered: Vec<&String> = passed
+            .iter()
+            .filter(|a| {
+                if std::mem::take(&mut skip) {
+                    return false;
+                }
+                if *a == "--only" {
+                    skip = true;
+                    return false;
+                }
+                !a.starts_with("--only=")
+            })
+            .collect();
+        let status = Command::new(&exe)
+            .arg("--bench")
+            .args(filtered)
+            .args(["--fs", fs_name, "--only", &letters, "--out"])
+            .arg(&sub)
+            .status()
+            .unwrap_or_else(|e| panic!("run {}: {e}", exe.display()));
+        assert!(
+            status.success(),
+            "the --fs {fs_name} pass failed ({status})"
+        );
+        let part = fs::read_to_string(sub.join("scenarios.md"))
+            .unwrap_or_else(|e| panic!("read {}: {e}", sub.join("scenarios.md").display()));
+        md.push_str(&format!(
+            "\n## {fs_name}\n\nChart: `{fs_name}/scenarios.svg`.\n\n"
+        ));
+        // Each pass's headings one level down.
+        for line in part.lines() {
+            if line.starts_with('#') {
+                md.push('#');
+            }
+            md.push_str(line);
+            md.push('\n');
+        }
+        let json: Value = serde_json::from_str(
+            &fs::read_to_string(sub.join("scenarios.json"))
+                .unwrap_or_else(|e| panic!("read {}: {e}", sub.join("scenarios.json").display())),
+        )
+        .unwrap_or_else(|e| panic!("parse {}: {e}", sub.join("scenarios.json").display()));
+        runs.insert(fs_name.into(), json);
+    }
+    let md_path = args.out.join("scenarios.md");
+    let json_path = args.out.join("scenarios.json");
+    fs::write(&md_path, &md).unwrap_or_else(|e| panic!("write {}: {e}", md_path.display()));
+    let report = serde_json::json!({ "filesystems": Value::Object(runs) });
+    let pretty = serde_json::to_string_pretty(&report).expect("serialize report");
+    fs::write(&json_path, pretty + "\n")
+        .unwrap_or_else(|e| panic!("write {}: {e}", json_path.display()));
+    print!("{md}");
+    eprintln!(
+        "bench: wrote {} and {}",
+        md_path.display(),
+        json_path.display()
+    );
+}
+
 fn main() {
     let args = parse_args();
     if !args.under_cargo_bench && args.user_args.is_empty() {
@@ -3853,6 +4054,10 @@ fn main() {
         eprintln!(
             "scenarios: not started by `cargo bench` (no --bench argument); nothing to do.\n{USAGE}"
         );
+        return;
+    }
+    if args.all_fs {
+        run_all_filesystems(&args);
         return;
     }
     let nproc = std::thread::available_parallelism()
@@ -3911,7 +4116,7 @@ fn main() {
         + 4 * tree_est
         + 4 * args.history as u64 * MIB
         + 2 * tree_est
-        + args.files as u64 * 10 * 8192
+        + args.files as u64 * 10 * (T2_MEAN_BYTES + 4096)
         + 512 * MIB)
         .div_ceil(MIB)
         * MIB;

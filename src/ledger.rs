@@ -73,9 +73,10 @@ fn genesis_fields(workspace_id: &str) -> crate::chain::Fields {
 }
 
 /// Keep the WAL file when the last connection closes instead of deleting
-/// it (`journal_size_limit=0` empties it after the closing checkpoint, so
-/// the main file alone holds the data): deleting and recreating it cost a
-/// WAL fsync per command.
+/// it (the closing checkpoint folds it into the main file, which alone
+/// holds the data after a close; `journal_size_limit` keeps up to 16 MiB
+/// of its blocks for the next command to overwrite, D58): deleting and
+/// recreating it cost a WAL fsync per command.
 fn persist_wal(conn: &Connection) {
     let mut on: std::os::raw::c_int = 1;
     // SAFETY: the handle is valid for the connection's lifetime, and
@@ -88,6 +89,22 @@ fn persist_wal(conn: &Connection) {
             (&mut on as *mut std::os::raw::c_int).cast(),
         );
     }
+}
+
+/// `ledger.db-wal` beside `ledger.db`.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// fsync the directory holding `path`, so a file created in it survives a
+/// power loss.
+fn sync_parent(path: &Path) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::os(rewind_platform::Error::new("fsync directory", dir, e)))
 }
 
 /// Free ledger pages one gc gives back to the filesystem (16 KiB each).
@@ -357,6 +374,8 @@ impl Ledger {
     }
 
     fn connect(path: &Path, new: bool) -> Result<Ledger> {
+        let wal = wal_path(path);
+        let files_existed = path.exists() && wal.exists();
         let conn = Connection::open(path).map_err(db_err(path))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(path))?;
@@ -370,11 +389,16 @@ impl Ledger {
         }
         // mmap reads skip a copy per page.
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=0; \
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=16777216; \
              PRAGMA foreign_keys=ON; PRAGMA mmap_size=268435456;",
         )
         .map_err(db_err(path))?;
         persist_wal(&conn);
+        // SQLite is built without its own directory syncs (.cargo/config.toml):
+        // a ledger or WAL file this open created is made durable here, once.
+        if !files_existed {
+            sync_parent(path)?;
+        }
         Ok(Ledger {
             conn,
             path: path.to_owned(),

@@ -353,8 +353,11 @@ fn unmount(mp: &Path) -> std::result::Result<(), String> {
     }
 }
 
-/// Processes with their working directory or an open file under `mp`.
+/// Processes with their working directory or an open file under `mp`,
+/// other than this one (a daemon mounted over its own workspace holds
+/// backing files whose paths look the same as the mount's).
 pub fn holders(mp: &Path) -> Vec<String> {
+    let me = std::process::id().to_string();
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return out;
@@ -367,6 +370,9 @@ pub fn holders(mp: &Path) -> Vec<String> {
         else {
             continue;
         };
+        if pid == me {
+            continue;
+        }
         let base = p.path();
         let under = |l: PathBuf| l.starts_with(mp);
         let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
