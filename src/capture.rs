@@ -244,8 +244,9 @@ pub enum Guide<'a> {
     None,
     /// `root` is a btrfs snapshot of this tree (see [`capture`]).
     Mirror(&'a Dir),
-    /// Only these directories changed (see [`Scope`]).
-    Scope(&'a Scope),
+    /// Only these directories changed (see [`Scope`]); stats of what the
+    /// scope looks at come from the mirror when it vouches for them.
+    Scope(&'a Scope, Option<&'a Dir>),
 }
 
 /// Something the capture saw and deliberately left out.
@@ -292,6 +293,9 @@ pub struct Capture {
     /// Captured from a btrfs snapshot with hashing only: the stat-cache
     /// rows it writes vouch for content the object store does not hold.
     pub from_snapshot: bool,
+    /// Which snapshot the stat-cache rows describe once written
+    /// (`snapshot::STAT_CACHE_TRANSID`); `None` for a live-tree capture.
+    pub cache_mark: Option<String>,
 }
 
 impl Capture {
@@ -441,7 +445,7 @@ pub fn capture(
     let (mirror, scope) = match guide {
         Guide::None => (None, None),
         Guide::Mirror(m) => (Some(m), None),
-        Guide::Scope(s) => (None, Some(s)),
+        Guide::Scope(s, m) => (m, Some(s)),
     };
     let walker = Walker {
         root_dev: root_meta.dev,
@@ -483,6 +487,7 @@ pub fn capture(
         blobs: Vec::new(),
         replaces_cache: false,
         from_snapshot: false,
+        cache_mark: None,
     })
 }
 

@@ -33,3 +33,10 @@ impl Drop for Span {
         }
     }
 }
+
+/// A one-line note about how a phase went (which path a command took).
+pub fn note(text: impl std::fmt::Display) {
+    if enabled() {
+        eprintln!("trace: note: {text}");
+    }
+}

@@ -497,12 +497,31 @@ impl Workspace {
         // capture takes the set (and commits it once persisted).
         // `REWIND_ENGINE=walk` walks anyway (tests compare the two).
         let walk_anyway = std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk");
+        let rules = self.state_ignores()?;
         let scope = match &self.mount {
             Some(m) if !mirrored && !distrust && !walk_anyway => {
                 let _t = crate::trace::span("dirty set");
                 m.scope(matches!(sink, Sink::Store(..)))?
             }
             _ => None,
+        };
+        // A btrfs snapshot: btrfs says what changed since the snapshot the
+        // stat cache describes (D59); otherwise the live tree guides.
+        let mut cache_mark = None;
+        let scope = match scope {
+            None if mirrored && !distrust && !walk_anyway => {
+                let _t = crate::trace::span("btrfs changes");
+                cache_mark = crate::snapshot::cache_mark(dir, rules.as_deref());
+                let since = self.ledger.meta(crate::snapshot::STAT_CACHE_TRANSID)?;
+                let scope = crate::snapshot::changes_since(dir, since.as_deref(), rules.as_deref());
+                crate::trace::note(if scope.is_some() {
+                    "btrfs changes: the capture is scoped to what changed"
+                } else {
+                    "btrfs changes: unknown, the live tree guides the capture"
+                });
+                scope
+            }
+            s => s,
         };
         let cache = {
             let rows = {
@@ -521,17 +540,18 @@ impl Workspace {
         };
         let _t = crate::trace::span("walk");
         let progress = self.progress(message);
-        let rules = self.state_ignores()?;
         let rules_path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
         let state_ignores = rules.as_deref().map(|t| (t, rules_path.as_path()));
         let guide = match (&scope, mirrored) {
-            (_, true) => capture::Guide::Mirror(&self.root),
-            (Some(s), false) => capture::Guide::Scope(s),
+            (Some(s), true) => capture::Guide::Scope(s, Some(&self.root)),
+            (Some(s), false) => capture::Guide::Scope(s, None),
+            (None, true) => capture::Guide::Mirror(&self.root),
             (None, false) => capture::Guide::None,
         };
         let mut cap =
             capture::capture(dir, guide, &cache, sink, clock_ns, &progress, state_ignores)?;
         cap.replaces_cache = distrust;
+        cap.cache_mark = cache_mark;
         progress.finish();
         // Last chance to stop before the caller commits anything.
         if progress.cancelled() {
@@ -1012,6 +1032,18 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     }
     if cap.from_snapshot && !cap.cache_updates.is_empty() {
         tx.set_meta(STAT_CACHE_FROM, "snapshot")?;
+    }
+    // Which snapshot the rows now describe: only a snapshot's capture knows.
+    match &cap.cache_mark {
+        Some(mark) => tx.set_meta(crate::snapshot::STAT_CACHE_TRANSID, mark)?,
+        None if cap.replaces_cache
+            || !cap.cache_updates.is_empty()
+            || !cap.cache_removals.is_empty()
+            || !cap.cache_removed_trees.is_empty() =>
+        {
+            tx.delete_meta(crate::snapshot::STAT_CACHE_TRANSID)?
+        }
+        None => {}
     }
     for (dir, node, stats) in &cap.cache_updates {
         tx.put_stat_cache(dir, node, stats)?;

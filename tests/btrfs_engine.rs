@@ -553,3 +553,159 @@ fn the_effect_barrier_decides_against_a_finished_head_not_a_pending_one() {
     let again = guard("deploy-1");
     assert_eq!(again["code"], "SPENT", "{again}");
 }
+
+/// D59: after a snapshot's manifest, btrfs names what changed since, and
+/// the next manifest looks only there. Every kind of change must be
+/// among what it names, or a checkpoint would silently keep old content:
+/// each round is checked against a capture of the snapshot alone
+/// (`verify --deep`) and, at the end, by rewinding to every round.
+#[test]
+fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    populate(&ws);
+    // The first manifest fills the stat cache and says which snapshot it
+    // describes.
+    let out = rewind_env(
+        &ws,
+        &["--json", "checkpoint", "base"],
+        &[("REWIND_MANIFEST", "inline")],
+    );
+    assert!(out.status.success());
+    type Change = (&'static str, Box<dyn Fn(&Path)>);
+    let changes: Vec<Change> = vec![
+        (
+            "edit in place",
+            Box::new(|ws| write(&ws.join("src/d0/f0.rs"), b"edited\n")),
+        ),
+        (
+            "same size, mtime set back",
+            Box::new(|ws| {
+                let p = ws.join("src/d0/f1.rs");
+                let before = std::fs::read(&p).expect("read");
+                let mut after = before.clone();
+                after[0] ^= 0x20;
+                let mtime = std::fs::metadata(&p)
+                    .expect("stat")
+                    .modified()
+                    .expect("mtime");
+                std::fs::write(&p, &after).expect("write");
+                std::fs::File::options()
+                    .write(true)
+                    .open(&p)
+                    .expect("open")
+                    .set_modified(mtime)
+                    .expect("set mtime");
+            }),
+        ),
+        (
+            "chmod",
+            Box::new(|ws| common::chmod(&ws.join("src/d0/f2.rs"), 0o700)),
+        ),
+        (
+            "xattr",
+            Box::new(|ws| common::set_xattr(&ws.join("src/d0/f3.rs"), "user.k", b"v2")),
+        ),
+        (
+            "new nested directories",
+            Box::new(|ws| write(&ws.join("new/a/b/c.txt"), b"deep\n")),
+        ),
+        (
+            "file moved across directories",
+            Box::new(|ws| {
+                std::fs::rename(ws.join("src/d2/f5.rs"), ws.join("src/d3/moved.rs")).expect("mv")
+            }),
+        ),
+        (
+            "directory renamed",
+            Box::new(|ws| {
+                std::fs::rename(ws.join("src/d1"), ws.join("src/renamed")).expect("mv dir")
+            }),
+        ),
+        (
+            "directory tree removed",
+            Box::new(|ws| std::fs::remove_dir_all(ws.join("new/a")).expect("rm -r")),
+        ),
+        (
+            "hard link made",
+            Box::new(|ws| {
+                std::fs::hard_link(ws.join("src/d0/f5.rs"), ws.join("src/d3/hl.rs")).expect("ln")
+            }),
+        ),
+        (
+            "edited through the other link",
+            Box::new(|ws| write(&ws.join("src/d3/hl.rs"), b"both names see this\n")),
+        ),
+        (
+            "symlink retargeted",
+            Box::new(|ws| {
+                std::fs::remove_file(ws.join("link")).expect("rm link");
+                std::os::unix::fs::symlink("src/d3/f0.rs", ws.join("link")).expect("symlink");
+            }),
+        ),
+        (
+            "file became a directory",
+            Box::new(|ws| {
+                std::fs::remove_file(ws.join("src/d4/f0.rs")).expect("rm");
+                write(&ws.join("src/d4/f0.rs/inner"), b"inner\n");
+            }),
+        ),
+        (
+            "appended at the root",
+            Box::new(|ws| write(&ws.join("top.txt"), b"at the root\n")),
+        ),
+    ];
+    let mut rounds = Vec::new();
+    for (what, change) in &changes {
+        change(&ws);
+        let out = rewind_env(
+            &ws,
+            &["--json", "checkpoint", what],
+            &[("REWIND_MANIFEST", "inline"), ("REWIND_TRACE", "1")],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {err}");
+        assert!(
+            err.contains("btrfs changes: the capture is scoped"),
+            "{what}: the manifest did not use btrfs's change list: {err}"
+        );
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        rounds.push((
+            what,
+            c["id"].as_str().expect("id").to_string(),
+            snapshot(&ws),
+        ));
+    }
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(
+        v["ok"], true,
+        "a scoped manifest differs from its snapshot: {v}"
+    );
+    for (what, id, state) in rounds.iter().rev() {
+        rewind_json(&ws, &["rewind", id]);
+        common::assert_same(&format!("rewind to \"{what}\""), state, &snapshot(&ws));
+    }
+    // An ignore file changes what is captured below it: all of it is walked.
+    write(&ws.join("src/d0/.rewindignore"), b"f4.rs\n");
+    let out = rewind_env(
+        &ws,
+        &["--json", "checkpoint", "ignore"],
+        &[("REWIND_MANIFEST", "inline")],
+    );
+    assert!(out.status.success());
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = c["id"].as_str().expect("id");
+    let d = rewind_json(&ws, &["diff", &rounds[0].1, id]);
+    assert!(
+        d["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .any(|c| c["path"] == "src/d0/f4.rs"),
+        "the newly ignored file is still in the manifest: {d}"
+    );
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+}

@@ -168,3 +168,322 @@ pub fn can_delete_snapshots(path: &std::path::Path) -> bool {
     }
     best.is_some_and(|(_, allowed)| allowed)
 }
+
+// ------------------------------------------------ what changed since a transaction
+
+const IOC_TREE_SEARCH_V2: rustix::ioctl::Opcode =
+    opcode::read_write::<SearchArgsV2Header>(0x94, 17);
+const IOC_INO_LOOKUP: rustix::ioctl::Opcode = opcode::read_write::<InoLookupArgs>(0x94, 18);
+const IOC_GET_SUBVOL_INFO: rustix::ioctl::Opcode = opcode::read::<SubvolInfoArgs>(0x94, 60);
+
+const INODE_ITEM_KEY: u32 = 1;
+const INODE_REF_KEY: u32 = 12;
+const INODE_EXTREF_KEY: u32 = 13;
+/// Inode numbers above this are the filesystem's own objects.
+const LAST_FREE_OBJECTID: u64 = u64::MAX - 255;
+const INO_LOOKUP_PATH_MAX: usize = 4080;
+/// Results per search call: 64 KiB holds a few hundred items.
+const SEARCH_BUF: usize = 64 * 1024;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct SearchKey {
+    tree_id: u64,
+    min_objectid: u64,
+    max_objectid: u64,
+    min_offset: u64,
+    max_offset: u64,
+    min_transid: u64,
+    max_transid: u64,
+    min_type: u32,
+    max_type: u32,
+    nr_items: u32,
+    unused: u32,
+    unused1: [u64; 4],
+}
+
+/// `struct btrfs_ioctl_search_args_v2` without its flexible buffer: the
+/// size the opcode encodes.
+#[repr(C)]
+struct SearchArgsV2Header {
+    key: SearchKey,
+    buf_size: u64,
+}
+
+#[repr(C)]
+struct SearchArgsV2 {
+    key: SearchKey,
+    buf_size: u64,
+    buf: [u8; SEARCH_BUF],
+}
+
+#[repr(C)]
+struct InoLookupArgs {
+    treeid: u64,
+    objectid: u64,
+    name: [u8; INO_LOOKUP_PATH_MAX],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IoctlTimespec {
+    sec: u64,
+    nsec: u32,
+}
+
+#[repr(C)]
+struct SubvolInfoArgs {
+    treeid: u64,
+    name: [u8; 256],
+    parent_id: u64,
+    dirid: u64,
+    generation: u64,
+    flags: u64,
+    uuid: [u8; 16],
+    parent_uuid: [u8; 16],
+    received_uuid: [u8; 16],
+    ctransid: u64,
+    otransid: u64,
+    stransid: u64,
+    rtransid: u64,
+    times: [IoctlTimespec; 4],
+    reserved: [u64; 8],
+}
+
+/// The transaction that created the subvolume (or snapshot) whose root is
+/// `dir`. A read-only snapshot holds exactly what its source held when
+/// that transaction committed; anything changed later carries a later
+/// transaction id.
+pub fn subvolume_otransid(dir: &Dir) -> Result<u64> {
+    // SAFETY: BTRFS_IOC_GET_SUBVOL_INFO fills one `struct
+    // btrfs_ioctl_get_subvol_info_args`, which `SubvolInfoArgs` mirrors.
+    let info = unsafe {
+        ioctl(
+            dir.as_fd(),
+            Getter::<{ IOC_GET_SUBVOL_INFO }, SubvolInfoArgs>::new(),
+        )
+    }
+    .map_err(|e| Error::new("get subvolume info", dir.path(), e))?;
+    Ok(info.otransid)
+}
+
+/// An inode of a subvolume whose item was written in a given transaction
+/// or later (see [`changed_inodes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedInode {
+    pub ino: u64,
+    pub is_dir: bool,
+    /// Every name it has: (parent directory inode, name).
+    pub names: Vec<(u64, Vec<u8>)>,
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le_u16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+/// One search result: its key and its item's bytes.
+struct Item<'a> {
+    objectid: u64,
+    kind: u32,
+    offset: u64,
+    data: &'a [u8],
+}
+
+/// Every item of the subvolume holding `dir` with a key in
+/// `[min, max]` ((objectid, type, offset) order) in a leaf written at or
+/// after transaction `min_transid`, handed to `each`.
+fn search(
+    dir: &Dir,
+    min: (u64, u32, u64),
+    max: (u64, u32, u64),
+    min_transid: u64,
+    mut each: impl FnMut(Item<'_>),
+) -> Result<()> {
+    let mut args = Box::new(SearchArgsV2 {
+        key: SearchKey::default(),
+        buf_size: SEARCH_BUF as u64,
+        buf: [0; SEARCH_BUF],
+    });
+    let mut next = min;
+    loop {
+        args.key = SearchKey {
+            tree_id: 0, // the subvolume of `dir`
+            min_objectid: next.0,
+            max_objectid: max.0,
+            min_type: next.1,
+            max_type: max.1,
+            min_offset: next.2,
+            max_offset: max.2,
+            min_transid,
+            max_transid: u64::MAX,
+            nr_items: u32::MAX,
+            ..SearchKey::default()
+        };
+        args.buf_size = SEARCH_BUF as u64;
+        // SAFETY: `SearchArgsV2` is `struct btrfs_ioctl_search_args_v2`
+        // with a `buf_size`-byte buffer after its header; the opcode
+        // encodes the header's size, as the kernel expects.
+        unsafe {
+            ioctl(
+                dir.as_fd(),
+                rustix::ioctl::Updater::<{ IOC_TREE_SEARCH_V2 }, SearchArgsV2>::new(&mut args),
+            )
+        }
+        .map_err(|e| Error::new("search the btrfs tree of", dir.path(), e))?;
+        let found = args.key.nr_items;
+        if found == 0 {
+            return Ok(());
+        }
+        let buf = &args.buf[..];
+        let mut at = 0;
+        let mut last = next;
+        for _ in 0..found {
+            let bad = || {
+                Error::new(
+                    "parse a btrfs search result for",
+                    dir.path(),
+                    std::io::Error::from(std::io::ErrorKind::InvalidData),
+                )
+            };
+            // struct btrfs_ioctl_search_header: transid, objectid, offset,
+            // type, len.
+            let objectid = le_u64(buf, at + 8).ok_or_else(bad)?;
+            let offset = le_u64(buf, at + 16).ok_or_else(bad)?;
+            let kind = le_u32(buf, at + 24).ok_or_else(bad)?;
+            let len = le_u32(buf, at + 28).ok_or_else(bad)? as usize;
+            let data = buf.get(at + 32..at + 32 + len).ok_or_else(bad)?;
+            each(Item {
+                objectid,
+                kind,
+                offset,
+                data,
+            });
+            last = (objectid, kind, offset);
+            at += 32 + len;
+        }
+        // Resume just after the last key returned.
+        next = match last {
+            (o, t, off) if off < u64::MAX => (o, t, off + 1),
+            (o, t, _) if t < 255 => (o, t + 1, 0),
+            (o, _, _) if o < max.0 => (o + 1, 0, 0),
+            _ => return Ok(()),
+        };
+        if next > max {
+            return Ok(());
+        }
+    }
+}
+
+/// Names in an INODE_REF item (key offset = the parent) or an
+/// INODE_EXTREF item (parent inside each record).
+fn ref_names(item: &Item<'_>, out: &mut Vec<(u64, Vec<u8>)>) {
+    let d = item.data;
+    let mut at = 0;
+    while at < d.len() {
+        let (parent, name_at) = if item.kind == INODE_REF_KEY {
+            // struct btrfs_inode_ref: index u64, name_len u16, name.
+            (Some(item.offset), at + 10)
+        } else {
+            // struct btrfs_inode_extref: parent u64, index u64, name_len u16, name.
+            (le_u64(d, at), at + 18)
+        };
+        let Some(parent) = parent else { return };
+        let Some(len) = le_u16(d, name_at - 2) else {
+            return;
+        };
+        let Some(name) = d.get(name_at..name_at + len as usize) else {
+            return;
+        };
+        out.push((parent, name.to_vec()));
+        at = name_at + len as usize;
+    }
+}
+
+/// Inodes of the subvolume holding `dir` whose inode item was written in
+/// transaction `since` or later: everything created, written, chmod-ed,
+/// renamed or linked since then, and every directory whose entries
+/// changed (a removed entry shows as its directory). O(changed): the
+/// search skips every subtree of the btree older than `since`. Needs
+/// CAP_SYS_ADMIN (EPERM otherwise).
+pub fn changed_inodes(dir: &Dir, since: u64) -> Result<Vec<ChangedInode>> {
+    let mut inodes: Vec<ChangedInode> = Vec::new();
+    let mut refs: std::collections::HashMap<u64, Vec<(u64, Vec<u8>)>> = Default::default();
+    search(
+        dir,
+        (FIRST_FREE_OBJECTID, 0, 0),
+        (LAST_FREE_OBJECTID, 255, u64::MAX),
+        since,
+        |item| match item.kind {
+            INODE_ITEM_KEY => {
+                // struct btrfs_inode_item: transid at 8, mode at 52.
+                let transid = le_u64(item.data, 8).unwrap_or(u64::MAX);
+                let mode = le_u32(item.data, 52).unwrap_or(0);
+                if transid >= since {
+                    inodes.push(ChangedInode {
+                        ino: item.objectid,
+                        is_dir: mode & 0o170000 == 0o040000,
+                        names: Vec::new(),
+                    });
+                }
+            }
+            INODE_REF_KEY | INODE_EXTREF_KEY => {
+                ref_names(&item, refs.entry(item.objectid).or_default());
+            }
+            _ => {}
+        },
+    )?;
+    for inode in &mut inodes {
+        match refs.remove(&inode.ino) {
+            Some(names) => inode.names = names,
+            // Its names sit in an older leaf: look them up.
+            None if inode.ino != FIRST_FREE_OBJECTID => search(
+                dir,
+                (inode.ino, INODE_REF_KEY, 0),
+                (inode.ino, INODE_EXTREF_KEY, u64::MAX),
+                0,
+                |item| ref_names(&item, &mut inode.names),
+            )?,
+            None => {}
+        }
+    }
+    Ok(inodes)
+}
+
+/// The path of directory inode `ino` below the root of `dir`'s subvolume,
+/// without a trailing slash (empty for the root). Needs CAP_SYS_ADMIN.
+pub fn inode_path(dir: &Dir, ino: u64) -> Result<Vec<u8>> {
+    if ino == FIRST_FREE_OBJECTID {
+        return Ok(Vec::new());
+    }
+    let mut args = Box::new(InoLookupArgs {
+        treeid: 0,
+        objectid: ino,
+        name: [0; INO_LOOKUP_PATH_MAX],
+    });
+    // SAFETY: `InoLookupArgs` is `struct btrfs_ioctl_ino_lookup_args`.
+    unsafe {
+        ioctl(
+            dir.as_fd(),
+            rustix::ioctl::Updater::<{ IOC_INO_LOOKUP }, InoLookupArgs>::new(&mut args),
+        )
+    }
+    .map_err(|e| Error::new("look up a btrfs inode's path in", dir.path(), e))?;
+    let len = args
+        .name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(args.name.len());
+    let mut path = args.name[..len].to_vec();
+    if path.last() == Some(&b'/') {
+        path.pop();
+    }
+    Ok(path)
+}

@@ -16,8 +16,8 @@ mod process;
 mod xattr;
 
 pub use btrfs::{
-    can_delete_snapshots, create_subvolume, delete_subvolume, is_readonly_subvolume, is_subvolume,
-    snapshot,
+    ChangedInode, can_delete_snapshots, changed_inodes, create_subvolume, delete_subvolume,
+    inode_path, is_readonly_subvolume, is_subvolume, snapshot, subvolume_otransid,
 };
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
