@@ -237,6 +237,89 @@ impl Scope {
     }
 }
 
+/// A short key for the ignore rules kept outside the tree
+/// (`.rewind/ignore`): a scope says what changed in the tree, not in the
+/// rules, so it is only used under the rules the cache was written with.
+pub fn rules_key(rules: Option<&str>) -> String {
+    crate::hash::hex(&Hash::of(rules.unwrap_or_default().as_bytes()).0[..8])
+}
+
+/// At most how many entries the stat cache holds, without decoding it
+/// (a record takes over 40 bytes).
+pub fn cached_entries_at_most(cache: &StatCache) -> u64 {
+    cache
+        .values()
+        .map(|row| row.raw.len() as u64 / 40 + 1)
+        .sum()
+}
+
+/// Decode every row, in parallel (a walk would, one by one).
+pub fn decode_all(cache: &StatCache) {
+    cache.par_iter().for_each(|(_, row)| {
+        row.get();
+    });
+}
+
+/// The scope of a capture given the current stat of every inode of the
+/// filesystem (an XFS bulk stat, D60; sorted by inode), against the stat
+/// cache: a cached
+/// directory whose own stat moved is listed in full (entries added,
+/// removed or renamed move it); an entry whose stat moved, or a
+/// subdirectory without a row, is looked at; a changed `.rewindignore`
+/// makes its directory walked in full. The root's own stat is in no row,
+/// so the root is always listed.
+pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
+    let decoded: Vec<(&Vec<u8>, Option<&CachedDir>)> = cache
+        .par_iter()
+        .map(|(rel, row)| (rel, row.get()))
+        .collect();
+    let vouched = |rec: &CacheRec| {
+        stats
+            .binary_search_by_key(&rec.ino, |m| m.ino)
+            .is_ok_and(|i| rec.vouches_for(&stats[i]))
+    };
+    let mut dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>> = HashMap::new();
+    let mut deep = HashSet::new();
+    dirty.insert(Vec::new(), None);
+    for (rel, dir) in decoded {
+        let Some(dir) = dir else {
+            dirty.insert(rel.clone(), None);
+            continue;
+        };
+        if !rel.is_empty() {
+            let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
+                Some(i) => (&rel[..i], &rel[i + 1..]),
+                None => (&[][..], &rel[..]),
+            };
+            let own = cache
+                .get(parent)
+                .and_then(LazyDir::get)
+                .and_then(|p| p.lookup(name));
+            if !own.is_some_and(vouched) {
+                dirty.insert(rel.clone(), None);
+                continue;
+            }
+        }
+        for rec in &dir.recs {
+            let name = &rec.entry.name;
+            let uncached_dir =
+                rec.entry.kind() == Kind::Dir && !cache.contains_key(&join(rel, name));
+            if uncached_dir || !vouched(rec) {
+                if name.as_slice() == IGNORE_FILE.as_bytes() {
+                    deep.insert(rel.clone());
+                }
+                if let Some(names) = dirty
+                    .entry(rel.clone())
+                    .or_insert_with(|| Some(HashSet::new()))
+                {
+                    names.insert(name.clone());
+                }
+            }
+        }
+    }
+    Scope::new(dirty, deep)
+}
+
 /// What guides a capture besides the stat cache.
 #[derive(Clone, Copy)]
 pub enum Guide<'a> {
@@ -296,6 +379,8 @@ pub struct Capture {
     /// Which snapshot the stat-cache rows describe once written
     /// (`snapshot::STAT_CACHE_TRANSID`); `None` for a live-tree capture.
     pub cache_mark: Option<String>,
+    /// `rules_key` of the ignore rules this capture ran under.
+    pub cache_rules: Option<String>,
 }
 
 impl Capture {
@@ -488,6 +573,7 @@ pub fn capture(
         replaces_cache: false,
         from_snapshot: false,
         cache_mark: None,
+        cache_rules: None,
     })
 }
 

@@ -512,11 +512,7 @@ pub(crate) const STAT_CACHE_TRANSID: &str = "stat_cache_transid";
 /// say which transaction made the snapshot.
 pub(crate) fn cache_mark(snap: &Dir, rules: Option<&str>) -> Option<String> {
     let t = rewind_platform::subvolume_otransid(snap).ok()?;
-    Some(format!("{t}:{}", rules_key(rules)))
-}
-
-fn rules_key(rules: Option<&str>) -> String {
-    crate::hash::hex(&crate::hash::Hash::of(rules.unwrap_or_default().as_bytes()).0[..8])
+    Some(format!("{t}:{}", crate::capture::rules_key(rules)))
 }
 
 /// What changed in read-only snapshot `snap` since the snapshot the stat
@@ -533,7 +529,7 @@ pub(crate) fn changes_since(
 ) -> Option<crate::capture::Scope> {
     use std::collections::{HashMap, HashSet};
     let (since, key) = mark?.split_once(':')?;
-    if key != rules_key(rules) {
+    if key != crate::capture::rules_key(rules) {
         return None;
     }
     let since: u64 = since.parse().ok()?;

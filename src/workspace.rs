@@ -7,7 +7,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rewind_platform::{Dir, FsInfo, LockFile};
+use rayon::prelude::*;
+use rewind_platform::{Dir, FsInfo, FsKind, LockFile};
 use serde::Serialize;
 
 use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
@@ -52,6 +53,10 @@ pub const STATE_IGNORE_FILE: &str = "ignore";
 /// the object store, so the walk engine, which stores what it captures,
 /// must not trust them (it starts from an empty cache once instead).
 pub(crate) const STAT_CACHE_FROM: &str = "stat_cache_from";
+
+/// Meta key: `capture::rules_key` of the ignore rules the stat cache was
+/// written under (a scope from a bulk stat is only valid under them).
+pub(crate) const STAT_CACHE_RULES: &str = "stat_cache_rules";
 
 pub struct Workspace {
     /// The workspace as the user names it (messages, path arguments).
@@ -538,6 +543,14 @@ impl Workspace {
             let _t = crate::trace::span("decode stat cache");
             capture::load_stat_cache(rows)
         };
+        let rules_key = capture::rules_key(rules.as_deref());
+        // The walk engine on XFS: one bulk stat instead of a stat per path (D60).
+        let scope = match scope {
+            None if !mirrored && !distrust && !walk_anyway && !cache.is_empty() => {
+                self.bulkstat_scope(&cache, &rules_key)?
+            }
+            s => s,
+        };
         let _t = crate::trace::span("walk");
         let progress = self.progress(message);
         let rules_path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
@@ -552,12 +565,88 @@ impl Workspace {
             capture::capture(dir, guide, &cache, sink, clock_ns, &progress, state_ignores)?;
         cap.replaces_cache = distrust;
         cap.cache_mark = cache_mark;
+        cap.cache_rules = Some(rules_key);
         progress.finish();
         // Last chance to stop before the caller commits anything.
         if progress.cancelled() {
             return Err(Error::Cancelled);
         }
         Ok(cap)
+    }
+
+    /// A capture scope from one XFS bulk stat of the whole filesystem
+    /// (D60), where that is cheaper than a stat per path and says the same:
+    /// XFS, root (the ioctl needs CAP_SYS_ADMIN), no filesystem mounted
+    /// inside the tree (a walk does not cross it; bulk stat would not
+    /// notice it), a filesystem not much bigger than the tree, and the
+    /// cache written under the same ignore rules. `REWIND_BULKSTAT=0`
+    /// turns it off.
+    fn bulkstat_scope(
+        &self,
+        cache: &capture::StatCache,
+        rules_key: &str,
+    ) -> Result<Option<capture::Scope>> {
+        if self.fs.kind != FsKind::Xfs
+            || !rewind_platform::is_root()
+            || std::env::var("REWIND_BULKSTAT").is_ok_and(|v| v == "0")
+        {
+            return Ok(None);
+        }
+        let _t = crate::trace::span("bulk stat");
+        let why_not = if self.ledger.meta(STAT_CACHE_RULES)?.as_deref() != Some(rules_key) {
+            Some("the stat cache was written under other ignore rules")
+        } else if rewind_platform::mounts_below(&self.io_path) {
+            Some("a filesystem is mounted inside the tree")
+        } else if self.fs.inodes_used > 4 * capture::cached_entries_at_most(cache) + 1024 {
+            Some("the filesystem holds many more inodes than the tree")
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            crate::trace::note(format!("bulk stat: not used: {why}"));
+            return Ok(None);
+        }
+        let dev = self.fs.dev;
+        let root = &self.root;
+        // The cache is decoded while the filesystem is read: both are
+        // needed, and the allocation groups are read in parallel.
+        let ((), stats) = (
+            {
+                let _t = crate::trace::span("bulk stat: decode");
+                capture::decode_all(cache)
+            },
+            (|| -> rewind_platform::Result<Vec<rewind_platform::Meta>> {
+                let _t = crate::trace::span("bulk stat: ioctls");
+                let groups = rewind_platform::xfs_ag_count(root)?;
+                let parts: Vec<rewind_platform::Result<Vec<rewind_platform::Meta>>> = (0..groups)
+                    .into_par_iter()
+                    .map(|ag| {
+                        let mut out = Vec::new();
+                        rewind_platform::xfs_bulkstat_ag(root, ag, dev, &mut out)?;
+                        Ok(out)
+                    })
+                    .collect();
+                // Inode numbers grow with the group number: in group order,
+                // the stats are sorted by inode.
+                let mut all = Vec::new();
+                for part in parts {
+                    all.extend(part?);
+                }
+                if !all.is_sorted_by_key(|m| m.ino) {
+                    all.sort_unstable_by_key(|m| m.ino);
+                }
+                Ok(all)
+            })(),
+        );
+        let stats = match stats {
+            Ok(s) => s,
+            Err(e) => {
+                crate::trace::note(format!("bulk stat: not used: {e}"));
+                return Ok(None);
+            }
+        };
+        crate::trace::note("bulk stat: the capture is scoped to what changed");
+        Ok(Some(capture::scope_from_stats(cache, &stats)))
     }
 
     /// Ignore rules that live in `.rewind/ignore`, outside the tree: paths
@@ -1032,6 +1121,9 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     }
     if cap.from_snapshot && !cap.cache_updates.is_empty() {
         tx.set_meta(STAT_CACHE_FROM, "snapshot")?;
+    }
+    if let Some(key) = &cap.cache_rules {
+        tx.set_meta(STAT_CACHE_RULES, key)?;
     }
     // Which snapshot the rows now describe: only a snapshot's capture knows.
     match &cap.cache_mark {

@@ -9,21 +9,6 @@ use std::path::Path;
 
 use common::{Fs, LoopFs, rewind, rewind_env, rewind_json, snapshot, write};
 
-fn populate(ws: &Path) {
-    for d in 0..5 {
-        for f in 0..20 {
-            write(
-                &ws.join(format!("src/d{d}/f{f}.rs")),
-                format!("fn f{d}_{f}() {{}}\n").repeat(f + 1).as_bytes(),
-            );
-        }
-    }
-    std::os::unix::fs::symlink("src/d0/f0.rs", ws.join("link")).expect("symlink");
-    std::fs::create_dir_all(ws.join("empty")).expect("mkdir");
-    common::chmod(&ws.join("src/d1/f1.rs"), 0o755);
-    common::set_xattr(&ws.join("src/d2/f2.rs"), "user.tag", b"x");
-}
-
 fn engine(ws: &Path) -> String {
     rewind_json(ws, &["doctor"])["engine"]
         .as_str()
@@ -65,13 +50,13 @@ fn the_engine_is_btrfs_exactly_when_the_root_is_a_subvolume() {
         return;
     };
     let sub = btrfs.subvolume("sub");
-    populate(&sub);
+    common::populate_src_tree(&sub);
     rewind_json(&sub, &["init"]);
     assert_eq!(engine(&sub), "btrfs");
     let c = rewind_json(&sub, &["checkpoint"]);
     assert_eq!(c["engine"], "btrfs", "{c}");
     let plain = btrfs.subdir("plain");
-    populate(&plain);
+    common::populate_src_tree(&plain);
     rewind_json(&plain, &["init"]);
     assert_eq!(engine(&plain), "walk", "a plain directory on btrfs");
     let c = rewind_json(&plain, &["checkpoint"]);
@@ -82,7 +67,7 @@ fn the_engine_is_btrfs_exactly_when_the_root_is_a_subvolume() {
             return;
         };
         let ws = lfs.subdir("ws");
-        populate(&ws);
+        common::populate_src_tree(&ws);
         rewind_json(&ws, &["init"]);
         assert_eq!(engine(&ws), "walk", "{}", fs.name());
     }
@@ -102,7 +87,7 @@ fn a_checkpoint_is_acknowledged_from_its_snapshot_and_its_manifest_equals_a_walk
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     let c = rewind_json(&ws, &["checkpoint", "first"]);
     assert_eq!(c["manifest_pending"], true, "{c}");
     assert!(c.get("root").is_none(), "no root before the manifest: {c}");
@@ -147,7 +132,7 @@ fn rewind_clones_from_the_snapshot_and_undo_returns_exactly() {
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     let good = rewind_json(&ws, &["checkpoint", "good"]);
     let good_id = good["id"].as_str().expect("id").to_string();
     let before = snapshot(&ws);
@@ -176,7 +161,7 @@ fn identical_automatic_checkpoints_fold_into_their_parent_and_keep_their_id() {
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     let a = rewind_json(&ws, &["checkpoint", "--kind", "hook"]);
     let b = rewind_json(&ws, &["checkpoint", "--kind", "hook"]);
     let (a, b) = (
@@ -201,7 +186,7 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     let mut ids = Vec::new();
     for i in 0..8 {
         write(&ws.join(format!("src/d4/gen{i}.rs")), b"x\n");
@@ -291,7 +276,7 @@ fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
     .enumerate()
     {
         let ws = lfs.subvolume(&format!("ws{i}"));
-        populate(&ws);
+        common::populate_src_tree(&ws);
         let base = common::checkpoint_id(&ws, &["base"]);
         write(&ws.join("src/d2/f7.rs"), b"edited before the kill\n");
         let at_kill = snapshot(&ws);
@@ -353,7 +338,7 @@ fn a_manifest_built_after_the_tree_moved_on_is_the_snapshots_not_the_live_trees(
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     // A first manifest fills the stat cache the second one will consult.
     rewind_json(&ws, &["checkpoint", "warm"]);
     listed(&ws);
@@ -418,7 +403,7 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
         }
     }
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     let st = std::process::Command::new("chown")
         .args(["-R", "nobody:nogroup"])
         .arg(&ws)
@@ -485,7 +470,7 @@ fn over_budget_with_only_protected_checkpoints_the_next_snapshot_is_refused() {
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     write(&ws.join("big.bin"), &vec![5u8; 2 << 20]);
     write(
         &ws.join("rewind.toml"),
@@ -532,7 +517,7 @@ fn the_effect_barrier_decides_against_a_finished_head_not_a_pending_one() {
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     let a = common::checkpoint_id(&ws, &["A"]);
     listed(&ws);
     // An identical hook checkpoint, still pending: it will fold into A.
@@ -565,7 +550,7 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
         return;
     };
     let ws = lfs.subvolume("ws");
-    populate(&ws);
+    common::populate_src_tree(&ws);
     // The first manifest fills the stat cache and says which snapshot it
     // describes.
     let out = rewind_env(
@@ -574,89 +559,7 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
         &[("REWIND_MANIFEST", "inline")],
     );
     assert!(out.status.success());
-    type Change = (&'static str, Box<dyn Fn(&Path)>);
-    let changes: Vec<Change> = vec![
-        (
-            "edit in place",
-            Box::new(|ws| write(&ws.join("src/d0/f0.rs"), b"edited\n")),
-        ),
-        (
-            "same size, mtime set back",
-            Box::new(|ws| {
-                let p = ws.join("src/d0/f1.rs");
-                let before = std::fs::read(&p).expect("read");
-                let mut after = before.clone();
-                after[0] ^= 0x20;
-                let mtime = std::fs::metadata(&p)
-                    .expect("stat")
-                    .modified()
-                    .expect("mtime");
-                std::fs::write(&p, &after).expect("write");
-                std::fs::File::options()
-                    .write(true)
-                    .open(&p)
-                    .expect("open")
-                    .set_modified(mtime)
-                    .expect("set mtime");
-            }),
-        ),
-        (
-            "chmod",
-            Box::new(|ws| common::chmod(&ws.join("src/d0/f2.rs"), 0o700)),
-        ),
-        (
-            "xattr",
-            Box::new(|ws| common::set_xattr(&ws.join("src/d0/f3.rs"), "user.k", b"v2")),
-        ),
-        (
-            "new nested directories",
-            Box::new(|ws| write(&ws.join("new/a/b/c.txt"), b"deep\n")),
-        ),
-        (
-            "file moved across directories",
-            Box::new(|ws| {
-                std::fs::rename(ws.join("src/d2/f5.rs"), ws.join("src/d3/moved.rs")).expect("mv")
-            }),
-        ),
-        (
-            "directory renamed",
-            Box::new(|ws| {
-                std::fs::rename(ws.join("src/d1"), ws.join("src/renamed")).expect("mv dir")
-            }),
-        ),
-        (
-            "directory tree removed",
-            Box::new(|ws| std::fs::remove_dir_all(ws.join("new/a")).expect("rm -r")),
-        ),
-        (
-            "hard link made",
-            Box::new(|ws| {
-                std::fs::hard_link(ws.join("src/d0/f5.rs"), ws.join("src/d3/hl.rs")).expect("ln")
-            }),
-        ),
-        (
-            "edited through the other link",
-            Box::new(|ws| write(&ws.join("src/d3/hl.rs"), b"both names see this\n")),
-        ),
-        (
-            "symlink retargeted",
-            Box::new(|ws| {
-                std::fs::remove_file(ws.join("link")).expect("rm link");
-                std::os::unix::fs::symlink("src/d3/f0.rs", ws.join("link")).expect("symlink");
-            }),
-        ),
-        (
-            "file became a directory",
-            Box::new(|ws| {
-                std::fs::remove_file(ws.join("src/d4/f0.rs")).expect("rm");
-                write(&ws.join("src/d4/f0.rs/inner"), b"inner\n");
-            }),
-        ),
-        (
-            "appended at the root",
-            Box::new(|ws| write(&ws.join("top.txt"), b"at the root\n")),
-        ),
-    ];
+    let changes = common::every_kind_of_change();
     let mut rounds = Vec::new();
     for (what, change) in &changes {
         change(&ws);

@@ -27,7 +27,7 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
-    fn from_file_type(t: FileType) -> EntryKind {
+    pub(crate) fn from_file_type(t: FileType) -> EntryKind {
         match t {
             FileType::RegularFile => EntryKind::File,
             FileType::Directory => EntryKind::Dir,

@@ -69,6 +69,8 @@ pub struct FsInfo {
     pub blocks_available: u64,
     /// Mounted read-only (ST_RDONLY).
     pub read_only: bool,
+    /// Inodes in use on the whole filesystem (files - free files).
+    pub inodes_used: u64,
 }
 
 impl FsInfo {
@@ -85,6 +87,7 @@ impl FsInfo {
             blocks_total: st.f_blocks as u64,
             blocks_free: st.f_bfree as u64,
             blocks_available: st.f_bavail as u64,
+            inodes_used: (vfs.f_files as u64).saturating_sub(vfs.f_ffree as u64),
         })
     }
 
@@ -137,4 +140,66 @@ pub fn probe_clone(dir: &Dir) -> Result<bool> {
     let block = [0x5au8; 4096];
     rustix::io::write(&src, &block).map_err(|e| Error::new("probe clone", dir.path(), e))?;
     Ok(rustix::fs::ioctl_ficlone(&dst, &src).is_ok())
+}
+
+/// Whether any filesystem is mounted strictly below `path` (per
+/// /proc/self/mountinfo; an unreadable table counts as yes).
+pub fn mounts_below(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+        return true;
+    };
+    let mut prefix = path.as_os_str().as_bytes().to_vec();
+    if prefix.last() != Some(&b'/') {
+        prefix.push(b'/');
+    }
+    table.split(|&b| b == b'\n').any(|line| {
+        // Field 5 is the mount point, with space, tab, newline and
+        // backslash escaped as octal.
+        line.split(|&b| b == b' ')
+            .nth(4)
+            .is_some_and(|mp| unescape_octal(mp).starts_with(&prefix))
+    })
+}
+
+fn unescape_octal(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let oct = s
+            .get(i + 1..i + 4)
+            .filter(|d| s[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(s[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod mount_tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped_before_comparing() {
+        assert_eq!(
+            unescape_octal(br"/a\040b\011c\134d"),
+            b"/a b\tc\\d".to_vec()
+        );
+        assert_eq!(unescape_octal(b"/plain"), b"/plain".to_vec());
+    }
+
+    #[test]
+    fn proc_is_below_the_root_and_nothing_is_below_a_fresh_dir() {
+        assert!(mounts_below(std::path::Path::new("/")));
+        let t = tempfile::tempdir().expect("tempdir");
+        assert!(!mounts_below(t.path()));
+    }
 }

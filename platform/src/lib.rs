@@ -14,6 +14,7 @@ mod fsinfo;
 mod lock;
 mod process;
 mod xattr;
+mod xfs;
 
 pub use btrfs::{
     ChangedInode, can_delete_snapshots, changed_inodes, create_subvolume, delete_subvolume,
@@ -23,7 +24,8 @@ pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_d
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents};
-pub use fsinfo::{FsInfo, FsKind, clone_support, probe_clone};
+pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
 pub use lock::LockFile;
-pub use process::{kill_self, new_session, stop_self};
+pub use process::{is_root, kill_self, new_session, stop_self};
 pub use xattr::Xattr;
+pub use xfs::{xfs_ag_count, xfs_bulkstat_ag};

@@ -22,3 +22,8 @@ pub fn stop_self() {
 pub fn new_session() -> std::io::Result<()> {
     rustix::process::setsid().map(|_| ()).map_err(Into::into)
 }
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}

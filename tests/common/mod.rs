@@ -462,3 +462,112 @@ impl Drop for MountGuard {
         }
     }
 }
+
+/// A small source tree: 5 directories of 20 files, a symlink, an empty
+/// directory, an executable and an xattr.
+pub fn populate_src_tree(ws: &Path) {
+    for d in 0..5 {
+        for f in 0..20 {
+            write(
+                &ws.join(format!("src/d{d}/f{f}.rs")),
+                format!("fn f{d}_{f}() {{}}\n").repeat(f + 1).as_bytes(),
+            );
+        }
+    }
+    std::os::unix::fs::symlink("src/d0/f0.rs", ws.join("link")).expect("symlink");
+    std::fs::create_dir_all(ws.join("empty")).expect("mkdir");
+    chmod(&ws.join("src/d1/f1.rs"), 0o755);
+    set_xattr(&ws.join("src/d2/f2.rs"), "user.tag", b"x");
+}
+
+/// One change to a workspace made by [`populate_src_tree`].
+pub type Change = (&'static str, Box<dyn Fn(&Path)>);
+
+/// Every kind of change a capture must notice, in an order that applies
+/// to a tree made by [`populate_src_tree`]: each one is a way a change
+/// tracker could miss something (the mtime set back, a hard link edited
+/// through its other name, a renamed directory, a type change).
+pub fn every_kind_of_change() -> Vec<Change> {
+    vec![
+        (
+            "edit in place",
+            Box::new(|ws| write(&ws.join("src/d0/f0.rs"), b"edited\n")),
+        ),
+        (
+            "same size, mtime set back",
+            Box::new(|ws| {
+                let p = ws.join("src/d0/f1.rs");
+                let before = std::fs::read(&p).expect("read");
+                let mut after = before.clone();
+                after[0] ^= 0x20;
+                let mtime = std::fs::metadata(&p)
+                    .expect("stat")
+                    .modified()
+                    .expect("mtime");
+                std::fs::write(&p, &after).expect("write");
+                std::fs::File::options()
+                    .write(true)
+                    .open(&p)
+                    .expect("open")
+                    .set_modified(mtime)
+                    .expect("set mtime");
+            }),
+        ),
+        (
+            "chmod",
+            Box::new(|ws| chmod(&ws.join("src/d0/f2.rs"), 0o700)),
+        ),
+        (
+            "xattr",
+            Box::new(|ws| set_xattr(&ws.join("src/d0/f3.rs"), "user.k", b"v2")),
+        ),
+        (
+            "new nested directories",
+            Box::new(|ws| write(&ws.join("new/a/b/c.txt"), b"deep\n")),
+        ),
+        (
+            "file moved across directories",
+            Box::new(|ws| {
+                std::fs::rename(ws.join("src/d2/f5.rs"), ws.join("src/d3/moved.rs")).expect("mv")
+            }),
+        ),
+        (
+            "directory renamed",
+            Box::new(|ws| {
+                std::fs::rename(ws.join("src/d1"), ws.join("src/renamed")).expect("mv dir")
+            }),
+        ),
+        (
+            "directory tree removed",
+            Box::new(|ws| std::fs::remove_dir_all(ws.join("new/a")).expect("rm -r")),
+        ),
+        (
+            "hard link made",
+            Box::new(|ws| {
+                std::fs::hard_link(ws.join("src/d0/f5.rs"), ws.join("src/d3/hl.rs")).expect("ln")
+            }),
+        ),
+        (
+            "edited through the other link",
+            Box::new(|ws| write(&ws.join("src/d3/hl.rs"), b"both names see this\n")),
+        ),
+        (
+            "symlink retargeted",
+            Box::new(|ws| {
+                std::fs::remove_file(ws.join("link")).expect("rm link");
+                std::os::unix::fs::symlink("src/d3/f0.rs", ws.join("link")).expect("symlink");
+            }),
+        ),
+        (
+            "file became a directory",
+            Box::new(|ws| {
+                std::fs::remove_file(ws.join("src/d4/f0.rs")).expect("rm");
+                write(&ws.join("src/d4/f0.rs/inner"), b"inner\n");
+            }),
+        ),
+        (
+            "appended at the root",
+            Box::new(|ws| write(&ws.join("top.txt"), b"at the root\n")),
+        ),
+    ]
+}
