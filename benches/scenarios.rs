@@ -1505,8 +1505,17 @@ fn verify_equal(what: &str, want: &BTreeMap<String, String>, dir: &Path) {
     }
 }
 
-fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng) -> Scenario {
+/// d, and d2: `rewind undo` of each rewind, back to the diverged tree
+/// (verified the same way), against the rewind it undoes.
+fn scenario_d(
+    args: &Args,
+    work: &Path,
+    pair: &Pair,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> (Scenario, Scenario) {
     let mut rw = Series::default();
+    let mut undo = Series::default();
     let mut git = Series::default();
     for r in 0..args.runs {
         eprintln!(
@@ -1523,6 +1532,7 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
         let new_files = plan_new_files(tree, rng, r);
         apply_edits(&pair.ws, &edits);
         create_files(&pair.ws, &new_files);
+        let diverged = hash_tree(&pair.ws);
         settle(work);
         let m = run(rewind_cmd(&pair.ws).args(["rewind", &x_id, "--json"]));
         let v = m.json();
@@ -1558,6 +1568,17 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
             &want,
             &pair.ws,
         );
+        // d2: undo it: the diverged tree comes back.
+        settle(work);
+        let u = run(rewind_cmd(&pair.ws).args(["undo", "--json"]));
+        undo.push(u.ms(), u.maxrss_kib);
+        undo.self_ms
+            .push(u.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        verify_equal(
+            &format!("d2: undo of the rewind to {x_id} (run {})", r + 1),
+            &diverged,
+            &pair.ws,
+        );
 
         // git: commit X, diverge identically, read-tree --reset + clean, verify.
         let mut scratch = Series::default();
@@ -1577,7 +1598,17 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
             &pair.ws_git,
         );
     }
-    Scenario {
+    let d2 = Scenario {
+        id: "d2",
+        name: "d2. undo of that rewind (back to the diverged tree)".into(),
+        rewind: undo,
+        baselines: vec![Baseline {
+            name: "the rewind it undoes (d)".into(),
+            series: rw.clone(),
+        }],
+        detail: Value::Null,
+    };
+    let d = Scenario {
         id: "d",
         name: format!("d. rewind of {SMALL_EDITS} edits + {NEW_FILES} new files"),
         rewind: rw,
@@ -1586,7 +1617,153 @@ fn scenario_d(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng)
             series: git,
         }],
         detail: Value::Null,
+    };
+    (d, d2)
+}
+
+/// b2: b's checkpoint with the workspace alone on an XFS of its own, where
+/// the walk engine asks one bulk stat what changed (D60; as root), against
+/// the same checkpoint with `REWIND_BULKSTAT=0` (a stat per path) on the
+/// same tree, alternating which goes first. Skipped unless the main
+/// filesystem is XFS.
+fn scenario_alone(args: &Args, template: &Path, tree: &Tree, rng: &mut Rng) -> Option<Scenario> {
+    let tree_bytes = tree.small_bytes + tree.big_size;
+    let image = (2 * tree_bytes + 512 * MIB).div_ceil(MIB) * MIB;
+    let (scratch, info) = setup_fs(FsKind::Xfs, false, image);
+    if info.fs_type != "xfs" {
+        eprintln!("bench: [b2] SKIPPED: needs an XFS filesystem of its own");
+        return None;
     }
+    let ws = scratch.work.join("ws-alone");
+    // Across filesystems: a real copy.
+    copy_tree_private(template, &ws);
+    run(rewind_cmd(&ws).args(["checkpoint", "bench-b2-base", "--json"]));
+    let (mut bulk, mut walk) = (Series::default(), Series::default());
+    let mut checkpoint = |series: &mut Series, env: Option<(&str, &str)>, r: usize| {
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        apply_edits(&ws, &edits);
+        settle(&scratch.work);
+        let mut c = rewind_cmd(&ws);
+        c.args(["checkpoint", &format!("bench-b2-{r}"), "--json"]);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let m = run(c);
+        let got = counts(&m.json(), "b2: checkpoint");
+        assert_eq!(got, (0, edits.len() as u64, 0), "b2: checkpoint counts");
+        series.push(m.ms(), m.maxrss_kib);
+    };
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [b2] checkpoint after edits, alone on its XFS, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        if r % 2 == 0 {
+            checkpoint(&mut bulk, None, 2 * r);
+            checkpoint(&mut walk, Some(("REWIND_BULKSTAT", "0")), 2 * r + 1);
+        } else {
+            checkpoint(&mut walk, Some(("REWIND_BULKSTAT", "0")), 2 * r);
+            checkpoint(&mut bulk, None, 2 * r + 1);
+        }
+    }
+    drop(scratch);
+    Some(Scenario {
+        id: "b2",
+        name: format!(
+            "b2. checkpoint after editing {SMALL_EDITS} small files, the workspace alone on its XFS (bulk stat, D60)"
+        ),
+        rewind: bulk,
+        baselines: vec![Baseline {
+            name: "the same with `REWIND_BULKSTAT=0` (a stat per path)".into(),
+            series: walk,
+        }],
+        detail: Value::Null,
+    })
+}
+
+/// c2: `--successive` checkpoints in a row, each after one 4 KiB write into
+/// the big file and nothing else, on a fresh copy of the tree: the
+/// filesystem's growth over all of them (statvfs after `syncfs`) against
+/// the issue's 10 MiB per 100. Shadow git's growth for the same write is
+/// in g (a compressed copy of the whole file each time).
+fn scenario_big_disk(
+    args: &Args,
+    work: &Path,
+    template: &Path,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> (Scenario, Target) {
+    let ws = work.join("ws-c2");
+    copy_tree(template, &ws);
+    run(rewind_cmd(&ws).args(["checkpoint", "bench-c2-base", "--json"]));
+    let trims = trim_speculative_prealloc(work);
+    let before = used_bytes(work);
+    let mut rw = Series::default();
+    for i in 0..args.successive {
+        if i % 10 == 0 {
+            eprintln!(
+                "bench: [c2] 4 KiB write + checkpoint {}/{}",
+                i + 1,
+                args.successive
+            );
+        }
+        apply_edits(&ws, &[plan_big_edit(tree, rng)]);
+        settle(work);
+        let m = run(rewind_cmd(&ws).args(["checkpoint", "--json"]));
+        let v = m.json();
+        let modified = v["changes"]["modified"].as_u64();
+        assert_eq!(
+            modified,
+            Some(1),
+            "c2: one file changed, checkpoint says {v}"
+        );
+        rw.push(m.ms(), m.maxrss_kib);
+    }
+    let grown_raw = used_bytes(work).saturating_sub(before);
+    trim_speculative_prealloc(work);
+    let grown = if trims {
+        used_bytes(work).saturating_sub(before)
+    } else {
+        grown_raw
+    };
+    let n = args.successive;
+    let limit_mib = 10.0 * n as f64 / 100.0;
+    let grown_mib = grown as f64 / MIB as f64;
+    let target = Target {
+        scenario: "c2",
+        what: format!(
+            "disk: {n} checkpoints of a 4 KiB change in the big file ≤ {limit_mib:.1} MiB (10 MiB per 100)"
+        ),
+        limit: limit_mib,
+        measured: grown_mib,
+        unit: "MiB",
+        measured_as: "filesystem used bytes after minus before (statvfs after syncfs)",
+        shown: format!(
+            "{grown_mib:.2} MiB ({:.1} KiB a checkpoint){}",
+            grown as f64 / 1024.0 / n as f64,
+            if trims {
+                format!(
+                    " once XFS's speculative CoW preallocation is trimmed; {:.2} MiB before the trim",
+                    grown_raw as f64 / MIB as f64
+                )
+            } else {
+                String::new()
+            }
+        ),
+    };
+    let s = Scenario {
+        id: "c2",
+        name: format!("c2. {n} successive checkpoints of a 4 KiB write in the big file (each)"),
+        rewind: rw,
+        baselines: Vec::new(),
+        detail: json!({
+            "successive": n,
+            "fs_growth_bytes": grown,
+            "fs_growth_bytes_before_prealloc_trim": grown_raw,
+        }),
+    };
+    (s, target)
 }
 
 // ---------------------------------------------------------------- k: FUSE overlay
@@ -1642,7 +1819,7 @@ fn scenario_k(
     rng: &mut Rng,
 ) -> (Vec<Scenario>, Vec<Target>, String) {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+    if !fuse_usable() {
         let why = "mounting over a workspace needs root and /dev/fuse";
         eprintln!("bench: [k] SKIPPED: {why}");
         return (Vec::new(), Vec::new(), format!("k skipped: {why}"));
@@ -2029,6 +2206,34 @@ fn scenario_k(
 }
 
 // ---------------------------------------------------------------- j: btrfs engine
+
+/// Whether `rewind mount` can mount over a workspace here (root, /dev/fuse).
+fn fuse_usable() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && Path::new("/dev/fuse").exists()
+}
+
+/// The filesystem type holding `dir`, as `stat -f -c %T` names it.
+fn statfs_type(dir: &Path) -> String {
+    run(cmd(
+        "stat",
+        [
+            OsStr::new("-f"),
+            OsStr::new("-c"),
+            OsStr::new("%T"),
+            dir.as_os_str(),
+        ],
+    ))
+    .text()
+}
+
+/// `rewind` in `ws` with btrfs manifests built before `checkpoint` returns.
+fn rewind_inline(ws: &Path) -> Command {
+    let mut c = rewind_cmd(ws);
+    c.env("REWIND_MANIFEST", "inline");
+    c
+}
 
 /// `rewind` in `ws` with the manifest left to the next command, so the
 /// acknowledgement and the manifest are timed apart.
@@ -3553,6 +3758,21 @@ fn scenario_i(
 
 /// Used bytes of the filesystem holding `dir`, after `syncfs` (what
 /// `sync -f` does): `(f_blocks - f_bfree) * f_frsize` from statvfs.
+/// Have XFS drop its speculative preallocations now (`xfs_spaceman -c
+/// "prealloc -s"`): a 4 KiB write into a reflinked file reserves a whole
+/// copy-on-write extent hint (128 KiB by default) that XFS only trims in
+/// the background later, which would count as used space that no file
+/// holds. Whether it ran (XFS with xfs_spaceman).
+fn trim_speculative_prealloc(dir: &Path) -> bool {
+    Command::new("xfs_spaceman")
+        .args(["-c", "prealloc -s"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn used_bytes(dir: &Path) -> u64 {
     settle(dir);
     let st = statvfs(dir);
@@ -3618,9 +3838,11 @@ fn mib_signed(bytes: i64) -> String {
 
 /// g. `--successive` checkpoints in a row. Each step edits 10 small files and
 /// writes 4 KiB into the big file, identically in each tool's own copy of
-/// the tree, then checkpoints: rewind, shadow git (`add -A` + `commit` into
-/// a separate git dir with a persistent index) and, if installed,
-/// `rsync -a --link-dest=PREV` (snapshots outside the workspace). Each tool
+/// the tree, then checkpoints: rewind (the walk engine), rewind through a
+/// FUSE mount (root), rewind's btrfs engine (on btrfs; manifest inline),
+/// shadow git (`add -A` + `commit` into a separate git dir with a
+/// persistent index) and, if installed, `rsync -a --link-dest=PREV`
+/// (snapshots outside the workspace). Each tool
 /// works on a copy that shares no extents with the template. The tools
 /// take turns within a step; each tool's disk growth is the sum of the
 /// statvfs used-bytes deltas around its own edits + checkpoint, i.e. the
@@ -3653,10 +3875,33 @@ fn scenario_g(
         run(rsync_cmd(rsync, &ws_rsync, &snap(0), None));
     }
 
+    // The other engines, each on its own private copy: the FUSE overlay
+    // (mounted over its copy; where FUSE and root allow) and, on btrfs, the
+    // snapshot engine (its copy a subvolume; manifests built inline so
+    // each step's counts can be checked).
+    let ws_fuse = work.join("ws-g-fuse");
+    let fuse_mount = fuse_usable().then(|| {
+        copy_tree_private(template, &ws_fuse);
+        run(rewind_cmd(&ws_fuse).args(["init", "-q"]));
+        run(cmd(REWIND, [OsStr::new("mount"), ws_fuse.as_os_str()]).current_dir("/"));
+        let guard = FuseMount(ws_fuse.clone());
+        run(rewind_cmd(&ws_fuse).args(["checkpoint", "bench-g-0", "--json"]));
+        guard
+    });
+    let ws_snap = work.join("ws-g-btrfs");
+    let on_btrfs = statfs_type(work) == "btrfs";
+    if on_btrfs {
+        make_subvolume(&ws_snap);
+        copy_tree_private(&template.join("."), &ws_snap);
+        run(rewind_inline(&ws_snap).args(["checkpoint", "bench-g-0", "--json"]));
+    }
+
     let mut rw = StepSeries::new("rewind");
     let mut git = StepSeries::new("shadow git");
     let mut rs = StepSeries::new("rsync --link-dest");
-    let mut grown = [0i64; 3];
+    let mut fz = StepSeries::new("rewind (fuse)");
+    let mut bt = StepSeries::new("rewind (btrfs engine)");
+    let mut grown = [0i64; 5];
     let delta = |before: u64, after: u64| {
         i64::try_from(after).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX)
     };
@@ -3689,6 +3934,26 @@ fn scenario_g(
         grown[0] += delta(before, used_bytes(work));
         rw.growth.push(grown[0]);
 
+        // the FUSE and btrfs engines
+        for (on, ws, series, slot) in [
+            (fuse_mount.is_some(), &ws_fuse, &mut fz, 3),
+            (on_btrfs, &ws_snap, &mut bt, 4),
+        ] {
+            if !on {
+                continue;
+            }
+            let before = used_bytes(work);
+            apply_edits(ws, &edits);
+            settle(work);
+            let m = run(rewind_inline(ws).args(["checkpoint", &format!("bench-g-{k}"), "--json"]));
+            let v = m.json();
+            let got = counts(&v, &format!("g: {} checkpoint {k}", series.tool));
+            assert_eq!(got, (0, edits.len() as u64, 0), "g: {}: {v}", series.tool);
+            series.series.push(m.ms(), m.maxrss_kib);
+            grown[slot] += delta(before, used_bytes(work));
+            series.growth.push(grown[slot]);
+        }
+
         // shadow git
         let before = used_bytes(work);
         apply_edits(&ws_git, &edits);
@@ -3718,9 +3983,16 @@ fn scenario_g(
         "bench: [g] {n} successive checkpoints done in {:.1}s",
         t.elapsed().as_secs_f64()
     );
+    drop(fuse_mount);
     let mut steps = vec![rw, git];
     if rsync.is_some() {
         steps.push(rs);
+    }
+    if !fz.growth.is_empty() {
+        steps.push(fz);
+    }
+    if on_btrfs {
+        steps.push(bt);
     }
     let detail = json!({
         "steps": n,
@@ -3737,7 +4009,8 @@ fn scenario_g(
                 "{}: fs {} after {n}",
                 match s.tool.as_str() {
                     "shadow git" => "shadow git: `add -A` + `commit`",
-                    _ => "`rsync -a --link-dest=PREV`¹",
+                    "rsync --link-dest" => "`rsync -a --link-dest=PREV`¹",
+                    other => other,
                 },
                 mib_signed(s.total_growth())
             ),
@@ -3765,7 +4038,7 @@ fn xml_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-const SVG_COLORS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
+const SVG_COLORS: [&str; 5] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
 
 /// One chart panel at horizontal offset `x0`: a polyline per tool of
 /// `values[tool][step]` against the checkpoint number.
@@ -4170,14 +4443,22 @@ fn main() {
             scenarios.push(scenario_edit(
                 &args, &work, &pair, &tree, &mut rng, rsync, "b",
             ));
+            if fsinfo.fs_type == "xfs" {
+                scenarios.extend(scenario_alone(&args, &template, &tree, &mut rng));
+            }
         }
         if args.wants('c') {
             scenarios.push(scenario_edit(
                 &args, &work, &pair, &tree, &mut rng, rsync, "c",
             ));
+            let (s, t) = scenario_big_disk(&args, &work, &template, &tree, &mut rng);
+            scenarios.push(s);
+            targets.push(t);
         }
         if args.wants('d') {
-            scenarios.push(scenario_d(&args, &work, &pair, &tree, &mut rng));
+            let (d, d2) = scenario_d(&args, &work, &pair, &tree, &mut rng);
+            scenarios.push(d);
+            scenarios.push(d2);
         }
         if args.wants('e') {
             scenarios.push(scenario_guard(&args, &pair));

@@ -253,11 +253,13 @@ pub fn cached_entries_at_most(cache: &StatCache) -> u64 {
         .sum()
 }
 
-/// Decode every row, in parallel (a walk would, one by one).
-pub fn decode_all(cache: &StatCache) {
-    cache.par_iter().for_each(|(_, row)| {
-        row.get();
-    });
+/// Decode every row, in parallel (a walk would, one by one); the number
+/// of entries they hold.
+pub fn decode_all(cache: &StatCache) -> u64 {
+    cache
+        .par_iter()
+        .map(|(_, row)| row.get().map_or(0, |d| d.recs.len() as u64))
+        .sum()
 }
 
 /// The scope of a capture given the current stat of every inode of the

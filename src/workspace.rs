@@ -578,7 +578,8 @@ impl Workspace {
     /// (D60), where that is cheaper than a stat per path and says the same:
     /// XFS, root (the ioctl needs CAP_SYS_ADMIN), no filesystem mounted
     /// inside the tree (a walk does not cross it; bulk stat would not
-    /// notice it), a filesystem not much bigger than the tree, and the
+    /// notice it), a filesystem holding at most twice the tree's inodes
+    /// (a bulk stat reads all of them: past that, the walk is cheaper), and the
     /// cache written under the same ignore rules. `REWIND_BULKSTAT=0`
     /// turns it off.
     fn bulkstat_scope(
@@ -597,8 +598,16 @@ impl Workspace {
             Some("the stat cache was written under other ignore rules")
         } else if rewind_platform::mounts_below(&self.io_path) {
             Some("a filesystem is mounted inside the tree")
-        } else if self.fs.inodes_used > 4 * capture::cached_entries_at_most(cache) + 1024 {
+        } else if self.fs.inodes_used > 2 * capture::cached_entries_at_most(cache) + 1024 {
             Some("the filesystem holds many more inodes than the tree")
+        } else if self.fs.inodes_used
+            > 2 * {
+                // Decoded here rather than by the walk: the exact count.
+                let _t = crate::trace::span("bulk stat: decode");
+                capture::decode_all(cache)
+            } + 1024
+        {
+            Some("the filesystem holds over twice the tree's inodes")
         } else {
             None
         };
@@ -608,36 +617,29 @@ impl Workspace {
         }
         let dev = self.fs.dev;
         let root = &self.root;
-        // The cache is decoded while the filesystem is read: both are
-        // needed, and the allocation groups are read in parallel.
-        let ((), stats) = (
-            {
-                let _t = crate::trace::span("bulk stat: decode");
-                capture::decode_all(cache)
-            },
-            (|| -> rewind_platform::Result<Vec<rewind_platform::Meta>> {
-                let _t = crate::trace::span("bulk stat: ioctls");
-                let groups = rewind_platform::xfs_ag_count(root)?;
-                let parts: Vec<rewind_platform::Result<Vec<rewind_platform::Meta>>> = (0..groups)
-                    .into_par_iter()
-                    .map(|ag| {
-                        let mut out = Vec::new();
-                        rewind_platform::xfs_bulkstat_ag(root, ag, dev, &mut out)?;
-                        Ok(out)
-                    })
-                    .collect();
-                // Inode numbers grow with the group number: in group order,
-                // the stats are sorted by inode.
-                let mut all = Vec::new();
-                for part in parts {
-                    all.extend(part?);
-                }
-                if !all.is_sorted_by_key(|m| m.ino) {
-                    all.sort_unstable_by_key(|m| m.ino);
-                }
-                Ok(all)
-            })(),
-        );
+        // The allocation groups are read in parallel.
+        let stats = (|| -> rewind_platform::Result<Vec<rewind_platform::Meta>> {
+            let _t = crate::trace::span("bulk stat: ioctls");
+            let groups = rewind_platform::xfs_ag_count(root)?;
+            let parts: Vec<rewind_platform::Result<Vec<rewind_platform::Meta>>> = (0..groups)
+                .into_par_iter()
+                .map(|ag| {
+                    let mut out = Vec::new();
+                    rewind_platform::xfs_bulkstat_ag(root, ag, dev, &mut out)?;
+                    Ok(out)
+                })
+                .collect();
+            // Inode numbers grow with the group number: in group order,
+            // the stats are sorted by inode.
+            let mut all = Vec::new();
+            for part in parts {
+                all.extend(part?);
+            }
+            if !all.is_sorted_by_key(|m| m.ino) {
+                all.sort_unstable_by_key(|m| m.ino);
+            }
+            Ok(all)
+        })();
         let stats = match stats {
             Ok(s) => s,
             Err(e) => {
