@@ -503,10 +503,17 @@ impl Workspace {
         // `REWIND_ENGINE=walk` walks anyway (tests compare the two).
         let walk_anyway = std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk");
         let rules = self.state_ignores()?;
+        let rules_key = capture::rules_key(rules.as_deref());
         let scope = match &self.mount {
             Some(m) if !mirrored && !distrust && !walk_anyway => {
                 let _t = crate::trace::span("dirty set");
-                m.scope(matches!(sink, Sink::Store(..)))?
+                let scope = m.scope(matches!(sink, Sink::Store(..)))?;
+                // The set says what changed in the tree, not in the rules
+                // kept outside it: under new rules everything is walked
+                // (the taken set is still committed with the capture).
+                let same_rules =
+                    self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
+                scope.filter(|_| same_rules)
             }
             _ => None,
         };
@@ -543,7 +550,6 @@ impl Workspace {
             let _t = crate::trace::span("decode stat cache");
             capture::load_stat_cache(rows)
         };
-        let rules_key = capture::rules_key(rules.as_deref());
         // The walk engine on XFS: one bulk stat instead of a stat per path (D60).
         let scope = match scope {
             None if !mirrored && !distrust && !walk_anyway && !cache.is_empty() => {

@@ -620,3 +620,30 @@ fn a_terminated_daemon_unmounts_instead_of_leaving_a_dead_mount() {
     assert_eq!(ck["engine"], "walk");
     std::mem::forget(m);
 }
+
+/// The dirty set says what changed in the tree, not in the ignore rules
+/// kept outside it (`.rewind/ignore`, written by `integrate`): the first
+/// checkpoint under new rules walks everything, so it equals a walk.
+#[test]
+fn new_ignore_rules_reach_the_next_checkpoint_through_the_mount() {
+    let Some((_lfs, ws)) = workspace(3, 3) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    checkpoint_matches_a_walk(&ws, "before the rules");
+    std::fs::write(m.backing().join(".rewind/ignore"), "d01/\n").expect("write the rules");
+    write(&ws.join("d00/f00.txt"), b"one change the daemon saw\n");
+    checkpoint_matches_a_walk(&ws, "under new rules");
+    let head = rewind_json(&ws, &["diff", "HEAD~1", "HEAD"]);
+    assert!(
+        head["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .any(|c| c["path"] == "d01/f00.txt" && c["status"] == "deleted"),
+        "the newly ignored directory is still in the checkpoint: {head}"
+    );
+    m.unmount();
+}
