@@ -647,3 +647,22 @@ fn new_ignore_rules_reach_the_next_checkpoint_through_the_mount() {
     );
     m.unmount();
 }
+
+/// A workspace that is a btrfs subvolume keeps its ledger in
+/// `.rewind/state/` (D50): the daemon finds it there, and checkpoints
+/// through the mount use the dirty set.
+#[test]
+fn a_subvolume_workspace_mounts_and_checkpoints_through_the_mount() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("d00/f00.txt"), b"first\n");
+    rewind_json(&ws, &["init"]);
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("d00/f00.txt"), b"edited through the mount\n");
+    checkpoint_matches_a_walk(&ws, "subvolume");
+    m.unmount();
+}

@@ -16,7 +16,7 @@ use crate::capture::STATE_DIR;
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::mount::MountLink;
-use crate::workspace::{LEDGER_FILE, Workspace};
+use crate::workspace::Workspace;
 
 /// The daemon's log, in the backing `.rewind/`.
 const LOG_FILE: &str = "mount.log";
@@ -82,6 +82,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     }
     ws.lock()?;
     ws.recover_if_needed()?;
+    // Where the ledger is (`.rewind/` or, on a subvolume, `.rewind/state/`).
+    let ledger_path = ws.ledger().path().to_path_buf();
     drop(ws);
     let view = match &a.at {
         Some(v) => {
@@ -116,7 +118,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         // main file on close nor restarts the WAL on its next write. That
         // is three fsyncs saved per command (D58). The WAL is folded when
         // the daemon exits, or by SQLite every 1,000 pages.
-        let _ledger_keeper = Ledger::open(&root.join(STATE_DIR).join(LEDGER_FILE))?;
+        let _ledger_keeper = Ledger::open(&ledger_path)?;
         return Ok(rewind_fuse::serve(&root, &opts, || {
             eprintln!(
                 "rewind: serving {} at {} (unmount with `rewind unmount`)",
