@@ -718,16 +718,7 @@ fn setup_fs(fs_kind: FsKind, explicit: bool, image_bytes: u64) -> (Scratch, FsIn
     }
     fs::create_dir_all(&scratch.work)
         .unwrap_or_else(|e| panic!("create {}: {e}", scratch.work.display()));
-    let fs_type = run(cmd(
-        "stat",
-        [
-            OsStr::new("-f"),
-            OsStr::new("-c"),
-            OsStr::new("%T"),
-            scratch.work.as_os_str(),
-        ],
-    ))
-    .text();
+    let fs_type = statfs_type(&scratch.work);
     // Probe cloning the way the cp baseline will use it.
     let probe = scratch.work.join(".clone-probe");
     fs::write(&probe, b"probe").unwrap_or_else(|e| panic!("write {}: {e}", probe.display()));

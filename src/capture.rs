@@ -194,6 +194,40 @@ pub struct Scope {
     spine: HashSet<Vec<u8>>,
 }
 
+/// A [`Scope`] built from what a change source names (btrfs's change list,
+/// a bulk stat), one directory or entry at a time.
+#[derive(Default)]
+pub struct ScopeBuilder {
+    dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>>,
+    deep: HashSet<Vec<u8>>,
+}
+
+impl ScopeBuilder {
+    /// Any entry of `dir` may have changed: it is listed in full.
+    pub fn dir_changed(&mut self, dir: Vec<u8>) {
+        self.dirty.insert(dir, None);
+    }
+
+    /// Entry `name` of `dir` changed. A changed `.rewindignore` changes
+    /// what is captured anywhere below: its directory is walked in full.
+    pub fn entry_changed(&mut self, dir: &[u8], name: &[u8]) {
+        if name == IGNORE_FILE.as_bytes() {
+            self.deep.insert(dir.to_vec());
+        }
+        if let Some(names) = self
+            .dirty
+            .entry(dir.to_vec())
+            .or_insert_with(|| Some(HashSet::new()))
+        {
+            names.insert(name.to_vec());
+        }
+    }
+
+    pub fn build(self) -> Scope {
+        Scope::new(self.dirty, self.deep)
+    }
+}
+
 impl Scope {
     pub fn new(dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>>, deep: HashSet<Vec<u8>>) -> Scope {
         let mut spine = HashSet::new();
@@ -280,12 +314,11 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
             .binary_search_by_key(&rec.ino, |m| m.ino)
             .is_ok_and(|i| rec.vouches_for(&stats[i]))
     };
-    let mut dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>> = HashMap::new();
-    let mut deep = HashSet::new();
-    dirty.insert(Vec::new(), None);
+    let mut scope = ScopeBuilder::default();
+    scope.dir_changed(Vec::new());
     for (rel, dir) in decoded {
         let Some(dir) = dir else {
-            dirty.insert(rel.clone(), None);
+            scope.dir_changed(rel.clone());
             continue;
         };
         if !rel.is_empty() {
@@ -298,7 +331,7 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
                 .and_then(LazyDir::get)
                 .and_then(|p| p.lookup(name));
             if !own.is_some_and(vouched) {
-                dirty.insert(rel.clone(), None);
+                scope.dir_changed(rel.clone());
                 continue;
             }
         }
@@ -307,19 +340,11 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
             let uncached_dir =
                 rec.entry.kind() == Kind::Dir && !cache.contains_key(&join(rel, name));
             if uncached_dir || !vouched(rec) {
-                if name.as_slice() == IGNORE_FILE.as_bytes() {
-                    deep.insert(rel.clone());
-                }
-                if let Some(names) = dirty
-                    .entry(rel.clone())
-                    .or_insert_with(|| Some(HashSet::new()))
-                {
-                    names.insert(name.clone());
-                }
+                scope.entry_changed(rel, name);
             }
         }
     }
-    Scope::new(dirty, deep)
+    scope.build()
 }
 
 /// What guides a capture besides the stat cache.

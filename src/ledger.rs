@@ -102,9 +102,9 @@ fn wal_path(db: &Path) -> PathBuf {
 /// power loss.
 fn sync_parent(path: &Path) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::os(rewind_platform::Error::new("fsync directory", dir, e)))
+    rewind_platform::Dir::open(dir)
+        .and_then(|d| d.fsync())
+        .map_err(Error::os)
 }
 
 /// Free ledger pages one gc gives back to the filesystem (16 KiB each).

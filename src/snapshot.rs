@@ -501,44 +501,34 @@ impl ManifestMode {
     }
 }
 
-/// Meta key: which snapshot the stat cache describes, as
-/// `<otransid>:<hash of the state ignore rules>`, written with the rows by
-/// a capture of a snapshot and removed by any other capture that writes
-/// rows (D59).
+/// Meta key: which snapshot the stat cache describes (the transaction
+/// that created it), written with the rows by a capture of a snapshot and
+/// removed by any other capture that writes rows (D59).
 pub(crate) const STAT_CACHE_TRANSID: &str = "stat_cache_transid";
 
-/// The value of [`STAT_CACHE_TRANSID`] for a capture of snapshot
-/// `snap` under the state ignore rules `rules`; `None` where btrfs cannot
-/// say which transaction made the snapshot.
-pub(crate) fn cache_mark(snap: &Dir, rules: Option<&str>) -> Option<String> {
-    let t = rewind_platform::subvolume_otransid(snap).ok()?;
-    Some(format!("{t}:{}", crate::capture::rules_key(rules)))
+/// The value of [`STAT_CACHE_TRANSID`] for a capture of snapshot `snap`;
+/// `None` where btrfs cannot say which transaction made it.
+pub(crate) fn cache_mark(snap: &Dir) -> Option<String> {
+    rewind_platform::subvolume_otransid(snap)
+        .ok()
+        .map(|t| t.to_string())
 }
 
 /// What changed in read-only snapshot `snap` since the snapshot the stat
 /// cache describes (`mark`, see [`STAT_CACHE_TRANSID`]), as a capture scope:
 /// btrfs knows which inodes were written after a transaction without a
 /// walk (D59). `None` (capture guided by the live tree instead) when the
-/// mark is missing, was made under other ignore rules, is newer than
-/// `snap`, or the filesystem will not say (the search needs
-/// CAP_SYS_ADMIN).
-pub(crate) fn changes_since(
-    snap: &Dir,
-    mark: Option<&str>,
-    rules: Option<&str>,
-) -> Option<crate::capture::Scope> {
-    use std::collections::{HashMap, HashSet};
-    let (since, key) = mark?.split_once(':')?;
-    if key != crate::capture::rules_key(rules) {
-        return None;
-    }
-    let since: u64 = since.parse().ok()?;
+/// mark is missing or newer than `snap`, or the filesystem will not say
+/// (the search needs CAP_SYS_ADMIN). The caller checks the ignore rules
+/// (D62).
+pub(crate) fn changes_since(snap: &Dir, mark: Option<&str>) -> Option<crate::capture::Scope> {
+    let since: u64 = mark?.parse().ok()?;
     // Rows describing a newer snapshot say nothing about an older one.
     if since > rewind_platform::subvolume_otransid(snap).ok()? {
         return None;
     }
     let changed = rewind_platform::changed_inodes(snap, since).ok()?;
-    let mut dir_paths: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut dir_paths: std::collections::HashMap<u64, Vec<u8>> = Default::default();
     let mut path_of = |ino: u64| -> Option<Vec<u8>> {
         if let Some(p) = dir_paths.get(&ino) {
             return Some(p.clone());
@@ -547,28 +537,25 @@ pub(crate) fn changes_since(
         dir_paths.insert(ino, p.clone());
         Some(p)
     };
-    let mut dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>> = HashMap::new();
-    let mut deep: HashSet<Vec<u8>> = HashSet::new();
+    // rewind's own state (its snapshots change every time) is never captured.
+    let state = crate::capture::STATE_DIR.as_bytes();
+    let in_state =
+        |d: &[u8]| d.starts_with(state) && matches!(d.get(state.len()), None | Some(b'/'));
+    let mut scope = crate::capture::ScopeBuilder::default();
     for inode in &changed {
         if inode.is_dir {
             // Its entries changed (or only its metadata: listing it is cheap).
-            dirty.insert(path_of(inode.ino)?, None);
+            let dir = path_of(inode.ino)?;
+            if !in_state(&dir) {
+                scope.dir_changed(dir);
+            }
         }
         for (parent, name) in &inode.names {
             let dir = path_of(*parent)?;
-            if name.as_slice() == crate::capture::IGNORE_FILE.as_bytes() {
-                deep.insert(dir.clone());
-            }
-            if let Some(names) = dirty.entry(dir).or_insert_with(|| Some(HashSet::new())) {
-                names.insert(name.clone());
+            if !in_state(&dir) {
+                scope.entry_changed(&dir, name);
             }
         }
     }
-    // rewind's own state (its snapshots change every time) is never captured.
-    let state = crate::capture::STATE_DIR.as_bytes();
-    let outside_state =
-        |d: &Vec<u8>| !(d.starts_with(state) && matches!(d.get(state.len()), None | Some(b'/')));
-    dirty.retain(|d, _| outside_state(d));
-    deep.retain(outside_state);
-    Some(crate::capture::Scope::new(dirty, deep))
+    Some(scope.build())
 }

@@ -504,15 +504,15 @@ impl Workspace {
         let walk_anyway = std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk");
         let rules = self.state_ignores()?;
         let rules_key = capture::rules_key(rules.as_deref());
+        // Every scope below says what changed in the tree, not in the rules
+        // kept outside it: under other rules than the stat cache was
+        // written with, everything is walked (D62).
+        let same_rules = self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
         let scope = match &self.mount {
             Some(m) if !mirrored && !distrust && !walk_anyway => {
                 let _t = crate::trace::span("dirty set");
+                // Taken even when unused: it is committed with the capture.
                 let scope = m.scope(matches!(sink, Sink::Store(..)))?;
-                // The set says what changed in the tree, not in the rules
-                // kept outside it: under new rules everything is walked
-                // (the taken set is still committed with the capture).
-                let same_rules =
-                    self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
                 scope.filter(|_| same_rules)
             }
             _ => None,
@@ -523,9 +523,13 @@ impl Workspace {
         let scope = match scope {
             None if mirrored && !distrust && !walk_anyway => {
                 let _t = crate::trace::span("btrfs changes");
-                cache_mark = crate::snapshot::cache_mark(dir, rules.as_deref());
+                cache_mark = crate::snapshot::cache_mark(dir);
                 let since = self.ledger.meta(crate::snapshot::STAT_CACHE_TRANSID)?;
-                let scope = crate::snapshot::changes_since(dir, since.as_deref(), rules.as_deref());
+                let scope = if same_rules {
+                    crate::snapshot::changes_since(dir, since.as_deref())
+                } else {
+                    None
+                };
                 crate::trace::note(if scope.is_some() {
                     "btrfs changes: the capture is scoped to what changed"
                 } else {
@@ -553,7 +557,7 @@ impl Workspace {
         // The walk engine on XFS: one bulk stat instead of a stat per path (D60).
         let scope = match scope {
             None if !mirrored && !distrust && !walk_anyway && !cache.is_empty() => {
-                self.bulkstat_scope(&cache, &rules_key)?
+                self.bulkstat_scope(&cache, same_rules)?
             }
             s => s,
         };
@@ -586,12 +590,12 @@ impl Workspace {
     /// inside the tree (a walk does not cross it; bulk stat would not
     /// notice it), a filesystem holding at most twice the tree's inodes
     /// (a bulk stat reads all of them: past that, the walk is cheaper), and the
-    /// cache written under the same ignore rules. `REWIND_BULKSTAT=0`
-    /// turns it off.
+    /// cache written under the same ignore rules (`same_rules`).
+    /// `REWIND_BULKSTAT=0` turns it off.
     fn bulkstat_scope(
         &self,
         cache: &capture::StatCache,
-        rules_key: &str,
+        same_rules: bool,
     ) -> Result<Option<capture::Scope>> {
         if self.fs.kind != FsKind::Xfs
             || !rewind_platform::is_root()
@@ -600,7 +604,7 @@ impl Workspace {
             return Ok(None);
         }
         let _t = crate::trace::span("bulk stat");
-        let why_not = if self.ledger.meta(STAT_CACHE_RULES)?.as_deref() != Some(rules_key) {
+        let why_not = if !same_rules {
             Some("the stat cache was written under other ignore rules")
         } else if rewind_platform::mounts_below(&self.io_path) {
             Some("a filesystem is mounted inside the tree")

@@ -553,62 +553,23 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
     common::populate_src_tree(&ws);
     // The first manifest fills the stat cache and says which snapshot it
     // describes.
-    let out = rewind_env(
-        &ws,
-        &["--json", "checkpoint", "base"],
-        &[("REWIND_MANIFEST", "inline")],
-    );
+    let inline = [("REWIND_MANIFEST", "inline")];
+    let out = rewind_env(&ws, &["--json", "checkpoint", "base"], &inline);
     assert!(out.status.success());
-    let changes = common::every_kind_of_change();
-    let mut rounds = Vec::new();
-    for (what, change) in &changes {
-        change(&ws);
-        let out = rewind_env(
-            &ws,
-            &["--json", "checkpoint", what],
-            &[("REWIND_MANIFEST", "inline"), ("REWIND_TRACE", "1")],
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{what}: {err}");
-        assert!(
-            err.contains("btrfs changes: the capture is scoped"),
-            "{what}: the manifest did not use btrfs's change list: {err}"
-        );
-        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-        rounds.push((
-            what,
-            c["id"].as_str().expect("id").to_string(),
-            snapshot(&ws),
-        ));
-    }
+    let rounds = common::checkpoint_every_kind_of_change(
+        &ws,
+        &inline,
+        "btrfs changes: the capture is scoped",
+        |_| {},
+    );
     let v = rewind_json(&ws, &["verify", "--deep"]);
     assert_eq!(
         v["ok"], true,
         "a scoped manifest differs from its snapshot: {v}"
     );
-    for (what, id, state) in rounds.iter().rev() {
-        rewind_json(&ws, &["rewind", id]);
-        common::assert_same(&format!("rewind to \"{what}\""), state, &snapshot(&ws));
-    }
+    common::rewind_to_every_round(&ws, &rounds);
     // An ignore file changes what is captured below it: all of it is walked.
-    write(&ws.join("src/d0/.rewindignore"), b"f4.rs\n");
-    let out = rewind_env(
-        &ws,
-        &["--json", "checkpoint", "ignore"],
-        &[("REWIND_MANIFEST", "inline")],
-    );
-    assert!(out.status.success());
-    let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let id = c["id"].as_str().expect("id");
-    let d = rewind_json(&ws, &["diff", &rounds[0].1, id]);
-    assert!(
-        d["changes"]
-            .as_array()
-            .expect("changes")
-            .iter()
-            .any(|c| c["path"] == "src/d0/f4.rs"),
-        "the newly ignored file is still in the manifest: {d}"
-    );
+    common::a_new_ignore_file_drops_what_it_names(&ws, &rounds[0].id, &inline);
     let v = rewind_json(&ws, &["verify", "--deep"]);
     assert_eq!(v["ok"], true, "{v}");
 }

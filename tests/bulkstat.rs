@@ -7,62 +7,43 @@
 
 mod common;
 
-use common::{Fs, LoopFs, rewind_env, rewind_json, snapshot, write};
+use std::path::PathBuf;
 
-#[test]
-fn a_checkpoint_scoped_by_a_bulk_stat_misses_no_kind_of_change() {
-    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
-        return;
-    };
+use common::{Fs, LoopFs, rewind_env, rewind_json, write};
+
+/// A tree from `populate_src_tree` alone on an XFS of its own, with a first
+/// checkpoint (a walk, which writes the stat cache).
+fn alone_on_xfs() -> Option<(LoopFs, PathBuf)> {
+    let lfs = LoopFs::new(Fs::Xfs, 512)?;
     let ws = lfs.subdir("ws");
     common::populate_src_tree(&ws);
     rewind_json(&ws, &["init"]);
-    // The first checkpoint walks and writes the stat cache.
     rewind_json(&ws, &["checkpoint", "base"]);
-    let mut rounds = Vec::new();
-    for (what, change) in common::every_kind_of_change() {
-        change(&ws);
-        let out = rewind_env(
-            &ws,
-            &["--json", "checkpoint", what],
-            &[("REWIND_TRACE", "1")],
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{what}: {err}");
-        assert!(
-            err.contains("bulk stat: the capture is scoped"),
-            "{what}: the checkpoint did not use the bulk stat: {err}"
-        );
-        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-        let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
-        let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
-        assert_eq!(
-            walk["changes"].as_array().map(Vec::len),
-            Some(0),
-            "{what}: a full walk sees what the checkpoint missed: {walk}"
-        );
-        rounds.push((
-            what,
-            c["id"].as_str().expect("id").to_string(),
-            snapshot(&ws),
-        ));
-    }
-    for (what, id, state) in rounds.iter().rev() {
-        rewind_json(&ws, &["rewind", id]);
-        common::assert_same(&format!("rewind to \"{what}\""), state, &snapshot(&ws));
-    }
-    // An ignore file changes what is captured below it: all of it is walked.
-    write(&ws.join("src/d0/.rewindignore"), b"f4.rs\n");
-    let c = rewind_json(&ws, &["checkpoint", "ignore"]);
-    let d = rewind_json(&ws, &["diff", &rounds[0].1, c["id"].as_str().expect("id")]);
-    assert!(
-        d["changes"]
-            .as_array()
-            .expect("changes")
-            .iter()
-            .any(|c| c["path"] == "src/d0/f4.rs"),
-        "the newly ignored file is still in the checkpoint: {d}"
+    Some((lfs, ws))
+}
+
+#[test]
+fn a_checkpoint_scoped_by_a_bulk_stat_misses_no_kind_of_change() {
+    let Some((_lfs, ws)) = alone_on_xfs() else {
+        return;
+    };
+    let rounds = common::checkpoint_every_kind_of_change(
+        &ws,
+        &[],
+        "bulk stat: the capture is scoped",
+        |what| {
+            let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
+            let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
+            assert_eq!(
+                walk["changes"].as_array().map(Vec::len),
+                Some(0),
+                "{what}: a full walk sees what the checkpoint missed: {walk}"
+            );
+        },
     );
+    common::rewind_to_every_round(&ws, &rounds);
+    // An ignore file changes what is captured below it: all of it is walked.
+    common::a_new_ignore_file_drops_what_it_names(&ws, &rounds[0].id, &[]);
 }
 
 /// The bulk stat is not used where it would not say the same as a walk or
@@ -70,13 +51,9 @@ fn a_checkpoint_scoped_by_a_bulk_stat_misses_no_kind_of_change() {
 /// the cache was written, or a filesystem is mounted inside the tree.
 #[test]
 fn the_bulk_stat_steps_aside_for_new_ignore_rules_and_nested_mounts() {
-    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+    let Some((_lfs, ws)) = alone_on_xfs() else {
         return;
     };
-    let ws = lfs.subdir("ws");
-    common::populate_src_tree(&ws);
-    rewind_json(&ws, &["init"]);
-    rewind_json(&ws, &["checkpoint", "base"]);
     let note = |label: &str| -> String {
         let out = rewind_env(
             &ws,

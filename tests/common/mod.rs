@@ -571,3 +571,71 @@ pub fn every_kind_of_change() -> Vec<Change> {
         ),
     ]
 }
+
+/// One round of [`checkpoint_every_kind_of_change`]: the change, the
+/// checkpoint taken after it, and the tree then.
+pub struct Round {
+    pub what: &'static str,
+    pub id: String,
+    pub tree: BTreeMap<Vec<u8>, Snap>,
+}
+
+/// Make each of [`every_kind_of_change`] to `ws` (a tree from
+/// [`populate_src_tree`] with a first checkpoint) and checkpoint after it
+/// with `env` and `REWIND_TRACE=1`. The trace must say `scoped`: the scope
+/// under test was used, not a walk. `check(what)` then looks at the round.
+pub fn checkpoint_every_kind_of_change(
+    ws: &Path,
+    env: &[(&str, &str)],
+    scoped: &str,
+    mut check: impl FnMut(&str),
+) -> Vec<Round> {
+    let mut env = env.to_vec();
+    env.push(("REWIND_TRACE", "1"));
+    let mut rounds = Vec::new();
+    for (what, change) in every_kind_of_change() {
+        change(ws);
+        let out = rewind_env(ws, &["--json", "checkpoint", what], &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {err}");
+        assert!(
+            err.contains(scoped),
+            "{what}: the checkpoint did not use the scope under test ({scoped}): {err}"
+        );
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        check(what);
+        rounds.push(Round {
+            what,
+            id: c["id"].as_str().expect("id").to_string(),
+            tree: snapshot(ws),
+        });
+    }
+    rounds
+}
+
+/// Rewind to every round, newest first: each gives back exactly its tree.
+pub fn rewind_to_every_round(ws: &Path, rounds: &[Round]) {
+    for r in rounds.iter().rev() {
+        rewind_json(ws, &["rewind", &r.id]);
+        assert_same(&format!("rewind to \"{}\"", r.what), &r.tree, &snapshot(ws));
+    }
+}
+
+/// A `.rewindignore` changes what is captured below it: the next
+/// checkpoint (with `env`) must no longer hold the file it names, which
+/// checkpoint `before` held.
+pub fn a_new_ignore_file_drops_what_it_names(ws: &Path, before: &str, env: &[(&str, &str)]) {
+    write(&ws.join("src/d0/.rewindignore"), b"f4.rs\n");
+    let out = rewind_env(ws, &["--json", "checkpoint", "ignore"], env);
+    assert!(out.status.success());
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let d = rewind_json(ws, &["diff", before, c["id"].as_str().expect("id")]);
+    assert!(
+        d["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .any(|c| c["path"] == "src/d0/f4.rs"),
+        "the newly ignored file is still in the checkpoint: {d}"
+    );
+}
