@@ -1904,6 +1904,46 @@ fn scenario_k(
         );
     }
 
+    // k1m, k2m. The same through one running `rewind mcp`, as agents call
+    // it: the server keeps the workspace open between calls (D63).
+    let mut server = McpServer::start(&ws);
+    let (mut ck_mcp, mut rw_mcp) = (Series::default(), Series::default());
+    let mut next_id = 2u64;
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [k1m/k2m] MCP checkpoint and rewind through the mount, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+        settle(work);
+        let label = format!("bench-k1m-{r}");
+        let (ms, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
+        next_id += 1;
+        mcp_edit_counts(&mut server, &sc, "k1m: MCP checkpoint through the mount");
+        ck_mcp.push(ms, server.peak_rss_kib());
+        ck_mcp
+            .self_ms
+            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        let x = json_str(&sc, "id", "k1m: checkpoint id");
+        let want = hash_tree(&ws);
+        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+        create_files(&ws, &plan_new_files(tree, rng, r + 3000));
+        settle(work);
+        let (ms, sc) = server.call_tool(next_id, "rewind", json!({ "id": x }));
+        next_id += 1;
+        rw_mcp.push(ms, server.peak_rss_kib());
+        rw_mcp
+            .self_ms
+            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        verify_equal(
+            &format!("k2m: MCP rewind through the mount to {x} (run {})", r + 1),
+            &want,
+            &ws,
+        );
+    }
+    server.close("k1m/k2m server");
+
     // k3–k7. Ordinary tools through the mount and natively (the walk copy).
     let big = |root: &Path| root.join(&tree.big);
     eprintln!("bench: [k3] sequential read of the big file");
@@ -2074,6 +2114,32 @@ fn scenario_k(
                 fmt_ms(rw_walk.median())
             ),
         },
+        Target {
+            scenario: "k1m",
+            what: "the same checkpoint through a running `rewind mcp` ≤ 5 ms".into(),
+            limit: 5.0,
+            measured: ck_mcp.median(),
+            unit: "ms",
+            measured_as: "median, tools/call request to response",
+            shown: format!(
+                "{} ms (one process per checkpoint, k1: {} ms)",
+                fmt_ms(ck_mcp.median()),
+                fmt_ms(ck.median())
+            ),
+        },
+        Target {
+            scenario: "k2m",
+            what: "the same rewind through a running `rewind mcp` ≤ 10 ms".into(),
+            limit: 10.0,
+            measured: rw_mcp.median(),
+            unit: "ms",
+            measured_as: "median, tools/call request to response",
+            shown: format!(
+                "{} ms (one process per rewind, k2: {} ms)",
+                fmt_ms(rw_mcp.median()),
+                fmt_ms(rw.median())
+            ),
+        },
         io_target(
             "k3",
             "sequential read of the big file (≥ 0.9× native throughput)",
@@ -2118,6 +2184,7 @@ fn scenario_k(
         }],
         detail: Value::Null,
     };
+    let (k1_cli, k2_cli) = (ck.clone(), rw.clone());
     let scenarios = vec![
         Scenario {
             id: "k1",
@@ -2136,6 +2203,26 @@ fn scenario_k(
             baselines: vec![Baseline {
                 name: "walk engine, same tree unmounted".into(),
                 series: rw_walk,
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "k1m",
+            name: "k1m. FUSE mount: the k1 checkpoint through a running `rewind mcp`".into(),
+            rewind: ck_mcp,
+            baselines: vec![Baseline {
+                name: "k1: one `rewind checkpoint` process".into(),
+                series: k1_cli,
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "k2m",
+            name: "k2m. FUSE mount: the k2 rewind through a running `rewind mcp`".into(),
+            rewind: rw_mcp,
+            baselines: vec![Baseline {
+                name: "k2: one `rewind rewind` process".into(),
+                series: k2_cli,
             }],
             detail: Value::Null,
         },
@@ -2190,7 +2277,8 @@ fn scenario_k(
     ];
     let note = "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
                 filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
-                on another copy given the same edits, k3–k7 the same command through the mount and \
+                on another copy given the same edits; k1m/k2m the same through one running \
+                `rewind mcp` (its workspace kept open between calls, D63); k3–k7 the same command through the mount and \
                 natively on the unmounted copy, alternating which goes first, after one warm-up each"
         .to_string();
     (scenarios, targets, note)
@@ -2685,6 +2773,22 @@ fn mcp_initialized() -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
 }
 
+/// An MCP checkpoint's structuredContent counts exactly the planned edits.
+fn mcp_edit_counts(server: &mut McpServer, sc: &Value, what: &str) {
+    if !sc["id"].is_string() {
+        server.fail(&format!(
+            "{what}: structuredContent.id is not a string: {sc}"
+        ));
+    }
+    let num = |k: &str| sc[k].as_u64();
+    match (num("added"), num("modified"), num("deleted")) {
+        (Some(a), Some(m), Some(d)) => check_edit_counts((a, m, d), what, sc),
+        _ => server.fail(&format!(
+            "{what}: structuredContent has no numeric added/modified/deleted: {sc}"
+        )),
+    }
+}
+
 /// One `rewind mcp` process spoken to over stdio: newline-delimited
 /// JSON-RPC 2.0. A thread reads its stdout line by line (`BufReader`) and
 /// hands each line over a channel, so a silent server is a timeout and a
@@ -2811,6 +2915,44 @@ impl McpServer {
                 _ => self.fail(&format!("{what}: response without a result object: {v}")),
             }
         }
+    }
+
+    /// A started session: `initialize` answered, `initialized` sent.
+    fn start(ws: &Path) -> McpServer {
+        let mut server = McpServer::spawn(ws);
+        server.send(&mcp_initialize(1));
+        let init = server.result(1, "initialize");
+        if !init["protocolVersion"].is_string() || !init["serverInfo"]["name"].is_string() {
+            server.fail(&format!(
+                "initialize: result without protocolVersion / serverInfo.name: {init}"
+            ));
+        }
+        server.send(&mcp_initialized());
+        server
+    }
+
+    /// `tools/call` with request id `id`, timed from the request to its
+    /// response: (ms, structuredContent). An error result fails the run.
+    fn call_tool(&mut self, id: u64, name: &str, arguments: Value) -> (f64, Value) {
+        let what = format!("tools/call {name} (id {id})");
+        let t = Instant::now();
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }));
+        let res = self.result(id, &what);
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        match res.get("isError") {
+            None | Some(Value::Bool(false)) => {}
+            Some(other) => self.fail(&format!("{what}: isError is {other}: {res}")),
+        }
+        let sc = res["structuredContent"].clone();
+        if !sc.is_object() {
+            self.fail(&format!("{what}: no structuredContent object: {res}"));
+        }
+        (ms, sc)
     }
 
     /// The server's peak RSS so far (`VmHWM`), in KiB; 0 if unreadable.
@@ -2976,15 +3118,7 @@ fn scenario_h(
     };
 
     // ---- h1: checkpoint round trip on one server
-    let mut server = McpServer::spawn(ws);
-    server.send(&mcp_initialize(1));
-    let init = server.result(1, "initialize");
-    if !init["protocolVersion"].is_string() || !init["serverInfo"]["name"].is_string() {
-        server.fail(&format!(
-            "initialize: result without protocolVersion / serverInfo.name: {init}"
-        ));
-    }
-    server.send(&mcp_initialized());
+    let mut server = McpServer::start(ws);
     let mut mcp = Series::default();
     let mut cli = Series::default();
     let mut next_id = 2u64;
@@ -3004,35 +3138,8 @@ fn scenario_h(
             if via_mcp {
                 let id = next_id;
                 next_id += 1;
-                let what = format!("tools/call checkpoint (id {id})");
-                let t = Instant::now();
-                server.send(&json!({
-                    "jsonrpc": "2.0",
-                    "id": id,
-                    "method": "tools/call",
-                    "params": {"name": "checkpoint", "arguments": {}},
-                }));
-                let res = server.result(id, &what);
-                let ms = t.elapsed().as_secs_f64() * 1000.0;
-                match res.get("isError") {
-                    None | Some(Value::Bool(false)) => {}
-                    Some(other) => {
-                        server.fail(&format!("{what}: isError is {other}: {res}"));
-                    }
-                }
-                let sc = &res["structuredContent"];
-                if !sc["id"].is_string() {
-                    server.fail(&format!(
-                        "{what}: result.structuredContent.id is not a string: {res}"
-                    ));
-                }
-                let num = |k: &str| sc[k].as_u64();
-                match (num("added"), num("modified"), num("deleted")) {
-                    (Some(a), Some(m), Some(d)) => check_edit_counts((a, m, d), &what, &res),
-                    _ => server.fail(&format!(
-                        "{what}: structuredContent has no numeric added/modified/deleted: {res}"
-                    )),
-                }
+                let (ms, sc) = server.call_tool(id, "checkpoint", json!({}));
+                mcp_edit_counts(&mut server, &sc, &format!("h1: MCP checkpoint (id {id})"));
                 mcp.push(ms, server.peak_rss_kib());
                 mcp.self_ms
                     .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));

@@ -31,6 +31,7 @@ pub mod subvol;
 pub mod time;
 pub mod trace;
 pub mod tree;
+pub mod warm;
 pub mod workspace;
 
 pub use error::{Error, Result};

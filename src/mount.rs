@@ -76,6 +76,12 @@ impl MountLink {
         lock(&self.client).daemon_pid()
     }
 
+    /// The daemon still holds this link's connection (a process that keeps
+    /// the link between commands asks before reusing it).
+    pub fn is_alive(&self) -> bool {
+        lock(&self.client).is_alive()
+    }
+
     /// What the next capture must look at; `None`: everything. With
     /// `take`, the capture promises to [`MountLink::commit`] after
     /// persisting, and its set is given back if it never does.

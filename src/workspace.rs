@@ -80,6 +80,31 @@ pub struct Workspace {
     show_progress: bool,
     observer: Option<Observer>,
     lock: Option<LockFile>,
+    /// What this workspace was opened on; see [`Workspace::is_current`].
+    identity: Identity,
+}
+
+/// The files an open workspace stands for, by (device, inode). A process
+/// that keeps a workspace open between commands (`rewind mcp`) must
+/// reopen it when one was replaced: the root by `init --subvolume`, the
+/// ledger by a new `.rewind/`, the mount's socket by `mount`/`unmount`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    root: (u64, u64),
+    ledger: (u64, u64),
+    socket: Option<(u64, u64)>,
+}
+
+impl Identity {
+    fn of(root_path: &Path, ledger: &Path) -> Option<Identity> {
+        use std::os::unix::fs::MetadataExt;
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        Some(Identity {
+            root: id(root_path)?,
+            ledger: id(ledger)?,
+            socket: id(&rewind_fuse::socket_path(root_path)),
+        })
+    }
 }
 
 /// What `checkpoint` reports.
@@ -293,6 +318,10 @@ impl Workspace {
                 Engine::choose(&root, &fs)
             }
         };
+        let identity =
+            Identity::of(&root_path, ledger.path()).ok_or_else(|| Error::NotAWorkspace {
+                path: root_path.clone(),
+            })?;
         Ok(Workspace {
             root_path,
             io_path,
@@ -309,7 +338,24 @@ impl Workspace {
             show_progress,
             observer: None,
             lock: None,
+            identity,
         })
+    }
+
+    /// Whether this open workspace still stands for what its path names:
+    /// the same root, ledger and mount (a live daemon) as when it was
+    /// opened. Three `stat`s; a long-lived process asks before reusing it.
+    pub fn is_current(&self) -> bool {
+        Identity::of(&self.root_path, self.ledger.path()) == Some(self.identity)
+            && self.mount.as_ref().is_none_or(MountLink::is_alive)
+    }
+
+    /// End of a command in a process that keeps the workspace open: give
+    /// the lock back (other commands may run until the next call) and
+    /// forget the caller's progress observer.
+    pub fn release(&mut self) {
+        self.lock = None;
+        self.observer = None;
     }
 
     /// Whether clones work here, probed once per filesystem (device) and

@@ -101,6 +101,30 @@ fn a_cancelled_checkpoint_commits_nothing_and_the_server_keeps_serving() {
     );
 }
 
+/// D63: the server keeps its workspace open between calls, and must not
+/// lock others out or keep using a workspace that was replaced or mounted.
+#[test]
+fn a_kept_open_workspace_releases_its_lock_and_follows_reinit_and_mounts() {
+    let Some(py) = python() else { return };
+    let dir = common::tmp();
+    let mount = common::is_root() && Path::new("/dev/fuse").exists();
+    if !mount {
+        common::skip_or_fail("the mount part needs root and /dev/fuse");
+    }
+    // Unmounted on drop, in case the client failed while mounted.
+    let _cleanup = common::MountGuard {
+        dir: dir.path().to_path_buf(),
+    };
+    client(
+        &py,
+        "warm",
+        dir.path(),
+        "all",
+        "legacy",
+        &[("REWIND_TEST_MOUNT", if mount { "1" } else { "0" })],
+    );
+}
+
 #[test]
 fn an_unknown_profile_fails_at_startup() {
     let dir = common::tmp();

@@ -240,6 +240,24 @@ impl Client {
         self.pid
     }
 
+    /// No answer is pending, so anything readable now is the daemon's end
+    /// of the connection (EOF) or garbage: either way, not a usable link.
+    pub fn is_alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut byte = 0u8;
+        // SAFETY: the fd is this stream's, open for the call; one byte of
+        // valid memory; MSG_PEEK leaves it in the socket.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+    }
+
     /// A path that reaches the backing workspace root (not through the
     /// mount): the workspace itself for `--at VIEW`, else a private bind.
     pub fn backing_path(&self) -> &Path {

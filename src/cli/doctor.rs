@@ -36,6 +36,10 @@ struct Fuse {
     /// writes at native speed instead of through the daemon.
     #[serde(skip_serializing_if = "Option::is_none")]
     passthrough: Option<bool>,
+    /// Directories the next checkpoint looks at ("all": it walks
+    /// everything, as after a fresh mount or new ignore rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dirty_dirs: Option<serde_json::Value>,
     note: String,
 }
 
@@ -103,6 +107,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             mounted: status.is_some(),
             daemon_pid: status.as_ref().map(|s| s.pid),
             passthrough: status.as_ref().map(|s| s.passthrough),
+            dirty_dirs: status.as_ref().map(|s| match s.dirty {
+                Some(n) => n.into(),
+                None => "all".into(),
+            }),
             note: fuse_note,
         },
         ledger: Ledger {

@@ -28,6 +28,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::progress::Observer;
+use crate::warm::{Held, WarmSlot};
 use crate::workspace::Workspace;
 
 /// Version of the `--json` output contract (bumped on breaking changes).
@@ -111,18 +112,26 @@ pub struct Ctx {
     pub cwd: PathBuf,
     /// A machine caller (the MCP server) watching progress and able to cancel.
     pub observer: Option<Observer>,
+    /// A long-lived caller's open workspace, reused between calls (D63).
+    pub warm: Option<WarmSlot>,
 }
 
 impl Ctx {
     /// The context of one MCP tool call: no human output; relative paths
     /// name paths from `cwd`.
-    pub fn for_tool(dir: Option<PathBuf>, cwd: PathBuf, observer: Option<Observer>) -> Ctx {
+    pub fn for_tool(
+        dir: Option<PathBuf>,
+        cwd: PathBuf,
+        observer: Option<Observer>,
+        warm: Option<WarmSlot>,
+    ) -> Ctx {
         Ctx {
             dir,
             json: true,
             quiet: true,
             cwd,
             observer,
+            warm,
         }
     }
 
@@ -146,11 +155,14 @@ impl Ctx {
     }
 
     /// Open the workspace holding the start directory.
-    pub fn workspace(&self) -> Result<Workspace> {
+    pub fn workspace(&self) -> Result<Held<'_>> {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         match Workspace::discover(&start) {
-            Some(root) => self.observed(Workspace::open(&root, self.progress())?),
+            Some(root) => match self.warm.as_ref().and_then(|w| w.take(&root)) {
+                Some(ws) => self.observed(ws),
+                None => self.observed(Workspace::open(&root, self.progress())?),
+            },
             None if !start.exists() => Err(Error::Os(rewind_platform::Error::new(
                 "open workspace",
                 &start,
@@ -161,21 +173,24 @@ impl Ctx {
     }
 
     /// Open the workspace, creating it if needed (checkpoint, init).
-    pub fn workspace_or_init(&self) -> Result<Workspace> {
+    pub fn workspace_or_init(&self) -> Result<Held<'_>> {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         let ws = match Workspace::discover(&start) {
-            Some(root) => Workspace::open(&root, self.progress())?,
+            Some(root) => match self.warm.as_ref().and_then(|w| w.take(&root)) {
+                Some(ws) => ws,
+                None => Workspace::open(&root, self.progress())?,
+            },
             None => Workspace::init(&start, self.progress())?.0,
         };
         self.observed(ws)
     }
 
-    fn observed(&self, mut ws: Workspace) -> Result<Workspace> {
+    fn observed(&self, mut ws: Workspace) -> Result<Held<'_>> {
         if let Some(o) = &self.observer {
             ws.set_observer(o.clone());
         }
-        Ok(ws)
+        Ok(Held::new(ws, self.warm.as_ref()))
     }
 
     /// Print the result: JSON (with the contract version) or the human text.
@@ -222,6 +237,7 @@ pub fn main() -> i32 {
         quiet: cli.quiet,
         cwd,
         observer: None,
+        warm: None,
     };
     let result = match cli.command {
         Command::Init(a) => init::run(&ctx, a),

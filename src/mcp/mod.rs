@@ -26,6 +26,7 @@ pub use tools::{Profile, TOOLS, ToolDef};
 use crate::cli::Ctx;
 use crate::error::{Error, Result};
 use crate::progress::Observer;
+use crate::warm::WarmSlot;
 
 /// Taught to the model at `initialize`; kept short because it is paid for
 /// in every session's context.
@@ -41,6 +42,8 @@ pub struct Server {
     profile: Profile,
     /// One call at a time (see the module docs).
     queue: tokio::sync::Mutex<()>,
+    /// The workspace, kept open between calls (D63).
+    warm: WarmSlot,
 }
 
 impl Server {
@@ -50,6 +53,7 @@ impl Server {
             cwd,
             profile,
             queue: tokio::sync::Mutex::new(()),
+            warm: WarmSlot::default(),
         }
     }
 
@@ -139,7 +143,12 @@ impl ServerHandler for Server {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let cancel = Arc::new(AtomicBool::new(false));
         let observer = progress_observer(&context, tool.name, cancel.clone());
-        let ctx = Ctx::for_tool(self.dir.clone(), self.cwd.clone(), Some(observer));
+        let ctx = Ctx::for_tool(
+            self.dir.clone(),
+            self.cwd.clone(),
+            Some(observer),
+            Some(self.warm.clone()),
+        );
 
         let _turn = tokio::select! {
             turn = self.queue.lock() => turn,
@@ -159,6 +168,10 @@ impl ServerHandler for Server {
                 (&mut work).await
             }
         };
+        if !matches!(joined, Ok(Ok(_))) {
+            // Whatever failed may have been the open workspace itself.
+            self.warm.clear();
+        }
         let result = match joined {
             Ok(Ok(value)) => CallToolResult::structured(value),
             Ok(Err(e)) => error_result(tool.name, &e),

@@ -458,7 +458,11 @@ impl Drop for MountGuard {
     fn drop(&mut self) {
         let d = self.dir.display().to_string();
         if !rewind(Path::new("/"), &["unmount", &d]).status.success() {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.dir)
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }

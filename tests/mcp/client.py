@@ -1,7 +1,7 @@
 """Drive `rewind mcp` with the official Python MCP client (the `mcp` package).
 
 Usage: client.py SCENARIO REWIND_BIN WORKDIR [PROFILE] [MODE]
-Scenarios: lifecycle, session, progress, cancel. MODE is `legacy`
+Scenarios: lifecycle, session, progress, cancel, warm. MODE is `legacy`
 (initialize) or `auto` (server/discover, falling back to initialize).
 Exit 0 when every assertion holds; an AssertionError otherwise.
 """
@@ -233,11 +233,64 @@ async def cancel(binary, workdir, profile, mode):
         print(json.dumps({"cancel": "ok"}))
 
 
+async def warm(binary, workdir, profile, mode):
+    """The server keeps its workspace open between calls (D63). Other
+    processes are not locked out and see what it wrote; a `.rewind/`
+    replaced between calls, or a mount started or stopped, is noticed and
+    the workspace reopened. With REWIND_TEST_MOUNT=1 (root, /dev/fuse) the
+    mount part runs too."""
+    def cli(*args, check=True):
+        out = subprocess.run([binary, *args, "--json"], cwd=workdir, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 or not check, f"rewind {' '.join(args)}: {out.stderr}"
+        return json.loads(out.stdout) if out.stdout.strip() else {}
+
+    labels = lambda listing: [ck.get("label") for ck in listing["checkpoints"]]
+    f = os.path.join(workdir, "a.txt")
+    write(f, "1\n")
+    async with client(binary, workdir, "all", mode) as c:
+        k = Checked(c, (await c.list_tools()).tools)
+        await k.ok("checkpoint", {"label": "one"})
+        # No lock held between calls: a CLI checkpoint is not queued behind it.
+        write(f, "2\n")
+        two = cli("checkpoint", "two")
+        lst = await k.ok("list", {})
+        assert lst["head"] == two["id"] and "two" in labels(lst), lst
+        # A new .rewind/ at the same path: the server must not write to the
+        # ledger it had open (now deleted).
+        subprocess.run(["rm", "-rf", os.path.join(workdir, ".rewind")], check=True)
+        cli("init")
+        write(f, "3\n")
+        three = await k.ok("checkpoint", {"label": "three"})
+        assert labels(cli("list")) == ["three"], cli("list")
+        if os.environ.get("REWIND_TEST_MOUNT") == "1":
+            out = subprocess.run([binary, "mount", workdir], cwd="/", capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            try:
+                write(f, "4\n")
+                assert cli("doctor")["fuse"]["dirty_dirs"] == "all", "a fresh mount is all dirty"
+                four = await k.ok("checkpoint", {"label": "four"})
+                assert four["modified"] == 1, four
+                # Only a capture through the daemon commits its dirty set:
+                # a workspace kept from before the mount would walk instead.
+                assert cli("doctor")["fuse"]["dirty_dirs"] == 0, cli("doctor")
+                r = await k.ok("rewind", {"id": three["id"]})
+                assert r["written"] == 1 and read(f) == "3\n", r
+            finally:
+                out = subprocess.run([binary, "unmount", workdir], cwd="/", capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            write(f, "5\n")
+            five = await k.ok("checkpoint", {"label": "five"})
+            assert five["modified"] == 1 and read(f) == "5\n", five
+            assert "five" in labels(cli("list")), cli("list")
+        print(json.dumps({"warm": "ok"}))
+
+
 def main():
     scenario, binary, workdir = sys.argv[1:4]
     profile = sys.argv[4] if len(sys.argv) > 4 else "all"
     mode = sys.argv[5] if len(sys.argv) > 5 else "legacy"
-    fn = {"lifecycle": lifecycle, "session": session, "progress": progress, "cancel": cancel}[scenario]
+    fn = {"lifecycle": lifecycle, "session": session, "progress": progress, "cancel": cancel,
+          "warm": warm}[scenario]
     asyncio.run(fn(binary, workdir, profile, mode))
 
 
