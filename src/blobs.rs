@@ -14,6 +14,7 @@
 //! rule 6). Blobs written by a capture that then fails are harmless
 //! orphans, like unreferenced object files.
 
+use crate::ledger::CachedRow;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Mutex, OnceLock};
@@ -216,7 +217,7 @@ impl BlobReader {
 
     pub fn get(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {
         self.with(|conn| {
-            conn.query_row(
+            conn.cached_row(
                 "SELECT data FROM blobs WHERE hash = ?1",
                 [&hash.0[..]],
                 |r| r.get(0),
@@ -228,7 +229,7 @@ impl BlobReader {
     /// The chunk list of a chunked object (see `objects::CHUNK_SIZE`).
     pub fn chunks(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
         let manifest: Option<Vec<u8>> = self.with(|conn| {
-            conn.query_row(
+            conn.cached_row(
                 "SELECT manifest FROM chunked WHERE hash = ?1",
                 [&hash.0[..]],
                 |r| r.get(0),

@@ -7,6 +7,7 @@
 //! `SHA-256(0x00 ‖ encoding)` (the RFC 6962 leaf hash) and the next entry
 //! carries it as `prev`. Rows are `chain(seq, data, hash)`.
 
+use crate::ledger::CachedRow;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
@@ -143,7 +144,7 @@ impl Fields {
 /// Append an event inside an open write transaction. Returns its seq.
 pub fn append(conn: &Connection, kind: &str, fields: Fields) -> rusqlite::Result<u64> {
     let last: Option<(i64, Vec<u8>)> = conn
-        .query_row(
+        .cached_row(
             "SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -364,7 +365,7 @@ pub fn verify(
 /// The last entry's hash (inside a transaction).
 pub fn head_hash(conn: &Connection) -> rusqlite::Result<Option<Hash>> {
     let h: Option<Vec<u8>> = conn
-        .query_row(
+        .cached_row(
             "SELECT hash FROM chain ORDER BY seq DESC LIMIT 1",
             [],
             |r| r.get(0),
@@ -405,7 +406,7 @@ pub fn check_tail(conn: &Connection) -> rusqlite::Result<std::result::Result<(),
 /// The current head, for `anchor`.
 pub fn head(conn: &Connection, path: &std::path::Path) -> Result<Option<(u64, Hash)>> {
     let row: Option<(i64, Vec<u8>)> = conn
-        .query_row(
+        .cached_row(
             "SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),

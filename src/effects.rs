@@ -13,6 +13,7 @@
 //! a child of `H` created after the admission. Otherwise the timeline it
 //! happened on was rewound past: `SPENT_BEFORE_REWIND`.
 
+use crate::ledger::CachedRow;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
@@ -184,7 +185,7 @@ struct Row {
 }
 
 fn max_of(conn: &Connection, table: &str) -> rusqlite::Result<i64> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT coalesce(max(seq), 0) FROM {table}"),
         [],
         |r| r.get(0),
@@ -193,7 +194,7 @@ fn max_of(conn: &Connection, table: &str) -> rusqlite::Result<i64> {
 
 fn head_seq(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     let v: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'head'", [], |r| {
+        .cached_row("SELECT value FROM meta WHERE key = 'head'", [], |r| {
             r.get(0)
         })
         .optional()?;
@@ -217,7 +218,7 @@ fn on_timeline(
     let mut cur = now;
     while let Some(c) = cur {
         let parent: Option<i64> = conn
-            .query_row("SELECT parent FROM checkpoints WHERE seq = ?1", [c], |r| {
+            .cached_row("SELECT parent FROM checkpoints WHERE seq = ?1", [c], |r| {
                 r.get(0)
             })
             .optional()?
@@ -233,7 +234,7 @@ fn on_timeline(
 /// Decide and record, inside an open `BEGIN IMMEDIATE` transaction.
 pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
     let existing: Option<Row> = conn
-        .query_row(
+        .cached_row(
             "SELECT payload, status, head, max_checkpoint, max_operation, first_seq FROM effects WHERE scope = ?1 AND key = ?2",
             params![req.scope, req.key],
             |r| Ok(Row { payload: r.get(0)?, status: r.get(1)?, head: r.get(2)?, max_checkpoint: r.get(3)?, max_operation: r.get(4)?, first_seq: r.get(5)? }),
@@ -256,7 +257,7 @@ pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
     };
     let head_id: String = match now {
         Some(s) => conn
-            .query_row("SELECT id FROM checkpoints WHERE seq = ?1", [s], |r| {
+            .cached_row("SELECT id FROM checkpoints WHERE seq = ?1", [s], |r| {
                 r.get(0)
             })
             .optional()?
@@ -359,7 +360,7 @@ pub fn not_undone(conn: &Connection) -> rusqlite::Result<Vec<Effect>> {
         if e.status == "failed" {
             continue;
         }
-        let (head, maxc, maxo): (Option<i64>, i64, i64) = conn.query_row(
+        let (head, maxc, maxo): (Option<i64>, i64, i64) = conn.cached_row(
             "SELECT head, max_checkpoint, max_operation FROM effects WHERE scope = ?1 AND key = ?2",
             params![e.scope, e.key],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),

@@ -91,6 +91,25 @@ fn persist_wal(conn: &Connection) {
     }
 }
 
+/// `query_row` through the connection's statement cache: a process that
+/// keeps the ledger open (`rewind mcp`, D63) parses each query once.
+pub(crate) trait CachedRow {
+    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl CachedRow for Connection {
+    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
 /// `ledger.db-wal` beside `ledger.db`.
 fn wal_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -201,7 +220,7 @@ pub struct Pending {
 }
 
 fn id_taken(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
-    conn.query_row(
+    conn.cached_row(
         "SELECT 1 FROM checkpoints WHERE id = ?1
          UNION ALL SELECT 1 FROM pending WHERE id = ?1
          UNION ALL SELECT 1 FROM aliases WHERE id = ?1",
@@ -230,7 +249,7 @@ fn fresh_id(
 }
 
 fn next_seq(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row(
+    conn.cached_row(
         "SELECT max(coalesce((SELECT max(seq) FROM checkpoints), 0),
                     coalesce((SELECT max(seq) FROM pending), 0)) + 1",
         [],
@@ -296,7 +315,7 @@ impl Ledger {
         let ledger = Self::connect(path, false)?;
         let version: Option<String> = ledger
             .conn
-            .query_row(
+            .cached_row(
                 "SELECT value FROM meta WHERE key = 'format_version'",
                 [],
                 |r| r.get(0),
@@ -379,6 +398,8 @@ impl Ledger {
         let conn = Connection::open(path).map_err(db_err(path))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(path))?;
+        // Room for every statement a command runs (CachedRow).
+        conn.set_prepared_statement_cache_capacity(64);
         // Only for a new database, before WAL mode: 16 KiB pages keep a
         // directory's stat-cache blob out of overflow chains. On an
         // existing one, setting auto_vacuum writes the header page: a
@@ -415,7 +436,7 @@ impl Ledger {
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
         self.conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .cached_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .map_err(self.err())
     }
@@ -437,7 +458,7 @@ impl Ledger {
         self.rowid_tables()?;
         let has_pruned: bool = self
             .conn
-            .query_row(
+            .cached_row(
                 "SELECT count(*) FROM pragma_table_info('checkpoints') WHERE name = 'pruned_at'",
                 [],
                 |r| r.get::<_, i64>(0),
@@ -479,7 +500,7 @@ impl Ledger {
         ] {
             let sql: Option<String> = self
                 .conn
-                .query_row(
+                .cached_row(
                     "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
                     [table],
                     |r| r.get(0),
@@ -632,7 +653,7 @@ impl Ledger {
             "SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.seq = ?1"
         );
         self.conn
-            .query_row(&sql, [seq], checkpoint_from_row)
+            .cached_row(&sql, [seq], checkpoint_from_row)
             .optional()
             .map_err(self.err())
     }
@@ -703,7 +724,7 @@ impl Ledger {
     /// How many checkpoints are not pruned (one indexed count).
     pub fn live_checkpoints(&self) -> Result<usize> {
         self.conn
-            .query_row(
+            .cached_row(
                 "SELECT count(*) FROM checkpoints WHERE pruned_at IS NULL",
                 [],
                 |r| r.get::<_, i64>(0),
@@ -715,7 +736,7 @@ impl Ledger {
     /// Live checkpoints created before `ms` (what `keep_within` may prune).
     pub fn live_checkpoints_before(&self, ms: i64) -> Result<usize> {
         self.conn
-            .query_row(
+            .cached_row(
                 "SELECT count(*) FROM checkpoints WHERE pruned_at IS NULL AND created_at < ?1",
                 [ms],
                 |r| r.get::<_, i64>(0),
@@ -799,7 +820,7 @@ impl Ledger {
     pub fn used_bytes(&self) -> Result<(u64, u64)> {
         let q = |sql: &str| -> Result<u64> {
             self.conn
-                .query_row(sql, [], |r| r.get::<_, i64>(0))
+                .cached_row(sql, [], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
                 .map_err(self.err())
         };
@@ -845,7 +866,7 @@ impl Ledger {
     pub fn tree(&self, hash: &Hash) -> Result<Option<Node>> {
         let data: Option<Vec<u8>> = self
             .conn
-            .query_row(
+            .cached_row(
                 "SELECT data FROM trees WHERE hash = ?1",
                 [&hash.0[..]],
                 |r| r.get(0),
@@ -951,7 +972,7 @@ impl Ledger {
 
     pub fn has_pending(&self) -> Result<bool> {
         self.conn
-            .query_row("SELECT 1 FROM pending LIMIT 1", [], |_| Ok(()))
+            .cached_row("SELECT 1 FROM pending LIMIT 1", [], |_| Ok(()))
             .optional()
             .map(|o| o.is_some())
             .map_err(self.err())
@@ -960,7 +981,7 @@ impl Ledger {
     /// The checkpoint an id was folded into, if it was.
     pub fn alias(&self, id: &str) -> Result<Option<i64>> {
         self.conn
-            .query_row("SELECT seq FROM aliases WHERE id = ?1", [id], |r| r.get(0))
+            .cached_row("SELECT seq FROM aliases WHERE id = ?1", [id], |r| r.get(0))
             .optional()
             .map_err(self.err())
     }
@@ -968,7 +989,7 @@ impl Ledger {
     /// The id of a checkpoint, pending or not.
     pub fn id_of_seq(&self, seq: i64) -> Result<Option<String>> {
         self.conn
-            .query_row(
+            .cached_row(
                 "SELECT id FROM checkpoints WHERE seq = ?1 UNION ALL SELECT id FROM pending WHERE seq = ?1",
                 [seq],
                 |r| r.get(0),
@@ -991,7 +1012,7 @@ impl Ledger {
 
     pub fn intent(&self) -> Result<Option<Intent>> {
         self.conn
-            .query_row(
+            .cached_row(
                 "SELECT op, target, safety, to_root, options FROM intent WHERE id = 1",
                 [],
                 |r| {
@@ -1012,7 +1033,7 @@ impl Ledger {
 
     pub fn last_operation(&self) -> Result<Option<Operation>> {
         self.conn
-            .query_row(
+            .cached_row(
                 "SELECT op, target, safety FROM operations ORDER BY seq DESC LIMIT 1",
                 [],
                 |r| {
@@ -1044,7 +1065,7 @@ impl Ledger {
 
     pub fn count(&self, table: &'static str) -> Result<i64> {
         self.conn
-            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .cached_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
             .map_err(self.err())
     }
 }
@@ -1067,7 +1088,7 @@ impl Tx<'_> {
 
     pub fn checkpoint_id(&self, seq: i64) -> Result<String> {
         self.tx
-            .query_row("SELECT id FROM checkpoints WHERE seq = ?1", [seq], |r| {
+            .cached_row("SELECT id FROM checkpoints WHERE seq = ?1", [seq], |r| {
                 r.get(0)
             })
             .map_err(self.err())
@@ -1112,7 +1133,7 @@ impl Tx<'_> {
     pub fn head_seq(&self) -> Result<Option<i64>> {
         let v: Option<String> = self
             .tx
-            .query_row("SELECT value FROM meta WHERE key = 'head'", [], |r| {
+            .cached_row("SELECT value FROM meta WHERE key = 'head'", [], |r| {
                 r.get(0)
             })
             .optional()
