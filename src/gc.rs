@@ -328,6 +328,7 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
             }
             Ok(())
         })?;
+        ws.ledger().forget_nodes();
         crate::failpoint::hit("gc:rows-swept");
     }
     for (hash, meta) in ws.store().files()? {
@@ -564,7 +565,7 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
         if !seen.insert(h) {
             continue;
         }
-        let Some(node) = ws.ledger().tree(&h)? else {
+        let Some(node) = ws.ledger().tree_uncached(&h)? else {
             out.push(format!("tree node {h} of checkpoint {owner} is missing"));
             continue;
         };

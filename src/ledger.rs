@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::error::{Error, Result, db_err};
 use crate::hash::Hash;
 use crate::tree::Node;
+use std::collections::HashMap;
 
 /// The ledger's format. 2: tree nodes may be stored compactly (D49),
 /// which a format-1 rewind cannot read. A format-1 ledger is read as it is
@@ -278,7 +279,15 @@ pub struct Note {
 pub struct Ledger {
     conn: Connection,
     path: PathBuf,
+    /// Decoded tree nodes by hash. Content-addressed, so never stale; it
+    /// holds only nodes read from, or committed to, this ledger. A process
+    /// that keeps the ledger open (D63) diffs the next capture against
+    /// the last one's nodes without reading and verifying them again.
+    nodes: std::cell::RefCell<HashMap<Hash, Node>>,
 }
+
+/// Past this many nodes the cache starts over (a few MiB at most).
+const NODE_CACHE_MAX: usize = 4096;
 
 const CHECKPOINT_COLS: &str = "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats, c.pruned_at";
 
@@ -423,6 +432,7 @@ impl Ledger {
         Ok(Ledger {
             conn,
             path: path.to_owned(),
+            nodes: Default::default(),
         })
     }
 
@@ -863,7 +873,44 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// Remember nodes a committed transaction stored (see `nodes`).
+    pub fn remember_nodes(&self, nodes: HashMap<Hash, Node>) {
+        let mut cache = self.nodes.borrow_mut();
+        if cache.len() + nodes.len() > NODE_CACHE_MAX {
+            cache.clear();
+        }
+        if nodes.len() <= NODE_CACHE_MAX {
+            cache.extend(nodes);
+        }
+    }
+
+    /// After nodes were deleted (gc's sweep).
+    pub fn forget_nodes(&self) {
+        self.nodes.borrow_mut().clear();
+    }
+
+    /// A node as the ledger holds it now, verified, never from the cache
+    /// (what `verify --deep` must check).
+    pub fn tree_uncached(&self, hash: &Hash) -> Result<Option<Node>> {
+        self.read_tree(hash)
+    }
+
     pub fn tree(&self, hash: &Hash) -> Result<Option<Node>> {
+        if let Some(n) = self.nodes.borrow().get(hash) {
+            return Ok(Some(n.clone()));
+        }
+        let node = self.read_tree(hash)?;
+        if let Some(n) = &node {
+            let mut cache = self.nodes.borrow_mut();
+            if cache.len() >= NODE_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(*hash, n.clone());
+        }
+        Ok(node)
+    }
+
+    fn read_tree(&self, hash: &Hash) -> Result<Option<Node>> {
         let data: Option<Vec<u8>> = self
             .conn
             .cached_row(
@@ -1356,4 +1403,63 @@ fn subtree_bounds(dir: &[u8]) -> (Vec<u8>, Vec<u8>) {
         hi = vec![0xff; 4097];
     }
     (lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::{Entry, Target};
+
+    fn one_link_node(target: &[u8]) -> (Hash, Node) {
+        let node = Node {
+            entries: vec![Entry {
+                name: b"link".to_vec(),
+                mode: 0o120777,
+                size: target.len() as u64,
+                mtime_ns: 0,
+                target: Target::Link(target.to_vec()),
+                xattrs: Vec::new(),
+            }],
+        };
+        (Node::hash_of_encoding(&node.encode()), node)
+    }
+
+    /// The node cache (D63) may outlive a row another process deletes:
+    /// reads serve it, but `verify --deep` (`tree_uncached`) must see the
+    /// ledger as it is, and a sweep in this process empties the cache.
+    #[test]
+    fn a_deleted_node_is_missing_to_the_uncached_read_and_after_a_sweep() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut ledger = Ledger::create(&dir.path().join("ledger.db"), "test").expect("ledger");
+        let (hash, node) = one_link_node(b"somewhere");
+        ledger
+            .write(|tx| tx.put_tree(&hash, &node.encode()))
+            .expect("store the node");
+        assert_eq!(ledger.tree(&hash).expect("read"), Some(node.clone()));
+        ledger
+            .conn
+            .execute("DELETE FROM trees WHERE hash = ?1", [&hash.0[..]])
+            .expect("delete behind the cache's back");
+        assert_eq!(ledger.tree(&hash).expect("cached read"), Some(node));
+        assert_eq!(ledger.tree_uncached(&hash).expect("uncached read"), None);
+        ledger.forget_nodes();
+        assert_eq!(ledger.tree(&hash).expect("read after forget"), None);
+    }
+
+    /// Committed nodes are remembered; the cache starts over instead of
+    /// growing past its bound.
+    #[test]
+    fn remembered_nodes_are_served_and_the_cache_stays_bounded() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ledger = Ledger::create(&dir.path().join("ledger.db"), "test").expect("ledger");
+        let (hash, node) = one_link_node(b"first");
+        ledger.remember_nodes(HashMap::from([(hash, node.clone())]));
+        assert_eq!(ledger.tree(&hash).expect("read"), Some(node));
+        let many: HashMap<Hash, Node> = (0..NODE_CACHE_MAX)
+            .map(|i| one_link_node(format!("t{i}").as_bytes()))
+            .collect();
+        ledger.remember_nodes(many);
+        assert!(ledger.nodes.borrow().len() <= NODE_CACHE_MAX);
+        assert_eq!(ledger.tree(&hash).expect("read after reset"), None);
+    }
 }

@@ -325,7 +325,10 @@ fn run_to(
     //    for a symlink), finish from a fresh capture instead.
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
-        apply_plan(ws, &target.id, &trees, &changes, aopts)
+        let report = apply_plan(ws, &target.id, &trees, &changes, aopts);
+        // The safety capture's nodes were committed in step 3.
+        ws.ledger().remember_nodes(trees.into_overlay());
+        report
     };
     let report = match report {
         Ok(r) => {

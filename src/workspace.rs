@@ -2,6 +2,7 @@
 //! the operations on both. Everything the CLI (and later MCP and hooks)
 //! does goes through here.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -15,12 +16,14 @@ use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
 use crate::chain::Fields;
 use crate::diff::{self, Counts, DiffOptions, Trees};
 use crate::error::{Error, Result};
+use crate::hash::Hash;
 use crate::ids;
 use crate::ledger::{Checkpoint, Ledger};
 use crate::mount::{Frozen, MountLink};
 use crate::objects::ObjectStore;
 use crate::progress::{Observer, Progress};
 use crate::snapshot::{self, Engine};
+use crate::tree::Node;
 use crate::{failpoint, time};
 
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -811,11 +814,12 @@ impl Workspace {
         failpoint::hit("checkpoint:before-sync");
         self.sync_state(&cap)?;
         let head = self.ledger.head()?;
-        let changes = self.changes_since(head.as_ref(), &cap)?;
+        let (changes, nodes) = self.changes_since(head.as_ref(), &cap)?;
         if reuse_if_unchanged
             && let Some(h) = head.as_ref().filter(|_| changes == Counts::default())
         {
             self.persist_capture(&mut cap, None)?;
+            self.ledger.remember_nodes(nodes);
             let mut r = self.report(h, &cap, changes, true, started);
             r.pruned = pruned;
             return Ok(r);
@@ -832,6 +836,7 @@ impl Workspace {
                 }),
             )?
             .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
+        self.ledger.remember_nodes(nodes);
         failpoint::hit("checkpoint:after-commit");
         let ck = self
             .ledger
@@ -943,12 +948,16 @@ impl Workspace {
 
     /// What changed between HEAD and a capture, by content (mtimes alone
     /// are not a change: a rewind gives restored files the current time).
-    pub(crate) fn changes_since(&self, head: Option<&Checkpoint>, cap: &Capture) -> Result<Counts> {
-        content_changes(
-            &Trees::with_overlay(&self.ledger, cap.overlay()),
-            head,
-            &cap.root,
-        )
+    /// Also returns the capture's decoded new nodes, for
+    /// [`Ledger::remember_nodes`] once they are committed.
+    pub(crate) fn changes_since(
+        &self,
+        head: Option<&Checkpoint>,
+        cap: &Capture,
+    ) -> Result<(Counts, HashMap<Hash, Node>)> {
+        let trees = Trees::with_overlay(&self.ledger, cap.overlay());
+        let counts = content_changes(&trees, head, &cap.root)?;
+        Ok((counts, trees.into_overlay()))
     }
 
     fn report(
