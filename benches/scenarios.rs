@@ -1905,13 +1905,17 @@ fn scenario_k(
     }
 
     // k1m, k2m. The same through one running `rewind mcp`, as agents call
-    // it: the server keeps the workspace open between calls (D63).
+    // it: the server keeps the workspace open between calls (D63). Each
+    // loop as its CLI twin: k1m checkpoints in a row, k2m rewinds (a
+    // checkpoint right after a rewind also looks at what the rewind wrote).
     let mut server = McpServer::start(&ws);
     let (mut ck_mcp, mut rw_mcp) = (Series::default(), Series::default());
-    let mut next_id = 2u64;
+    // One untimed call opens the workspace the server then keeps.
+    server.call_tool(2, "status", json!({}));
+    let mut next_id = 3u64;
     for r in 0..args.runs {
         eprintln!(
-            "bench: [k1m/k2m] MCP checkpoint and rewind through the mount, run {}/{}",
+            "bench: [k1m] MCP checkpoint through the mount, run {}/{}",
             r + 1,
             args.runs
         );
@@ -1925,7 +1929,17 @@ fn scenario_k(
         ck_mcp
             .self_ms
             .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
-        let x = json_str(&sc, "id", "k1m: checkpoint id");
+    }
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [k2m] MCP rewind through the mount, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let label = format!("bench-k2m-x-{r}");
+        let (_, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
+        next_id += 1;
+        let x = json_str(&sc, "id", "k2m: checkpoint id");
         let want = hash_tree(&ws);
         apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
         create_files(&ws, &plan_new_files(tree, rng, r + 3000));
