@@ -31,6 +31,9 @@ pub const INLINE_MAX: u64 = 64 * 1024;
 /// Commit the writer's transaction after this many bytes.
 const COMMIT_EVERY: usize = 8 << 20;
 
+/// ... or when no blob came for this long.
+const IDLE_COMMIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 pub const SCHEMA: &str =
     "CREATE TABLE IF NOT EXISTS blobs(hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS chunked(hash BLOB PRIMARY KEY, manifest BLOB NOT NULL) WITHOUT ROWID;";
@@ -58,6 +61,11 @@ type Blob = (Hash, Vec<u8>);
 pub struct BlobWriter {
     path: PathBuf,
     buffered: Mutex<(Vec<Blob>, usize)>,
+    /// Chunk lists of chunked objects (32 bytes a chunk): always committed
+    /// with the checkpoint's own transaction. A separate connection
+    /// writing them waited for the spill thread's write lock, and a first
+    /// checkpoint on ext4 with both failed with "database is locked".
+    manifests: Mutex<Vec<Blob>>,
     spill: OnceLock<Result<Spill>>,
 }
 
@@ -72,6 +80,8 @@ pub struct Finished {
     pub spilled_new_bytes: u64,
     /// Blobs for the caller's transaction.
     pub buffered: Vec<Blob>,
+    /// Chunk lists (object hash, manifest) for the caller's transaction.
+    pub manifests: Vec<Blob>,
 }
 
 impl BlobWriter {
@@ -79,6 +89,7 @@ impl BlobWriter {
         BlobWriter {
             path: ledger_path.to_owned(),
             buffered: Mutex::new((Vec::new(), 0)),
+            manifests: Mutex::new(Vec::new()),
             spill: OnceLock::new(),
         }
     }
@@ -116,14 +127,26 @@ impl BlobWriter {
         }
     }
 
+    /// Queue a chunked object's chunk list (see `objects::CHUNK_SIZE`).
+    pub fn put_manifest(&self, hash: Hash, chunks: &[Hash]) {
+        let manifest: Vec<u8> = chunks.iter().flat_map(|h| h.0).collect();
+        self.manifests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((hash, manifest));
+    }
+
     /// Commit the spilled blobs and hand back the buffered ones.
     pub fn finish(self) -> Result<Finished> {
         let spilled_new_bytes = self.stop_spill()?;
         let buffered =
             std::mem::take(&mut self.buffered.lock().unwrap_or_else(|p| p.into_inner()).0);
+        let manifests =
+            std::mem::take(&mut *self.manifests.lock().unwrap_or_else(|p| p.into_inner()));
         Ok(Finished {
             spilled_new_bytes,
             buffered,
+            manifests,
         })
     }
 
@@ -157,7 +180,7 @@ impl Drop for BlobWriter {
 
 impl Spill {
     fn start(path: &Path) -> Result<Spill> {
-        let mut conn = connect(path)?;
+        let conn = connect(path)?;
         let thread_path = path.to_owned();
         let (tx, rx) = sync_channel::<Blob>(256);
         let handle = std::thread::Builder::new()
@@ -166,23 +189,44 @@ impl Spill {
                 let err = db_err(&thread_path);
                 let mut new_bytes = 0u64;
                 let mut pending = 0usize;
-                let mut txn = conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                    .map_err(&err)?;
-                for (hash, data) in rx {
-                    if insert(&txn, &hash, &data).map_err(&err)? {
+                // The write lock is held only while blobs keep coming: a
+                // transaction is opened by the first blob of a batch and
+                // committed after COMMIT_EVERY bytes or an idle moment, so
+                // other writers (another command, `guard`) are not locked
+                // out for the whole capture.
+                // (Plain BEGIN/COMMIT: an error drops the connection, which
+                // rolls back what is open.)
+                let mut open = false;
+                loop {
+                    let (hash, data) = match rx.recv_timeout(IDLE_COMMIT) {
+                        Ok(b) => b,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            if open {
+                                conn.execute_batch("COMMIT").map_err(&err)?;
+                                open = false;
+                                pending = 0;
+                            }
+                            continue;
+                        }
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    };
+                    if !open {
+                        conn.execute_batch("BEGIN IMMEDIATE").map_err(&err)?;
+                        open = true;
+                    }
+                    if insert(&conn, &hash, &data).map_err(&err)? {
                         new_bytes += data.len() as u64;
                         pending += data.len();
                     }
                     if pending >= COMMIT_EVERY {
-                        txn.commit().map_err(&err)?;
-                        txn = conn
-                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                            .map_err(&err)?;
+                        conn.execute_batch("COMMIT").map_err(&err)?;
+                        open = false;
                         pending = 0;
                     }
                 }
-                txn.commit().map_err(&err)?;
+                if open {
+                    conn.execute_batch("COMMIT").map_err(&err)?;
+                }
                 Ok(new_bytes)
             })
             .map_err(|e| Error::os(rewind_platform::Error::new("start blob writer", path, e)))?;
@@ -191,6 +235,13 @@ impl Spill {
             handle: Mutex::new(Some(handle)),
         })
     }
+}
+
+/// INSERT OR IGNORE one chunk list.
+pub fn insert_manifest(conn: &Connection, hash: &Hash, manifest: &[u8]) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR IGNORE INTO chunked(hash, manifest) VALUES (?1, ?2)")?
+        .execute(params![&hash.0[..], manifest])
+        .map(|_| ())
 }
 
 /// INSERT OR IGNORE one blob; true if it was new.
@@ -237,19 +288,6 @@ impl BlobReader {
             .optional()
         })?;
         Ok(manifest.map(|m| decode_manifest(&m)))
-    }
-
-    /// Record a chunked object's chunk list. Committed on its own: a crash
-    /// before the checkpoint commits leaves an orphan row for `gc`.
-    pub fn put_chunks(&self, hash: &Hash, chunks: &[Hash]) -> Result<()> {
-        let manifest: Vec<u8> = chunks.iter().flat_map(|h| h.0).collect();
-        self.with(|conn| {
-            conn.execute(
-                "INSERT OR IGNORE INTO chunked(hash, manifest) VALUES (?1, ?2)",
-                params![&hash.0[..], manifest],
-            )
-            .map(|_| ())
-        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {

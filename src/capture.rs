@@ -397,6 +397,8 @@ pub struct Capture {
     pub stats: CaptureStats,
     /// Small objects to store in the same transaction as the capture.
     pub blobs: Vec<(Hash, Vec<u8>)>,
+    /// Chunk lists of the chunked objects it stored (object, manifest).
+    pub manifests: Vec<(Hash, Vec<u8>)>,
     /// The capture ignored the stat cache it found (written by the btrfs
     /// engine): its rows replace all of the cache.
     pub replaces_cache: bool,
@@ -597,6 +599,7 @@ pub fn capture(
         skipped,
         stats,
         blobs: Vec::new(),
+        manifests: Vec::new(),
         replaces_cache: false,
         from_snapshot: false,
         cache_mark: None,

@@ -1160,6 +1160,11 @@ impl Tx<'_> {
         crate::blobs::insert(self.tx, hash, data).map_err(self.err())
     }
 
+    /// Store a chunked object's chunk list.
+    pub fn put_manifest(&self, hash: &Hash, manifest: &[u8]) -> Result<()> {
+        crate::blobs::insert_manifest(self.tx, hash, manifest).map_err(self.err())
+    }
+
     pub fn delete_meta(&self, key: &str) -> Result<()> {
         self.tx
             .execute("DELETE FROM meta WHERE key = ?1", [key])

@@ -144,7 +144,7 @@ impl ObjectStore {
             }
         }
         if !self.clones && size >= CHUNKED_MIN {
-            return self.ingest_chunked(src);
+            return self.ingest_chunked(src, blobs);
         }
         // Created read-only: the fd stays writable, the object never is.
         let (tmp_name, tmp) = self.temp_file("in", 0o444)?;
@@ -171,8 +171,8 @@ impl ObjectStore {
     }
 
     /// Read `src` once, hashing the whole and each chunk; store the chunks
-    /// not already stored, then the chunk list.
-    fn ingest_chunked(&self, src: &File) -> Result<Ingested> {
+    /// not already stored; the chunk list goes with the capture's commit.
+    fn ingest_chunked(&self, src: &File, blobs: &BlobWriter) -> Result<Ingested> {
         let read_err = |e| Error::os(rewind_platform::Error::new("read", self.tmp.path(), e));
         let mut whole = Hasher::default();
         let mut list = Vec::new();
@@ -207,7 +207,7 @@ impl ObjectStore {
             }
         }
         let hash = whole.finish();
-        self.blobs.put_chunks(&hash, &list)?;
+        blobs.put_manifest(hash, &list);
         Ok(Ingested {
             hash,
             size: off,

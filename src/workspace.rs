@@ -769,6 +769,7 @@ impl Workspace {
         let finished = blobs.finish()?;
         cap.stats.bytes_new += finished.spilled_new_bytes;
         cap.blobs = finished.buffered;
+        cap.manifests = finished.manifests;
         Ok(cap)
     }
 
@@ -1178,6 +1179,9 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
         if tx.put_blob(h, data)? {
             new_bytes += data.len() as u64;
         }
+    }
+    for (h, manifest) in &cap.manifests {
+        tx.put_manifest(h, manifest)?;
     }
     for (h, data) in &cap.new_nodes {
         tx.put_tree(h, data)?;

@@ -66,3 +66,48 @@ fn on_ext4_the_checkpoint_copies_and_says_so() {
             .contains("copied")
     );
 }
+
+/// A first checkpoint with more small files than the checkpoint's own
+/// transaction holds (they spill to the blob writer's connection) and a
+/// big file stored in chunks where clones are impossible: the chunk list
+/// once went through a third connection that waited for the writer's
+/// lock until "database is locked" (found by the benchmark on ext4).
+#[test]
+fn a_first_checkpoint_that_spills_small_files_and_chunks_a_big_one_commits_on_ext4() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 1024) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    // 24 MiB of 4 KiB files: past the 16 MiB kept for the checkpoint's own
+    // transaction.
+    for d in 0..60 {
+        for f in 0..100 {
+            let bytes: Vec<u8> = (0..4096u32).map(|i| (i ^ (d * 131 + f)) as u8).collect();
+            write(&root.join(format!("d{d}/f{f}")), &bytes);
+        }
+    }
+    // Big files last in the walk, when the writer has started.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..3 {
+        let big: Vec<u8> = (0..5u32 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        write(&root.join(format!("zz/big{i}.bin")), &big);
+    }
+    let want = common::snapshot(&root);
+    let ck = rewind_json(&root, &["checkpoint"]);
+    assert_eq!(ck["inlined"], 6000, "{ck}");
+    assert_eq!(ck["copied"], 3, "{ck}");
+    let id = ck["id"].as_str().expect("checkpoint id").to_string();
+    std::fs::remove_dir_all(root.join("d7")).expect("damage");
+    write(&root.join("zz/big1.bin"), b"overwritten");
+    rewind_json(&root, &["rewind", &id]);
+    common::assert_same("after the rewind", &want, &common::snapshot(&root));
+    let v = rewind_json(&root, &["verify", "--deep"]);
+    assert_eq!(v["deep"]["bad"], serde_json::json!([]), "{v}");
+}
