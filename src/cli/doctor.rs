@@ -90,6 +90,14 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         ),
         None => "not mounted: `rewind mount DIR` serves the workspace through the overlay".into(),
     };
+    let fuse_note = match status.as_ref().map(|s| s.dirty) {
+        Some(Some(n)) => format!(
+            "{fuse_note}; the next checkpoint looks at {n} changed director{}",
+            if n == 1 { "y" } else { "ies" }
+        ),
+        Some(None) => format!("{fuse_note}; the next checkpoint walks everything once"),
+        None => fuse_note,
+    };
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
