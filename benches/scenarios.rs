@@ -2111,59 +2111,63 @@ fn scenario_k(
             fmt_ms(b.median())
         ),
     };
+    // A time target, shown next to the run it is compared with.
+    let ms_target = |scenario: &'static str,
+                     what: &str,
+                     limit: f64,
+                     s: &Series,
+                     measured_as: &'static str,
+                     against: &str,
+                     base: &Series| Target {
+        scenario,
+        what: what.into(),
+        limit,
+        measured: s.median(),
+        unit: "ms",
+        measured_as,
+        shown: format!(
+            "{} ms ({against} {} ms)",
+            fmt_ms(s.median()),
+            fmt_ms(base.median())
+        ),
+    };
     let targets = vec![
-        Target {
-            scenario: "k1",
-            what: "checkpoint after 10 edits through the mount ≤ 5 ms".into(),
-            limit: 5.0,
-            measured: ck.median(),
-            unit: "ms",
-            measured_as: "median, process spawn to exit",
-            shown: format!(
-                "{} ms (walk engine {} ms)",
-                fmt_ms(ck.median()),
-                fmt_ms(ck_walk.median())
-            ),
-        },
-        Target {
-            scenario: "k2",
-            what: "rewind of 10 edits + 3 new files through the mount ≤ 10 ms".into(),
-            limit: 10.0,
-            measured: rw.median(),
-            unit: "ms",
-            measured_as: "median, process spawn to exit",
-            shown: format!(
-                "{} ms (walk engine {} ms)",
-                fmt_ms(rw.median()),
-                fmt_ms(rw_walk.median())
-            ),
-        },
-        Target {
-            scenario: "k1m",
-            what: "the same checkpoint through a running `rewind mcp` ≤ 5 ms".into(),
-            limit: 5.0,
-            measured: ck_mcp.median(),
-            unit: "ms",
-            measured_as: "median, tools/call request to response",
-            shown: format!(
-                "{} ms (one process per checkpoint, k1: {} ms)",
-                fmt_ms(ck_mcp.median()),
-                fmt_ms(ck.median())
-            ),
-        },
-        Target {
-            scenario: "k2m",
-            what: "the same rewind through a running `rewind mcp` ≤ 10 ms".into(),
-            limit: 10.0,
-            measured: rw_mcp.median(),
-            unit: "ms",
-            measured_as: "median, tools/call request to response",
-            shown: format!(
-                "{} ms (one process per rewind, k2: {} ms)",
-                fmt_ms(rw_mcp.median()),
-                fmt_ms(rw.median())
-            ),
-        },
+        ms_target(
+            "k1",
+            "checkpoint after 10 edits through the mount ≤ 5 ms",
+            5.0,
+            &ck,
+            "median, process spawn to exit",
+            "walk engine",
+            &ck_walk,
+        ),
+        ms_target(
+            "k2",
+            "rewind of 10 edits + 3 new files through the mount ≤ 10 ms",
+            10.0,
+            &rw,
+            "median, process spawn to exit",
+            "walk engine",
+            &rw_walk,
+        ),
+        ms_target(
+            "k1m",
+            "the same checkpoint through a running `rewind mcp` ≤ 5 ms",
+            5.0,
+            &ck_mcp,
+            "median, tools/call request to response",
+            "one process per checkpoint, k1:",
+            &ck,
+        ),
+        ms_target(
+            "k2m",
+            "the same rewind through a running `rewind mcp` ≤ 10 ms",
+            10.0,
+            &rw_mcp,
+            "median, tools/call request to response",
+            "one process per rewind, k2:",
+            &rw,
+        ),
         io_target(
             "k3",
             "sequential read of the big file (≥ 0.9× native throughput)",

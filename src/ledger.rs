@@ -873,8 +873,14 @@ impl Ledger {
             .map_err(self.err())
     }
 
-    /// Remember nodes a committed transaction stored (see `nodes`).
-    pub fn remember_nodes(&self, nodes: HashMap<Hash, Node>) {
+    /// Remember nodes read from, or committed to, this ledger (see
+    /// `nodes`).
+    pub fn remember_nodes<I>(&self, nodes: I)
+    where
+        I: IntoIterator<Item = (Hash, Node)>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let nodes = nodes.into_iter();
         let mut cache = self.nodes.borrow_mut();
         if cache.len() + nodes.len() > NODE_CACHE_MAX {
             cache.clear();
@@ -901,11 +907,7 @@ impl Ledger {
         }
         let node = self.read_tree(hash)?;
         if let Some(n) = &node {
-            let mut cache = self.nodes.borrow_mut();
-            if cache.len() >= NODE_CACHE_MAX {
-                cache.clear();
-            }
-            cache.insert(*hash, n.clone());
+            self.remember_nodes([(*hash, n.clone())]);
         }
         Ok(node)
     }

@@ -6,21 +6,28 @@ mod common;
 
 use common::{Fs, LoopFs, rewind_json, write};
 
-fn checkpoint_of_a_100_mb_file(fs: Fs) -> Option<(serde_json::Value, serde_json::Value, u64)> {
-    let lfs = LoopFs::new(fs, 1024)?;
-    let root = lfs.subdir("ws");
-    // Not periodic: on ext4 big files are stored in 1 MiB chunks, and a
-    // repeating pattern would deduplicate to a few of them.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let data: Vec<u8> = (0..100u32 << 20)
+/// `len` bytes of xorshift output. Not periodic: on ext4 big files are
+/// stored in 1 MiB chunks, and a repeating pattern would deduplicate to a
+/// few of them.
+fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             (x >> 24) as u8
         })
-        .collect();
-    write(&root.join("big.bin"), &data);
+        .collect()
+}
+
+fn checkpoint_of_a_100_mb_file(fs: Fs) -> Option<(serde_json::Value, serde_json::Value, u64)> {
+    let lfs = LoopFs::new(fs, 1024)?;
+    let root = lfs.subdir("ws");
+    write(
+        &root.join("big.bin"),
+        &pseudo_random(100 << 20, 0x9E37_79B9_7F4A_7C15),
+    );
     rewind_json(&root, &["init"]);
     let before = lfs.used_bytes();
     let ck = rewind_json(&root, &["checkpoint"]);
@@ -87,17 +94,11 @@ fn a_first_checkpoint_that_spills_small_files_and_chunks_a_big_one_commits_on_ex
         }
     }
     // Big files last in the walk, when the writer has started.
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
     for i in 0..3 {
-        let big: Vec<u8> = (0..5u32 << 20)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
-        write(&root.join(format!("zz/big{i}.bin")), &big);
+        write(
+            &root.join(format!("zz/big{i}.bin")),
+            &pseudo_random(5 << 20, 0x2545_F491_4F6C_DD1D + i),
+        );
     }
     let want = common::snapshot(&root);
     let ck = rewind_json(&root, &["checkpoint"]);

@@ -159,10 +159,7 @@ impl Ctx {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         match Workspace::discover(&start) {
-            Some(root) => match self.warm.as_ref().and_then(|w| w.take(&root)) {
-                Some(ws) => self.observed(ws),
-                None => self.observed(Workspace::open(&root, self.progress())?),
-            },
+            Some(root) => self.observed(self.reuse_or_open(&root)?),
             None if !start.exists() => Err(Error::Os(rewind_platform::Error::new(
                 "open workspace",
                 &start,
@@ -177,13 +174,19 @@ impl Ctx {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         let ws = match Workspace::discover(&start) {
-            Some(root) => match self.warm.as_ref().and_then(|w| w.take(&root)) {
-                Some(ws) => ws,
-                None => Workspace::open(&root, self.progress())?,
-            },
+            Some(root) => self.reuse_or_open(&root)?,
             None => Workspace::init(&start, self.progress())?.0,
         };
         self.observed(ws)
+    }
+
+    /// The workspace at `root`: the one a long-lived caller kept, if it is
+    /// still current, else opened.
+    fn reuse_or_open(&self, root: &std::path::Path) -> Result<Workspace> {
+        match self.warm.as_ref().and_then(|w| w.take(root)) {
+            Some(ws) => Ok(ws),
+            None => Workspace::open(root, self.progress()),
+        }
     }
 
     fn observed(&self, mut ws: Workspace) -> Result<Held<'_>> {
