@@ -207,6 +207,59 @@ fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     assert_eq!(st["changes"], serde_json::json!([]), "after unmount");
 }
 
+/// The daemon wants an fd for every inode the kernel knows, and may hold
+/// only so many: a tree with several times more entries than its fd limit
+/// still works through the mount (inodes give their fd back and are
+/// reopened by name), for real tools, the dirty-set checkpoint and a
+/// rewind. Before, `git add -A` failed with "Too many open files".
+#[test]
+fn a_tree_with_more_files_than_the_daemon_may_open_works_through_the_mount() {
+    let Some((_lfs, ws)) = workspace(20, 60) else {
+        return;
+    };
+    let base = rewind_json(&ws, &["checkpoint", "base"]);
+    let base = base["id"].as_str().expect("id").to_string();
+    let limit = 256;
+    let Some(m) = MountGuard::with_fd_limit(&ws, limit) else {
+        return;
+    };
+    let limited = m.status().fd_limit <= limit;
+    if !limited {
+        eprintln!("note: the daemon raised its fd limit (CAP_SYS_RESOURCE): nothing is evicted");
+    }
+    sh(
+        &ws,
+        r#"
+        test "$(find . -type f | wc -l)" -eq 1200
+        grep -r -c -e . d* > /dev/null
+        cat d*/* > /dev/null
+        for i in $(seq 300); do echo "$i" > "d00/new$i"; done
+        git init -q && git add -A && git commit -qm all
+        test -z "$(git status --porcelain)"
+        "#,
+    );
+    let st = m.status();
+    if limited {
+        assert!(
+            st.inodes > 4 * limit,
+            "the kernel knows {} inodes: more than the daemon may hold fds",
+            st.inodes
+        );
+    }
+    checkpoint_matches_a_walk(&ws, "after the tools");
+    rewind_json(&ws, &["rewind", &base]);
+    sh(
+        &ws,
+        r#"
+        test ! -e d00/new1 && test ! -e .git
+        test "$(cat d07/f33.txt)" = "dir 7 file 33"
+        test "$(cat d*/* | wc -l)" -eq 1200
+        "#,
+    );
+    checkpoint_matches_a_walk(&ws, "after the rewind");
+    m.unmount();
+}
+
 #[test]
 fn real_tools_give_the_same_results_through_the_mount_as_natively() {
     let Some(lfs) = LoopFs::new(Fs::Xfs, 1024) else {

@@ -88,7 +88,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             pid: c.daemon_pid(),
         });
     }
-    raise_open_file_limit();
+    let fd_limit = raise_open_file_limit();
     let signals = block_termination_signals();
     // Opened before the mount covers `dir`: it reaches the backing tree.
     let root = rustix::fs::open(
@@ -98,6 +98,12 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     )
     .map_err(|e| Error::io("open", dir, e.into()))?;
     let sh = Arc::new(Shared::new(root).map_err(|e| Error::io("stat", dir, e))?);
+    sh.inodes.set_fd_cap(
+        std::env::var("REWIND_MOUNT_INODE_FDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(fd_limit / 8 * 5),
+    );
 
     let sock = control::socket_path(&mountpoint);
     let rt = control::runtime_dir();
@@ -205,19 +211,39 @@ fn unmount_on_signal(set: libc::sigset_t, mp: &Path) {
     }
 }
 
-/// Every inode the kernel knows holds an `O_PATH` fd, and opened ones
-/// keep their backing file: take the hard limit, and let inodes keep
-/// backing files open up to a quarter of it.
-fn raise_open_file_limit() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
+/// Every inode the kernel knows wants an `O_PATH` fd, and opened ones
+/// keep their backing file: a tree of 10,000 files wants over 10,000 fds
+/// once a tool has walked it. Raise the limit to the kernel's ceiling
+/// (`fs.nr_open`) where we may (CAP_SYS_RESOURCE), else to the hard limit.
+/// Inodes hold their fd up to 5/8 of it and keep backing files up to 1/8
+/// (the rest: open handles, the ledger, the sessions); past that the
+/// table evicts (inodes.rs), and running out anyway is survivable:
+/// `OverlayFs::with_fds` sheds fds and retries.
+fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if let Some(c) = ceiling
+        && getrlimit(Resource::Nofile).maximum.is_some_and(|h| h < c)
+    {
+        // Above the hard limit: allowed with CAP_SYS_RESOURCE only.
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(c),
+                maximum: Some(c),
+            },
+        );
+    }
     let mut l = getrlimit(Resource::Nofile);
-    if let Some(max) = l.maximum {
-        l.current = Some(max);
+    if l.current != l.maximum {
+        l.current = l.maximum;
         let _ = setrlimit(Resource::Nofile, l);
     }
-    if let Some(cur) = getrlimit(Resource::Nofile).current {
-        crate::inodes::KEEP_BUDGET.store(cur / 4, std::sync::atomic::Ordering::Relaxed);
-    }
+    let limit = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    crate::inodes::KEEP_BUDGET.store(limit / 8, std::sync::atomic::Ordering::Relaxed);
+    limit
 }
 
 fn serve_client(ctx: &Ctx, stream: UnixStream) {
@@ -293,7 +319,7 @@ fn handle(
                     n => n.to_string(),
                 };
                 let text = format!(
-                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\n",
+                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\nkept={}\n",
                     std::process::id(),
                     sh.generation.load(Ordering::SeqCst),
                     sh.passthrough.load(Ordering::Relaxed) as u8,
@@ -302,6 +328,11 @@ fn handle(
                     sh.inodes.len(),
                     sh.gate.is_frozen() as u8,
                     dirty,
+                    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count()),
+                    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                        .current
+                        .unwrap_or(u64::MAX),
+                    crate::inodes::KEPT.load(Ordering::Relaxed),
                 );
                 ok(text.as_bytes())?;
             }

@@ -27,6 +27,20 @@ use crate::dirty::{DirtySet, Tracker};
 use crate::gate::Gate;
 use crate::inodes::{self, Inode, Inodes, Passthrough, ROOT};
 
+/// An inode for the length of one request: the table's entry and its
+/// `O_PATH` fd (reopened if it was evicted; kept open while in use).
+struct Live {
+    inode: Arc<Inode>,
+    fd: Arc<OwnedFd>,
+}
+
+impl std::ops::Deref for Live {
+    type Target = Inode;
+    fn deref(&self) -> &Inode {
+        &self.inode
+    }
+}
+
 /// How long the kernel may trust an entry or attributes without asking.
 /// Finite, and every rewind invalidates what it changed explicitly.
 const TTL: Duration = Duration::from_secs(5);
@@ -53,14 +67,14 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(root: OwnedFd) -> std::io::Result<Shared> {
-        let st = stat_fd(&root)?;
+        let id = inodes::identity(&root)?;
         let proc_fd = rustix::fs::open(
             "/proc/self/fd",
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
         Ok(Shared {
-            inodes: Inodes::new(root, (st.st_dev, st.st_ino)),
+            inodes: Inodes::new(root, id),
             proc_fd,
             tracker: Tracker::new(),
             gate: Gate::default(),
@@ -108,7 +122,8 @@ impl Shared {
                 let nlink = self
                     .inodes
                     .get(ino)
-                    .and_then(|i| stat_fd(&i.fd).ok())
+                    .and_then(|i| self.inodes.fd(ino, &i).ok())
+                    .and_then(|fd| stat_fd(&*fd).ok())
                     .map_or(u64::MAX, |s| s.st_nlink);
                 self.mark_inode(ino, nlink);
             }
@@ -179,6 +194,27 @@ impl Shared {
         for ino in inodes {
             let _ = n.inval_inode(INodeNo(ino), 0, 0);
         }
+    }
+}
+
+fn attr_x(ino: u64, x: &rustix::fs::Statx) -> FileAttr {
+    let t = |ts: &rustix::fs::StatxTimestamp| time(ts.tv_sec, i64::from(ts.tv_nsec));
+    FileAttr {
+        ino: INodeNo(ino),
+        size: x.stx_size,
+        blocks: x.stx_blocks,
+        atime: t(&x.stx_atime),
+        mtime: t(&x.stx_mtime),
+        ctime: t(&x.stx_ctime),
+        crtime: UNIX_EPOCH,
+        kind: kind_of(u32::from(x.stx_mode)),
+        perm: x.stx_mode & 0o7777,
+        nlink: x.stx_nlink,
+        uid: x.stx_uid,
+        gid: x.stx_gid,
+        rdev: rustix::fs::makedev(x.stx_rdev_major, x.stx_rdev_minor) as u32,
+        flags: 0,
+        blksize: x.stx_blksize,
     }
 }
 
@@ -346,12 +382,36 @@ impl OverlayFs {
         }
     }
 
-    fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
-        self.sh.inodes.get(ino.0).ok_or(Errno::ENOENT)
+    fn inode(&self, ino: INodeNo) -> Result<Live, Errno> {
+        let inode = self.sh.inodes.get(ino.0).ok_or(Errno::ENOENT)?;
+        let fd = self
+            .with_fds(|| self.sh.inodes.fd(ino.0, &inode))
+            .map_err(errno)?;
+        Ok(Live { inode, fd })
     }
 
     fn fh(&self) -> u64 {
         self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Run a call that opens an fd. Out of fds (EMFILE, ENFILE), give back
+    /// the backing files inodes keep for later opens, which are only a
+    /// speed-up, and try once more: a tool walking a big tree must not
+    /// see "Too many open files" because of our cache. Retrying is safe:
+    /// the kernel allocates the fd before it creates anything.
+    fn with_fds<T>(
+        &self,
+        mut open: impl FnMut() -> rustix::io::Result<T>,
+    ) -> rustix::io::Result<T> {
+        match open() {
+            Err(e)
+                if (e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE)
+                    && self.sh.inodes.release_kept() + self.sh.inodes.shed() as u64 > 0 =>
+            {
+                open()
+            }
+            r => r,
+        }
     }
 
     /// Look `name` up in `parent` and remember it (one kernel reference).
@@ -360,40 +420,46 @@ impl OverlayFs {
             return Err(Errno::ENOENT);
         }
         let p = self.inode(parent)?;
-        let fd = rustix::fs::openat(
-            &p.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)?;
-        let st = stat_fd(&fd).map_err(Errno::from)?;
-        let kind = kind_of(st.st_mode as u32);
+        let fd = self
+            .with_fds(|| {
+                rustix::fs::openat(
+                    &p.fd,
+                    name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(errno)?;
+        let x = inodes::statx_fd(&fd).map_err(errno)?;
+        let kind = kind_of(u32::from(x.stx_mode));
         let ino = self
             .sh
             .inodes
-            .learn(parent.0, name, fd, (st.st_dev, st.st_ino), kind);
-        Ok(attr(ino, &st))
+            .learn(parent.0, name, fd, inodes::identity_of(&x), kind);
+        Ok(attr_x(ino, &x))
     }
 
-    fn getattr_of(&self, ino: u64, i: &Inode) -> Result<FileAttr, Errno> {
+    fn getattr_of(&self, ino: u64, i: &Live) -> Result<FileAttr, Errno> {
         Ok(attr(ino, &stat_fd(&i.fd).map_err(Errno::from)?))
     }
 
     /// Reopen the inode behind an `O_PATH` fd with real access, through
     /// `/proc/self/fd` (one path component, not a walk).
-    fn reopen(&self, i: &Inode, flags: OFlags) -> rustix::io::Result<OwnedFd> {
-        rustix::fs::openat(
-            &self.sh.proc_fd,
-            i.fd.as_raw_fd().to_string(),
-            flags | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
+    fn reopen(&self, i: &Live, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+        let name = i.fd.as_raw_fd().to_string();
+        self.with_fds(|| {
+            rustix::fs::openat(
+                &self.sh.proc_fd,
+                name.as_str(),
+                flags | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
     }
 
     /// An own backing file for a handle the daemon serves, with the
     /// caller's access mode.
-    fn own_file(&self, i: &Inode, flags: i32) -> Result<File, Errno> {
+    fn own_file(&self, i: &Live, flags: i32) -> Result<File, Errno> {
         let f = OFlags::from_bits_retain(flags as _)
             & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::DIRECT);
         Ok(File::from(self.reopen(i, f).map_err(errno)?))
@@ -467,14 +533,7 @@ impl OverlayFs {
     /// A directory's entries (minus `.rewind` at the root).
     fn list(&self, ino: u64) -> Result<Listing, Errno> {
         let i = self.inode(INodeNo(ino))?;
-        let fd = rustix::fs::openat(
-            &i.fd,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)?;
-        let mut it = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
+        let mut it = rustix::fs::Dir::new(self.open_dir(&i)?).map_err(errno)?;
         let mut out = Vec::new();
         while let Some(ent) = it.read() {
             let ent = ent.map_err(errno)?;
@@ -487,7 +546,20 @@ impl OverlayFs {
         Ok(out)
     }
 
-    fn nlink(&self, i: &Inode) -> u64 {
+    /// A directory inode opened for reading its entries (or fsync).
+    fn open_dir(&self, i: &Live) -> Result<OwnedFd, Errno> {
+        self.with_fds(|| {
+            rustix::fs::openat(
+                &i.fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+        .map_err(errno)
+    }
+
+    fn nlink(&self, i: &Live) -> u64 {
         stat_fd(&i.fd).map_or(u64::MAX, |s| s.st_nlink)
     }
 }
@@ -970,16 +1042,9 @@ impl Filesystem for OverlayFs {
         reply: ReplyEmpty,
     ) {
         let _g = self.sh.gate.enter();
-        let r = self.inode(ino).and_then(|i| {
-            let fd = rustix::fs::openat(
-                &i.fd,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(errno)?;
-            rustix::fs::fsync(&fd).map_err(errno)
-        });
+        let r = self
+            .inode(ino)
+            .and_then(|i| rustix::fs::fsync(self.open_dir(&i)?).map_err(errno));
         answer(reply, r)
     }
 
@@ -1114,9 +1179,11 @@ impl Filesystem for OverlayFs {
             if pt {
                 of = (of & !(OFlags::ACCMODE | OFlags::APPEND)) | OFlags::RDWR;
             }
-            let fd =
-                rustix::fs::openat(&p.fd, name, of, Mode::from_raw_mode(mode & !umask & 0o7777))
-                    .map_err(errno)?;
+            let fd = self
+                .with_fds(|| {
+                    rustix::fs::openat(&p.fd, name, of, Mode::from_raw_mode(mode & !umask & 0o7777))
+                })
+                .map_err(errno)?;
             let created = File::from(fd);
             let a = self.entry(parent, name)?;
             let i = self.inode(a.ino)?;
@@ -1215,7 +1282,7 @@ impl OverlayFs {
         parent: INodeNo,
         name: &OsStr,
         reply: ReplyEntry,
-        make: impl FnOnce(&Inode) -> Result<(), Errno>,
+        make: impl FnOnce(&Live) -> Result<(), Errno>,
     ) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<FileAttr, Errno> {

@@ -1,7 +1,16 @@
 //! The inode table: FUSE inode numbers for backing inodes, keyed by
-//! (dev, ino) so that hard links share one FUSE inode, each holding an
-//! `O_PATH` fd. The fd pins the backing inode, so its number cannot be
-//! reused by a new file while the kernel still knows the old one.
+//! (dev, ino) so that hard links share one FUSE inode, each reached through
+//! an `O_PATH` fd.
+//!
+//! The kernel remembers every inode a tool has looked up (a `find` over
+//! 100,000 files: 100,000 inodes), far more than a process may hold fds
+//! (20,000 here, 1,024 by default for a user). So inodes keep their fd
+//! only up to a cap (5/8 of the fd limit), oldest given back first, and an
+//! evicted inode is reopened through a (parent, name) link the table
+//! knows (its parent first, if need be), checked against its (dev, ino)
+//! and birth time. The birth time also tells a reused inode number from
+//! the inode it once was: without a held fd, a deleted file's number is
+//! free again. The root always keeps its fd.
 //!
 //! The table also remembers under which (parent, name) the kernel learned
 //! each inode. That serves two purposes: the paths to mark dirty when an
@@ -9,7 +18,7 @@
 //! superset of what the kernel caches: a name leaves it only when the
 //! kernel is told (unlink, rename) or forgets the inode.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -17,13 +26,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use fuser::{BackingId, FileType};
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 
 pub const ROOT: u64 = 1;
 
 pub struct Inode {
     /// `O_PATH | O_NOFOLLOW`: never opened for I/O, only as an anchor.
-    pub fd: OwnedFd,
+    /// `None` while evicted: [`Inodes::fd`] reopens it.
+    fd: Mutex<Option<Arc<OwnedFd>>>,
     pub kind: FileType,
+    /// Birth time (seconds, nanoseconds): tells this inode from a later
+    /// one that got its number. `None` where the filesystem has none, and
+    /// then the fd is never evicted.
+    born: Option<(i64, u32)>,
     lookups: AtomicU64,
     /// The passthrough backing file shared by every open of this inode
     /// (the kernel wants one per inode).
@@ -84,10 +99,36 @@ struct Table {
 
 pub struct Inodes {
     table: RwLock<Table>,
+    /// Inodes holding their fd, oldest first (an inode may appear twice
+    /// after an eviction and a reopen, or after it was forgotten: popping
+    /// skips what no longer holds one).
+    holding: Mutex<VecDeque<u64>>,
+    /// How many may hold their fd at once (the root always does): set by
+    /// the daemon from its fd limit.
+    fd_cap: AtomicU64,
+}
+
+/// The identity a stat gives: device, inode number, birth time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub born: Option<(i64, u32)>,
+}
+
+impl Identity {
+    pub fn key(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Inodes {
-    pub fn new(root: OwnedFd, key: (u64, u64)) -> Inodes {
+    pub fn new(root: OwnedFd, id: Identity) -> Inodes {
+        let key = id.key();
         let mut t = Table {
             root_dev: key.0,
             next_foreign: FOREIGN,
@@ -96,8 +137,9 @@ impl Inodes {
         t.by_ino.insert(
             ROOT,
             Arc::new(Inode {
-                fd: root,
+                fd: Mutex::new(Some(Arc::new(root))),
                 kind: FileType::Directory,
+                born: id.born,
                 lookups: AtomicU64::new(1),
                 backing: Mutex::new(Backing::default()),
             }),
@@ -106,6 +148,8 @@ impl Inodes {
         t.key_of.insert(ROOT, key);
         Inodes {
             table: RwLock::new(t),
+            holding: Mutex::new(VecDeque::new()),
+            fd_cap: AtomicU64::new(4096),
         }
     }
 
@@ -122,29 +166,46 @@ impl Inodes {
     }
 
     /// Record that the kernel looked up `name` in `parent` and got the
-    /// backing inode `key` (one more lookup reference). `fd` is dropped if
-    /// the inode is already known.
+    /// backing inode `id` (one more lookup reference). `fd` is dropped if
+    /// the inode is already known (and then lends it its fd if evicted).
     pub fn learn(
         &self,
         parent: u64,
         name: &OsStr,
         fd: OwnedFd,
-        key: (u64, u64),
+        id: Identity,
         kind: FileType,
     ) -> u64 {
+        let key = id.key();
         let mut t = self.write();
-        let ino = match t.by_key.get(&key).copied() {
+        let known = t
+            .by_key
+            .get(&key)
+            .copied()
+            .filter(|ino| t.by_ino.get(ino).is_some_and(|i| i.born == id.born));
+        let mut holds = false;
+        let ino = match known {
             Some(ino) => {
                 if let Some(i) = t.by_ino.get(&ino) {
                     i.lookups.fetch_add(1, Ordering::Relaxed);
+                    let mut slot = lock(&i.fd);
+                    if slot.is_none() {
+                        *slot = Some(Arc::new(fd));
+                        holds = true;
+                    }
                 }
                 ino
             }
             None => {
                 // The backing inode number itself where it can be: what
                 // programs see stays stable across forgets and remounts
-                // (git's index records it).
-                let ino = if key.0 == t.root_dev && key.1 > ROOT && key.1 < FOREIGN {
+                // (git's index records it). Not when an older inode with
+                // that number is still known (deleted, its number reused).
+                let ino = if key.0 == t.root_dev
+                    && key.1 > ROOT
+                    && key.1 < FOREIGN
+                    && !t.by_ino.contains_key(&key.1)
+                {
                     key.1
                 } else {
                     t.next_foreign += 1;
@@ -153,14 +214,16 @@ impl Inodes {
                 t.by_ino.insert(
                     ino,
                     Arc::new(Inode {
-                        fd,
+                        fd: Mutex::new(Some(Arc::new(fd))),
                         kind,
+                        born: id.born,
                         lookups: AtomicU64::new(1),
                         backing: Mutex::new(Backing::default()),
                     }),
                 );
                 t.by_key.insert(key, ino);
                 t.key_of.insert(ino, key);
+                holds = true;
                 ino
             }
         };
@@ -174,7 +237,102 @@ impl Inodes {
         if !links.iter().any(|(p, n)| *p == parent && *n == name) {
             links.push((parent, name));
         }
+        drop(t);
+        if holds && id.born.is_some() {
+            self.holding(ino);
+        }
         ino
+    }
+
+    /// The inode's `O_PATH` fd, reopened through one of its links if it
+    /// was evicted. `ESTALE`: no link leads to it any more.
+    pub fn fd(&self, ino: u64, i: &Inode) -> rustix::io::Result<Arc<OwnedFd>> {
+        if let Some(fd) = lock(&i.fd).clone() {
+            return Ok(fd);
+        }
+        let (links, key) = {
+            let t = self.read();
+            (
+                t.links.get(&ino).cloned().unwrap_or_default(),
+                t.key_of.get(&ino).copied(),
+            )
+        };
+        let key = key.ok_or(rustix::io::Errno::STALE)?;
+        for (parent, name) in links {
+            let Some(p) = self.get(parent) else {
+                continue;
+            };
+            let Ok(pfd) = self.fd(parent, &p) else {
+                continue;
+            };
+            let Ok(fd) = rustix::fs::openat(
+                &pfd,
+                &name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            match identity(&fd) {
+                Ok(id) if id.key() == key && id.born == i.born => {}
+                _ => continue,
+            }
+            let fd = Arc::new(fd);
+            {
+                let mut slot = lock(&i.fd);
+                if let Some(held) = slot.clone() {
+                    return Ok(held);
+                }
+                *slot = Some(Arc::clone(&fd));
+            }
+            self.holding(ino);
+            return Ok(fd);
+        }
+        Err(rustix::io::Errno::STALE)
+    }
+
+    /// Inode `ino` holds its fd now; past the cap, the oldest holders give
+    /// theirs back.
+    fn holding(&self, ino: u64) {
+        let mut q = lock(&self.holding);
+        q.push_back(ino);
+        let cap = self.fd_cap.load(Ordering::Relaxed).max(1) as usize;
+        let excess = q.len().saturating_sub(cap);
+        self.evict(&mut q, excess);
+    }
+
+    /// Make up to `n` of the oldest holders give their fd back. Not one
+    /// without a link (it could not be reopened: it goes to the back, the
+    /// kernel forgets it soon); an fd in use stays open until its user is
+    /// done. Returns how many gave theirs back.
+    fn evict(&self, q: &mut VecDeque<u64>, n: usize) -> usize {
+        let mut evicted = 0;
+        let mut unlinked = Vec::new();
+        let t = self.read();
+        for _ in 0..n {
+            let Some(old) = q.pop_front() else {
+                break;
+            };
+            let Some(i) = t.by_ino.get(&old) else {
+                continue;
+            };
+            if t.links.get(&old).is_none_or(|l| l.is_empty()) {
+                unlinked.push(old);
+                continue;
+            }
+            if lock(&i.fd).take().is_some() {
+                evicted += 1;
+            }
+        }
+        q.extend(unlinked);
+        evicted
+    }
+
+    /// Out of fds: half the inodes holding one give it back.
+    pub fn shed(&self) -> usize {
+        let mut q = lock(&self.holding);
+        let half = q.len().div_ceil(2);
+        self.evict(&mut q, half)
     }
 
     fn drop_link(t: &mut Table, child: u64, parent: u64, name: &OsStr) {
@@ -199,7 +357,9 @@ impl Inodes {
         };
         if gone {
             t.by_ino.remove(&ino);
-            if let Some(key) = t.key_of.remove(&ino) {
+            if let Some(key) = t.key_of.remove(&ino)
+                && t.by_key.get(&key) == Some(&ino)
+            {
                 t.by_key.remove(&key);
             }
             for (p, name) in t.links.remove(&ino).unwrap_or_default() {
@@ -294,7 +454,175 @@ impl Inodes {
         )
     }
 
+    pub fn set_fd_cap(&self, cap: u64) {
+        self.fd_cap.store(cap, Ordering::Relaxed);
+    }
+
     pub fn len(&self) -> usize {
         self.read().by_ino.len()
+    }
+
+    /// Give back every backing file kept for later opens (open handles
+    /// keep theirs), and halve the budget so that the next ones do not run
+    /// the process out of fds again at once. Returns how many were kept.
+    /// An inode whose backing slot is busy is skipped: its owner may be
+    /// the caller (an open that ran out of fds).
+    pub fn release_kept(&self) -> u64 {
+        let mut released = 0;
+        for i in self.read().by_ino.values() {
+            let Ok(mut b) = i.backing.try_lock() else {
+                continue;
+            };
+            if b.kept.take().is_some() {
+                KEPT.fetch_sub(1, Ordering::Relaxed);
+                released += 1;
+            }
+        }
+        KEEP_BUDGET.store(KEEP_BUDGET.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+        released
+    }
+}
+
+/// Device, inode number and birth time of what `fd` refers to.
+pub fn identity(fd: &OwnedFd) -> rustix::io::Result<Identity> {
+    let x = statx_fd(fd)?;
+    Ok(identity_of(&x))
+}
+
+pub fn statx_fd(fd: &OwnedFd) -> rustix::io::Result<rustix::fs::Statx> {
+    rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )
+}
+
+pub fn identity_of(x: &rustix::fs::Statx) -> Identity {
+    Identity {
+        dev: rustix::fs::makedev(x.stx_dev_major, x.stx_dev_minor),
+        ino: x.stx_ino,
+        born: (x.stx_mask & StatxFlags::BTIME.bits() != 0)
+            .then_some((x.stx_btime.tv_sec, x.stx_btime.tv_nsec)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_path(dir: &OwnedFd, name: &str) -> OwnedFd {
+        rustix::fs::openat(
+            dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("open O_PATH")
+    }
+
+    /// A table over a temp dir holding files `names`, each learned in order.
+    fn table(names: &[&str], cap: u64) -> (tempfile::TempDir, OwnedFd, Inodes, Vec<u64>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for n in names {
+            std::fs::write(dir.path().join(n), n).expect("write");
+        }
+        let root = rustix::fs::open(
+            dir.path(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("open root");
+        let t = Inodes::new(
+            rustix::io::dup(&root).expect("dup"),
+            identity(&root).expect("id"),
+        );
+        t.set_fd_cap(cap);
+        let inos = names
+            .iter()
+            .map(|n| {
+                let fd = open_path(&root, n);
+                let id = identity(&fd).expect("id");
+                t.learn(ROOT, OsStr::new(n), fd, id, FileType::RegularFile)
+            })
+            .collect();
+        (dir, root, t, inos)
+    }
+
+    fn held(t: &Inodes, ino: u64) -> bool {
+        t.get(ino).is_some_and(|i| lock(&i.fd).is_some())
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_inode_gives_its_fd_back_and_reopens_as_the_same_file() {
+        let (_d, root, t, inos) = table(&["a", "b", "c"], 2);
+        if t.get(inos[0]).is_some_and(|i| i.born.is_none()) {
+            eprintln!("skipped: this filesystem has no birth times, so nothing is evicted");
+            return;
+        }
+        assert!(!held(&t, inos[0]), "the oldest gave its fd back");
+        assert!(held(&t, inos[1]) && held(&t, inos[2]));
+        let i = t.get(inos[0]).expect("still known");
+        let fd = t.fd(inos[0], &i).expect("reopened through its link");
+        let a = identity(&open_path(&root, "a")).expect("id");
+        assert_eq!(identity(&fd).expect("id"), a, "reopened the same file");
+        assert!(
+            held(&t, inos[0]) && !held(&t, inos[1]),
+            "and the next oldest gave way"
+        );
+    }
+
+    #[test]
+    fn an_evicted_inode_whose_name_now_holds_another_file_is_stale() {
+        let (d, _root, t, inos) = table(&["a", "b"], 1);
+        if t.get(inos[0]).is_some_and(|i| i.born.is_none()) {
+            eprintln!("skipped: this filesystem has no birth times, so nothing is evicted");
+            return;
+        }
+        assert!(!held(&t, inos[0]));
+        std::fs::remove_file(d.path().join("a")).expect("rm");
+        std::fs::write(d.path().join("a"), "another").expect("write");
+        let i = t.get(inos[0]).expect("known");
+        assert_eq!(
+            t.fd(inos[0], &i).err(),
+            Some(rustix::io::Errno::STALE),
+            "a different file under the old name is not the inode"
+        );
+    }
+
+    #[test]
+    fn an_unlinked_inode_keeps_its_fd() {
+        let (_d, _root, t, inos) = table(&["a", "b"], 4);
+        t.unlinked(ROOT, OsStr::new("a"));
+        t.set_fd_cap(1);
+        let mut q = lock(&t.holding);
+        let n = q.len();
+        t.evict(&mut q, n);
+        drop(q);
+        assert!(
+            held(&t, inos[0]),
+            "no link leads back to it: it keeps its fd"
+        );
+    }
+
+    #[test]
+    fn a_reused_inode_number_gets_an_inode_of_its_own() {
+        let (_d, root, t, inos) = table(&["a"], 8);
+        let fd = open_path(&root, "a");
+        let mut id = identity(&fd).expect("id");
+        // The same (dev, ino) born at another time: the number was reused.
+        id.born = Some((id.born.map_or(1, |b| b.0 + 1), 0));
+        let again = t.learn(ROOT, OsStr::new("b"), fd, id, FileType::RegularFile);
+        assert_ne!(again, inos[0], "a new FUSE inode");
+        assert!(
+            t.get(inos[0]).is_some(),
+            "the old one stays until forgotten"
+        );
+        t.forget(inos[0], 1);
+        assert_eq!(
+            t.read().by_key.get(&id.key()),
+            Some(&again),
+            "forgetting the old inode keeps the new one's key"
+        );
     }
 }

@@ -40,6 +40,12 @@ struct Fuse {
     /// everything, as after a fresh mount or new ignore rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     dirty_dirs: Option<serde_json::Value>,
+    /// File descriptors the daemon holds and may hold: it needs one per
+    /// inode the kernel knows, so a big tree needs a high limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fd_limit: Option<u64>,
     note: String,
 }
 
@@ -98,6 +104,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         Some(None) => format!("{fuse_note}; the next checkpoint walks everything once"),
         None => fuse_note,
     };
+    let fuse_note = match &status {
+        Some(s) if s.fds > s.fd_limit / 4 * 3 => format!(
+            "{fuse_note}; the daemon holds {} of its {} file descriptors: remount after raising the hard limit (`ulimit -Hn`, or run it as root)",
+            s.fds, s.fd_limit
+        ),
+        _ => fuse_note,
+    };
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
@@ -119,6 +132,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 Some(n) => n.into(),
                 None => "all".into(),
             }),
+            fds: status.as_ref().map(|s| s.fds),
+            fd_limit: status.as_ref().map(|s| s.fd_limit),
             note: fuse_note,
         },
         ledger: Ledger {

@@ -403,14 +403,46 @@ impl MountGuard {
     /// `rewind mount DIR ARGS...`; `None` (with the reason) without root
     /// or /dev/fuse, outside CI.
     pub fn new(dir: &Path, args: &[&str]) -> Option<MountGuard> {
+        Self::mount(dir, args, None, &[])
+    }
+
+    /// The same, with the daemon started under `ulimit -n fd_limit` (soft
+    /// and hard: it can raise it again only with CAP_SYS_RESOURCE).
+    pub fn with_fd_limit(dir: &Path, fd_limit: u64) -> Option<MountGuard> {
+        Self::mount(dir, &[], Some(fd_limit), &[])
+    }
+
+    /// The same, with the daemon started with `env` set.
+    pub fn with_env(dir: &Path, env: &[(&str, &str)]) -> Option<MountGuard> {
+        Self::mount(dir, &[], None, env)
+    }
+
+    fn mount(
+        dir: &Path,
+        args: &[&str],
+        fd_limit: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Option<MountGuard> {
         if !is_root() || !Path::new("/dev/fuse").exists() {
             skip_or_fail("a FUSE mount over the workspace needs root and /dev/fuse");
             return None;
         }
         let mut a = vec!["mount".to_string(), dir.display().to_string()];
         a.extend(args.iter().map(|s| s.to_string()));
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let out = rewind(Path::new("/"), &a);
+        let out = match fd_limit {
+            None => {
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                rewind_env(Path::new("/"), &a, env)
+            }
+            Some(n) => Command::new("sh")
+                .arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_rewind"))
+                .args(&a)
+                .current_dir("/")
+                .output()
+                .expect("run sh"),
+        };
         assert!(
             out.status.success(),
             "rewind mount {}: {}",
