@@ -476,6 +476,63 @@ fn a_killed_daemon_loses_nothing_and_the_next_command_walks() {
     m.unmount();
 }
 
+/// Names in `dir`, sorted, duplicates kept (a listing that repeats an
+/// entry must not compare equal).
+fn listing(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `readdir` resumes at the backing directory's own offsets, and the
+/// kernel opens directories without asking the daemon (D66): a directory
+/// far too big for one reply lists every entry exactly once through the
+/// mount, as the backing tree has it, before and after changes through
+/// the mount; `.rewind` stays hidden wherever it falls in the root's
+/// order.
+#[test]
+fn a_big_directory_lists_every_entry_once_through_the_mount() {
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let long = "n".repeat(80);
+    for i in 0..2000 {
+        write(&ws.join(format!("big/{long}-{i:05}")), b"x");
+    }
+    for i in 0..300 {
+        write(&ws.join(format!("top-{i:04}")), b"y");
+    }
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let backing = m.backing();
+    let big = listing(&ws.join("big"));
+    assert_eq!(big.len(), 2000, "every entry once");
+    assert_eq!(big, listing(&backing.join("big")));
+    for i in (0..2000).step_by(4) {
+        std::fs::remove_file(ws.join(format!("big/{long}-{i:05}"))).expect("rm");
+    }
+    for i in 0..500 {
+        write(&ws.join(format!("big/new-{i:04}")), b"z");
+    }
+    let big = listing(&ws.join("big"));
+    assert_eq!(big.len(), 2000, "after 500 removed and 500 added");
+    assert_eq!(big, listing(&backing.join("big")));
+    let top = listing(&ws);
+    let mut expected = listing(&backing);
+    expected.retain(|n| n != ".rewind");
+    assert_eq!(top.len(), 302, "300 files, d00 and big");
+    assert_eq!(
+        top, expected,
+        "the root as the backing tree has it, minus .rewind"
+    );
+    checkpoint_matches_a_walk(&ws, "after the changes");
+    m.unmount();
+}
+
 #[test]
 fn the_state_directory_cannot_be_reached_through_the_mount() {
     let Some((_lfs, ws)) = workspace(2, 2) else {

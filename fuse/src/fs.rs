@@ -233,22 +233,11 @@ fn split(p: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// A directory as read at `opendir`: (ino, kind, name) per entry, so that
-/// offsets stay stable while the directory changes.
-type Listing = Vec<(u64, FileType, Vec<u8>)>;
-
 /// The file behind an open handle: its own, or the inode's passthrough
 /// backing file.
 enum HandleFile {
     Own(File),
     Shared(Arc<Passthrough>),
-}
-
-/// An open directory: its inode, and its listing once read.
-#[derive(Clone)]
-struct OpenDir {
-    ino: u64,
-    listing: Option<Arc<Listing>>,
 }
 
 struct Handle {
@@ -269,9 +258,11 @@ impl Handle {
 pub struct OverlayFs {
     sh: Arc<Shared>,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
-    dirs: Mutex<HashMap<u64, OpenDir>>,
     next_fh: AtomicU64,
     want_passthrough: bool,
+    /// The kernel opens directories without asking (`opendir` answered
+    /// ENOSYS once): no round trip per `opendir` and `closedir`.
+    no_opendir: bool,
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
@@ -376,9 +367,9 @@ impl OverlayFs {
         OverlayFs {
             sh,
             files: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             want_passthrough,
+            no_opendir: false,
         }
     }
 
@@ -530,22 +521,6 @@ impl OverlayFs {
         f(h.file())
     }
 
-    /// A directory's entries (minus `.rewind` at the root).
-    fn list(&self, ino: u64) -> Result<Listing, Errno> {
-        let i = self.inode(INodeNo(ino))?;
-        let mut it = rustix::fs::Dir::new(self.open_dir(&i)?).map_err(errno)?;
-        let mut out = Vec::new();
-        while let Some(ent) = it.read() {
-            let ent = ent.map_err(errno)?;
-            let name = ent.file_name().to_bytes();
-            if ino == ROOT && name == HIDDEN {
-                continue;
-            }
-            out.push((ent.ino(), fuse_kind(ent.file_type()), name.to_vec()));
-        }
-        Ok(out)
-    }
-
     /// A directory inode opened for reading its entries (or fsync).
     fn open_dir(&self, i: &Live) -> Result<OwnedFd, Errno> {
         self.with_fds(|| {
@@ -573,6 +548,9 @@ impl Filesystem for OverlayFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        self.no_opendir = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // Passthrough needs CAP_SYS_ADMIN for every backing file; without
         // it every open would fail over to the slow path, so do not ask.
         if self.want_passthrough
@@ -947,69 +925,63 @@ impl Filesystem for OverlayFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _g = self.sh.gate.enter();
-        if let Err(e) = self.inode(ino) {
-            return reply.error(e);
+        // Nothing to keep per open directory: `readdir` reads the backing
+        // directory at the kernel's offset. Where the kernel can open
+        // directories by itself, say so once and spare it the round trips
+        // (its listing cache and `FOPEN_KEEP_CACHE` are then the default).
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
         }
-        let fh = self.fh();
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            fh,
-            OpenDir {
-                ino: ino.0,
-                listing: None,
-            },
-        );
-        // The kernel may keep the listing (until a change through the
-        // mount or a rewind's invalidation drops it): the directory is
-        // read on the first `readdir`, not here.
-        reply.opened(
-            FileHandle(fh),
-            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-        )
+        let _g = self.sh.gate.enter();
+        match self.inode(ino) {
+            // The kernel may keep the listing (until a change through the
+            // mount or a rewind's invalidation drops it).
+            Ok(_) => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(e),
+        }
     }
 
+    /// The entries from `offset` on, each with the backing directory's own
+    /// offset of the next one (its `d_off` cookie): resuming is what
+    /// `seekdir` on the backing directory does, stable while the
+    /// directory changes, as natively. `.rewind` at the root is skipped.
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         let _g = self.sh.gate.enter();
-        let slot = self
-            .dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .cloned();
-        let Some(OpenDir { ino, listing }) = slot else {
-            return reply.error(Errno::EBADF);
+        let dir = self.inode(ino).and_then(|i| {
+            let mut dir = rustix::fs::Dir::new(self.open_dir(&i)?).map_err(errno)?;
+            if offset > 0 {
+                let at = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+                dir.seek(at).map_err(errno)?;
+            }
+            Ok(dir)
+        });
+        let mut dir = match dir {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
         };
-        let listing = match listing {
-            Some(l) if offset > 0 => l,
-            // Offset 0: a fresh read (rewinddir sees changes).
-            _ => match self.list(ino) {
-                Ok(l) => {
-                    let l = Arc::new(l);
-                    if let Some(e) = self
-                        .dirs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_mut(&fh.0)
-                    {
-                        e.listing = Some(Arc::clone(&l));
-                    }
-                    l
-                }
-                Err(e) => return reply.error(e),
-            },
-        };
-        for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
+        while let Some(ent) = dir.read() {
+            let ent = match ent {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(e)),
+            };
+            let name = ent.file_name().to_bytes();
+            if ino.0 == ROOT && name == HIDDEN {
+                continue;
+            }
             if reply.add(
-                INodeNo(*ino),
-                (i + 1) as u64,
-                *kind,
+                INodeNo(ent.ino()),
+                ent.offset() as u64,
+                fuse_kind(ent.file_type()),
                 OsStr::from_bytes(name),
             ) {
                 break;
@@ -1022,14 +994,10 @@ impl Filesystem for OverlayFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
         reply.ok();
     }
 
