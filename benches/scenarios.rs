@@ -2515,6 +2515,66 @@ fn scenario_j(
         );
     }
 
+    // j2m, j3m. The same through one running `rewind mcp`, as agents call
+    // it (D63: the workspace stays open between calls). The manifest is
+    // deferred as in j2 and built, untimed, after each acknowledgement.
+    let mut server = McpServer::start_env(&ws, &[("REWIND_MANIFEST", "deferred")]);
+    server.call_tool(2, "status", json!({}));
+    let mut next_id = 3u64;
+    let finish = |what: &str| {
+        let f = run(rewind_cmd(&ws).args(["finish-manifests", "--json"])).json();
+        assert_eq!(f["finished"], 1, "{what}: finish-manifests: {f}");
+    };
+    let (mut ack_mcp, mut rw_mcp) = (Series::default(), Series::default());
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [j2m] MCP checkpoint after {SMALL_EDITS} edits, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+        settle(&work);
+        let label = format!("bench-j2m-{r}");
+        let (ms, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
+        next_id += 1;
+        json_str(&sc, "id", "j2m: checkpoint id");
+        ack_mcp.push(ms, server.peak_rss_kib());
+        ack_mcp
+            .self_ms
+            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        finish("j2m");
+    }
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [j3m] MCP rewind of {SMALL_EDITS} edits + {NEW_FILES} new files, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let label = format!("bench-j3m-x-{r}");
+        let (_, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
+        next_id += 1;
+        let x = json_str(&sc, "id", "j3m: checkpoint id");
+        finish("j3m");
+        let want = hash_tree(&ws);
+        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+        create_files(&ws, &plan_new_files(tree, rng, r + 5000));
+        settle(&work);
+        let (ms, sc) = server.call_tool(next_id, "rewind", json!({ "id": x }));
+        next_id += 1;
+        rw_mcp.push(ms, server.peak_rss_kib());
+        rw_mcp
+            .self_ms
+            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        verify_equal(
+            &format!("j3m: MCP rewind to {x} (run {})", r + 1),
+            &want,
+            &ws,
+        );
+        // The rewind's safety snapshot waits for its manifest too.
+        let _ = run(rewind_cmd(&ws).args(["finish-manifests", "--json"]));
+    }
+    server.close("j2m/j3m server");
+
     // j4. Flat in the tree's size: 100 files vs T2 (10× the T1 files, deep), fresh
     // subvolumes; one edit between checkpoints; used space per checkpoint.
     let mut flat = Vec::new();
@@ -2574,6 +2634,32 @@ fn scenario_j(
             ),
         },
         Target {
+            scenario: "j2m",
+            what: "the j2 checkpoint through a running `rewind mcp`, acknowledged ≤ 10 ms".into(),
+            limit: 10.0,
+            measured: ack_mcp.median(),
+            unit: "ms",
+            measured_as: "median, request to response",
+            shown: format!(
+                "{} ms (one process per checkpoint, j2: {} ms)",
+                fmt_ms(ack_mcp.median()),
+                fmt_ms(ack.median())
+            ),
+        },
+        Target {
+            scenario: "j3m",
+            what: "the j3 rewind through a running `rewind mcp` ≤ 40 ms".into(),
+            limit: 40.0,
+            measured: rw_mcp.median(),
+            unit: "ms",
+            measured_as: "median, request to response",
+            shown: format!(
+                "{} ms (one process per rewind, j3: {} ms)",
+                fmt_ms(rw_mcp.median()),
+                fmt_ms(rw.median())
+            ),
+        },
+        Target {
             scenario: "j4",
             what: format!(
                 "btrfs acknowledgement flat: {} files vs 100 files within 2×",
@@ -2621,7 +2707,7 @@ fn scenario_j(
             name: format!(
                 "j2. btrfs engine: checkpoint after editing {SMALL_EDITS} small files, acknowledged"
             ),
-            rewind: ack,
+            rewind: ack.clone(),
             baselines: vec![
                 Baseline {
                     name: "its manifest, built afterwards".into(),
@@ -2643,10 +2729,32 @@ fn scenario_j(
             name: format!(
                 "j3. btrfs engine: rewind of {SMALL_EDITS} edits + {NEW_FILES} new files"
             ),
-            rewind: rw,
+            rewind: rw.clone(),
             baselines: vec![Baseline {
                 name: "walk engine with reflinks, same filesystem".into(),
                 series: rw_walk,
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j2m",
+            name:
+                "j2m. btrfs engine: the j2 checkpoint through a running `rewind mcp`, acknowledged"
+                    .into(),
+            rewind: ack_mcp,
+            baselines: vec![Baseline {
+                name: "j2: one `rewind checkpoint` process".into(),
+                series: ack.clone(),
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j3m",
+            name: "j3m. btrfs engine: the j3 rewind through a running `rewind mcp`".into(),
+            rewind: rw_mcp,
+            baselines: vec![Baseline {
+                name: "j3: one `rewind rewind` process".into(),
+                series: rw.clone(),
             }],
             detail: Value::Null,
         },
@@ -2838,7 +2946,13 @@ impl McpServer {
     /// `rewind mcp` started in `ws` the way agents start it (`cwd` = the
     /// project, no `-C`).
     fn spawn(ws: &Path) -> McpServer {
+        McpServer::spawn_env(ws, &[])
+    }
+
+    /// The same with `env` set in the server's environment.
+    fn spawn_env(ws: &Path, env: &[(&str, &str)]) -> McpServer {
         let mut c = Command::new(REWIND);
+        c.envs(env.iter().copied());
         c.arg("mcp")
             .current_dir(ws)
             .stdin(Stdio::piped())
@@ -2947,7 +3061,12 @@ impl McpServer {
 
     /// A started session: `initialize` answered, `initialized` sent.
     fn start(ws: &Path) -> McpServer {
-        let mut server = McpServer::spawn(ws);
+        McpServer::start_env(ws, &[])
+    }
+
+    /// `start` with `env` set in the server's environment.
+    fn start_env(ws: &Path, env: &[(&str, &str)]) -> McpServer {
+        let mut server = McpServer::spawn_env(ws, env);
         server.send(&mcp_initialize(1));
         let init = server.result(1, "initialize");
         if !init["protocolVersion"].is_string() || !init["serverInfo"]["name"].is_string() {
