@@ -260,6 +260,52 @@ fn a_tree_with_more_files_than_the_daemon_may_open_works_through_the_mount() {
     m.unmount();
 }
 
+/// A file that loses its last name while open (unlinked, or replaced by a
+/// rename) stays usable through its fd, as natively, even when the daemon
+/// holds almost no inode fds (D65): it is held from the moment it loses
+/// the name, and `fstat` asks the open file itself.
+#[test]
+fn an_open_file_that_loses_its_name_stays_usable_while_inodes_are_evicted() {
+    let Some((_lfs, ws)) = workspace(2, 40) else {
+        return;
+    };
+    let Some(m) = MountGuard::with_env(&ws, &[("REWIND_MOUNT_INODE_FDS", "2")]) else {
+        return;
+    };
+    sh(
+        &ws,
+        r#"
+        python3 - <<'EOF'
+import os
+def churn():
+    for d in ("d00", "d01"):
+        for i in range(1, 40):
+            os.stat(f"{d}/f{i:02}.txt")
+for victim, replace in (("d00/f00.txt", False), ("d01/f00.txt", True)):
+    fd = os.open(victim, os.O_RDWR)
+    churn()
+    if replace:
+        open("d01/new.txt", "w").write("new\n")
+        os.rename("d01/new.txt", victim)
+    else:
+        os.unlink(victim)
+    churn()
+    assert os.fstat(fd).st_nlink == 0, os.fstat(fd)
+    os.fchmod(fd, 0o600)
+    assert os.fstat(fd).st_mode & 0o777 == 0o600
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, b"still here", 0)
+    assert os.pread(fd, 64, 0) == b"still here"
+    os.close(fd)
+assert open("d01/f00.txt").read() == "new\n"
+assert not os.path.exists("d00/f00.txt")
+EOF
+        "#,
+    );
+    checkpoint_matches_a_walk(&ws, "after the unlinks");
+    m.unmount();
+}
+
 #[test]
 fn real_tools_give_the_same_results_through_the_mount_as_natively() {
     let Some(lfs) = LoopFs::new(Fs::Xfs, 1024) else {

@@ -574,8 +574,15 @@ impl Filesystem for OverlayFs {
         self.sh.inodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _g = self.sh.gate.enter();
+        // `fstat` on an open file: its own file answers, even when no
+        // name leads to the inode any more (unlinked, or replaced by a
+        // rewind) and its `O_PATH` fd was given back (D65).
+        let open = fh.and_then(|fh| self.with_file(fh, |f| stat_fd(f).map_err(Errno::from)).ok());
+        if let Some(st) = open {
+            return reply.attr(&TTL, &attr(ino.0, &st));
+        }
         match self.inode(ino).and_then(|i| self.getattr_of(ino.0, &i)) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
@@ -754,6 +761,8 @@ impl Filesystem for OverlayFs {
             let np = self.inode(newparent)?;
             self.sh.mark_entry(parent.0, name);
             self.sh.mark_entry(newparent.0, newname);
+            // A replaced target keeps its inode for whoever has it open.
+            self.sh.inodes.hold(newparent.0, newname);
             let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
             rustix::fs::renameat_with(&p.fd, name, &np.fd, newname, rf).map_err(errno)?;
             self.sh.inodes.renamed(
@@ -1276,6 +1285,9 @@ impl OverlayFs {
             }
             let p = self.inode(parent)?;
             self.sh.mark_entry(parent.0, name);
+            // Held from now on (no name will lead to it): a process that
+            // has it open or as its cwd can still use it (D65).
+            self.sh.inodes.hold(parent.0, name);
             rustix::fs::unlinkat(&p.fd, name, flags).map_err(errno)?;
             self.sh.inodes.unlinked(parent.0, name);
             Ok(())

@@ -291,6 +291,22 @@ impl Inodes {
         Err(rustix::io::Errno::STALE)
     }
 
+    /// Make the inode the kernel knows as `name` in `parent` hold its fd
+    /// (reopened while the name still leads to it): it is about to lose
+    /// that name, and an inode without one is never evicted.
+    pub fn hold(&self, parent: u64, name: &OsStr) {
+        let child = self
+            .read()
+            .children
+            .get(&(parent, name.to_os_string()))
+            .copied();
+        if let Some(ino) = child
+            && let Some(i) = self.get(ino)
+        {
+            let _ = self.fd(ino, &i);
+        }
+    }
+
     /// Inode `ino` holds its fd now; past the cap, the oldest holders give
     /// theirs back.
     fn holding(&self, ino: u64) {
