@@ -1809,6 +1809,9 @@ fn paired(
     (a, b)
 }
 
+/// How long k9 waits before each `find`: a pause between two commands.
+const AGENT_PAUSE: Duration = Duration::from_secs(8);
+
 /// k. The FUSE overlay (`rewind mount`) over a copy of T on the main
 /// filesystem: checkpoint and rewind through the mount against the walk
 /// engine on another copy, then what the mount costs ordinary tools.
@@ -2063,6 +2066,24 @@ fn scenario_k(
         )
     };
     let (gr, gr_native) = paired(args.runs, || grep(&ws), || grep(&walk));
+    // k9. k5's `find` after a pause as long as an agent's between two
+    // commands: longer than the kernel's old 5 s entry/attribute TTL
+    // (D67), so a short TTL would make it look up every entry again.
+    eprintln!(
+        "bench: [k9] find + stat after {} s idle",
+        AGENT_PAUSE.as_secs()
+    );
+    let (fi, fi_native) = paired(
+        args.runs,
+        || {
+            std::thread::sleep(AGENT_PAUSE);
+            find(&ws)
+        },
+        || {
+            std::thread::sleep(AGENT_PAUSE);
+            find(&walk)
+        },
+    );
     drop(mount);
 
     // k8. Flat in the tree's size: the same checkpoint on T2, 10x the
@@ -2290,6 +2311,15 @@ fn scenario_k(
             gr,
             gr_native,
         ),
+        pair_row(
+            "k9",
+            format!(
+                "k9. FUSE mount: k5's `find -printf` after {} s idle (an agent's pause)",
+                AGENT_PAUSE.as_secs()
+            ),
+            fi,
+            fi_native,
+        ),
         Scenario {
             id: "k8",
             name: format!(
@@ -2307,7 +2337,8 @@ fn scenario_k(
                 filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
                 on another copy given the same edits; k1m/k2m the same through one running \
                 `rewind mcp` (its workspace kept open between calls, D63); k3–k7 the same command through the mount and \
-                natively on the unmounted copy, alternating which goes first, after one warm-up each"
+                natively on the unmounted copy, alternating which goes first, after one warm-up each; \
+                k9 is k5 with an untimed pause before each run, as an agent pauses between commands"
         .to_string();
     (scenarios, targets, note)
 }
