@@ -401,7 +401,7 @@ impl OverlayFs {
     ) -> rustix::io::Result<T> {
         match open() {
             Err(e)
-                if (e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE)
+                if inodes::out_of_fds(e)
                     && self.sh.inodes.release_kept() + self.sh.inodes.shed() as u64 > 0 =>
             {
                 open()

@@ -262,16 +262,21 @@ impl Inodes {
             let Some(p) = self.get(parent) else {
                 continue;
             };
-            let Ok(pfd) = self.fd(parent, &p) else {
-                continue;
+            // Out of fds is not "no such link": the caller sheds and retries.
+            let pfd = match self.fd(parent, &p) {
+                Ok(fd) => fd,
+                Err(e) if out_of_fds(e) => return Err(e),
+                Err(_) => continue,
             };
-            let Ok(fd) = rustix::fs::openat(
+            let fd = match rustix::fs::openat(
                 &pfd,
                 &name,
                 OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
-            ) else {
-                continue;
+            ) {
+                Ok(fd) => fd,
+                Err(e) if out_of_fds(e) => return Err(e),
+                Err(_) => continue,
             };
             match identity(&fd) {
                 Ok(id) if id.key() == key && id.born == i.born => {}
@@ -497,6 +502,11 @@ impl Inodes {
         KEEP_BUDGET.store(KEEP_BUDGET.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
         released
     }
+}
+
+/// EMFILE or ENFILE: the process or the system has no fd to give.
+pub fn out_of_fds(e: rustix::io::Errno) -> bool {
+    e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE
 }
 
 /// Device, inode number and birth time of what `fd` refers to.
