@@ -1809,6 +1809,32 @@ fn paired(
     (a, b)
 }
 
+/// A time target: `s`'s median against `limit` ms, shown next to `base`'s
+/// median as "(`against` N ms)".
+fn ms_target(
+    scenario: &'static str,
+    what: &str,
+    limit: f64,
+    s: &Series,
+    measured_as: &'static str,
+    against: &str,
+    base: &Series,
+) -> Target {
+    Target {
+        scenario,
+        what: what.into(),
+        limit,
+        measured: s.median(),
+        unit: "ms",
+        measured_as,
+        shown: format!(
+            "{} ms ({against} {} ms)",
+            fmt_ms(s.median()),
+            fmt_ms(base.median())
+        ),
+    }
+}
+
 /// How long k9 waits before each `find`: a pause between two commands.
 const AGENT_PAUSE: Duration = Duration::from_secs(8);
 
@@ -2133,25 +2159,6 @@ fn scenario_k(
         ),
     };
     // A time target, shown next to the run it is compared with.
-    let ms_target = |scenario: &'static str,
-                     what: &str,
-                     limit: f64,
-                     s: &Series,
-                     measured_as: &'static str,
-                     against: &str,
-                     base: &Series| Target {
-        scenario,
-        what: what.into(),
-        limit,
-        measured: s.median(),
-        unit: "ms",
-        measured_as,
-        shown: format!(
-            "{} ms ({against} {} ms)",
-            fmt_ms(s.median()),
-            fmt_ms(base.median())
-        ),
-    };
     let targets = vec![
         ms_target(
             "k1",
@@ -2638,58 +2645,42 @@ fn scenario_j(
     let ratio = flat[1].2.median() / flat[0].2.median();
     let per_ck_kib = flat.iter().map(|f| f.4).max().unwrap_or(0) as f64 / 1024.0;
     let targets = vec![
-        Target {
-            scenario: "j2",
-            what: "btrfs checkpoint after 10 edits, acknowledged ≤ 10 ms".into(),
-            limit: 10.0,
-            measured: ack.median(),
-            unit: "ms",
-            measured_as: "median, process spawn to exit (snapshot + pending row)",
-            shown: format!(
-                "{} ms (manifest then {} ms)",
-                fmt_ms(ack.median()),
-                fmt_ms(man.median())
-            ),
-        },
-        Target {
-            scenario: "j3",
-            what: "btrfs rewind of 10 edits + 3 new files ≤ 40 ms".into(),
-            limit: 40.0,
-            measured: rw.median(),
-            unit: "ms",
-            measured_as: "median, process spawn to exit",
-            shown: format!(
-                "{} ms (walk engine {} ms)",
-                fmt_ms(rw.median()),
-                fmt_ms(rw_walk.median())
-            ),
-        },
-        Target {
-            scenario: "j2m",
-            what: "the j2 checkpoint through a running `rewind mcp`, acknowledged ≤ 10 ms".into(),
-            limit: 10.0,
-            measured: ack_mcp.median(),
-            unit: "ms",
-            measured_as: "median, request to response",
-            shown: format!(
-                "{} ms (one process per checkpoint, j2: {} ms)",
-                fmt_ms(ack_mcp.median()),
-                fmt_ms(ack.median())
-            ),
-        },
-        Target {
-            scenario: "j3m",
-            what: "the j3 rewind through a running `rewind mcp` ≤ 40 ms".into(),
-            limit: 40.0,
-            measured: rw_mcp.median(),
-            unit: "ms",
-            measured_as: "median, request to response",
-            shown: format!(
-                "{} ms (one process per rewind, j3: {} ms)",
-                fmt_ms(rw_mcp.median()),
-                fmt_ms(rw.median())
-            ),
-        },
+        ms_target(
+            "j2",
+            "btrfs checkpoint after 10 edits, acknowledged ≤ 10 ms",
+            10.0,
+            &ack,
+            "median, process spawn to exit (snapshot + pending row)",
+            "manifest then",
+            &man,
+        ),
+        ms_target(
+            "j3",
+            "btrfs rewind of 10 edits + 3 new files ≤ 40 ms",
+            40.0,
+            &rw,
+            "median, process spawn to exit",
+            "walk engine",
+            &rw_walk,
+        ),
+        ms_target(
+            "j2m",
+            "the j2 checkpoint through a running `rewind mcp`, acknowledged ≤ 10 ms",
+            10.0,
+            &ack_mcp,
+            "median, request to response",
+            "one process per checkpoint, j2:",
+            &ack,
+        ),
+        ms_target(
+            "j3m",
+            "the j3 rewind through a running `rewind mcp` ≤ 40 ms",
+            40.0,
+            &rw_mcp,
+            "median, request to response",
+            "one process per rewind, j3:",
+            &rw,
+        ),
         Target {
             scenario: "j4",
             what: format!(
