@@ -185,12 +185,10 @@ pub struct MountStatus {
     pub frozen: bool,
     /// Dirty directories waiting for the next checkpoint; `None`: all.
     pub dirty: Option<u64>,
-    /// File descriptors the daemon holds (one per inode the kernel knows,
-    /// plus backing files), against its limit.
+    /// File descriptors the daemon holds (inode fds up to their cap,
+    /// backing files, handles), against its limit.
     pub fds: u64,
     pub fd_limit: u64,
-    /// Backing files kept open for later opens (given back when fds run out).
-    pub kept: u64,
 }
 
 /// A connection to the daemon of one mount.
@@ -345,7 +343,6 @@ impl Client {
                 "dirty" => s.dirty = (v != "all").then_some(n),
                 "fds" => s.fds = n,
                 "fd_limit" => s.fd_limit = n,
-                "kept" => s.kept = n,
                 _ => {}
             }
         }

@@ -319,7 +319,7 @@ fn handle(
                     n => n.to_string(),
                 };
                 let text = format!(
-                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\nkept={}\n",
+                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\n",
                     std::process::id(),
                     sh.generation.load(Ordering::SeqCst),
                     sh.passthrough.load(Ordering::Relaxed) as u8,
@@ -332,7 +332,6 @@ fn handle(
                     rustix::process::getrlimit(rustix::process::Resource::Nofile)
                         .current
                         .unwrap_or(u64::MAX),
-                    crate::inodes::KEPT.load(Ordering::Relaxed),
                 );
                 ok(text.as_bytes())?;
             }

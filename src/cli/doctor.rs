@@ -40,8 +40,8 @@ struct Fuse {
     /// everything, as after a fresh mount or new ignore rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     dirty_dirs: Option<serde_json::Value>,
-    /// File descriptors the daemon holds and may hold: it needs one per
-    /// inode the kernel knows, so a big tree needs a high limit.
+    /// File descriptors the daemon holds and may hold: past 5/8 of the
+    /// limit its inodes give theirs back and are reopened by name (D65).
     #[serde(skip_serializing_if = "Option::is_none")]
     fds: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
