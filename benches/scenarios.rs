@@ -2616,6 +2616,7 @@ fn scenario_j(
     // j4. Flat in the tree's size: 100 files vs T2 (10× the T1 files, deep), fresh
     // subvolumes; one edit between checkpoints; used space per checkpoint.
     let mut flat = Vec::new();
+    let mut large = None;
     for (name, files) in [("small", 100usize), ("large", large_files)] {
         let dir = work.join(format!("ws-j4-{name}"));
         make_subvolume(&dir);
@@ -2640,7 +2641,37 @@ fn scenario_j(
         }
         used.sort();
         flat.push((name, files, a, mm, used[used.len() / 2]));
+        if name == "large" {
+            large = Some((dir, t));
+        }
     }
+
+    // j4m. The T2 checkpoint through a running `rewind mcp`, as j2m on T1:
+    // the acknowledgement must not grow with the tree on the agents' path
+    // either.
+    let (large_dir, large_tree) = large.expect("j4 built the large tree");
+    let mut server = McpServer::start_env(&large_dir, &[("REWIND_MANIFEST", "deferred")]);
+    server.call_tool(2, "status", json!({}));
+    let mut ack_mcp_large = Series::default();
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [j4m] MCP checkpoint of the {large_files}-file tree after {SMALL_EDITS} edits, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        apply_edits(&large_dir, &plan_small_edits(&large_tree, rng, SMALL_EDITS));
+        settle(&work);
+        let label = format!("bench-j4m-{r}");
+        let (ms, sc) = server.call_tool(3 + r as u64, "checkpoint", json!({ "label": label }));
+        json_str(&sc, "id", "j4m: checkpoint id");
+        ack_mcp_large.push(ms, server.peak_rss_kib());
+        ack_mcp_large
+            .self_ms
+            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        let f = run(rewind_cmd(&large_dir).args(["finish-manifests", "--json"])).json();
+        assert_eq!(f["finished"], 1, "j4m: finish-manifests: {f}");
+    }
+    server.close("j4m server");
 
     let ratio = flat[1].2.median() / flat[0].2.median();
     let per_ck_kib = flat.iter().map(|f| f.4).max().unwrap_or(0) as f64 / 1024.0;
@@ -2680,6 +2711,15 @@ fn scenario_j(
             "median, request to response",
             "one process per rewind, j3:",
             &rw,
+        ),
+        ms_target(
+            "j4m",
+            "the j4 tree's checkpoint through a running `rewind mcp`, acknowledged ≤ 10 ms",
+            10.0,
+            &ack_mcp_large,
+            "median, request to response",
+            "T1 through MCP, j2m:",
+            &ack_mcp,
         ),
         Target {
             scenario: "j4",
@@ -2763,7 +2803,7 @@ fn scenario_j(
             name:
                 "j2m. btrfs engine: the j2 checkpoint through a running `rewind mcp`, acknowledged"
                     .into(),
-            rewind: ack_mcp,
+            rewind: ack_mcp.clone(),
             baselines: vec![Baseline {
                 name: "j2: one `rewind checkpoint` process".into(),
                 series: ack.clone(),
@@ -2795,6 +2835,24 @@ fn scenario_j(
                 "used_bytes_per_checkpoint": {"small": flat[0].4, "large": flat[1].4},
                 "manifest_ms": {"small": flat[0].3.to_json(), "large": flat[1].3.to_json()},
             }),
+        },
+        Scenario {
+            id: "j4m",
+            name: format!(
+                "j4m. btrfs engine: the {large_files}-file tree's checkpoint after {SMALL_EDITS} edits through a running `rewind mcp`, acknowledged"
+            ),
+            rewind: ack_mcp_large,
+            baselines: vec![
+                Baseline {
+                    name: "j2m: the same on T1".into(),
+                    series: ack_mcp,
+                },
+                Baseline {
+                    name: "j4: one `rewind checkpoint` process (1 edit)".into(),
+                    series: flat[1].2.clone(),
+                },
+            ],
+            detail: Value::Null,
         },
     ];
     let note = format!(

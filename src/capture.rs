@@ -192,6 +192,12 @@ pub struct Scope {
     deep: HashSet<Vec<u8>>,
     /// Every ancestor of the above: listed to rebuild their nodes.
     spine: HashSet<Vec<u8>>,
+    /// Every inode that changed, where the source names them all (btrfs
+    /// knows each inode item written since a transaction). Then an entry
+    /// of a changed directory is unchanged if its inode is not among them
+    /// and the cache holds that same inode under that name: a directory
+    /// that gained one file is listed, not stat'ed entry by entry.
+    inodes: Option<HashSet<u64>>,
 }
 
 /// A [`Scope`] built from what a change source names (btrfs's change list,
@@ -200,6 +206,7 @@ pub struct Scope {
 pub struct ScopeBuilder {
     dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>>,
     deep: HashSet<Vec<u8>>,
+    inodes: Option<HashSet<u64>>,
 }
 
 impl ScopeBuilder {
@@ -223,8 +230,16 @@ impl ScopeBuilder {
         }
     }
 
+    /// `inodes` is every inode that changed, with nothing left out (see
+    /// [`Scope::inodes`]).
+    pub fn all_changed_inodes(&mut self, inodes: HashSet<u64>) {
+        self.inodes = Some(inodes);
+    }
+
     pub fn build(self) -> Scope {
-        Scope::new(self.dirty, self.deep)
+        let mut scope = Scope::new(self.dirty, self.deep);
+        scope.inodes = self.inodes;
+        scope
     }
 }
 
@@ -235,7 +250,12 @@ impl Scope {
         for d in dirty.keys().chain(deep.iter()) {
             spine.extend(ancestors(d).map(<[u8]>::to_vec));
         }
-        Scope { dirty, deep, spine }
+        Scope {
+            dirty,
+            deep,
+            spine,
+            inodes: None,
+        }
     }
 
     /// The directory must be listed (it or something below it changed).
@@ -247,9 +267,15 @@ impl Scope {
     /// (stat, and hashed if the stat moved): it changed, or it is a
     /// directory the capture descends into (its mtime moves with its
     /// entries).
-    fn looks_at(&self, rel: &[u8], name: &[u8]) -> bool {
+    ///
+    /// `ino` is the entry's inode as listed, `cached_ino` the one the cache
+    /// holds under its name.
+    fn looks_at(&self, rel: &[u8], name: &[u8], ino: u64, cached_ino: u64) -> bool {
         let changed = match self.dirty.get(rel) {
-            Some(None) => true,
+            Some(None) => self
+                .inodes
+                .as_ref()
+                .is_none_or(|changed| ino != cached_ino || changed.contains(&ino)),
             Some(Some(names)) => names.contains(name),
             None => false,
         };
@@ -646,10 +672,13 @@ impl Walker<'_> {
         &self,
         dir: &Dir,
         rel: &[u8],
-        names: &[OsString],
+        names: &[(OsString, u64)],
         parent: &IgnoreStack,
     ) -> Result<IgnoreStack> {
-        if !names.iter().any(|n| n.as_bytes() == IGNORE_FILE.as_bytes()) {
+        if !names
+            .iter()
+            .any(|(n, _)| n.as_bytes() == IGNORE_FILE.as_bytes())
+        {
             return Ok(parent.clone());
         }
         let (mut f, _) = match dir.open_read(OsStr::new(IGNORE_FILE)) {
@@ -701,8 +730,8 @@ impl Walker<'_> {
         if self.progress.cancelled() {
             return Err(Error::Cancelled);
         }
-        let mut names = dir.entries().map_err(Error::os)?;
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let mut names = dir.entries_with_ino().map_err(Error::os)?;
+        names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         let ignores = self.ignore_stack(&dir, &rel, &names, parent_ignores)?;
         let cached = self.cache.get(&rel).and_then(LazyDir::get);
         let here = Here {
@@ -715,13 +744,13 @@ impl Walker<'_> {
         };
 
         let mut slots = Vec::with_capacity(names.len());
-        for name in names {
+        for (name, ino) in names {
             // Scoped: an entry the tracker saw no change to is what the
             // cache says, without a stat.
             if scoped
                 && let Some(scope) = self.scope
-                && !scope.looks_at(&rel, name.as_bytes())
                 && let Some(prev) = cached.and_then(|c| c.lookup(name.as_bytes()))
+                && !scope.looks_at(&rel, name.as_bytes(), ino, prev.ino)
             {
                 if prev.entry.kind() == Kind::Dir {
                     self.lock_out().kept.insert(join(&rel, name.as_bytes()));

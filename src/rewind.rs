@@ -433,7 +433,7 @@ fn finish(
     report: &ApplyReport,
     recovered: bool,
 ) -> Result<()> {
-    ws.sync_tree()?;
+    ws.sync_applied(&report.touched)?;
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
     let new_head = if op == Op::Restore { safety } else { target };

@@ -542,6 +542,12 @@ pub(crate) fn changes_since(snap: &Dir, mark: Option<&str>) -> Option<crate::cap
     let in_state =
         |d: &[u8]| d.starts_with(state) && matches!(d.get(state.len()), None | Some(b'/'));
     let mut scope = crate::capture::ScopeBuilder::default();
+    scope.all_changed_inodes(changed.iter().map(|i| i.ino).collect());
+    crate::trace::note(format_args!(
+        "btrfs changes: {} inodes ({} directories) since transaction {since}",
+        changed.len(),
+        changed.iter().filter(|i| i.is_dir).count()
+    ));
     for inode in &changed {
         if inode.is_dir {
             // Its entries changed (or only its metadata: listing it is cheap).

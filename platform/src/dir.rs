@@ -221,6 +221,17 @@ impl Dir {
 
     /// Entry names (never "." or ".."), in directory order.
     pub fn entries(&self) -> Result<Vec<OsString>> {
+        Ok(self
+            .entries_with_ino()?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    /// Names with the inode number each names (`d_ino`), as listed: no
+    /// stat. On an overlay or a filesystem that reports placeholder inode
+    /// numbers the caller must not trust them further than a stat's.
+    pub fn entries_with_ino(&self) -> Result<Vec<(OsString, u64)>> {
         let mut it = rustix::fs::Dir::read_from(&self.fd)
             .map_err(|e| Error::new("read directory", &self.path, e))?;
         let mut out = Vec::new();
@@ -228,7 +239,7 @@ impl Dir {
             let ent = ent.map_err(|e| Error::new("read directory", &self.path, e))?;
             let name = ent.file_name().to_bytes();
             if name != b"." && name != b".." {
-                out.push(OsStr::from_bytes(name).to_owned());
+                out.push((OsStr::from_bytes(name).to_owned(), ent.ino()));
             }
         }
         Ok(out)

@@ -117,6 +117,13 @@ impl LoopFs {
                 return None;
             }
         }
+        LoopFs::mount(fs, dir)
+    }
+
+    /// Mount `dir/img` on `dir/mnt`.
+    fn mount(fs: Fs, dir: tempfile::TempDir) -> Option<LoopFs> {
+        let img = dir.path().join("img");
+        let mnt = dir.path().join("mnt");
         let out = Command::new("mount")
             .arg("-o")
             .arg("loop")
@@ -133,6 +140,49 @@ impl LoopFs {
             return None;
         }
         Some(LoopFs { fs, mnt, _dir: dir })
+    }
+
+    /// Change mount options in place (`mount -o remount,OPTS`).
+    pub fn remount(&self, opts: &str) {
+        let out = Command::new("mount")
+            .arg("-o")
+            .arg(format!("remount,{opts}"))
+            .arg(&self.mnt)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "remount {opts}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// What a power cut now would leave, mounted elsewhere: a copy of the
+    /// image as the loop device has received it. btrfs sends metadata to
+    /// the device only when it commits a transaction or syncs its log, and
+    /// flushes right after, so on btrfs mounted with a long `commit=`
+    /// interval the copy holds what was made durable and nothing else
+    /// that a rewind writes (clones and renames are metadata only).
+    pub fn power_cut_copy(&self) -> LoopFs {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("rewind-{}-cut-", self.fs.name()))
+            .tempdir_in(base_tmp())
+            .expect("tempdir");
+        std::fs::create_dir(dir.path().join("mnt")).expect("mkdir mnt");
+        let out = Command::new("cp")
+            .arg("--sparse=always")
+            .arg(self._dir.path().join("img"))
+            .arg(dir.path().join("img"))
+            .output()
+            .expect("run cp");
+        assert!(
+            out.status.success(),
+            "copy the image: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A copy of a mounted btrfs has the same fsid; kernels since 6.7
+        // mount it with a temporary one.
+        LoopFs::mount(self.fs, dir).expect("mount the copy of the image")
     }
 
     /// A fresh directory on this filesystem.
