@@ -1947,55 +1947,10 @@ fn scenario_k(
     // it: the server keeps the workspace open between calls (D63). Each
     // loop as its CLI twin: k1m checkpoints in a row, k2m rewinds (a
     // checkpoint right after a rewind also looks at what the rewind wrote).
-    let mut server = McpServer::start(&ws);
-    let (mut ck_mcp, mut rw_mcp) = (Series::default(), Series::default());
-    // One untimed call opens the workspace the server then keeps.
-    server.call_tool(2, "status", json!({}));
-    let mut next_id = 3u64;
-    for r in 0..args.runs {
-        eprintln!(
-            "bench: [k1m] MCP checkpoint through the mount, run {}/{}",
-            r + 1,
-            args.runs
-        );
-        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
-        settle(work);
-        let label = format!("bench-k1m-{r}");
-        let (ms, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
-        next_id += 1;
-        mcp_edit_counts(&mut server, &sc, "k1m: MCP checkpoint through the mount");
-        ck_mcp.push(ms, server.peak_rss_kib());
-        ck_mcp
-            .self_ms
-            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
-    }
-    for r in 0..args.runs {
-        eprintln!(
-            "bench: [k2m] MCP rewind through the mount, run {}/{}",
-            r + 1,
-            args.runs
-        );
-        let label = format!("bench-k2m-x-{r}");
-        let (_, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
-        next_id += 1;
-        let x = json_str(&sc, "id", "k2m: checkpoint id");
-        let want = hash_tree(&ws);
-        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
-        create_files(&ws, &plan_new_files(tree, rng, r + 3000));
-        settle(work);
-        let (ms, sc) = server.call_tool(next_id, "rewind", json!({ "id": x }));
-        next_id += 1;
-        rw_mcp.push(ms, server.peak_rss_kib());
-        rw_mcp
-            .self_ms
-            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
-        verify_equal(
-            &format!("k2m: MCP rewind through the mount to {x} (run {})", r + 1),
-            &want,
-            &ws,
-        );
-    }
-    server.close("k1m/k2m server");
+    let mut mcp = McpRuns::start(&ws, work, &[], &|_, _| {});
+    let ck_mcp = mcp.checkpoints("k1m", tree, rng, args.runs, true);
+    let rw_mcp = mcp.rewinds("k2m", tree, rng, args.runs, 3000);
+    mcp.close("k1m/k2m server");
 
     // k3–k7. Ordinary tools through the mount and natively (the walk copy).
     let big = |root: &Path| root.join(&tree.big);
@@ -2556,62 +2511,20 @@ fn scenario_j(
     // j2m, j3m. The same through one running `rewind mcp`, as agents call
     // it (D63: the workspace stays open between calls). The manifest is
     // deferred as in j2 and built, untimed, after each acknowledgement.
-    let mut server = McpServer::start_env(&ws, &[("REWIND_MANIFEST", "deferred")]);
-    server.call_tool(2, "status", json!({}));
-    let mut next_id = 3u64;
-    let finish = |what: &str| {
-        let f = run(rewind_cmd(&ws).args(["finish-manifests", "--json"])).json();
-        assert_eq!(f["finished"], 1, "{what}: finish-manifests: {f}");
+    // After a checkpoint, exactly its manifest was pending.
+    let finish = |ws: &Path, what: &str, checkpointed: bool| {
+        let f = run(rewind_cmd(ws).args(["finish-manifests", "--json"])).json();
+        let ok = f["finished"]
+            .as_u64()
+            .is_some_and(|n| n == 1 || !checkpointed);
+        assert!(ok, "{what}: finish-manifests: {f}");
     };
-    let (mut ack_mcp, mut rw_mcp) = (Series::default(), Series::default());
-    for r in 0..args.runs {
-        eprintln!(
-            "bench: [j2m] MCP checkpoint after {SMALL_EDITS} edits, run {}/{}",
-            r + 1,
-            args.runs
-        );
-        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
-        settle(&work);
-        let label = format!("bench-j2m-{r}");
-        let (ms, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
-        next_id += 1;
-        json_str(&sc, "id", "j2m: checkpoint id");
-        ack_mcp.push(ms, server.peak_rss_kib());
-        ack_mcp
-            .self_ms
-            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
-        finish("j2m");
-    }
-    for r in 0..args.runs {
-        eprintln!(
-            "bench: [j3m] MCP rewind of {SMALL_EDITS} edits + {NEW_FILES} new files, run {}/{}",
-            r + 1,
-            args.runs
-        );
-        let label = format!("bench-j3m-x-{r}");
-        let (_, sc) = server.call_tool(next_id, "checkpoint", json!({ "label": label }));
-        next_id += 1;
-        let x = json_str(&sc, "id", "j3m: checkpoint id");
-        finish("j3m");
-        let want = hash_tree(&ws);
-        apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
-        create_files(&ws, &plan_new_files(tree, rng, r + 5000));
-        settle(&work);
-        let (ms, sc) = server.call_tool(next_id, "rewind", json!({ "id": x }));
-        next_id += 1;
-        rw_mcp.push(ms, server.peak_rss_kib());
-        rw_mcp
-            .self_ms
-            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
-        verify_equal(
-            &format!("j3m: MCP rewind to {x} (run {})", r + 1),
-            &want,
-            &ws,
-        );
-        // The rewind's safety snapshot waits for its manifest too.
-        let _ = run(rewind_cmd(&ws).args(["finish-manifests", "--json"]));
-    }
-    server.close("j2m/j3m server");
+    let deferred = [("REWIND_MANIFEST", "deferred")];
+    let finish_t1 = |what: &str, checkpointed: bool| finish(&ws, what, checkpointed);
+    let mut mcp = McpRuns::start(&ws, &work, &deferred, &finish_t1);
+    let ack_mcp = mcp.checkpoints("j2m", tree, rng, args.runs, false);
+    let rw_mcp = mcp.rewinds("j3m", tree, rng, args.runs, 5000);
+    mcp.close("j2m/j3m server");
 
     // j4. Flat in the tree's size: 100 files vs T2 (10× the T1 files, deep), fresh
     // subvolumes; one edit between checkpoints; used space per checkpoint.
@@ -2650,28 +2563,10 @@ fn scenario_j(
     // the acknowledgement must not grow with the tree on the agents' path
     // either.
     let (large_dir, large_tree) = large.expect("j4 built the large tree");
-    let mut server = McpServer::start_env(&large_dir, &[("REWIND_MANIFEST", "deferred")]);
-    server.call_tool(2, "status", json!({}));
-    let mut ack_mcp_large = Series::default();
-    for r in 0..args.runs {
-        eprintln!(
-            "bench: [j4m] MCP checkpoint of the {large_files}-file tree after {SMALL_EDITS} edits, run {}/{}",
-            r + 1,
-            args.runs
-        );
-        apply_edits(&large_dir, &plan_small_edits(&large_tree, rng, SMALL_EDITS));
-        settle(&work);
-        let label = format!("bench-j4m-{r}");
-        let (ms, sc) = server.call_tool(3 + r as u64, "checkpoint", json!({ "label": label }));
-        json_str(&sc, "id", "j4m: checkpoint id");
-        ack_mcp_large.push(ms, server.peak_rss_kib());
-        ack_mcp_large
-            .self_ms
-            .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
-        let f = run(rewind_cmd(&large_dir).args(["finish-manifests", "--json"])).json();
-        assert_eq!(f["finished"], 1, "j4m: finish-manifests: {f}");
-    }
-    server.close("j4m server");
+    let finish_t2 = |what: &str, checkpointed: bool| finish(&large_dir, what, checkpointed);
+    let mut mcp = McpRuns::start(&large_dir, &work, &deferred, &finish_t2);
+    let ack_mcp_large = mcp.checkpoints("j4m", &large_tree, rng, args.runs, false);
+    mcp.close("j4m server");
 
     let ratio = flat[1].2.median() / flat[0].2.median();
     let per_ck_kib = flat.iter().map(|f| f.4).max().unwrap_or(0) as f64 / 1024.0;
@@ -3002,6 +2897,127 @@ fn mcp_edit_counts(server: &mut McpServer, sc: &Value, what: &str) {
         _ => server.fail(&format!(
             "{what}: structuredContent has no numeric added/modified/deleted: {sc}"
         )),
+    }
+}
+
+/// Timed tool calls through one running `rewind mcp`, as agents make them
+/// (the server keeps its workspace open between calls, D63): k1m/k2m
+/// through the FUSE mount, j2m/j3m/j4m on the btrfs engine.
+struct McpRuns<'a> {
+    server: McpServer,
+    ws: &'a Path,
+    /// Synced before each timed call.
+    work: &'a Path,
+    next_id: u64,
+    /// Run untimed after each acknowledged checkpoint (`true`) and after
+    /// each rewind (`false`): the btrfs engine's deferred manifests are
+    /// built there.
+    after: &'a dyn Fn(&str, bool),
+}
+
+impl<'a> McpRuns<'a> {
+    fn start(
+        ws: &'a Path,
+        work: &'a Path,
+        env: &[(&str, &str)],
+        after: &'a dyn Fn(&str, bool),
+    ) -> McpRuns<'a> {
+        let mut server = McpServer::start_env(ws, env);
+        // One untimed call opens the workspace the server then keeps.
+        server.call_tool(2, "status", json!({}));
+        McpRuns {
+            server,
+            ws,
+            work,
+            next_id: 3,
+            after,
+        }
+    }
+
+    fn call(&mut self, name: &str, arguments: Value) -> (f64, Value) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.server.call_tool(id, name, arguments)
+    }
+
+    /// `runs` checkpoints, each after `SMALL_EDITS` edits; `counts`: the
+    /// answer must report them (not where the manifest is deferred).
+    fn checkpoints(
+        &mut self,
+        tag: &str,
+        tree: &Tree,
+        rng: &mut Rng,
+        runs: usize,
+        counts: bool,
+    ) -> Series {
+        let mut series = Series::default();
+        for r in 0..runs {
+            eprintln!(
+                "bench: [{tag}] MCP checkpoint after {SMALL_EDITS} edits, run {}/{runs}",
+                r + 1
+            );
+            apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+            settle(self.work);
+            let (ms, sc) = self.call("checkpoint", json!({ "label": format!("bench-{tag}-{r}") }));
+            let what = format!("{tag}: MCP checkpoint");
+            if counts {
+                mcp_edit_counts(&mut self.server, &sc, &what);
+            } else {
+                json_str(&sc, "id", &what);
+            }
+            series.push(ms, self.server.peak_rss_kib());
+            series
+                .self_ms
+                .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            (self.after)(tag, true);
+        }
+        series
+    }
+
+    /// `runs` rewinds of `SMALL_EDITS` edits + `NEW_FILES` new files back to
+    /// a checkpoint taken (untimed) just before, each verified file by file.
+    fn rewinds(
+        &mut self,
+        tag: &str,
+        tree: &Tree,
+        rng: &mut Rng,
+        runs: usize,
+        seed: usize,
+    ) -> Series {
+        let mut series = Series::default();
+        for r in 0..runs {
+            eprintln!(
+                "bench: [{tag}] MCP rewind of {SMALL_EDITS} edits + {NEW_FILES} new files, run {}/{runs}",
+                r + 1
+            );
+            let (_, sc) = self.call(
+                "checkpoint",
+                json!({ "label": format!("bench-{tag}-x-{r}") }),
+            );
+            let x = json_str(&sc, "id", &format!("{tag}: checkpoint id"));
+            (self.after)(tag, true);
+            let want = hash_tree(self.ws);
+            apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+            create_files(self.ws, &plan_new_files(tree, rng, seed + r));
+            settle(self.work);
+            let (ms, sc) = self.call("rewind", json!({ "id": x }));
+            series.push(ms, self.server.peak_rss_kib());
+            series
+                .self_ms
+                .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            verify_equal(
+                &format!("{tag}: MCP rewind to {x} (run {})", r + 1),
+                &want,
+                self.ws,
+            );
+            // The rewind's safety checkpoint may wait for its manifest too.
+            (self.after)(tag, false);
+        }
+        series
+    }
+
+    fn close(self, what: &str) {
+        self.server.close(what);
     }
 }
 
