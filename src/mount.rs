@@ -139,6 +139,7 @@ impl Drop for Frozen {
     fn drop(&mut self) {
         // A failure here is a daemon that died: its connection drop
         // already thawed and invalidated everything.
+        let _t = crate::trace::span("thaw + invalidate");
         let _ = lock(&self.client).thaw(self.changed.as_deref());
     }
 }

@@ -437,6 +437,7 @@ fn finish(
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
     let new_head = if op == Op::Restore { safety } else { target };
+    let _t = crate::trace::span("commit HEAD");
     ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &new_head.to_string())?;
         tx.clear_intent()?;

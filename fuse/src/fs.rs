@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -21,7 +21,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps};
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 
 use crate::dirty::{DirtySet, Tracker};
 use crate::gate::Gate;
@@ -128,8 +128,8 @@ impl Shared {
                     .inodes
                     .get(ino)
                     .and_then(|i| self.inodes.fd(ino, &i).ok())
-                    .and_then(|fd| stat_fd(&*fd).ok())
-                    .map_or(u64::MAX, |s| s.st_nlink);
+                    .and_then(|fd| inodes::statx_fd(&*fd).ok())
+                    .map_or(u64::MAX, |x| u64::from(x.stx_nlink));
                 self.mark_inode(ino, nlink);
             }
         }
@@ -202,7 +202,8 @@ impl Shared {
     }
 }
 
-fn attr_x(ino: u64, x: &rustix::fs::Statx) -> FileAttr {
+/// The kernel's view of an inode, from one `statx`.
+fn attr(ino: u64, x: &rustix::fs::Statx) -> FileAttr {
     let t = |ts: &rustix::fs::StatxTimestamp| time(ts.tv_sec, i64::from(ts.tv_nsec));
     FileAttr {
         ino: INodeNo(ino),
@@ -274,14 +275,6 @@ fn errno(e: rustix::io::Errno) -> Errno {
     Errno::from_i32(e.raw_os_error())
 }
 
-fn stat_fd(fd: impl AsFd) -> std::io::Result<Stat> {
-    Ok(rustix::fs::statat(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-    )?)
-}
-
 /// `/proc/self/fd/N`: reaches the inode behind an `O_PATH` fd for the
 /// calls that have no fd form (reopen, chmod, xattrs).
 fn proc_path(fd: &OwnedFd) -> String {
@@ -309,26 +302,6 @@ fn time(sec: i64, nsec: i64) -> SystemTime {
         UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
     } else {
         UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
-}
-
-fn attr(ino: u64, st: &Stat) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: st.st_size as u64,
-        blocks: st.st_blocks as u64,
-        atime: time(st.st_atime, st.st_atime_nsec as i64),
-        mtime: time(st.st_mtime, st.st_mtime_nsec as i64),
-        ctime: time(st.st_ctime, st.st_ctime_nsec as i64),
-        crtime: UNIX_EPOCH,
-        kind: kind_of(st.st_mode),
-        perm: (st.st_mode & 0o7777) as u16,
-        nlink: st.st_nlink as u32,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        rdev: st.st_rdev as u32,
-        flags: 0,
-        blksize: st.st_blksize as u32,
     }
 }
 
@@ -432,11 +405,11 @@ impl OverlayFs {
             .sh
             .inodes
             .learn(parent.0, name, fd, inodes::identity_of(&x), kind);
-        Ok(attr_x(ino, &x))
+        Ok(attr(ino, &x))
     }
 
     fn getattr_of(&self, ino: u64, i: &Live) -> Result<FileAttr, Errno> {
-        Ok(attr(ino, &stat_fd(&i.fd).map_err(Errno::from)?))
+        Ok(attr(ino, &inodes::statx_fd(&i.fd).map_err(errno)?))
     }
 
     /// Reopen the inode behind an `O_PATH` fd with real access, through
@@ -540,7 +513,7 @@ impl OverlayFs {
     }
 
     fn nlink(&self, i: &Live) -> u64 {
-        stat_fd(&i.fd).map_or(u64::MAX, |s| s.st_nlink)
+        inodes::statx_fd(&i.fd).map_or(u64::MAX, |x| u64::from(x.stx_nlink))
     }
 }
 
@@ -584,7 +557,10 @@ impl Filesystem for OverlayFs {
         // `fstat` on an open file: its own file answers, even when no
         // name leads to the inode any more (unlinked, or replaced by a
         // rewind) and its `O_PATH` fd was given back (D65).
-        let open = fh.and_then(|fh| self.with_file(fh, |f| stat_fd(f).map_err(Errno::from)).ok());
+        let open = fh.and_then(|fh| {
+            self.with_file(fh, |f| inodes::statx_fd(f).map_err(errno))
+                .ok()
+        });
         if let Some(st) = open {
             return reply.attr(&TTL, &attr(ino.0, &st));
         }

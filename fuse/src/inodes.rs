@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -515,7 +515,7 @@ pub fn identity(fd: &OwnedFd) -> rustix::io::Result<Identity> {
     Ok(identity_of(&x))
 }
 
-pub fn statx_fd(fd: &OwnedFd) -> rustix::io::Result<rustix::fs::Statx> {
+pub fn statx_fd(fd: impl AsFd) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(
         fd,
         "",
