@@ -104,6 +104,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             .and_then(|v| v.parse().ok())
             .unwrap_or(fd_limit / 8 * 5),
     );
+    // Kept backing files get an eighth: inode fds and open handles need
+    // the rest.
+    sh.inodes.set_keep_budget(fd_limit / 8);
 
     let sock = control::socket_path(&mountpoint);
     let rt = control::runtime_dir();
@@ -241,9 +244,7 @@ fn raise_open_file_limit() -> u64 {
         l.current = l.maximum;
         let _ = setrlimit(Resource::Nofile, l);
     }
-    let limit = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    crate::inodes::KEEP_BUDGET.store(limit / 8, std::sync::atomic::Ordering::Relaxed);
-    limit
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 fn serve_client(ctx: &Ctx, stream: UnixStream) {

@@ -456,11 +456,8 @@ impl OverlayFs {
         };
         let p = Arc::new(Passthrough { id, file });
         slot.shared = Arc::downgrade(&p);
-        if slot.kept.is_none()
-            && inodes::KEPT.load(Ordering::Relaxed) < inodes::KEEP_BUDGET.load(Ordering::Relaxed)
-        {
-            inodes::KEPT.fetch_add(1, Ordering::Relaxed);
-            slot.kept = Some(Arc::clone(&p));
+        if slot.kept.is_none() {
+            slot.kept = self.sh.inodes.try_keep(&p);
         }
         Ok(p)
     }

@@ -51,7 +51,28 @@ pub struct Inode {
 #[derive(Default)]
 pub struct Backing {
     pub shared: Weak<Passthrough>,
-    pub kept: Option<Arc<Passthrough>>,
+    pub kept: Option<Kept>,
+}
+
+/// How many backing files the inodes of one table keep open for later
+/// opens (each is one fd), against how many they may.
+#[derive(Debug)]
+struct KeepBudget {
+    kept: AtomicU64,
+    budget: AtomicU64,
+}
+
+/// A backing file an inode keeps open, counted against its table's
+/// budget until it is dropped (given back, or its inode forgotten).
+pub struct Kept {
+    _file: Arc<Passthrough>,
+    budget: Arc<KeepBudget>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.budget.kept.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A backing file registered with the kernel for passthrough, and the
@@ -59,25 +80,6 @@ pub struct Backing {
 pub struct Passthrough {
     pub id: BackingId,
     pub file: std::fs::File,
-}
-
-/// Backing files kept open by inodes, against [`KEEP_BUDGET`].
-pub static KEPT: AtomicU64 = AtomicU64::new(0);
-
-/// How many backing files inodes may keep open (each is one fd).
-pub static KEEP_BUDGET: AtomicU64 = AtomicU64::new(4096);
-
-impl Drop for Inode {
-    fn drop(&mut self) {
-        let kept = self
-            .backing
-            .get_mut()
-            .map(|b| b.kept.is_some())
-            .unwrap_or(false);
-        if kept {
-            KEPT.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// FUSE inode numbers for inodes of other filesystems (mounts nested in
@@ -106,6 +108,9 @@ pub struct Inodes {
     /// How many may hold their fd at once (the root always does): set by
     /// the daemon from its fd limit.
     fd_cap: AtomicU64,
+    /// Backing files kept for later opens: set by the daemon from its fd
+    /// limit too.
+    keep: Arc<KeepBudget>,
 }
 
 /// The identity a stat gives: device, inode number, birth time.
@@ -150,6 +155,10 @@ impl Inodes {
             table: RwLock::new(t),
             holding: Mutex::new(VecDeque::new()),
             fd_cap: AtomicU64::new(4096),
+            keep: Arc::new(KeepBudget {
+                kept: AtomicU64::new(0),
+                budget: AtomicU64::new(4096),
+            }),
         }
     }
 
@@ -479,6 +488,24 @@ impl Inodes {
         self.fd_cap.store(cap, Ordering::Relaxed);
     }
 
+    pub fn set_keep_budget(&self, budget: u64) {
+        self.keep.budget.store(budget, Ordering::Relaxed);
+    }
+
+    /// Keep `file` open for the inode's later opens, if the budget allows.
+    pub fn try_keep(&self, file: &Arc<Passthrough>) -> Option<Kept> {
+        let b = &self.keep;
+        b.kept
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < b.budget.load(Ordering::Relaxed)).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Kept {
+            _file: Arc::clone(file),
+            budget: Arc::clone(b),
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.read().by_ino.len()
     }
@@ -495,11 +522,11 @@ impl Inodes {
                 continue;
             };
             if b.kept.take().is_some() {
-                KEPT.fetch_sub(1, Ordering::Relaxed);
                 released += 1;
             }
         }
-        KEEP_BUDGET.store(KEEP_BUDGET.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+        let budget = &self.keep.budget;
+        budget.store(budget.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
         released
     }
 }
