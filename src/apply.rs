@@ -60,7 +60,9 @@ pub struct ApplyReport {
 /// rules RocksDB relies on, facebook/rocksdb#8903). Symlinks cannot be
 /// fsynced and removed directories take their children with them: an
 /// apply with either, or with more than [`Touched::MAX`] entries, asks
-/// for `syncfs`.
+/// for `syncfs`. So does the rewind when the tree before the apply may
+/// not be durable (no safety snapshot), and an apply that finishes an
+/// interrupted one: the fsyncs cover only what this apply touched.
 #[derive(Debug, Clone, Default)]
 pub struct Touched {
     /// Regular files written (renamed into place).
@@ -87,7 +89,8 @@ impl Touched {
         self.check();
     }
 
-    fn needs_syncfs(&mut self) {
+    /// Only a `syncfs` will do (see the callers).
+    pub fn needs_syncfs(&mut self) {
         self.whole_fs = true;
         self.files = Vec::new();
         self.dirs.clear();

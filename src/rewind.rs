@@ -228,6 +228,11 @@ fn run_to(
         Engine::Btrfs => Some(snapshot::take_for_safety(ws)?),
         Engine::Walk | Engine::Fuse => None,
     };
+    // Per-entry fsyncs make only what the apply touched durable; what it
+    // left alone (an edit the agent made without an fsync that already
+    // equals the target) must be durable already: the safety snapshot's
+    // transaction commit saw to that. Without one, a `syncfs` (D68).
+    let before_is_durable = safety_snapshot.is_some();
     let mut cap = match &safety_snapshot {
         Some(s) => snapshot::capture(ws, s)?,
         None => ws.capture_live()?,
@@ -330,7 +335,7 @@ fn run_to(
         ws.ledger().remember_nodes(trees.into_overlay());
         report
     };
-    let report = match report {
+    let mut report = match report {
         Ok(r) => {
             if let Some(f) = frozen.as_mut() {
                 f.changed(changes.iter().map(|c| c.path.clone()));
@@ -343,6 +348,9 @@ fn run_to(
         Err(e) => return Err(e),
     };
     drop(t);
+    if !before_is_durable {
+        report.touched.needs_syncfs();
+    }
     // 5 + 6.
     finish(ws, op, target.seq, safety_seq, &report, false)?;
     drop(frozen);
@@ -400,7 +408,11 @@ fn reapply_from_live(
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
     let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
-    apply_plan(ws, target_id, &trees, &changes, aopts)
+    let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
+    // An earlier apply (interrupted, or by a crashed process) changed
+    // entries this plan no longer lists: only a `syncfs` covers them.
+    report.touched.needs_syncfs();
+    Ok(report)
 }
 
 /// Apply a plan towards checkpoint `target_id`, cloning from its btrfs

@@ -787,9 +787,10 @@ impl Workspace {
 
     /// Make an applied plan durable (DESIGN §4 rule 6) before the commit
     /// that records it: on btrfs, an fsync per touched entry when there are
-    /// few ([`crate::apply::Touched`] says why); elsewhere, and whenever an
-    /// entry cannot be reopened, one `syncfs` (on XFS it costs ~1 ms, less
-    /// than the fsyncs).
+    /// few ([`crate::apply::Touched`] says why; the caller asks for
+    /// `syncfs` unless the tree before the apply is durable already);
+    /// elsewhere, and whenever an entry cannot be reopened, one `syncfs`
+    /// (on XFS it costs ~1 ms, less than the fsyncs).
     pub(crate) fn sync_applied(&self, touched: &crate::apply::Touched) -> Result<()> {
         if touched.is_empty() {
             return Ok(());
