@@ -22,6 +22,19 @@ fn traced(ws: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Cut the power now: the copy's workspace `name` opens cleanly at
+/// `head` and holds exactly `want`.
+fn survives_a_cut(
+    fs: &LoopFs,
+    name: &str,
+    label: &str,
+    head: &str,
+    want: &std::collections::BTreeMap<Vec<u8>, Snap>,
+) {
+    let copy = fs.power_cut_copy();
+    assert_survived(label, &copy, name, head, want);
+}
+
 /// After the cut, the copy's workspace opens cleanly at `head` and holds
 /// exactly `want`.
 fn assert_survived(
@@ -84,15 +97,13 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
             trace.contains(expected),
             "{name}: a 4-entry rewind should {how}:\n{trace}"
         );
-        let copy = fs.power_cut_copy();
-        assert_survived(
-            &format!("{name}: rewind of 4 entries, then a power cut"),
-            &copy,
+        survives_a_cut(
+            &fs,
             name,
+            &format!("{name}: rewind of 4 entries, then a power cut"),
             &a,
             &want_a,
         );
-        drop(copy);
 
         // An edit the agent made without an fsync that already equals the
         // target: the apply does not touch it, yet it must survive too.
@@ -103,17 +114,15 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         write(&f, &original);
         write(&ws.join("src/d1/f2.rs"), b"edited\n");
         traced(&ws, &["rewind", &a]);
-        let copy = fs.power_cut_copy();
-        assert_survived(
+        survives_a_cut(
+            &fs,
+            name,
             &format!(
                 "{name}: rewind next to an unsynced edit that equals the target, then a power cut"
             ),
-            &copy,
-            name,
             &a,
             &want_a,
         );
-        drop(copy);
 
         // A rewind killed after its second file, finished by the next
         // command: the files the killed process wrote are no longer in the
@@ -136,15 +145,13 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
             finished.contains("finished an interrupted rewind"),
             "{name}: status should finish the interrupted rewind:\n{finished}"
         );
-        let copy = fs.power_cut_copy();
-        assert_survived(
-            &format!("{name}: rewind killed, finished by the next command, then a power cut"),
-            &copy,
+        survives_a_cut(
+            &fs,
             name,
+            &format!("{name}: rewind killed, finished by the next command, then a power cut"),
             &a,
             &want_a,
         );
-        drop(copy);
 
         // Many changed entries and a symlink: one syncfs.
         for d in 0..5 {
@@ -160,15 +167,13 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
             trace.contains("syncfs (workspace)"),
             "{name}: a 41-entry rewind should syncfs:\n{trace}"
         );
-        let copy = fs.power_cut_copy();
-        assert_survived(
-            &format!("{name}: rewind of 41 entries, then a power cut"),
-            &copy,
+        survives_a_cut(
+            &fs,
             name,
+            &format!("{name}: rewind of 41 entries, then a power cut"),
             &a,
             &want_a,
         );
-        drop(copy);
 
         // An acknowledged checkpoint is there after the cut, and restores.
         write(&ws.join("src/d1/f3.rs"), b"checkpointed\n");
