@@ -106,6 +106,28 @@ impl Touched {
     pub fn is_empty(&self) -> bool {
         !self.whole_fs && self.files.is_empty() && self.dirs.is_empty()
     }
+
+    /// fsync every entry, reopened beneath `root` without following a
+    /// symlink (siblings share their parent's fd). An error (an entry the
+    /// agent removed meanwhile) tells the caller to `syncfs` instead.
+    pub fn fsync_each(&self, root: &Dir) -> Result<()> {
+        let mut parents = Parents { root, last: None };
+        for path in &self.files {
+            let (parent, name) = split_parent(path);
+            let (file, _) = parents
+                .get(parent)?
+                .open_read(OsStr::from_bytes(name))
+                .map_err(Error::os)?;
+            file.sync_all().map_err(|e| {
+                let at = root.path().join(OsStr::from_bytes(path));
+                Error::os(rewind_platform::Error::new("fsync", at, e))
+            })?;
+        }
+        for path in &self.dirs {
+            parents.get(path)?.fsync().map_err(Error::os)?;
+        }
+        Ok(())
+    }
 }
 
 const SETID_BITS: u32 = 0o6000;

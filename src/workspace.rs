@@ -797,39 +797,13 @@ impl Workspace {
         }
         if self.fs.kind == FsKind::Btrfs && !touched.whole_fs {
             let _t = crate::trace::span("fsync (applied entries)");
-            match self.fsync_each(touched) {
+            match touched.fsync_each(&self.root) {
                 Ok(()) => return Ok(()),
                 Err(e) => crate::trace::note(format_args!("fsync per entry: {e}; syncfs instead")),
             }
         }
         let _t = crate::trace::span("syncfs (workspace)");
         self.root.syncfs().map_err(Error::os)
-    }
-
-    fn fsync_each(&self, touched: &crate::apply::Touched) -> rewind_platform::Result<()> {
-        // The root is open already; anything else is reopened beneath it.
-        let beneath = |path: &[u8]| self.root.open_beneath(Path::new(OsStr::from_bytes(path)));
-        for path in &touched.files {
-            let (file, _) = match path.iter().rposition(|&c| c == b'/') {
-                Some(i) => beneath(&path[..i])?.open_read(OsStr::from_bytes(&path[i + 1..]))?,
-                None => self.root.open_read(OsStr::from_bytes(path))?,
-            };
-            file.sync_all().map_err(|e| {
-                rewind_platform::Error::new(
-                    "fsync",
-                    self.root.path().join(OsStr::from_bytes(path)),
-                    e,
-                )
-            })?;
-        }
-        for path in &touched.dirs {
-            if path.is_empty() {
-                self.root.fsync()?;
-            } else {
-                beneath(path)?.fsync()?;
-            }
-        }
-        Ok(())
     }
 
     pub fn head(&self) -> Result<Option<Checkpoint>> {
