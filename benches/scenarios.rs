@@ -1086,6 +1086,12 @@ impl Series {
         self.ms.push(ms);
         self.rss_kib.push(rss);
     }
+    /// The `duration_ms` a command's or tool's JSON answer reports (NaN
+    /// when it has none).
+    fn self_reported(&mut self, answer: &Value) {
+        self.self_ms
+            .push(answer["duration_ms"].as_f64().unwrap_or(f64::NAN));
+    }
     fn sorted(&self) -> Vec<f64> {
         let mut v = self.ms.clone();
         v.sort_by(f64::total_cmp);
@@ -1296,8 +1302,7 @@ fn scenario_a(
             facts.engine = v["engine"].as_str().map(str::to_string);
         }
         rw.push(m.ms(), m.maxrss_kib);
-        rw.self_ms
-            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        rw.self_reported(&v);
         rm_rf(&ws);
         // cp baseline
         settle(work);
@@ -1430,8 +1435,7 @@ fn scenario_edit(
             edits.len()
         );
         rw.push(m.ms(), m.maxrss_kib);
-        rw.self_ms
-            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        rw.self_reported(&v);
 
         apply_edits(&pair.ws_git, &edits);
         git_checkpoint(&pair.git_dir, &pair.ws_git, &mut git, work);
@@ -1541,8 +1545,7 @@ fn scenario_d(
             );
         }
         rw.push(m.ms(), m.maxrss_kib);
-        rw.self_ms
-            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        rw.self_reported(&v);
         let st = run(rewind_cmd(&pair.ws).args(["status", "--json"])).json();
         let head = json_str(&st, "head", "d: status");
         let changes = st["changes"]
@@ -1563,8 +1566,7 @@ fn scenario_d(
         settle(work);
         let u = run(rewind_cmd(&pair.ws).args(["undo", "--json"]));
         undo.push(u.ms(), u.maxrss_kib);
-        undo.self_ms
-            .push(u.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        undo.self_reported(&u.json());
         verify_equal(
             &format!("d2: undo of the rewind to {x_id} (run {})", r + 1),
             &diverged,
@@ -1887,8 +1889,7 @@ fn scenario_k(
             &m.json(),
         );
         ck.push(m.ms(), m.maxrss_kib);
-        ck.self_ms
-            .push(m.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        ck.self_reported(&m.json());
         let m = run(rewind_cmd(&walk).args(["checkpoint", &label, "--json"]));
         check_edit_counts(
             counts(&m.json(), "k1: walk checkpoint"),
@@ -1927,8 +1928,7 @@ fn scenario_k(
         settle(work);
         let m = run(rewind_cmd(&ws).args(["rewind", &x, "--json"]));
         rw.push(m.ms(), m.maxrss_kib);
-        rw.self_ms
-            .push(m.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        rw.self_reported(&m.json());
         verify_equal(
             &format!("k2: rewind through the mount to {x} (run {})", r + 1),
             &want,
@@ -2367,15 +2367,12 @@ fn btrfs_checkpoint(ws: &Path, label: &str, ack: &mut Series, manifest: &mut Ser
     assert_eq!(v["engine"], "btrfs", "j: not the btrfs engine: {v}");
     assert_eq!(v["manifest_pending"], true, "j: manifest not deferred: {v}");
     ack.push(m.ms(), m.maxrss_kib);
-    ack.self_ms
-        .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+    ack.self_reported(&v);
     let f = run(rewind_cmd(ws).args(["finish-manifests", "--json"]));
     let fv = f.json();
     assert_eq!(fv["finished"], 1, "j: finish-manifests: {fv}");
     manifest.push(f.ms(), f.maxrss_kib);
-    manifest
-        .self_ms
-        .push(fv["duration_ms"].as_f64().unwrap_or(f64::NAN));
+    manifest.self_reported(&fv);
     v
 }
 
@@ -2492,8 +2489,7 @@ fn scenario_j(
         settle(&work);
         let m = run(rewind_cmd(&ws).args(["rewind", &x_id, "--json"]));
         rw.push(m.ms(), m.maxrss_kib);
-        rw.self_ms
-            .push(m.json()["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        rw.self_reported(&m.json());
         verify_equal(
             &format!("j3: btrfs rewind to {x_id} (run {})", r + 1),
             &want,
@@ -2966,9 +2962,7 @@ impl<'a> McpRuns<'a> {
                 json_str(&sc, "id", &what);
             }
             series.push(ms, self.server.peak_rss_kib());
-            series
-                .self_ms
-                .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            series.self_reported(&sc);
             (self.after)(tag, true);
         }
         series
@@ -3002,9 +2996,7 @@ impl<'a> McpRuns<'a> {
             settle(self.work);
             let (ms, sc) = self.call("rewind", json!({ "id": x }));
             series.push(ms, self.server.peak_rss_kib());
-            series
-                .self_ms
-                .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            series.self_reported(&sc);
             verify_equal(
                 &format!("{tag}: MCP rewind to {x} (run {})", r + 1),
                 &want,
@@ -3384,15 +3376,13 @@ fn scenario_h(
                 let (ms, sc) = server.call_tool(id, "checkpoint", json!({}));
                 mcp_edit_counts(&mut server, &sc, &format!("h1: MCP checkpoint (id {id})"));
                 mcp.push(ms, server.peak_rss_kib());
-                mcp.self_ms
-                    .push(sc["duration_ms"].as_f64().unwrap_or(f64::NAN));
+                mcp.self_reported(&sc);
             } else {
                 let m = run(rewind_cmd(ws).args(["checkpoint", "--json"]));
                 let v = m.json();
                 check_edit_counts(counts(&v, "h1: CLI checkpoint"), "h1: CLI checkpoint", &v);
                 cli.push(m.ms(), m.maxrss_kib);
-                cli.self_ms
-                    .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+                cli.self_reported(&v);
             }
         }
     }
@@ -3505,9 +3495,7 @@ fn scenario_h(
                 let v = m.json();
                 check_edit_counts(counts(&v, "h3: CLI checkpoint"), "h3: CLI checkpoint", &v);
                 hook_cli.push(m.ms(), m.maxrss_kib);
-                hook_cli
-                    .self_ms
-                    .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+                hook_cli.self_reported(&v);
             }
         }
     }
@@ -3775,8 +3763,7 @@ fn scenario_i(
             meta_new += got_new;
         }
         ck.push(m.ms(), m.maxrss_kib);
-        ck.self_ms
-            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        ck.self_reported(&v);
     }
     let history_s = t.elapsed().as_secs_f64();
     eprintln!("bench: [i] {n} history checkpoints done in {history_s:.1}s");
@@ -3873,8 +3860,7 @@ fn scenario_i(
             dv["freed"]
         );
         gc.push(m.ms(), m.maxrss_kib);
-        gc.self_ms
-            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        gc.self_reported(&v);
         // Untimed: the copy must be intact and hold what it keeps.
         let vv = run(rewind_cmd(&copy).args(["verify", "--deep", "--json"])).json();
         let bad = vv["deep"]["bad"].as_array();
@@ -4269,9 +4255,7 @@ fn scenario_g(
             edits.len()
         );
         rw.series.push(m.ms(), m.maxrss_kib);
-        rw.series
-            .self_ms
-            .push(v["duration_ms"].as_f64().unwrap_or(f64::NAN));
+        rw.series.self_reported(&v);
         grown[0] += delta(before, used_bytes(work));
         rw.growth.push(grown[0]);
 
