@@ -84,7 +84,8 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         write(&ws.join("src/d3/f4.rs"), b"edited\n");
         write(&ws.join("src/d4/new.rs"), b"new\n");
         std::fs::remove_file(ws.join("src/d2/f5.rs")).expect("remove");
-        settle(&fs.mnt);
+        // The edits are on disk: the cut can only lose what the rewind wrote.
+        fs.sync();
         let trace = traced(&ws, &["rewind", &a]);
         // Only the btrfs engine's safety snapshot makes the tree before the
         // rewind durable, which per-entry fsyncs rely on.
@@ -110,7 +111,7 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         let f = ws.join("src/d3/f3.rs");
         let original = std::fs::read(&f).expect("read");
         write(&f, b"durable but not the target\n");
-        settle(&fs.mnt);
+        fs.sync();
         write(&f, &original);
         write(&ws.join("src/d1/f2.rs"), b"edited\n");
         traced(&ws, &["rewind", &a]);
@@ -130,7 +131,7 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         for f in 0..4 {
             write(&ws.join(format!("src/d2/f{f}.rs")), b"killed\n");
         }
-        settle(&fs.mnt);
+        fs.sync();
         let killed = rewind_env(
             &ws,
             &["rewind", &a],
@@ -161,7 +162,7 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         }
         std::fs::remove_file(ws.join("link")).expect("remove link");
         std::os::unix::fs::symlink("src/d1/f1.rs", ws.join("link")).expect("symlink");
-        settle(&fs.mnt);
+        fs.sync();
         let trace = traced(&ws, &["rewind", &a]);
         assert!(
             trace.contains("syncfs (workspace)"),
@@ -191,15 +192,4 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
             &want_c,
         );
     }
-}
-
-/// `syncfs` of the filesystem holding `dir`: edits made before a test's
-/// rewind are on disk, so the cut can only lose what the rewind wrote.
-fn settle(dir: &Path) {
-    let out = std::process::Command::new("sync")
-        .arg("-f")
-        .arg(dir)
-        .output()
-        .expect("run sync");
-    assert!(out.status.success());
 }

@@ -144,16 +144,20 @@ impl LoopFs {
 
     /// Change mount options in place (`mount -o remount,OPTS`).
     pub fn remount(&self, opts: &str) {
-        let out = Command::new("mount")
-            .arg("-o")
-            .arg(format!("remount,{opts}"))
-            .arg(&self.mnt)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "remount {opts}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new("mount")
+                .arg("-o")
+                .arg(format!("remount,{opts}"))
+                .arg(&self.mnt),
+            &format!("remount {opts}"),
+        );
+    }
+
+    /// `syncfs` of this filesystem (`sync -f`).
+    pub fn sync(&self) {
+        run_ok(
+            Command::new("sync").arg("-f").arg(&self.mnt),
+            "sync the loop filesystem",
         );
     }
 
@@ -169,16 +173,12 @@ impl LoopFs {
             .tempdir_in(base_tmp())
             .expect("tempdir");
         std::fs::create_dir(dir.path().join("mnt")).expect("mkdir mnt");
-        let out = Command::new("cp")
-            .arg("--sparse=always")
-            .arg(self._dir.path().join("img"))
-            .arg(dir.path().join("img"))
-            .output()
-            .expect("run cp");
-        assert!(
-            out.status.success(),
-            "copy the image: {}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new("cp")
+                .arg("--sparse=always")
+                .arg(self._dir.path().join("img"))
+                .arg(dir.path().join("img")),
+            "copy the image",
         );
         // A copy of a mounted btrfs has the same fsid; kernels since 6.7
         // mount it with a temporary one.
@@ -203,7 +203,7 @@ impl LoopFs {
 
     /// Bytes used on the filesystem (statfs), after flushing it.
     pub fn used_bytes(&self) -> u64 {
-        let _ = Command::new("sync").arg("-f").arg(&self.mnt).status();
+        self.sync();
         let dir = rewind_platform::Dir::open(&self.mnt).expect("open mnt");
         rewind_platform::FsInfo::of(&dir)
             .expect("statfs")
@@ -221,6 +221,16 @@ impl Drop for LoopFs {
         }
         let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
     }
+}
+
+/// Run `cmd`; panic naming `what`, with its stderr, unless it succeeds.
+fn run_ok(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn base_tmp() -> PathBuf {
