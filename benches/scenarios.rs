@@ -511,7 +511,15 @@ fn rm_rf(p: &Path) {
 }
 
 /// Flush everything the harness wrote, so a timed command never pays for
-/// writeback of the harness's own setup.
+/// writeback of the harness's own setup or of another system's run.
+///
+/// Called *before* a workload's edits, never between them and the timed
+/// command: an agent's edits are seconds old when it checkpoints, not yet
+/// written back, and whatever makes them durable or point-in-time (a btrfs
+/// snapshot's transaction commit, a rewind's `syncfs`, a clone) pays for
+/// their writeback inside the timed command. A settle after the edits hid
+/// that cost: the btrfs engine's acknowledgement measured 4–10 ms that
+/// way, 20–35 ms as an agent sees it.
 fn settle(dir: &Path) {
     let f =
         fs::File::open(dir).unwrap_or_else(|e| panic!("open {} for syncfs: {e}", dir.display()));
@@ -1169,8 +1177,7 @@ fn json_str(v: &Value, key: &str, what: &str) -> String {
         .to_string()
 }
 
-fn git_checkpoint(git_dir: &Path, wt: &Path, series: &mut Series, settle_dir: &Path) {
-    settle(settle_dir);
+fn git_checkpoint(git_dir: &Path, wt: &Path, series: &mut Series) {
     let add = run(git_cmd(git_dir, wt).args(["add", "-A"]));
     let commit = run(git_cmd(git_dir, wt).args(["commit", "-q", "-m", "x", "--allow-empty"]));
     series.push(
@@ -1320,7 +1327,8 @@ fn scenario_a(
         // shadow git baseline
         copy_tree(template, &ws_git);
         git_init(&git_dir, &ws_git);
-        git_checkpoint(&git_dir, &ws_git, &mut git, work);
+        settle(work);
+        git_checkpoint(&git_dir, &ws_git, &mut git);
         rm_rf(&ws_git);
         rm_rf(&git_dir);
         // rsync baseline: the first snapshot has nothing to link against.
@@ -1393,7 +1401,7 @@ fn setup_pair(work: &Path, template: &Path, rsync: Option<&Path>) -> Pair {
     copy_tree(template, &p.ws_git);
     git_init(&p.git_dir, &p.ws_git);
     let mut scratch = Series::default();
-    git_checkpoint(&p.git_dir, &p.ws_git, &mut scratch, work);
+    git_checkpoint(&p.git_dir, &p.ws_git, &mut scratch);
     p
 }
 
@@ -1422,8 +1430,8 @@ fn scenario_edit(
         } else {
             vec![plan_big_edit(tree, rng)]
         };
-        apply_edits(&pair.ws, &edits);
         settle(work);
+        apply_edits(&pair.ws, &edits);
         let label = format!("bench-{id}-{r}");
         let m = run(rewind_cmd(&pair.ws).args(["checkpoint", &label, "--json"]));
         let v = m.json();
@@ -1437,8 +1445,9 @@ fn scenario_edit(
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&v);
 
+        settle(work);
         apply_edits(&pair.ws_git, &edits);
-        git_checkpoint(&pair.git_dir, &pair.ws_git, &mut git, work);
+        git_checkpoint(&pair.git_dir, &pair.ws_git, &mut git);
 
         if let Some(rsync) = rsync {
             let prev = if r == 0 {
@@ -1447,8 +1456,8 @@ fn scenario_edit(
                 pair.rsync_snaps.join(format!("snap-{id}-{}", r - 1))
             };
             let snap = pair.rsync_snaps.join(format!("snap-{id}-{r}"));
-            apply_edits(&pair.ws_rsync, &edits);
             settle(work);
+            apply_edits(&pair.ws_rsync, &edits);
             let m = run(rsync_cmd(rsync, &pair.ws_rsync, &snap, Some(&prev)));
             rs.push(m.ms(), m.maxrss_kib);
             check_rsync_snapshot(
@@ -1525,10 +1534,10 @@ fn scenario_d(
         let want = hash_tree(&pair.ws);
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
         let new_files = plan_new_files(tree, rng, r);
+        settle(work);
         apply_edits(&pair.ws, &edits);
         create_files(&pair.ws, &new_files);
         let diverged = hash_tree(&pair.ws);
-        settle(work);
         let m = run(rewind_cmd(&pair.ws).args(["rewind", &x_id, "--json"]));
         let v = m.json();
         let to = json_str(&v, "rewound_to", "d: rewind");
@@ -1575,12 +1584,12 @@ fn scenario_d(
 
         // git: commit X, diverge identically, read-tree --reset + clean, verify.
         let mut scratch = Series::default();
-        git_checkpoint(&pair.git_dir, &pair.ws_git, &mut scratch, work);
+        git_checkpoint(&pair.git_dir, &pair.ws_git, &mut scratch);
         let commit = run(git_cmd(&pair.git_dir, &pair.ws_git).args(["rev-parse", "HEAD"])).text();
         let want_git = hash_tree(&pair.ws_git);
+        settle(work);
         apply_edits(&pair.ws_git, &edits);
         create_files(&pair.ws_git, &new_files);
-        settle(work);
         let rt =
             run(git_cmd(&pair.git_dir, &pair.ws_git).args(["read-tree", "-u", "--reset", &commit]));
         let cl = run(git_cmd(&pair.git_dir, &pair.ws_git).args(["clean", "-fdq"]));
@@ -1634,8 +1643,8 @@ fn scenario_alone(args: &Args, template: &Path, tree: &Tree, rng: &mut Rng) -> O
     let (mut bulk, mut walk) = (Series::default(), Series::default());
     let mut checkpoint = |series: &mut Series, env: Option<(&str, &str)>, r: usize| {
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        apply_edits(&ws, &edits);
         settle(&scratch.work);
+        apply_edits(&ws, &edits);
         let mut c = rewind_cmd(&ws);
         c.args(["checkpoint", &format!("bench-b2-{r}"), "--json"]);
         if let Some((k, v)) = env {
@@ -1704,8 +1713,8 @@ fn scenario_big_disk(
                 args.successive
             );
         }
-        apply_edits(&ws, &[plan_big_edit(tree, rng)]);
         settle(work);
+        apply_edits(&ws, &[plan_big_edit(tree, rng)]);
         let m = run(rewind_cmd(&ws).args(["checkpoint", "--json"]));
         let v = m.json();
         let modified = v["changes"]["modified"].as_u64();
@@ -1878,9 +1887,8 @@ fn scenario_k(
             args.runs
         );
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        apply_edits(&ws, &edits);
-        apply_edits(&walk, &edits);
         settle(work);
+        apply_edits(&ws, &edits);
         let label = format!("bench-k1-{r}");
         let m = run(rewind_cmd(&ws).args(["checkpoint", &label, "--json"]));
         check_edit_counts(
@@ -1890,6 +1898,8 @@ fn scenario_k(
         );
         ck.push(m.ms(), m.maxrss_kib);
         ck.self_reported(&m.json());
+        settle(work);
+        apply_edits(&walk, &edits);
         let m = run(rewind_cmd(&walk).args(["checkpoint", &label, "--json"]));
         check_edit_counts(
             counts(&m.json(), "k1: walk checkpoint"),
@@ -1921,11 +1931,9 @@ fn scenario_k(
         let (want, want_walk) = (hash_tree(&ws), hash_tree(&walk));
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
         let new_files = plan_new_files(tree, rng, r + 2000);
-        for w in [&ws, &walk] {
-            apply_edits(w, &edits);
-            create_files(w, &new_files);
-        }
         settle(work);
+        apply_edits(&ws, &edits);
+        create_files(&ws, &new_files);
         let m = run(rewind_cmd(&ws).args(["rewind", &x, "--json"]));
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&m.json());
@@ -1934,6 +1942,9 @@ fn scenario_k(
             &want,
             &ws,
         );
+        settle(work);
+        apply_edits(&walk, &edits);
+        create_files(&walk, &new_files);
         let m = run(rewind_cmd(&walk).args(["rewind", &xw, "--json"]));
         rw_walk.push(m.ms(), m.maxrss_kib);
         verify_equal(
@@ -2012,7 +2023,7 @@ fn scenario_k(
     for (g, wt) in [(&git_m, &ws), (&git_n, &walk)] {
         git_init(g, wt);
         let mut s = Series::default();
-        git_checkpoint(g, wt, &mut s, work);
+        git_checkpoint(g, wt, &mut s);
     }
     let (gs, gs_native) = paired(
         args.runs,
@@ -2086,8 +2097,8 @@ fn scenario_k(
             args.runs
         );
         let edits = plan_small_edits(&lt, rng, SMALL_EDITS);
-        apply_edits(&large, &edits);
         settle(work);
+        apply_edits(&large, &edits);
         let m = run(rewind_cmd(&large).args(["checkpoint", &format!("bench-k8-{r}"), "--json"]));
         check_edit_counts(
             counts(&m.json(), "k8: fuse checkpoint"),
@@ -2412,7 +2423,7 @@ fn scenario_j(
     copy_tree(template, &ws_git);
     git_init(&git_dir, &ws_git);
     let mut scratch_series = Series::default();
-    git_checkpoint(&git_dir, &ws_git, &mut scratch_series, &work);
+    git_checkpoint(&git_dir, &ws_git, &mut scratch_series);
     settle(&work);
 
     // j1. First checkpoint (once: it is the first).
@@ -2436,10 +2447,8 @@ fn scenario_j(
             args.runs
         );
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        apply_edits(&ws, &edits);
-        apply_edits(&ws_walk, &edits);
-        apply_edits(&ws_git, &edits);
         settle(&work);
+        apply_edits(&ws, &edits);
         btrfs_checkpoint(&ws, &format!("bench-j2-{r}"), &mut ack, &mut man);
         let d = run(rewind_cmd(&ws).args(["diff", "HEAD~1", "HEAD", "--json"])).json();
         let modified = d["changes"].as_array().map(Vec::len);
@@ -2448,6 +2457,8 @@ fn scenario_j(
             Some(SMALL_EDITS),
             "j2: the manifest missed edits: {d}"
         );
+        settle(&work);
+        apply_edits(&ws_walk, &edits);
         let m = run(rewind_walk(&ws_walk).args(["checkpoint", &format!("bench-j2-{r}"), "--json"]));
         check_edit_counts(
             counts(&m.json(), "j2: walk checkpoint"),
@@ -2455,7 +2466,9 @@ fn scenario_j(
             &m.json(),
         );
         walk.push(m.ms(), m.maxrss_kib);
-        git_checkpoint(&git_dir, &ws_git, &mut git, &work);
+        settle(&work);
+        apply_edits(&ws_git, &edits);
+        git_checkpoint(&git_dir, &ws_git, &mut git);
     }
 
     // j3. Rewind of 10 edits + 3 new files.
@@ -2482,11 +2495,9 @@ fn scenario_j(
         let want_walk = hash_tree(&ws_walk);
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
         let new_files = plan_new_files(tree, rng, r + 1000);
-        for w in [&ws, &ws_walk] {
-            apply_edits(w, &edits);
-            create_files(w, &new_files);
-        }
         settle(&work);
+        apply_edits(&ws, &edits);
+        create_files(&ws, &new_files);
         let m = run(rewind_cmd(&ws).args(["rewind", &x_id, "--json"]));
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&m.json());
@@ -2495,6 +2506,9 @@ fn scenario_j(
             &want,
             &ws,
         );
+        settle(&work);
+        apply_edits(&ws_walk, &edits);
+        create_files(&ws_walk, &new_files);
         let m = run(rewind_walk(&ws_walk).args(["rewind", &xw_id, "--json"]));
         rw_walk.push(m.ms(), m.maxrss_kib);
         verify_equal(
@@ -2541,11 +2555,10 @@ fn scenario_j(
         let mut used = Vec::new();
         for r in 0..args.runs.max(5) {
             let edits = plan_small_edits(&t, rng, 1);
-            apply_edits(&dir, &edits);
-            settle(&work);
+            // used_bytes settles; the edit's own few KiB count as used.
             let before = used_bytes(&work);
+            apply_edits(&dir, &edits);
             btrfs_checkpoint(&dir, &format!("j4-{r}"), &mut a, &mut mm);
-            settle(&work);
             used.push(used_bytes(&work) as i64 - before as i64);
         }
         used.sort();
@@ -2952,8 +2965,8 @@ impl<'a> McpRuns<'a> {
                 "bench: [{tag}] MCP checkpoint after {SMALL_EDITS} edits, run {}/{runs}",
                 r + 1
             );
-            apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
             settle(self.work);
+            apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
             let (ms, sc) = self.call("checkpoint", json!({ "label": format!("bench-{tag}-{r}") }));
             let what = format!("{tag}: MCP checkpoint");
             if counts {
@@ -2991,9 +3004,9 @@ impl<'a> McpRuns<'a> {
             let x = json_str(&sc, "id", &format!("{tag}: checkpoint id"));
             (self.after)(tag, true);
             let want = hash_tree(self.ws);
+            settle(self.work);
             apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
             create_files(self.ws, &plan_new_files(tree, rng, seed + r));
-            settle(self.work);
             let (ms, sc) = self.call("rewind", json!({ "id": x }));
             series.push(ms, self.server.peak_rss_kib());
             series.self_reported(&sc);
@@ -3348,8 +3361,8 @@ fn scenario_h(
     let ws = &pair.ws;
     let edit = |rng: &mut Rng| {
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        apply_edits(ws, &edits);
         settle(work);
+        apply_edits(ws, &edits);
     };
 
     // ---- h1: checkpoint round trip on one server
@@ -3744,8 +3757,8 @@ fn scenario_i(
             du_meta_before = v;
         }
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        apply_edits(&ws, &edits);
         settle(work);
+        apply_edits(&ws, &edits);
         let m = run(rewind_cmd(&ws).args(["checkpoint", "--json"]));
         let v = m.json();
         let what = format!("i: history checkpoint {k}");
@@ -4195,7 +4208,7 @@ fn scenario_g(
     run(rewind_cmd(&ws).args(["checkpoint", "bench-g-0", "--json"]));
     copy_tree_private(template, &ws_git);
     git_init(&git_dir, &ws_git);
-    git_checkpoint(&git_dir, &ws_git, &mut Series::default(), work);
+    git_checkpoint(&git_dir, &ws_git, &mut Series::default());
     if let Some(rsync) = rsync {
         copy_tree_private(template, &ws_rsync);
         fs::create_dir(&snaps).unwrap_or_else(|e| panic!("create {}: {e}", snaps.display()));
@@ -4244,7 +4257,6 @@ fn scenario_g(
         // rewind
         let before = used_bytes(work);
         apply_edits(&ws, &edits);
-        settle(work);
         let m = run(rewind_cmd(&ws).args(["checkpoint", &format!("bench-g-{k}"), "--json"]));
         let v = m.json();
         let got = counts(&v, &format!("g: checkpoint {k}"));
@@ -4269,7 +4281,6 @@ fn scenario_g(
             }
             let before = used_bytes(work);
             apply_edits(ws, &edits);
-            settle(work);
             let m = run(rewind_inline(ws).args(["checkpoint", &format!("bench-g-{k}"), "--json"]));
             let v = m.json();
             let got = counts(&v, &format!("g: {} checkpoint {k}", series.tool));
@@ -4282,7 +4293,7 @@ fn scenario_g(
         // shadow git
         let before = used_bytes(work);
         apply_edits(&ws_git, &edits);
-        git_checkpoint(&git_dir, &ws_git, &mut git.series, work);
+        git_checkpoint(&git_dir, &ws_git, &mut git.series);
         grown[1] += delta(before, used_bytes(work));
         git.growth.push(grown[1]);
 
@@ -4290,7 +4301,6 @@ fn scenario_g(
         if let Some(rsync) = rsync {
             let before = used_bytes(work);
             apply_edits(&ws_rsync, &edits);
-            settle(work);
             let m = run(rsync_cmd(rsync, &ws_rsync, &snap(k), Some(&snap(k - 1))));
             rs.series.push(m.ms(), m.maxrss_kib);
             grown[2] += delta(before, used_bytes(work));
@@ -4902,7 +4912,7 @@ fn main() {
     );
     let _ = writeln!(
         md,
-        "- runs: {} per scenario; wall time of the whole process (spawn → wait4), fs synced before each timed step\n",
+        "- runs: {} per scenario; wall time of the whole process (spawn → wait4), the filesystem synced before each workload's edits, not after: a timed step pays for writing back its own edits, as after an agent's\n",
         args.runs
     );
     let _ = writeln!(

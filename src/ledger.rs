@@ -74,10 +74,9 @@ fn genesis_fields(workspace_id: &str) -> crate::chain::Fields {
 }
 
 /// Keep the WAL file when the last connection closes instead of deleting
-/// it (the closing checkpoint folds it into the main file, which alone
-/// holds the data after a close; `journal_size_limit` keeps up to 16 MiB
-/// of its blocks for the next command to overwrite, D58): deleting and
-/// recreating it cost a WAL fsync per command.
+/// it (D58): deleting and recreating it cost a WAL fsync per command. Up
+/// to [`WAL_KEPT_ON_CLOSE`] its frames stay unfolded too (D70), so the
+/// ledger is `ledger.db` together with `ledger.db-wal`.
 fn persist_wal(conn: &Connection) {
     let mut on: std::os::raw::c_int = 1;
     // SAFETY: the handle is valid for the connection's lifetime, and
@@ -284,6 +283,29 @@ pub struct Ledger {
     /// that keeps the ledger open (D63) diffs the next capture against
     /// the last one's nodes without reading and verifying them again.
     nodes: std::cell::RefCell<HashMap<Hash, Node>>,
+}
+
+/// Up to this much WAL, the last connection to close leaves it for the
+/// next command instead of folding it into the main file (D70).
+const WAL_KEPT_ON_CLOSE: u64 = 4 << 20;
+
+impl Drop for Ledger {
+    /// Folding the WAL on close costs a command three flushes (the main
+    /// file's, and the next command's for a fresh WAL header) and the page
+    /// copies; a small WAL costs the next command's open ~0.3 ms per MiB to
+    /// index instead. Past the limit the fold runs as before, so the WAL
+    /// and every open stay bounded.
+    fn drop(&mut self) {
+        let small =
+            std::fs::metadata(wal_path(&self.path)).is_ok_and(|m| m.len() <= WAL_KEPT_ON_CLOSE);
+        if small {
+            // Failing leaves the default: the fold runs.
+            let _ = self.conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            );
+        }
+    }
 }
 
 /// Past this many nodes the cache starts over (a few MiB at most).
@@ -1429,6 +1451,33 @@ mod tests {
             }],
         };
         (Node::hash_of_encoding(&node.encode()), node)
+    }
+
+    /// D70: a small WAL outlives the last close unfolded (one flush per
+    /// command instead of four) and the next open reads what it holds;
+    /// past `WAL_KEPT_ON_CLOSE` the close folds it and empties the file.
+    #[test]
+    fn a_small_wal_is_kept_on_close_and_a_large_one_is_folded() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("ledger.db");
+        drop(Ledger::create(&db, "test").expect("ledger"));
+        let wal_len = || std::fs::metadata(wal_path(&db)).map_or(0, |m| m.len());
+        {
+            let ledger = Ledger::open(&db).expect("open");
+            put_meta(&ledger.conn, "small", "kept").expect("write");
+        }
+        assert!(wal_len() > 0, "a small WAL is folded on close");
+        let ledger = Ledger::open(&db).expect("reopen");
+        assert_eq!(ledger.meta("small").expect("read").as_deref(), Some("kept"));
+        let big = "x".repeat(WAL_KEPT_ON_CLOSE as usize + (1 << 20));
+        put_meta(&ledger.conn, "big", &big).expect("write");
+        drop(ledger);
+        assert_eq!(wal_len(), 0, "a WAL past the limit is not folded on close");
+        let ledger = Ledger::open(&db).expect("reopen");
+        assert_eq!(
+            ledger.meta("big").expect("read").map(|v| v.len()),
+            Some(big.len())
+        );
     }
 
     /// The node cache (D63) may outlive a row another process deletes:
