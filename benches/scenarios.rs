@@ -2577,6 +2577,67 @@ fn scenario_j(
     let ack_mcp_large = mcp.checkpoints("j4m", &large_tree, rng, args.runs, false);
     mcp.close("j4m server");
 
+    // j5. The hook flow an agent runs on T1 (D72): 10 edits, `hook
+    // post-tool-use` (on this engine it starts a background writeback),
+    // the model's turn (1 s), then the timed `hook pre-tool-use`, whose
+    // auto-checkpoint is a snapshot; against the same flow with
+    // `REWIND_WRITEBACK=0`. Runs alternate which goes first.
+    let ws_str = ws
+        .to_str()
+        .unwrap_or_else(|| panic!("j5: workspace path {} is not UTF-8", ws.display()))
+        .to_string();
+    let (mut flow, mut flow_off) = (Series::default(), Series::default());
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [j5] post-tool-use, 1 s, pre-tool-use after {SMALL_EDITS} edits, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let order = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for writeback in order {
+            let n = 2 * r + usize::from(writeback);
+            let payload = json!({
+                "session_id": "bench",
+                "cwd": ws_str,
+                "tool_name": "Bash",
+                "tool_input": {"command": format!("make j5-{n}")},
+                "tool_use_id": format!("j5-{n}"),
+            })
+            .to_string();
+            let hook = |event: &str| {
+                let mut c = Command::new(REWIND);
+                c.args(["--json", "hook", event])
+                    .current_dir(&ws)
+                    .env("REWIND_MANIFEST", "deferred");
+                if !writeback {
+                    c.env("REWIND_WRITEBACK", "0");
+                }
+                c
+            };
+            settle(&work);
+            apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+            let post = measure_with_input(hook("post-tool-use"), Some(payload.as_bytes())).ok();
+            assert_eq!(
+                post.json()["writeback"].as_bool().unwrap_or(false),
+                writeback,
+                "j5: post-tool-use writeback"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+            let m = measure_with_input(hook("pre-tool-use"), Some(payload.as_bytes())).ok();
+            let v = m.json();
+            assert!(
+                v["checkpoint"].is_string(),
+                "j5: pre-tool-use took no checkpoint: {v}"
+            );
+            if writeback { &mut flow } else { &mut flow_off }.push(m.ms(), m.maxrss_kib);
+            finish(&ws, "j5", true);
+        }
+    }
+
     let ratio = flat[1].2.median() / flat[0].2.median();
     let per_ck_kib = flat.iter().map(|f| f.4).max().unwrap_or(0) as f64 / 1024.0;
     let targets = vec![
@@ -2624,6 +2685,15 @@ fn scenario_j(
             "median, request to response",
             "T1 through MCP, j2m:",
             &ack_mcp,
+        ),
+        ms_target(
+            "j5",
+            "the hook flow's checkpoint (post-tool-use, 1 s, pre-tool-use), acknowledged ≤ 10 ms",
+            10.0,
+            &flow,
+            "median, whole pre-tool-use process",
+            "without the background writeback:",
+            &flow_off,
         ),
         Target {
             scenario: "j4",
@@ -2756,6 +2826,18 @@ fn scenario_j(
                     series: flat[1].2.clone(),
                 },
             ],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j5",
+            name: format!(
+                "j5. btrfs engine: `hook pre-tool-use` checkpoint after {SMALL_EDITS} edits, `hook post-tool-use` and 1 s (the model's turn) before it"
+            ),
+            rewind: flow.clone(),
+            baselines: vec![Baseline {
+                name: "the same with `REWIND_WRITEBACK=0` (no background writeback)".into(),
+                series: flow_off.clone(),
+            }],
             detail: Value::Null,
         },
     ];

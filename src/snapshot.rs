@@ -437,12 +437,38 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
     Ok(Finished::Lost)
 }
 
-/// Start `rewind finish-manifests` for this workspace, detached: its own
-/// process group, no stdin/stdout (an agent waiting for our stdout to
-/// close must not wait for it), stderr to `finisher.log` beside the ledger.
-/// Returns false when this process is not the `rewind` binary (the library
-/// embedded elsewhere, tests): then the caller builds the manifest itself.
+/// Start `rewind finish-manifests` for this workspace, detached, with
+/// stderr to `finisher.log` beside the ledger. Returns false when this
+/// process is not the `rewind` binary (the library embedded elsewhere,
+/// tests): then the caller builds the manifest itself.
 pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(meta.join(FINISHER_LOG))
+        .ok();
+    spawn_detached(root, "finish-manifests", log)
+}
+
+/// Start `rewind writeback` for the workspace at `root`, detached, when it
+/// is on the btrfs engine: the agent's fresh writes are committed while
+/// the model thinks, instead of by the next checkpoint's snapshot (D72).
+/// `REWIND_WRITEBACK=0` turns it off. Returns whether it was started.
+pub fn spawn_writeback(root: &Path) -> bool {
+    if std::env::var("REWIND_WRITEBACK").is_ok_and(|v| v == "0") {
+        return false;
+    }
+    let on_btrfs_engine = Dir::open(root).is_ok_and(|dir| {
+        FsInfo::of(&dir).is_ok_and(|fs| Engine::choose(&dir, &fs).0 == Engine::Btrfs)
+    });
+    on_btrfs_engine && spawn_detached(root, "writeback", None)
+}
+
+/// Run `rewind -C ROOT VERB` detached: its own process group, no stdin or
+/// stdout (an agent waiting for our stdout to close must not wait for
+/// it), stderr to `log` or nowhere. False when this process is not the
+/// `rewind` binary or the spawn failed.
+fn spawn_detached(root: &Path, verb: &str, log: Option<std::fs::File>) -> bool {
     use std::os::unix::process::CommandExt;
     let Some(exe) = std::env::current_exe()
         .ok()
@@ -450,19 +476,15 @@ pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
     else {
         return false;
     };
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(meta.join(FINISHER_LOG));
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("-C")
         .arg(root)
-        .arg("finish-manifests")
+        .arg(verb)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(match log {
-            Ok(f) => std::process::Stdio::from(f),
-            Err(_) => std::process::Stdio::null(),
+            Some(f) => std::process::Stdio::from(f),
+            None => std::process::Stdio::null(),
         })
         .env_remove("REWIND_FAILPOINT")
         .process_group(0);

@@ -301,3 +301,71 @@ fn a_rewind_to_before_the_rules_existed_keeps_the_rules() {
         stderr(&again)
     );
 }
+
+/// Does FIEMAP still report data of `path` as delayed allocation (in the
+/// page cache, not yet written back)?
+fn delalloc(path: &Path) -> bool {
+    let out = Command::new("filefrag")
+        .arg("-v")
+        .arg(path)
+        .output()
+        .expect("run filefrag (e2fsprogs)");
+    assert!(out.status.success(), "filefrag {}", path.display());
+    String::from_utf8_lossy(&out.stdout).contains("delalloc")
+}
+
+fn post_json(ws: &Path) -> serde_json::Value {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "hook", "post-tool-use"])
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn rewind hook");
+    let stdin = payload("bash_npm_test.json", ws);
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write payload");
+    let out = child.wait_with_output().expect("wait rewind hook");
+    assert!(out.status.success(), "post-tool-use failed");
+    serde_json::from_slice(&out.stdout).expect("post-tool-use JSON")
+}
+
+/// D72: on the btrfs engine, post-tool-use after a tool that may write
+/// starts a background writeback, so what the tool left in the page cache
+/// is committed while the model thinks, not by the next checkpoint's
+/// snapshot (or the kernel's commit 30 s later). The walk engine, whose
+/// checkpoints do not commit the filesystem, starts none.
+#[test]
+fn post_tool_use_writes_back_a_btrfs_engine_workspace_in_the_background() {
+    let Some(btrfs) = common::LoopFs::new(common::Fs::Btrfs, 512) else {
+        return;
+    };
+    let sub = btrfs.subvolume("sub");
+    rewind_json(&sub, &["init"]);
+    rewind_json(&sub, &["checkpoint"]);
+    let fresh = sub.join("fresh.bin");
+    std::fs::write(&fresh, vec![7u8; 256 * 1024]).expect("write");
+    assert!(
+        delalloc(&fresh),
+        "precondition: the write is still in the page cache"
+    );
+    let v = post_json(&sub);
+    assert_eq!(v["writeback"], true, "{v}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while delalloc(&fresh) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "5 s after post-tool-use the write is still not written back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let plain = btrfs.subdir("plain");
+    rewind_json(&plain, &["init"]);
+    let v = post_json(&plain);
+    assert!(v.get("writeback").is_none(), "walk engine: {v}");
+}

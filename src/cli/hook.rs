@@ -24,7 +24,8 @@ enum Event {
     /// Before a tool call: auto-checkpoint, and the effect barrier for
     /// calls matching an [[effect]] rule in rewind.toml
     PreToolUse,
-    /// After a tool call: record whether a guarded effect succeeded or failed
+    /// After a tool call: record whether a guarded effect succeeded or
+    /// failed; on the btrfs engine, start writing back what the tool wrote
     PostToolUse,
 }
 
@@ -37,6 +38,9 @@ struct Out {
     effect: Option<Decision>,
     #[serde(skip_serializing_if = "Option::is_none")]
     resolved: Option<String>,
+    /// post-tool-use started a background writeback (btrfs engine, D72).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    writeback: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     warning: Option<String>,
 }
@@ -151,7 +155,10 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
 }
 
 /// Record the outcome of a guarded effect, so a failed one may be retried
-/// (RETRY_AFTER_FAILURE) and a succeeded one stays spent.
+/// (RETRY_AFTER_FAILURE) and a succeeded one stays spent. After a tool
+/// that checkpoints (it may have written), start the btrfs engine's
+/// background writeback: the next pre-tool-use snapshot then finds the
+/// writes committed instead of committing them itself (D72).
 fn post(start: &Path, call: ToolCall) -> (Out, i32) {
     let mut out = Out {
         event: "post-tool-use",
@@ -162,6 +169,9 @@ fn post(start: &Path, call: ToolCall) -> (Out, i32) {
     let (Ok(config), Some(root)) = (Config::load(&config_root), workspace) else {
         return (out, 0);
     };
+    if config.checkpoints(&call.tool_name) {
+        out.writeback = crate::snapshot::spawn_writeback(&root);
+    }
     let Some((req, _)) = config.effect(&call) else {
         return (out, 0);
     };

@@ -19,6 +19,7 @@ mod mount;
 mod rewind;
 pub(crate) mod status;
 pub(crate) mod verify;
+mod writeback;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -102,6 +103,10 @@ enum Command {
     /// Build pending btrfs manifests (started in the background by `checkpoint`)
     #[command(hide = true, name = "finish-manifests")]
     FinishManifests,
+    /// Write back what is dirty on the workspace's filesystem (started in
+    /// the background by `hook post-tool-use` on the btrfs engine)
+    #[command(hide = true)]
+    Writeback,
 }
 
 /// What every verb gets: global options and how to find the workspace.
@@ -263,6 +268,7 @@ pub fn main() -> i32 {
         Command::Hook(a) => return hook::run(&ctx, a),
         Command::Integrate(a) => integrate::run(&ctx, a),
         Command::FinishManifests => finish::run(&ctx),
+        Command::Writeback => writeback::run(&ctx),
         Command::Mount(a) => mount::run(&ctx, a),
         Command::Unmount(a) => mount::unmount(&ctx, a),
     };
