@@ -455,13 +455,19 @@ pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
 /// the model thinks, instead of by the next checkpoint's snapshot (D72).
 /// `REWIND_WRITEBACK=0` turns it off. Returns whether it was started.
 pub fn spawn_writeback(root: &Path) -> bool {
-    if std::env::var("REWIND_WRITEBACK").is_ok_and(|v| v == "0") {
+    if !writeback_enabled() {
         return false;
     }
     let on_btrfs_engine = Dir::open(root).is_ok_and(|dir| {
         FsInfo::of(&dir).is_ok_and(|fs| Engine::choose(&dir, &fs).0 == Engine::Btrfs)
     });
     on_btrfs_engine && spawn_detached(root, "writeback", None)
+}
+
+/// Whether `hook post-tool-use` writes back in the background on the
+/// btrfs engine (`REWIND_WRITEBACK=0` turns it off).
+pub fn writeback_enabled() -> bool {
+    !std::env::var("REWIND_WRITEBACK").is_ok_and(|v| v == "0")
 }
 
 /// Run `rewind -C ROOT VERB` detached: its own process group, no stdin or

@@ -346,6 +346,8 @@ fn post_tool_use_writes_back_a_btrfs_engine_workspace_in_the_background() {
     };
     let sub = btrfs.subvolume("sub");
     rewind_json(&sub, &["init"]);
+    let doctor = rewind_json(&sub, &["doctor"]);
+    assert_eq!(doctor["hook_writeback"], true, "doctor says so: {doctor}");
     rewind_json(&sub, &["checkpoint"]);
     let fresh = sub.join("fresh.bin");
     std::fs::write(&fresh, vec![7u8; 256 * 1024]).expect("write");
@@ -368,4 +370,9 @@ fn post_tool_use_writes_back_a_btrfs_engine_workspace_in_the_background() {
     rewind_json(&plain, &["init"]);
     let v = post_json(&plain);
     assert!(v.get("writeback").is_none(), "walk engine: {v}");
+    let doctor = rewind_json(&plain, &["doctor"]);
+    assert!(
+        doctor.get("hook_writeback").is_none(),
+        "walk engine: {doctor}"
+    );
 }

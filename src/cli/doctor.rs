@@ -19,6 +19,10 @@ struct Out {
     /// `user_subvol_rm_allowed` mount option).
     #[serde(skip_serializing_if = "Option::is_none")]
     snapshot_delete: Option<bool>,
+    /// btrfs engine: whether `hook post-tool-use` starts a background
+    /// writeback (D72; `REWIND_WRITEBACK=0` turns it off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hook_writeback: Option<bool>,
     openat2: bool,
     fuse: Fuse,
     ledger: Ledger,
@@ -120,6 +124,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         engine_why,
         snapshot_delete: (engine == crate::snapshot::Engine::Btrfs)
             .then(|| rewind_platform::can_delete_snapshots(ws.root_path())),
+        hook_writeback: (engine == crate::snapshot::Engine::Btrfs)
+            .then(crate::snapshot::writeback_enabled),
         subvolume,
         openat2,
         fuse: Fuse {
@@ -146,6 +152,21 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             snapshots: crate::snapshot::names(&ws)?.len(),
         },
     };
+    let engine_line = format!(
+        "{}{}",
+        match out.snapshot_delete {
+            Some(false) => format!(
+                "{}; gc cannot delete snapshots here: mount with `user_subvol_rm_allowed` or run `rewind gc` as root",
+                out.engine_why
+            ),
+            _ => out.engine_why.clone(),
+        },
+        match out.hook_writeback {
+            Some(true) => "; `hook post-tool-use` writes back in the background",
+            Some(false) => "; background writeback off (REWIND_WRITEBACK=0)",
+            None => "",
+        }
+    );
     ctx.emit(&out, || {
         format!(
             "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
@@ -153,10 +174,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             out.fs,
             if out.reflink { "yes" } else { "no" },
             out.reflink_why,
-            match out.snapshot_delete {
-                Some(false) => format!("{}; gc cannot delete snapshots here: mount with `user_subvol_rm_allowed` or run `rewind gc` as root", out.engine_why),
-                _ => out.engine_why.clone(),
-            },
+            engine_line,
             if out.openat2 { "yes (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" } else { "no (component-wise O_NOFOLLOW fallback)" },
             if out.fuse.dev_fuse { "present" } else { "missing" },
             if out.fuse.fusermount3 { "found" } else { "missing" },
