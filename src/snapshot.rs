@@ -442,12 +442,7 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
 /// process is not the `rewind` binary (the library embedded elsewhere,
 /// tests): then the caller builds the manifest itself.
 pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(meta.join(FINISHER_LOG))
-        .ok();
-    spawn_detached(root, "finish-manifests", log)
+    spawn_detached(root, "finish-manifests", Some(&meta.join(FINISHER_LOG)))
 }
 
 /// Start `rewind writeback` for the workspace at `root`, detached, when it
@@ -472,9 +467,9 @@ pub fn writeback_enabled() -> bool {
 
 /// Run `rewind -C ROOT VERB` detached: its own process group, no stdin or
 /// stdout (an agent waiting for our stdout to close must not wait for
-/// it), stderr to `log` or nowhere. False when this process is not the
-/// `rewind` binary or the spawn failed.
-fn spawn_detached(root: &Path, verb: &str, log: Option<std::fs::File>) -> bool {
+/// it), stderr appended to `log` or nowhere. False when this process is
+/// not the `rewind` binary or the spawn failed.
+fn spawn_detached(root: &Path, verb: &str, log: Option<&Path>) -> bool {
     use std::os::unix::process::CommandExt;
     let Some(exe) = std::env::current_exe()
         .ok()
@@ -482,6 +477,13 @@ fn spawn_detached(root: &Path, verb: &str, log: Option<std::fs::File>) -> bool {
     else {
         return false;
     };
+    let log = log.and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
+    });
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("-C")
         .arg(root)
