@@ -510,6 +510,41 @@ fn rm_rf(p: &Path) {
     }
 }
 
+/// Which of two compared arms runs first in run `r`: they alternate, so
+/// neither always runs on a cache or filesystem state the other left.
+fn alternating(r: usize) -> [bool; 2] {
+    if r % 2 == 0 {
+        [true, false]
+    } else {
+        [false, true]
+    }
+}
+
+/// A Claude Code hook payload for a Bash call in `ws`, as `rewind hook`
+/// reads it on stdin.
+fn bash_hook_payload(ws: &Path, event: &str, command: &str, tool_use_id: &str) -> String {
+    let cwd = ws
+        .to_str()
+        .unwrap_or_else(|| panic!("hook payload: workspace path {} is not UTF-8", ws.display()));
+    json!({
+        "session_id": "bench",
+        "cwd": cwd,
+        "hook_event_name": event,
+        "tool_name": "Bash",
+        "tool_input": {"command": command},
+        "tool_use_id": tool_use_id,
+    })
+    .to_string()
+}
+
+/// A workload's edits and new files in `ws`, as an agent leaves them:
+/// everything written before them flushed (`settle`), they themselves not.
+fn workload(work: &Path, ws: &Path, edits: &[Edit], new_files: &[(PathBuf, Vec<u8>)]) {
+    settle(work);
+    apply_edits(ws, edits);
+    create_files(ws, new_files);
+}
+
 /// Flush everything the harness wrote, so a timed command never pays for
 /// writeback of the harness's own setup or of another system's run.
 ///
@@ -1430,8 +1465,7 @@ fn scenario_edit(
         } else {
             vec![plan_big_edit(tree, rng)]
         };
-        settle(work);
-        apply_edits(&pair.ws, &edits);
+        workload(work, &pair.ws, &edits, &[]);
         let label = format!("bench-{id}-{r}");
         let m = run(rewind_cmd(&pair.ws).args(["checkpoint", &label, "--json"]));
         let v = m.json();
@@ -1445,8 +1479,7 @@ fn scenario_edit(
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&v);
 
-        settle(work);
-        apply_edits(&pair.ws_git, &edits);
+        workload(work, &pair.ws_git, &edits, &[]);
         git_checkpoint(&pair.git_dir, &pair.ws_git, &mut git);
 
         if let Some(rsync) = rsync {
@@ -1456,8 +1489,7 @@ fn scenario_edit(
                 pair.rsync_snaps.join(format!("snap-{id}-{}", r - 1))
             };
             let snap = pair.rsync_snaps.join(format!("snap-{id}-{r}"));
-            settle(work);
-            apply_edits(&pair.ws_rsync, &edits);
+            workload(work, &pair.ws_rsync, &edits, &[]);
             let m = run(rsync_cmd(rsync, &pair.ws_rsync, &snap, Some(&prev)));
             rs.push(m.ms(), m.maxrss_kib);
             check_rsync_snapshot(
@@ -1534,9 +1566,7 @@ fn scenario_d(
         let want = hash_tree(&pair.ws);
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
         let new_files = plan_new_files(tree, rng, r);
-        settle(work);
-        apply_edits(&pair.ws, &edits);
-        create_files(&pair.ws, &new_files);
+        workload(work, &pair.ws, &edits, &new_files);
         let diverged = hash_tree(&pair.ws);
         let m = run(rewind_cmd(&pair.ws).args(["rewind", &x_id, "--json"]));
         let v = m.json();
@@ -1587,9 +1617,7 @@ fn scenario_d(
         git_checkpoint(&pair.git_dir, &pair.ws_git, &mut scratch);
         let commit = run(git_cmd(&pair.git_dir, &pair.ws_git).args(["rev-parse", "HEAD"])).text();
         let want_git = hash_tree(&pair.ws_git);
-        settle(work);
-        apply_edits(&pair.ws_git, &edits);
-        create_files(&pair.ws_git, &new_files);
+        workload(work, &pair.ws_git, &edits, &new_files);
         let rt =
             run(git_cmd(&pair.git_dir, &pair.ws_git).args(["read-tree", "-u", "--reset", &commit]));
         let cl = run(git_cmd(&pair.git_dir, &pair.ws_git).args(["clean", "-fdq"]));
@@ -1643,8 +1671,7 @@ fn scenario_alone(args: &Args, template: &Path, tree: &Tree, rng: &mut Rng) -> O
     let (mut bulk, mut walk) = (Series::default(), Series::default());
     let mut checkpoint = |series: &mut Series, env: Option<(&str, &str)>, r: usize| {
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        settle(&scratch.work);
-        apply_edits(&ws, &edits);
+        workload(&scratch.work, &ws, &edits, &[]);
         let mut c = rewind_cmd(&ws);
         c.args(["checkpoint", &format!("bench-b2-{r}"), "--json"]);
         if let Some((k, v)) = env {
@@ -1713,8 +1740,7 @@ fn scenario_big_disk(
                 args.successive
             );
         }
-        settle(work);
-        apply_edits(&ws, &[plan_big_edit(tree, rng)]);
+        workload(work, &ws, &[plan_big_edit(tree, rng)], &[]);
         let m = run(rewind_cmd(&ws).args(["checkpoint", "--json"]));
         let v = m.json();
         let modified = v["changes"]["modified"].as_u64();
@@ -1887,8 +1913,7 @@ fn scenario_k(
             args.runs
         );
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        settle(work);
-        apply_edits(&ws, &edits);
+        workload(work, &ws, &edits, &[]);
         let label = format!("bench-k1-{r}");
         let m = run(rewind_cmd(&ws).args(["checkpoint", &label, "--json"]));
         check_edit_counts(
@@ -1898,8 +1923,7 @@ fn scenario_k(
         );
         ck.push(m.ms(), m.maxrss_kib);
         ck.self_reported(&m.json());
-        settle(work);
-        apply_edits(&walk, &edits);
+        workload(work, &walk, &edits, &[]);
         let m = run(rewind_cmd(&walk).args(["checkpoint", &label, "--json"]));
         check_edit_counts(
             counts(&m.json(), "k1: walk checkpoint"),
@@ -1931,9 +1955,7 @@ fn scenario_k(
         let (want, want_walk) = (hash_tree(&ws), hash_tree(&walk));
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
         let new_files = plan_new_files(tree, rng, r + 2000);
-        settle(work);
-        apply_edits(&ws, &edits);
-        create_files(&ws, &new_files);
+        workload(work, &ws, &edits, &new_files);
         let m = run(rewind_cmd(&ws).args(["rewind", &x, "--json"]));
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&m.json());
@@ -1942,9 +1964,7 @@ fn scenario_k(
             &want,
             &ws,
         );
-        settle(work);
-        apply_edits(&walk, &edits);
-        create_files(&walk, &new_files);
+        workload(work, &walk, &edits, &new_files);
         let m = run(rewind_cmd(&walk).args(["rewind", &xw, "--json"]));
         rw_walk.push(m.ms(), m.maxrss_kib);
         verify_equal(
@@ -2097,8 +2117,7 @@ fn scenario_k(
             args.runs
         );
         let edits = plan_small_edits(&lt, rng, SMALL_EDITS);
-        settle(work);
-        apply_edits(&large, &edits);
+        workload(work, &large, &edits, &[]);
         let m = run(rewind_cmd(&large).args(["checkpoint", &format!("bench-k8-{r}"), "--json"]));
         check_edit_counts(
             counts(&m.json(), "k8: fuse checkpoint"),
@@ -2447,8 +2466,7 @@ fn scenario_j(
             args.runs
         );
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        settle(&work);
-        apply_edits(&ws, &edits);
+        workload(&work, &ws, &edits, &[]);
         btrfs_checkpoint(&ws, &format!("bench-j2-{r}"), &mut ack, &mut man);
         let d = run(rewind_cmd(&ws).args(["diff", "HEAD~1", "HEAD", "--json"])).json();
         let modified = d["changes"].as_array().map(Vec::len);
@@ -2457,8 +2475,7 @@ fn scenario_j(
             Some(SMALL_EDITS),
             "j2: the manifest missed edits: {d}"
         );
-        settle(&work);
-        apply_edits(&ws_walk, &edits);
+        workload(&work, &ws_walk, &edits, &[]);
         let m = run(rewind_walk(&ws_walk).args(["checkpoint", &format!("bench-j2-{r}"), "--json"]));
         check_edit_counts(
             counts(&m.json(), "j2: walk checkpoint"),
@@ -2466,8 +2483,7 @@ fn scenario_j(
             &m.json(),
         );
         walk.push(m.ms(), m.maxrss_kib);
-        settle(&work);
-        apply_edits(&ws_git, &edits);
+        workload(&work, &ws_git, &edits, &[]);
         git_checkpoint(&git_dir, &ws_git, &mut git);
     }
 
@@ -2495,9 +2511,7 @@ fn scenario_j(
         let want_walk = hash_tree(&ws_walk);
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
         let new_files = plan_new_files(tree, rng, r + 1000);
-        settle(&work);
-        apply_edits(&ws, &edits);
-        create_files(&ws, &new_files);
+        workload(&work, &ws, &edits, &new_files);
         let m = run(rewind_cmd(&ws).args(["rewind", &x_id, "--json"]));
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&m.json());
@@ -2506,9 +2520,7 @@ fn scenario_j(
             &want,
             &ws,
         );
-        settle(&work);
-        apply_edits(&ws_walk, &edits);
-        create_files(&ws_walk, &new_files);
+        workload(&work, &ws_walk, &edits, &new_files);
         let m = run(rewind_walk(&ws_walk).args(["rewind", &xw_id, "--json"]));
         rw_walk.push(m.ms(), m.maxrss_kib);
         verify_equal(
@@ -2582,10 +2594,6 @@ fn scenario_j(
     // the model's turn (1 s), then the timed `hook pre-tool-use`, whose
     // auto-checkpoint is a snapshot; against the same flow with
     // `REWIND_WRITEBACK=0`. Runs alternate which goes first.
-    let ws_str = ws
-        .to_str()
-        .unwrap_or_else(|| panic!("j5: workspace path {} is not UTF-8", ws.display()))
-        .to_string();
     let (mut flow, mut flow_off) = (Series::default(), Series::default());
     for r in 0..args.runs {
         eprintln!(
@@ -2593,21 +2601,12 @@ fn scenario_j(
             r + 1,
             args.runs
         );
-        let order = if r % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
+        let order = alternating(r);
         for writeback in order {
             let n = 2 * r + usize::from(writeback);
-            let payload = json!({
-                "session_id": "bench",
-                "cwd": ws_str,
-                "tool_name": "Bash",
-                "tool_input": {"command": format!("make j5-{n}")},
-                "tool_use_id": format!("j5-{n}"),
-            })
-            .to_string();
+            let payload = |event: &str| {
+                bash_hook_payload(&ws, event, &format!("make j5-{n}"), &format!("j5-{n}"))
+            };
             let hook = |event: &str| {
                 let mut c = Command::new(REWIND);
                 c.args(["--json", "hook", event])
@@ -2618,16 +2617,21 @@ fn scenario_j(
                 }
                 c
             };
-            settle(&work);
-            apply_edits(&ws, &plan_small_edits(tree, rng, SMALL_EDITS));
-            let post = measure_with_input(hook("post-tool-use"), Some(payload.as_bytes())).ok();
+            workload(&work, &ws, &plan_small_edits(tree, rng, SMALL_EDITS), &[]);
+            let post = measure_with_input(
+                hook("post-tool-use"),
+                Some(payload("PostToolUse").as_bytes()),
+            )
+            .ok();
             assert_eq!(
                 post.json()["writeback"].as_bool().unwrap_or(false),
                 writeback,
                 "j5: post-tool-use writeback"
             );
             std::thread::sleep(Duration::from_secs(1));
-            let m = measure_with_input(hook("pre-tool-use"), Some(payload.as_bytes())).ok();
+            let m =
+                measure_with_input(hook("pre-tool-use"), Some(payload("PreToolUse").as_bytes()))
+                    .ok();
             let v = m.json();
             assert!(
                 v["checkpoint"].is_string(),
@@ -3047,8 +3051,12 @@ impl<'a> McpRuns<'a> {
                 "bench: [{tag}] MCP checkpoint after {SMALL_EDITS} edits, run {}/{runs}",
                 r + 1
             );
-            settle(self.work);
-            apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
+            workload(
+                self.work,
+                self.ws,
+                &plan_small_edits(tree, rng, SMALL_EDITS),
+                &[],
+            );
             let (ms, sc) = self.call("checkpoint", json!({ "label": format!("bench-{tag}-{r}") }));
             let what = format!("{tag}: MCP checkpoint");
             if counts {
@@ -3086,9 +3094,12 @@ impl<'a> McpRuns<'a> {
             let x = json_str(&sc, "id", &format!("{tag}: checkpoint id"));
             (self.after)(tag, true);
             let want = hash_tree(self.ws);
-            settle(self.work);
-            apply_edits(self.ws, &plan_small_edits(tree, rng, SMALL_EDITS));
-            create_files(self.ws, &plan_new_files(tree, rng, seed + r));
+            workload(
+                self.work,
+                self.ws,
+                &plan_small_edits(tree, rng, SMALL_EDITS),
+                &plan_new_files(tree, rng, seed + r),
+            );
             let (ms, sc) = self.call("rewind", json!({ "id": x }));
             series.push(ms, self.server.peak_rss_kib());
             series.self_reported(&sc);
@@ -3443,8 +3454,7 @@ fn scenario_h(
     let ws = &pair.ws;
     let edit = |rng: &mut Rng| {
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        settle(work);
-        apply_edits(ws, &edits);
+        workload(work, ws, &edits, &[]);
     };
 
     // ---- h1: checkpoint round trip on one server
@@ -3458,11 +3468,7 @@ fn scenario_h(
             r + 1,
             args.runs
         );
-        let order = if r % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
+        let order = alternating(r);
         for via_mcp in order {
             edit(rng);
             if via_mcp {
@@ -3551,9 +3557,6 @@ fn scenario_h(
     };
 
     // ---- h3: pre-tool-use hook with an auto-checkpoint
-    let ws_str = ws
-        .to_str()
-        .unwrap_or_else(|| panic!("h3: workspace path {} is not UTF-8", ws.display()));
     let mut hook = Series::default();
     let mut hook_cli = Series::default();
     for r in 0..args.runs {
@@ -3562,23 +3565,16 @@ fn scenario_h(
             "bench: [h3] pre-tool-use hook after {SMALL_EDITS} edits, run {n}/{}",
             args.runs
         );
-        let order = if r % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
+        let order = alternating(r);
         for via_hook in order {
             edit(rng);
             if via_hook {
-                let payload = json!({
-                    "session_id": "bench",
-                    "cwd": ws_str,
-                    "hook_event_name": "PreToolUse",
-                    "tool_name": "Bash",
-                    "tool_input": {"command": format!("make test-{n}")},
-                    "tool_use_id": format!("t{n}"),
-                })
-                .to_string();
+                let payload = bash_hook_payload(
+                    ws,
+                    "PreToolUse",
+                    &format!("make test-{n}"),
+                    &format!("t{n}"),
+                );
                 let mut c = Command::new(REWIND);
                 c.args(["hook", "pre-tool-use"]).current_dir(ws);
                 let m = measure_with_input(c, Some(payload.as_bytes())).ok();
@@ -3839,8 +3835,7 @@ fn scenario_i(
             du_meta_before = v;
         }
         let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        settle(work);
-        apply_edits(&ws, &edits);
+        workload(work, &ws, &edits, &[]);
         let m = run(rewind_cmd(&ws).args(["checkpoint", "--json"]));
         let v = m.json();
         let what = format!("i: history checkpoint {k}");

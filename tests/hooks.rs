@@ -31,8 +31,13 @@ fn payload(name: &str, cwd: &Path) -> String {
 
 /// Run a hook as an agent does: payload on stdin, from some other cwd.
 fn hook(event: &str, stdin: &str) -> Output {
+    rewind_with_stdin(&["hook", event], stdin)
+}
+
+/// `rewind ARGS` from `/` with `stdin` as its input.
+fn rewind_with_stdin(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(["hook", event])
+        .args(args)
         .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -315,22 +320,15 @@ fn delalloc(path: &Path) -> bool {
 }
 
 fn post_json(ws: &Path) -> serde_json::Value {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(["--json", "hook", "post-tool-use"])
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn rewind hook");
-    let stdin = payload("bash_npm_test.json", ws);
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write payload");
-    let out = child.wait_with_output().expect("wait rewind hook");
-    assert!(out.status.success(), "post-tool-use failed");
+    let out = rewind_with_stdin(
+        &["--json", "hook", "post-tool-use"],
+        &payload("bash_npm_test.json", ws),
+    );
+    assert!(
+        out.status.success(),
+        "post-tool-use failed: {}",
+        stderr(&out)
+    );
     serde_json::from_slice(&out.stdout).expect("post-tool-use JSON")
 }
 
