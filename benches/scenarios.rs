@@ -554,7 +554,7 @@ fn workload(work: &Path, ws: &Path, edits: &[Edit], new_files: &[(PathBuf, Vec<u
 /// snapshot's transaction commit, a rewind's `syncfs`, a clone) pays for
 /// their writeback inside the timed command. A settle after the edits hid
 /// that cost: the btrfs engine's acknowledgement measured 4–10 ms that
-/// way, 20–35 ms as an agent sees it.
+/// way, 22–36 ms as an agent sees it (three runs of j2).
 fn settle(dir: &Path) {
     let f =
         fs::File::open(dir).unwrap_or_else(|e| panic!("open {} for syncfs: {e}", dir.display()));
