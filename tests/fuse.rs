@@ -822,3 +822,125 @@ fn a_subvolume_workspace_mounts_and_checkpoints_through_the_mount() {
     checkpoint_matches_a_walk(&ws, "subvolume");
     m.unmount();
 }
+
+/// D73: small files opened read-only are served from the kernel's page
+/// cache, everything else by passthrough. Pins what keeps that correct:
+/// no read serves pages that a write (through passthrough, through the
+/// page cache from another handle) or a rewind made old, and an inode
+/// with handles open in one mode gives every new handle that mode (the
+/// kernel fails an open that would mix them with EIO).
+#[test]
+fn small_files_read_through_the_page_cache_never_serve_stale_pages_or_mix_modes() {
+    page_cache_stays_current(true);
+}
+
+/// Without passthrough every open uses the page cache, kept across opens
+/// (D73): writes from other handles and rewinds are still seen.
+#[test]
+fn without_passthrough_the_page_cache_kept_across_opens_stays_current() {
+    page_cache_stays_current(false);
+}
+
+fn page_cache_stays_current(passthrough: bool) {
+    use std::os::unix::fs::FileExt;
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let big = ws.join("big.bin");
+    write(&big, &vec![7u8; 2 << 20]);
+    let args: &[&str] = if passthrough {
+        &[]
+    } else {
+        &["--no-passthrough"]
+    };
+    let Some(m) = MountGuard::new(&ws, args) else {
+        return;
+    };
+    assert_eq!(m.status().passthrough, passthrough);
+    let f = ws.join("d00/f00.txt");
+    let page = |c: u8| vec![c; 4096];
+    let read = |p: &Path| std::fs::read(p).expect("read through the mount");
+    let open_rw = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .expect("open for writing through the mount")
+    };
+    // How many opens of each mode `step` made: (passthrough, page cache).
+    let opens = |step: &dyn Fn()| {
+        let before = m.status();
+        step();
+        let after = m.status();
+        (
+            after.passthrough_opens - before.passthrough_opens,
+            after.cached_opens - before.cached_opens,
+        )
+    };
+    std::fs::write(&f, page(b'a')).expect("write");
+    let ck = rewind_json(&ws, &["checkpoint", "a"]);
+    let read_twice = || {
+        assert_eq!(read(&f), page(b'a'));
+        assert_eq!(read(&f), page(b'a'), "second read, from the page cache");
+    };
+    assert_eq!(
+        opens(&read_twice),
+        (0, 2),
+        "a small file opened read-only uses the page cache"
+    );
+
+    // Written through another handle (passthrough when nothing else is
+    // open and passthrough is on): the next read-only open must not serve
+    // the pages cached above.
+    let w = open_rw(&f);
+    w.write_all_at(&page(b'b'), 0).expect("pwrite");
+    drop(w);
+    assert_eq!(
+        read(&f),
+        page(b'b'),
+        "read after a write from another handle"
+    );
+
+    // A reader holds the file in page-cache mode: a writer opened now gets
+    // that mode too (passthrough would fail with EIO), and the held reader
+    // sees its write.
+    let held = std::fs::File::open(&f).expect("open read-only");
+    let mut got = vec![0u8; 4096];
+    held.read_exact_at(&mut got, 0).expect("pread");
+    assert_eq!(got, page(b'b'));
+    let w = open_rw(&f);
+    w.write_all_at(&page(b'c'), 0)
+        .expect("pwrite beside a cached reader");
+    held.read_exact_at(&mut got, 0).expect("pread");
+    assert_eq!(got, page(b'c'), "the held reader sees the write");
+    drop(w);
+    drop(held);
+    assert_eq!(read(&f), page(b'c'));
+
+    // A writer holds the file (in passthrough mode if on): a reader opened
+    // now takes the same mode, and sees what the writer wrote.
+    let w = open_rw(&f);
+    w.write_all_at(&page(b'd'), 0).expect("pwrite");
+    let read_d = || assert_eq!(read(&f), page(b'd'), "reader beside a writer");
+    let expected = if passthrough { (1, 0) } else { (0, 1) };
+    assert_eq!(opens(&read_d), expected, "a reader beside a writer");
+    drop(w);
+    assert_eq!(read(&f), page(b'd'));
+
+    // A file over the limit keeps passthrough for reading.
+    let read_big = || assert_eq!(read(&big).len(), 2 << 20);
+    let expected = if passthrough { (1, 0) } else { (0, 1) };
+    assert_eq!(opens(&read_big), expected, "a 2 MiB file read-only");
+
+    // A rewind replaces the file under the cached pages.
+    let id = ck["id"].as_str().expect("checkpoint id");
+    let out = rewind(&ws, &["rewind", id]);
+    assert!(
+        out.status.success(),
+        "rewind: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read(&f), page(b'a'), "read after the rewind");
+    m.unmount();
+    assert_eq!(std::fs::read(&f).expect("read natively"), page(b'a'));
+}

@@ -179,7 +179,11 @@ pub struct MountStatus {
     pub pid: u32,
     pub generation: u64,
     pub passthrough: bool,
+    /// Opens served by kernel passthrough, by the page cache (small files
+    /// read-only, D73; everything without passthrough), and by the daemon
+    /// alone (`FOPEN_DIRECT_IO`), since the mount.
     pub passthrough_opens: u64,
+    pub cached_opens: u64,
     pub plain_opens: u64,
     pub inodes: u64,
     pub frozen: bool,
@@ -337,6 +341,7 @@ impl Client {
                 "generation" => s.generation = n,
                 "passthrough" => s.passthrough = n != 0,
                 "passthrough_opens" => s.passthrough_opens = n,
+                "cached_opens" => s.cached_opens = n,
                 "plain_opens" => s.plain_opens = n,
                 "inodes" => s.inodes = n,
                 "frozen" => s.frozen = n != 0,

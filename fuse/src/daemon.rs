@@ -320,11 +320,12 @@ fn handle(
                     n => n.to_string(),
                 };
                 let text = format!(
-                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\n",
+                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\ncached_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\n",
                     std::process::id(),
                     sh.generation.load(Ordering::SeqCst),
                     sh.passthrough.load(Ordering::Relaxed) as u8,
                     sh.passthrough_opens.load(Ordering::Relaxed),
+                    sh.cached_opens.load(Ordering::Relaxed),
                     sh.plain_opens.load(Ordering::Relaxed),
                     sh.inodes.len(),
                     sh.gate.is_frozen() as u8,

@@ -1,8 +1,9 @@
 //! The passthrough filesystem: every request is served by an fd-relative
 //! syscall on the backing tree, after passing the gate and before marking
 //! what it changed. Opened files use kernel passthrough where the kernel
-//! allows it (reads and writes never reach this process); a read-only open
-//! never copies anything.
+//! allows it (reads and writes never reach this process), except small
+//! files opened read-only, which the kernel's page cache serves (D73); a
+//! read-only open never copies anything.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -25,10 +26,11 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 
 use crate::dirty::{DirtySet, Tracker};
 use crate::gate::Gate;
-use crate::inodes::{self, Inode, Inodes, Passthrough, ROOT};
+use crate::inodes::{self, Backing, Inode, Inodes, IoMode, Passthrough, ROOT};
 
 /// An inode for the length of one request: the table's entry and its
 /// `O_PATH` fd (reopened if it was evicted; kept open while in use).
+#[derive(Clone)]
 struct Live {
     inode: Arc<Inode>,
     fd: Arc<OwnedFd>,
@@ -40,6 +42,14 @@ impl std::ops::Deref for Live {
         &self.inode
     }
 }
+
+/// Files up to this size opened read-only (with nothing open for writing)
+/// are read through the kernel's page cache instead of passthrough: a
+/// passthrough read makes the kernel ask for the file's attributes again
+/// (it drops its atime), a cached page does not, so `grep -r` over a
+/// warm tree costs one request per file instead of two. Bigger files keep
+/// passthrough's native throughput on their first read (D73).
+const CACHED_OPEN_MAX: u64 = 1 << 20;
 
 /// How long the kernel may trust an entry or attributes without asking.
 /// Every change goes through the mount (the kernel updates its caches) or
@@ -67,6 +77,7 @@ pub struct Shared {
     pub generation: AtomicU64,
     pub passthrough: AtomicBool,
     pub passthrough_opens: AtomicU64,
+    pub cached_opens: AtomicU64,
     pub plain_opens: AtomicU64,
 }
 
@@ -87,6 +98,7 @@ impl Shared {
             generation: AtomicU64::new(0),
             passthrough: AtomicBool::new(false),
             passthrough_opens: AtomicU64::new(0),
+            cached_opens: AtomicU64::new(0),
             plain_opens: AtomicU64::new(0),
         })
     }
@@ -239,26 +251,30 @@ fn split(p: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// The file behind an open handle: its own, or the inode's passthrough
-/// backing file.
+/// The file behind an open handle: its own, one opened at the first
+/// request that needs it, or the inode's passthrough backing file.
 enum HandleFile {
     Own(File),
+    Lazy(LazyFile),
     Shared(Arc<Passthrough>),
+}
+
+/// A read-only handle in page-cache mode opens its backing file only when
+/// the kernel first asks it to read: `grep -r` over a warm tree opens
+/// every file and reads none (the pages are cached). Holding the inode's
+/// `O_PATH` fd keeps the file reachable if its name goes meanwhile.
+struct LazyFile {
+    inode: Live,
+    flags: i32,
+    file: OnceLock<File>,
 }
 
 struct Handle {
     file: HandleFile,
+    inode: Arc<Inode>,
     ino: u64,
+    mode: IoMode,
     writer: bool,
-}
-
-impl Handle {
-    fn file(&self) -> &File {
-        match &self.file {
-            HandleFile::Own(f) => f,
-            HandleFile::Shared(p) => &p.file,
-        }
-    }
 }
 
 pub struct OverlayFs {
@@ -437,15 +453,14 @@ impl OverlayFs {
     /// The inode's passthrough: the one its other opens share, or a new
     /// one from `open` (read-write, so every later open can share it)
     /// registered with the kernel. `Err` gives back the file it could not
-    /// register, if any. The slot stays locked throughout: two backing
-    /// files for one inode would make the kernel refuse the second.
+    /// register, if any. The caller holds the slot locked throughout: two
+    /// backing files for one inode would make the kernel refuse the second.
     fn passthrough(
         &self,
-        i: &Inode,
+        slot: &mut Backing,
         open: impl FnOnce() -> Option<File>,
         register: impl FnOnce(&File) -> std::io::Result<BackingId>,
     ) -> Result<Arc<Passthrough>, Option<File>> {
-        let mut slot = i.backing.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = slot.shared.upgrade() {
             return Ok(p);
         }
@@ -462,21 +477,52 @@ impl OverlayFs {
         Ok(p)
     }
 
-    fn keep(&self, file: HandleFile, ino: u64, writer: bool) -> u64 {
+    /// Whether a read-only open of `i` may use the page cache (D73).
+    fn small_file(&self, i: &Live) -> bool {
+        inodes::statx_fd(&*i.fd).is_ok_and(|x| x.stx_size <= CACHED_OPEN_MAX)
+    }
+
+    /// Record an open handle. Its mode is already counted in its inode's
+    /// [`inodes::OpenModes`]; [`Filesystem::release`] uncounts it.
+    fn keep(
+        &self,
+        file: HandleFile,
+        inode: Arc<Inode>,
+        ino: u64,
+        mode: IoMode,
+        writer: bool,
+    ) -> u64 {
         let fh = self.fh();
         if writer {
             self.sh.tracker.opened_for_write(ino);
         }
-        let counter = match file {
-            HandleFile::Shared(_) => &self.sh.passthrough_opens,
-            HandleFile::Own(_) => &self.sh.plain_opens,
+        let counter = match mode {
+            IoMode::Passthrough => &self.sh.passthrough_opens,
+            IoMode::Cached => &self.sh.cached_opens,
+            IoMode::Direct => &self.sh.plain_opens,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        let h = Handle {
+            file,
+            inode,
+            ino,
+            mode,
+            writer,
+        };
         self.files
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, Arc::new(Handle { file, ino, writer }));
+            .insert(fh, Arc::new(h));
         fh
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<Arc<Handle>, Errno> {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
     }
 
     /// Run `f` on a handle's file without holding the handle table's lock
@@ -486,14 +532,31 @@ impl OverlayFs {
         fh: FileHandle,
         f: impl FnOnce(&File) -> Result<T, Errno>,
     ) -> Result<T, Errno> {
-        let h = self
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .cloned()
-            .ok_or(Errno::EBADF)?;
-        f(h.file())
+        let h = self.handle(fh)?;
+        match &h.file {
+            HandleFile::Own(file) => f(file),
+            HandleFile::Shared(p) => f(&p.file),
+            HandleFile::Lazy(l) => {
+                if l.file.get().is_none() {
+                    // Two first reads at once: one file wins, the other
+                    // is closed.
+                    let _ = l.file.set(self.own_file(&l.inode, l.flags)?);
+                }
+                f(l.file.get().ok_or(Errno::EIO)?)
+            }
+        }
+    }
+
+    /// `fstat` of an open handle: the file itself answers, even when no
+    /// name leads to it any more.
+    fn stat_handle(&self, fh: FileHandle) -> Result<rustix::fs::Statx, Errno> {
+        let h = self.handle(fh)?;
+        let r = match &h.file {
+            HandleFile::Own(file) => inodes::statx_fd(file),
+            HandleFile::Shared(p) => inodes::statx_fd(&p.file),
+            HandleFile::Lazy(l) => inodes::statx_fd(&*l.inode.fd),
+        };
+        r.map_err(errno)
     }
 
     /// A directory inode opened for reading its entries (or fsync).
@@ -523,6 +586,10 @@ impl Filesystem for OverlayFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Cached pages of a file whose mtime changed when its attributes
+        // are next fetched are dropped: the bound on staleness for a file
+        // changed beside the mount (`--at VIEW`) is the attribute TTL.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         self.no_opendir = config
             .capabilities()
             .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
@@ -554,10 +621,7 @@ impl Filesystem for OverlayFs {
         // `fstat` on an open file: its own file answers, even when no
         // name leads to the inode any more (unlinked, or replaced by a
         // rewind) and its `O_PATH` fd was given back (D65).
-        let open = fh.and_then(|fh| {
-            self.with_file(fh, |f| inodes::statx_fd(f).map_err(errno))
-                .ok()
-        });
+        let open = fh.and_then(|fh| self.stat_handle(fh).ok());
         if let Some(st) = open {
             return reply.attr(&TTL, &attr(ino.0, &st));
         }
@@ -782,37 +846,70 @@ impl Filesystem for OverlayFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _g = self.sh.gate.enter();
-        let run = || -> Result<(u64, Option<Arc<Passthrough>>), Errno> {
+        let run = || -> Result<(u64, IoMode, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
             let writer = is_write(flags.0);
             if writer {
                 self.sh.mark_inode(ino.0, self.nlink(&i));
             }
-            let pt = if self.sh.passthrough.load(Ordering::Relaxed) {
-                self.passthrough(
-                    &i,
+            let inode = Arc::clone(&i.inode);
+            // One lock from choosing the mode to counting the handle: two
+            // opens at once must not pick different modes.
+            let mut slot = i.backing.lock().unwrap_or_else(|p| p.into_inner());
+            let mode = match slot.modes.imposed() {
+                Some(m) => m,
+                None if !self.sh.passthrough.load(Ordering::Relaxed) => IoMode::Cached,
+                None if !writer && self.small_file(&i) => IoMode::Cached,
+                None => IoMode::Passthrough,
+            };
+            let (file, mode, pt) = match mode {
+                IoMode::Cached if writer => {
+                    (HandleFile::Own(self.own_file(&i, flags.0)?), mode, None)
+                }
+                IoMode::Cached => (
+                    HandleFile::Lazy(LazyFile {
+                        inode: i.clone(),
+                        flags: flags.0,
+                        file: OnceLock::new(),
+                    }),
+                    mode,
+                    None,
+                ),
+                IoMode::Direct => (HandleFile::Own(self.own_file(&i, flags.0)?), mode, None),
+                IoMode::Passthrough => match self.passthrough(
+                    &mut slot,
                     || self.reopen(&i, OFlags::RDWR).ok().map(File::from),
                     |f| reply.open_backing(f),
-                )
-            } else {
-                Err(None)
+                ) {
+                    Ok(p) => (
+                        HandleFile::Shared(Arc::clone(&p)),
+                        IoMode::Passthrough,
+                        Some(p),
+                    ),
+                    Err(_) => (
+                        HandleFile::Own(self.own_file(&i, flags.0)?),
+                        IoMode::Direct,
+                        None,
+                    ),
+                },
             };
-            let (file, pt) = match pt {
-                Ok(p) => (HandleFile::Shared(Arc::clone(&p)), Some(p)),
-                Err(_) => (HandleFile::Own(self.own_file(&i, flags.0)?), None),
-            };
-            Ok((self.keep(file, ino.0, writer), pt))
+            slot.modes.opened(mode);
+            drop(slot);
+            Ok((self.keep(file, inode, ino.0, mode, writer), mode, pt))
         };
         match run() {
-            Ok((fh, Some(p))) => {
+            Ok((fh, _, Some(p))) => {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &p.id)
             }
-            // Served by this process; an inode with a passthrough open
-            // elsewhere cannot also use the page cache.
-            Ok((fh, None)) if self.sh.passthrough.load(Ordering::Relaxed) => {
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            // The pages the kernel has are current: every open that is not
+            // answered with KEEP_CACHE (passthrough, direct) drops them,
+            // and while one of those is open no page-cache open is given.
+            Ok((fh, IoMode::Cached, None)) => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
-            Ok((fh, None)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            // Served by this process without the page cache: an open that
+            // needed passthrough and could not get it.
+            Ok((fh, _, None)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
             Err(e) => reply.error(e),
         }
     }
@@ -883,10 +980,16 @@ impl Filesystem for OverlayFs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0);
-        if let Some(h) = h
-            && h.writer
-        {
-            self.sh.tracker.released(h.ino);
+        if let Some(h) = h {
+            h.inode
+                .backing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .modes
+                .released(h.mode);
+            if h.writer {
+                self.sh.tracker.released(h.ino);
+            }
         }
         reply.ok();
     }
@@ -1142,17 +1245,31 @@ impl Filesystem for OverlayFs {
             let created = File::from(fd);
             let a = self.entry(parent, name)?;
             let i = self.inode(a.ino)?;
+            let inode = Arc::clone(&i.inode);
+            let mut slot = i.backing.lock().unwrap_or_else(|p| p.into_inner());
             let shared = if pt {
-                self.passthrough(&i, || Some(created), |f| reply.open_backing(f))
+                self.passthrough(&mut slot, || Some(created), |f| reply.open_backing(f))
             } else {
                 Err(Some(created))
             };
-            let (file, shared) = match shared {
-                Ok(p) => (HandleFile::Shared(Arc::clone(&p)), Some(p)),
-                Err(Some(f)) => (HandleFile::Own(f), None),
-                Err(None) => (HandleFile::Own(self.own_file(&i, flags)?), None),
+            let (file, mode, shared) = match shared {
+                Ok(p) => (
+                    HandleFile::Shared(Arc::clone(&p)),
+                    IoMode::Passthrough,
+                    Some(p),
+                ),
+                Err(f) => {
+                    let f = match f {
+                        Some(f) => f,
+                        None => self.own_file(&i, flags)?,
+                    };
+                    let mode = if pt { IoMode::Direct } else { IoMode::Cached };
+                    (HandleFile::Own(f), mode, None)
+                }
             };
-            let fh = self.keep(file, a.ino.0, is_write(flags));
+            slot.modes.opened(mode);
+            drop(slot);
+            let fh = self.keep(file, inode, a.ino.0, mode, is_write(flags));
             Ok((a, fh, shared))
         };
         match run() {

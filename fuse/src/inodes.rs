@@ -45,13 +45,72 @@ pub struct Inode {
     pub backing: Mutex<Backing>,
 }
 
-/// An inode's passthrough backing file. Kept open while the kernel knows
-/// the inode (up to a budget of open files), so that opening a file again
-/// costs no new backing file: `grep -r` opens every file once per run.
+/// An inode's passthrough backing file, and the I/O modes of its open
+/// handles. The backing file is kept open while the kernel knows the inode
+/// (up to a budget of open files), so that opening a file again costs no
+/// new backing file.
 #[derive(Default)]
 pub struct Backing {
     pub shared: Weak<Passthrough>,
     pub kept: Option<Kept>,
+    pub modes: OpenModes,
+}
+
+/// How the kernel does an open handle's I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// Straight to the backing file (kernel passthrough), never the daemon.
+    Passthrough,
+    /// Through the kernel's page cache, filled by the daemon's reads.
+    Cached,
+    /// Every read and write to the daemon (`FOPEN_DIRECT_IO`): an open
+    /// that needed passthrough and could not get it.
+    Direct,
+}
+
+/// The open handles of one inode per I/O mode, as the daemon counts them:
+/// from its answer to the open until the handle's release. The kernel
+/// keeps an inode in one mode at a time (an open that would mix
+/// passthrough and the page cache fails with EIO) and lets go of a handle
+/// before it sends the release, so these counts are never below its own:
+/// a mode chosen from them is one the kernel accepts.
+#[derive(Default, Debug)]
+pub struct OpenModes {
+    passthrough: u32,
+    cached: u32,
+    direct: u32,
+}
+
+impl OpenModes {
+    /// The mode the handles already open impose on a new one, if any.
+    pub fn imposed(&self) -> Option<IoMode> {
+        if self.cached > 0 {
+            Some(IoMode::Cached)
+        } else if self.passthrough > 0 {
+            Some(IoMode::Passthrough)
+        } else if self.direct > 0 {
+            Some(IoMode::Direct)
+        } else {
+            None
+        }
+    }
+
+    fn count(&mut self, mode: IoMode) -> &mut u32 {
+        match mode {
+            IoMode::Passthrough => &mut self.passthrough,
+            IoMode::Cached => &mut self.cached,
+            IoMode::Direct => &mut self.direct,
+        }
+    }
+
+    pub fn opened(&mut self, mode: IoMode) {
+        *self.count(mode) += 1;
+    }
+
+    pub fn released(&mut self, mode: IoMode) {
+        let n = self.count(mode);
+        *n = n.saturating_sub(1);
+    }
 }
 
 /// How many backing files the inodes of one table keep open for later
@@ -563,6 +622,26 @@ pub fn identity_of(x: &rustix::fs::Statx) -> Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_io_mode_is_imposed_until_its_last_handle_is_released() {
+        let mut m = OpenModes::default();
+        assert_eq!(m.imposed(), None, "nothing open: the open chooses");
+        for mode in [IoMode::Cached, IoMode::Passthrough, IoMode::Direct] {
+            m.opened(mode);
+            m.opened(mode);
+            m.released(mode);
+            assert_eq!(m.imposed(), Some(mode), "one {mode:?} handle left");
+            m.released(mode);
+            assert_eq!(m.imposed(), None, "all {mode:?} handles released");
+        }
+        m.released(IoMode::Cached);
+        assert_eq!(
+            m.imposed(),
+            None,
+            "a release without an open counts nothing"
+        );
+    }
 
     fn open_path(dir: &OwnedFd, name: &str) -> OwnedFd {
         rustix::fs::openat(

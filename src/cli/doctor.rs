@@ -91,8 +91,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let status = ws.mount().map(|m| m.status()).transpose()?;
     let fuse_note = match &status {
         Some(s) if s.passthrough => format!(
-            "mounted (daemon pid {}): opened files use kernel passthrough ({} opens, {} served by the daemon)",
-            s.pid, s.passthrough_opens, s.plain_opens
+            "mounted (daemon pid {}): opened files use kernel passthrough ({} opens; {} small files read through the page cache; {} served by the daemon)",
+            s.pid, s.passthrough_opens, s.cached_opens, s.plain_opens
         ),
         Some(s) => format!(
             "mounted (daemon pid {}): no kernel passthrough (it needs root and Linux 6.9+), so file reads and writes go through the daemon",
