@@ -6,6 +6,7 @@
 //! in `.rewind/objects/`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
@@ -285,6 +286,9 @@ pub struct Ledger {
     nodes: std::cell::RefCell<HashMap<Hash, Node>>,
 }
 
+/// How long a statement waits for another process's transaction.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Up to this much WAL, the last connection to close leaves it for the
 /// next command instead of folding it into the main file (D70).
 const WAL_KEPT_ON_CLOSE: u64 = 4 << 20;
@@ -305,6 +309,37 @@ impl Drop for Ledger {
                 true,
             );
         }
+    }
+}
+
+impl Ledger {
+    /// Fold the WAL into the main file and start a new one, for a command
+    /// off the agent's path (the detached manifest builder): the next
+    /// command then indexes one frame on open instead of up to
+    /// [`WAL_KEPT_ON_CLOSE`] of WAL (D74). The new WAL gets its first
+    /// commit here (`wal_folded_at`), so its header's fsync is paid here
+    /// too and not by the next command's commit. Never waits: if another
+    /// connection is reading or writing, nothing happens and `false` is
+    /// returned (that connection's own close decides). A writer arriving
+    /// during the fold waits for it (a few ms) through its busy timeout.
+    pub fn fold_wal_if_idle(&self) -> bool {
+        let _t = crate::trace::span("fold WAL");
+        if self.conn.busy_timeout(Duration::ZERO).is_err() {
+            return false;
+        }
+        let busy = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            });
+        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+        matches!(busy, Ok(0))
+            && put_meta(
+                &self.conn,
+                "wal_folded_at",
+                &crate::time::now_ms().to_string(),
+            )
+            .is_ok()
     }
 }
 
@@ -427,8 +462,7 @@ impl Ledger {
         let wal = wal_path(path);
         let files_existed = path.exists() && wal.exists();
         let conn = Connection::open(path).map_err(db_err(path))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(db_err(path))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(db_err(path))?;
         // Room for every statement a command runs (CachedRow).
         conn.set_prepared_statement_cache_capacity(64);
         // Only for a new database, before WAL mode: 16 KiB pages keep a
@@ -1478,6 +1512,34 @@ mod tests {
             ledger.meta("big").expect("read").map(|v| v.len()),
             Some(big.len())
         );
+    }
+
+    #[test]
+    fn an_idle_fold_restarts_the_wal_and_a_busy_one_changes_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("ledger.db");
+        drop(Ledger::create(&db, "test").expect("ledger"));
+        let wal_len = || std::fs::metadata(wal_path(&db)).map_or(0, |m| m.len());
+        let ledger = Ledger::open(&db).expect("open");
+        put_meta(&ledger.conn, "k", "v1").expect("write");
+        let reader = Ledger::open(&db).expect("second connection");
+        let tx = reader.conn.unchecked_transaction().expect("begin");
+        assert_eq!(reader.meta("k").expect("read").as_deref(), Some("v1"));
+        let before = wal_len();
+        assert!(before > 0, "the write is in the WAL");
+        assert!(!ledger.fold_wal_if_idle(), "a reader is in a transaction");
+        assert!(wal_len() >= before, "a busy fold truncated the WAL");
+        drop(tx);
+        drop(reader);
+        assert!(ledger.fold_wal_if_idle(), "nobody else is active");
+        let one_frame = wal_len();
+        assert!(
+            one_frame > 0 && one_frame < before,
+            "an idle fold leaves a new WAL with its first commit: {one_frame} bytes, {before} before"
+        );
+        drop(ledger);
+        let ledger = Ledger::open(&db).expect("reopen");
+        assert_eq!(ledger.meta("k").expect("read").as_deref(), Some("v1"));
     }
 
     /// The node cache (D63) may outlive a row another process deletes:

@@ -35,6 +35,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     for w in &warnings {
         eprintln!("rewind: warning: {w}");
     }
+    // Off the agent's path: leave the next command an empty WAL (D74).
+    ws.ledger().fold_wal_if_idle();
     let out = Out {
         finished,
         pruned,
