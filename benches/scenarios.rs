@@ -1125,6 +1125,11 @@ struct Series {
 }
 
 impl Series {
+    fn append(&mut self, other: Series) {
+        self.ms.extend(other.ms);
+        self.rss_kib.extend(other.rss_kib);
+        self.self_ms.extend(other.self_ms);
+    }
     fn push(&mut self, ms: f64, rss: u64) {
         self.ms.push(ms);
         self.rss_kib.push(rss);
@@ -1979,7 +1984,7 @@ fn scenario_k(
     // loop as its CLI twin: k1m checkpoints in a row, k2m rewinds (a
     // checkpoint right after a rewind also looks at what the rewind wrote).
     let mut mcp = McpRuns::start(&ws, work, &[], &|_, _| {});
-    let ck_mcp = mcp.checkpoints("k1m", tree, rng, args.runs, true);
+    let ck_mcp = mcp.checkpoints("k1m", tree, rng, args.runs, true, Duration::ZERO);
     let rw_mcp = mcp.rewinds("k2m", tree, rng, args.runs, 3000);
     mcp.close("k1m/k2m server");
 
@@ -2544,7 +2549,7 @@ fn scenario_j(
     let deferred = [("REWIND_MANIFEST", "deferred")];
     let finish_t1 = |what: &str, checkpointed: bool| finish(&ws, what, checkpointed);
     let mut mcp = McpRuns::start(&ws, &work, &deferred, &finish_t1);
-    let ack_mcp = mcp.checkpoints("j2m", tree, rng, args.runs, false);
+    let ack_mcp = mcp.checkpoints("j2m", tree, rng, args.runs, false, Duration::ZERO);
     let rw_mcp = mcp.rewinds("j3m", tree, rng, args.runs, 5000);
     mcp.close("j2m/j3m server");
 
@@ -2586,7 +2591,7 @@ fn scenario_j(
     let (large_dir, large_tree) = large.expect("j4 built the large tree");
     let finish_t2 = |what: &str, checkpointed: bool| finish(&large_dir, what, checkpointed);
     let mut mcp = McpRuns::start(&large_dir, &work, &deferred, &finish_t2);
-    let ack_mcp_large = mcp.checkpoints("j4m", &large_tree, rng, args.runs, false);
+    let ack_mcp_large = mcp.checkpoints("j4m", &large_tree, rng, args.runs, false, Duration::ZERO);
     mcp.close("j4m server");
 
     // j5. The hook flow an agent runs on T1 (D72): 10 edits, `hook
@@ -2639,6 +2644,32 @@ fn scenario_j(
             );
             if writeback { &mut flow } else { &mut flow_off }.push(m.ms(), m.maxrss_kib);
             finish(&ws, "j5", true);
+        }
+    }
+
+    // j6. The same through `rewind mcp` (D75): 10 edits, the model's turn
+    // (1.5 s), then the timed `checkpoint` call, the server's writeback
+    // ticker having committed the edits meanwhile; against a server with
+    // `REWIND_WRITEBACK=0`. One server at a time (a ticker writes back the
+    // whole filesystem), alternating which goes first; one untimed call
+    // opens the workspace each server then keeps.
+    let (mut ticked, mut unticked) = (Series::default(), Series::default());
+    for r in 0..args.runs {
+        for writeback in alternating(r) {
+            let mut env = deferred.to_vec();
+            if !writeback {
+                env.push(("REWIND_WRITEBACK", "0"));
+            }
+            let tag = if writeback { "j6" } else { "j6 off" };
+            let mut mcp = McpRuns::start(&ws, &work, &env, &finish_t1);
+            let s = mcp.checkpoints(tag, tree, rng, 1, false, Duration::from_millis(1500));
+            mcp.close("j6 server");
+            if writeback {
+                &mut ticked
+            } else {
+                &mut unticked
+            }
+            .append(s);
         }
     }
 
@@ -2698,6 +2729,15 @@ fn scenario_j(
             "median, whole pre-tool-use process",
             "without the background writeback:",
             &flow_off,
+        ),
+        ms_target(
+            "j6",
+            "the MCP flow's checkpoint (10 edits, 1.5 s, `checkpoint` call), acknowledged ≤ 10 ms",
+            10.0,
+            &ticked,
+            "median, request to response",
+            "without the server's writeback:",
+            &unticked,
         ),
         Target {
             scenario: "j4",
@@ -2841,6 +2881,18 @@ fn scenario_j(
             baselines: vec![Baseline {
                 name: "the same with `REWIND_WRITEBACK=0` (no background writeback)".into(),
                 series: flow_off.clone(),
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j6",
+            name: format!(
+                "j6. btrfs engine: `checkpoint` through a running `rewind mcp` after {SMALL_EDITS} edits and 1.5 s (the model's turn)"
+            ),
+            rewind: ticked.clone(),
+            baselines: vec![Baseline {
+                name: "the same with `REWIND_WRITEBACK=0` (no writeback by the server)".into(),
+                series: unticked.clone(),
             }],
             detail: Value::Null,
         },
@@ -3037,6 +3089,8 @@ impl<'a> McpRuns<'a> {
 
     /// `runs` checkpoints, each after `SMALL_EDITS` edits; `counts`: the
     /// answer must report them (not where the manifest is deferred).
+    /// `runs` checkpoints after `SMALL_EDITS` edits each, `pause` after
+    /// the edits (the model's turn) before the timed call.
     fn checkpoints(
         &mut self,
         tag: &str,
@@ -3044,6 +3098,7 @@ impl<'a> McpRuns<'a> {
         rng: &mut Rng,
         runs: usize,
         counts: bool,
+        pause: Duration,
     ) -> Series {
         let mut series = Series::default();
         for r in 0..runs {
@@ -3057,6 +3112,7 @@ impl<'a> McpRuns<'a> {
                 &plan_small_edits(tree, rng, SMALL_EDITS),
                 &[],
             );
+            std::thread::sleep(pause);
             let (ms, sc) = self.call("checkpoint", json!({ "label": format!("bench-{tag}-{r}") }));
             let what = format!("{tag}: MCP checkpoint");
             if counts {

@@ -20,7 +20,7 @@
 //! the checkpoints it prunes.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rewind_platform::{Dir, FsInfo, FsKind, LockFile};
@@ -459,8 +459,46 @@ pub fn spawn_writeback(root: &Path) -> bool {
     on_btrfs_engine && spawn_detached(root, "writeback", None)
 }
 
-/// Whether `hook post-tool-use` writes back in the background on the
-/// btrfs engine (`REWIND_WRITEBACK=0` turns it off).
+/// How often a running `rewind mcp` writes back a btrfs engine workspace
+/// (D75), and how often it looks again whether its workspace is one.
+const MCP_WRITEBACK_EVERY: Duration = Duration::from_secs(1);
+const MCP_WRITEBACK_RECHECK: Duration = Duration::from_secs(10);
+
+/// `rewind mcp`'s counterpart of [`spawn_writeback`]: the server sees the
+/// agent's calls, not its writes, so while it runs it writes back the
+/// filesystem of the workspace found from `start` once a second, on the
+/// btrfs engine only. The commit a checkpoint's snapshot would pay for the
+/// agent's edits then runs while the model thinks (D75). A `syncfs` of a
+/// clean filesystem costs ~0.03 ms. The thread ends with the process.
+pub fn start_writeback_ticker(start: PathBuf) {
+    if !writeback_enabled() {
+        return;
+    }
+    let tick = move || loop {
+        // `discover` detaches a dead mount it meets; a background thread
+        // leaves that to the next command.
+        let dir = std::fs::canonicalize(&start)
+            .ok()
+            .and_then(|_| Workspace::discover(&start))
+            .and_then(|root| Dir::open(&root).ok());
+        let synced = dir
+            .filter(|d| FsInfo::of(d).is_ok_and(|fs| Engine::choose(d, &fs).0 == Engine::Btrfs))
+            .is_some_and(|d| d.syncfs().is_ok());
+        std::thread::sleep(if synced {
+            MCP_WRITEBACK_EVERY
+        } else {
+            MCP_WRITEBACK_RECHECK
+        });
+    };
+    // Without the thread the server works as before, only slower to
+    // acknowledge: not worth failing the session for.
+    let _ = std::thread::Builder::new()
+        .name("writeback".into())
+        .spawn(tick);
+}
+
+/// Whether `hook post-tool-use` and `rewind mcp` write back in the
+/// background on the btrfs engine (`REWIND_WRITEBACK=0` turns it off).
 pub fn writeback_enabled() -> bool {
     !std::env::var("REWIND_WRITEBACK").is_ok_and(|v| v == "0")
 }

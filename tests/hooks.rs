@@ -374,3 +374,59 @@ fn post_tool_use_writes_back_a_btrfs_engine_workspace_in_the_background() {
         "walk engine: {doctor}"
     );
 }
+
+/// D75: `rewind mcp` sees the agent's calls, not its writes, so while it
+/// runs on a btrfs engine workspace it writes back the filesystem once a
+/// second: what the agent left in the page cache is committed before its
+/// next `checkpoint` call, not by that call's snapshot. With
+/// `REWIND_WRITEBACK=0` it does not.
+#[test]
+fn a_running_mcp_server_writes_back_a_btrfs_engine_workspace() {
+    let Some(btrfs) = common::LoopFs::new(common::Fs::Btrfs, 512) else {
+        return;
+    };
+    let sub = btrfs.subvolume("sub");
+    rewind_json(&sub, &["init"]);
+    rewind_json(&sub, &["checkpoint"]);
+    let serve = |env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rewind"));
+        c.arg("-C")
+            .arg(&sub)
+            .arg("mcp")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().expect("start rewind mcp")
+    };
+    let fresh = |name: &str| {
+        let p = sub.join(name);
+        std::fs::write(&p, vec![7u8; 256 * 1024]).expect("write");
+        p
+    };
+
+    // The control: nothing else writes it back within seconds.
+    let mut off = serve(&[("REWIND_WRITEBACK", "0")]);
+    let kept = fresh("kept.bin");
+    assert!(
+        delalloc(&kept),
+        "precondition: the write is in the page cache"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(delalloc(&kept), "REWIND_WRITEBACK=0: written back anyway");
+    let _ = off.kill();
+    let _ = off.wait();
+
+    let mut on = serve(&[]);
+    let written = fresh("written.bin");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while delalloc(&written) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "5 s with `rewind mcp` running and the write is still not written back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = on.kill();
+    let _ = on.wait();
+}

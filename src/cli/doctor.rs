@@ -20,7 +20,8 @@ struct Out {
     #[serde(skip_serializing_if = "Option::is_none")]
     snapshot_delete: Option<bool>,
     /// btrfs engine: whether `hook post-tool-use` starts a background
-    /// writeback (D72; `REWIND_WRITEBACK=0` turns it off).
+    /// writeback (D72) and `rewind mcp` writes back once a second (D75);
+    /// `REWIND_WRITEBACK=0` turns both off.
     #[serde(skip_serializing_if = "Option::is_none")]
     hook_writeback: Option<bool>,
     openat2: bool,
@@ -162,7 +163,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             _ => out.engine_why.clone(),
         },
         match out.hook_writeback {
-            Some(true) => "; `hook post-tool-use` writes back in the background",
+            Some(true) => "; `hook post-tool-use` and `rewind mcp` write back in the background",
             Some(false) => "; background writeback off (REWIND_WRITEBACK=0)",
             None => "",
         }

@@ -239,6 +239,10 @@ pub fn serve(dir: Option<PathBuf>, cwd: PathBuf, profile: Profile) -> Result<()>
         .enable_all()
         .build()
         .map_err(|e| Error::Usage(format!("cannot start the MCP server runtime: {e}")))?;
+    crate::snapshot::start_writeback_ticker(match &dir {
+        Some(d) => cwd.join(d),
+        None => cwd.clone(),
+    });
     runtime.block_on(async move {
         let server = Server::new(dir, cwd, profile)
             .serve(rmcp::transport::stdio())
