@@ -1985,7 +1985,7 @@ fn scenario_k(
     // checkpoint right after a rewind also looks at what the rewind wrote).
     let mut mcp = McpRuns::start(&ws, work, &[], &|_, _| {});
     let ck_mcp = mcp.checkpoints("k1m", tree, rng, args.runs, true, Duration::ZERO);
-    let rw_mcp = mcp.rewinds("k2m", tree, rng, args.runs, 3000);
+    let rw_mcp = mcp.rewinds("k2m", tree, rng, args.runs, 3000, Duration::ZERO);
     mcp.close("k1m/k2m server");
 
     // k3–k7. Ordinary tools through the mount and natively (the walk copy).
@@ -2425,7 +2425,9 @@ fn scenario_j(
 ) -> (Vec<Scenario>, Vec<Target>, String) {
     let tree_bytes = tree.small_bytes + tree.big_size;
     let large_files = args.files * 10;
-    let image = (4 * tree_bytes + large_files as u64 * (T2_MEAN_BYTES + 4096) + 1024 * MIB)
+    // 3 GiB of headroom: btrfs needs room for metadata chunks (DUP) and
+    // the j5–j7 snapshots come after T2 filled the rest (1 GiB ran out).
+    let image = (4 * tree_bytes + large_files as u64 * (T2_MEAN_BYTES + 4096) + 3072 * MIB)
         .div_ceil(MIB)
         * MIB;
     let (scratch, info) = setup_fs(FsKind::Btrfs, false, image);
@@ -2550,7 +2552,7 @@ fn scenario_j(
     let finish_t1 = |what: &str, checkpointed: bool| finish(&ws, what, checkpointed);
     let mut mcp = McpRuns::start(&ws, &work, &deferred, &finish_t1);
     let ack_mcp = mcp.checkpoints("j2m", tree, rng, args.runs, false, Duration::ZERO);
-    let rw_mcp = mcp.rewinds("j3m", tree, rng, args.runs, 5000);
+    let rw_mcp = mcp.rewinds("j3m", tree, rng, args.runs, 5000, Duration::ZERO);
     mcp.close("j2m/j3m server");
 
     // j4. Flat in the tree's size: 100 files vs T2 (10× the T1 files, deep), fresh
@@ -2653,23 +2655,29 @@ fn scenario_j(
     // `REWIND_WRITEBACK=0`. One server at a time (a ticker writes back the
     // whole filesystem), alternating which goes first; one untimed call
     // opens the workspace each server then keeps.
+    // j7: the j3 rewind the same way, its damage 1.5 s old.
     let (mut ticked, mut unticked) = (Series::default(), Series::default());
+    let (mut rw_ticked, mut rw_unticked) = (Series::default(), Series::default());
+    let turn = Duration::from_millis(1500);
     for r in 0..args.runs {
         for writeback in alternating(r) {
             let mut env = deferred.to_vec();
             if !writeback {
                 env.push(("REWIND_WRITEBACK", "0"));
             }
-            let tag = if writeback { "j6" } else { "j6 off" };
+            let tag = if writeback { "j6/j7" } else { "j6/j7 off" };
             let mut mcp = McpRuns::start(&ws, &work, &env, &finish_t1);
-            let s = mcp.checkpoints(tag, tree, rng, 1, false, Duration::from_millis(1500));
-            mcp.close("j6 server");
-            if writeback {
-                &mut ticked
+            let ck = mcp.checkpoints(tag, tree, rng, 1, false, turn);
+            let seed = 7000 + 2 * r + usize::from(writeback);
+            let rw = mcp.rewinds(tag, tree, rng, 1, seed, turn);
+            mcp.close("j6/j7 server");
+            let (cks, rws) = if writeback {
+                (&mut ticked, &mut rw_ticked)
             } else {
-                &mut unticked
-            }
-            .append(s);
+                (&mut unticked, &mut rw_unticked)
+            };
+            cks.append(ck);
+            rws.append(rw);
         }
     }
 
@@ -2738,6 +2746,15 @@ fn scenario_j(
             "median, request to response",
             "without the server's writeback:",
             &unticked,
+        ),
+        ms_target(
+            "j7",
+            "the MCP flow's rewind (10 edits + 3 new files, 1.5 s, `rewind` call) ≤ 40 ms",
+            40.0,
+            &rw_ticked,
+            "median, request to response",
+            "without the server's writeback:",
+            &rw_unticked,
         ),
         Target {
             scenario: "j4",
@@ -2893,6 +2910,18 @@ fn scenario_j(
             baselines: vec![Baseline {
                 name: "the same with `REWIND_WRITEBACK=0` (no writeback by the server)".into(),
                 series: unticked.clone(),
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "j7",
+            name: format!(
+                "j7. btrfs engine: `rewind` through a running `rewind mcp` of {SMALL_EDITS} edits + {NEW_FILES} new files made 1.5 s before"
+            ),
+            rewind: rw_ticked.clone(),
+            baselines: vec![Baseline {
+                name: "the same with `REWIND_WRITEBACK=0` (no writeback by the server)".into(),
+                series: rw_unticked.clone(),
             }],
             detail: Value::Null,
         },
@@ -3128,7 +3157,8 @@ impl<'a> McpRuns<'a> {
     }
 
     /// `runs` rewinds of `SMALL_EDITS` edits + `NEW_FILES` new files back to
-    /// a checkpoint taken (untimed) just before, each verified file by file.
+    /// a checkpoint taken (untimed) just before, each verified file by file;
+    /// `pause` after the damage (the model's turn) before the timed call.
     fn rewinds(
         &mut self,
         tag: &str,
@@ -3136,6 +3166,7 @@ impl<'a> McpRuns<'a> {
         rng: &mut Rng,
         runs: usize,
         seed: usize,
+        pause: Duration,
     ) -> Series {
         let mut series = Series::default();
         for r in 0..runs {
@@ -3156,6 +3187,7 @@ impl<'a> McpRuns<'a> {
                 &plan_small_edits(tree, rng, SMALL_EDITS),
                 &plan_new_files(tree, rng, seed + r),
             );
+            std::thread::sleep(pause);
             let (ms, sc) = self.call("rewind", json!({ "id": x }));
             series.push(ms, self.server.peak_rss_kib());
             series.self_reported(&sc);
