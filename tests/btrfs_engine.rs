@@ -573,3 +573,45 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
     let v = rewind_json(&ws, &["verify", "--deep"]);
     assert_eq!(v["ok"], true, "{v}");
 }
+
+/// D74: the manifest builder, off the agent's path, folds the WAL and
+/// starts a new one with one commit, so the next command indexes one
+/// frame on open instead of everything since the last fold; the ledger
+/// still holds everything.
+#[test]
+fn the_manifest_builder_leaves_a_wal_of_one_commit() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    let deferred = [("REWIND_MANIFEST", "deferred")];
+    let wal = ws.join(".rewind/state/ledger.db-wal");
+    let wal_len = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        write(&ws.join(format!("src/d{n}/f{n}.rs")), b"edited\n");
+        let c = rewind_env(&ws, &["--json", "checkpoint"], &deferred);
+        assert!(c.status.success(), "checkpoint {n}");
+        let c: serde_json::Value = serde_json::from_slice(&c.stdout).expect("json");
+        ids.push(c["id"].as_str().expect("id").to_string());
+        let f = rewind_json(&ws, &["finish-manifests"]);
+        assert_eq!(f["finished"], 1, "{f}");
+        // One 16 KiB page and its 24-byte frame header, after the
+        // 32-byte WAL header.
+        assert!(
+            wal_len() <= 32 + 16 * 1024 + 24,
+            "after the builder the WAL holds more than one commit: {} bytes",
+            wal_len()
+        );
+    }
+    let l = listed(&ws);
+    assert_eq!(
+        l.iter().map(|c| c.0.clone()).collect::<Vec<_>>(),
+        ids,
+        "every checkpoint is listed with its manifest: {l:?}"
+    );
+    assert!(l.iter().all(|c| !c.1.is_empty()), "{l:?}");
+    let v = rewind(&ws, &["verify"]);
+    assert!(v.status.success(), "verify after folds");
+}

@@ -35,7 +35,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     for w in &warnings {
         eprintln!("rewind: warning: {w}");
     }
-    // Off the agent's path: leave the next command an empty WAL (D74).
+    // Off the agent's path: leave the next command a WAL of one commit
+    // to index instead of up to 4 MiB (D74).
     ws.ledger().fold_wal_if_idle();
     let out = Out {
         finished,
