@@ -453,10 +453,15 @@ pub fn spawn_writeback(root: &Path) -> bool {
     if !writeback_enabled() {
         return false;
     }
-    let on_btrfs_engine = Dir::open(root).is_ok_and(|dir| {
-        FsInfo::of(&dir).is_ok_and(|fs| Engine::choose(&dir, &fs).0 == Engine::Btrfs)
-    });
-    on_btrfs_engine && spawn_detached(root, "writeback", None)
+    Dir::open(root).is_ok_and(|dir| on_btrfs_engine(&dir))
+        && spawn_detached(root, "writeback", None)
+}
+
+/// Whether the workspace root `dir` is checkpointed by btrfs snapshots:
+/// only there do checkpoints commit what the agent wrote, so only there
+/// is a background writeback worth it.
+fn on_btrfs_engine(dir: &Dir) -> bool {
+    FsInfo::of(dir).is_ok_and(|fs| Engine::choose(dir, &fs).0 == Engine::Btrfs)
 }
 
 /// How often a running `rewind mcp` writes back a btrfs engine workspace
@@ -482,7 +487,7 @@ pub fn start_writeback_ticker(start: PathBuf) {
             .and_then(|_| Workspace::discover(&start))
             .and_then(|root| Dir::open(&root).ok());
         let synced = dir
-            .filter(|d| FsInfo::of(d).is_ok_and(|fs| Engine::choose(d, &fs).0 == Engine::Btrfs))
+            .filter(on_btrfs_engine)
             .is_some_and(|d| d.syncfs().is_ok());
         std::thread::sleep(if synced {
             MCP_WRITEBACK_EVERY

@@ -863,10 +863,7 @@ impl Filesystem for OverlayFs {
                 None => IoMode::Passthrough,
             };
             let (file, mode, pt) = match mode {
-                IoMode::Cached if writer => {
-                    (HandleFile::Own(self.own_file(&i, flags.0)?), mode, None)
-                }
-                IoMode::Cached => (
+                IoMode::Cached if !writer => (
                     HandleFile::Lazy(LazyFile {
                         inode: i.clone(),
                         flags: flags.0,
@@ -875,7 +872,9 @@ impl Filesystem for OverlayFs {
                     mode,
                     None,
                 ),
-                IoMode::Direct => (HandleFile::Own(self.own_file(&i, flags.0)?), mode, None),
+                IoMode::Cached | IoMode::Direct => {
+                    (HandleFile::Own(self.own_file(&i, flags.0)?), mode, None)
+                }
                 IoMode::Passthrough => match self.passthrough(
                     &mut slot,
                     || self.reopen(&i, OFlags::RDWR).ok().map(File::from),
