@@ -319,6 +319,27 @@ fn delalloc(path: &Path) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("delalloc")
 }
 
+/// A 256 KiB file `name` written in `dir` and not synced: it stays in
+/// delayed allocation until something writes it back.
+fn fresh_write(dir: &Path, name: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, vec![7u8; 256 * 1024]).expect("write");
+    p
+}
+
+/// Wait up to 5 s for `path` to be written back; `what` says who should
+/// have done it.
+fn wait_written_back(path: &Path, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while delalloc(path) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "5 s {what} and the write is still not written back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn post_json(ws: &Path) -> serde_json::Value {
     let out = rewind_with_stdin(
         &["--json", "hook", "post-tool-use"],
@@ -347,22 +368,14 @@ fn post_tool_use_writes_back_a_btrfs_engine_workspace_in_the_background() {
     let doctor = rewind_json(&sub, &["doctor"]);
     assert_eq!(doctor["hook_writeback"], true, "doctor says so: {doctor}");
     rewind_json(&sub, &["checkpoint"]);
-    let fresh = sub.join("fresh.bin");
-    std::fs::write(&fresh, vec![7u8; 256 * 1024]).expect("write");
+    let fresh = fresh_write(&sub, "fresh.bin");
     assert!(
         delalloc(&fresh),
         "precondition: the write is still in the page cache"
     );
     let v = post_json(&sub);
     assert_eq!(v["writeback"], true, "{v}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while delalloc(&fresh) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "5 s after post-tool-use the write is still not written back"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_written_back(&fresh, "after post-tool-use");
 
     let plain = btrfs.subdir("plain");
     rewind_json(&plain, &["init"]);
@@ -399,15 +412,10 @@ fn a_running_mcp_server_writes_back_a_btrfs_engine_workspace() {
             .stderr(Stdio::null());
         c.spawn().expect("start rewind mcp")
     };
-    let fresh = |name: &str| {
-        let p = sub.join(name);
-        std::fs::write(&p, vec![7u8; 256 * 1024]).expect("write");
-        p
-    };
 
     // The control: nothing else writes it back within seconds.
     let mut off = serve(&[("REWIND_WRITEBACK", "0")]);
-    let kept = fresh("kept.bin");
+    let kept = fresh_write(&sub, "kept.bin");
     assert!(
         delalloc(&kept),
         "precondition: the write is in the page cache"
@@ -418,15 +426,8 @@ fn a_running_mcp_server_writes_back_a_btrfs_engine_workspace() {
     let _ = off.wait();
 
     let mut on = serve(&[]);
-    let written = fresh("written.bin");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while delalloc(&written) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "5 s with `rewind mcp` running and the write is still not written back"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let written = fresh_write(&sub, "written.bin");
+    wait_written_back(&written, "with `rewind mcp` running");
     let _ = on.kill();
     let _ = on.wait();
 }
