@@ -972,7 +972,16 @@ fn concurrent_readers_and_writers_of_a_small_file_never_see_eio_or_stale_pages()
         threads.push(std::thread::spawn(move || -> Result<(), String> {
             let writer = t < 2;
             let mut page = vec![0u8; 4096];
+            let mut round = 0u64;
             while !stop.load(Ordering::Relaxed) {
+                // Short, uneven pauses between opens leave moments when
+                // only readers or only writers hold the file, so both
+                // modes come into use (without them one mode can hold the
+                // inode for the whole run).
+                round += 1;
+                std::thread::sleep(std::time::Duration::from_micros(
+                    50 * ((round + u64::from(t)) % 5),
+                ));
                 let file = std::fs::OpenOptions::new()
                     .read(true)
                     .write(writer)
@@ -994,6 +1003,14 @@ fn concurrent_readers_and_writers_of_a_small_file_never_see_eio_or_stale_pages()
         }));
     }
     std::thread::sleep(std::time::Duration::from_secs(3));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let st = m.status();
+        if st.cached_opens > 0 && st.passthrough_opens > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join()
