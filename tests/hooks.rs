@@ -103,6 +103,51 @@ fn an_auto_checkpoint_before_bash_makes_its_damage_undoable() {
     common::assert_same("after undoing the Bash call", &before, &snapshot(ws));
 }
 
+/// `REWIND_TRACE=/abs/path` sends a hook's phase timings to that file:
+/// the agent reads the hook's stdout and stderr, so they stay as without
+/// tracing, and each line names the process that wrote it.
+#[test]
+fn a_traced_hook_writes_its_phases_to_the_named_file_not_to_the_agent() {
+    let dir = project(false);
+    let ws = dir.path();
+    let trace = common::tmp();
+    let file = trace.path().join("trace.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["hook", "pre-tool-use"])
+        .current_dir("/")
+        .env("REWIND_TRACE", &file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rewind hook");
+    let pid = child.id();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload("bash_rm.json", ws).as_bytes())
+        .expect("write payload");
+    let out = child.wait_with_output().expect("wait rewind hook");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("trace:")
+            && !String::from_utf8_lossy(&out.stdout).contains("trace:"),
+        "trace lines reached the agent: {out:?}"
+    );
+    let text = std::fs::read_to_string(&file).expect("the trace file was written");
+    let prefix = format!("trace: [{pid}] ");
+    assert!(
+        text.lines().all(|l| l.starts_with(&prefix)),
+        "every line names the hook's pid {pid}:\n{text}"
+    );
+    assert!(
+        text.contains(" ms  open ledger") && text.contains(" ms  total"),
+        "the phases are there:\n{text}"
+    );
+    assert_eq!(checkpoints(ws).len(), 1, "the hook still checkpointed");
+}
+
 #[test]
 fn write_and_edit_are_checkpointed_and_read_is_not() {
     let dir = project(false);
