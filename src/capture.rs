@@ -62,6 +62,15 @@ impl CacheRec {
     /// was not racy when cached. A directory's size is not compared (it
     /// changes with its entries, which are walked anyway).
     pub fn vouches_for(&self, m: &Meta) -> bool {
+        self.vouches_for_times(m) && (m.kind == EntryKind::Dir || self.entry.size == m.size)
+    }
+
+    /// [`CacheRec::vouches_for`] without the size, for an XFS bulk stat: it
+    /// reports the size on disk, which lags a write until writeback (so
+    /// every file written in the last ~30 s would look changed), while
+    /// its times are current. Nothing changes a file's size without
+    /// moving its ctime.
+    pub fn vouches_for_times(&self, m: &Meta) -> bool {
         let kind_matches = matches!(
             (self.entry.kind(), m.kind),
             (Kind::File, EntryKind::File)
@@ -74,7 +83,6 @@ impl CacheRec {
             && self.entry.mode == m.mode
             && self.entry.mtime_ns == m.mtime_ns
             && self.ctime_ns == m.ctime_ns
-            && (m.kind == EntryKind::Dir || self.entry.size == m.size)
     }
 
     fn encode_all(recs: &[CacheRec]) -> Vec<u8> {
@@ -282,6 +290,18 @@ impl Scope {
         changed || self.lists(&join(rel, name))
     }
 
+    /// How much the scope names: directories listed with every entry
+    /// looked at, directories listed for some entries, entries named.
+    pub fn summary(&self) -> String {
+        let whole = self.dirty.values().filter(|n| n.is_none()).count();
+        let named: usize = self.dirty.values().flatten().map(HashSet::len).sum();
+        format!(
+            "{whole} directories looked at whole, {} for {named} entries, {} walked in full",
+            self.dirty.len() - whole,
+            self.deep.len()
+        )
+    }
+
     /// The stat-cache rows the capture needs: the listed directories, and
     /// whole subtrees walked in full.
     pub fn rows(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
@@ -304,13 +324,19 @@ pub fn rules_key(rules: Option<&str>) -> String {
     crate::hash::hex(&Hash::of(rules.unwrap_or_default().as_bytes()).0[..8])
 }
 
-/// At most how many entries the stat cache holds, without decoding it
-/// (a record takes over 40 bytes).
-pub fn cached_entries_at_most(cache: &StatCache) -> u64 {
-    cache
-        .values()
-        .map(|row| row.raw.len() as u64 / 40 + 1)
-        .sum()
+/// The inode of every cached entry, sorted (rows decoded in parallel; the
+/// walk reuses them).
+pub fn cached_inodes(cache: &StatCache) -> Vec<u64> {
+    let mut inos: Vec<u64> = cache
+        .par_iter()
+        .flat_map_iter(|(_, row)| {
+            row.get()
+                .into_iter()
+                .flat_map(|d| d.recs.iter().map(|r| r.ino))
+        })
+        .collect();
+    inos.par_sort_unstable();
+    inos
 }
 
 /// Decode every row, in parallel (a walk would, one by one); the number
@@ -338,7 +364,7 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
     let vouched = |rec: &CacheRec| {
         stats
             .binary_search_by_key(&rec.ino, |m| m.ino)
-            .is_ok_and(|i| rec.vouches_for(&stats[i]))
+            .is_ok_and(|i| rec.vouches_for_times(&stats[i]))
     };
     let mut scope = ScopeBuilder::default();
     scope.dir_changed(Vec::new());

@@ -88,3 +88,113 @@ fn the_bulk_stat_steps_aside_for_new_ignore_rules_and_nested_mounts() {
     let _ = std::process::Command::new("umount").arg(&inner).status();
     assert!(n.contains("mounted inside the tree"), "{n}");
 }
+
+/// D76: on a filesystem holding many more inodes than the tree, the bulk
+/// stat reads only the inode chunks the tree's entries live in, and still
+/// misses no kind of change.
+#[test]
+fn on_a_crowded_filesystem_the_bulk_stat_reads_only_the_trees_chunks() {
+    let Some((lfs, ws)) = alone_on_xfs() else {
+        return;
+    };
+    // Three thousand files beside the workspace: before D76 a filesystem
+    // holding over twice the tree's inodes was never bulk stated.
+    let other = lfs.subdir("other");
+    for i in 0..3000 {
+        write(&other.join(format!("d{}/f{i}", i % 30)), b"x");
+    }
+    rewind_json(&ws, &["checkpoint", "crowded"]);
+    let rounds = common::checkpoint_every_kind_of_change(
+        &ws,
+        &[],
+        "bulk stat: the capture is scoped",
+        |what| {
+            let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
+            let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
+            assert_eq!(
+                walk["changes"].as_array().map(Vec::len),
+                Some(0),
+                "{what}: a full walk sees what the checkpoint missed: {walk}"
+            );
+        },
+    );
+    common::rewind_to_every_round(&ws, &rounds);
+    let note = scope_note(&ws, "read");
+    let read: u64 = note
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no inode count in: {note}"));
+    assert!(
+        read < 1500,
+        "read {read} inodes: more than the tree's chunks ({note})"
+    );
+}
+
+/// The trace note of a checkpoint labelled `label` about the bulk stat.
+fn scope_note(ws: &std::path::Path, label: &str) -> String {
+    let out = rewind_env(
+        ws,
+        &["--json", "checkpoint", label],
+        &[("REWIND_TRACE", "1")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find(|l| l.contains("note: bulk stat:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A bulk stat reports a file's size on disk, which lags a write until
+/// writeback: a file written seconds ago must not look changed at every
+/// checkpoint until then (it is compared by its times), and one that did
+/// change is still looked at.
+#[test]
+fn files_written_before_the_last_checkpoint_are_not_looked_at_again() {
+    let Some((_lfs, ws)) = alone_on_xfs() else {
+        return;
+    };
+    // Past the racy window of the cache written by `base`.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for f in 0..3 {
+        let p = ws.join(format!("src/d3/f{f}.rs"));
+        let mut text = std::fs::read(&p).expect("read");
+        text.extend_from_slice(b"// grown, not yet written back\n");
+        std::fs::write(&p, text).expect("write");
+    }
+    let first = scope_note(&ws, "three");
+    assert!(first.contains("for 3 entries"), "{first}");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    write(&ws.join("src/d4/f0.rs"), b"edited\n");
+    let second = scope_note(&ws, "one more");
+    assert!(
+        second.contains("for 1 entries"),
+        "only the new edit is looked at: {second}"
+    );
+    let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
+    let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
+    assert_eq!(walk["changes"].as_array().map(Vec::len), Some(0), "{walk}");
+}
+
+/// Where the tree's entries share their chunks with many inodes it does
+/// not hold (here files its ignore rules leave out), reading the chunks
+/// costs more than a walk: the walk is used.
+#[test]
+fn a_tree_spread_thin_over_its_chunks_is_walked() {
+    let Some((_lfs, ws)) = alone_on_xfs() else {
+        return;
+    };
+    write(&ws.join("src/mix/.rewindignore"), b"*.tmp\n");
+    for i in 0..80 {
+        write(&ws.join(format!("src/mix/f{i}.rs")), b"kept\n");
+        for j in 0..30 {
+            write(&ws.join(format!("src/mix/x{i}-{j}.tmp")), b"ignored\n");
+        }
+    }
+    rewind_json(&ws, &["checkpoint", "mixed"]);
+    write(&ws.join("src/mix/f0.rs"), b"edited\n");
+    let n = scope_note(&ws, "spread");
+    assert!(n.contains("spread over chunks"), "{n}");
+}
