@@ -158,3 +158,22 @@ pub fn xfs_bulkstat_ranges(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_ranges_cover_each_inodes_aligned_chunk_and_merge_neighbours() {
+        assert_eq!(xfs_chunk_ranges(&[]), Vec::<(u64, u64)>::new());
+        // 130 and 131 share a chunk; 191 is the last of that chunk; 192
+        // starts the next one, which touches it; 1000 is far away.
+        assert_eq!(
+            xfs_chunk_ranges(&[130, 131, 191, 192, 1000]),
+            vec![(128, 255), (960, 1023)]
+        );
+        assert_eq!(xfs_chunk_ranges(&[0, 63]), vec![(0, 63)]);
+        assert_eq!(xfs_chunk_ranges(&[63, 64]), vec![(0, 127)]);
+        assert_eq!(xfs_chunk_ranges(&[5, 200]), vec![(0, 63), (192, 255)]);
+    }
+}
