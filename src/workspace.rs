@@ -847,9 +847,11 @@ impl Workspace {
             return self.checkpoint_snapshot(label, kind, reuse_if_unchanged);
         }
         let started = Instant::now();
+        let t = crate::trace::span("lock and retention");
         self.lock()?;
         let retention = self.retention();
         let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
+        drop(t);
         let mut cap = self.capture_live()?;
         failpoint::hit("checkpoint:before-sync");
         self.sync_state(&cap)?;
@@ -878,6 +880,7 @@ impl Workspace {
             .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
         self.ledger.remember_nodes(nodes);
         failpoint::hit("checkpoint:after-commit");
+        let _t = crate::trace::span("report and retention");
         let ck = self
             .ledger
             .checkpoint_by_seq(seq)?

@@ -14,6 +14,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let mut ws = ctx.workspace_or_init()?;
     let reuse = args.kind != "manual";
     let r = ws.checkpoint(args.label.as_deref(), &args.kind, reuse)?;
+    {
+        let _t = crate::trace::span("close workspace");
+        drop(ws);
+    }
     // Retention happens on the side: say so on stderr, never silently.
     if !r.pruned.is_empty() {
         eprintln!(
