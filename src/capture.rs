@@ -339,18 +339,10 @@ pub fn cached_inodes(cache: &StatCache) -> Vec<u64> {
     inos
 }
 
-/// Decode every row, in parallel (a walk would, one by one); the number
-/// of entries they hold.
-pub fn decode_all(cache: &StatCache) -> u64 {
-    cache
-        .par_iter()
-        .map(|(_, row)| row.get().map_or(0, |d| d.recs.len() as u64))
-        .sum()
-}
-
-/// The scope of a capture given the current stat of every inode of the
-/// filesystem (an XFS bulk stat, D60; sorted by inode), against the stat
-/// cache: a cached
+/// The scope of a capture given the current stat of every inode the cache
+/// knows (an XFS bulk stat of their chunks, D60/D76; sorted by inode;
+/// sizes are not compared, [`CacheRec::vouches_for_times`]), against the
+/// stat cache: a cached
 /// directory whose own stat moved is listed in full (entries added,
 /// removed or renamed move it); an entry whose stat moved, or a
 /// subdirectory without a row, is looked at; a changed `.rewindignore`

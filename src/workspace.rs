@@ -673,12 +673,13 @@ impl Workspace {
             crate::trace::note(format!("bulk stat: not used: {why}"));
             return Ok(None);
         }
-        let ranges = {
+        let inos = {
             // Decoded here rather than by the walk (which reuses it).
             let _t = crate::trace::span("bulk stat: decode");
-            rewind_platform::xfs_chunk_ranges(&capture::cached_inodes(cache))
+            capture::cached_inodes(cache)
         };
-        let entries = capture::decode_all(cache);
+        let entries = inos.len() as u64;
+        let ranges = rewind_platform::xfs_chunk_ranges(&inos);
         let numbers: u64 = ranges.iter().map(|(a, b)| b - a + 1).sum();
         if numbers > BULKSTAT_SPREAD * entries + 1024 {
             crate::trace::note(format!(
@@ -686,10 +687,16 @@ impl Workspace {
             ));
             return Ok(None);
         }
-        let dev = self.fs.dev;
-        let root = &self.root;
-        // Two halves of the ranges (by inode count) read in parallel.
-        let stats = (|| -> rewind_platform::Result<Vec<rewind_platform::Meta>> {
+        // Captures the root and the device, not `self` (its ledger is not
+        // `Sync`).
+        let (root, dev) = (&self.root, self.fs.dev);
+        let read = |part: &[(u64, u64)]| {
+            let mut out = Vec::new();
+            rewind_platform::xfs_bulkstat_ranges(root, part, dev, &mut out).map(|()| out)
+        };
+        // Two halves of the ranges (by inode count) read in parallel; in
+        // order, their stats are sorted by inode.
+        let stats = {
             let _t = crate::trace::span("bulk stat: ioctls");
             let mut seen = 0;
             let split = ranges
@@ -700,22 +707,14 @@ impl Workspace {
                 })
                 .unwrap_or(ranges.len());
             let (lo, hi) = ranges.split_at(split);
-            let (a, b) = rayon::join(
-                || -> rewind_platform::Result<Vec<rewind_platform::Meta>> {
-                    let mut out = Vec::new();
-                    rewind_platform::xfs_bulkstat_ranges(root, lo, dev, &mut out)?;
-                    Ok(out)
-                },
-                || -> rewind_platform::Result<Vec<rewind_platform::Meta>> {
-                    let mut out = Vec::new();
-                    rewind_platform::xfs_bulkstat_ranges(root, hi, dev, &mut out)?;
-                    Ok(out)
-                },
-            );
-            let mut all = a?;
-            all.extend(b?);
-            Ok(all)
-        })();
+            match rayon::join(|| read(lo), || read(hi)) {
+                (Ok(mut all), Ok(more)) => {
+                    all.extend(more);
+                    Ok(all)
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
+        };
         let stats = match stats {
             Ok(s) => s,
             Err(e) => {
