@@ -66,6 +66,16 @@ impl Engine {
         if std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk") {
             return (Engine::Walk, "REWIND_ENGINE=walk");
         }
+        if fs.kind == FsKind::Xfs {
+            return (
+                Engine::Walk,
+                if rewind_platform::is_root() {
+                    "XFS: stat-cache walk with clones; as root, a bulk stat of the tree's inode chunks replaces the stat per path (REWIND_BULKSTAT=0 turns it off)"
+                } else {
+                    "XFS: stat-cache walk with clones, a stat per path (as root, a bulk stat of the tree's inode chunks would replace it)"
+                },
+            );
+        }
         if fs.kind != FsKind::Btrfs {
             return (
                 Engine::Walk,

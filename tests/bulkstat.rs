@@ -104,6 +104,13 @@ fn on_a_crowded_filesystem_the_bulk_stat_reads_only_the_trees_chunks() {
         write(&other.join(format!("d{}/f{i}", i % 30)), b"x");
     }
     rewind_json(&ws, &["checkpoint", "crowded"]);
+    let doctor = rewind_json(&ws, &["doctor"]);
+    assert!(
+        doctor["engine_why"]
+            .as_str()
+            .is_some_and(|w| w.contains("as root, a bulk stat of the tree's inode chunks")),
+        "doctor says how changes are found: {doctor}"
+    );
     let rounds = common::checkpoint_every_kind_of_change(
         &ws,
         &[],
