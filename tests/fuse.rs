@@ -587,6 +587,11 @@ fn the_state_directory_cannot_be_reached_through_the_mount() {
     let Some(m) = MountGuard::new(&ws, &[]) else {
         return;
     };
+    assert_eq!(
+        m.status().ttl_s,
+        300,
+        "over itself nothing writes beside the mount: entries trusted 5 min (D77)"
+    );
     let names: Vec<_> = std::fs::read_dir(&ws)
         .expect("ls")
         .map(|e| e.expect("entry").file_name())
@@ -677,6 +682,9 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
         ws,
         "a view's backing tree is the workspace itself"
     );
+    // The workspace may be written beside a view: its entries are trusted
+    // for a minute, not the five minutes of a mount over itself (D77).
+    assert_eq!(m.status().ttl_s, 60, "a view's TTL");
     let base = common::checkpoint_id(&view, &["base"]);
     std::fs::write(view.join("d01/f01.txt"), b"edited in the view\n").expect("write");
     checkpoint_matches_a_walk(&view, "edit in the view");

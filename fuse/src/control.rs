@@ -193,6 +193,9 @@ pub struct MountStatus {
     /// backing files, handles), against its limit.
     pub fds: u64,
     pub fd_limit: u64,
+    /// How long the kernel trusts entries and attributes, in seconds
+    /// (D67, D77: longer over the workspace itself than for a view).
+    pub ttl_s: u64,
 }
 
 /// A connection to the daemon of one mount.
@@ -348,6 +351,7 @@ impl Client {
                 "dirty" => s.dirty = (v != "all").then_some(n),
                 "fds" => s.fds = n,
                 "fd_limit" => s.fd_limit = n,
+                "ttl_s" => s.ttl_s = n,
                 _ => {}
             }
         }

@@ -44,6 +44,8 @@ struct Ctx {
     sh: Arc<Shared>,
     mountpoint: PathBuf,
     backing: PathBuf,
+    /// The entry and attribute TTL the mount was given.
+    ttl: std::time::Duration,
 }
 
 /// Keep the workspace `dir` reachable by path once a mount covers it: a
@@ -144,7 +146,12 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     config.acl = SessionACL::Owner;
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = opts.threads > 1;
-    let fs = OverlayFs::new(Arc::clone(&sh), opts.passthrough);
+    let ttl = if bound {
+        crate::fs::TTL_OVER_ITSELF
+    } else {
+        crate::fs::TTL_VIEW
+    };
+    let fs = OverlayFs::new(Arc::clone(&sh), opts.passthrough, ttl);
     let session = match fuser::Session::new(fs, &mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
@@ -157,6 +164,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         sh,
         mountpoint: mountpoint.clone(),
         backing: backing.clone(),
+        ttl,
     });
     {
         let ctx = Arc::clone(&ctx);
@@ -320,7 +328,7 @@ fn handle(
                     n => n.to_string(),
                 };
                 let text = format!(
-                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\ncached_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\n",
+                    "pid={}\ngeneration={}\npassthrough={}\npassthrough_opens={}\ncached_opens={}\nplain_opens={}\ninodes={}\nfrozen={}\ndirty={}\nfds={}\nfd_limit={}\nttl_s={}\n",
                     std::process::id(),
                     sh.generation.load(Ordering::SeqCst),
                     sh.passthrough.load(Ordering::Relaxed) as u8,
@@ -334,6 +342,7 @@ fn handle(
                     rustix::process::getrlimit(rustix::process::Resource::Nofile)
                         .current
                         .unwrap_or(u64::MAX),
+                    ctx.ttl.as_secs(),
                 );
                 ok(text.as_bytes())?;
             }

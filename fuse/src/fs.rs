@@ -51,14 +51,22 @@ impl std::ops::Deref for Live {
 /// passthrough's native throughput on their first read (D73).
 const CACHED_OPEN_MAX: u64 = 1 << 20;
 
-/// How long the kernel may trust an entry or attributes without asking.
-/// Every change goes through the mount (the kernel updates its caches) or
-/// is a rewind (invalidated explicitly), so this only bounds staleness
-/// from outside: changes beside the mount and mtimes moved by a shared
-/// mmap. Long enough to span an agent's pause between two commands (with
-/// 5 s, a `find` over T1 after 6 s idle took 537 ms instead of 40: a
-/// lookup per entry); finite (D67).
-const TTL: Duration = Duration::from_secs(60);
+/// How long the kernel may trust an entry or attributes without asking,
+/// for a view mounted elsewhere (`--at VIEW`). Every change goes through
+/// the mount (the kernel updates its caches) or is a rewind (invalidated
+/// explicitly), so this only bounds staleness from outside: changes made
+/// to the workspace directory beside the view, and mtimes moved by a
+/// shared mmap. Long enough to span an agent's pause between two commands
+/// (with 5 s, a `find` over T1 after 6 s idle took 537 ms instead of 40:
+/// a lookup per entry); finite (D67).
+pub const TTL_VIEW: Duration = Duration::from_secs(60);
+
+/// The same for a mount over the workspace itself, where nothing writes
+/// beside the mount but processes whose working directory was inside
+/// before it (which `mount` names): five minutes, so an agent's tools pay
+/// a lookup per entry every five minutes instead of every minute (the
+/// kernel counts the TTL from the lookup, not from the last use; D77).
+pub const TTL_OVER_ITSELF: Duration = Duration::from_secs(300);
 
 /// rewind's state directory, hidden from the mount view so that nothing
 /// working through the mount can delete its own history.
@@ -285,6 +293,8 @@ pub struct OverlayFs {
     /// The kernel opens directories without asking (`opendir` answered
     /// ENOSYS once): no round trip per `opendir` and `closedir`.
     no_opendir: bool,
+    /// How long the kernel trusts entries and attributes.
+    ttl: Duration,
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
@@ -357,13 +367,15 @@ fn hidden(parent: INodeNo, name: &OsStr) -> bool {
 }
 
 impl OverlayFs {
-    pub fn new(sh: Arc<Shared>, want_passthrough: bool) -> OverlayFs {
+    /// `ttl`: [`TTL_OVER_ITSELF`] or [`TTL_VIEW`].
+    pub fn new(sh: Arc<Shared>, want_passthrough: bool, ttl: Duration) -> OverlayFs {
         OverlayFs {
             sh,
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             want_passthrough,
             no_opendir: false,
+            ttl,
         }
     }
 
@@ -607,7 +619,7 @@ impl Filesystem for OverlayFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _g = self.sh.gate.enter();
         match self.entry(parent, name) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -623,10 +635,10 @@ impl Filesystem for OverlayFs {
         // rewind) and its `O_PATH` fd was given back (D65).
         let open = fh.and_then(|fh| self.stat_handle(fh).ok());
         if let Some(st) = open {
-            return reply.attr(&TTL, &attr(ino.0, &st));
+            return reply.attr(&self.ttl, &attr(ino.0, &st));
         }
         match self.inode(ino).and_then(|i| self.getattr_of(ino.0, &i)) {
-            Ok(a) => reply.attr(&TTL, &a),
+            Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(e),
         }
     }
@@ -707,7 +719,7 @@ impl Filesystem for OverlayFs {
             self.getattr_of(ino.0, &i)
         };
         match run() {
-            Ok(a) => reply.attr(&TTL, &a),
+            Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(e),
         }
     }
@@ -1273,7 +1285,7 @@ impl Filesystem for OverlayFs {
         };
         match run() {
             Ok((a, fh, Some(p))) => reply.created_passthrough(
-                &TTL,
+                &self.ttl,
                 &a,
                 Generation(0),
                 FileHandle(fh),
@@ -1281,15 +1293,19 @@ impl Filesystem for OverlayFs {
                 &p.id,
             ),
             Ok((a, fh, None)) if self.sh.passthrough.load(Ordering::Relaxed) => reply.created(
-                &TTL,
+                &self.ttl,
                 &a,
                 Generation(0),
                 FileHandle(fh),
                 FopenFlags::FOPEN_DIRECT_IO,
             ),
-            Ok((a, fh, None)) => {
-                reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
-            }
+            Ok((a, fh, None)) => reply.created(
+                &self.ttl,
+                &a,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -1366,7 +1382,7 @@ impl OverlayFs {
             self.entry(parent, name)
         };
         match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
