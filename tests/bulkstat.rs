@@ -31,15 +31,7 @@ fn a_checkpoint_scoped_by_a_bulk_stat_misses_no_kind_of_change() {
         &ws,
         &[],
         "bulk stat: the capture is scoped",
-        |what| {
-            let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
-            let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
-            assert_eq!(
-                walk["changes"].as_array().map(Vec::len),
-                Some(0),
-                "{what}: a full walk sees what the checkpoint missed: {walk}"
-            );
-        },
+        |what| a_full_walk_finds_no_change(&ws, what),
     );
     common::rewind_to_every_round(&ws, &rounds);
     // An ignore file changes what is captured below it: all of it is walked.
@@ -54,19 +46,7 @@ fn the_bulk_stat_steps_aside_for_new_ignore_rules_and_nested_mounts() {
     let Some((_lfs, ws)) = alone_on_xfs() else {
         return;
     };
-    let note = |label: &str| -> String {
-        let out = rewind_env(
-            &ws,
-            &["--json", "checkpoint", label],
-            &[("REWIND_TRACE", "1")],
-        );
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .find(|l| l.contains("note: bulk stat:"))
-            .unwrap_or_default()
-            .to_string()
-    };
+    let note = |label: &str| scope_note(&ws, label);
     std::fs::write(ws.join(".rewind/ignore"), "src/d2/\n").expect("write rules");
     write(&ws.join("src/d2/f0.rs"), b"edited under new rules\n");
     let n = note("new rules");
@@ -115,15 +95,7 @@ fn on_a_crowded_filesystem_the_bulk_stat_reads_only_the_trees_chunks() {
         &ws,
         &[],
         "bulk stat: the capture is scoped",
-        |what| {
-            let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
-            let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
-            assert_eq!(
-                walk["changes"].as_array().map(Vec::len),
-                Some(0),
-                "{what}: a full walk sees what the checkpoint missed: {walk}"
-            );
-        },
+        |what| a_full_walk_finds_no_change(&ws, what),
     );
     common::rewind_to_every_round(&ws, &rounds);
     let note = scope_note(&ws, "read");
@@ -136,6 +108,18 @@ fn on_a_crowded_filesystem_the_bulk_stat_reads_only_the_trees_chunks() {
     assert!(
         read < 1500,
         "read {read} inodes: more than the tree's chunks ({note})"
+    );
+}
+
+/// A full walk (`REWIND_BULKSTAT=0 status`) finds the tree equal to the
+/// last checkpoint: the bulk stat's scope missed nothing.
+fn a_full_walk_finds_no_change(ws: &std::path::Path, what: &str) {
+    let walk = rewind_env(ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
+    let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
+    assert_eq!(
+        walk["changes"].as_array().map(Vec::len),
+        Some(0),
+        "{what}: a full walk sees what the checkpoint missed: {walk}"
     );
 }
 
@@ -180,9 +164,7 @@ fn files_written_before_the_last_checkpoint_are_not_looked_at_again() {
         second.contains("for 1 entries"),
         "only the new edit is looked at: {second}"
     );
-    let walk = rewind_env(&ws, &["--json", "status"], &[("REWIND_BULKSTAT", "0")]);
-    let walk: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("json");
-    assert_eq!(walk["changes"].as_array().map(Vec::len), Some(0), "{walk}");
+    a_full_walk_finds_no_change(&ws, "after the second checkpoint");
 }
 
 /// Where the tree's entries share their chunks with many inodes it does

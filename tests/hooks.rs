@@ -36,21 +36,28 @@ fn hook(event: &str, stdin: &str) -> Output {
 
 /// `rewind ARGS` from `/` with `stdin` as its input.
 fn rewind_with_stdin(args: &[&str], stdin: &str) -> Output {
+    rewind_with_stdin_env(args, stdin, &[]).1
+}
+
+/// [`rewind_with_stdin`] with `env` added; also the process id.
+fn rewind_with_stdin_env(args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> (u32, Output) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn rewind hook");
+    let pid = child.id();
     child
         .stdin
         .take()
         .expect("stdin")
         .write_all(stdin.as_bytes())
         .expect("write payload");
-    child.wait_with_output().expect("wait rewind hook")
+    (pid, child.wait_with_output().expect("wait rewind hook"))
 }
 
 fn pre(name: &str, ws: &Path) -> Output {
@@ -112,23 +119,11 @@ fn a_traced_hook_writes_its_phases_to_the_named_file_not_to_the_agent() {
     let ws = dir.path();
     let trace = common::tmp();
     let file = trace.path().join("trace.txt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(["hook", "pre-tool-use"])
-        .current_dir("/")
-        .env("REWIND_TRACE", &file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rewind hook");
-    let pid = child.id();
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(payload("bash_rm.json", ws).as_bytes())
-        .expect("write payload");
-    let out = child.wait_with_output().expect("wait rewind hook");
+    let (pid, out) = rewind_with_stdin_env(
+        &["hook", "pre-tool-use"],
+        &payload("bash_rm.json", ws),
+        &[("REWIND_TRACE", &file)],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         !stderr(&out).contains("trace:")
