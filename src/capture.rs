@@ -292,14 +292,23 @@ impl Scope {
 
     /// How much the scope names: directories listed with every entry
     /// looked at, directories listed for some entries, entries named.
-    pub fn summary(&self) -> String {
-        let whole = self.dirty.values().filter(|n| n.is_none()).count();
-        let named: usize = self.dirty.values().flatten().map(HashSet::len).sum();
-        format!(
-            "{whole} directories looked at whole, {} for {named} entries, {} walked in full",
-            self.dirty.len() - whole,
-            self.deep.len()
-        )
+    /// Counted only when displayed (a trace note that is off costs nothing).
+    pub fn summary(&self) -> impl std::fmt::Display + '_ {
+        struct Summary<'a>(&'a Scope);
+        impl std::fmt::Display for Summary<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let dirty = &self.0.dirty;
+                let whole = dirty.values().filter(|n| n.is_none()).count();
+                let named: usize = dirty.values().flatten().map(HashSet::len).sum();
+                write!(
+                    f,
+                    "{whole} directories looked at whole, {} for {named} entries, {} walked in full",
+                    dirty.len() - whole,
+                    self.0.deep.len()
+                )
+            }
+        }
+        Summary(self)
     }
 
     /// The stat-cache rows the capture needs: the listed directories, and

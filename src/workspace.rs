@@ -723,7 +723,7 @@ impl Workspace {
             }
         };
         let scope = capture::scope_from_stats(cache, &stats);
-        crate::trace::note(format!(
+        crate::trace::note(format_args!(
             "bulk stat: the capture is scoped to what changed ({} inodes read in {} ranges; {})",
             stats.len(),
             ranges.len(),

@@ -69,8 +69,6 @@ pub struct FsInfo {
     pub blocks_available: u64,
     /// Mounted read-only (ST_RDONLY).
     pub read_only: bool,
-    /// Inodes in use on the whole filesystem (files - free files).
-    pub inodes_used: u64,
 }
 
 impl FsInfo {
@@ -87,7 +85,6 @@ impl FsInfo {
             blocks_total: st.f_blocks as u64,
             blocks_free: st.f_bfree as u64,
             blocks_available: st.f_bavail as u64,
-            inodes_used: (vfs.f_files as u64).saturating_sub(vfs.f_ffree as u64),
         })
     }
 

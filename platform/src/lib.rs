@@ -28,4 +28,4 @@ pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
 pub use lock::LockFile;
 pub use process::{is_root, kill_self, new_session, stop_self};
 pub use xattr::Xattr;
-pub use xfs::{XFS_INODES_PER_CHUNK, xfs_bulkstat_ranges, xfs_chunk_ranges};
+pub use xfs::{xfs_bulkstat_ranges, xfs_chunk_ranges};

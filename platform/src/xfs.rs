@@ -90,7 +90,7 @@ fn meta(b: &Bulkstat, dev: u64) -> Meta {
 
 /// XFS allocates inodes in aligned chunks of this many: the unit a ranged
 /// bulk stat reads.
-pub const XFS_INODES_PER_CHUNK: u64 = 64;
+const XFS_INODES_PER_CHUNK: u64 = 64;
 
 /// The inode number ranges (inclusive) of the chunks holding `inos`
 /// (sorted ascending), neighbouring chunks merged: what
