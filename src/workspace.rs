@@ -1113,6 +1113,17 @@ impl Workspace {
             if let Some(exact) = found.iter().find(|c| c.id == spec) {
                 return Ok(exact.clone());
             }
+            // A label is a name someone gave; a prefix is a shortcut. A
+            // label `x4` must not lose to an id that happens to start
+            // with `x4` (a rewind to the wrong checkpoint, silently).
+            if let Some(labelled) = self
+                .ledger
+                .checkpoints_by_label(spec, 1)?
+                .into_iter()
+                .next()
+            {
+                return Ok(labelled);
+            }
             if found.len() == 1 {
                 return found.into_iter().next().ok_or_else(unknown);
             }

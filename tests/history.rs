@@ -399,3 +399,27 @@ fn setuid_bits_are_restored_only_when_allowed() {
     rewind_json(root, &["rewind", &a, "--allow-setuid"]);
     assert_eq!(mode(&root.join("tool")), 0o4755);
 }
+
+/// A label is a name someone gave; an id prefix is a shortcut. A label
+/// that is also the start of another checkpoint's id names its own
+/// checkpoint (it used to lose to the id: a rewind to the wrong
+/// checkpoint, silently), and the full id still names the other.
+#[test]
+fn a_label_names_its_checkpoint_even_when_another_id_starts_with_it() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let f = root.join("f");
+    write(&f, b"by id\n");
+    let id = checkpoint_id(root, &[]);
+    let short = id[..2].to_string();
+    write(&f, b"labelled\n");
+    let labelled = checkpoint_id(root, &[&short]);
+    write(&f, b"later\n");
+    checkpoint_id(root, &[]);
+    let r = rewind_json(root, &["rewind", &short]);
+    assert_eq!(r["rewound_to"], labelled.as_str(), "{r}");
+    assert_eq!(std::fs::read(&f).expect("read"), b"labelled\n");
+    let r = rewind_json(root, &["rewind", &id]);
+    assert_eq!(r["rewound_to"], id.as_str(), "{r}");
+    assert_eq!(std::fs::read(&f).expect("read"), b"by id\n");
+}
