@@ -12,6 +12,7 @@
 //! re-hashed next time. ctime, not mtime: user space cannot set ctime, and
 //! an xattr or chmod change moves it too.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -85,7 +86,7 @@ impl CacheRec {
             && self.ctime_ns == m.ctime_ns
     }
 
-    fn encode_all(recs: &[CacheRec]) -> Vec<u8> {
+    fn encode_all<'r>(recs: impl ExactSizeIterator<Item = &'r CacheRec>) -> Vec<u8> {
         let mut out = Vec::with_capacity(recs.len() * 96);
         for r in recs {
             r.entry.encode_into(&mut out);
@@ -128,6 +129,15 @@ pub struct CachedDir {
 }
 
 impl CachedDir {
+    /// The node the row was written for, if its entries still hash to it
+    /// (a row that does not is ignored, never trusted).
+    fn node(&self) -> Option<(Hash, Node)> {
+        let node = Node {
+            entries: self.recs.iter().map(|r| r.entry.clone()).collect(),
+        };
+        (Node::hash_of_encoding(&node.encode()) == self.node_hash).then_some((self.node_hash, node))
+    }
+
     fn lookup(&self, name: &[u8]) -> Option<&CacheRec> {
         let i = self
             .recs
@@ -269,6 +279,31 @@ impl Scope {
     /// The directory must be listed (it or something below it changed).
     fn lists(&self, rel: &[u8]) -> bool {
         self.dirty.contains_key(rel) || self.spine.contains(rel) || self.deep.contains(rel)
+    }
+
+    /// Whether the entries of listed directory `rel` are the cached ones
+    /// except those the scope names: it is listed only for some entries,
+    /// or only as an ancestor of a change. Every source of a scope marks
+    /// a directory whole when an entry may have been added, removed or
+    /// renamed without being named (the mount names every one; a bulk
+    /// stat and btrfs see the directory's own stat move), so such a
+    /// directory needs no `getdents`: its cached row lists it.
+    fn entries_known(&self, rel: &[u8]) -> bool {
+        match self.dirty.get(rel) {
+            Some(names) => names.is_some(),
+            None => self.spine.contains(rel),
+        }
+    }
+
+    /// The entries of `rel` the scope names (none for a directory that is
+    /// only an ancestor of a change).
+    fn named(&self, rel: &[u8]) -> impl Iterator<Item = &[u8]> {
+        self.dirty
+            .get(rel)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(Vec::as_slice)
     }
 
     /// Whether entry `name` of listed directory `rel` must be looked at
@@ -439,6 +474,11 @@ pub struct Capture {
     pub root: Hash,
     /// Nodes that may not be in the ledger yet (encoded, with their hash).
     pub new_nodes: Vec<(Hash, Vec<u8>)>,
+    /// The nodes the new ones replace, rebuilt from the stat-cache rows the
+    /// capture read and checked against their hash: the other side of the
+    /// diff against the tree the cache described (HEAD, after a
+    /// checkpoint), which then reads none of them from the ledger.
+    pub replaced_nodes: Vec<(Hash, Node)>,
     /// Stat-cache rows to write: (dir, node, stats).
     pub cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     /// Stat-cache rows of directories that are gone.
@@ -466,11 +506,13 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Decoded new nodes, for reading a tree that is not persisted (status).
+    /// Decoded new nodes, for reading a tree that is not persisted (status),
+    /// and the replaced ones, for reading the tree before it.
     pub fn overlay(&self) -> HashMap<Hash, Node> {
         self.new_nodes
             .iter()
             .filter_map(|(h, d)| Node::decode(d).ok().map(|n| (*h, n)))
+            .chain(self.replaced_nodes.iter().cloned())
             .collect()
     }
 }
@@ -478,6 +520,7 @@ impl Capture {
 #[derive(Default)]
 struct Outputs {
     new_nodes: Vec<(Hash, Vec<u8>)>,
+    replaced_nodes: Vec<(Hash, Node)>,
     cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     visited: HashSet<Vec<u8>>,
     /// Directories a scoped capture kept without opening: their stat-cache
@@ -544,6 +587,15 @@ enum Slot<'c> {
 enum Resolved<'c> {
     Same(&'c CacheRec),
     New(CacheRec),
+}
+
+impl Resolved<'_> {
+    fn rec(&self) -> &CacheRec {
+        match self {
+            Resolved::Same(r) => r,
+            Resolved::New(r) => r,
+        }
+    }
 }
 
 /// The directory a walker is in, and what it knows about it.
@@ -646,6 +698,7 @@ pub fn capture(
     Ok(Capture {
         root: root_hash,
         new_nodes: out.new_nodes,
+        replaced_nodes: out.replaced_nodes,
         cache_updates: out.cache_updates,
         cache_removals,
         cache_removed_trees: out.removed_trees,
@@ -699,13 +752,10 @@ impl Walker<'_> {
         &self,
         dir: &Dir,
         rel: &[u8],
-        names: &[(OsString, u64)],
+        has_rules: bool,
         parent: &IgnoreStack,
     ) -> Result<IgnoreStack> {
-        if !names
-            .iter()
-            .any(|(n, _)| n.as_bytes() == IGNORE_FILE.as_bytes())
-        {
+        if !has_rules {
             return Ok(parent.clone());
         }
         let (mut f, _) = match dir.open_read(OsStr::new(IGNORE_FILE)) {
@@ -757,10 +807,40 @@ impl Walker<'_> {
         if self.progress.cancelled() {
             return Err(Error::Cancelled);
         }
-        let mut names = dir.entries_with_ino().map_err(Error::os)?;
-        names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let ignores = self.ignore_stack(&dir, &rel, &names, parent_ignores)?;
         let cached = self.cache.get(&rel).and_then(LazyDir::get);
+        let listed_by_cache = cached
+            .zip(self.scope)
+            .filter(|(_, s)| scoped && s.entries_known(&rel));
+        let names: Vec<(Cow<'_, OsStr>, u64)> = match listed_by_cache {
+            Some((c, scope)) => {
+                let mut names: Vec<(Cow<'_, OsStr>, u64)> = c
+                    .recs
+                    .iter()
+                    .map(|r| (Cow::Borrowed(OsStr::from_bytes(&r.entry.name)), r.ino))
+                    .collect();
+                let unseen = scope.named(&rel).filter(|n| c.lookup(n).is_none());
+                let before = names.len();
+                names.extend(unseen.map(|n| (Cow::Owned(OsStr::from_bytes(n).to_owned()), 0)));
+                if names.len() > before {
+                    names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                }
+                names
+            }
+            None => {
+                let mut names: Vec<(Cow<'_, OsStr>, u64)> = dir
+                    .entries_with_ino()
+                    .map_err(Error::os)?
+                    .into_iter()
+                    .map(|(n, ino)| (Cow::Owned(n), ino))
+                    .collect();
+                names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                names
+            }
+        };
+        let has_rules = names
+            .iter()
+            .any(|(n, _)| n.as_bytes() == IGNORE_FILE.as_bytes());
+        let ignores = self.ignore_stack(&dir, &rel, has_rules, parent_ignores)?;
         let here = Here {
             dir: &dir,
             mirror: mirror.as_ref(),
@@ -786,7 +866,7 @@ impl Walker<'_> {
                 slots.push(Slot::Same(prev));
                 continue;
             }
-            if let Some(slot) = self.classify(&here, name)? {
+            if let Some(slot) = self.classify(&here, name.into_owned())? {
                 slots.push(slot);
             }
         }
@@ -822,13 +902,9 @@ impl Walker<'_> {
         if scoped && let Some(c) = cached {
             let now: HashSet<&[u8]> = recs
                 .iter()
-                .filter_map(|r| {
-                    let e = match r {
-                        Resolved::Same(p) => &p.entry,
-                        Resolved::New(n) => &n.entry,
-                    };
-                    (e.kind() == Kind::Dir).then_some(e.name.as_slice())
-                })
+                .map(|r| &r.rec().entry)
+                .filter(|e| e.kind() == Kind::Dir)
+                .map(|e| e.name.as_slice())
                 .collect();
             let gone: Vec<Vec<u8>> = c
                 .recs
@@ -838,23 +914,17 @@ impl Walker<'_> {
                 .collect();
             self.lock_out().removed_trees.extend(gone);
         }
-        let recs: Vec<CacheRec> = recs
-            .into_iter()
-            .map(|r| match r {
-                Resolved::Same(r) => r.clone(),
-                Resolved::New(r) => r,
-            })
-            .collect();
-        let node = Node {
-            entries: recs.iter().map(|r| r.entry.clone()).collect(),
-        };
-        let encoded = node.encode();
+        let encoded = Node::encode_entries(recs.iter().map(|r| &r.rec().entry));
         let hash = Node::hash_of_encoding(&encoded);
-        let stats = CacheRec::encode_all(&recs);
+        let stats = CacheRec::encode_all(recs.iter().map(Resolved::rec));
+        let replaced = cached
+            .filter(|c| c.node_hash != hash)
+            .and_then(CachedDir::node);
         let mut out = self.lock_out();
         if cached.is_none_or(|c| c.node_hash != hash) {
             out.new_nodes.push((hash, encoded));
         }
+        out.replaced_nodes.extend(replaced);
         out.cache_updates.push((rel.clone(), hash, stats));
         out.visited.insert(rel);
         Ok(hash)
@@ -1109,5 +1179,50 @@ impl Walker<'_> {
             xattrs,
         };
         Ok(Some((entry, changed_meanwhile)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(name: &str, to: &str) -> CacheRec {
+        CacheRec {
+            entry: Entry {
+                name: name.as_bytes().to_vec(),
+                mode: 0o120777,
+                size: to.len() as u64,
+                mtime_ns: 0,
+                target: Target::Link(to.as_bytes().to_vec()),
+                xattrs: Vec::new(),
+            },
+            dev: 1,
+            ino: 2,
+            ctime_ns: 3,
+            racy: false,
+        }
+    }
+
+    /// The replaced node serves a diff in place of the ledger's, so a row
+    /// whose entries do not hash to the node it names is never used.
+    #[test]
+    fn a_cache_row_gives_back_its_node_only_if_its_entries_hash_to_it() {
+        let recs = vec![link("a", "x"), link("b", "y")];
+        let node = Node {
+            entries: recs.iter().map(|r| r.entry.clone()).collect(),
+        };
+        let hash = Node::hash_of_encoding(&node.encode());
+        let row = CachedDir {
+            node_hash: hash,
+            recs: recs.clone(),
+        };
+        assert_eq!(row.node(), Some((hash, node)));
+        let mut stale = recs;
+        stale[1] = link("b", "changed behind the row's back");
+        let row = CachedDir {
+            node_hash: hash,
+            recs: stale,
+        };
+        assert_eq!(row.node(), None);
     }
 }

@@ -23,6 +23,12 @@ use std::collections::HashMap;
 pub const FORMAT_VERSION: &str = "2";
 const FORMAT_V1: &str = "1";
 
+/// What [`Ledger::migrate`] has brought a ledger up to, kept in SQLite's
+/// `user_version` (the file header: no query plan, no table). A ledger
+/// stamped with it skips the checks, eight statements parsed and run on
+/// every open. Bump it when `migrate` learns something new.
+const MIGRATED: i64 = 1;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS trees(hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
@@ -436,6 +442,8 @@ impl Ledger {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db_err(&p))?;
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(NOTES_SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(PENDING_SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::blobs::SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::chain::SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::effects::SCHEMA)
@@ -454,6 +462,8 @@ impl Ledger {
             [workspace_id],
         )
         .map_err(db_err(&p))?;
+        tx.pragma_update(None, "user_version", MIGRATED)
+            .map_err(db_err(&p))?;
         tx.commit().map_err(db_err(&p))?;
         Ok(ledger)
     }
@@ -512,6 +522,13 @@ impl Ledger {
     /// its genesis entry.
     fn migrate(&self) -> Result<()> {
         let path = self.path.clone();
+        let done: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(db_err(&path))?;
+        if done >= MIGRATED {
+            return Ok(());
+        }
         for schema in [
             NOTES_SCHEMA,
             PENDING_SCHEMA,
@@ -542,6 +559,9 @@ impl Ledger {
             crate::chain::append(&tx, "genesis", genesis_fields(&id)).map_err(db_err(&path))?;
             tx.commit().map_err(db_err(&path))?;
         }
+        // Best effort, like the format mark: a ledger we cannot write is
+        // checked again next time.
+        let _ = self.conn.pragma_update(None, "user_version", MIGRATED);
         Ok(())
     }
 
@@ -699,10 +719,14 @@ impl Ledger {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db_err(&path))?;
-        let out = f(&Tx {
-            tx: &tx,
-            path: &path,
-        })?;
+        let out = {
+            let _t = crate::trace::span("commit: rows");
+            f(&Tx {
+                tx: &tx,
+                path: &path,
+            })?
+        };
+        let _t = crate::trace::span("commit: wal and sync");
         tx.commit().map_err(db_err(&path))?;
         Ok(out)
     }
@@ -1540,6 +1564,54 @@ mod tests {
         drop(ledger);
         let ledger = Ledger::open(&db).expect("reopen");
         assert_eq!(ledger.meta("k").expect("read").as_deref(), Some("v1"));
+    }
+
+    /// A ledger from before the migration stamp (no `notes` table, as an
+    /// older build made it) is brought up to date on open and stamped; a
+    /// stamped ledger is trusted without the checks. A new ledger is
+    /// complete and stamped from the start.
+    #[test]
+    fn an_unstamped_ledger_is_migrated_once_and_a_new_one_needs_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("ledger.db");
+        let tables = |l: &Ledger| -> Vec<String> {
+            let mut st = l
+                .conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .expect("prepare");
+            st.query_map([], |r| r.get(0))
+                .expect("query")
+                .collect::<rusqlite::Result<_>>()
+                .expect("rows")
+        };
+        let stamp = |l: &Ledger| -> i64 {
+            l.conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .expect("user_version")
+        };
+        let ledger = Ledger::create(&db, "test").expect("ledger");
+        let complete = tables(&ledger);
+        assert!(complete.iter().any(|t| t == "notes"), "{complete:?}");
+        assert!(complete.iter().any(|t| t == "pending"), "{complete:?}");
+        assert_eq!(stamp(&ledger), MIGRATED);
+        ledger
+            .conn
+            .execute_batch("DROP TABLE notes; PRAGMA user_version = 0;")
+            .expect("make it look older");
+        drop(ledger);
+        let ledger = Ledger::open(&db).expect("open");
+        assert_eq!(tables(&ledger), complete, "the missing table is back");
+        assert_eq!(stamp(&ledger), MIGRATED);
+        ledger
+            .conn
+            .execute_batch("DROP TABLE notes;")
+            .expect("drop behind the stamp");
+        drop(ledger);
+        let ledger = Ledger::open(&db).expect("open");
+        assert!(
+            !tables(&ledger).iter().any(|t| t == "notes"),
+            "a stamped ledger was checked again"
+        );
     }
 
     /// The node cache (D63) may outlive a row another process deletes:

@@ -127,17 +127,16 @@ impl ObjectStore {
     /// copy; the stored size is what was actually read).
     pub fn ingest(&self, src: &File, size: u64, blobs: &BlobWriter) -> Result<Ingested> {
         if size < INLINE_MAX {
-            let mut buf = vec![0u8; INLINE_MAX as usize];
-            let n = read_full_at(src, &mut buf)
+            let small = read_inline(src, size)
                 .map_err(|e| Error::os(rewind_platform::Error::new("read", self.tmp.path(), e)))?;
             // A file that grew past the limit meanwhile goes the file way.
-            if (n as u64) < INLINE_MAX {
-                buf.truncate(n);
+            if let Some(buf) = small {
                 let hash = Hash::of(&buf);
+                let n = buf.len() as u64;
                 blobs.put(hash, buf)?;
                 return Ok(Ingested {
                     hash,
-                    size: n as u64,
+                    size: n,
                     new_bytes: 0,
                     stored: Stored::Inline,
                 });
@@ -619,8 +618,25 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
 }
 
 /// Fill `buf` from offset 0 (or up to EOF); returns the bytes read.
-fn read_full_at(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
-    read_full_from(file, buf, 0)
+/// All of `file` if it is shorter than [`INLINE_MAX`], else `None`. The
+/// buffer is sized from `size` (the caller's stat) plus one byte, to see a
+/// file that grew since, and grows only then: a zeroed 64 KiB buffer per
+/// small file cost every checkpoint process its memset and page faults.
+fn read_inline(file: &File, size: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let limit = INLINE_MAX as usize;
+    let mut buf = vec![0u8; (size as usize).saturating_add(1).min(limit)];
+    let mut n = 0;
+    loop {
+        n += read_full_from(file, &mut buf[n..], n as u64)?;
+        if n < buf.len() {
+            buf.truncate(n);
+            return Ok(Some(buf));
+        }
+        if n >= limit {
+            return Ok(None);
+        }
+        buf.resize(buf.len().saturating_mul(2).min(limit), 0);
+    }
 }
 
 /// Fill `buf` from `off` on, short only at end of file.
@@ -660,5 +676,42 @@ pub fn hash_reader(r: &mut impl Read) -> std::io::Result<(Hash, u64)> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file_of(len: usize) -> File {
+        let mut f = tempfile::tempfile().expect("temp file");
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).expect("write");
+        f
+    }
+
+    fn expected(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_small_file_is_read_whole_whatever_size_the_stat_said() {
+        for (len, stat) in [(0, 0), (10, 10), (4096, 4096), (5000, 100), (100, 5000)] {
+            let got = read_inline(&file_of(len), stat).expect("read");
+            assert_eq!(got, Some(expected(len)), "len {len}, stat said {stat}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_reached_the_inline_limit_is_not_inlined() {
+        let limit = INLINE_MAX as usize;
+        assert_eq!(
+            read_inline(&file_of(limit - 1), 10).expect("read"),
+            Some(expected(limit - 1))
+        );
+        // Grown since its stat (10 bytes) to the limit or past it.
+        assert_eq!(read_inline(&file_of(limit), 10).expect("read"), None);
+        assert_eq!(read_inline(&file_of(limit + 5), 10).expect("read"), None);
     }
 }

@@ -162,7 +162,10 @@ fn plan(
 
 /// Rewind-like operations. `target` is a user-typed checkpoint name.
 pub fn run(ws: &mut Workspace, op: Op, target: &str, opts: &RewindOptions) -> Result<RewindReport> {
-    let target = ws.resolve(target)?;
+    let target = {
+        let _t = crate::trace::span("resolve target");
+        ws.resolve(target)?
+    };
     run_to(ws, op, target, opts)
 }
 
@@ -220,7 +223,10 @@ fn run_to(
     ws.lock()?;
     // Mounted: nobody sees the tree from the safety capture until the
     // apply is done and the kernel's caches are dropped.
-    let mut frozen = ws.freeze()?;
+    let mut frozen = {
+        let _t = crate::trace::span("freeze");
+        ws.freeze()?
+    };
     // 1. Capture first: the live tree is saved before anything changes
     //    (the btrfs engine snapshots it and builds the manifest right away:
     //    the plan needs it).
@@ -251,11 +257,17 @@ fn run_to(
     //    the safety checkpoint's diff and the apply.
     let head = ws.head()?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-    let changes = plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?;
+    let changes = {
+        let _t = crate::trace::span("plan");
+        plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?
+    };
     let safety_changes = content_changes(&trees, head.as_ref(), &cap.root)?;
     let overlay = trees.into_overlay();
-    check_space(ws, &changes)?;
-    ws.sync_state(&cap)?;
+    {
+        let _t = crate::trace::span("check space, sync state");
+        check_space(ws, &changes)?;
+        ws.sync_state(&cap)?;
+    }
 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
     //    safety checkpoint when the live tree has the same content.

@@ -1062,13 +1062,14 @@ impl Workspace {
                 )?)),
             }
         })?;
+        let _t2 = crate::trace::span("commit: dirty set");
         self.commit_dirty()?;
         Ok(seq)
     }
 
     /// Resolve a user-typed checkpoint name: `HEAD`/`@` (optionally `~N`
-    /// for the N-th parent), a full id, a unique id prefix, or a label
-    /// (the newest checkpoint with that label).
+    /// for the N-th parent), a full id, a label (the newest checkpoint
+    /// with that label), or a unique id prefix, in that order.
     pub fn resolve(&mut self, spec: &str) -> Result<Checkpoint> {
         let ck = self.resolve_any(spec)?;
         if ck.pruned {

@@ -400,6 +400,50 @@ fn setuid_bits_are_restored_only_when_allowed() {
     assert_eq!(mode(&root.join("tool")), 0o4755);
 }
 
+/// Counts a list of `{path, status}` changes the way a checkpoint counts
+/// them (a type change is a modification).
+fn counted(changes: &serde_json::Value) -> (u64, u64, u64) {
+    let mut c = (0, 0, 0);
+    for ch in changes.as_array().expect("changes") {
+        match ch["status"].as_str() {
+            Some("added") => c.0 += 1,
+            Some("deleted") => c.2 += 1,
+            _ => c.1 += 1,
+        }
+    }
+    c
+}
+
+/// A checkpoint and `status` diff the live tree against HEAD with the
+/// nodes their capture replaced, rebuilt from the stat cache instead of
+/// read from the ledger. Their counts must equal a diff of the two stored
+/// trees (`rewind diff A B`, a fresh process reading both from the ledger)
+/// for every kind of change.
+#[test]
+fn a_checkpoints_change_counts_equal_a_diff_of_the_stored_trees() {
+    let dir = common::tmp();
+    let root = dir.path();
+    common::populate_src_tree(root);
+    let mut prev = checkpoint_id(root, &["base"]);
+    for (what, change) in common::every_kind_of_change() {
+        change(root);
+        let live = counted(&rewind_json(root, &["status"])["changes"]);
+        let ck = rewind_json(root, &["checkpoint", what]);
+        let id = ck["id"].as_str().expect("id").to_string();
+        let c = &ck["changes"];
+        let reported = (
+            c["added"].as_u64().expect("added"),
+            c["modified"].as_u64().expect("modified"),
+            c["deleted"].as_u64().expect("deleted"),
+        );
+        let stored = counted(&rewind_json(root, &["diff", &prev, &id])["changes"]);
+        assert_ne!(stored, (0, 0, 0), "{what}: not a change");
+        assert_eq!(reported, stored, "{what}: checkpoint {ck}");
+        assert_eq!(live, stored, "{what}: status before the checkpoint");
+        prev = id;
+    }
+}
+
 /// A label is a name someone gave; an id prefix is a shortcut. A label
 /// that is also the start of another checkpoint's id names its own
 /// checkpoint (it used to lose to the id: a rewind to the wrong
