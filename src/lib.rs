@@ -17,6 +17,7 @@ pub mod effects;
 pub mod error;
 pub mod failpoint;
 pub mod gc;
+pub mod git_guard;
 pub mod hash;
 pub mod hooks;
 pub mod ids;

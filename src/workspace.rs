@@ -214,6 +214,8 @@ impl Workspace {
                 Err(e) => return Err(Error::os(e)),
             }
         }
+        let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
+        crate::git_guard::ensure(&state, &tmp)?;
         let mut ledger_path = meta_path(&root_path).join(LEDGER_FILE);
         if created || !ledger_path.exists() {
             if !created {
@@ -313,6 +315,11 @@ impl Workspace {
         };
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
+        // A workspace made before the guards gets them now (one stat when
+        // they are there); failing to write them must not stop a command.
+        if let Err(e) = crate::git_guard::ensure(&state, &tmp) {
+            crate::trace::note(format_args!("git guard not written: {e}"));
+        }
         let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
         let store = ObjectStore::new(objects, tmp, clones, ledger.path());
         let (engine, engine_reason) = match &mount {
@@ -380,6 +387,11 @@ impl Workspace {
 
     pub fn root_path(&self) -> &Path {
         &self.root_path
+    }
+
+    /// Whether git ignores `.rewind/` (D80, [`crate::git_guard`]).
+    pub fn git_ignored(&self) -> bool {
+        crate::git_guard::in_place(&self.state)
     }
 
     /// The path to use for I/O on the tree (see the field docs): never a

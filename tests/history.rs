@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use common::{assert_same, checkpoint_id, rewind, rewind_json, snapshot, write};
+use common::{assert_same, checkpoint_id, git, rewind, rewind_json, snapshot, write};
 
 #[test]
 fn branch_replay_undo_are_exact_and_list_shows_the_branch_and_note() {
@@ -466,4 +466,47 @@ fn a_label_names_its_checkpoint_even_when_another_id_starts_with_it() {
     let r = rewind_json(root, &["rewind", &id]);
     assert_eq!(r["rewound_to"], id.as_str(), "{r}");
     assert_eq!(std::fs::read(&f).expect("read"), b"by id\n");
+}
+
+/// D80: an agent's git commands leave the history alone. `git status`
+/// does not list `.rewind/`, `git add -A` does not stage it, `git stash
+/// -u` does not take it and `git clean -fd` does not delete it (before,
+/// the clean deleted every checkpoint); after all of them the checkpoint
+/// still brings the work back. A workspace made before the guard gets it
+/// on its next command.
+#[test]
+fn the_agents_git_add_stash_and_clean_leave_the_history_alone() {
+    let dir = common::tmp();
+    let root = dir.path();
+    git(root, &["init", "-q"]);
+    write(&root.join("src/a.rs"), b"committed\n");
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-qm", "init"]);
+    write(&root.join("src/a.rs"), b"work in progress\n");
+    write(&root.join("src/new.rs"), b"new\n");
+    let wip = checkpoint_id(root, &["wip"]);
+    let snap_wip = snapshot(root);
+    let status = git(root, &["status", "--porcelain", "--untracked-files=all"]);
+    assert!(!status.contains(".rewind"), "{status}");
+    git(root, &["add", "-A"]);
+    let staged = git(root, &["diff", "--cached", "--name-only"]);
+    assert!(!staged.contains(".rewind"), "{staged}");
+    git(root, &["stash", "-u"]);
+    git(root, &["stash", "drop"]);
+    git(root, &["clean", "-fd"]);
+    assert!(
+        root.join(".rewind/ledger.db").exists(),
+        "the history is gone"
+    );
+    rewind_json(root, &["rewind", &wip]);
+    assert_same(
+        "rewind after the agent's git commands",
+        &snap_wip,
+        &snapshot(root),
+    );
+
+    assert_eq!(rewind_json(root, &["doctor"])["git_ignored"], true);
+    std::fs::remove_file(root.join(".rewind/.gitignore")).expect("rm the guard");
+    rewind_json(root, &["status"]);
+    assert!(root.join(".rewind/.gitignore").exists(), "not put back");
 }

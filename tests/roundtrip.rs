@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Fs, LoopFs, assert_same, chmod, os, set_xattr, snapshot, write};
+use common::{Fs, LoopFs, assert_same, chmod, git, os, set_xattr, snapshot, write};
 use proptest::prelude::*;
 use rewind::Workspace;
 use rewind::rewind::{Op, RewindOptions, run, undo};
@@ -50,29 +50,6 @@ const NAMES: &[&[u8]] = &[
     b"deep",
 ];
 const MODES: &[u32] = &[0o644, 0o755, 0o600, 0o700, 0o444, 0o640, 0o1777];
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "advice.detachedHead=false",
-        ])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A random starting tree with every kind of thing the issue lists.
 fn build_tree(root: &Path, rng: &mut Rng, with_git: bool) {

@@ -25,6 +25,8 @@ struct Out {
     #[serde(skip_serializing_if = "Option::is_none")]
     hook_writeback: Option<bool>,
     openat2: bool,
+    /// `.rewind/` holds a `.gitignore` of everything (D80).
+    git_ignored: bool,
     fuse: Fuse,
     ledger: Ledger,
 }
@@ -129,6 +131,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             .then(crate::snapshot::writeback_enabled),
         subvolume,
         openat2,
+        git_ignored: ws.git_ignored(),
         fuse: Fuse {
             dev_fuse: Path::new("/dev/fuse").exists(),
             fusermount3: which("fusermount3"),
@@ -170,13 +173,18 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     );
     ctx.emit(&out, || {
         format!(
-            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
+            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
             out.workspace,
             out.fs,
             if out.reflink { "yes" } else { "no" },
             out.reflink_why,
             engine_line,
             if out.openat2 { "yes (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" } else { "no (component-wise O_NOFOLLOW fallback)" },
+            if out.git_ignored {
+                "ignores .rewind/: `add -A`, `stash -u` and `clean -fd` leave the history alone (`clean -x` would delete it; `rewind mount` hides it)"
+            } else {
+                "does not ignore .rewind/ (its .gitignore could not be written): `git clean -fd` would delete the history"
+            },
             if out.fuse.dev_fuse { "present" } else { "missing" },
             if out.fuse.fusermount3 { "found" } else { "missing" },
             out.fuse.note,

@@ -735,3 +735,29 @@ pub fn a_new_ignore_file_drops_what_it_names(ws: &Path, before: &str, env: &[(&s
         "the newly ignored file is still in the checkpoint: {d}"
     );
 }
+
+/// Run git in `dir` with a fixed identity and branch name; its stdout.
+/// Fails the test when git does.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "advice.detachedHead=false",
+        ])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
