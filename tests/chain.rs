@@ -417,9 +417,10 @@ fn a_ledger_from_before_the_chain_gets_a_genesis_and_keeps_working() {
     let root = dir.path();
     write(&root.join("a"), b"1");
     let first = checkpoint_id(root, &[]);
-    // What an earlier build left: no chain, no effects, no blobs tables.
+    // What an earlier build left: no chain, no effects, no blobs tables,
+    // and no migration stamp (D79).
     let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
-    c.execute_batch("DROP TABLE chain; DROP TABLE effects;")
+    c.execute_batch("DROP TABLE chain; DROP TABLE effects; PRAGMA user_version = 0;")
         .expect("drop");
     drop(c);
     write(&root.join("a"), b"2");
