@@ -734,6 +734,21 @@ fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Whether `path` is a nested workspace's state directory or lies in one
+/// (D82; `is_dir`: the entry at `path` is a directory). Such paths are
+/// never captured, and never written or deleted by a rewind, even one to
+/// a checkpoint an older rewind captured them in. A file named `.rewind`
+/// is an ordinary file.
+pub fn in_nested_state(path: &[u8], is_dir: bool) -> bool {
+    let mut parts = path.split(|&b| b == b'/').peekable();
+    while let Some(c) = parts.next() {
+        if c == STATE_DIR.as_bytes() && (is_dir || parts.peek().is_some()) {
+            return true;
+        }
+    }
+    false
+}
+
 pub fn display_path(rel: &[u8]) -> String {
     String::from_utf8_lossy(rel).into_owned()
 }
@@ -966,6 +981,12 @@ impl Walker<'_> {
                 Err(e) => return Err(Error::os(e)),
             },
         };
+        // Another workspace's state (`rewind init` in a subdirectory): its
+        // history is its own. Captured here, a rewind of this workspace
+        // would roll it back or delete it (D82).
+        if meta.kind == EntryKind::Dir && nb == STATE_DIR.as_bytes() {
+            return Ok(None);
+        }
         self.progress.inc(1);
         if self.progress.cancelled() {
             return Err(Error::Cancelled);
@@ -1224,5 +1245,25 @@ mod tests {
             recs: stale,
         };
         assert_eq!(row.node(), None);
+    }
+
+    #[test]
+    fn only_paths_in_a_state_directory_are_nested_state() {
+        assert!(in_nested_state(b"pkg/.rewind", true));
+        assert!(
+            !in_nested_state(b"pkg/.rewind", false),
+            "a file of that name"
+        );
+        for p in ["pkg/.rewind/ledger.db", "a/b/.rewind/objects/x"] {
+            assert!(in_nested_state(p.as_bytes(), false), "{p}");
+        }
+        for p in [
+            "pkg",
+            "pkg/.rewindignore",
+            "x.rewind/y",
+            "pkg/rewind/.rewinds",
+        ] {
+            assert!(!in_nested_state(p.as_bytes(), true), "{p}");
+        }
     }
 }

@@ -113,6 +113,26 @@ fn plan(
     paths: &[Vec<u8>],
     opts: DiffOptions,
 ) -> Result<Vec<Change>> {
+    let mut out = plan_all(trees, from, to, paths, opts)?;
+    // A nested workspace's state is not ours to write or delete, even
+    // where a checkpoint from before D82 holds it.
+    out.retain(|c| {
+        let is_dir = [&c.old, &c.new]
+            .into_iter()
+            .flatten()
+            .any(|e| e.kind() == crate::tree::Kind::Dir);
+        !crate::capture::in_nested_state(&c.path, is_dir)
+    });
+    Ok(out)
+}
+
+fn plan_all(
+    trees: &Trees<'_>,
+    from: &Hash,
+    to: &Hash,
+    paths: &[Vec<u8>],
+    opts: DiffOptions,
+) -> Result<Vec<Change>> {
     if paths.is_empty() {
         return diff::diff(trees, from, to, opts);
     }

@@ -510,3 +510,47 @@ fn the_agents_git_add_stash_and_clean_leave_the_history_alone() {
     rewind_json(root, &["status"]);
     assert!(root.join(".rewind/.gitignore").exists(), "not put back");
 }
+
+/// D82: a workspace inside another (`rewind init` in a subdirectory) keeps
+/// its history to itself. The outer workspace never captures the inner
+/// `.rewind/` (its `status` does not list it), and an outer rewind to
+/// before the subdirectory existed removes the subdirectory's files but
+/// keeps the inner history, which then brings them back. A file named
+/// `.rewind` is captured and restored like any other.
+#[test]
+fn a_nested_workspaces_history_is_never_captured_or_rewound_by_the_outer_one() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("top.txt"), b"top\n");
+    // A file of that name is an ordinary file.
+    write(&root.join("notes/.rewind"), b"just a file\n");
+    let before_pkg = checkpoint_id(root, &["outer"]);
+    let pkg = root.join("pkg");
+    write(&pkg.join("p.txt"), b"package\n");
+    rewind_json(&pkg, &["init"]);
+    let inner = checkpoint_id(&pkg, &["inner"]);
+    let st = rewind_json(root, &["status"]);
+    let paths: Vec<&str> = st["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .collect();
+    assert_eq!(paths, ["pkg", "pkg/p.txt"], "{st}");
+    checkpoint_id(root, &[]);
+    std::fs::remove_file(root.join("notes/.rewind")).expect("rm");
+    let r = rewind_json(root, &["rewind", &before_pkg]);
+    assert_eq!(r["kept"][0]["path"], "pkg", "{r}");
+    assert!(!pkg.join("p.txt").exists());
+    assert_eq!(
+        std::fs::read(root.join("notes/.rewind")).expect("read"),
+        b"just a file\n"
+    );
+    let list = rewind_json(&pkg, &["list"]);
+    assert_eq!(list["head"], inner.as_str(), "{list}");
+    rewind_json(&pkg, &["rewind", &inner]);
+    assert_eq!(
+        std::fs::read(pkg.join("p.txt")).expect("read"),
+        b"package\n"
+    );
+}
