@@ -101,3 +101,15 @@ pub fn extents(file: impl AsFd, path: &std::path::Path) -> Result<Vec<Extent>> {
         start = last.logical + last.length;
     }
 }
+
+/// The offset of the first byte at or after `from` that is not in a hole
+/// (`SEEK_DATA`), or `None` when only a hole follows, up to the end. A
+/// filesystem that does not track holes calls everything data. Moves the
+/// fd's offset: for callers that read with `pread`.
+pub fn next_data(file: &impl AsFd, from: u64) -> std::io::Result<Option<u64>> {
+    match rustix::fs::seek(file, rustix::fs::SeekFrom::Data(from)) {
+        Ok(off) => Ok(Some(off)),
+        Err(rustix::io::Errno::NXIO) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -23,7 +23,7 @@ pub use btrfs::{
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
 pub use error::{Error, Result};
-pub use fiemap::{Extent, extents};
+pub use fiemap::{Extent, extents, next_data};
 pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
 pub use lock::LockFile;
 pub use process::{is_root, kill_self, new_session, stop_self};
