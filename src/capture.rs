@@ -1012,10 +1012,14 @@ impl Walker<'_> {
             return Ok(None);
         }
         let prev = cached_rec.filter(|r| r.vouches_for(&meta));
+        // Only the same directory (inode) keeps its cached subtree: one
+        // renamed over it, or swapped in by RENAME_EXCHANGE, brings
+        // entries the tracker saw no change in, and must be walked (D84).
         if meta.kind == EntryKind::Dir
             && prev.is_none()
             && let (Some(scope), Some(old)) = (self.scope, cached_rec)
             && old.entry.kind() == Kind::Dir
+            && old.ino == meta.ino
             && !scope.lists(&join(rel, nb))
             && scoped
         {

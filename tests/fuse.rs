@@ -186,6 +186,31 @@ fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     );
     checkpoint_matches_a_walk(&ws, "rename exchange");
 
+    // A directory renamed over an empty one the last checkpoint held, and
+    // two directories swapped: the entries below arrive with the
+    // directory, and the tracker sees only the two names (D84).
+    std::fs::create_dir(ws.join("was-empty")).expect("mkdir");
+    checkpoint_matches_a_walk(&ws, "an empty directory");
+    std::fs::remove_dir(ws.join("was-empty")).expect("rmdir");
+    std::fs::rename(ws.join("d20"), ws.join("was-empty")).expect("mv over");
+    checkpoint_matches_a_walk(&ws, "a directory renamed over an empty one");
+    let a = std::ffi::CString::new(ws.join("d21").as_os_str().as_bytes()).expect("c");
+    let b = std::ffi::CString::new(ws.join("d22").as_os_str().as_bytes()).expect("c");
+    write(&ws.join("d22/only-in-22.txt"), b"22\n");
+    checkpoint_matches_a_walk(&ws, "d22 differs from d21");
+    // SAFETY: valid C strings; renameat2 does not keep the pointers.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(r, 0, "exchange: {}", std::io::Error::last_os_error());
+    checkpoint_matches_a_walk(&ws, "two directories exchanged");
+
     // A file open for writing across a checkpoint stays dirty: writes
     // after it (through kernel passthrough, unseen by the daemon) are in
     // the next one.
