@@ -826,32 +826,28 @@ impl Walker<'_> {
         let listed_by_cache = cached
             .zip(self.scope)
             .filter(|(_, s)| scoped && s.entries_known(&rel));
-        let names: Vec<(Cow<'_, OsStr>, u64)> = match listed_by_cache {
+        let mut names: Vec<(Cow<'_, OsStr>, u64)> = match listed_by_cache {
             Some((c, scope)) => {
-                let mut names: Vec<(Cow<'_, OsStr>, u64)> = c
+                let cached_names = c
                     .recs
                     .iter()
-                    .map(|r| (Cow::Borrowed(OsStr::from_bytes(&r.entry.name)), r.ino))
-                    .collect();
-                let unseen = scope.named(&rel).filter(|n| c.lookup(n).is_none());
-                let before = names.len();
-                names.extend(unseen.map(|n| (Cow::Owned(OsStr::from_bytes(n).to_owned()), 0)));
-                if names.len() > before {
-                    names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-                }
-                names
+                    .map(|r| (Cow::Borrowed(OsStr::from_bytes(&r.entry.name)), r.ino));
+                let unseen = scope
+                    .named(&rel)
+                    .filter(|n| c.lookup(n).is_none())
+                    .map(|n| (Cow::Owned(OsStr::from_bytes(n).to_owned()), 0));
+                cached_names.chain(unseen).collect()
             }
-            None => {
-                let mut names: Vec<(Cow<'_, OsStr>, u64)> = dir
-                    .entries_with_ino()
-                    .map_err(Error::os)?
-                    .into_iter()
-                    .map(|(n, ino)| (Cow::Owned(n), ino))
-                    .collect();
-                names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-                names
-            }
+            None => dir
+                .entries_with_ino()
+                .map_err(Error::os)?
+                .into_iter()
+                .map(|(n, ino)| (Cow::Owned(n), ino))
+                .collect(),
         };
+        // Cached rows are sorted already: the stable sort only merges the
+        // names they lack.
+        names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         let has_rules = names
             .iter()
             .any(|(n, _)| n.as_bytes() == IGNORE_FILE.as_bytes());
@@ -932,11 +928,10 @@ impl Walker<'_> {
         let encoded = Node::encode_entries(recs.iter().map(|r| &r.rec().entry));
         let hash = Node::hash_of_encoding(&encoded);
         let stats = CacheRec::encode_all(recs.iter().map(Resolved::rec));
-        let replaced = cached
-            .filter(|c| c.node_hash != hash)
-            .and_then(CachedDir::node);
+        let changed = cached.is_none_or(|c| c.node_hash != hash);
+        let replaced = cached.filter(|_| changed).and_then(CachedDir::node);
         let mut out = self.lock_out();
-        if cached.is_none_or(|c| c.node_hash != hash) {
+        if changed {
             out.new_nodes.push((hash, encoded));
         }
         out.replaced_nodes.extend(replaced);

@@ -14,7 +14,6 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rewind_platform::{Dir, RenameMode};
 
@@ -24,8 +23,6 @@ const IGNORE_FILE: &str = ".gitignore";
 
 const IGNORE_TEXT: &str =
     "# rewind's checkpoint history: never added, stashed or cleaned by git\n*\n";
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the guard is in place.
 pub fn in_place(state: &Dir) -> bool {
@@ -38,30 +35,22 @@ pub fn ensure(state: &Dir, tmp: &Dir) -> Result<()> {
     if in_place(state) {
         return Ok(());
     }
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = format!("gitignore.{}.{n}", std::process::id());
-    let written = write_new(tmp, &name, IGNORE_TEXT).and_then(|()| {
-        tmp.rename(
-            OsStr::new(&name),
-            state,
-            OsStr::new(IGNORE_FILE),
-            RenameMode::Replace,
-        )
-        .map_err(Error::os)
-    });
+    let (name, mut file) = crate::objects::create_temp(tmp, "gitignore", 0o644)?;
+    let written = file
+        .write_all(IGNORE_TEXT.as_bytes())
+        .map_err(|e| {
+            Error::os(rewind_platform::Error::new(
+                "write",
+                tmp.path().join(&name),
+                e,
+            ))
+        })
+        .and_then(|()| {
+            tmp.rename(&name, state, OsStr::new(IGNORE_FILE), RenameMode::Replace)
+                .map_err(Error::os)
+        });
     if written.is_err() {
-        let _ = tmp.unlink(OsStr::new(&name));
+        let _ = tmp.unlink(&name);
     }
     written
-}
-
-fn write_new(dir: &Dir, name: &str, text: &str) -> Result<()> {
-    let mut f = dir.create_new(OsStr::new(name), 0o644).map_err(Error::os)?;
-    f.write_all(text.as_bytes()).map_err(|e| {
-        Error::os(rewind_platform::Error::new(
-            "write",
-            dir.path().join(name),
-            e,
-        ))
-    })
 }

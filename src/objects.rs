@@ -105,21 +105,12 @@ impl ObjectStore {
 
     /// A fresh temp file in `.rewind/tmp/`, created O_EXCL.
     pub fn temp_file(&self, prefix: &str, mode: u32) -> Result<(OsString, File)> {
-        loop {
-            let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-            let name = OsString::from(format!("{prefix}.{}.{n}", std::process::id()));
-            match self.tmp.create_new(&name, mode) {
-                Ok(f) => return Ok((name, f)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(Error::os(e)),
-            }
-        }
+        create_temp(&self.tmp, prefix, mode)
     }
 
     /// A fresh unused name in `.rewind/tmp/` (for symlinks and directories).
     pub fn temp_name(&self, prefix: &str) -> OsString {
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        OsString::from(format!("{prefix}.{}.{n}", std::process::id()))
+        fresh_temp_name(prefix)
     }
 
     /// Store the content of `src` (an open regular file).
@@ -634,7 +625,26 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
     result
 }
 
-/// Fill `buf` from offset 0 (or up to EOF); returns the bytes read.
+/// `prefix.PID.N`: unique within this process, and apart from other
+/// processes' names while they run.
+fn fresh_temp_name(prefix: &str) -> OsString {
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    OsString::from(format!("{prefix}.{}.{n}", std::process::id()))
+}
+
+/// A new file (O_EXCL) in `tmp` (`.rewind/tmp/`) under a fresh name; a
+/// name left by a crashed process with the same pid is skipped.
+pub(crate) fn create_temp(tmp: &Dir, prefix: &str, mode: u32) -> Result<(OsString, File)> {
+    loop {
+        let name = fresh_temp_name(prefix);
+        match tmp.create_new(&name, mode) {
+            Ok(f) => return Ok((name, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::os(e)),
+        }
+    }
+}
+
 /// A whole chunk of zeros: what a hole reads as.
 static ZEROS: [u8; CHUNK_SIZE] = [0; CHUNK_SIZE];
 

@@ -219,12 +219,7 @@ fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     write(&root.join("src.rs"), b"2");
     std::fs::remove_dir_all(root.join("node_modules")).expect("rm");
     let st = rewind_json(root, &["status"]);
-    let paths: Vec<&str> = st["changes"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .filter_map(|c| c["path"].as_str())
-        .collect();
+    let paths = common::changed_paths(&st);
     assert!(
         !paths
             .iter()

@@ -80,6 +80,30 @@ fn sh(dir: &Path, script: &str) {
     );
 }
 
+/// Swap `a` and `b` in one step (`renameat2` with `RENAME_EXCHANGE`).
+fn exchange(a: &Path, b: &Path) {
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("c");
+    let (ca, cb) = (c(a), c(b));
+    // SAFETY: valid C strings; renameat2 does not keep the pointers.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "renameat2 exchange of {} and {}: {}",
+        a.display(),
+        b.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
 #[test]
 fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     let Some((_lfs, ws)) = workspace(40, 25) else {
@@ -166,24 +190,7 @@ fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     checkpoint_matches_a_walk(&ws, "an ignore file");
 
     // RENAME_EXCHANGE swaps two entries in one step.
-    let a = std::ffi::CString::new(ws.join("d17/f00.txt").as_os_str().as_bytes()).expect("c");
-    let b = std::ffi::CString::new(ws.join("d18").as_os_str().as_bytes()).expect("c");
-    // SAFETY: valid C strings; renameat2 does not keep the pointers.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    assert_eq!(
-        r,
-        0,
-        "renameat2 exchange: {}",
-        std::io::Error::last_os_error()
-    );
+    exchange(&ws.join("d17/f00.txt"), &ws.join("d18"));
     checkpoint_matches_a_walk(&ws, "rename exchange");
 
     // A directory renamed over an empty one the last checkpoint held, and
@@ -194,21 +201,9 @@ fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     std::fs::remove_dir(ws.join("was-empty")).expect("rmdir");
     std::fs::rename(ws.join("d20"), ws.join("was-empty")).expect("mv over");
     checkpoint_matches_a_walk(&ws, "a directory renamed over an empty one");
-    let a = std::ffi::CString::new(ws.join("d21").as_os_str().as_bytes()).expect("c");
-    let b = std::ffi::CString::new(ws.join("d22").as_os_str().as_bytes()).expect("c");
     write(&ws.join("d22/only-in-22.txt"), b"22\n");
     checkpoint_matches_a_walk(&ws, "d22 differs from d21");
-    // SAFETY: valid C strings; renameat2 does not keep the pointers.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    assert_eq!(r, 0, "exchange: {}", std::io::Error::last_os_error());
+    exchange(&ws.join("d21"), &ws.join("d22"));
     checkpoint_matches_a_walk(&ws, "two directories exchanged");
 
     // A file open for writing across a checkpoint stays dirty: writes

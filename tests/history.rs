@@ -530,12 +530,7 @@ fn a_nested_workspaces_history_is_never_captured_or_rewound_by_the_outer_one() {
     rewind_json(&pkg, &["init"]);
     let inner = checkpoint_id(&pkg, &["inner"]);
     let st = rewind_json(root, &["status"]);
-    let paths: Vec<&str> = st["changes"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .filter_map(|c| c["path"].as_str())
-        .collect();
+    let paths = common::changed_paths(&st);
     assert_eq!(paths, ["pkg", "pkg/p.txt"], "{st}");
     checkpoint_id(root, &[]);
     std::fs::remove_file(root.join("notes/.rewind")).expect("rm");

@@ -761,3 +761,13 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The paths of a `status` or `diff` JSON's `changes`, in its order.
+pub fn changed_paths(v: &serde_json::Value) -> Vec<&str> {
+    v["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .collect()
+}
