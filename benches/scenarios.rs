@@ -1656,6 +1656,107 @@ fn scenario_d(
     (d, d2)
 }
 
+/// How much another program has written, not yet written back, when d3's
+/// rewind runs.
+const PENDING_MIB: u64 = 512;
+
+/// Another program's writes on the workspace's filesystem, left in the
+/// page cache (as a build beside the agent leaves its output).
+fn write_pending(path: &Path) {
+    let mut f = fs::File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    let chunk = vec![b'p'; MIB as usize];
+    for _ in 0..PENDING_MIB {
+        std::io::Write::write_all(&mut f, &chunk)
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+}
+
+/// d3: d's rewind with PENDING_MIB of another program's writes pending on
+/// the same filesystem, against the same rewind on a quiet filesystem,
+/// alternating which goes first. A rewind that ends with `syncfs` waits
+/// for all of it; D85 fsyncs what may not be durable instead. The second
+/// baseline is that `syncfs` alone, behind the same pending writes: what
+/// the rewind paid before D85.
+fn scenario_pending(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mut Rng) -> Scenario {
+    let (mut loaded, mut quiet, mut syncfs) =
+        (Series::default(), Series::default(), Series::default());
+    let pending = work.join("bench-d3-pending");
+    for r in 0..args.runs {
+        for with_pending in alternating(r) {
+            eprintln!(
+                "bench: [d3] rewind of {SMALL_EDITS} edits + {NEW_FILES} new files, {} pending, run {}/{}",
+                if with_pending {
+                    format!("{PENDING_MIB} MiB")
+                } else {
+                    "nothing".into()
+                },
+                r + 1,
+                args.runs
+            );
+            let label = format!("bench-d3-{r}-{with_pending}");
+            let x = run(rewind_cmd(&pair.ws).args(["checkpoint", &label, "--json"])).json();
+            let x_id = json_str(&x, "id", "d3: checkpoint X");
+            let want = hash_tree(&pair.ws);
+            let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+            let new_files = plan_new_files(tree, rng, 1000 + 2 * r + with_pending as usize);
+            workload(work, &pair.ws, &edits, &new_files);
+            if with_pending {
+                write_pending(&pending);
+            }
+            let m = run(rewind_cmd(&pair.ws).args(["rewind", &x_id, "--json"]));
+            let v = m.json();
+            let to = json_str(&v, "rewound_to", "d3: rewind");
+            assert_eq!(
+                to, x_id,
+                "d3: rewind reported rewound_to={to}, asked for {x_id}: {v}"
+            );
+            let series = if with_pending {
+                &mut loaded
+            } else {
+                &mut quiet
+            };
+            series.push(m.ms(), m.maxrss_kib);
+            series.self_reported(&v);
+            verify_equal(
+                &format!("d3: rewind to {x_id} (run {})", r + 1),
+                &want,
+                &pair.ws,
+            );
+            if with_pending {
+                // The same amount again, for the `syncfs` baseline.
+                rm_rf(&pending);
+                settle(work);
+                write_pending(&pending);
+                let t = Instant::now();
+                settle(work);
+                syncfs.push(t.elapsed().as_secs_f64() * 1e3, 0);
+                rm_rf(&pending);
+                settle(work);
+            }
+        }
+    }
+    Scenario {
+        id: "d3",
+        name: format!(
+            "d3. rewind of {SMALL_EDITS} edits + {NEW_FILES} new files with {PENDING_MIB} MiB of another program's writes pending on the filesystem (D85)"
+        ),
+        rewind: loaded,
+        baselines: vec![
+            Baseline {
+                name: "the same rewind, nothing pending".into(),
+                series: quiet,
+            },
+            Baseline {
+                name: format!(
+                    "`syncfs` behind {PENDING_MIB} MiB pending (what a rewind ending in `syncfs` waits for)"
+                ),
+                series: syncfs,
+            },
+        ],
+        detail: Value::Null,
+    }
+}
+
 /// b2: b's checkpoint with the workspace alone on an XFS of its own, where
 /// the walk engine asks one bulk stat what changed (D60; as root), against
 /// the same checkpoint with `REWIND_BULKSTAT=0` (a stat per path) on the
@@ -4890,6 +4991,7 @@ fn main() {
         + 4 * args.history as u64 * MIB
         + 2 * tree_est
         + args.files as u64 * 10 * (T2_MEAN_BYTES + 4096)
+        + PENDING_MIB * MIB
         + 512 * MIB)
         .div_ceil(MIB)
         * MIB;
@@ -4959,6 +5061,7 @@ fn main() {
             let (d, d2) = scenario_d(&args, &work, &pair, &tree, &mut rng);
             scenarios.push(d);
             scenarios.push(d2);
+            scenarios.push(scenario_pending(&args, &work, &pair, &tree, &mut rng));
         }
         if args.wants('e') {
             scenarios.push(scenario_guard(&args, &pair));

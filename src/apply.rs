@@ -75,11 +75,14 @@ pub struct Touched {
 }
 
 impl Touched {
-    /// Past this many fsyncs, one `syncfs` costs less (measured on btrfs:
-    /// ~1 ms per fsync against 15–27 ms per transaction commit).
-    pub const MAX: usize = 16;
+    /// Past this many entries, only a `syncfs` is considered (see
+    /// `Workspace::sync_applied` for where fewer fsyncs pay).
+    pub const MAX: usize = crate::durable::MAX;
 
     fn file(&mut self, path: &[u8]) {
+        if self.files.iter().any(|f| f == path) {
+            return;
+        }
         self.files.push(path.to_vec());
         self.check();
     }
@@ -105,6 +108,49 @@ impl Touched {
     /// Nothing was changed.
     pub fn is_empty(&self) -> bool {
         !self.whole_fs && self.files.is_empty() && self.dirs.is_empty()
+    }
+
+    /// How many fsyncs [`Touched::fsync_each`] makes.
+    pub fn len(&self) -> usize {
+        self.files.len() + self.dirs.len()
+    }
+
+    /// Add the entries that may not be durable although the apply left
+    /// them alone (`crate::durable`), and the root. Each is stat'ed first:
+    /// one that is gone needs nothing (its parent's ctime moved, so the
+    /// parent is listed too); a symlink cannot be fsynced.
+    pub fn add_unsynced<'p>(
+        &mut self,
+        root: &Dir,
+        paths: impl IntoIterator<Item = &'p Vec<u8>>,
+    ) -> Result<()> {
+        self.dir(b"");
+        let mut parents = Parents { root, last: None };
+        for path in paths {
+            if self.whole_fs {
+                break;
+            }
+            let (parent, name) = split_parent(path);
+            let meta = match parents.get(parent) {
+                Ok(dir) => dir.stat_at(OsStr::from_bytes(name)),
+                Err(Error::Os(e)) if e.is_not_found() => continue,
+                Err(Error::Os(e)) if e.is_redirected() => {
+                    self.needs_syncfs();
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            match meta {
+                Ok(m) if m.kind == EntryKind::File => self.file(path),
+                Ok(m) if m.kind == EntryKind::Dir => self.dir(path),
+                Ok(m) if m.kind == EntryKind::Symlink => self.needs_syncfs(),
+                // Never captured: not part of any checkpoint.
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(Error::os(e)),
+            }
+        }
+        Ok(())
     }
 
     /// fsync every entry, reopened beneath `root` without following a

@@ -503,6 +503,26 @@ pub struct Capture {
     pub cache_mark: Option<String>,
     /// `rules_key` of the ignore rules this capture ran under.
     pub cache_rules: Option<String>,
+    /// The filesystem clock when the capture started (its racy cut-off).
+    pub clock_ns: i64,
+    /// Entries whose ctime is at or past [`Clock::report_from_ns`]: (path,
+    /// ctime). What may not be durable yet (`crate::durable`).
+    pub recent: Vec<(Vec<u8>, i64)>,
+    /// Only what a scope named was looked at (the mount's dirty set, an XFS
+    /// bulk stat or btrfs's changed inodes): `recent` is not all of it.
+    pub scoped: bool,
+    /// The durability bookkeeping after this capture (D85), committed with
+    /// it when `durable_changed`.
+    pub durable: Option<crate::durable::State>,
+    pub durable_changed: bool,
+}
+
+/// When a capture starts, by the filesystem's clock, and from which ctime
+/// on it reports entries in [`Capture::recent`].
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    pub now_ns: i64,
+    pub report_from_ns: Option<i64>,
 }
 
 impl Capture {
@@ -528,6 +548,7 @@ struct Outputs {
     kept: HashSet<Vec<u8>>,
     removed_trees: Vec<Vec<u8>>,
     skipped: Vec<Skipped>,
+    recent: Vec<(Vec<u8>, i64)>,
 }
 
 /// Counters bumped from every walker thread: atomics, not the mutex.
@@ -576,10 +597,23 @@ enum Slot<'c> {
     Same(&'c CacheRec),
     File(OsString, Meta),
     Link(OsString, Meta),
-    Dir(OsString, Meta, Option<&'c CacheRec>),
+    /// A directory to descend into: its record if the cache vouches for
+    /// it, and whether the cached rows at its path describe it at all.
+    Dir(OsString, Meta, Option<&'c CacheRec>, CachedRows),
     /// Scoped: a directory whose own metadata changed but whose content
     /// the tracker saw no change in: its cached subtree stands.
     DirMeta(OsString, Meta, &'c CacheRec),
+}
+
+/// Whether the stat-cache rows at a directory's path describe the
+/// directory there now. Rows are keyed by path: after `mv made elsewhere;
+/// mkdir made`, the rows at `made` still list what the old directory held.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CachedRows {
+    /// The cached record at this name is a directory with this inode.
+    ThisDir,
+    /// Another directory's, or none: only a full listing says what is here.
+    NotThisDir,
 }
 
 /// An entry's record after the work: unchanged (borrowed from the cache)
@@ -615,6 +649,7 @@ struct Walker<'a> {
     cache: &'a StatCache,
     sink: Sink<'a>,
     clock_ns: i64,
+    report_from_ns: Option<i64>,
     scope: Option<&'a Scope>,
     out: Mutex<Outputs>,
     counters: Counters,
@@ -656,7 +691,7 @@ pub fn capture(
     guide: Guide<'_>,
     cache: &StatCache,
     sink: Sink<'_>,
-    clock_ns: i64,
+    clock: Clock,
     progress: &Progress,
     state_ignores: Option<(&str, &Path)>,
 ) -> Result<Capture> {
@@ -670,7 +705,8 @@ pub fn capture(
         root_dev: root_meta.dev,
         cache,
         sink,
-        clock_ns,
+        clock_ns: clock.now_ns,
+        report_from_ns: clock.report_from_ns,
         scope,
         out: Mutex::new(Outputs::default()),
         counters: Counters::default(),
@@ -710,6 +746,11 @@ pub fn capture(
         from_snapshot: false,
         cache_mark: None,
         cache_rules: None,
+        clock_ns: clock.now_ns,
+        recent: out.recent,
+        scoped: scope.is_some(),
+        durable: None,
+        durable_changed: false,
     })
 }
 
@@ -901,6 +942,17 @@ impl Walker<'_> {
                 recs.push(r);
             }
         }
+        if let Some(from) = self.report_from_ns {
+            let recent: Vec<(Vec<u8>, i64)> = recs
+                .iter()
+                .map(Resolved::rec)
+                .filter(|r| r.ctime_ns >= from)
+                .map(|r| (join(&rel, &r.entry.name), r.ctime_ns))
+                .collect();
+            if !recent.is_empty() {
+                self.lock_out().recent.extend(recent);
+            }
+        }
         if let Some(c) = cached
             && recs.len() == c.recs.len()
             && recs.iter().all(|r| matches!(r, Resolved::Same(_)))
@@ -1021,7 +1073,15 @@ impl Walker<'_> {
             return Ok(Some(Slot::DirMeta(name, meta, old)));
         }
         Ok(Some(match (meta.kind, prev) {
-            (EntryKind::Dir, prev) => Slot::Dir(name, meta, prev),
+            (EntryKind::Dir, prev) => {
+                let rows = match cached_rec {
+                    Some(r) if r.entry.kind() == Kind::Dir && r.ino == meta.ino => {
+                        CachedRows::ThisDir
+                    }
+                    _ => CachedRows::NotThisDir,
+                };
+                Slot::Dir(name, meta, prev, rows)
+            }
             (_, Some(prev)) => Slot::Same(prev),
             (EntryKind::Symlink, None) => Slot::Link(name, meta),
             (_, None) => Slot::File(name, meta),
@@ -1091,7 +1151,7 @@ impl Walker<'_> {
                     self.clock_ns,
                 ))))
             }
-            Slot::Dir(name, meta, prev) => {
+            Slot::Dir(name, meta, prev, rows) => {
                 let path = join(rel, name.as_bytes());
                 // Outside the scope, a directory the cache vouches for is
                 // unchanged below too: the tracker saw every change.
@@ -1118,7 +1178,11 @@ impl Walker<'_> {
                     None => sub.user_xattrs().map_err(Error::os)?,
                 };
                 let sub_mirror = mirror.and_then(|m| m.open_dir(&name).ok());
-                let sub_scoped = scoped && self.scope.is_some_and(|s| s.lists(&path));
+                // A scope names what changed in the directory the rows
+                // describe; another one at this path is listed in full (D86).
+                let sub_scoped = scoped
+                    && rows == CachedRows::ThisDir
+                    && self.scope.is_some_and(|s| s.lists(&path));
                 let subtree = self.walk_dir(sub, sub_mirror, path, ignores, sub_scoped)?;
                 if let Some(p) = prev
                     && p.entry.subtree() == Some(subtree)

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod diff;
 pub mod du;
+pub mod durable;
 pub mod effects;
 pub mod error;
 pub mod failpoint;

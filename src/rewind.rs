@@ -18,6 +18,7 @@ use crate::apply::{self, ApplyOptions, ApplyReport};
 use crate::capture::Sink;
 use crate::chain::Fields;
 use crate::diff::{self, Change, DiffOptions, Trees};
+use crate::durable::{self, Before};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{Hash, Hasher};
@@ -257,7 +258,8 @@ fn run_to(
     // Per-entry fsyncs make only what the apply touched durable; what it
     // left alone (an edit the agent made without an fsync that already
     // equals the target) must be durable already: the safety snapshot's
-    // transaction commit saw to that. Without one, a `syncfs` (D68).
+    // transaction commit saw to that (D68). Without one, the capture says
+    // which entries may not be (D85).
     let before_is_durable = safety_snapshot.is_some();
     let mut cap = match &safety_snapshot {
         Some(s) => snapshot::capture(ws, s)?,
@@ -286,8 +288,15 @@ fn run_to(
     {
         let _t = crate::trace::span("check space, sync state");
         check_space(ws, &changes)?;
-        ws.sync_state(&cap)?;
+        ws.sync_state(&mut cap)?;
     }
+    let (before, after) = match before_is_durable {
+        true => (Before::Durable, None),
+        false => (
+            durable::State::before(cap.durable.as_ref()),
+            durable::State::after_sync(cap.clock_ns, &cap.recent),
+        ),
+    };
 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
     //    safety checkpoint when the live tree has the same content.
@@ -367,7 +376,7 @@ fn run_to(
         ws.ledger().remember_nodes(trees.into_overlay());
         report
     };
-    let mut report = match report {
+    let report = match report {
         Ok(r) => {
             if let Some(f) = frozen.as_mut() {
                 f.changed(changes.iter().map(|c| c.path.clone()));
@@ -380,11 +389,19 @@ fn run_to(
         Err(e) => return Err(e),
     };
     drop(t);
-    if !before_is_durable {
-        report.touched.needs_syncfs();
-    }
     // 5 + 6.
-    finish(ws, op, target.seq, safety_seq, &report, false)?;
+    finish(
+        ws,
+        op,
+        target.seq,
+        safety_seq,
+        &report,
+        Finish {
+            recovered: false,
+            before,
+            after,
+        },
+    )?;
     drop(frozen);
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
     let effects_not_undone = ws.ledger().effects_not_undone()?;
@@ -469,15 +486,30 @@ fn apply_plan(
     )
 }
 
+/// How a rewind ends (see [`finish`]).
+struct Finish {
+    /// By the next command, after a crash.
+    recovered: bool,
+    /// What may not be durable in the tree the apply started from.
+    before: Before,
+    /// The durability bookkeeping once the result is durable (D85).
+    after: Option<durable::State>,
+}
+
 fn finish(
     ws: &mut Workspace,
     op: Op,
     target: i64,
     safety: i64,
     report: &ApplyReport,
-    recovered: bool,
+    how: Finish,
 ) -> Result<()> {
-    ws.sync_applied(&report.touched)?;
+    let Finish {
+        recovered,
+        before,
+        after,
+    } = how;
+    ws.sync_applied(&report.touched, before)?;
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
     let new_head = if op == Op::Restore { safety } else { target };
@@ -485,6 +517,9 @@ fn finish(
     ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &new_head.to_string())?;
         tx.clear_intent()?;
+        if let Some(state) = &after {
+            tx.set_meta(durable::KEY, &state.encode())?;
+        }
         tx.event(
             "rewind-done",
             Fields::new()
@@ -548,7 +583,14 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     let frozen = ws.freeze()?;
     let report = reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts)?;
     let op = Op::parse(&intent.op);
-    finish(ws, op, intent.target, intent.safety, &report, true)?;
+    // An earlier apply (interrupted, or by a crashed process) changed
+    // entries this plan no longer lists: only a `syncfs` covers them.
+    let how = Finish {
+        recovered: true,
+        before: Before::Unknown,
+        after: None,
+    };
+    finish(ws, op, intent.target, intent.safety, &report, how)?;
     drop(frozen);
     eprintln!(
         "rewind: finished an interrupted {} to {target} ({} written, {} deleted)",

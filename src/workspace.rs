@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
 use crate::chain::Fields;
 use crate::diff::{self, Counts, DiffOptions, Trees};
+use crate::durable;
 use crate::error::{Error, Result};
 use crate::hash::Hash;
 use crate::ids;
@@ -24,6 +25,14 @@ use crate::progress::{Observer, Progress};
 use crate::snapshot::{self, Engine};
 use crate::tree::Node;
 use crate::{failpoint, time};
+
+/// On btrfs, up to this many fsyncs cost less than a `syncfs` (D68).
+const BTRFS_FSYNCS_PAY: usize = 16;
+
+/// On XFS and ext4, with more than this many dirty bytes machine-wide a
+/// `syncfs` may cost more than fsyncs (D85): at ~1 GB/s, 4 MiB is ~4 ms,
+/// what 16 fsyncs cost.
+const DIRTY_PAGES_PAY: u64 = 4 << 20;
 
 pub const LEDGER_FILE: &str = "ledger.db";
 /// On a btrfs subvolume, everything rewind changes at every checkpoint
@@ -535,15 +544,28 @@ impl Workspace {
 
     /// Capture the live tree. `Sink::Store` stores new objects; the caller
     /// persists the result with [`Workspace::persist_capture`].
+    ///
+    /// A storing capture also carries the durability bookkeeping forward
+    /// (D85): it reports the entries changed since the mark, to be
+    /// committed with it as [`Capture::durable`].
     pub(crate) fn capture(&self, sink: Sink<'_>, message: &'static str) -> Result<Capture> {
-        let clock = {
+        let storing = matches!(sink, Sink::Store(..));
+        let (now_ns, durable) = {
             let _t = crate::trace::span("fs clock");
-            match sink {
-                Sink::Store(..) => self.fs_clock_ns(),
-                Sink::HashOnly => i64::MIN,
+            match storing {
+                true => (self.fs_clock_ns(), durable::State::load(&self.ledger)?),
+                false => (i64::MIN, None),
             }
         };
-        self.capture_dir(&self.root, false, sink, clock, message)
+        let clock = capture::Clock {
+            now_ns,
+            report_from_ns: durable::State::reporting_from(durable.as_ref(), now_ns)
+                .filter(|_| storing),
+        };
+        let mut cap = self.capture_in(&self.root, false, sink, clock, message)?;
+        cap.durable = durable::State::after_capture(durable.as_ref(), &cap.recent, cap.scoped);
+        cap.durable_changed = cap.durable != durable;
+        Ok(cap)
     }
 
     /// Capture the tree below `dir`: the live root, or a btrfs snapshot of
@@ -557,6 +579,21 @@ impl Workspace {
         mirrored: bool,
         sink: Sink<'_>,
         clock_ns: i64,
+        message: &'static str,
+    ) -> Result<Capture> {
+        let clock = capture::Clock {
+            now_ns: clock_ns,
+            report_from_ns: None,
+        };
+        self.capture_in(dir, mirrored, sink, clock, message)
+    }
+
+    fn capture_in(
+        &self,
+        dir: &Dir,
+        mirrored: bool,
+        sink: Sink<'_>,
+        clock: capture::Clock,
         message: &'static str,
     ) -> Result<Capture> {
         // A storing capture cannot trust rows the btrfs engine wrote (see
@@ -636,8 +673,7 @@ impl Workspace {
             (None, true) => capture::Guide::Mirror(&self.root),
             (None, false) => capture::Guide::None,
         };
-        let mut cap =
-            capture::capture(dir, guide, &cache, sink, clock_ns, &progress, state_ignores)?;
+        let mut cap = capture::capture(dir, guide, &cache, sink, clock, &progress, state_ignores)?;
         cap.replaces_cache = distrust;
         cap.cache_mark = cache_mark;
         cap.cache_rules = Some(rules_key);
@@ -811,33 +847,82 @@ impl Workspace {
     /// all new objects instead of an fsync per file.
     /// Skipped when the capture wrote no object files (small objects are
     /// durable with the ledger commit itself).
-    pub(crate) fn sync_state(&self, cap: &Capture) -> Result<()> {
+    ///
+    /// On the workspace's filesystem, that `syncfs` made everything the
+    /// capture saw durable too: the capture then commits a new mark (D85).
+    pub(crate) fn sync_state(&self, cap: &mut Capture) -> Result<()> {
         if cap.stats.cloned + cap.stats.copied == 0 {
             return Ok(());
         }
         let _t = crate::trace::span("syncfs (store)");
-        self.state.syncfs().map_err(Error::os)
+        self.state.syncfs().map_err(Error::os)?;
+        let same_fs = match (self.state.meta(), self.root.meta()) {
+            (Ok(s), Ok(r)) => s.dev == r.dev,
+            _ => false,
+        };
+        if same_fs && let Some(state) = durable::State::after_sync(cap.clock_ns, &cap.recent) {
+            cap.durable = Some(state);
+            cap.durable_changed = true;
+        }
+        Ok(())
     }
 
     /// Make an applied plan durable (DESIGN §4 rule 6) before the commit
-    /// that records it: on btrfs, an fsync per touched entry when there are
-    /// few ([`crate::apply::Touched`] says why; the caller asks for
-    /// `syncfs` unless the tree before the apply is durable already);
-    /// elsewhere, and whenever an entry cannot be reopened, one `syncfs`
-    /// (on XFS it costs ~1 ms, less than the fsyncs).
-    pub(crate) fn sync_applied(&self, touched: &crate::apply::Touched) -> Result<()> {
-        if touched.is_empty() {
-            return Ok(());
+    /// that records it: the entries it wrote, and whatever it left alone
+    /// that may not be durable yet (`before`). An fsync per entry where
+    /// that costs less (see [`Workspace::fsyncs_pay`]) and every entry
+    /// can be reopened; otherwise one `syncfs`.
+    pub(crate) fn sync_applied(
+        &self,
+        touched: &crate::apply::Touched,
+        before: durable::Before,
+    ) -> Result<()> {
+        let mut entries = touched.clone();
+        match before {
+            durable::Before::Durable if touched.is_empty() => return Ok(()),
+            durable::Before::Durable => {}
+            durable::Before::Unknown => entries.needs_syncfs(),
+            durable::Before::Unsynced(paths) => {
+                if !entries.whole_fs && self.fsyncs_pay(entries.len() + paths.len()) {
+                    let _t = crate::trace::span("stat unsynced entries");
+                    entries.add_unsynced(&self.root, &paths)?;
+                } else {
+                    entries.needs_syncfs();
+                }
+            }
         }
-        if self.fs.kind == FsKind::Btrfs && !touched.whole_fs {
-            let _t = crate::trace::span("fsync (applied entries)");
-            match touched.fsync_each(&self.root) {
+        let pays = !entries.whole_fs && self.fsyncs_pay(entries.len());
+        crate::trace::note(format_args!(
+            "{} entries to make durable: {}",
+            entries.len(),
+            if pays { "fsync each" } else { "syncfs" }
+        ));
+        if pays {
+            let _t = crate::trace::span("fsync (changed entries)");
+            match entries.fsync_each(&self.root) {
                 Ok(()) => return Ok(()),
                 Err(e) => crate::trace::note(format_args!("fsync per entry: {e}; syncfs instead")),
             }
         }
         let _t = crate::trace::span("syncfs (workspace)");
         self.root.syncfs().map_err(Error::os)
+    }
+
+    /// Whether `n` fsyncs cost less than one `syncfs` here. On btrfs a
+    /// `syncfs` commits a transaction (15–27 ms measured on T1 against
+    /// ~1 ms per fsync through the log tree: D68). On XFS and ext4 a quiet
+    /// `syncfs` costs ~1.3 ms against ~0.25 ms per fsync, but it first
+    /// writes back every dirty page of the filesystem, whoever wrote it
+    /// (745 ms behind 1 GB of another program's writes): past
+    /// [`DIRTY_PAGES_PAY`] dirty bytes machine-wide, fsyncs pay (D85).
+    fn fsyncs_pay(&self, n: usize) -> bool {
+        match self.fs.kind {
+            FsKind::Btrfs => n <= BTRFS_FSYNCS_PAY,
+            _ => {
+                n <= crate::apply::Touched::MAX
+                    && rewind_platform::dirty_bytes().is_some_and(|d| d > DIRTY_PAGES_PAY)
+            }
+        }
     }
 
     pub fn head(&self) -> Result<Option<Checkpoint>> {
@@ -865,7 +950,7 @@ impl Workspace {
         drop(t);
         let mut cap = self.capture_live()?;
         failpoint::hit("checkpoint:before-sync");
-        self.sync_state(&cap)?;
+        self.sync_state(&mut cap)?;
         let head = self.ledger.head()?;
         let (changes, nodes) = self.changes_since(head.as_ref(), &cap)?;
         if reuse_if_unchanged
@@ -1260,6 +1345,9 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     }
     if let Some(key) = &cap.cache_rules {
         tx.set_meta(STAT_CACHE_RULES, key)?;
+    }
+    if let Some(state) = cap.durable.as_ref().filter(|_| cap.durable_changed) {
+        tx.set_meta(durable::KEY, &state.encode())?;
     }
     // Which snapshot the rows now describe: only a snapshot's capture knows.
     match &cap.cache_mark {

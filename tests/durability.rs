@@ -87,10 +87,11 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         // The edits are on disk: the cut can only lose what the rewind wrote.
         fs.sync();
         let trace = traced(&ws, &["rewind", &a]);
-        // Only the btrfs engine's safety snapshot makes the tree before the
-        // rewind durable, which per-entry fsyncs rely on.
+        // The btrfs engine's safety snapshot makes the tree before the
+        // rewind durable, which per-entry fsyncs rely on. The walk engine
+        // has no mark yet to say what may not be durable (D85).
         let (expected, how) = if name == "sub" {
-            ("fsync (applied entries)", "fsync each entry")
+            ("fsync (changed entries)", "fsync each entry")
         } else {
             ("syncfs (workspace)", "syncfs")
         };
@@ -114,7 +115,13 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
         fs.sync();
         write(&f, &original);
         write(&ws.join("src/d1/f2.rs"), b"edited\n");
-        traced(&ws, &["rewind", &a]);
+        let trace = traced(&ws, &["rewind", &a]);
+        // The walk engine now has a mark, and the edit is in its set of
+        // unsynced entries (D85).
+        assert!(
+            trace.contains("fsync (changed entries)"),
+            "{name}: a 1-entry rewind should fsync each entry:\n{trace}"
+        );
         survives_a_cut(
             &fs,
             name,
@@ -192,4 +199,96 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
             &want_c,
         );
     }
+}
+
+/// Change a file in place, without truncating it: XFS writes a file
+/// back as soon as it is closed after a truncation (so that a crash does
+/// not leave it empty), which would make the edit durable by itself.
+fn write_in_place(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open for writing");
+    f.write_all_at(bytes, offset).expect("write in place");
+}
+
+/// The walk engine on XFS, with another program's writes pending on the
+/// same filesystem: the rewind fsyncs what it wrote and what may not be
+/// durable (D85) instead of waiting for a `syncfs` to write all of it back,
+/// and what it acknowledged survives a power cut. XFS writes its log
+/// lazily (every 30 s), so the copy holds what was fsynced or synced.
+#[test]
+fn a_rewind_behind_another_programs_writes_fsyncs_what_it_must_and_survives_a_power_cut_on_xfs() {
+    let Some(fs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let ws = fs.subdir("ws");
+    let other = fs.subdir("other");
+    populate_src_tree(&ws);
+    assert!(rewind(&ws, &["init"]).status.success());
+    let a = checkpoint_id(&ws, &["A"]);
+    let want_a = snapshot(&ws);
+    // The first rewind has no mark to go by: it syncs and sets one.
+    write(&ws.join("src/d0/f0.rs"), b"edited\n");
+    let trace = traced(&ws, &["rewind", &a]);
+    assert!(
+        trace.contains("syncfs (workspace)"),
+        "without a mark the rewind should syncfs:\n{trace}"
+    );
+
+    // Another program's writes, pending on the same filesystem.
+    const PENDING: usize = 64 << 20;
+    write(&other.join("big"), &vec![b'x'; PENDING]);
+
+    // An edit checkpointed without an fsync: the rewind's capture (an XFS
+    // bulk stat) does not look at it again; the set committed with the
+    // checkpoint names it.
+    write_in_place(&ws.join("src/d4/f4.rs"), 0, b"checkpointed, not synced\n");
+    let b = checkpoint_id(&ws, &["B"]);
+    let want_b = snapshot(&ws);
+    write(&ws.join("src/d1/f2.rs"), b"edited\n");
+    write(&ws.join("src/d2/new.rs"), b"new\n");
+    std::fs::remove_file(ws.join("src/d0/f5.rs")).expect("remove");
+    let trace = traced(&ws, &["rewind", &b]);
+    assert!(
+        trace.contains("fsync (changed entries)") && !trace.contains("syncfs (workspace)"),
+        "with 64 MiB pending elsewhere the rewind should fsync each entry:\n{trace}"
+    );
+    let copy = fs.power_cut_copy();
+    let pending = std::fs::metadata(copy.mnt.join("other/big")).map_or(0, |m| m.len());
+    assert!(
+        pending < PENDING as u64,
+        "the copy holds the other program's unsynced writes: no power cut was simulated"
+    );
+    assert_survived(
+        "XFS: rewind behind pending writes, then a power cut",
+        &copy,
+        "ws",
+        &b,
+        &want_b,
+    );
+    drop(copy);
+
+    // An edit the agent made without an fsync that equals the target: the
+    // apply leaves it alone, the rewind's capture saw it change.
+    let f = ws.join("src/d3/f3.rs");
+    let original = std::fs::read(&f).expect("read");
+    write_in_place(&f, 0, b"#");
+    fs.sync();
+    write_in_place(&f, 0, &original[..1]);
+    write(&ws.join("src/d1/f3.rs"), b"edited\n");
+    write(&other.join("big2"), &vec![b'y'; PENDING]);
+    let trace = traced(&ws, &["rewind", &a]);
+    assert!(
+        trace.contains("fsync (changed entries)") && !trace.contains("syncfs (workspace)"),
+        "the second rewind behind pending writes should fsync each entry:\n{trace}"
+    );
+    survives_a_cut(
+        &fs,
+        "ws",
+        "XFS: rewind next to an unsynced edit that equals the target, then a power cut",
+        &a,
+        &want_a,
+    );
 }

@@ -206,6 +206,25 @@ fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     exchange(&ws.join("d21"), &ws.join("d22"));
     checkpoint_matches_a_walk(&ws, "two directories exchanged");
 
+    // A directory moved away and another made at its path: the stat-cache
+    // rows there list the old one's entries, which the tracker never
+    // names (D86). Then the same once the old one is deleted too, so its
+    // inode number may be the new one's.
+    std::fs::rename(ws.join("d23"), ws.join("d24/d23-moved")).expect("mv away");
+    write(&ws.join("d23/fresh.txt"), b"fresh\n");
+    checkpoint_matches_a_walk(&ws, "a directory made where one was moved away");
+    std::fs::rename(ws.join("d25"), ws.join("d24/d25-moved")).expect("mv away");
+    std::fs::remove_dir_all(ws.join("d24/d25-moved")).expect("rm -rf");
+    write(&ws.join("d25/fresh.txt"), b"fresh\n");
+    checkpoint_matches_a_walk(&ws, "a directory made where one was moved away and deleted");
+    std::fs::rename(ws.join("d26"), ws.join("d24/d26-moved")).expect("mv away");
+    std::fs::rename(ws.join("d27"), ws.join("d26")).expect("mv in");
+    write(&ws.join("d26/fresh.txt"), b"fresh\n");
+    checkpoint_matches_a_walk(
+        &ws,
+        "a directory moved to where one was moved away, then written in",
+    );
+
     // A file open for writing across a checkpoint stays dirty: writes
     // after it (through kernel passthrough, unseen by the daemon) are in
     // the next one.

@@ -105,6 +105,18 @@ impl Tracker {
         }
     }
 
+    /// Any entry of directory `dir` may have changed; `None`: the
+    /// directory's path is unknown, so everything is dirty.
+    pub fn mark_dir(&self, dir: Option<&[u8]>) {
+        let mut st = self.lock();
+        match dir {
+            None => st.current.all = true,
+            Some(d) => {
+                st.current.dirs.insert(d.to_vec(), None);
+            }
+        }
+    }
+
     pub fn mark_all(&self) {
         self.lock().current.all = true;
     }

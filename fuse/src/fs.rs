@@ -116,6 +116,18 @@ impl Shared {
             .mark(self.inodes.path(parent).as_deref(), name.as_bytes());
     }
 
+    /// Every entry of directory `name` in `parent` may have changed.
+    fn mark_dir(&self, parent: u64, name: &OsStr) {
+        let path = self.inodes.path(parent).map(|mut path| {
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name.as_bytes());
+            path
+        });
+        self.tracker.mark_dir(path.as_deref());
+    }
+
     /// Inode `ino` changed (content, mode, times, xattrs): its entries in
     /// every directory that names it are dirty. A file with names the
     /// daemon never saw makes everything dirty.
@@ -767,6 +779,11 @@ impl Filesystem for OverlayFs {
         reply: ReplyEntry,
     ) {
         self.make_entry(parent, name, reply, |p| {
+            // The stat cache may hold rows at this path from a directory
+            // moved away or deleted, and the inode number may even be
+            // that one's: the new directory is listed, never taken from
+            // them (D86).
+            self.sh.mark_dir(parent.0, name);
             rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
                 .map_err(errno)
         });

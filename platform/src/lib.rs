@@ -13,6 +13,7 @@ mod fiemap;
 mod fsinfo;
 mod lock;
 mod process;
+mod system;
 mod xattr;
 mod xfs;
 
@@ -27,5 +28,6 @@ pub use fiemap::{Extent, extents, next_data};
 pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
 pub use lock::LockFile;
 pub use process::{is_root, kill_self, new_session, stop_self};
+pub use system::{boot_id, clocks_ns, dirty_bytes};
 pub use xattr::Xattr;
 pub use xfs::{xfs_bulkstat_ranges, xfs_chunk_ranges};

@@ -124,9 +124,14 @@ impl LoopFs {
     fn mount(fs: Fs, dir: tempfile::TempDir) -> Option<LoopFs> {
         let img = dir.path().join("img");
         let mnt = dir.path().join("mnt");
+        // A copy of a mounted XFS has the same UUID (see `power_cut_copy`).
+        let opts = match fs {
+            Fs::Xfs => "loop,nouuid",
+            _ => "loop",
+        };
         let out = Command::new("mount")
             .arg("-o")
-            .arg("loop")
+            .arg(opts)
             .arg(&img)
             .arg(&mnt)
             .output()

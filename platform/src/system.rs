@@ -1,0 +1,66 @@
+//! What the kernel says about this boot and its page cache: the inputs of
+//! rewind's durability bookkeeping (the `durable` module of crate `rewind`).
+
+use rustix::time::{ClockId, clock_gettime};
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), or `None` where it
+/// cannot be read: a durability mark from another boot says nothing.
+pub fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_owned())
+}
+
+/// The real-time clock and the boot-time clock, read back to back (ns).
+/// Their difference moves only when someone steps the real-time clock
+/// (or the machine sleeps): file times come from the real-time clock.
+pub fn clocks_ns() -> (i64, i64) {
+    let ns = |t: rustix::time::Timespec| t.tv_sec.saturating_mul(1_000_000_000) + t.tv_nsec;
+    (
+        ns(clock_gettime(ClockId::Realtime)),
+        ns(clock_gettime(ClockId::Boottime)),
+    )
+}
+
+/// Bytes of page cache that are dirty or under writeback, machine-wide
+/// (`Dirty` + `Writeback` in `/proc/meminfo`): an upper bound on what a
+/// `syncfs` may have to write first. `None` where it cannot be read.
+pub fn dirty_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_dirty(&text)
+}
+
+fn parse_dirty(meminfo: &str) -> Option<u64> {
+    let kib = |key: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((kib("Dirty:")? + kib("Writeback:")?) * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirty_bytes_add_dirty_and_writeback() {
+        let text =
+            "MemFree:  100 kB\nDirty:        84 kB\nWriteback:       16 kB\nWritebackTmp:  7 kB\n";
+        assert_eq!(parse_dirty(text), Some(100 * 1024));
+        assert_eq!(parse_dirty("Dirty: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn this_machine_has_a_boot_id_and_monotone_clocks() {
+        assert!(boot_id().is_some_and(|id| id.len() >= 32));
+        let (r1, b1) = clocks_ns();
+        let (r2, b2) = clocks_ns();
+        assert!(b2 >= b1 && r1 > 0 && r2 > 0);
+        assert!(dirty_bytes().is_some());
+    }
+}
