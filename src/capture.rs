@@ -511,6 +511,10 @@ pub struct Capture {
     /// Only what a scope named was looked at (the mount's dirty set, an XFS
     /// bulk stat or btrfs's changed inodes): `recent` is not all of it.
     pub scoped: bool,
+    /// Object files this capture stored or found stored (whole files,
+    /// cloned or copied), to be made durable before its commit; `None`
+    /// when it also stored chunks (then only a `syncfs` covers them).
+    pub new_objects: Option<Vec<Hash>>,
     /// The durability bookkeeping after this capture (D85), committed with
     /// it when `durable_changed`.
     pub durable: Option<crate::durable::State>,
@@ -549,6 +553,7 @@ struct Outputs {
     removed_trees: Vec<Vec<u8>>,
     skipped: Vec<Skipped>,
     recent: Vec<(Vec<u8>, i64)>,
+    new_objects: Vec<Hash>,
 }
 
 /// Counters bumped from every walker thread: atomics, not the mutex.
@@ -561,6 +566,8 @@ struct Counters {
     cloned: AtomicU64,
     copied: AtomicU64,
     inlined: AtomicU64,
+    /// Files stored in chunks (not reported: only `new_objects` cares).
+    chunked: AtomicU64,
 }
 
 impl Counters {
@@ -720,6 +727,7 @@ pub fn capture(
     let mirror = mirror.and_then(|m| m.try_clone().ok());
     let root_hash = walker.walk_dir(root_dir, mirror, Vec::new(), &base, scope.is_some())?;
     let stats = walker.counters.snapshot();
+    let chunked = walker.counters.chunked.load(Ordering::Relaxed);
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
     let kept = |k: &[u8]| {
         !out.kept.is_empty() && (out.kept.contains(k) || ancestors(k).any(|a| out.kept.contains(a)))
@@ -749,6 +757,7 @@ pub fn capture(
         clock_ns: clock.now_ns,
         recent: out.recent,
         scoped: scope.is_some(),
+        new_objects: (chunked == 0).then_some(out.new_objects),
         durable: None,
         durable_changed: false,
     })
@@ -1242,6 +1251,13 @@ impl Walker<'_> {
                     Stored::Inline => &self.counters.inlined,
                 };
                 Counters::add(counter, 1);
+                match ing.stored {
+                    // Found already stored, too: maybe by a capture killed
+                    // before its sync, so not durable yet.
+                    Stored::Cloned | Stored::Copied => self.lock_out().new_objects.push(ing.hash),
+                    Stored::Chunked => Counters::add(&self.counters.chunked, 1),
+                    _ => {}
+                }
                 (ing.hash, ing.size)
             }
             Sink::HashOnly => hash_reader(&mut file).map_err(|e| {

@@ -519,6 +519,30 @@ impl ObjectStore {
         self.objects.path().join(&hex[..2]).join(&hex[2..])
     }
 
+    /// Make these object files durable one by one, with the shard
+    /// directories that name them and `objects/` (a shard may be new):
+    /// where few objects are new, cheaper than a `syncfs` (D87).
+    pub fn sync_objects(&self, hashes: &[Hash]) -> Result<()> {
+        let mut shards = std::collections::BTreeSet::new();
+        for hash in hashes {
+            let hex = hash.to_hex();
+            let shard = self.shard(&hex[..2])?;
+            let (file, _) = shard.open_read(OsStr::new(&hex[2..])).map_err(Error::os)?;
+            file.sync_all().map_err(|e| {
+                Error::os(rewind_platform::Error::new(
+                    "fsync",
+                    self.object_path(hash),
+                    e,
+                ))
+            })?;
+            shards.insert(hex[..2].to_string());
+        }
+        for prefix in shards {
+            self.shard(&prefix)?.fsync().map_err(Error::os)?;
+        }
+        self.objects.fsync().map_err(Error::os)
+    }
+
     /// Delete an object file (`gc`); gone already is fine.
     pub fn remove_object(&self, hash: &Hash) -> Result<()> {
         let hex = hash.to_hex();

@@ -844,7 +844,8 @@ impl Workspace {
     }
 
     /// Durability before acknowledgement (DESIGN §4 rule 6): one syncfs for
-    /// all new objects instead of an fsync per file.
+    /// all new objects, or an fsync per object where few are new and that
+    /// costs less (D87).
     /// Skipped when the capture wrote no object files (small objects are
     /// durable with the ledger commit itself).
     ///
@@ -853,6 +854,16 @@ impl Workspace {
     pub(crate) fn sync_state(&self, cap: &mut Capture) -> Result<()> {
         if cap.stats.cloned + cap.stats.copied == 0 {
             return Ok(());
+        }
+        // Few object files: each, its shard and `objects/` (D87).
+        if let Some(objects) = &cap.new_objects
+            && self.fsyncs_pay(2 * objects.len() + 1)
+        {
+            let _t = crate::trace::span("fsync (objects)");
+            match self.store.sync_objects(objects) {
+                Ok(()) => return Ok(()),
+                Err(e) => crate::trace::note(format_args!("fsync per object: {e}; syncfs instead")),
+            }
         }
         let _t = crate::trace::span("syncfs (store)");
         self.state.syncfs().map_err(Error::os)?;

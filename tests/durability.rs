@@ -185,7 +185,22 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
 
         // An acknowledged checkpoint is there after the cut, and restores.
         write(&ws.join("src/d1/f3.rs"), b"checkpointed\n");
-        let c = checkpoint_id(&ws, &["C"]);
+        // 400 KB: the walk engine stores it as an object file, and fsyncs
+        // that file rather than the filesystem (D87); btrfs's log tree
+        // persists only what is fsynced, so a missing fsync loses it.
+        let big: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        write(&ws.join("src/big.bin"), &big);
+        let trace = traced(&ws, &["checkpoint", "C"]);
+        if name == "plain" {
+            assert!(
+                trace.contains("fsync (objects)") && !trace.contains("syncfs (store)"),
+                "{name}: a checkpoint storing one object should fsync it:\n{trace}"
+            );
+        }
+        let c = rewind_json(&ws, &["status"])["head"]
+            .as_str()
+            .expect("HEAD after checkpoint C")
+            .to_string();
         let want_c = snapshot(&ws);
         let copy = fs.power_cut_copy();
         let copied = copy.mnt.join(name);
