@@ -14,7 +14,8 @@
 //!    filesystem's own clock when the capture before the sync started
 //!    (its racy cut-off; see [`MARGIN_NS`]).
 //! 2. The unsynced set: every entry a storing capture saw with a ctime at
-//!    or above the mark.
+//!    or above the mark; past [`MAX`] entries or [`MAX_PATH_BYTES`], none
+//!    ("too many").
 //!
 //! The invariant: a change that may not be durable is in the unsynced set,
 //! or was made after the last storing capture. The next capture then sees
@@ -39,6 +40,15 @@ pub const KEY: &str = "durable";
 /// At most this many unsynced entries are tracked; past it, the next
 /// rewind syncs the filesystem.
 pub const MAX: usize = 64;
+
+/// At most this many bytes of paths are tracked (the set is rewritten
+/// with every checkpoint that changes it).
+pub const MAX_PATH_BYTES: usize = 16 * 1024;
+
+/// Whether a set is small enough to track (else: "too many").
+fn fits(set: &BTreeSet<Vec<u8>>) -> bool {
+    set.len() <= MAX && set.iter().map(Vec::len).sum::<usize>() <= MAX_PATH_BYTES
+}
 
 /// How far below the filesystem clock the mark is set: not at all. A
 /// change with a ctime below the clock was made before the clock was
@@ -165,7 +175,7 @@ impl State {
         }
         Some(State {
             mark: old.mark.clone(),
-            unsynced: unsynced.filter(|s| s.len() <= MAX),
+            unsynced: unsynced.filter(fits),
         })
     }
 
@@ -181,7 +191,7 @@ impl State {
             .collect();
         Some(State {
             mark: Mark::new(below_ns)?,
-            unsynced: Some(unsynced).filter(|s| s.len() <= MAX),
+            unsynced: Some(unsynced).filter(fits),
         })
     }
 
@@ -289,6 +299,13 @@ mod tests {
             still.unsynced(),
             None,
             "a scoped capture cannot recover the set"
+        );
+        let long = vec![(vec![b'x'; MAX_PATH_BYTES + 1], clock)];
+        let too_long = State::after_capture(Some(&synced), &long, false).expect("state");
+        assert_eq!(
+            too_long.unsynced(),
+            None,
+            "paths past the byte budget void the set"
         );
     }
 

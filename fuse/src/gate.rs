@@ -25,7 +25,7 @@ impl Drop for Pass<'_> {
     fn drop(&mut self) {
         let mut st = self.0.lock();
         st.inside -= 1;
-        if st.inside == 0 {
+        if st.inside == 0 && st.frozen {
             self.0.cv.notify_all();
         }
     }
