@@ -76,6 +76,17 @@ pub enum Before {
     Unknown,
 }
 
+/// How a rewind made its result durable (`Workspace::sync_applied`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synced {
+    /// Nothing to do, or the btrfs engine (which keeps no mark).
+    Nothing,
+    /// An fsync per changed entry.
+    Entries,
+    /// A `syncfs`, begun after the filesystem clock read `clock_ns`.
+    Filesystem { clock_ns: i64 },
+}
+
 impl State {
     /// What this state says of the tree the capture that produced it saw.
     pub fn before(state: Option<&State>) -> Before {

@@ -18,7 +18,7 @@ use crate::apply::{self, ApplyOptions, ApplyReport};
 use crate::capture::Sink;
 use crate::chain::Fields;
 use crate::diff::{self, Change, DiffOptions, Trees};
-use crate::durable::{self, Before};
+use crate::durable::{self, Before, Synced};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{Hash, Hasher};
@@ -290,12 +290,17 @@ fn run_to(
         check_space(ws, &changes)?;
         ws.sync_state(&mut cap)?;
     }
-    let (before, after) = match before_is_durable {
-        true => (Before::Durable, None),
-        false => (
-            durable::State::before(cap.durable.as_ref()),
-            durable::State::after_sync(cap.clock_ns, &cap.recent),
-        ),
+    let before = match before_is_durable {
+        true => Before::Durable,
+        false => durable::State::before(cap.durable.as_ref()),
+    };
+    // Mounted, the tree is frozen from the capture to the commit: nothing
+    // but the apply changes it.
+    let quiescent = frozen.is_some();
+    let seen = Seen {
+        clock_ns: cap.clock_ns,
+        recent: std::mem::take(&mut cap.recent),
+        quiescent,
     };
 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
@@ -399,7 +404,7 @@ fn run_to(
         Finish {
             recovered: false,
             before,
-            after,
+            seen,
         },
     )?;
     drop(frozen);
@@ -492,8 +497,36 @@ struct Finish {
     recovered: bool,
     /// What may not be durable in the tree the apply started from.
     before: Before,
-    /// The durability bookkeeping once the result is durable (D85).
-    after: Option<durable::State>,
+    /// What the capture before the apply saw, for the next mark (D85).
+    seen: Seen,
+}
+
+/// What the capture before an apply saw, for the mark set once the
+/// result is durable (D85).
+struct Seen {
+    /// The filesystem clock when it started (`i64::MIN`: unknown).
+    clock_ns: i64,
+    /// Entries it saw change since the old mark.
+    recent: Vec<(Vec<u8>, i64)>,
+    /// Nothing but the apply could change the tree since (a frozen mount).
+    quiescent: bool,
+}
+
+impl Seen {
+    /// The durability bookkeeping once the result is durable: after a
+    /// `syncfs`, everything older than the clock read before it; after
+    /// fsyncs of the changed entries, everything older than the capture
+    /// (or than now, if nothing else could write meanwhile), since what
+    /// changed after it but before the fsyncs may be another program's.
+    fn after(&self, ws: &Workspace, synced: Synced) -> Option<durable::State> {
+        let below = match synced {
+            Synced::Nothing => return None,
+            Synced::Filesystem { clock_ns } => clock_ns,
+            Synced::Entries if self.quiescent => ws.fs_clock_ns(),
+            Synced::Entries => self.clock_ns,
+        };
+        durable::State::after_sync(below, &self.recent)
+    }
 }
 
 fn finish(
@@ -507,9 +540,10 @@ fn finish(
     let Finish {
         recovered,
         before,
-        after,
+        seen,
     } = how;
-    ws.sync_applied(&report.touched, before)?;
+    let synced = ws.sync_applied(&report.touched, before)?;
+    let after = seen.after(ws, synced);
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
     let new_head = if op == Op::Restore { safety } else { target };
@@ -588,7 +622,11 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     let how = Finish {
         recovered: true,
         before: Before::Unknown,
-        after: None,
+        seen: Seen {
+            clock_ns: i64::MIN,
+            recent: Vec::new(),
+            quiescent: false,
+        },
     };
     finish(ws, op, intent.target, intent.safety, &report, how)?;
     drop(frozen);

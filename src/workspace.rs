@@ -865,13 +865,19 @@ impl Workspace {
                 Err(e) => crate::trace::note(format_args!("fsync per object: {e}; syncfs instead")),
             }
         }
-        let _t = crate::trace::span("syncfs (store)");
-        self.state.syncfs().map_err(Error::os)?;
         let same_fs = match (self.state.meta(), self.root.meta()) {
             (Ok(s), Ok(r)) => s.dev == r.dev,
             _ => false,
         };
-        if same_fs && let Some(state) = durable::State::after_sync(cap.clock_ns, &cap.recent) {
+        // Everything older than this clock is durable once it is done.
+        let clock_ns = if same_fs {
+            self.fs_clock_ns()
+        } else {
+            i64::MIN
+        };
+        let _t = crate::trace::span("syncfs (store)");
+        self.state.syncfs().map_err(Error::os)?;
+        if same_fs && let Some(state) = durable::State::after_sync(clock_ns, &cap.recent) {
             cap.durable = Some(state);
             cap.durable_changed = true;
         }
@@ -887,10 +893,11 @@ impl Workspace {
         &self,
         touched: &crate::apply::Touched,
         before: durable::Before,
-    ) -> Result<()> {
+    ) -> Result<durable::Synced> {
         let mut entries = touched.clone();
+        let keeps_mark = !matches!(before, durable::Before::Durable);
         match before {
-            durable::Before::Durable if touched.is_empty() => return Ok(()),
+            durable::Before::Durable if touched.is_empty() => return Ok(durable::Synced::Nothing),
             durable::Before::Durable => {}
             durable::Before::Unknown => entries.needs_syncfs(),
             durable::Before::Unsynced(paths) => {
@@ -911,12 +918,22 @@ impl Workspace {
         if pays {
             let _t = crate::trace::span("fsync (changed entries)");
             match entries.fsync_each(&self.root) {
-                Ok(()) => return Ok(()),
+                Ok(()) if keeps_mark => return Ok(durable::Synced::Entries),
+                Ok(()) => return Ok(durable::Synced::Nothing),
                 Err(e) => crate::trace::note(format_args!("fsync per entry: {e}; syncfs instead")),
             }
         }
+        let clock_ns = if keeps_mark {
+            self.fs_clock_ns()
+        } else {
+            i64::MIN
+        };
         let _t = crate::trace::span("syncfs (workspace)");
-        self.root.syncfs().map_err(Error::os)
+        self.root.syncfs().map_err(Error::os)?;
+        Ok(match clock_ns {
+            i64::MIN => durable::Synced::Nothing,
+            clock_ns => durable::Synced::Filesystem { clock_ns },
+        })
     }
 
     /// Whether `n` fsyncs cost less than one `syncfs` here. On btrfs a

@@ -245,12 +245,17 @@ fn a_rewind_behind_another_programs_writes_fsyncs_what_it_must_and_survives_a_po
     let a = checkpoint_id(&ws, &["A"]);
     let want_a = snapshot(&ws);
     // The first rewind has no mark to go by: it syncs and sets one.
+    let doctor = rewind_json(&ws, &["doctor"]);
+    assert_eq!(doctor["durability"]["mark"], false, "{doctor}");
     write(&ws.join("src/d0/f0.rs"), b"edited\n");
     let trace = traced(&ws, &["rewind", &a]);
     assert!(
         trace.contains("syncfs (workspace)"),
         "without a mark the rewind should syncfs:\n{trace}"
     );
+    let doctor = rewind_json(&ws, &["doctor"]);
+    assert_eq!(doctor["durability"]["mark"], true, "{doctor}");
+    assert!(doctor["durability"]["unsynced"].is_u64(), "{doctor}");
 
     // Another program's writes, pending on the same filesystem.
     const PENDING: usize = 64 << 20;

@@ -28,7 +28,23 @@ struct Out {
     /// `.rewind/` holds a `.gitignore` of everything (D80).
     git_ignored: bool,
     fuse: Fuse,
+    durability: Durability,
     ledger: Ledger,
+}
+
+/// What a rewind must make durable besides what it writes (D85).
+#[derive(Serialize)]
+struct Durability {
+    /// The ledger holds a durability mark that still holds (same boot, no
+    /// clock step).
+    mark: bool,
+    /// Entries changed since the mark (`null`: too many to fsync one by
+    /// one, or no mark).
+    unsynced: Option<usize>,
+    /// Page cache dirty or under writeback machine-wide: what a `syncfs`
+    /// may wait for.
+    dirty_bytes: Option<u64>,
+    note: String,
 }
 
 #[derive(Serialize)]
@@ -118,6 +134,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         ),
         _ => fuse_note,
     };
+    let durability = durability(&ws, engine)?;
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
@@ -146,6 +163,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             fd_limit: status.as_ref().map(|s| s.fd_limit),
             note: fuse_note,
         },
+        durability,
         ledger: Ledger {
             path: ws.ledger().path().display().to_string(),
             integrity: ws.ledger().integrity_check()?,
@@ -173,7 +191,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     );
     ctx.emit(&out, || {
         format!(
-            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
+            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\ndurability  {}\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
             out.workspace,
             out.fs,
             if out.reflink { "yes" } else { "no" },
@@ -188,6 +206,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             if out.fuse.dev_fuse { "present" } else { "missing" },
             if out.fuse.fusermount3 { "found" } else { "missing" },
             out.fuse.note,
+            out.durability.note,
             out.ledger.path,
             out.ledger.integrity,
             out.ledger.checkpoints,
@@ -196,6 +215,41 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             if out.ledger.pending_manifests > 0 { format!(", {} manifests being built", out.ledger.pending_manifests) } else { String::new() },
             if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
         )
+    })
+}
+
+fn durability(
+    ws: &crate::workspace::Workspace,
+    engine: crate::snapshot::Engine,
+) -> Result<Durability> {
+    let state = crate::durable::State::load(ws.ledger())?;
+    let unsynced = state.as_ref().and_then(|s| s.unsynced()).map(|u| u.len());
+    let dirty_bytes = rewind_platform::dirty_bytes();
+    let dirty = dirty_bytes.map_or("unknown".into(), |d| {
+        format!("{:.1} MiB", d as f64 / 1048576.0)
+    });
+    let note = match (engine, &state, unsynced) {
+        (crate::snapshot::Engine::Btrfs, _, _) => {
+            "a rewind's safety snapshot commits the tree first, then it fsyncs what it writes (up to 16 entries, D68)".into()
+        }
+        (_, None, _) => format!(
+            "no mark yet (first rewind, a new boot or a clock step): the next rewind calls `syncfs`, which waits for the filesystem's dirty pages ({dirty} dirty machine-wide), and sets one (D85)"
+        ),
+        (_, Some(_), None) => format!(
+            "more than {} entries changed since the last sync: the next rewind calls `syncfs` ({dirty} dirty machine-wide)",
+            crate::durable::MAX
+        ),
+        (_, Some(_), Some(n)) => format!(
+            "{n} entr{} changed since the last sync; {dirty} dirty machine-wide: a rewind fsyncs {} with what it writes where that costs less than `syncfs` (D85)",
+            if n == 1 { "y" } else { "ies" },
+            if n == 1 { "it" } else { "them" }
+        ),
+    };
+    Ok(Durability {
+        mark: state.is_some(),
+        unsynced,
+        dirty_bytes,
+        note,
     })
 }
 
