@@ -156,24 +156,62 @@ impl Touched {
     /// fsync every entry, reopened beneath `root` without following a
     /// symlink (siblings share their parent's fd). An error (an entry the
     /// agent removed meanwhile) tells the caller to `syncfs` instead.
+    ///
+    /// Several threads at once: concurrent fsyncs share the filesystem's
+    /// log forces and device flushes (XFS, ext4 and btrfs batch waiting
+    /// syncers), where one after another each pays its own. 13 edited
+    /// files and their directories on the XFS loop: 2.7–11.5 ms with 8
+    /// threads against 10.6–21.9 ms in turn (D85).
     pub fn fsync_each(&self, root: &Dir) -> Result<()> {
-        let mut parents = Parents { root, last: None };
-        for path in &self.files {
-            let (parent, name) = split_parent(path);
-            let (file, _) = parents
-                .get(parent)?
-                .open_read(OsStr::from_bytes(name))
-                .map_err(Error::os)?;
-            file.sync_all().map_err(|e| {
-                let at = root.path().join(OsStr::from_bytes(path));
-                Error::os(rewind_platform::Error::new("fsync", at, e))
-            })?;
+        let jobs: Vec<(&[u8], bool)> = self
+            .files
+            .iter()
+            .map(|f| (f.as_slice(), false))
+            .chain(self.dirs.iter().map(|d| (d.as_slice(), true)))
+            .collect();
+        let threads = jobs.len().min(FSYNC_THREADS);
+        if threads <= 1 {
+            return fsync_entries(root, &jobs);
         }
-        for path in &self.dirs {
-            parents.get(path)?.fsync().map_err(Error::os)?;
-        }
-        Ok(())
+        std::thread::scope(|s| {
+            let running: Vec<_> = jobs
+                .chunks(jobs.len().div_ceil(threads))
+                .map(|chunk| s.spawn(move || fsync_entries(root, chunk)))
+                .collect();
+            let mut out = Ok(());
+            for t in running {
+                let r = t.join().unwrap_or_else(|_| {
+                    Err(Error::Usage("internal: an fsync thread panicked".into()))
+                });
+                out = out.and(r);
+            }
+            out
+        })
     }
+}
+
+/// How many threads [`Touched::fsync_each`] fsyncs with at most.
+const FSYNC_THREADS: usize = 8;
+
+/// fsync these entries in turn (a directory when the flag says so).
+fn fsync_entries(root: &Dir, entries: &[(&[u8], bool)]) -> Result<()> {
+    let mut parents = Parents { root, last: None };
+    for &(path, is_dir) in entries {
+        if is_dir {
+            parents.get(path)?.fsync().map_err(Error::os)?;
+            continue;
+        }
+        let (parent, name) = split_parent(path);
+        let (file, _) = parents
+            .get(parent)?
+            .open_read(OsStr::from_bytes(name))
+            .map_err(Error::os)?;
+        file.sync_all().map_err(|e| {
+            let at = root.path().join(OsStr::from_bytes(path));
+            Error::os(rewind_platform::Error::new("fsync", at, e))
+        })?;
+    }
+    Ok(())
 }
 
 const SETID_BITS: u32 = 0o6000;
