@@ -202,14 +202,10 @@ fn fsync_entries(root: &Dir, entries: &[(&[u8], bool)]) -> Result<()> {
             continue;
         }
         let (parent, name) = split_parent(path);
-        let (file, _) = parents
+        parents
             .get(parent)?
-            .open_read(OsStr::from_bytes(name))
+            .fsync_file(OsStr::from_bytes(name))
             .map_err(Error::os)?;
-        file.sync_all().map_err(|e| {
-            let at = root.path().join(OsStr::from_bytes(path));
-            Error::os(rewind_platform::Error::new("fsync", at, e))
-        })?;
     }
     Ok(())
 }

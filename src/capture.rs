@@ -1068,14 +1068,16 @@ impl Walker<'_> {
             return Ok(None);
         }
         let prev = cached_rec.filter(|r| r.vouches_for(&meta));
-        // Only the same directory (inode) keeps its cached subtree: one
-        // renamed over it, or swapped in by RENAME_EXCHANGE, brings
-        // entries the tracker saw no change in, and must be walked (D84).
-        if meta.kind == EntryKind::Dir
-            && prev.is_none()
-            && let (Some(scope), Some(old)) = (self.scope, cached_rec)
-            && old.entry.kind() == Kind::Dir
-            && old.ino == meta.ino
+        // The cached record names this very directory (same inode): only
+        // then do the cached subtree and the rows at its path describe it.
+        // One renamed over it or swapped in by RENAME_EXCHANGE brings
+        // entries the tracker saw no change in (D84); one made where
+        // another was moved away has that one's rows (D86).
+        let this_dir = cached_rec.filter(|r| {
+            meta.kind == EntryKind::Dir && r.entry.kind() == Kind::Dir && r.ino == meta.ino
+        });
+        if prev.is_none()
+            && let (Some(scope), Some(old)) = (self.scope, this_dir)
             && !scope.lists(&join(rel, nb))
             && scoped
         {
@@ -1083,11 +1085,9 @@ impl Walker<'_> {
         }
         Ok(Some(match (meta.kind, prev) {
             (EntryKind::Dir, prev) => {
-                let rows = match cached_rec {
-                    Some(r) if r.entry.kind() == Kind::Dir && r.ino == meta.ino => {
-                        CachedRows::ThisDir
-                    }
-                    _ => CachedRows::NotThisDir,
+                let rows = match this_dir {
+                    Some(_) => CachedRows::ThisDir,
+                    None => CachedRows::NotThisDir,
                 };
                 Slot::Dir(name, meta, prev, rows)
             }

@@ -526,15 +526,9 @@ impl ObjectStore {
         let mut shards = std::collections::BTreeSet::new();
         for hash in hashes {
             let hex = hash.to_hex();
-            let shard = self.shard(&hex[..2])?;
-            let (file, _) = shard.open_read(OsStr::new(&hex[2..])).map_err(Error::os)?;
-            file.sync_all().map_err(|e| {
-                Error::os(rewind_platform::Error::new(
-                    "fsync",
-                    self.object_path(hash),
-                    e,
-                ))
-            })?;
+            self.shard(&hex[..2])?
+                .fsync_file(OsStr::new(&hex[2..]))
+                .map_err(Error::os)?;
             shards.insert(hex[..2].to_string());
         }
         for prefix in shards {

@@ -29,6 +29,16 @@ use crate::{failpoint, time};
 /// On btrfs, up to this many fsyncs cost less than a `syncfs` (D68).
 const BTRFS_FSYNCS_PAY: usize = 16;
 
+/// Up to how many fsyncs cost less than one `syncfs` (`None`: none do).
+#[derive(Clone, Copy)]
+struct FsyncBudget(Option<usize>);
+
+impl FsyncBudget {
+    fn pays(self, fsyncs: usize) -> bool {
+        self.0.is_some_and(|max| fsyncs <= max)
+    }
+}
+
 /// On XFS and ext4, with more than this many dirty bytes machine-wide a
 /// `syncfs` may cost more than fsyncs (D85): at ~1 GB/s, 4 MiB is ~4 ms,
 /// what 16 fsyncs cost.
@@ -857,7 +867,7 @@ impl Workspace {
         }
         // Few object files: each, its shard and `objects/` (D87).
         if let Some(objects) = &cap.new_objects
-            && self.fsyncs_pay(2 * objects.len() + 1)
+            && self.fsync_budget().pays(2 * objects.len() + 1)
         {
             let _t = crate::trace::span("fsync (objects)");
             match self.store.sync_objects(objects) {
@@ -887,7 +897,7 @@ impl Workspace {
     /// Make an applied plan durable (DESIGN §4 rule 6) before the commit
     /// that records it: the entries it wrote, and whatever it left alone
     /// that may not be durable yet (`before`). An fsync per entry where
-    /// that costs less (see [`Workspace::fsyncs_pay`]) and every entry
+    /// that costs less (see [`Workspace::fsync_budget`]) and every entry
     /// can be reopened; otherwise one `syncfs`.
     pub(crate) fn sync_applied(
         &self,
@@ -896,12 +906,13 @@ impl Workspace {
     ) -> Result<durable::Synced> {
         let mut entries = touched.clone();
         let keeps_mark = !matches!(before, durable::Before::Durable);
+        let budget = self.fsync_budget();
         match before {
             durable::Before::Durable if touched.is_empty() => return Ok(durable::Synced::Nothing),
             durable::Before::Durable => {}
             durable::Before::Unknown => entries.needs_syncfs(),
             durable::Before::Unsynced(paths) => {
-                if !entries.whole_fs && self.fsyncs_pay(entries.len() + paths.len()) {
+                if !entries.whole_fs && budget.pays(entries.len() + paths.len()) {
                     let _t = crate::trace::span("stat unsynced entries");
                     entries.add_unsynced(&self.root, &paths)?;
                 } else {
@@ -909,7 +920,7 @@ impl Workspace {
                 }
             }
         }
-        let pays = !entries.whole_fs && self.fsyncs_pay(entries.len());
+        let pays = !entries.whole_fs && budget.pays(entries.len());
         crate::trace::note(format_args!(
             "{} entries to make durable: {}",
             entries.len(),
@@ -936,21 +947,22 @@ impl Workspace {
         })
     }
 
-    /// Whether `n` fsyncs cost less than one `syncfs` here. On btrfs a
+    /// How many fsyncs cost less than one `syncfs` here. On btrfs a
     /// `syncfs` commits a transaction (15–27 ms measured on T1 against
     /// ~1 ms per fsync through the log tree: D68). On XFS and ext4 a quiet
     /// `syncfs` costs ~1.3 ms against ~0.25 ms per fsync, but it first
     /// writes back every dirty page of the filesystem, whoever wrote it
     /// (745 ms behind 1 GB of another program's writes): past
     /// [`DIRTY_PAGES_PAY`] dirty bytes machine-wide, fsyncs pay (D85).
-    fn fsyncs_pay(&self, n: usize) -> bool {
-        match self.fs.kind {
-            FsKind::Btrfs => n <= BTRFS_FSYNCS_PAY,
-            _ => {
-                n <= crate::apply::Touched::MAX
-                    && rewind_platform::dirty_bytes().is_some_and(|d| d > DIRTY_PAGES_PAY)
+    /// Read once per decision: it reads `/proc/meminfo`.
+    fn fsync_budget(&self) -> FsyncBudget {
+        FsyncBudget(match self.fs.kind {
+            FsKind::Btrfs => Some(BTRFS_FSYNCS_PAY),
+            _ if rewind_platform::dirty_bytes().is_some_and(|d| d > DIRTY_PAGES_PAY) => {
+                Some(crate::apply::Touched::MAX)
             }
-        }
+            _ => None,
+        })
     }
 
     pub fn head(&self) -> Result<Option<Checkpoint>> {

@@ -418,6 +418,13 @@ impl Dir {
         }
     }
 
+    /// fsync regular file `name`, opened as [`Dir::open_read`] opens it.
+    pub fn fsync_file(&self, name: &OsStr) -> Result<()> {
+        let (file, _) = self.open_read(name)?;
+        file.sync_all()
+            .map_err(|e| Error::new("fsync", self.child(name), e))
+    }
+
     pub fn fsync(&self) -> Result<()> {
         rustix::fs::fsync(&self.fd).map_err(|e| Error::new("fsync", &self.path, e))
     }
