@@ -154,22 +154,18 @@ impl Touched {
     }
 
     /// fsync every entry, reopened beneath `root` without following a
-    /// symlink (siblings share their parent's fd). An error (an entry the
-    /// agent removed meanwhile) tells the caller to `syncfs` instead.
-    ///
-    /// Several threads at once: concurrent fsyncs share the filesystem's
-    /// log forces and device flushes (XFS, ext4 and btrfs batch waiting
-    /// syncers), where one after another each pays its own. 13 edited
-    /// files and their directories on the XFS loop: 2.7–11.5 ms with 8
-    /// threads against 10.6–21.9 ms in turn (D85).
-    pub fn fsync_each(&self, root: &Dir) -> Result<()> {
+    /// symlink (siblings share their parent's fd), on up to `threads`
+    /// threads (the filesystem decides what concurrency buys, see
+    /// `Workspace::fsync_budget`). An error (an entry the agent removed
+    /// meanwhile) tells the caller to `syncfs` instead.
+    pub fn fsync_each(&self, root: &Dir, threads: usize) -> Result<()> {
         let jobs: Vec<(&[u8], bool)> = self
             .files
             .iter()
             .map(|f| (f.as_slice(), false))
             .chain(self.dirs.iter().map(|d| (d.as_slice(), true)))
             .collect();
-        let threads = jobs.len().min(FSYNC_THREADS);
+        let threads = jobs.len().min(threads);
         if threads <= 1 {
             return fsync_entries(root, &jobs);
         }
@@ -189,9 +185,6 @@ impl Touched {
         })
     }
 }
-
-/// How many threads [`Touched::fsync_each`] fsyncs with at most.
-const FSYNC_THREADS: usize = 8;
 
 /// fsync these entries in turn (a directory when the flag says so).
 fn fsync_entries(root: &Dir, entries: &[(&[u8], bool)]) -> Result<()> {
