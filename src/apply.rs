@@ -165,24 +165,7 @@ impl Touched {
             .map(|f| (f.as_slice(), false))
             .chain(self.dirs.iter().map(|d| (d.as_slice(), true)))
             .collect();
-        let threads = jobs.len().min(threads);
-        if threads <= 1 {
-            return fsync_entries(root, &jobs);
-        }
-        std::thread::scope(|s| {
-            let running: Vec<_> = jobs
-                .chunks(jobs.len().div_ceil(threads))
-                .map(|chunk| s.spawn(move || fsync_entries(root, chunk)))
-                .collect();
-            let mut out = Ok(());
-            for t in running {
-                let r = t.join().unwrap_or_else(|_| {
-                    Err(Error::Usage("internal: an fsync thread panicked".into()))
-                });
-                out = out.and(r);
-            }
-            out
-        })
+        crate::threads::in_parts(&jobs, threads, |part| fsync_entries(root, part))
     }
 }
 

@@ -277,6 +277,17 @@ impl BlobReader {
         })
     }
 
+    /// Whether a small object is stored (without reading it).
+    pub fn has(&self, hash: &Hash) -> Result<bool> {
+        self.with(|conn| {
+            conn.cached_row("SELECT 1 FROM blobs WHERE hash = ?1", [&hash.0[..]], |_| {
+                Ok(())
+            })
+            .optional()
+        })
+        .map(|found| found.is_some())
+    }
+
     /// The chunk list of a chunked object (see `objects::CHUNK_SIZE`).
     pub fn chunks(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
         let manifest: Option<Vec<u8>> = self.with(|conn| {

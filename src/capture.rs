@@ -530,8 +530,10 @@ pub struct Capture {
     /// bulk stat or btrfs's changed inodes): `recent` is not all of it.
     pub scoped: bool,
     /// Object files this capture stored or found stored (whole files,
-    /// cloned or copied), to be made durable before its commit; `None`
-    /// when it also stored chunks (then only a `syncfs` covers them).
+    /// cloned or copied) and chunk files that may not be durable (D90),
+    /// to be made durable before its commit; `None` when only a `syncfs`
+    /// covers them (a chunked file with too many, or one found and no
+    /// durability mark).
     pub new_objects: Option<Vec<Hash>>,
     /// The durability bookkeeping after this capture (D85), committed with
     /// it when `durable_changed`.
@@ -545,6 +547,9 @@ pub struct Capture {
 pub struct Clock {
     pub now_ns: i64,
     pub report_from_ns: Option<i64>,
+    /// The store's files with an older ctime are durable (the
+    /// workspace's mark, `crate::durable`), if known.
+    pub store_durable_below_ns: Option<i64>,
 }
 
 impl Capture {
@@ -572,6 +577,9 @@ struct Outputs {
     skipped: Vec<Skipped>,
     recent: Vec<(Vec<u8>, i64)>,
     new_objects: Vec<Hash>,
+    /// Some stored object's durability is not known: only a `syncfs`
+    /// covers the capture.
+    objects_unknown: bool,
 }
 
 /// Counters bumped from every walker thread: atomics, not the mutex.
@@ -584,8 +592,6 @@ struct Counters {
     cloned: AtomicU64,
     copied: AtomicU64,
     inlined: AtomicU64,
-    /// Files stored in chunks (not reported: only `new_objects` cares).
-    chunked: AtomicU64,
 }
 
 impl Counters {
@@ -675,6 +681,7 @@ struct Walker<'a> {
     sink: Sink<'a>,
     clock_ns: i64,
     report_from_ns: Option<i64>,
+    store_durable_below_ns: Option<i64>,
     scope: Option<&'a Scope>,
     /// The scope is small: see [`Walker::worth_the_pool`].
     small_scope: bool,
@@ -734,6 +741,7 @@ pub fn capture(
         sink,
         clock_ns: clock.now_ns,
         report_from_ns: clock.report_from_ns,
+        store_durable_below_ns: clock.store_durable_below_ns,
         scope,
         small_scope: scope.is_some_and(Scope::is_small),
         out: Mutex::new(Outputs::default()),
@@ -748,7 +756,6 @@ pub fn capture(
     let mirror = mirror.and_then(|m| m.try_clone().ok());
     let root_hash = walker.walk_dir(root_dir, mirror, Vec::new(), &base, scope.is_some())?;
     let stats = walker.counters.snapshot();
-    let chunked = walker.counters.chunked.load(Ordering::Relaxed);
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
     let kept = |k: &[u8]| {
         !out.kept.is_empty() && (out.kept.contains(k) || ancestors(k).any(|a| out.kept.contains(a)))
@@ -778,7 +785,7 @@ pub fn capture(
         clock_ns: clock.now_ns,
         recent: out.recent,
         scoped: scope.is_some(),
-        new_objects: (chunked == 0).then_some(out.new_objects),
+        new_objects: (!out.objects_unknown).then_some(out.new_objects),
         durable: None,
         durable_changed: false,
     })
@@ -1286,7 +1293,7 @@ impl Walker<'_> {
         })?;
         let (hash, size) = match self.sink {
             Sink::Store(store, blobs) => {
-                let ing = store.ingest(&file, meta.size, blobs)?;
+                let ing = store.ingest(&file, meta.size, blobs, self.store_durable_below_ns)?;
                 Counters::add(&self.counters.bytes_new, ing.new_bytes);
                 let counter = match ing.stored {
                     Stored::Cloned => &self.counters.cloned,
@@ -1298,7 +1305,13 @@ impl Walker<'_> {
                     // Found already stored, too: maybe by a capture killed
                     // before its sync, so not durable yet.
                     Stored::Cloned | Stored::Copied => self.lock_out().new_objects.push(ing.hash),
-                    Stored::Chunked => Counters::add(&self.counters.chunked, 1),
+                    Stored::Chunked => {
+                        let mut out = self.lock_out();
+                        match ing.unsynced_chunks {
+                            Some(chunks) => out.new_objects.extend(chunks),
+                            None => out.objects_unknown = true,
+                        }
+                    }
                     _ => {}
                 }
                 (ing.hash, ing.size)

@@ -23,6 +23,12 @@
 //! it), so a rewind's safety capture completes the set. A scoped capture
 //! keeps the old set and adds what it saw; a full walk replaces it.
 //!
+//! 3. The store mark: after a `syncfs`, every file of the filesystem with
+//!    an older ctime is durable, `.rewind/` included. The mark also moves
+//!    after a rewind's fsyncs, which cover only the workspace's entries;
+//!    the store mark does not. It says whether a chunk file found stored
+//!    (maybe by a capture killed before its sync) needs an fsync (D90).
+//!
 //! A mark from another boot, or one the real-time clock was stepped
 //! across (file times follow that clock), is void; then, and when the set
 //! outgrows [`MAX`], only a `syncfs` will do, and it sets a new mark.
@@ -103,6 +109,9 @@ pub struct State {
     mark: Mark,
     /// `None`: more than [`MAX`] entries.
     unsynced: Option<BTreeSet<Vec<u8>>>,
+    /// Files with an older ctime were on disk after the last `syncfs`
+    /// (module docs, 3); `None` before the first since this was kept.
+    store_below_ns: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +130,9 @@ struct Stored {
     mark: Mark,
     /// Hex-encoded paths; `null` when there are too many.
     unsynced: Option<Vec<String>>,
+    /// Absent in states written before D90.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    store_below_ns: Option<i64>,
 }
 
 impl Mark {
@@ -187,13 +199,35 @@ impl State {
         Some(State {
             mark: old.mark.clone(),
             unsynced: unsynced.filter(fits),
+            store_below_ns: old.store_below_ns,
         })
     }
 
-    /// After everything a capture that started at filesystem clock
-    /// `clock_ns` saw was made durable: a new mark below that clock, and
-    /// the entries the capture saw at or above it (changed while it ran).
-    pub fn after_sync(clock_ns: i64, recent: &[(Vec<u8>, i64)]) -> Option<State> {
+    /// After a `syncfs` that began once the filesystem clock read
+    /// `clock_ns` (after the capture that reported `recent`): a new mark
+    /// and store mark below that clock, and the entries the capture saw at
+    /// or above it (changed while it ran).
+    pub fn after_syncfs(clock_ns: i64, recent: &[(Vec<u8>, i64)]) -> Option<State> {
+        let mut state = State::after_sync(clock_ns, recent)?;
+        state.store_below_ns = Some(state.mark.below_ns);
+        Some(state)
+    }
+
+    /// After fsyncs of every workspace entry that may not have been
+    /// durable (the apply's and the unsynced set's): a new mark below
+    /// `below_ns`, the entries at or above it from `recent`, and the old
+    /// store mark (the fsyncs did not cover `.rewind/`).
+    pub fn after_fsyncs(
+        old_store_below_ns: Option<i64>,
+        below_ns: i64,
+        recent: &[(Vec<u8>, i64)],
+    ) -> Option<State> {
+        let mut state = State::after_sync(below_ns, recent)?;
+        state.store_below_ns = old_store_below_ns;
+        Some(state)
+    }
+
+    fn after_sync(clock_ns: i64, recent: &[(Vec<u8>, i64)]) -> Option<State> {
         let below_ns = State::reporting_from(None, clock_ns)?;
         let unsynced: BTreeSet<Vec<u8>> = recent
             .iter()
@@ -203,7 +237,14 @@ impl State {
         Some(State {
             mark: Mark::new(below_ns)?,
             unsynced: Some(unsynced).filter(fits),
+            store_below_ns: None,
         })
+    }
+
+    /// Files of the workspace's filesystem with an older ctime are durable
+    /// (module docs, 3).
+    pub fn store_below_ns(&self) -> Option<i64> {
+        self.store_below_ns
     }
 
     /// The entries that may not be durable, unless there are too many.
@@ -218,6 +259,7 @@ impl State {
                 .unsynced
                 .as_ref()
                 .map(|s| s.iter().map(|p| crate::hash::hex(p)).collect()),
+            store_below_ns: self.store_below_ns,
         };
         serde_json::to_string(&stored).unwrap_or_default()
     }
@@ -238,6 +280,7 @@ impl State {
         Some(State {
             mark: stored.mark,
             unsynced,
+            store_below_ns: stored.store_below_ns,
         })
     }
 }
@@ -266,7 +309,7 @@ mod tests {
     #[test]
     fn a_sync_marks_below_the_capture_clock_and_keeps_what_changed_while_it_ran() {
         let clock = 1_000_000_000_000;
-        let s = State::after_sync(
+        let s = State::after_syncfs(
             clock,
             &recent(&[("old", clock - 1), ("tick", clock), ("during", clock + 5)]),
         )
@@ -275,13 +318,17 @@ mod tests {
         assert_eq!(paths(&s), ["during", "tick"]);
         assert!(s.mark.holds(), "a fresh mark holds");
         assert_eq!(State::decode(&s.encode()), Some(s.clone()));
-        assert_eq!(State::after_sync(i64::MIN, &[]), None, "no clock, no mark");
+        assert_eq!(
+            State::after_syncfs(i64::MIN, &[]),
+            None,
+            "no clock, no mark"
+        );
     }
 
     #[test]
     fn a_scoped_capture_adds_to_the_set_and_a_walk_replaces_it() {
         let clock = 1_000_000_000_000;
-        let synced = State::after_sync(clock, &recent(&[("a", clock)])).expect("state");
+        let synced = State::after_syncfs(clock, &recent(&[("a", clock)])).expect("state");
         let below = synced.mark.below_ns;
         let seen = recent(&[("b", below), ("durable", below - 1)]);
         let scoped = State::after_capture(Some(&synced), &seen, true).expect("state");
@@ -298,7 +345,7 @@ mod tests {
     #[test]
     fn too_many_unsynced_entries_void_the_set_until_the_next_sync() {
         let clock = 1_000_000_000_000;
-        let synced = State::after_sync(clock, &[]).expect("state");
+        let synced = State::after_syncfs(clock, &[]).expect("state");
         let many: Vec<(Vec<u8>, i64)> = (0..=MAX)
             .map(|i| (format!("f{i}").into_bytes(), clock))
             .collect();

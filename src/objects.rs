@@ -46,7 +46,7 @@ pub enum Stored {
 }
 
 /// The result of storing one file.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Ingested {
     pub hash: Hash,
     pub size: u64,
@@ -54,6 +54,56 @@ pub struct Ingested {
     /// existed; inline blobs are counted by the blob writer).
     pub new_bytes: u64,
     pub stored: Stored,
+    /// The chunk files of a chunked object that may not be durable yet
+    /// (D90): those written now, and those found with a ctime at or above
+    /// the bound `ingest` was given. `None` when there are too many to
+    /// fsync, or one was found and no bound was given: only a `syncfs`
+    /// covers them. Empty for other objects.
+    pub unsynced_chunks: Option<Vec<Hash>>,
+}
+
+/// The chunk files of one chunked object that may not be durable (see
+/// [`Ingested::unsynced_chunks`]); past [`crate::durable::MAX`] of them, or
+/// once one of unknown durability is found, none are listed.
+struct UnsyncedChunks {
+    list: Option<Vec<Hash>>,
+    seen: std::collections::HashSet<Hash>,
+}
+
+impl Default for UnsyncedChunks {
+    fn default() -> Self {
+        UnsyncedChunks {
+            list: Some(Vec::new()),
+            seen: Default::default(),
+        }
+    }
+}
+
+impl UnsyncedChunks {
+    fn written(&mut self, hash: Hash) {
+        if let Some(list) = &mut self.list
+            && self.seen.insert(hash)
+        {
+            list.push(hash);
+            if list.len() > crate::durable::MAX {
+                self.list = None;
+            }
+        }
+    }
+
+    /// A chunk found stored: maybe by a capture killed before its sync,
+    /// so durable only if its ctime is below the bound.
+    fn found(&mut self, hash: Hash, ctime_ns: i64, durable_below_ns: Option<i64>) {
+        match durable_below_ns {
+            Some(below) if ctime_ns < below => {}
+            Some(_) => self.written(hash),
+            None => self.list = None,
+        }
+    }
+
+    fn into_list(self) -> Option<Vec<Hash>> {
+        self.list
+    }
 }
 
 /// An object's content: a file, bytes from the ledger, or chunk files.
@@ -116,7 +166,15 @@ impl ObjectStore {
     /// Store the content of `src` (an open regular file).
     /// `size` is the size the caller saw (it only picks inline, clone or
     /// copy; the stored size is what was actually read).
-    pub fn ingest(&self, src: &File, size: u64, blobs: &BlobWriter) -> Result<Ingested> {
+    /// `durable_below_ns`: files of the store with an older ctime are on
+    /// disk (the workspace's durability mark, `crate::durable`), if known.
+    pub fn ingest(
+        &self,
+        src: &File,
+        size: u64,
+        blobs: &BlobWriter,
+        durable_below_ns: Option<i64>,
+    ) -> Result<Ingested> {
         if size < INLINE_MAX {
             let small = read_inline(src, size)
                 .map_err(|e| Error::os(rewind_platform::Error::new("read", self.tmp.path(), e)))?;
@@ -130,11 +188,12 @@ impl ObjectStore {
                     size: n,
                     new_bytes: 0,
                     stored: Stored::Inline,
+                    unsynced_chunks: Some(Vec::new()),
                 });
             }
         }
         if !self.clones && size >= CHUNKED_MIN {
-            return self.ingest_chunked(src, blobs);
+            return self.ingest_chunked(src, blobs, durable_below_ns);
         }
         // Created read-only: the fd stays writable, the object never is.
         let (tmp_name, tmp) = self.temp_file("in", 0o444)?;
@@ -157,12 +216,18 @@ impl ObjectStore {
             size,
             new_bytes,
             stored: outcome,
+            unsynced_chunks: Some(Vec::new()),
         })
     }
 
     /// Read `src` once, hashing the whole and each chunk; store the chunks
     /// not already stored; the chunk list goes with the capture's commit.
-    fn ingest_chunked(&self, src: &File, blobs: &BlobWriter) -> Result<Ingested> {
+    fn ingest_chunked(
+        &self,
+        src: &File,
+        blobs: &BlobWriter,
+        durable_below_ns: Option<i64>,
+    ) -> Result<Ingested> {
         let read_err = |e| Error::os(rewind_platform::Error::new("read", self.tmp.path(), e));
         let size = src.metadata().map_err(read_err)?.len();
         let mut whole = Hasher::default();
@@ -170,6 +235,7 @@ impl ObjectStore {
         let mut new_bytes = 0;
         let mut buf = vec![0u8; CHUNK_SIZE];
         let mut off = 0u64;
+        let mut unsynced = UnsyncedChunks::default();
         loop {
             let (chunk, hole) = chunk_at(src, off, size, &mut buf).map_err(read_err)?;
             let n = chunk.len();
@@ -182,7 +248,12 @@ impl ObjectStore {
             } else {
                 Hash::of(chunk)
             };
-            if self.open_file(&h)?.is_none() {
+            // A chunk file of another length was damaged (a crash before
+            // its sync, or by hand): written again, `publish` replaces it.
+            let stored = self.stored_meta(&h)?.filter(|m| m.size == n as u64);
+            if let Some(meta) = stored {
+                unsynced.found(h, meta.ctime_ns, durable_below_ns);
+            } else {
                 let (tmp_name, tmp) = self.temp_file("ch", 0o444)?;
                 if let Err(e) = std::io::Write::write_all(&mut &tmp, chunk) {
                     let _ = self.tmp.unlink(&tmp_name);
@@ -194,6 +265,7 @@ impl ObjectStore {
                 }
                 drop(tmp);
                 new_bytes += self.publish(&tmp_name, &h, n as u64)?;
+                unsynced.written(h);
             }
             list.push(h);
             off += n as u64;
@@ -208,6 +280,7 @@ impl ObjectStore {
             size: off,
             new_bytes,
             stored: Stored::Chunked,
+            unsynced_chunks: unsynced.into_list(),
         })
     }
 
@@ -288,6 +361,16 @@ impl ObjectStore {
     }
 
     /// An object file, if the object is stored as a file.
+    /// The stat of an object's file, if it is stored as one.
+    fn stored_meta(&self, hash: &Hash) -> Result<Option<rewind_platform::Meta>> {
+        let hex = hash.to_hex();
+        match self.shard(&hex[..2])?.stat_at(OsStr::new(&hex[2..])) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(Error::os(e)),
+        }
+    }
+
     fn open_file(&self, hash: &Hash) -> Result<Option<File>> {
         let hex = hash.to_hex();
         match self.shard(&hex[..2])?.open_read(OsStr::new(&hex[2..])) {
@@ -323,14 +406,30 @@ impl ObjectStore {
         }
     }
 
+    /// Whether an object of `size` bytes can be restored as it was
+    /// stored: a small one is in the ledger; a file, or every chunk file,
+    /// is there at its length (a file cut short by a crash before its sync,
+    /// or by hand, is not). Stats only: what a rewind checks before it
+    /// changes anything.
     pub fn contains(&self, hash: &Hash, size: u64) -> bool {
-        match self.data(hash, size) {
-            Ok(ObjectData::Chunked(chunks)) => chunks
-                .iter()
-                .all(|c| self.open_file(c).is_ok_and(|f| f.is_some())),
-            Ok(_) => true,
-            Err(_) => false,
+        let stored_at = |h: &Hash, len: u64| {
+            self.stored_meta(h)
+                .is_ok_and(|m| m.is_some_and(|m| m.size == len))
+        };
+        let in_ledger = || self.blobs.has(hash).unwrap_or(false);
+        if (size < INLINE_MAX && in_ledger()) || stored_at(hash, size) {
+            return true;
         }
+        let Ok(Some(chunks)) = self.blobs.chunks(hash) else {
+            return size >= INLINE_MAX && in_ledger();
+        };
+        let zeros = zero_chunk_hash();
+        let mut at = 0u64;
+        chunks.iter().all(|c| {
+            let len = size.saturating_sub(at).min(CHUNK_SIZE as u64);
+            at += CHUNK_SIZE as u64;
+            *c == zeros || stored_at(c, len)
+        })
     }
 
     /// The chunk list of a chunked object, if it is one.
@@ -388,7 +487,7 @@ impl ObjectStore {
             ObjectData::File(src) => {
                 copy_with(src.as_fd(), file.as_fd(), |_| {}).map(|_| CloneOutcome::Copied)
             }
-            ObjectData::Chunked(chunks) => self.concat_chunks(chunks, &file),
+            ObjectData::Chunked(chunks) => self.concat_chunks(chunks, size, &file),
         };
         match outcome {
             Ok(o) => Ok((name, file, o)),
@@ -404,11 +503,20 @@ impl ObjectStore {
     }
 
     /// Write a chunked object's chunks, in order, into `dst`.
-    fn concat_chunks(&self, chunks: &[Hash], dst: &File) -> std::io::Result<CloneOutcome> {
+    /// A chunk file of the wrong length (damaged by a crash before its
+    /// sync, or by hand) is refused: a restore never writes other bytes
+    /// than the checkpoint's without saying so.
+    fn concat_chunks(
+        &self,
+        chunks: &[Hash],
+        size: u64,
+        dst: &File,
+    ) -> std::io::Result<CloneOutcome> {
         use std::io::{Seek, SeekFrom};
         let zeros = zero_chunk_hash();
         let mut len = 0u64;
         for c in chunks {
+            let want = size.saturating_sub(len).min(CHUNK_SIZE as u64);
             // A whole chunk of zeros is left a hole: `dst` is new, so what
             // is skipped reads back as zeros and takes no space, as in the
             // sparse file it came from.
@@ -426,7 +534,16 @@ impl ObjectStore {
                         format!("chunk {c} of a stored file is missing"),
                     )
                 })?;
-            len += copy_with(src.as_fd(), dst.as_fd(), |_| {})?;
+            let copied = copy_with(src.as_fd(), dst.as_fd(), |_| {})?;
+            if copied != want {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "chunk {c} of a stored file holds {copied} bytes, not {want}: the store is damaged (`rewind verify --deep` lists what; a checkpoint of a file holding that content stores the chunk again)"
+                    ),
+                ));
+            }
+            len += copied;
         }
         dst.set_len(len)?;
         Ok(CloneOutcome::Copied)
@@ -522,19 +639,35 @@ impl ObjectStore {
     /// Make these object files durable one by one, with the shard
     /// directories that name them and `objects/` (a shard may be new):
     /// where few objects are new, cheaper than a `syncfs` (D87).
-    pub fn sync_objects(&self, hashes: &[Hash]) -> Result<()> {
-        let mut shards = std::collections::BTreeSet::new();
-        for hash in hashes {
-            let hex = hash.to_hex();
-            self.shard(&hex[..2])?
-                .fsync_file(OsStr::new(&hex[2..]))
-                .map_err(Error::os)?;
-            shards.insert(hex[..2].to_string());
-        }
-        for prefix in shards {
-            self.shard(&prefix)?.fsync().map_err(Error::os)?;
-        }
+    pub fn sync_objects(&self, hashes: &[Hash], threads: usize) -> Result<()> {
+        let files: Vec<String> = hashes
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(Hash::to_hex)
+            .collect();
+        crate::threads::in_parts(&files, threads, |part| {
+            for hex in part {
+                self.shard(&hex[..2])?
+                    .fsync_file(OsStr::new(&hex[2..]))
+                    .map_err(Error::os)?;
+            }
+            Ok(())
+        })?;
+        let mut shards: Vec<&str> = files.iter().map(|hex| &hex[..2]).collect();
+        shards.dedup();
+        crate::threads::in_parts(&shards, threads, |part| {
+            for prefix in part {
+                self.shard(prefix)?.fsync().map_err(Error::os)?;
+            }
+            Ok(())
+        })?;
         self.objects.fsync().map_err(Error::os)
+    }
+
+    /// Whether the store's files are on the filesystem `dev`.
+    pub fn is_on(&self, dev: u64) -> bool {
+        self.objects.meta().is_ok_and(|m| m.dev == dev)
     }
 
     /// Delete an object file (`gc`); gone already is fine.

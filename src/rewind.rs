@@ -288,6 +288,7 @@ fn run_to(
     {
         let _t = crate::trace::span("check space, sync state");
         check_space(ws, &changes)?;
+        check_objects(ws, &target.id, &changes)?;
         ws.sync_state(&mut cap)?;
     }
     let before = match before_is_durable {
@@ -301,6 +302,10 @@ fn run_to(
         clock_ns: cap.clock_ns,
         recent: std::mem::take(&mut cap.recent),
         quiescent,
+        store_below_ns: cap
+            .durable
+            .as_ref()
+            .and_then(durable::State::store_below_ns),
     };
 
     // 3. Safety checkpoint + intent, one transaction. HEAD serves as the
@@ -451,6 +456,30 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     Ok(())
 }
 
+/// Every object the plan restores is stored whole (a stat each; the
+/// target's btrfs snapshot, when it has one, holds them instead): refuse
+/// before touching anything rather than stop half-way, or restore a
+/// damaged file's bytes, and leave an interrupted rewind that every next
+/// command would try to finish and fail the same way.
+fn check_objects(ws: &Workspace, target_id: &str, changes: &[Change]) -> Result<()> {
+    if snapshot::open(ws, target_id)?.is_some() {
+        return Ok(());
+    }
+    let _t = crate::trace::span("check objects");
+    for c in changes {
+        let Some(e) = c.new.as_ref() else { continue };
+        if let crate::tree::Target::Object(hash) = &e.target
+            && !ws.store().contains(hash, e.size)
+        {
+            return Err(Error::ObjectMissing {
+                hash: hash.to_hex(),
+                path: ws.root_path().join(std::ffi::OsStr::from_bytes(&c.path)),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn reapply_from_live(
     ws: &Workspace,
     target_id: &str,
@@ -510,6 +539,8 @@ struct Seen {
     recent: Vec<(Vec<u8>, i64)>,
     /// Nothing but the apply could change the tree since (a frozen mount).
     quiescent: bool,
+    /// The store mark before the apply (`crate::durable`, 3).
+    store_below_ns: Option<i64>,
 }
 
 impl Seen {
@@ -521,11 +552,13 @@ impl Seen {
     fn after(&self, ws: &Workspace, synced: Synced) -> Option<durable::State> {
         let below = match synced {
             Synced::Nothing => return None,
-            Synced::Filesystem { clock_ns } => clock_ns,
+            Synced::Filesystem { clock_ns } => {
+                return durable::State::after_syncfs(clock_ns, &self.recent);
+            }
             Synced::Entries if self.quiescent => ws.fs_clock_ns(),
             Synced::Entries => self.clock_ns,
         };
-        durable::State::after_sync(below, &self.recent)
+        durable::State::after_fsyncs(self.store_below_ns, below, &self.recent)
     }
 }
 
@@ -626,6 +659,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
             clock_ns: i64::MIN,
             recent: Vec::new(),
             quiescent: false,
+            store_below_ns: None,
         },
     };
     finish(ws, op, intent.target, intent.safety, &report, how)?;

@@ -581,6 +581,10 @@ impl Workspace {
             now_ns,
             report_from_ns: durable::State::reporting_from(durable.as_ref(), now_ns)
                 .filter(|_| storing),
+            store_durable_below_ns: durable
+                .as_ref()
+                .and_then(durable::State::store_below_ns)
+                .filter(|_| self.root.meta().is_ok_and(|m| self.store.is_on(m.dev))),
         };
         let mut cap = self.capture_in(&self.root, false, sink, clock, message)?;
         cap.durable = durable::State::after_capture(durable.as_ref(), &cap.recent, cap.scoped);
@@ -604,6 +608,7 @@ impl Workspace {
         let clock = capture::Clock {
             now_ns: clock_ns,
             report_from_ns: None,
+            store_durable_below_ns: None,
         };
         self.capture_in(dir, mirrored, sink, clock, message)
     }
@@ -876,11 +881,12 @@ impl Workspace {
             return Ok(());
         }
         // Few object files: each, its shard and `objects/` (D87).
+        let budget = self.fsync_budget();
         if let Some(objects) = &cap.new_objects
-            && self.fsync_budget().pays(2 * objects.len() + 1)
+            && budget.pays(2 * objects.len() + 1)
         {
             let _t = crate::trace::span("fsync (objects)");
-            match self.store.sync_objects(objects) {
+            match self.store.sync_objects(objects, budget.threads) {
                 Ok(()) => return Ok(()),
                 Err(e) => crate::trace::note(format_args!("fsync per object: {e}; syncfs instead")),
             }
@@ -897,7 +903,7 @@ impl Workspace {
         };
         let _t = crate::trace::span("syncfs (store)");
         self.state.syncfs().map_err(Error::os)?;
-        if same_fs && let Some(state) = durable::State::after_sync(clock_ns, &cap.recent) {
+        if same_fs && let Some(state) = durable::State::after_syncfs(clock_ns, &cap.recent) {
             cap.durable = Some(state);
             cap.durable_changed = true;
         }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Fs, LoopFs, rewind_json, write};
+use common::{Fs, LoopFs, rewind, rewind_json, write};
 
 /// `len` bytes of xorshift output. Not periodic: on ext4 big files are
 /// stored in 1 MiB chunks, and a repeating pattern would deduplicate to a
@@ -150,5 +150,73 @@ fn on_ext4_a_sparse_file_round_trips_and_stays_sparse() {
     assert!(
         allocated < 16 << 20,
         "the holes were written: {allocated} bytes allocated for a {len}-byte sparse file"
+    );
+}
+
+/// A chunk file damaged in the store (cut short by a crash before its
+/// sync, or by hand) is never restored as if it were whole: the rewind
+/// that needs it is refused before it changes anything, naming the file,
+/// and the next capture that stores the same bytes replaces the chunk,
+/// after which the rewind works.
+#[test]
+fn on_ext4_a_damaged_chunk_is_refused_by_the_rewind_and_replaced_by_the_next_capture() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 512) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let path = root.join("data.bin");
+    // 8 MiB of distinct words: 8 distinct 1 MiB chunks.
+    let original: Vec<u8> = (0..(2u32 << 20)).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(&path, &original).expect("write");
+    let a = rewind_json(&root, &["checkpoint", "A"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let mut edited = original.clone();
+    edited[(2 << 20) + 7..(2 << 20) + 13].copy_from_slice(b"edited");
+    std::fs::write(&path, &edited).expect("edit");
+    rewind_json(&root, &["checkpoint", "B"]);
+
+    // Cut short the chunk only A holds (its third).
+    let hex = ::rewind::hash::Hash::of(&original[2 << 20..3 << 20]).to_hex();
+    let chunk = root.join(".rewind/objects").join(&hex[..2]).join(&hex[2..]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&chunk)
+        .and_then(|f| f.set_len(1000))
+        .unwrap_or_else(|e| panic!("truncate {}: {e}", chunk.display()));
+
+    let head = rewind_json(&root, &["status"])["head"].clone();
+    let out = rewind(&root, &["rewind", &a, "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && stdout.contains("OBJECT_MISSING") && stdout.contains("data.bin"),
+        "the rewind should refuse the damaged object, naming the file:\n{stdout}"
+    );
+    assert!(
+        std::fs::read(&path).expect("read") == edited,
+        "the refused rewind changed the file"
+    );
+    let status = rewind_json(&root, &["status"]);
+    assert_eq!(status["head"], head, "the refused rewind moved HEAD");
+    assert!(
+        !rewind_json(&root, &["doctor"])["ledger"]["pending_rewind"]
+            .as_bool()
+            .unwrap_or(true),
+        "the refused rewind left an interrupted one"
+    );
+
+    // The same bytes captured again: the chunk file is written anew.
+    std::fs::write(root.join("copy.bin"), &original).expect("write copy");
+    rewind_json(&root, &["checkpoint", "C"]);
+    assert_eq!(
+        std::fs::metadata(&chunk).expect("chunk").len(),
+        1 << 20,
+        "the capture left the damaged chunk"
+    );
+    rewind_json(&root, &["rewind", &a]);
+    assert!(
+        std::fs::read(&path).expect("read") == original,
+        "the restored bytes differ"
     );
 }

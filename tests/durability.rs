@@ -333,3 +333,103 @@ fn behind_pending_writes(fs: &LoopFs) {
         &want_a,
     );
 }
+
+/// On ext4 a file of 4 MiB or more is stored as 1 MiB chunk files (no
+/// clones, D83). Behind another program's pending writes, a checkpoint
+/// of an in-place edit fsyncs the one chunk file it wrote instead of
+/// calling `syncfs` (D90); a chunk file found stored, left by a
+/// checkpoint killed before its sync, is fsynced too (its ctime is past
+/// the store mark); and both checkpoints survive a power cut.
+#[test]
+fn a_big_file_edited_in_place_is_checkpointed_with_fsyncs_of_its_chunks_and_survives_a_power_cut_on_ext4()
+ {
+    let Some(fs) = LoopFs::new(Fs::Ext4, 512) else {
+        return;
+    };
+    fs.remount("commit=300");
+    let ws = fs.subdir("ws");
+    let other = fs.subdir("other");
+    populate_src_tree(&ws);
+    // 8 MiB of distinct words: 8 distinct chunks.
+    let big: Vec<u8> = (0..(2u32 << 20)).flat_map(|i| i.to_le_bytes()).collect();
+    write(&ws.join("data.bin"), &big);
+    assert!(rewind(&ws, &["init"]).status.success());
+    let a = checkpoint_id(&ws, &["A"]);
+    let want_a = snapshot(&ws);
+    // A rewind without a mark syncs the filesystem and sets the marks.
+    write(&ws.join("src/d0/f0.rs"), b"edited\n");
+    let trace = traced(&ws, &["rewind", &a]);
+    assert!(trace.contains("syncfs (workspace)"), "{trace}");
+    let doctor = rewind_json(&ws, &["doctor"]);
+    assert_eq!(doctor["durability"]["store_mark"], true, "{doctor}");
+
+    const PENDING: usize = 64 << 20;
+    write(&other.join("big"), &vec![b'x'; PENDING]);
+    write_in_place(&ws.join("data.bin"), 5 << 20, b"edited in place");
+    let trace = traced(&ws, &["checkpoint", "B"]);
+    assert!(
+        trace.contains("fsync (objects)") && !trace.contains("syncfs (store)"),
+        "one new chunk behind pending writes should be fsynced:\n{trace}"
+    );
+    let b = rewind_json(&ws, &["status"])["head"]
+        .as_str()
+        .expect("HEAD after checkpoint B")
+        .to_string();
+    let want_b = snapshot(&ws);
+    let copy = fs.power_cut_copy();
+    let pending = std::fs::metadata(copy.mnt.join("other/big")).map_or(0, |m| m.len());
+    assert!(
+        pending < PENDING as u64,
+        "the copy holds the other program's unsynced writes: no power cut was simulated"
+    );
+    for (id, want, label) in [(&a, &want_a, "A"), (&b, &want_b, "B")] {
+        rewind_after_the_cut(&copy, id, want, label);
+    }
+    drop(copy);
+
+    // Killed after storing the edit's chunk, before syncing it.
+    write_in_place(&ws.join("data.bin"), 6 << 20, b"stored, never synced");
+    let killed = rewind_env(
+        &ws,
+        &["checkpoint", "killed"],
+        &[("REWIND_FAILPOINT", "checkpoint:before-sync")],
+    );
+    assert!(!killed.status.success(), "the failpoint did not kill");
+    let trace = traced(&ws, &["checkpoint", "C"]);
+    assert!(
+        trace.contains("fsync (objects)") && !trace.contains("syncfs (store)"),
+        "the chunk found stored should be fsynced:\n{trace}"
+    );
+    let c = rewind_json(&ws, &["status"])["head"]
+        .as_str()
+        .expect("HEAD after checkpoint C")
+        .to_string();
+    let want_c = snapshot(&ws);
+
+    let copy = fs.power_cut_copy();
+    for (id, want, label) in [(&a, &want_a, "A"), (&c, &want_c, "C")] {
+        rewind_after_the_cut(&copy, id, want, label);
+    }
+}
+
+/// In the power-cut copy, a rewind to `id` succeeds and leaves `want`.
+fn rewind_after_the_cut(
+    copy: &LoopFs,
+    id: &str,
+    want: &std::collections::BTreeMap<Vec<u8>, Snap>,
+    label: &str,
+) {
+    let out = rewind(&copy.mnt.join("ws"), &["rewind", id]);
+    assert!(
+        out.status.success(),
+        "rewind to {label} after the cut: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_survived(
+        &format!("ext4: chunked checkpoint {label}, a power cut, then a rewind to it"),
+        copy,
+        "ws",
+        id,
+        want,
+    );
+}

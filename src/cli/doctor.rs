@@ -41,6 +41,10 @@ struct Durability {
     /// Entries changed since the mark (`null`: too many to fsync one by
     /// one, or no mark).
     unsynced: Option<usize>,
+    /// The ledger knows which files were on disk after the last `syncfs`
+    /// (`.rewind/` included): a checkpoint then fsyncs only the chunk
+    /// files it may need to (D90).
+    store_mark: bool,
     /// Page cache dirty or under writeback machine-wide: what a `syncfs`
     /// may wait for.
     dirty_bytes: Option<u64>,
@@ -248,6 +252,7 @@ fn durability(
     Ok(Durability {
         mark: state.is_some(),
         unsynced,
+        store_mark: state.as_ref().is_some_and(|s| s.store_below_ns().is_some()),
         dirty_bytes,
         note,
     })
