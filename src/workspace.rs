@@ -46,7 +46,7 @@ impl FsyncBudget {
 /// Concurrent fsyncs on XFS and ext4 share log forces and device flushes
 /// (13 entries: 2.6 ms on 8 threads against 4.9 in turn, D85). On btrfs
 /// they contend for the subvolume's log tree, and a rewind's 13 took
-/// 37 ms on 8 threads against 7–12 in turn (D89).
+/// 37 ms on 8 threads against 5–12 in turn (D89).
 const FSYNC_THREADS: usize = 8;
 
 /// On XFS and ext4, with more than this many dirty bytes machine-wide a
