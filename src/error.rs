@@ -73,7 +73,7 @@ pub enum Error {
     #[error("cancelled by the caller before anything was committed: nothing changed")]
     Cancelled,
 
-    #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; run `rewind doctor`", path.display())]
+    #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; `rewind verify --deep` lists what is damaged, and a checkpoint of a file holding those bytes stores them again", path.display())]
     ObjectMissing { hash: String, path: PathBuf },
 }
 

@@ -574,7 +574,9 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
                 Target::Tree(t) => stack.push((t, owner.clone())),
                 Target::Object(o) => {
                     if seen.insert(o) && !ws.store().contains(&o, e.size) {
-                        out.push(format!("object {o} of checkpoint {owner} is missing"));
+                        out.push(format!(
+                            "object {o} of checkpoint {owner} is missing or cut short"
+                        ));
                     }
                 }
                 Target::Link(_) => {}
