@@ -157,32 +157,46 @@ impl Touched {
     /// symlink (siblings share their parent's fd), on up to `threads`
     /// threads (the filesystem decides what concurrency buys, see
     /// `Workspace::fsync_budget`). An error (an entry the agent removed
-    /// meanwhile) tells the caller to `syncfs` instead.
-    pub fn fsync_each(&self, root: &Dir, threads: usize) -> Result<()> {
+    /// meanwhile) tells the caller to `syncfs` instead. Gives back each
+    /// entry with its ctime just before its fsync (`crate::durable`, 4).
+    pub fn fsync_each(&self, root: &Dir, threads: usize) -> Result<Vec<(Vec<u8>, i64)>> {
         let jobs: Vec<(&[u8], bool)> = self
             .files
             .iter()
             .map(|f| (f.as_slice(), false))
             .chain(self.dirs.iter().map(|d| (d.as_slice(), true)))
             .collect();
-        crate::threads::in_parts(&jobs, threads, |part| fsync_entries(root, part))
+        let done = std::sync::Mutex::new(Vec::with_capacity(jobs.len()));
+        crate::threads::in_parts(&jobs, threads, |part| fsync_entries(root, part, &done))?;
+        Ok(done.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
-/// fsync these entries in turn (a directory when the flag says so).
-fn fsync_entries(root: &Dir, entries: &[(&[u8], bool)]) -> Result<()> {
+/// fsync these entries in turn (a directory when the flag says so), adding
+/// each with its ctime before the fsync to `done`.
+fn fsync_entries(
+    root: &Dir,
+    entries: &[(&[u8], bool)],
+    done: &std::sync::Mutex<Vec<(Vec<u8>, i64)>>,
+) -> Result<()> {
     let mut parents = Parents { root, last: None };
+    let mut mine = Vec::with_capacity(entries.len());
     for &(path, is_dir) in entries {
-        if is_dir {
-            parents.get(path)?.fsync().map_err(Error::os)?;
-            continue;
-        }
-        let (parent, name) = split_parent(path);
-        parents
-            .get(parent)?
-            .fsync_file(OsStr::from_bytes(name))
-            .map_err(Error::os)?;
+        let meta = if is_dir {
+            let dir = parents.get(path)?;
+            let meta = dir.meta().map_err(Error::os)?;
+            dir.fsync().map_err(Error::os)?;
+            meta
+        } else {
+            let (parent, name) = split_parent(path);
+            parents
+                .get(parent)?
+                .fsync_file(OsStr::from_bytes(name))
+                .map_err(Error::os)?
+        };
+        mine.push((path.to_vec(), meta.ctime_ns));
     }
+    done.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
     Ok(())
 }
 

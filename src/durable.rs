@@ -14,8 +14,22 @@
 //!    filesystem's own clock when the capture before the sync started
 //!    (its racy cut-off; see [`MARGIN_NS`]).
 //! 2. The unsynced set: every entry a storing capture saw with a ctime at
-//!    or above the mark; past [`MAX`] entries or [`MAX_PATH_BYTES`], none
-//!    ("too many").
+//!    or above the mark (but for one at its fsynced ctime, 4); past
+//!    [`MAX`] entries or [`MAX_PATH_BYTES`], none ("too many").
+//! 3. The store mark: after a `syncfs`, every file of the filesystem with
+//!    an older ctime is durable, `.rewind/` included. The mark also moves
+//!    after a rewind's fsyncs, which cover only the workspace's entries;
+//!    the store mark does not. It says whether a chunk file found stored
+//!    (maybe by a capture killed before its sync) needs an fsync (D90).
+//! 4. The fsynced entries: a rewind that fsyncs entries one by one
+//!    (outside a frozen mount) cannot move the mark past what it wrote,
+//!    since another program may have written meanwhile. It records each
+//!    entry it fsynced with the ctime it had just before its fsync, if
+//!    that ctime is below the filesystem clock read before the fsyncs
+//!    began: any later change then has a later ctime. A capture that sees
+//!    an entry at that very ctime leaves it out of the unsynced set, which
+//!    a run of such rewinds would otherwise fill with their own writes
+//!    until one fell back to `syncfs` (D92).
 //!
 //! The invariant: a change that may not be durable is in the unsynced set,
 //! or was made after the last storing capture. The next capture then sees
@@ -23,17 +37,11 @@
 //! it), so a rewind's safety capture completes the set. A scoped capture
 //! keeps the old set and adds what it saw; a full walk replaces it.
 //!
-//! 3. The store mark: after a `syncfs`, every file of the filesystem with
-//!    an older ctime is durable, `.rewind/` included. The mark also moves
-//!    after a rewind's fsyncs, which cover only the workspace's entries;
-//!    the store mark does not. It says whether a chunk file found stored
-//!    (maybe by a capture killed before its sync) needs an fsync (D90).
-//!
 //! A mark from another boot, or one the real-time clock was stepped
 //! across (file times follow that clock), is void; then, and when the set
 //! outgrows [`MAX`], only a `syncfs` will do, and it sets a new mark.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +62,12 @@ pub const MAX_PATH_BYTES: usize = 16 * 1024;
 /// Whether a set is small enough to track (else: "too many").
 fn fits(set: &BTreeSet<Vec<u8>>) -> bool {
     set.len() <= MAX && set.iter().map(Vec::len).sum::<usize>() <= MAX_PATH_BYTES
+}
+
+/// The same bound for the fsynced entries (past it, none are kept: the
+/// next captures then list them as unsynced, which is only slower).
+fn fits_map(map: &BTreeMap<Vec<u8>, i64>) -> bool {
+    map.len() <= MAX && map.keys().map(Vec::len).sum::<usize>() <= MAX_PATH_BYTES
 }
 
 /// How far below the filesystem clock the mark is set: not at all. A
@@ -83,12 +97,17 @@ pub enum Before {
 }
 
 /// How a rewind made its result durable (`Workspace::sync_applied`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Synced {
     /// Nothing to do, or the btrfs engine (which keeps no mark).
     Nothing,
-    /// An fsync per changed entry.
-    Entries,
+    /// An fsync per changed entry: each entry with its ctime just before
+    /// its fsync, and the filesystem clock read before the fsyncs began
+    /// (`i64::MIN` when not recorded: see [`State::after_fsyncs`]).
+    Entries {
+        fsynced: Vec<(Vec<u8>, i64)>,
+        clock_before_ns: i64,
+    },
     /// A `syncfs`, begun after the filesystem clock read `clock_ns`.
     Filesystem { clock_ns: i64 },
 }
@@ -112,6 +131,9 @@ pub struct State {
     /// Files with an older ctime were on disk after the last `syncfs`
     /// (module docs, 3); `None` before the first since this was kept.
     store_below_ns: Option<i64>,
+    /// Entries durable at this ctime although it is past the mark (module
+    /// docs, 4).
+    fsynced: BTreeMap<Vec<u8>, i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,6 +155,9 @@ struct Stored {
     /// Absent in states written before D90.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     store_below_ns: Option<i64>,
+    /// Hex-encoded path and ctime; absent before D92.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    fsynced: Vec<(String, i64)>,
 }
 
 impl Mark {
@@ -189,18 +214,25 @@ impl State {
             Some(BTreeSet::new())
         };
         if let Some(set) = unsynced.as_mut() {
-            set.extend(
-                recent
-                    .iter()
-                    .filter(|(_, ctime)| *ctime >= old.mark.below_ns)
-                    .map(|(p, _)| p.clone()),
-            );
+            set.extend(old.past_mark(recent));
         }
         Some(State {
             mark: old.mark.clone(),
             unsynced: unsynced.filter(fits),
             store_below_ns: old.store_below_ns,
+            fsynced: old.fsynced.clone(),
         })
+    }
+
+    /// The entries of `recent` that may not be durable: at or past the
+    /// mark, and not at the ctime they were fsynced at.
+    fn past_mark<'r>(&'r self, recent: &'r [(Vec<u8>, i64)]) -> impl Iterator<Item = Vec<u8>> + 'r {
+        recent
+            .iter()
+            .filter(|(path, ctime)| {
+                *ctime >= self.mark.below_ns && self.fsynced.get(path) != Some(ctime)
+            })
+            .map(|(p, _)| p.clone())
     }
 
     /// After a `syncfs` that began once the filesystem clock read
@@ -215,15 +247,31 @@ impl State {
 
     /// After fsyncs of every workspace entry that may not have been
     /// durable (the apply's and the unsynced set's): a new mark below
-    /// `below_ns`, the entries at or above it from `recent`, and the old
-    /// store mark (the fsyncs did not cover `.rewind/`).
+    /// `below_ns`, the entries at or above it from `recent`, the old store
+    /// mark (the fsyncs did not cover `.rewind/`), and `fsynced`: each
+    /// entry fsynced with its ctime before the fsync, when that ctime is
+    /// below `clock_before_ns`, the filesystem clock read before the
+    /// fsyncs began (module docs, 4).
     pub fn after_fsyncs(
         old_store_below_ns: Option<i64>,
         below_ns: i64,
         recent: &[(Vec<u8>, i64)],
+        fsynced: &[(Vec<u8>, i64)],
+        clock_before_ns: i64,
     ) -> Option<State> {
         let mut state = State::after_sync(below_ns, recent)?;
         state.store_below_ns = old_store_below_ns;
+        state.fsynced = fsynced
+            .iter()
+            .filter(|(_, ctime)| *ctime >= state.mark.below_ns && *ctime < clock_before_ns)
+            .cloned()
+            .collect();
+        if !fits_map(&state.fsynced) {
+            state.fsynced.clear();
+        }
+        if let Some(set) = state.unsynced.as_mut() {
+            set.retain(|p| !state.fsynced.contains_key(p));
+        }
         Some(state)
     }
 
@@ -238,6 +286,7 @@ impl State {
             mark: Mark::new(below_ns)?,
             unsynced: Some(unsynced).filter(fits),
             store_below_ns: None,
+            fsynced: BTreeMap::new(),
         })
     }
 
@@ -260,6 +309,11 @@ impl State {
                 .as_ref()
                 .map(|s| s.iter().map(|p| crate::hash::hex(p)).collect()),
             store_below_ns: self.store_below_ns,
+            fsynced: self
+                .fsynced
+                .iter()
+                .map(|(p, t)| (crate::hash::hex(p), *t))
+                .collect(),
         };
         serde_json::to_string(&stored).unwrap_or_default()
     }
@@ -277,10 +331,16 @@ impl State {
                     .collect::<Option<BTreeSet<Vec<u8>>>>()?,
             ),
         };
+        let fsynced = stored
+            .fsynced
+            .iter()
+            .map(|(h, t)| crate::hash::unhex(h).map(|p| (p, *t)))
+            .collect::<Option<BTreeMap<Vec<u8>, i64>>>()?;
         Some(State {
             mark: stored.mark,
             unsynced,
             store_below_ns: stored.store_below_ns,
+            fsynced,
         })
     }
 }
@@ -340,6 +400,48 @@ mod tests {
             None,
             "no mark, no set"
         );
+    }
+
+    #[test]
+    fn an_entry_fsynced_before_the_clock_is_left_out_until_its_ctime_moves() {
+        let clock = 1_000_000_000_000;
+        let old = State::after_syncfs(clock, &[]).expect("state");
+        let capture_clock = clock + 100;
+        let before_fsyncs = clock + 200;
+        let fsynced = recent(&[
+            ("rewritten", clock + 150),
+            ("racing", before_fsyncs),
+            ("old", clock - 1),
+        ]);
+        let s = State::after_fsyncs(
+            old.store_below_ns(),
+            capture_clock,
+            &recent(&[("rewritten", capture_clock + 10)]),
+            &fsynced,
+            before_fsyncs,
+        )
+        .expect("state");
+        assert_eq!(
+            s.fsynced.keys().map(|k| k.as_slice()).collect::<Vec<_>>(),
+            [b"rewritten".as_slice()],
+            "only ctimes from the mark to before the fsyncs are recorded"
+        );
+        assert_eq!(
+            paths(&s),
+            Vec::<String>::new(),
+            "the fsynced entry is durable"
+        );
+        assert_eq!(State::decode(&s.encode()), Some(s.clone()));
+        let seen = recent(&[
+            ("rewritten", clock + 150),
+            ("racing", before_fsyncs),
+            ("edited", clock + 300),
+        ]);
+        let next = State::after_capture(Some(&s), &seen, false).expect("state");
+        assert_eq!(paths(&next), ["edited", "racing"]);
+        let moved = recent(&[("rewritten", clock + 400)]);
+        let again = State::after_capture(Some(&next), &moved, true).expect("state");
+        assert_eq!(paths(&again), ["edited", "racing", "rewritten"]);
     }
 
     #[test]

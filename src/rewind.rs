@@ -550,15 +550,26 @@ impl Seen {
     /// (or than now, if nothing else could write meanwhile), since what
     /// changed after it but before the fsyncs may be another program's.
     fn after(&self, ws: &Workspace, synced: Synced) -> Option<durable::State> {
-        let below = match synced {
-            Synced::Nothing => return None,
-            Synced::Filesystem { clock_ns } => {
-                return durable::State::after_syncfs(clock_ns, &self.recent);
+        match synced {
+            Synced::Nothing => None,
+            Synced::Filesystem { clock_ns } => durable::State::after_syncfs(clock_ns, &self.recent),
+            Synced::Entries {
+                fsynced,
+                clock_before_ns,
+            } => {
+                let below = match self.quiescent {
+                    true => ws.fs_clock_ns(),
+                    false => self.clock_ns,
+                };
+                durable::State::after_fsyncs(
+                    self.store_below_ns,
+                    below,
+                    &self.recent,
+                    &fsynced,
+                    clock_before_ns,
+                )
             }
-            Synced::Entries if self.quiescent => ws.fs_clock_ns(),
-            Synced::Entries => self.clock_ns,
-        };
-        durable::State::after_fsyncs(self.store_below_ns, below, &self.recent)
+        }
     }
 }
 
@@ -575,7 +586,7 @@ fn finish(
         before,
         seen,
     } = how;
-    let synced = ws.sync_applied(&report.touched, before)?;
+    let synced = ws.sync_applied(&report.touched, before, !seen.quiescent)?;
     let after = seen.after(ws, synced);
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.

@@ -914,11 +914,14 @@ impl Workspace {
     /// that records it: the entries it wrote, and whatever it left alone
     /// that may not be durable yet (`before`). An fsync per entry where
     /// that costs less (see [`Workspace::fsync_budget`]) and every entry
-    /// can be reopened; otherwise one `syncfs`.
+    /// can be reopened; otherwise one `syncfs`. `record`: the fsynced
+    /// entries are recorded with their ctimes (`crate::durable`, 4; not
+    /// needed when nothing else could write, a frozen mount).
     pub(crate) fn sync_applied(
         &self,
         touched: &crate::apply::Touched,
         before: durable::Before,
+        record: bool,
     ) -> Result<durable::Synced> {
         let mut entries = touched.clone();
         let keeps_mark = !matches!(before, durable::Before::Durable);
@@ -943,10 +946,19 @@ impl Workspace {
             if pays { "fsync each" } else { "syncfs" }
         ));
         if pays {
+            let clock_before_ns = match keeps_mark && record {
+                true => self.clock_past_now(),
+                false => i64::MIN,
+            };
             let _t = crate::trace::span("fsync (changed entries)");
             match entries.fsync_each(&self.root, budget.threads) {
-                Ok(()) if keeps_mark => return Ok(durable::Synced::Entries),
-                Ok(()) => return Ok(durable::Synced::Nothing),
+                Ok(fsynced) if keeps_mark => {
+                    return Ok(durable::Synced::Entries {
+                        fsynced,
+                        clock_before_ns,
+                    });
+                }
+                Ok(_) => return Ok(durable::Synced::Nothing),
                 Err(e) => crate::trace::note(format_args!("fsync per entry: {e}; syncfs instead")),
             }
         }
@@ -961,6 +973,27 @@ impl Workspace {
             i64::MIN => durable::Synced::Nothing,
             clock_ns => durable::Synced::Filesystem { clock_ns },
         })
+    }
+
+    /// The filesystem clock once it has moved past its reading now: every
+    /// change made before this call has a smaller ctime, and every change
+    /// after it a larger or equal one (`crate::durable`, 4). File times
+    /// may be as coarse as a scheduler tick, so this may wait for one (a
+    /// few ms at most); here, where reading a ctime makes the next one
+    /// fine-grained, it reads the clock twice. `i64::MIN` when there is
+    /// no clock or it does not move within 20 ms.
+    fn clock_past_now(&self) -> i64 {
+        let _t = crate::trace::span("fs clock past now");
+        let now = self.fs_clock_ns();
+        let deadline = Instant::now() + std::time::Duration::from_millis(20);
+        while now != i64::MIN && Instant::now() < deadline {
+            let later = self.fs_clock_ns();
+            if later > now || later == i64::MIN {
+                return later;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(250));
+        }
+        i64::MIN
     }
 
     /// How many fsyncs cost less than one `syncfs` here. On btrfs a

@@ -433,3 +433,58 @@ fn rewind_after_the_cut(
         want,
     );
 }
+
+/// A run of rewinds behind another program's pending writes, each after
+/// the agent's edits, on the walk engine: every one fsyncs its entries,
+/// none falls back to `syncfs`. Each rewind records what it fsynced with
+/// the ctime it had (D92); without that, the next capture counted the
+/// rewind's own writes as unsynced, the set passed its 64 entries at the
+/// second rewind, and a `syncfs` waited for all of the other program's
+/// writes. The result survives a power cut.
+#[test]
+fn a_run_of_rewinds_behind_pending_writes_never_falls_back_to_syncfs_on_xfs() {
+    let Some(fs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let ws = fs.subdir("ws");
+    let other = fs.subdir("other");
+    populate_src_tree(&ws);
+    assert!(rewind(&ws, &["init"]).status.success());
+    let a = checkpoint_id(&ws, &["A"]);
+    let want_a = snapshot(&ws);
+    write(&ws.join("src/d0/f0.rs"), b"edited\n");
+    let trace = traced(&ws, &["rewind", &a]);
+    assert!(
+        trace.contains("syncfs (workspace)"),
+        "no mark yet:\n{trace}"
+    );
+
+    const PENDING: usize = 64 << 20;
+    write(&other.join("big"), &vec![b'x'; PENDING]);
+    for round in 0..8 {
+        // 20 files edited and 6 new: with the rewind before's own writes
+        // counted again, past the set's 64 entries.
+        for i in 0..24 {
+            let (d, f) = ((round + i) % 5, (3 * round + i) % 20);
+            write_in_place(&ws.join(format!("src/d{d}/f{f}.rs")), 0, b"//");
+        }
+        for i in 0..6 {
+            write(
+                &ws.join(format!("src/d{}/new{round}-{i}.rs", i % 5)),
+                b"new\n",
+            );
+        }
+        let trace = traced(&ws, &["rewind", &a]);
+        assert!(
+            trace.contains("fsync (changed entries)") && !trace.contains("syncfs (workspace)"),
+            "rewind {round} behind pending writes fell back to syncfs:\n{trace}"
+        );
+    }
+    survives_a_cut(
+        &fs,
+        "ws",
+        "xfs: eight rewinds behind pending writes, then a power cut",
+        &a,
+        &want_a,
+    );
+}

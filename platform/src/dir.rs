@@ -419,10 +419,13 @@ impl Dir {
     }
 
     /// fsync regular file `name`, opened as [`Dir::open_read`] opens it.
-    pub fn fsync_file(&self, name: &OsStr) -> Result<()> {
-        let (file, _) = self.open_read(name)?;
+    /// fsync the regular file `name`; its stat from just before the fsync
+    /// is returned (what the fsync made durable, at least).
+    pub fn fsync_file(&self, name: &OsStr) -> Result<Meta> {
+        let (file, meta) = self.open_read(name)?;
         file.sync_all()
-            .map_err(|e| Error::new("fsync", self.child(name), e))
+            .map_err(|e| Error::new("fsync", self.child(name), e))?;
+        Ok(meta)
     }
 
     pub fn fsync(&self) -> Result<()> {
