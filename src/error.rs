@@ -11,7 +11,7 @@ pub enum Error {
     #[error("{0}")]
     Mount(#[from] rewind_fuse::Error),
 
-    #[error("no space left on the device holding {}: free some space (or run `rewind gc` once it exists), then retry; nothing was changed", path.display())]
+    #[error("no space left on the device holding {}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display())]
     NoSpace { path: PathBuf },
 
     #[error("the workspace {} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed", path.display())]
