@@ -59,15 +59,15 @@ pub const MAX: usize = 64;
 /// with every checkpoint that changes it).
 pub const MAX_PATH_BYTES: usize = 16 * 1024;
 
-/// Whether a set is small enough to track (else: "too many").
-fn fits(set: &BTreeSet<Vec<u8>>) -> bool {
-    set.len() <= MAX && set.iter().map(Vec::len).sum::<usize>() <= MAX_PATH_BYTES
+/// Whether these paths are few enough to track: at most [`MAX`] of them
+/// and [`MAX_PATH_BYTES`] together.
+fn paths_fit<'p>(paths: impl ExactSizeIterator<Item = &'p Vec<u8>>) -> bool {
+    paths.len() <= MAX && paths.map(Vec::len).sum::<usize>() <= MAX_PATH_BYTES
 }
 
-/// The same bound for the fsynced entries (past it, none are kept: the
-/// next captures then list them as unsynced, which is only slower).
-fn fits_map(map: &BTreeMap<Vec<u8>, i64>) -> bool {
-    map.len() <= MAX && map.keys().map(Vec::len).sum::<usize>() <= MAX_PATH_BYTES
+/// Whether a set is small enough to track (else: "too many").
+fn fits(set: &BTreeSet<Vec<u8>>) -> bool {
+    paths_fit(set.iter())
 }
 
 /// How far below the filesystem clock the mark is set: not at all. A
@@ -266,7 +266,9 @@ impl State {
             .filter(|(_, ctime)| *ctime >= state.mark.below_ns && *ctime < clock_before_ns)
             .cloned()
             .collect();
-        if !fits_map(&state.fsynced) {
+        // Past the bound none are kept: the next captures list them as
+        // unsynced, which is only slower.
+        if !paths_fit(state.fsynced.keys()) {
             state.fsynced.clear();
         }
         if let Some(set) = state.unsynced.as_mut() {

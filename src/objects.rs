@@ -122,6 +122,13 @@ pub const CHUNKED_MIN: u64 = 4 << 20;
 /// content are rare in the big binary files this is for (D40).
 pub const CHUNK_SIZE: usize = 1 << 20;
 
+/// The length of chunk `index` of an object of `size` bytes: every chunk
+/// is whole but the last.
+fn chunk_len(size: u64, index: usize) -> u64 {
+    size.saturating_sub(index as u64 * CHUNK_SIZE as u64)
+        .min(CHUNK_SIZE as u64)
+}
+
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Smaller files are copied even where clones work (see `should_clone`).
@@ -360,7 +367,6 @@ impl ObjectStore {
         Ok(slot.get_or_init(|| dir))
     }
 
-    /// An object file, if the object is stored as a file.
     /// The stat of an object's file, if it is stored as one.
     fn stored_meta(&self, hash: &Hash) -> Result<Option<rewind_platform::Meta>> {
         let hex = hash.to_hex();
@@ -371,6 +377,7 @@ impl ObjectStore {
         }
     }
 
+    /// An object file, if the object is stored as a file.
     fn open_file(&self, hash: &Hash) -> Result<Option<File>> {
         let hex = hash.to_hex();
         match self.shard(&hex[..2])?.open_read(OsStr::new(&hex[2..])) {
@@ -424,12 +431,10 @@ impl ObjectStore {
             return size >= INLINE_MAX && in_ledger();
         };
         let zeros = zero_chunk_hash();
-        let mut at = 0u64;
-        chunks.iter().all(|c| {
-            let len = size.saturating_sub(at).min(CHUNK_SIZE as u64);
-            at += CHUNK_SIZE as u64;
-            *c == zeros || stored_at(c, len)
-        })
+        chunks
+            .iter()
+            .enumerate()
+            .all(|(i, c)| *c == zeros || stored_at(c, chunk_len(size, i)))
     }
 
     /// The chunk list of a chunked object, if it is one.
@@ -515,8 +520,8 @@ impl ObjectStore {
         use std::io::{Seek, SeekFrom};
         let zeros = zero_chunk_hash();
         let mut len = 0u64;
-        for c in chunks {
-            let want = size.saturating_sub(len).min(CHUNK_SIZE as u64);
+        for (i, c) in chunks.iter().enumerate() {
+            let want = chunk_len(size, i);
             // A whole chunk of zeros is left a hole: `dst` is new, so what
             // is skipped reads back as zeros and takes no space, as in the
             // sparse file it came from.
