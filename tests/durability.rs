@@ -197,10 +197,7 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
                 "{name}: a checkpoint storing one object should fsync it:\n{trace}"
             );
         }
-        let c = rewind_json(&ws, &["status"])["head"]
-            .as_str()
-            .expect("HEAD after checkpoint C")
-            .to_string();
+        let c = head_after(&ws, "C");
         let want_c = snapshot(&ws);
         let copy = fs.power_cut_copy();
         let copied = copy.mnt.join(name);
@@ -226,6 +223,58 @@ fn write_in_place(path: &Path, offset: u64, bytes: &[u8]) {
         .open(path)
         .expect("open for writing");
     f.write_all_at(bytes, offset).expect("write in place");
+}
+
+/// How much another program writes, pending, beside the workspace.
+const PENDING: usize = 64 << 20;
+
+/// Another program's writes, pending on `fs` (in `other/NAME`).
+fn pending_writes(fs: &LoopFs, name: &str) {
+    write(&fs.subdir("other").join(name), &vec![b'x'; PENDING]);
+}
+
+/// Cut the power now; the copy has lost the pending `other/big`, or no
+/// cut was simulated.
+fn power_cut_losing_pending(fs: &LoopFs) -> LoopFs {
+    let copy = fs.power_cut_copy();
+    let pending = std::fs::metadata(copy.mnt.join("other/big")).map_or(0, |m| m.len());
+    assert!(
+        pending < PENDING as u64,
+        "the copy holds the other program's unsynced writes: no power cut was simulated"
+    );
+    copy
+}
+
+/// `ws` (with whatever the caller put there) plus the source tree,
+/// checkpointed as A, and the durability marks set by a first rewind:
+/// with no mark to go by it calls `syncfs`, which sets them (D85, D90).
+/// A's id and tree.
+fn checkpointed_and_marked(ws: &Path) -> (String, std::collections::BTreeMap<Vec<u8>, Snap>) {
+    populate_src_tree(ws);
+    assert!(rewind(ws, &["init"]).status.success());
+    let a = checkpoint_id(ws, &["A"]);
+    let want_a = snapshot(ws);
+    let doctor = rewind_json(ws, &["doctor"]);
+    assert_eq!(doctor["durability"]["mark"], false, "{doctor}");
+    write(&ws.join("src/d0/f0.rs"), b"edited\n");
+    let trace = traced(ws, &["rewind", &a]);
+    assert!(
+        trace.contains("syncfs (workspace)"),
+        "without a mark the rewind should syncfs:\n{trace}"
+    );
+    let doctor = rewind_json(ws, &["doctor"]);
+    assert_eq!(doctor["durability"]["mark"], true, "{doctor}");
+    assert_eq!(doctor["durability"]["store_mark"], true, "{doctor}");
+    assert!(doctor["durability"]["unsynced"].is_u64(), "{doctor}");
+    (a, want_a)
+}
+
+/// HEAD's id, after the checkpoint `label`.
+fn head_after(ws: &Path, label: &str) -> String {
+    rewind_json(ws, &["status"])["head"]
+        .as_str()
+        .unwrap_or_else(|| panic!("HEAD after checkpoint {label}"))
+        .to_string()
 }
 
 /// The walk engine on XFS, with another program's writes pending on the
@@ -254,27 +303,8 @@ fn a_rewind_behind_another_programs_writes_fsyncs_what_it_must_and_survives_a_po
 
 fn behind_pending_writes(fs: &LoopFs) {
     let ws = fs.subdir("ws");
-    let other = fs.subdir("other");
-    populate_src_tree(&ws);
-    assert!(rewind(&ws, &["init"]).status.success());
-    let a = checkpoint_id(&ws, &["A"]);
-    let want_a = snapshot(&ws);
-    // The first rewind has no mark to go by: it syncs and sets one.
-    let doctor = rewind_json(&ws, &["doctor"]);
-    assert_eq!(doctor["durability"]["mark"], false, "{doctor}");
-    write(&ws.join("src/d0/f0.rs"), b"edited\n");
-    let trace = traced(&ws, &["rewind", &a]);
-    assert!(
-        trace.contains("syncfs (workspace)"),
-        "without a mark the rewind should syncfs:\n{trace}"
-    );
-    let doctor = rewind_json(&ws, &["doctor"]);
-    assert_eq!(doctor["durability"]["mark"], true, "{doctor}");
-    assert!(doctor["durability"]["unsynced"].is_u64(), "{doctor}");
-
-    // Another program's writes, pending on the same filesystem.
-    const PENDING: usize = 64 << 20;
-    write(&other.join("big"), &vec![b'x'; PENDING]);
+    let (a, want_a) = checkpointed_and_marked(&ws);
+    pending_writes(fs, "big");
 
     // An edit checkpointed without an fsync: the rewind's capture (an XFS
     // bulk stat) does not look at it again; the set committed with the
@@ -290,12 +320,7 @@ fn behind_pending_writes(fs: &LoopFs) {
         trace.contains("fsync (changed entries)") && !trace.contains("syncfs (workspace)"),
         "with 64 MiB pending elsewhere the rewind should fsync each entry:\n{trace}"
     );
-    let copy = fs.power_cut_copy();
-    let pending = std::fs::metadata(copy.mnt.join("other/big")).map_or(0, |m| m.len());
-    assert!(
-        pending < PENDING as u64,
-        "the copy holds the other program's unsynced writes: no power cut was simulated"
-    );
+    let copy = power_cut_losing_pending(fs);
     assert_survived(
         &format!(
             "{}: rewind behind pending writes, then a power cut",
@@ -316,7 +341,7 @@ fn behind_pending_writes(fs: &LoopFs) {
     fs.sync();
     write_in_place(&f, 0, &original[..1]);
     write(&ws.join("src/d1/f3.rs"), b"edited\n");
-    write(&other.join("big2"), &vec![b'y'; PENDING]);
+    pending_writes(fs, "big2");
     let trace = traced(&ws, &["rewind", &a]);
     assert!(
         trace.contains("fsync (changed entries)") && !trace.contains("syncfs (workspace)"),
@@ -348,40 +373,20 @@ fn a_big_file_edited_in_place_is_checkpointed_with_fsyncs_of_its_chunks_and_surv
     };
     fs.remount("commit=300");
     let ws = fs.subdir("ws");
-    let other = fs.subdir("other");
-    populate_src_tree(&ws);
     // 8 MiB of distinct words: 8 distinct chunks.
     let big: Vec<u8> = (0..(2u32 << 20)).flat_map(|i| i.to_le_bytes()).collect();
     write(&ws.join("data.bin"), &big);
-    assert!(rewind(&ws, &["init"]).status.success());
-    let a = checkpoint_id(&ws, &["A"]);
-    let want_a = snapshot(&ws);
-    // A rewind without a mark syncs the filesystem and sets the marks.
-    write(&ws.join("src/d0/f0.rs"), b"edited\n");
-    let trace = traced(&ws, &["rewind", &a]);
-    assert!(trace.contains("syncfs (workspace)"), "{trace}");
-    let doctor = rewind_json(&ws, &["doctor"]);
-    assert_eq!(doctor["durability"]["store_mark"], true, "{doctor}");
-
-    const PENDING: usize = 64 << 20;
-    write(&other.join("big"), &vec![b'x'; PENDING]);
+    let (a, want_a) = checkpointed_and_marked(&ws);
+    pending_writes(&fs, "big");
     write_in_place(&ws.join("data.bin"), 5 << 20, b"edited in place");
     let trace = traced(&ws, &["checkpoint", "B"]);
     assert!(
         trace.contains("fsync (objects)") && !trace.contains("syncfs (store)"),
         "one new chunk behind pending writes should be fsynced:\n{trace}"
     );
-    let b = rewind_json(&ws, &["status"])["head"]
-        .as_str()
-        .expect("HEAD after checkpoint B")
-        .to_string();
+    let b = head_after(&ws, "B");
     let want_b = snapshot(&ws);
-    let copy = fs.power_cut_copy();
-    let pending = std::fs::metadata(copy.mnt.join("other/big")).map_or(0, |m| m.len());
-    assert!(
-        pending < PENDING as u64,
-        "the copy holds the other program's unsynced writes: no power cut was simulated"
-    );
+    let copy = power_cut_losing_pending(&fs);
     for (id, want, label) in [(&a, &want_a, "A"), (&b, &want_b, "B")] {
         rewind_after_the_cut(&copy, id, want, label);
     }
@@ -400,10 +405,7 @@ fn a_big_file_edited_in_place_is_checkpointed_with_fsyncs_of_its_chunks_and_surv
         trace.contains("fsync (objects)") && !trace.contains("syncfs (store)"),
         "the chunk found stored should be fsynced:\n{trace}"
     );
-    let c = rewind_json(&ws, &["status"])["head"]
-        .as_str()
-        .expect("HEAD after checkpoint C")
-        .to_string();
+    let c = head_after(&ws, "C");
     let want_c = snapshot(&ws);
 
     let copy = fs.power_cut_copy();
@@ -462,20 +464,8 @@ fn a_run_of_rewinds_behind_pending_writes_never_falls_back_to_syncfs_on_ext4() {
 
 fn run_of_rewinds(fs: &LoopFs) {
     let ws = fs.subdir("ws");
-    let other = fs.subdir("other");
-    populate_src_tree(&ws);
-    assert!(rewind(&ws, &["init"]).status.success());
-    let a = checkpoint_id(&ws, &["A"]);
-    let want_a = snapshot(&ws);
-    write(&ws.join("src/d0/f0.rs"), b"edited\n");
-    let trace = traced(&ws, &["rewind", &a]);
-    assert!(
-        trace.contains("syncfs (workspace)"),
-        "no mark yet:\n{trace}"
-    );
-
-    const PENDING: usize = 64 << 20;
-    write(&other.join("big"), &vec![b'x'; PENDING]);
+    let (a, want_a) = checkpointed_and_marked(&ws);
+    pending_writes(fs, "big");
     for round in 0..8 {
         // 20 files edited and 6 new: with the rewind before's own writes
         // counted again, past the set's 64 entries.
@@ -495,13 +485,13 @@ fn run_of_rewinds(fs: &LoopFs) {
             "rewind {round} behind pending writes fell back to syncfs:\n{trace}"
         );
     }
-    survives_a_cut(
-        fs,
-        "ws",
+    assert_survived(
         &format!(
             "{}: eight rewinds behind pending writes, then a power cut",
             fs.fs.name()
         ),
+        &power_cut_losing_pending(fs),
+        "ws",
         &a,
         &want_a,
     );
