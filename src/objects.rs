@@ -416,7 +416,7 @@ impl ObjectStore {
     /// Whether an object of `size` bytes can be restored as it was
     /// stored: a small one is in the ledger; a file, or every chunk file,
     /// is there at its length (a file cut short by a crash before its sync,
-    /// or by hand, is not). Stats only: what a rewind checks before it
+    /// or by hand, is not). No object is read: what a rewind checks before it
     /// changes anything.
     pub fn contains(&self, hash: &Hash, size: u64) -> bool {
         let stored_at = |h: &Hash, len: u64| {

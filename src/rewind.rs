@@ -456,7 +456,7 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     Ok(())
 }
 
-/// Every object the plan restores is stored whole (a stat each; the
+/// Every object the plan restores is stored whole (a stat or a ledger lookup each; the
 /// target's btrfs snapshot, when it has one, holds them instead): refuse
 /// before touching anything rather than stop half-way, or restore a
 /// damaged file's bytes, and leave an interrupted rewind that every next
