@@ -199,6 +199,11 @@ fn diff_nodes(
                 )?;
                 j += 1;
             }
+            // Identical entries (most of a changed directory) need no path.
+            std::cmp::Ordering::Equal if ea == eb => {
+                i += 1;
+                j += 1;
+            }
             std::cmp::Ordering::Equal => {
                 diff_entries(trees, ea, eb, &join(prefix, &a.entries[i].name), opts, out)?;
                 i += 1;

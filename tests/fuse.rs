@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -1085,5 +1085,193 @@ fn concurrent_readers_and_writers_of_a_small_file_never_see_eio_or_stale_pages()
         vec![b'z'; 4096],
         "a read after the last write"
     );
+    m.unmount();
+}
+
+/// The pid written into `.rewind/lock` by the last command that locked
+/// the workspace.
+fn lock_holder(m: &MountGuard) -> u32 {
+    let text = std::fs::read_to_string(m.backing().join(".rewind/lock")).expect("read the lock");
+    text.trim().parse().expect("a pid in the lock file")
+}
+
+fn is_command_server(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"serve-commands"))
+}
+
+/// `rewind ARGS` from `cwd` with `stdin` as its input and `env` added.
+fn rewind_fed(cwd: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rewind");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    child.wait_with_output().expect("wait rewind")
+}
+
+const IN_PROCESS: &[(&str, &str)] = &[("REWIND_IN_PROCESS", "1")];
+
+/// Waits for the command server to take a command again (it comes back
+/// after a kill, D93), running checkpoints meanwhile.
+fn server_pid_after_a_checkpoint(m: &MountGuard, ws: &Path) -> u32 {
+    for _ in 0..100 {
+        common::checkpoint_id(ws, &[]);
+        let pid = lock_holder(m);
+        if is_command_server(pid) {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("no command server took a checkpoint within 5 s");
+}
+
+#[test]
+fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_exit_code() {
+    let Some((_lfs, ws)) = workspace(4, 4) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    // The server ran it: its pid took the lock, and it is still running.
+    let base = common::checkpoint_id(&ws, &["base"]);
+    let server = server_pid_after_a_checkpoint(&m, &ws);
+    common::checkpoint_id(&ws, &["again"]);
+    assert_eq!(lock_holder(&m), server, "the same server took the next one");
+    // `REWIND_IN_PROCESS=1` (or any REWIND_* a verb reads) runs it here.
+    let out = rewind_fed(&ws, &["checkpoint", "-q"], b"", IN_PROCESS);
+    assert!(out.status.success());
+    assert_ne!(lock_holder(&m), server, "run in its own process");
+
+    // Output, errors and exit codes are the same either way.
+    for args in [
+        &["rewind", "nope", "--json"][..],
+        &["diff", "nope"][..],
+        &["list", "--json"][..],
+        &["checkpoint", "--kind", "bogus"][..],
+    ] {
+        let served = rewind_fed(&ws, args, b"", &[]);
+        let here = rewind_fed(&ws, args, b"", IN_PROCESS);
+        assert_eq!(
+            served.status.code(),
+            here.status.code(),
+            "{args:?}: exit code"
+        );
+        assert_eq!(served.stdout, here.stdout, "{args:?}: stdout");
+        assert_eq!(served.stderr, here.stderr, "{args:?}: stderr");
+    }
+
+    // The working directory: a relative path names the caller's file.
+    write(&ws.join("d01/f01.txt"), b"damaged\n");
+    let out = rewind_fed(
+        &ws.join("d01"),
+        &["restore", &base, "--", "f01.txt"],
+        b"",
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(ws.join("d01/f01.txt")).expect("read"),
+        b"dir 1 file 1\n"
+    );
+    assert_eq!(lock_holder(&m), server, "the server restored it");
+
+    // Standard input: a hook's payload reaches the verb, whose checkpoint
+    // takes the edit made before it.
+    write(&ws.join("d02/new.txt"), b"before the tool call\n");
+    let payload = serde_json::json!({
+        "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf d02"}, "cwd": ws.display().to_string(),
+    });
+    let out = rewind_fed(
+        &ws,
+        &["hook", "pre-tool-use"],
+        payload.to_string().as_bytes(),
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "hook: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lock_holder(&m), server, "the server ran the hook");
+    let st = rewind_json(&ws, &["status"]);
+    assert_eq!(
+        st["changes"],
+        serde_json::json!([]),
+        "the hook checkpointed"
+    );
+    m.unmount();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while is_command_server(server) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!is_command_server(server), "the server ends with the mount");
+}
+
+#[test]
+fn a_command_whose_client_is_killed_dies_with_it_and_the_server_comes_back() {
+    let Some((_lfs, ws)) = workspace(4, 4) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let server = server_pid_after_a_checkpoint(&m, &ws);
+    // A hook waiting for its payload keeps the server busy.
+    let mut client = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["hook", "pre-tool-use"])
+        .current_dir(&ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the hook");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(client.try_wait().expect("poll").is_none(), "the hook waits");
+    // Busy: the next command runs in its own process at once, not queued.
+    write(&ws.join("d00/while-busy.txt"), b"x\n");
+    let started = std::time::Instant::now();
+    common::checkpoint_id(&ws, &["while-busy"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let holder = lock_holder(&m);
+    assert!(
+        holder != server && !is_command_server(holder),
+        "the busy server did not take it"
+    );
+
+    // Held open past the kill: `wait` would close it, and a payload's
+    // end would let the command finish first.
+    let payload = client.stdin.take();
+    client.kill().expect("kill the client");
+    let _ = client.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while is_command_server(server) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !is_command_server(server),
+        "the server died with its client's command"
+    );
+    drop(payload);
+    let next = server_pid_after_a_checkpoint(&m, &ws);
+    assert_ne!(next, server, "a new server");
+    let v = common::rewind(&ws, &["verify"]);
+    assert!(v.status.success(), "verify after the kill");
     m.unmount();
 }

@@ -58,6 +58,11 @@ pub fn socket_path(mountpoint: &Path) -> PathBuf {
     runtime_dir().join(format!("{}.sock", key(mountpoint)))
 }
 
+/// The socket of the command server kept beside a mount point's daemon.
+pub fn command_socket_path(mountpoint: &Path) -> PathBuf {
+    runtime_dir().join(format!("{}.cmd", key(mountpoint)))
+}
+
 /// Where a mount over the workspace itself keeps the backing tree
 /// reachable by path: a private bind mount (SQLite resolves symlinks, so
 /// `/proc/self/fd/N` paths lead it back into the mount).

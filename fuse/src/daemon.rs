@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use fuser::{Config, MountOption, SessionACL};
 use rustix::fs::{Mode, OFlags};
 
+use crate::companion::{Companion, Keeper};
 use crate::control::{
     self, COMMIT, Client, Cursor, FREEZE, HELLO, PEEK, STATUS, TAKE, THAW, UNMOUNT, read_frame,
     write_frame,
@@ -26,6 +27,8 @@ pub struct ServeOptions {
     pub threads: usize,
     /// Ask for kernel passthrough of opened files (needs CAP_SYS_ADMIN).
     pub passthrough: bool,
+    /// A process to keep running beside the mount (rewind's command server).
+    pub companion: Option<Companion>,
 }
 
 impl Default for ServeOptions {
@@ -36,6 +39,7 @@ impl Default for ServeOptions {
                 .map(|n| n.get().clamp(2, 8))
                 .unwrap_or(2),
             passthrough: rustix::process::geteuid().is_root(),
+            companion: None,
         }
     }
 }
@@ -122,6 +126,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     };
     let cleanup = |sock: &Path| {
         let _ = std::fs::remove_file(sock);
+        let _ = std::fs::remove_file(control::command_socket_path(&mountpoint));
         if bound {
             release_backing(&backing);
         }
@@ -186,8 +191,20 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             .name("rewind-signals".into())
             .spawn(move || unmount_on_signal(signals, &mountpoint));
     }
+    let keeper = match opts.companion.clone().map(Keeper::start).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("rewind: cannot start the command server's keeper: {e}");
+            None
+        }
+    };
     ready();
     let result = session.run();
+    // Before the backing tree's bind mount goes: the companion holds
+    // files there.
+    if let Some(k) = keeper {
+        k.stop();
+    }
     cleanup(&sock);
     result.map_err(|e| Error::io("serve FUSE at", &mountpoint, e))
 }
@@ -455,6 +472,7 @@ pub fn detach_dead(mp: &Path) -> Result<()> {
         Err(e) => return Err(Error::io("detach the dead mount at", mp, e)),
     }
     let _ = std::fs::remove_file(control::socket_path(mp));
+    let _ = std::fs::remove_file(control::command_socket_path(mp));
     release_backing(&control::backing_path(mp));
     Ok(())
 }

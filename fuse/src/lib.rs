@@ -13,8 +13,10 @@
 //!
 //! Layout: `inodes` (table keyed by backing (dev, ino)), `dirty` (the
 //! tracker), `gate` (freeze/thaw), `fs` (the request handlers), `control`
-//! (socket protocol and client), `daemon` (mount and serve).
+//! (socket protocol and client), `companion` (a process kept running
+//! beside the mount), `daemon` (mount and serve).
 
+mod companion;
 mod control;
 mod daemon;
 mod dirty;
@@ -23,7 +25,10 @@ mod fs;
 mod gate;
 mod inodes;
 
-pub use control::{Client, MountStatus, backing_path, runtime_dir, socket_path};
+pub use companion::Companion;
+pub use control::{
+    Client, MountStatus, backing_path, command_socket_path, runtime_dir, socket_path,
+};
 pub use daemon::{ServeOptions, detach_dead, holders, serve};
 pub use dirty::{DirtySet, Names};
 pub use error::{Error, Result};

@@ -11,6 +11,7 @@ mod dir;
 mod error;
 mod fiemap;
 mod fsinfo;
+mod handoff;
 mod lock;
 mod process;
 mod system;
@@ -26,6 +27,10 @@ pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, f
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};
 pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
+pub use handoff::{
+    MAX_FDS, StdioSwap, Watched, peer_is_same_user, recv_all, recv_with_fds, send_with_fds,
+    send_with_stdio, set_umask, wait_readable, watch,
+};
 pub use lock::LockFile;
 pub use process::{is_root, kill_self, new_session, stop_self};
 pub use system::{boot_id, clocks_ns, dirty_bytes};

@@ -45,9 +45,16 @@ impl LockFile {
             }
         }
         // Record the holder for the "who holds it" message; best effort.
-        let _ = file.set_len(0);
-        let _ = file.rewind();
-        let _ = write!(file, "{}", std::process::id());
+        // A long-lived holder (the command server, `rewind mcp`) finds its
+        // own pid there already: a read instead of a truncate and a write,
+        // each a metadata change on the filesystem.
+        let me = std::process::id().to_string();
+        let mut held = String::new();
+        if file.read_to_string(&mut held).is_err() || held != me {
+            let _ = file.set_len(0);
+            let _ = file.rewind();
+            let _ = file.write_all(me.as_bytes());
+        }
         Ok(Ok(LockFile {
             _file: file,
             path: path.to_owned(),

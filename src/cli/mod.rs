@@ -17,11 +17,14 @@ pub(crate) mod list;
 mod mcp;
 mod mount;
 mod rewind;
+mod serve;
 pub(crate) mod status;
 pub(crate) mod verify;
 mod writeback;
 
+use std::ffi::OsStr;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -107,6 +110,56 @@ enum Command {
     /// the background by `hook post-tool-use` on the btrfs engine)
     #[command(hide = true)]
     Writeback,
+    /// Run the commands of a mounted workspace (started by its mount daemon)
+    #[command(hide = true, name = "serve-commands")]
+    ServeCommands(serve::Args),
+}
+
+/// Verbs (and aliases) a mounted workspace's command server may run for
+/// this process (D93). Not: those that set up or tear down (init, mount,
+/// unmount, integrate), diagnose this process's own abilities (doctor),
+/// run long or serve (gc, du, mcp, the background verbs).
+const SERVER_VERBS: &[&str] = &[
+    "checkpoint",
+    "list",
+    "status",
+    "diff",
+    "rewind",
+    "to",
+    "replay",
+    "undo",
+    "restore",
+    "verify",
+    "anchor",
+    "guard",
+    "effects",
+    "hook",
+];
+
+/// The verb and the `-C` directory of a command line, read without clap
+/// (building its parser costs more than handing the command over): enough
+/// to choose the command server. Anything unusual before the verb leaves
+/// the decision to clap, in this process.
+fn scan_command_line(args: &[std::ffi::OsString]) -> Option<(&OsStr, Option<&OsStr>)> {
+    let (mut verb, mut dir) = (None, None);
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let b = a.as_bytes();
+        if b == b"--" {
+            break;
+        } else if b == b"-C" {
+            dir = Some(it.next()?.as_os_str());
+        } else if let Some(d) = b.strip_prefix(b"-C") {
+            dir = Some(OsStr::from_bytes(d.strip_prefix(b"=").unwrap_or(d)));
+        } else if b.starts_with(b"-") {
+            if verb.is_none() && !matches!(b, b"--json" | b"-q" | b"--quiet") {
+                return None;
+            }
+        } else if verb.is_none() {
+            verb = Some(a.as_os_str());
+        }
+    }
+    Some((verb?, dir))
 }
 
 /// What every verb gets: global options and how to find the workspace.
@@ -221,31 +274,65 @@ impl Ctx {
     }
 }
 
-/// Entry point: parse, run, print, and map errors to exit codes.
+/// Entry point: parse, run (here or in the mount's command server), print,
+/// and map errors to exit codes.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            // Usage errors exit 1 (2 means "refused by the effect barrier").
-            let code = if e.use_stderr() { 1 } else { 0 };
-            if code == 1 && std::env::args().any(|a| a == "--json") {
-                let message = e.kind().to_string();
-                let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": "USAGE", "message": message}});
-                let _ = writeln!(std::io::stdout(), "{v}");
-            }
-            let _ = e.print();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some((verb, dir)) = scan_command_line(&args)
+        && SERVER_VERBS.iter().any(|v| verb == *v)
+    {
+        let start = dir.map_or_else(|| cwd.clone(), |d| cwd.join(d));
+        if let Some(code) = serve::forward(&start, &cwd, args.clone()) {
             return code;
         }
-    };
+    }
+    match Cli::try_parse_from(args) {
+        Ok(cli) => run(cli, cwd, None),
+        Err(e) => usage_error(e, std::env::args().any(|a| a == "--json")),
+    }
+}
+
+/// A command handed over by a client of the command server (D93).
+/// `parser`: the CLI's definition, built once per server.
+fn run_forwarded(
+    args: Vec<std::ffi::OsString>,
+    cwd: PathBuf,
+    warm: &WarmSlot,
+    parser: &mut clap::Command,
+) -> i32 {
+    use clap::FromArgMatches;
+    let json = args.iter().any(|a| a == "--json");
+    match parser
+        .try_get_matches_from_mut(args)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => run(cli, cwd, Some(warm.clone())),
+        Err(e) => usage_error(e, json),
+    }
+}
+
+fn usage_error(e: clap::Error, json: bool) -> i32 {
+    // Usage errors exit 1 (2 means "refused by the effect barrier").
+    let code = if e.use_stderr() { 1 } else { 0 };
+    if code == 1 && json {
+        let message = e.kind().to_string();
+        let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": "USAGE", "message": message}});
+        let _ = writeln!(std::io::stdout(), "{v}");
+    }
+    let _ = e.print();
+    code
+}
+
+fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
     let _t = crate::trace::span("total");
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let ctx = Ctx {
         dir: cli.dir,
         json: cli.json,
         quiet: cli.quiet,
         cwd,
         observer: None,
-        warm: None,
+        warm,
     };
     let result = match cli.command {
         Command::Init(a) => init::run(&ctx, a),
@@ -271,6 +358,7 @@ pub fn main() -> i32 {
         Command::Writeback => writeback::run(&ctx),
         Command::Mount(a) => mount::run(&ctx, a),
         Command::Unmount(a) => mount::unmount(&ctx, a),
+        Command::ServeCommands(a) => serve::run(a),
     };
     match result {
         Ok(()) => 0,
@@ -303,5 +391,56 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(line: &[&str]) -> Option<(String, Option<String>)> {
+        let args: Vec<std::ffi::OsString> = line.iter().map(Into::into).collect();
+        scan_command_line(&args).map(|(v, d)| {
+            (
+                v.to_string_lossy().into_owned(),
+                d.map(|d| d.to_string_lossy().into_owned()),
+            )
+        })
+    }
+
+    #[test]
+    fn the_command_line_scan_finds_the_verb_and_dir_clap_would() {
+        let some = |v: &str, d: Option<&str>| Some((v.to_string(), d.map(String::from)));
+        assert_eq!(
+            scan(&["rewind", "checkpoint", "x"]),
+            some("checkpoint", None)
+        );
+        assert_eq!(
+            scan(&["rewind", "-C", "w", "--json", "to", "a"]),
+            some("to", Some("w"))
+        );
+        assert_eq!(scan(&["rewind", "-Cw", "list"]), some("list", Some("w")));
+        assert_eq!(scan(&["rewind", "-C=w", "list"]), some("list", Some("w")));
+        assert_eq!(
+            scan(&["rewind", "checkpoint", "-q", "-C", "w", "--kind", "hook"]),
+            some("checkpoint", Some("w"))
+        );
+        // After `--` nothing is an option; unknown flags before the verb
+        // are clap's to judge; no verb, no server.
+        assert_eq!(
+            scan(&["rewind", "restore", "a", "--", "-C", "x"]),
+            some("restore", None)
+        );
+        assert_eq!(scan(&["rewind", "--version"]), None);
+        assert_eq!(scan(&["rewind", "-C"]), None);
+        assert_eq!(scan(&["rewind"]), None);
+    }
+
+    #[test]
+    fn every_server_verb_is_a_verb_or_alias() {
+        let cli = <Cli as clap::CommandFactory>::command();
+        for v in SERVER_VERBS {
+            assert!(cli.find_subcommand(v).is_some(), "{v}");
+        }
     }
 }

@@ -109,6 +109,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let opts = rewind_fuse::ServeOptions {
         view: view.clone(),
         passthrough: !a.no_passthrough && rewind_fuse::ServeOptions::default().passthrough,
+        companion: Some(super::serve::companion(&mountpoint)?),
         ..Default::default()
     };
     if a.foreground {
