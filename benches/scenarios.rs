@@ -2202,6 +2202,7 @@ fn scenario_k(
             find(&walk)
         },
     );
+    let server_hwm = command_server_peak_kib(&ws);
     drop(mount);
 
     // k8. Flat in the tree's size: the same checkpoint on T2, 10x the
@@ -2431,14 +2432,44 @@ fn scenario_k(
             detail: Value::Null,
         },
     ];
-    let note = "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
+    let server = match server_hwm {
+        Some(k) => format!("its peak RSS after k1–k9: {:.1} MiB", k as f64 / 1024.0),
+        None => "no command server was found".to_string(),
+    };
+    let note = format!(
+        "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
                 filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
-                on another copy given the same edits; k1m/k2m the same through one running \
+                on another copy given the same edits; a k1/k2 process hands its command to the \
+                mount's command server (D93), so its memory column is the client's ({server}); k1m/k2m the same through one running \
                 `rewind mcp` (its workspace kept open between calls, D63); k3–k7 the same command through the mount and \
                 natively on the unmounted copy, alternating which goes first, after one warm-up each; \
                 k9 is k5 with an untimed pause before each run, as an agent pauses between commands"
-        .to_string();
+    );
     (scenarios, targets, note)
+}
+
+/// Peak RSS of the command server kept beside the mount over `ws` (D93).
+fn command_server_peak_kib(ws: &Path) -> Option<u64> {
+    let ws = fs::canonicalize(ws).ok()?;
+    let sock = rewind_fuse::command_socket_path(&ws);
+    for p in fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let mut args = cmdline.split(|&b| b == 0);
+        if args.any(|a| a == b"serve-commands")
+            && cmdline
+                .split(|&b| b == 0)
+                .any(|a| a == sock.as_os_str().as_bytes())
+        {
+            let status = fs::read_to_string(p.path().join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+        }
+    }
+    None
 }
 
 // ---------------------------------------------------------------- j: btrfs engine

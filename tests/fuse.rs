@@ -1149,6 +1149,11 @@ fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_ex
     let server = server_pid_after_a_checkpoint(&m, &ws);
     common::checkpoint_id(&ws, &["again"]);
     assert_eq!(lock_holder(&m), server, "the same server took the next one");
+    let doctor = rewind_json(&ws, &["doctor"]);
+    assert_eq!(
+        doctor["fuse"]["command_server_pid"], server,
+        "doctor names it"
+    );
     // `REWIND_IN_PROCESS=1` (or any REWIND_* a verb reads) runs it here.
     let out = rewind_fed(&ws, &["checkpoint", "-q"], b"", IN_PROCESS);
     assert!(out.status.success());

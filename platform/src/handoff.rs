@@ -82,6 +82,12 @@ pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Vec<OwnedF
     Ok(fds)
 }
 
+/// The process id at the other end of `sock` (as of its connect).
+pub fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
+    let cred = rustix::net::sockopt::socket_peercred(sock)?;
+    Ok(cred.pid.as_raw_nonzero().get() as u32)
+}
+
 /// Whether the process at the other end of `sock` runs as this one's
 /// effective user.
 pub fn peer_is_same_user(sock: &UnixStream) -> io::Result<bool> {

@@ -59,6 +59,9 @@ struct Fuse {
     mounted: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     daemon_pid: Option<u32>,
+    /// The command server kept beside the daemon (D93), if it listens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command_server_pid: Option<u32>,
     /// Kernel passthrough of opened files (needs CAP_SYS_ADMIN): reads and
     /// writes at native speed instead of through the daemon.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,6 +134,18 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         Some(None) => format!("{fuse_note}; the next checkpoint walks everything once"),
         None => fuse_note,
     };
+    let server = status
+        .as_ref()
+        .and_then(|_| super::serve::server_pid(ws.root_path()));
+    let fuse_note = match (&status, server) {
+        (Some(_), Some(pid)) => format!(
+            "{fuse_note}; commands run in its command server (pid {pid}), with the workspace kept open"
+        ),
+        (Some(_), None) => format!(
+            "{fuse_note}; its command server is not running (it is restarted when it dies): commands run in their own process"
+        ),
+        (None, _) => fuse_note,
+    };
     let fuse_note = match &status {
         Some(s) if s.fds > s.fd_limit / 4 * 3 => format!(
             "{fuse_note}; the daemon holds {} of its {} file descriptors: remount after raising the hard limit (`ulimit -Hn`, or run it as root)",
@@ -158,6 +173,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             fusermount3: which("fusermount3"),
             mounted: status.is_some(),
             daemon_pid: status.as_ref().map(|s| s.pid),
+            command_server_pid: server,
             passthrough: status.as_ref().map(|s| s.passthrough),
             dirty_dirs: status.as_ref().map(|s| match s.dirty {
                 Some(n) => n.into(),

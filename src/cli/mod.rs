@@ -17,7 +17,7 @@ pub(crate) mod list;
 mod mcp;
 mod mount;
 mod rewind;
-mod serve;
+pub(crate) mod serve;
 pub(crate) mod status;
 pub(crate) mod verify;
 mod writeback;

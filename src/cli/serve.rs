@@ -194,7 +194,9 @@ impl<'a> Reader<'a> {
 /// Run this command in the server of the mount `start` is in, if there is
 /// one and it takes it; `None`: run it in this process (rule 2).
 pub fn forward(start: &Path, cwd: &Path, args: Vec<OsString>) -> Option<i32> {
-    if !env_allows_forwarding() {
+    // A relative cwd (the real one was unreadable) would name the
+    // server's directory instead.
+    if !env_allows_forwarding() || !cwd.is_absolute() {
         return None;
     }
     let root = Workspace::discover(start)?;
@@ -224,6 +226,14 @@ pub fn forward(start: &Path, cwd: &Path, args: Vec<OsString>) -> Option<i32> {
         }
         _ => None,
     }
+}
+
+/// The pid of the command server of the mount at `mountpoint`, if one
+/// listens (for `doctor`; the server answers the empty connection with a
+/// refusal).
+pub fn server_pid(mountpoint: &Path) -> Option<u32> {
+    let sock = UnixStream::connect(rewind_fuse::command_socket_path(mountpoint)).ok()?;
+    rewind_platform::peer_pid(&sock).ok()
 }
 
 /// `rewind serve-commands --socket PATH`: the server (started by the
