@@ -1280,3 +1280,55 @@ fn a_command_whose_client_is_killed_dies_with_it_and_the_server_comes_back() {
     assert!(v.status.success(), "verify after the kill");
     m.unmount();
 }
+
+#[test]
+fn a_replaced_binary_takes_over_from_the_server_it_replaced() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    if !common::is_root() {
+        return;
+    }
+    let dir = common::tmp();
+    let bin = dir.path().join("rewind");
+    std::fs::copy(env!("CARGO_BIN_EXE_rewind"), &bin).expect("copy the binary");
+    let run = |args: &[&str], cwd: &Path| {
+        let out = Command::new(&bin)
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .expect("run the copy");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ws_arg = ws.display().to_string();
+    run(&["mount", &ws_arg], Path::new("/"));
+    let m = MountGuard { dir: ws.clone() };
+    // The pid of a server running the binary now at `bin`.
+    let served = || {
+        for _ in 0..100 {
+            run(&["checkpoint", "-q"], &ws);
+            let pid = lock_holder(&m);
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let deleted = exe.to_string_lossy().ends_with("(deleted)");
+            if is_command_server(pid) && !deleted {
+                return pid;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("no command server took the checkpoint");
+    };
+    let old = served();
+    // An upgrade: a new file at the same path.
+    let staged = dir.path().join("rewind.new");
+    std::fs::copy(&bin, &staged).expect("stage the new binary");
+    std::fs::rename(&staged, &bin).expect("replace the binary");
+    let new = served();
+    assert_ne!(new, old, "the old server made way for the new binary");
+    assert!(!is_command_server(old), "the old server is gone");
+    run(&["unmount", &ws_arg], Path::new("/"));
+    std::mem::forget(m);
+}

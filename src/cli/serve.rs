@@ -106,7 +106,12 @@ pub fn companion(mountpoint: &Path) -> Result<rewind_fuse::Companion> {
 /// Identity of the running executable: a server started from another
 /// build refuses (rule 4).
 fn exe_identity() -> [u64; 3] {
-    match std::fs::metadata("/proc/self/exe") {
+    identity_of(Path::new("/proc/self/exe"))
+}
+
+/// Device, inode and mtime of the file at `path`.
+fn identity_of(path: &Path) -> [u64; 3] {
+    match std::fs::metadata(path) {
         Ok(m) => [
             m.dev(),
             m.ino(),
@@ -251,6 +256,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut server = Server {
         warm: WarmSlot::default(),
         exe: exe_identity(),
+        program: std::env::current_exe().ok(),
         parser: <super::Cli as clap::CommandFactory>::command(),
         watcher,
     };
@@ -319,7 +325,11 @@ fn listen(path: &Path) -> Result<UnixListener> {
     Ok(l)
 }
 
-fn receive(conn: &UnixStream, exe: [u64; 3]) -> Option<(Request, [OwnedFd; 3])> {
+/// The request on `conn`; `Err`: one from another build (its identity).
+fn receive(
+    conn: &UnixStream,
+    exe: [u64; 3],
+) -> Option<std::result::Result<(Request, [OwnedFd; 3]), [u64; 3]>> {
     if !rewind_platform::peer_is_same_user(conn).ok()? {
         return None;
     }
@@ -331,9 +341,12 @@ fn receive(conn: &UnixStream, exe: [u64; 3]) -> Option<(Request, [OwnedFd; 3])> 
     }
     let mut body = vec![0u8; n];
     (&*conn).read_exact(&mut body).ok()?;
-    let req = Request::decode(&body).filter(|r| r.exe == exe)?;
+    let req = Request::decode(&body)?;
+    if req.exe != exe {
+        return Some(Err(req.exe));
+    }
     let fds: [OwnedFd; 3] = fds.try_into().ok()?;
-    Some((req, fds))
+    Some(Ok((req, fds)))
 }
 
 /// What the server keeps between commands.
@@ -341,6 +354,8 @@ struct Server {
     /// The workspace, open (D63).
     warm: WarmSlot,
     exe: [u64; 3],
+    /// Where this server's binary was at its start.
+    program: Option<PathBuf>,
     /// The CLI's parser: built once, not per command.
     parser: clap::Command,
     watcher: Watcher,
@@ -349,9 +364,23 @@ struct Server {
 impl Server {
     fn serve_one(&mut self, mut conn: UnixStream) {
         let (warm, watcher) = (&self.warm, &self.watcher);
-        let Some((req, stdio)) = receive(&conn, self.exe) else {
-            let _ = conn.write_all(&[REFUSED]);
-            return;
+        let (req, stdio) = match receive(&conn, self.exe) {
+            Some(Ok(r)) => r,
+            Some(Err(theirs)) => {
+                let _ = conn.write_all(&[REFUSED]);
+                // The binary this server was started from was replaced
+                // (an upgrade): make way, and the daemon starts the new
+                // one. A client of another install changes nothing.
+                if self.program.as_deref().map(identity_of) == Some(theirs) {
+                    eprintln!("rewind: serve-commands: the rewind binary was replaced; restarting");
+                    std::process::exit(0);
+                }
+                return;
+            }
+            None => {
+                let _ = conn.write_all(&[REFUSED]);
+                return;
+            }
         };
         let Ok(watched) = conn.try_clone() else {
             let _ = conn.write_all(&[REFUSED]);
