@@ -325,11 +325,15 @@ fn listen(path: &Path) -> Result<UnixListener> {
     Ok(l)
 }
 
-/// The request on `conn`; `Err`: one from another build (its identity).
-fn receive(
-    conn: &UnixStream,
-    exe: [u64; 3],
-) -> Option<std::result::Result<(Request, [OwnedFd; 3]), [u64; 3]>> {
+/// What came on a connection.
+enum Received {
+    Run(Request, [OwnedFd; 3]),
+    /// A request from another build (its executable's identity).
+    OtherBuild([u64; 3]),
+}
+
+/// The request on `conn`, if it is one.
+fn receive(conn: &UnixStream, exe: [u64; 3]) -> Option<Received> {
     if !rewind_platform::peer_is_same_user(conn).ok()? {
         return None;
     }
@@ -343,10 +347,10 @@ fn receive(
     (&*conn).read_exact(&mut body).ok()?;
     let req = Request::decode(&body)?;
     if req.exe != exe {
-        return Some(Err(req.exe));
+        return Some(Received::OtherBuild(req.exe));
     }
     let fds: [OwnedFd; 3] = fds.try_into().ok()?;
-    Some(Ok((req, fds)))
+    Some(Received::Run(req, fds))
 }
 
 /// What the server keeps between commands.
@@ -365,8 +369,8 @@ impl Server {
     fn serve_one(&mut self, mut conn: UnixStream) {
         let (warm, watcher) = (&self.warm, &self.watcher);
         let (req, stdio) = match receive(&conn, self.exe) {
-            Some(Ok(r)) => r,
-            Some(Err(theirs)) => {
+            Some(Received::Run(req, stdio)) => (req, stdio),
+            Some(Received::OtherBuild(theirs)) => {
                 let _ = conn.write_all(&[REFUSED]);
                 // The binary this server was started from was replaced
                 // (an upgrade): make way, and the daemon starts the new
