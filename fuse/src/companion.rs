@@ -124,13 +124,18 @@ fn command(c: &Companion) -> Command {
             None => cmd.env_remove(k),
         };
     }
-    // SAFETY: prctl and pthread_sigmask are async-signal-safe; the closure
-    // touches no memory the parent shares.
+    let daemon = std::process::id();
+    // SAFETY: prctl, getppid and pthread_sigmask are async-signal-safe;
+    // the closure touches no memory the parent shares.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             // Dies with the thread that started it: the daemon's keeper.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The daemon died before the line above: no one would kill it.
+            if libc::getppid() as u32 != daemon {
+                return Err(std::io::Error::other("the daemon is gone"));
             }
             // The daemon blocks termination signals in its threads (one
             // thread waits for them); the companion takes its own.

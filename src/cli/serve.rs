@@ -305,8 +305,7 @@ fn watch_one(client: &UnixStream, woken: &UnixStream, listener: &UnixListener) {
                     let _ = next.write_all(&[BUSY]);
                 }
             }
-            // Cannot watch: the command runs on unwatched, as before this
-            // server existed a killed client's command ran on in nobody.
+            // poll failed: the command runs to its end unwatched.
             Err(_) => return,
         }
     }
@@ -390,7 +389,15 @@ impl Server {
             let _ = conn.write_all(&[REFUSED]);
             return;
         };
-        if conn.write_all(&[ACCEPTED]).is_err() || watcher.clients.send(watched).is_err() {
+        if watcher.clients.send(watched).is_err() {
+            // The watcher is gone, so rule 1 cannot hold: make way for a
+            // new server.
+            let _ = conn.write_all(&[REFUSED]);
+            std::process::exit(1);
+        }
+        if conn.write_all(&[ACCEPTED]).is_err() {
+            // Stand the watcher down (a wake outranks the hangup).
+            let _ = (&watcher.wake).write_all(b"x");
             return;
         }
         let code = match rewind_platform::StdioSwap::new(&stdio) {
