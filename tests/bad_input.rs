@@ -246,3 +246,20 @@ fn usage_errors_exit_1_and_answer_json_when_asked() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!dir.path().join(".rewind").exists());
 }
+
+#[test]
+fn a_usage_error_with_an_argument_that_is_not_utf8_is_reported_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = common::tmp();
+    let out = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .arg("bogus")
+        .arg(std::ffi::OsStr::from_bytes(b"\xff"))
+        .arg("--json")
+        .current_dir(dir.path())
+        .output()
+        .expect("run rewind");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["error"]["code"], "USAGE");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}

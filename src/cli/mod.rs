@@ -287,9 +287,11 @@ pub fn main() -> i32 {
             return code;
         }
     }
+    // Not `std::env::args()`: it panics on an argument that is not UTF-8.
+    let json = args.iter().any(|a| a == "--json");
     match Cli::try_parse_from(args) {
         Ok(cli) => run(cli, cwd, None),
-        Err(e) => usage_error(e, std::env::args().any(|a| a == "--json")),
+        Err(e) => usage_error(e, json),
     }
 }
 
