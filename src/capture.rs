@@ -210,6 +210,10 @@ pub struct Scope {
     deep: HashSet<Vec<u8>>,
     /// Every ancestor of the above: listed to rebuild their nodes.
     spine: HashSet<Vec<u8>>,
+    /// The three sets above by parent directory: whether an entry must be
+    /// listed is one lookup of its name, not a joined path hashed three
+    /// times (a 4,700-entry ancestor did that for every entry).
+    listed_children: Children,
     /// Every inode that changed, where the source names them all (btrfs
     /// knows each inode item written since a transaction). Then an entry
     /// of a changed directory is unchanged if its inode is not among them
@@ -225,6 +229,56 @@ const SMALL_SCOPE: usize = 64;
 /// In a small scope, a directory's work goes to the pool only when it
 /// reads at least this much: hashing it takes longer than waking threads.
 const POOL_WORTH_BYTES: u64 = 1 << 20;
+
+/// Paths grouped by parent directory: `a/b/c` puts `a` under ``, `b`
+/// under `a` and `c` under `a/b`.
+type Children = HashMap<Vec<u8>, HashSet<Vec<u8>>>;
+
+fn children_of<'p>(paths: impl Iterator<Item = &'p [u8]>) -> Children {
+    let mut out = Children::new();
+    for p in paths.filter(|p| !p.is_empty()) {
+        let mut start = 0;
+        for (i, &c) in p
+            .iter()
+            .enumerate()
+            .chain(std::iter::once((p.len(), &b'/')))
+        {
+            if c == b'/' {
+                let parent = if start == 0 { &p[..0] } else { &p[..start - 1] };
+                out.entry(parent.to_vec())
+                    .or_default()
+                    .insert(p[start..i].to_vec());
+                start = i + 1;
+            }
+        }
+    }
+    out
+}
+
+/// A [`Scope`] seen from one directory ([`Scope::at`]).
+struct DirScope<'a> {
+    dirty: Option<&'a Option<HashSet<Vec<u8>>>>,
+    listed: Option<&'a HashSet<Vec<u8>>>,
+    inodes: Option<&'a HashSet<u64>>,
+}
+
+impl DirScope<'_> {
+    /// Whether entry `name` must be looked at (stat, and hashed if the
+    /// stat moved): it changed, or it is a directory the capture descends
+    /// into (its mtime moves with its entries). `ino` is the entry's
+    /// inode as listed, `cached_ino` the one the cache holds under its
+    /// name.
+    fn looks_at(&self, name: &[u8], ino: u64, cached_ino: u64) -> bool {
+        let changed = match self.dirty {
+            Some(None) => self
+                .inodes
+                .is_none_or(|changed| ino != cached_ino || changed.contains(&ino)),
+            Some(Some(names)) => names.contains(name),
+            None => false,
+        };
+        changed || self.listed.is_some_and(|l| l.contains(name))
+    }
+}
 
 /// A [`Scope`] built from what a change source names (btrfs's change list,
 /// a bulk stat), one directory or entry at a time.
@@ -276,11 +330,29 @@ impl Scope {
         for d in dirty.keys().chain(deep.iter()) {
             spine.extend(ancestors(d).map(<[u8]>::to_vec));
         }
+        let listed_children = children_of(
+            dirty
+                .keys()
+                .chain(deep.iter())
+                .chain(spine.iter())
+                .map(Vec::as_slice),
+        );
         Scope {
             dirty,
             deep,
             spine,
+            listed_children,
             inodes: None,
+        }
+    }
+
+    /// What the scope says about the entries of directory `rel`, looked up
+    /// once for all of them.
+    fn at(&self, rel: &[u8]) -> DirScope<'_> {
+        DirScope {
+            dirty: self.dirty.get(rel),
+            listed: self.listed_children.get(rel),
+            inodes: self.inodes.as_ref(),
         }
     }
 
@@ -312,25 +384,6 @@ impl Scope {
             .flatten()
             .flatten()
             .map(Vec::as_slice)
-    }
-
-    /// Whether entry `name` of listed directory `rel` must be looked at
-    /// (stat, and hashed if the stat moved): it changed, or it is a
-    /// directory the capture descends into (its mtime moves with its
-    /// entries).
-    ///
-    /// `ino` is the entry's inode as listed, `cached_ino` the one the cache
-    /// holds under its name.
-    fn looks_at(&self, rel: &[u8], name: &[u8], ino: u64, cached_ino: u64) -> bool {
-        let changed = match self.dirty.get(rel) {
-            Some(None) => self
-                .inodes
-                .as_ref()
-                .is_none_or(|changed| ino != cached_ino || changed.contains(&ino)),
-            Some(Some(names)) => names.contains(name),
-            None => false,
-        };
-        changed || self.lists(&join(rel, name))
     }
 
     /// Whether a capture with this scope is small enough to run on the
@@ -685,6 +738,10 @@ struct Walker<'a> {
     scope: Option<&'a Scope>,
     /// The scope is small: see [`Walker::worth_the_pool`].
     small_scope: bool,
+    /// The cache's rows by parent directory (scoped captures only): a
+    /// directory kept without opening is recorded only if rows at or
+    /// below it were loaded, the only ones `kept` decides about.
+    cache_children: Children,
     out: Mutex<Outputs>,
     counters: Counters,
     progress: &'a Progress,
@@ -744,6 +801,11 @@ pub fn capture(
         store_durable_below_ns: clock.store_durable_below_ns,
         scope,
         small_scope: scope.is_some_and(Scope::is_small),
+        cache_children: if scope.is_some() {
+            children_of(cache.keys().map(Vec::as_slice))
+        } else {
+            Children::new()
+        },
         out: Mutex::new(Outputs::default()),
         counters: Counters::default(),
         progress,
@@ -904,23 +966,30 @@ impl Walker<'_> {
         let listed_by_cache = cached
             .zip(self.scope)
             .filter(|(_, s)| scoped && s.entries_known(&rel));
-        let mut names: Vec<(Cow<'_, OsStr>, u64)> = match listed_by_cache {
+        // Each name with its inode and, if it has one, its cached row.
+        let mut names: Vec<(Cow<'_, OsStr>, u64, Option<&CacheRec>)> = match listed_by_cache {
             Some((c, scope)) => {
-                let cached_names = c
-                    .recs
-                    .iter()
-                    .map(|r| (Cow::Borrowed(OsStr::from_bytes(&r.entry.name)), r.ino));
+                let cached_names = c.recs.iter().map(|r| {
+                    (
+                        Cow::Borrowed(OsStr::from_bytes(&r.entry.name)),
+                        r.ino,
+                        Some(r),
+                    )
+                });
                 let unseen = scope
                     .named(&rel)
                     .filter(|n| c.lookup(n).is_none())
-                    .map(|n| (Cow::Owned(OsStr::from_bytes(n).to_owned()), 0));
+                    .map(|n| (Cow::Owned(OsStr::from_bytes(n).to_owned()), 0, None));
                 cached_names.chain(unseen).collect()
             }
             None => dir
                 .entries_with_ino()
                 .map_err(Error::os)?
                 .into_iter()
-                .map(|(n, ino)| (Cow::Owned(n), ino))
+                .map(|(n, ino)| {
+                    let prev = cached.and_then(|c| c.lookup(n.as_bytes()));
+                    (Cow::Owned(n), ino, prev)
+                })
                 .collect(),
         };
         // Cached rows are sorted already: the stable sort only merges the
@@ -928,7 +997,7 @@ impl Walker<'_> {
         names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         let has_rules = names
             .iter()
-            .any(|(n, _)| n.as_bytes() == IGNORE_FILE.as_bytes());
+            .any(|(n, _, _)| n.as_bytes() == IGNORE_FILE.as_bytes());
         let ignores = self.ignore_stack(&dir, &rel, has_rules, parent_ignores)?;
         let here = Here {
             dir: &dir,
@@ -940,15 +1009,18 @@ impl Walker<'_> {
         };
 
         let mut slots = Vec::with_capacity(names.len());
-        for (name, ino) in names {
+        let in_scope = self.scope.filter(|_| scoped).map(|s| s.at(&rel));
+        let rows_below = self.cache_children.get(&rel);
+        for (name, ino, prev) in names {
             // Scoped: an entry the tracker saw no change to is what the
             // cache says, without a stat.
-            if scoped
-                && let Some(scope) = self.scope
-                && let Some(prev) = cached.and_then(|c| c.lookup(name.as_bytes()))
-                && !scope.looks_at(&rel, name.as_bytes(), ino, prev.ino)
+            if let Some(scope) = &in_scope
+                && let Some(prev) = prev
+                && !scope.looks_at(name.as_bytes(), ino, prev.ino)
             {
-                if prev.entry.kind() == Kind::Dir {
+                if prev.entry.kind() == Kind::Dir
+                    && rows_below.is_some_and(|r| r.contains(name.as_bytes()))
+                {
                     self.lock_out().kept.insert(join(&rel, name.as_bytes()));
                 }
                 Counters::add(&self.counters.entries, 1);
@@ -1341,6 +1413,29 @@ impl Walker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn children_group_every_step_of_a_path_under_its_parent() {
+        let c = children_of([&b"a/b/c"[..], b"a/d", b"", b"e"].into_iter());
+        let names = |p: &[u8]| {
+            let mut v: Vec<Vec<u8>> = c.get(p).into_iter().flatten().cloned().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(b""), vec![b"a".to_vec(), b"e".to_vec()]);
+        assert_eq!(names(b"a"), vec![b"b".to_vec(), b"d".to_vec()]);
+        assert_eq!(names(b"a/b"), vec![b"c".to_vec()]);
+        assert!(!c.contains_key(&b"a/b/c"[..]));
+        // A scope lists exactly the paths it names or their ancestors.
+        let scope = Scope::new(
+            [(b"x/y".to_vec(), None)].into_iter().collect(),
+            HashSet::new(),
+        );
+        assert!(scope.at(b"").looks_at(b"x", 1, 1));
+        assert!(scope.at(b"x").looks_at(b"y", 1, 1));
+        assert!(!scope.at(b"x").looks_at(b"z", 1, 1));
+        assert!(scope.at(b"x/y").looks_at(b"anything", 1, 1));
+    }
 
     fn link(name: &str, to: &str) -> CacheRec {
         CacheRec {

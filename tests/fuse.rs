@@ -675,6 +675,7 @@ fn unmount_of_a_busy_mount_names_the_holder_and_keeps_the_mount() {
     let Some(m) = MountGuard::new(&ws, &[]) else {
         return;
     };
+    let server = server_pid_after_a_checkpoint(&m, &ws);
     let mut sleeper = Command::new("sleep")
         .arg("30")
         .current_dir(ws.join("d00"))
@@ -686,6 +687,10 @@ fn unmount_of_a_busy_mount_names_the_holder_and_keeps_the_mount() {
     assert!(
         err.contains(&format!("pid {} (sleep)", sleeper.id())),
         "names the holder: {err}"
+    );
+    assert!(
+        !err.contains(&format!("pid {server} ")),
+        "not the command server, whose log is the backing file: {err}"
     );
     assert!(m.status().pid > 0, "still mounted");
     let _ = sleeper.kill();

@@ -428,10 +428,13 @@ pub fn holders(mp: &Path) -> Vec<String> {
         else {
             continue;
         };
-        if pid == me {
+        let base = p.path();
+        // This process and its children (the daemon's companion, whose
+        // log descriptor names a path under the mount point but is the
+        // backing file) hold nothing the unmount waits for.
+        if pid == me || parent_pid(&base).is_some_and(|pp| pp == me) {
             continue;
         }
-        let base = p.path();
         let under = |l: PathBuf| l.starts_with(mp);
         let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
         let comm = comm.trim();
@@ -449,6 +452,14 @@ pub fn holders(mp: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// The parent pid in `/proc/PID/stat` (after the command name, which may
+/// hold spaces and parentheses: the last `)` ends it).
+fn parent_pid(proc_dir: &Path) -> Option<String> {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1).map(str::to_string)
 }
 
 /// Clear the mount of a daemon that died: detach the dead mount (its
