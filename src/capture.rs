@@ -1010,7 +1010,6 @@ impl Walker<'_> {
 
         let mut slots = Vec::with_capacity(names.len());
         let in_scope = self.scope.filter(|_| scoped).map(|s| s.at(&rel));
-        let rows_below = self.cache_children.get(&rel);
         for (name, ino, prev) in names {
             // Scoped: an entry the tracker saw no change to is what the
             // cache says, without a stat.
@@ -1018,10 +1017,8 @@ impl Walker<'_> {
                 && let Some(prev) = prev
                 && !scope.looks_at(name.as_bytes(), ino, prev.ino)
             {
-                if prev.entry.kind() == Kind::Dir
-                    && rows_below.is_some_and(|r| r.contains(name.as_bytes()))
-                {
-                    self.lock_out().kept.insert(join(&rel, name.as_bytes()));
+                if prev.entry.kind() == Kind::Dir {
+                    self.keep_unopened(&rel, name.as_bytes());
                 }
                 Counters::add(&self.counters.entries, 1);
                 slots.push(Slot::Same(prev));
@@ -1096,6 +1093,20 @@ impl Walker<'_> {
         out.cache_updates.push((rel.clone(), hash, stats));
         out.visited.insert(rel);
         Ok(hash)
+    }
+
+    /// Directory `rel/name` is taken from the cache without being walked:
+    /// its rows, and those below it, stay. Recorded only when rows at or
+    /// below it were loaded, the only ones `kept` decides about (a scoped
+    /// capture loads the rows of the directories it lists).
+    fn keep_unopened(&self, rel: &[u8], name: &[u8]) {
+        if self
+            .cache_children
+            .get(rel)
+            .is_some_and(|loaded| loaded.contains(name))
+        {
+            self.lock_out().kept.insert(join(rel, name));
+        }
     }
 
     fn lock_out(&self) -> std::sync::MutexGuard<'_, Outputs> {
@@ -1261,13 +1272,12 @@ impl Walker<'_> {
                 ))))
             }
             Slot::DirMeta(name, meta, old) => {
-                let path = join(rel, name.as_bytes());
                 let xattrs = match dir.open_dir(&name) {
                     Ok(d) => d.user_xattrs().map_err(Error::os)?,
                     Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
                     Err(e) => return Err(Error::os(e)),
                 };
-                self.lock_out().kept.insert(path);
+                self.keep_unopened(rel, name.as_bytes());
                 let entry = Entry {
                     name: name.as_bytes().to_vec(),
                     mode: meta.mode,
@@ -1290,7 +1300,7 @@ impl Walker<'_> {
                     && scoped
                     && self.scope.is_some_and(|s| !s.lists(&path))
                 {
-                    self.lock_out().kept.insert(path);
+                    self.keep_unopened(rel, name.as_bytes());
                     return Ok(Some(Resolved::Same(p)));
                 }
                 let sub = match dir.open_dir(&name) {
