@@ -63,6 +63,13 @@ pub fn command_socket_path(mountpoint: &Path) -> PathBuf {
     runtime_dir().join(format!("{}.cmd", key(mountpoint)))
 }
 
+/// Remove the sockets a mount point's daemon leaves in the runtime
+/// directory (its own and its command server's).
+pub(crate) fn remove_sockets(mountpoint: &Path) {
+    let _ = std::fs::remove_file(socket_path(mountpoint));
+    let _ = std::fs::remove_file(command_socket_path(mountpoint));
+}
+
 /// Where a mount over the workspace itself keeps the backing tree
 /// reachable by path: a private bind mount (SQLite resolves symlinks, so
 /// `/proc/self/fd/N` paths lead it back into the mount).

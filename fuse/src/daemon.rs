@@ -124,9 +124,8 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     } else {
         dir.to_path_buf()
     };
-    let cleanup = |sock: &Path| {
-        let _ = std::fs::remove_file(sock);
-        let _ = std::fs::remove_file(control::command_socket_path(&mountpoint));
+    let cleanup = || {
+        control::remove_sockets(&mountpoint);
         if bound {
             release_backing(&backing);
         }
@@ -160,7 +159,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     let session = match fuser::Session::new(fs, &mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
-            cleanup(&sock);
+            cleanup();
             return Err(Error::io("mount FUSE at", &mountpoint, e));
         }
     };
@@ -205,7 +204,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     if let Some(k) = keeper {
         k.stop();
     }
-    cleanup(&sock);
+    cleanup();
     result.map_err(|e| Error::io("serve FUSE at", &mountpoint, e))
 }
 
@@ -482,8 +481,7 @@ pub fn detach_dead(mp: &Path) -> Result<()> {
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
         Err(e) => return Err(Error::io("detach the dead mount at", mp, e)),
     }
-    let _ = std::fs::remove_file(control::socket_path(mp));
-    let _ = std::fs::remove_file(control::command_socket_path(mp));
+    control::remove_sockets(mp);
     release_backing(&control::backing_path(mp));
     Ok(())
 }
