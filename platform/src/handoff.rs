@@ -16,15 +16,14 @@ use rustix::net::{
 };
 
 /// At most this many descriptors travel with one message.
-pub const MAX_FDS: usize = 3;
+const MAX_FDS: usize = 3;
 
-/// Send `data` with `fds` attached to its first byte.
+/// Send `data` with `fds` (at most [`MAX_FDS`]) attached to its first
+/// byte.
 pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(
-        &fds[..fds.len().min(MAX_FDS)],
-    )) {
+    if fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("too many descriptors for one message"));
     }
     let sent = loop {

@@ -28,8 +28,8 @@ pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};
 pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
 pub use handoff::{
-    MAX_FDS, StdioSwap, Watched, peer_is_same_user, peer_pid, recv_all, recv_with_fds,
-    send_with_fds, send_with_stdio, set_umask, wait_readable, watch,
+    StdioSwap, Watched, peer_is_same_user, peer_pid, recv_all, recv_with_fds, send_with_fds,
+    send_with_stdio, set_umask, wait_readable, watch,
 };
 pub use lock::LockFile;
 pub use process::{is_root, kill_self, new_session, stop_self};
