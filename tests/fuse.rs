@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -1105,26 +1105,6 @@ fn is_command_server(pid: u32) -> bool {
         .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"serve-commands"))
 }
 
-/// `rewind ARGS` from `cwd` with `stdin` as its input and `env` added.
-fn rewind_fed(cwd: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rewind");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    child.wait_with_output().expect("wait rewind")
-}
-
 const IN_PROCESS: &[(&str, &str)] = &[("REWIND_IN_PROCESS", "1")];
 
 /// Waits for the command server to take a command again (it comes back
@@ -1160,7 +1140,7 @@ fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_ex
         "doctor names it"
     );
     // `REWIND_IN_PROCESS=1` (or any REWIND_* a verb reads) runs it here.
-    let out = rewind_fed(&ws, &["checkpoint", "-q"], b"", IN_PROCESS);
+    let out = common::rewind_fed(&ws, &["checkpoint", "-q"], b"", IN_PROCESS);
     assert!(out.status.success());
     assert_ne!(lock_holder(&m), server, "run in its own process");
 
@@ -1171,8 +1151,8 @@ fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_ex
         &["list", "--json"][..],
         &["checkpoint", "--kind", "bogus"][..],
     ] {
-        let served = rewind_fed(&ws, args, b"", &[]);
-        let here = rewind_fed(&ws, args, b"", IN_PROCESS);
+        let served = common::rewind_fed(&ws, args, b"", &[]);
+        let here = common::rewind_fed(&ws, args, b"", IN_PROCESS);
         assert_eq!(
             served.status.code(),
             here.status.code(),
@@ -1184,7 +1164,7 @@ fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_ex
 
     // The working directory: a relative path names the caller's file.
     write(&ws.join("d01/f01.txt"), b"damaged\n");
-    let out = rewind_fed(
+    let out = common::rewind_fed(
         &ws.join("d01"),
         &["restore", &base, "--", "f01.txt"],
         b"",
@@ -1208,7 +1188,7 @@ fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_ex
         "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
         "tool_input": {"command": "rm -rf d02"}, "cwd": ws.display().to_string(),
     });
-    let out = rewind_fed(
+    let out = common::rewind_fed(
         &ws,
         &["hook", "pre-tool-use"],
         payload.to_string().as_bytes(),

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -41,23 +40,7 @@ fn rewind_with_stdin(args: &[&str], stdin: &str) -> Output {
 
 /// [`rewind_with_stdin`] with `env` added; also the process id.
 fn rewind_with_stdin_env(args: &[&str], stdin: &str, env: &[(&str, &Path)]) -> (u32, Output) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rewind hook");
-    let pid = child.id();
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write payload");
-    (pid, child.wait_with_output().expect("wait rewind hook"))
+    common::rewind_fed_pid(Path::new("/"), args, stdin.as_bytes(), env)
 }
 
 fn pre(name: &str, ws: &Path) -> Output {

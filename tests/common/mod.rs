@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
 
@@ -384,6 +385,37 @@ pub fn rewind_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     c.output().expect("run rewind")
+}
+
+/// `rewind ARGS` from `cwd` with `stdin` as its input and `env` added.
+pub fn rewind_fed(cwd: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
+    rewind_fed_pid(cwd, args, stdin, env).1
+}
+
+/// [`rewind_fed`], also giving the process id.
+pub fn rewind_fed_pid<V: AsRef<OsStr>>(
+    cwd: &Path,
+    args: &[&str],
+    stdin: &[u8],
+    env: &[(&str, V)],
+) -> (u32, Output) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v.as_ref())))
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rewind");
+    let pid = child.id();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    (pid, child.wait_with_output().expect("wait rewind"))
 }
 
 /// Run and parse `--json` output; panics with stderr on failure.
