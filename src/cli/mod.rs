@@ -207,7 +207,8 @@ impl Ctx {
     /// one.
     pub fn dir_arg(&self, dir: Option<&std::path::Path>) -> PathBuf {
         match dir.or(self.dir.as_deref()) {
-            Some(d) => self.cwd.join(d),
+            // `.` components dropped: errors name `/ws`, not `/ws/.`.
+            Some(d) => self.cwd.join(d).components().collect(),
             None => self.cwd.clone(),
         }
     }
