@@ -1,6 +1,15 @@
 //! `rewind init --subvolume DIR`: turn an ordinary directory on btrfs into
-//! a subvolume in place, keeping every file, mode, symlink, hard link,
-//! xattr and mtime.
+//! a subvolume in place, keeping every file, mode, owner, symlink, hard
+//! link, xattr and mtime.
+//!
+//! Before it makes anything it refuses, naming the path, what it could not
+//! carry over faithfully or take out of the old tree afterwards
+//! ([`survey`]): a mount point or nested subvolume below DIR (the copy
+//! would not cross it and the cleanup would empty it), an immutable or
+//! append-only entry (the cleanup could not remove it), a FIFO, socket or
+//! device, and, without root, an entry another user owns (only root can
+//! give it back its owner). DIR inside another workspace is refused too:
+//! that workspace's checkpoints would skip the subvolume as a mount point.
 //!
 //! A directory cannot become a subvolume, and rename cannot move files
 //! across subvolumes, so: create a subvolume beside DIR, fill it with
@@ -20,6 +29,8 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rewind_platform::{Dir, EntryKind, FsInfo, FsKind, RenameMode, Xattr, clone_or_copy};
@@ -44,12 +55,25 @@ pub struct Converted {
     pub cleaned_up: Option<&'static str>,
 }
 
+const TEMP_SUFFIX: &str = ".rewind-subvol";
+
+/// The name the new subvolume is filled under, beside DIR: `.DIR.rewind-subvol`,
+/// or for a name too long to take the suffix, one derived from its hash (a
+/// later run must find the same name to clean up after a crash).
 fn temp_name(base: &OsStr) -> OsString {
     let mut n = OsString::from(".");
-    n.push(base);
-    n.push(".rewind-subvol");
+    if base.len() + 1 + TEMP_SUFFIX.len() <= NAME_MAX {
+        n.push(base);
+    } else {
+        let h = crate::hash::Hash::of(base.as_bytes()).to_hex();
+        n.push(&h[..16]);
+    }
+    n.push(TEMP_SUFFIX);
     n
 }
+
+/// The longest file name Linux filesystems take.
+const NAME_MAX: usize = 255;
 
 pub fn convert(dir: &Path) -> Result<Converted> {
     let dir = dir
@@ -72,14 +96,22 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     if FsInfo::of(&target).map_err(Error::os)?.kind != FsKind::Btrfs {
         return Err(Error::InvalidPath {
             path: dir,
-            reason: "is not on btrfs: subvolumes exist only there (the walk engine with clones works on XFS too)".into(),
+            reason: "not on btrfs, where alone subvolumes exist (on XFS the walk engine clones files instead)".into(),
         });
     }
     if rewind_platform::is_subvolume(&target).map_err(Error::os)? {
         out.already = true;
         return Ok(out);
     }
+    refuse_inside_workspace(&dir)?;
     refuse_if_busy(&dir)?;
+    let owner = Owner::me();
+    let root = target.meta().map_err(Error::os)?;
+    if parent.is_locked_at(base).map_err(Error::os)? {
+        return Err(refused(&dir, LOCKED));
+    }
+    owner.check(&dir, &root)?;
+    survey(&target, root.dev, &owner)?;
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;
 
@@ -87,8 +119,8 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     crate::failpoint::hit("subvol:created");
     let filled = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
         let mut links = HashMap::new();
-        copy_tree(&target, &new, &mut out, &mut links)?;
-        copy_meta_dir(&target, &parent, &tmp)?;
+        copy_tree(&target, &new, &owner, &mut out, &mut links)?;
+        copy_meta_dir(&target, &parent, &tmp, &root, &owner)?;
         new.syncfs().map_err(Error::os)
     });
     if let Err(e) = filled {
@@ -125,39 +157,142 @@ fn recover(parent: &Dir, tmp: &OsStr) -> Result<Option<&'static str>> {
     }
 }
 
-/// Delete the half-made subvolume of an interrupted conversion.
+/// Delete the half-made subvolume of an interrupted or failed conversion.
+/// Without root and without the `user_subvol_rm_allowed` mount option the
+/// ioctl is refused, but its owner may empty it and `rmdir` it (a left-over
+/// subvolume would block every retry).
 fn remove_subvolume(parent: &Dir, name: &OsStr) -> Result<()> {
-    rewind_platform::delete_subvolume(parent, name).map_err(Error::os)
+    match rewind_platform::delete_subvolume(parent, name) {
+        Err(e) if e.is_permission_denied() => parent.remove_all(name).map_err(Error::os),
+        r => r.map_err(Error::os),
+    }
 }
 
-/// Processes whose working directory is inside `dir` would be left in the
-/// old tree after the swap: refuse, naming them.
+/// A process with its working directory, an open file or a mapping inside
+/// `dir` would keep using the old tree after the swap, and its later writes
+/// would be lost with it: refuse, naming them.
 fn refuse_if_busy(dir: &Path) -> Result<()> {
-    let me = std::process::id().to_string();
-    let mut busy = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let pid = entry.file_name().to_string_lossy().into_owned();
-        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
-            continue;
-        }
-        let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else {
-            continue;
-        };
-        if cwd.starts_with(dir) {
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            busy.push(format!("{pid} ({})", comm.trim()));
-        }
-    }
+    let me = std::process::id();
+    let busy = rewind_platform::holders(dir, |pid, _| pid == me);
     if busy.is_empty() {
         return Ok(());
     }
-    Err(Error::InvalidPath {
-        path: dir.to_path_buf(),
-        reason: format!(
-            "processes have their working directory inside it: {}; cd them out (or stop them) and retry; nothing was changed",
+    Err(refused(
+        dir,
+        &format!(
+            "processes use it: {}; cd them out (a shell inside: `cd ..`), close the files or stop them, and retry",
             busy.join(", ")
         ),
-    })
+    ))
+}
+
+/// A subvolume inside a workspace is a mount point to it: its checkpoints
+/// would skip everything below, and a rewind could not move files in.
+fn refuse_inside_workspace(dir: &Path) -> Result<()> {
+    match dir.ancestors().skip(1).find(|a| a.join(STATE_DIR).is_dir()) {
+        None => Ok(()),
+        Some(ws) => Err(refused(
+            dir,
+            &format!(
+                "is inside the workspace {}, whose checkpoints would skip a subvolume here; convert {} instead",
+                ws.display(),
+                ws.display()
+            ),
+        )),
+    }
+}
+
+/// A refusal before anything was made.
+fn refused(path: &Path, why: &str) -> Error {
+    Error::InvalidPath {
+        path: path.to_path_buf(),
+        reason: format!("{why}; nothing was changed"),
+    }
+}
+
+const LOCKED: &str = "is immutable or append-only (chattr +i/+a): the old tree could not be removed after the swap; `chattr -i -a` it and retry";
+
+/// Who runs the conversion: root carries every owner over; anyone else
+/// only entries that are theirs, in groups they belong to (a chown to
+/// anything else is refused to them).
+struct Owner {
+    root: bool,
+    uid: u32,
+    groups: Vec<u32>,
+}
+
+impl Owner {
+    fn me() -> Owner {
+        let (uid, groups) = rewind_platform::credentials();
+        Owner {
+            root: rewind_platform::is_root(),
+            uid,
+            groups,
+        }
+    }
+
+    fn check(&self, path: &Path, meta: &rewind_platform::Meta) -> Result<()> {
+        if self.root || (meta.uid == self.uid && self.groups.contains(&meta.gid)) {
+            return Ok(());
+        }
+        Err(refused(
+            path,
+            &format!(
+                "belongs to uid {} gid {}: only root can keep its owner in the copy; run `rewind init --subvolume` as root",
+                meta.uid, meta.gid
+            ),
+        ))
+    }
+
+    /// The xattrs a copy carries: `user.*` and ACLs, which an owner may
+    /// set, and as root `trusted.*` and `security.*` (file capabilities,
+    /// security labels). Others get what the kernel gives a new file.
+    fn carries(&self) -> impl Fn(&[u8]) -> bool + '_ {
+        |n: &[u8]| {
+            n.starts_with(b"user.")
+                || n == b"system.posix_acl_access"
+                || n == b"system.posix_acl_default"
+                || (self.root && (n.starts_with(b"trusted.") || n.starts_with(b"security.")))
+        }
+    }
+}
+
+/// Walk DIR once before making anything, refusing what the conversion
+/// could not carry over or clean up (module docs), so that a refusal
+/// leaves nothing behind.
+fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
+    for name in dir.entries().map_err(Error::os)? {
+        let meta = dir.stat_at(&name).map_err(Error::os)?;
+        let path = dir.path().join(&name);
+        if meta.dev != dev {
+            return Err(refused(
+                &path,
+                "is a mount point or a nested subvolume: the copy would not cross it and removing the old tree would empty it; unmount it or move it out of the directory, and retry",
+            ));
+        }
+        owner.check(&path, &meta)?;
+        match meta.kind {
+            EntryKind::Dir | EntryKind::File => {
+                if dir.is_locked_at(&name).map_err(Error::os)? {
+                    return Err(refused(&path, LOCKED));
+                }
+                if meta.kind == EntryKind::Dir {
+                    survey(&dir.open_dir(&name).map_err(Error::os)?, dev, owner)?;
+                }
+            }
+            EntryKind::Symlink => {}
+            other => {
+                return Err(refused(
+                    &path,
+                    &format!(
+                        "is a {}: it cannot be carried into a subvolume; remove it (it is never captured anyway) and retry",
+                        other.as_str()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn lock_history(dir: &Path) -> Result<Option<rewind_platform::LockFile>> {
@@ -174,11 +309,11 @@ fn lock_history(dir: &Path) -> Result<Option<rewind_platform::LockFile>> {
 }
 
 /// Clone `src`'s entries into `dst`. Hard links stay hard links (keyed by
-/// inode); special files are refused (a subvolume cannot take them over
-/// faithfully), which leaves DIR untouched.
+/// inode). [`survey`] already refused what cannot be carried over.
 fn copy_tree(
     src: &Dir,
     dst: &Dir,
+    owner: &Owner,
     out: &mut Converted,
     links: &mut HashMap<(u64, u64), (PathBuf, OsString)>,
 ) -> Result<()> {
@@ -193,8 +328,8 @@ fn copy_tree(
                     src.open_dir(&name).map_err(Error::os)?,
                     dst.open_dir(&name).map_err(Error::os)?,
                 );
-                copy_tree(&s, &d, out, links)?;
-                copy_meta_dir(&s, dst, &name)?;
+                copy_tree(&s, &d, owner, out, links)?;
+                copy_meta_dir(&s, dst, &name, &meta, owner)?;
                 out.dirs += 1;
             }
             EntryKind::File => {
@@ -211,10 +346,14 @@ fn copy_tree(
                 let io = |op: &'static str, e: std::io::Error| {
                     Error::os(rewind_platform::Error::new(op, dst.path().join(&name), e))
                 };
-                clone_or_copy(std::os::fd::AsFd::as_fd(&f), std::os::fd::AsFd::as_fd(&to))
-                    .map_err(|e| io("clone", e))?;
-                let xattrs = Xattr::list_user(&f).map_err(|e| io("read xattrs", e))?;
-                Xattr::set_user(&to, &xattrs).map_err(|e| io("set xattrs", e))?;
+                clone_or_copy(f.as_fd(), to.as_fd()).map_err(|e| io("clone", e))?;
+                // Owner first: a chown drops setuid/setgid and file
+                // capabilities, which the mode and xattrs then put back.
+                dst.set_owner(&name, meta.uid, meta.gid)
+                    .map_err(Error::os)?;
+                let xattrs = Xattr::list_where(f.as_fd(), owner.carries())
+                    .map_err(|e| io("read xattrs", e))?;
+                Xattr::add(to.as_fd(), &xattrs).map_err(|e| io("set xattrs", e))?;
                 rewind_platform::file_set_mode(&to, meta.mode).map_err(|e| io("chmod", e))?;
                 rewind_platform::file_set_mtime(&to, meta.mtime_ns)
                     .map_err(|e| io("set mtime", e))?;
@@ -231,32 +370,41 @@ fn copy_tree(
             EntryKind::Symlink => {
                 let target = src.readlink(&name).map_err(Error::os)?;
                 dst.symlink(&target, &name).map_err(Error::os)?;
-                let _ = dst.set_mtime(&name, EntryKind::Symlink, meta.mtime_ns);
+                dst.set_owner(&name, meta.uid, meta.gid)
+                    .map_err(Error::os)?;
+                dst.set_mtime(&name, EntryKind::Symlink, meta.mtime_ns)
+                    .map_err(Error::os)?;
                 out.symlinks += 1;
             }
             other => {
-                return Err(Error::InvalidPath {
-                    path: src.path().join(&name),
-                    reason: format!(
-                        "is a {}: it cannot be carried into a subvolume; remove it (it is never captured anyway) and retry; nothing was changed",
-                        other.as_str()
-                    ),
-                });
+                // The survey refused it; the tree changed since.
+                return Err(refused(
+                    &src.path().join(&name),
+                    &format!("appeared as a {} during the conversion", other.as_str()),
+                ));
             }
         }
     }
     Ok(())
 }
 
-/// A directory's mode, xattrs and mtime (after its children are in).
-/// Set through the parent (`dst_parent`/`name`): Dir's setters work on
-/// entries by name, relative to an fd.
-fn copy_meta_dir(src: &Dir, dst_parent: &Dir, name: &OsStr) -> Result<()> {
-    let meta = src.meta().map_err(Error::os)?;
-    let xattrs = src.user_xattrs().map_err(Error::os)?;
+/// A directory's owner, xattrs, mode and mtime (after its children are
+/// in), set on `dst_parent`/`name` from `src` and its stat `meta`.
+fn copy_meta_dir(
+    src: &Dir,
+    dst_parent: &Dir,
+    name: &OsStr,
+    meta: &rewind_platform::Meta,
+    owner: &Owner,
+) -> Result<()> {
     dst_parent
-        .set_user_xattrs(name, EntryKind::Dir, &xattrs)
+        .set_owner(name, meta.uid, meta.gid)
         .map_err(Error::os)?;
+    let xattrs = Xattr::list_where(src.as_fd(), owner.carries())
+        .map_err(|e| Error::os(rewind_platform::Error::new("read xattrs", src.path(), e)))?;
+    let dst = dst_parent.open_dir(name).map_err(Error::os)?;
+    Xattr::add(dst.as_fd(), &xattrs)
+        .map_err(|e| Error::os(rewind_platform::Error::new("set xattrs", dst.path(), e)))?;
     dst_parent
         .set_mode(name, EntryKind::Dir, meta.mode)
         .map_err(Error::os)?;

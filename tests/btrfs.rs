@@ -188,6 +188,184 @@ fn a_fifo_is_refused_before_the_swap_and_the_partial_copy_removed() {
     );
 }
 
+/// Owner, group, mode, every xattr and mtime of each entry below `root`
+/// (symlinks' own, not their targets'), and of `root` but its mtime,
+/// which `init` moves when it makes `.rewind/`.
+fn ownership(root: &Path) -> Vec<String> {
+    let out = Command::new("find")
+        .arg(".")
+        .args([
+            "-path",
+            "./.rewind",
+            "-prune",
+            "-o",
+            "-path",
+            ".",
+            "-printf",
+            "%p %U:%G %m\n",
+        ])
+        .args(["-o", "-printf", "%p %U:%G %m %T@\n"])
+        .current_dir(root)
+        .output()
+        .expect("find");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let path = l.split(' ').next().unwrap_or("");
+            let x = Command::new("getfattr")
+                .args(["-h", "-d", "-m", "-", "--absolute-names", path])
+                .current_dir(root)
+                .output()
+                .expect("getfattr");
+            let xattrs = String::from_utf8_lossy(&x.stdout)
+                .lines()
+                .filter(|l| l.contains('='))
+                .collect::<Vec<_>>()
+                .join(",");
+            format!("{l} [{xattrs}]")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").args(["-c", cmd]).status().expect("sh");
+    assert!(st.success(), "{cmd}");
+}
+
+#[test]
+fn init_subvolume_keeps_owners_setuid_bits_trusted_xattrs_and_symlink_times() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("owned");
+    write(&ws.join("bin/tool"), b"#!/bin/sh\n");
+    write(&ws.join("bin/plain"), b"x");
+    std::os::unix::fs::symlink("tool", ws.join("bin/link")).expect("symlink");
+    let d = ws.display();
+    // A setuid file of another user: a conversion that made it root's
+    // would hand that user's program root's privileges.
+    sh(&format!(
+        "chown -R 1234:2345 {d} && chown -h 1234:2345 {d}/bin/link && chmod 4755 {d}/bin/tool && chmod 2750 {d}/bin \
+         && setfattr -n trusted.kept -v yes {d}/bin/tool && setfattr -n user.kept -v yes {d}/bin \
+         && touch -h -d 2019-01-01 {d}/bin/link"
+    ));
+    let before = ownership(&ws);
+    assert!(
+        before
+            .iter()
+            .any(|l| l.starts_with("./bin/tool 1234:2345 4755 ") && l.contains("trusted.kept")),
+        "{before:?}"
+    );
+    rewind_json(&lfs.mnt, &["init", "--subvolume", "owned"]);
+    assert_eq!(inode(&ws), 256, "not a subvolume root");
+    assert_eq!(
+        before,
+        ownership(&ws),
+        "owners, modes, xattrs or times changed"
+    );
+}
+
+#[test]
+fn what_a_conversion_cannot_carry_over_is_refused_before_anything_is_made() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let refused = |name: &str, want: &str| {
+        let ws = lfs.mnt.join(name);
+        let before = snapshot(&ws);
+        let out = rewind(&lfs.mnt, &["init", "--subvolume", name]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains(want) && err.contains("nothing was changed"),
+            "{name}: {err}"
+        );
+        assert_ne!(inode(&ws), 256, "{name}: converted");
+        assert!(
+            !lfs.mnt.join(format!(".{name}.rewind-subvol")).exists(),
+            "{name}: temporary left behind"
+        );
+        assert_eq!(before, snapshot(&ws), "{name}: changed");
+    };
+
+    // A mount inside: removing the old tree after the swap emptied it.
+    let ws = lfs.subdir("mounted");
+    write(&ws.join("keep"), b"k");
+    std::fs::create_dir(ws.join("m")).expect("mkdir");
+    sh(&format!("mount -t tmpfs tmpfs {}", ws.join("m").display()));
+    write(&ws.join("m/precious"), b"p");
+    refused(
+        "mounted",
+        "mounted/m: is a mount point or a nested subvolume",
+    );
+    assert_eq!(
+        std::fs::read(ws.join("m/precious")).ok(),
+        Some(b"p".to_vec())
+    );
+    sh(&format!("umount {}", ws.join("m").display()));
+
+    // A nested subvolume: the same, and its snapshots are read-only.
+    let ws = lfs.subdir("nested");
+    sh(&format!(
+        "btrfs -q subvolume create {}",
+        ws.join("inner").display()
+    ));
+    write(&ws.join("inner/f"), b"f");
+    refused(
+        "nested",
+        "nested/inner: is a mount point or a nested subvolume",
+    );
+
+    // An immutable file: the old tree could not be removed, on any retry.
+    let ws = lfs.subdir("immutable");
+    write(&ws.join("d/imm"), b"i");
+    sh(&format!("chattr +i {}", ws.join("d/imm").display()));
+    refused("immutable", "imm: is immutable or append-only");
+    sh(&format!("chattr -i {}", ws.join("d/imm").display()));
+
+    // A file held open: its later writes would go to the old tree.
+    let ws = lfs.subdir("held");
+    write(&ws.join("log"), b"l");
+    let mut holder = Command::new("sh")
+        .args([
+            "-c",
+            &format!("exec 5>>{}; sleep 30", ws.join("log").display()),
+        ])
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    refused("held", &format!("pid {}", holder.id()));
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    // Inside another workspace: its checkpoints would skip the subvolume.
+    let outer = lfs.subdir("outer");
+    write(&outer.join("pkg/p"), b"p");
+    rewind_json(&outer, &["init"]);
+    refused("outer/pkg", "is inside the workspace");
+
+    // Without root, an entry another user owns (here: root's own).
+    let ws = lfs.subdir("foreign");
+    write(&ws.join("f"), b"f");
+    sh(&format!("chmod 777 {} {}", lfs.mnt.display(), ws.display()));
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .args(["init", "--subvolume"])
+        .arg(&ws)
+        .output()
+        .expect("setpriv");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("belongs to uid 0") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_ne!(inode(&ws), 256);
+}
+
 #[test]
 fn off_btrfs_the_conversion_is_refused_clearly() {
     for fs in [Fs::Xfs, Fs::Ext4] {

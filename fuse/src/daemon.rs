@@ -411,54 +411,13 @@ fn unmount(mp: &Path) -> std::result::Result<(), String> {
 }
 
 /// Processes with their working directory or an open file under `mp`,
-/// other than this one (a daemon mounted over its own workspace holds
-/// backing files whose paths look the same as the mount's).
+/// other than this one and its children (the daemon's companion, whose log
+/// descriptor names a path under the mount point but is the backing file):
+/// a daemon mounted over its own workspace holds backing files whose paths
+/// look the same as the mount's.
 pub fn holders(mp: &Path) -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let name = p.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let base = p.path();
-        // This process and its children (the daemon's companion, whose
-        // log descriptor names a path under the mount point but is the
-        // backing file) hold nothing the unmount waits for.
-        if pid == me || parent_pid(&base).is_some_and(|pp| pp == me) {
-            continue;
-        }
-        let under = |l: PathBuf| l.starts_with(mp);
-        let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
-        let comm = comm.trim();
-        if std::fs::read_link(base.join("cwd")).is_ok_and(under) {
-            out.push(format!("pid {pid} ({comm}): working directory"));
-            continue;
-        }
-        let open = std::fs::read_dir(base.join("fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(under));
-        if open {
-            out.push(format!("pid {pid} ({comm}): open file"));
-        }
-    }
-    out
-}
-
-/// The parent pid in `/proc/PID/stat` (after the command name, which may
-/// hold spaces and parentheses: the last `)` ends it).
-fn parent_pid(proc_dir: &Path) -> Option<String> {
-    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1).map(str::to_string)
+    let me = std::process::id();
+    rewind_platform::holders(mp, |pid, parent| pid == me || parent == Some(me))
 }
 
 /// Clear the mount of a daemon that died: detach the dead mount (its

@@ -71,6 +71,8 @@ pub struct Meta {
     pub nlink: u64,
     /// Allocated bytes (st_blocks * 512).
     pub allocated: u64,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Meta {
@@ -85,6 +87,8 @@ impl Meta {
             ino: st.st_ino,
             nlink: st.st_nlink,
             allocated: (st.st_blocks as u64) * 512,
+            uid: st.st_uid,
+            gid: st.st_gid,
         }
     }
 }
@@ -389,10 +393,45 @@ impl Dir {
         set_mode_fd(fd.as_fd(), mode).map_err(|e| Error::new("chmod", self.child(name), e))
     }
 
-    /// Set the mtime of an entry (not a symlink) without following symlinks.
+    /// Set the mtime of an entry without following symlinks (a symlink's
+    /// own time is set, not its target's).
     pub fn set_mtime(&self, name: &OsStr, kind: EntryKind, mtime_ns: i64) -> Result<()> {
+        if kind == EntryKind::Symlink {
+            return rustix::fs::utimensat(
+                &self.fd,
+                name,
+                &mtime_only(mtime_ns),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| Error::new("set mtime", self.child(name), e));
+        }
         let fd = self.open_for_meta(name, kind)?;
         set_mtime_fd(fd.as_fd(), mtime_ns).map_err(|e| Error::new("set mtime", self.child(name), e))
+    }
+
+    /// Set an entry's owner and group without following symlinks. Before
+    /// any chmod: the kernel clears setuid and setgid on a chown.
+    pub fn set_owner(&self, name: &OsStr, uid: u32, gid: u32) -> Result<()> {
+        let (u, g) = (
+            rustix::fs::Uid::from_raw(uid),
+            rustix::fs::Gid::from_raw(gid),
+        );
+        rustix::fs::chownat(&self.fd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| Error::new("chown", self.child(name), e))
+    }
+
+    /// Whether an entry is immutable or append-only (`chattr +i`/`+a`):
+    /// then not even root can replace or remove it.
+    pub fn is_locked_at(&self, name: &OsStr) -> Result<bool> {
+        let x = rustix::fs::statx(
+            &self.fd,
+            name,
+            AtFlags::SYMLINK_NOFOLLOW,
+            rustix::fs::StatxFlags::BASIC_STATS,
+        )
+        .map_err(|e| Error::new("stat", self.child(name), e))?;
+        let locked = rustix::fs::StatxAttributes::IMMUTABLE | rustix::fs::StatxAttributes::APPEND;
+        Ok((x.stx_attributes & x.stx_attributes_mask).intersects(locked))
     }
 
     /// Set the `user.*` xattrs of an entry (not a symlink) to exactly `want`.
@@ -452,8 +491,9 @@ pub(crate) fn set_mode_fd(fd: BorrowedFd<'_>, mode: u32) -> std::io::Result<()> 
     }
 }
 
-pub(crate) fn set_mtime_fd(fd: BorrowedFd<'_>, mtime_ns: i64) -> std::io::Result<()> {
-    let times = Timestamps {
+/// Timestamps that set the mtime and leave the atime alone.
+fn mtime_only(mtime_ns: i64) -> Timestamps {
+    Timestamps {
         last_access: Timespec {
             tv_sec: 0,
             tv_nsec: rustix::fs::UTIME_OMIT,
@@ -462,7 +502,11 @@ pub(crate) fn set_mtime_fd(fd: BorrowedFd<'_>, mtime_ns: i64) -> std::io::Result
             tv_sec: mtime_ns.div_euclid(1_000_000_000),
             tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _,
         },
-    };
+    }
+}
+
+pub(crate) fn set_mtime_fd(fd: BorrowedFd<'_>, mtime_ns: i64) -> std::io::Result<()> {
+    let times = mtime_only(mtime_ns);
     match rustix::fs::futimens(fd, &times) {
         Err(Errno::BADF) => {
             let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
@@ -477,6 +521,20 @@ pub(crate) fn set_mtime_fd(fd: BorrowedFd<'_>, mtime_ns: i64) -> std::io::Result
 impl Xattr {
     pub fn list_user(file: &File) -> std::io::Result<Vec<Xattr>> {
         xattr::list_user(file.as_fd())
+    }
+
+    /// The xattrs of an open file or directory whose names (with their
+    /// namespace prefix) `keep` accepts.
+    pub fn list_where(
+        fd: BorrowedFd<'_>,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> std::io::Result<Vec<Xattr>> {
+        xattr::list_where(fd, keep)
+    }
+
+    /// Set each of `xs` (removing none): for an entry just made.
+    pub fn add(fd: BorrowedFd<'_>, xs: &[Xattr]) -> std::io::Result<()> {
+        xattr::add(fd, xs)
     }
 
     pub fn set_user(file: &File, want: &[Xattr]) -> std::io::Result<()> {

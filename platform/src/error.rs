@@ -36,6 +36,11 @@ impl Error {
         self.kind() == io::ErrorKind::NotFound
     }
 
+    /// True when the caller lacks the privilege or permission (EPERM, EACCES).
+    pub fn is_permission_denied(&self) -> bool {
+        self.kind() == io::ErrorKind::PermissionDenied
+    }
+
     /// True when the filesystem is out of space or quota (ENOSPC, EDQUOT).
     pub fn is_no_space(&self) -> bool {
         matches!(

@@ -32,7 +32,7 @@ pub use handoff::{
     send_with_stdio, set_umask, wait_readable, watch,
 };
 pub use lock::LockFile;
-pub use process::{is_root, kill_self, new_session, stop_self};
+pub use process::{credentials, holders, is_root, kill_self, new_session, stop_self};
 pub use system::{boot_id, clocks_ns, dirty_bytes};
 pub use xattr::Xattr;
 pub use xfs::{xfs_bulkstat_ranges, xfs_chunk_ranges};

@@ -27,3 +27,72 @@ pub fn new_session() -> std::io::Result<()> {
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
+
+/// Processes holding something under `dir`: their working directory, root
+/// directory, an open file or a mapped file, as `pid N (comm): what`, one
+/// per process. `skip(pid, parent_pid)` leaves out the caller's own.
+/// Unreadable `/proc` entries (another user's, without root) are passed
+/// over: the answer is what this process can see.
+pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -> Vec<String> {
+    use std::path::PathBuf;
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let base = p.path();
+        if skip(pid, parent_pid(&base)) {
+            continue;
+        }
+        let under = |l: PathBuf| l.starts_with(dir);
+        let link_under = |name: &str| std::fs::read_link(base.join(name)).is_ok_and(under);
+        let what = if link_under("cwd") {
+            "working directory"
+        } else if link_under("root")
+            && std::fs::read_link(base.join("root")).is_ok_and(|r| r != std::path::Path::new("/"))
+        {
+            "root directory"
+        } else if std::fs::read_dir(base.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(under))
+        {
+            "open file"
+        } else if std::fs::read_to_string(base.join("maps")).is_ok_and(|m| {
+            m.lines()
+                .filter_map(|l| l.find('/').map(|i| &l[i..]))
+                .any(|f| under(PathBuf::from(f.trim_end_matches(" (deleted)"))))
+        }) {
+            "mapped file"
+        } else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
+        out.push(format!("pid {pid} ({}): {what}", comm.trim()));
+    }
+    out
+}
+
+/// The parent pid in `/proc/PID/stat` (after the command name, which may
+/// hold spaces and parentheses: the last `)` ends it).
+fn parent_pid(proc_dir: &std::path::Path) -> Option<u32> {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// This process's effective uid, and every group it acts with (the
+/// effective gid and the supplementary groups).
+pub fn credentials() -> (u32, Vec<u32>) {
+    let mut groups: Vec<u32> = rustix::process::getgroups()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| g.as_raw())
+        .collect();
+    groups.push(rustix::process::getegid().as_raw());
+    (rustix::process::geteuid().as_raw(), groups)
+}

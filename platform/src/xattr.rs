@@ -14,6 +14,15 @@ const USER_PREFIX: &[u8] = b"user.";
 /// The `user.*` xattrs of an open file or directory, sorted by name.
 /// Filesystems without xattr support answer an empty list.
 pub(crate) fn list_user(fd: BorrowedFd<'_>) -> std::io::Result<Vec<Xattr>> {
+    list_where(fd, |n| n.starts_with(USER_PREFIX))
+}
+
+/// The xattrs of an open file or directory whose names `keep` accepts
+/// (names with their namespace prefix), sorted by name.
+pub(crate) fn list_where(
+    fd: BorrowedFd<'_>,
+    keep: impl Fn(&[u8]) -> bool,
+) -> std::io::Result<Vec<Xattr>> {
     let names = loop {
         let size = match rustix::fs::flistxattr_query(fd) {
             Ok(0) => return Ok(Vec::new()),
@@ -34,7 +43,7 @@ pub(crate) fn list_user(fd: BorrowedFd<'_>) -> std::io::Result<Vec<Xattr>> {
     let mut out = Vec::new();
     for name in names
         .split(|&b| b == 0)
-        .filter(|n| n.starts_with(USER_PREFIX))
+        .filter(|n| !n.is_empty() && keep(n))
     {
         let Ok(cname) = std::ffi::CString::new(name) else {
             continue;
@@ -92,6 +101,20 @@ pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()
             fd,
             name.as_c_str(),
             &w.value,
+            rustix::fs::XattrFlags::empty(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Set each of `xs` on `fd` (nothing is removed): for a file just made.
+pub(crate) fn add(fd: BorrowedFd<'_>, xs: &[Xattr]) -> std::io::Result<()> {
+    for x in xs {
+        let name = std::ffi::CString::new(x.name.clone()).map_err(std::io::Error::other)?;
+        rustix::fs::fsetxattr(
+            fd,
+            name.as_c_str(),
+            &x.value,
             rustix::fs::XattrFlags::empty(),
         )?;
     }

@@ -85,6 +85,8 @@ fn meta(b: &Bulkstat, dev: u64) -> Meta {
         nlink: u64::from(b.nlink),
         // Bulk stat counts filesystem blocks; nothing here needs it.
         allocated: 0,
+        uid: b.uid,
+        gid: b.gid,
     }
 }
 

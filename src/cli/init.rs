@@ -10,7 +10,8 @@ use crate::workspace::Workspace;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// First turn the directory into a btrfs subvolume in place (keeps
-    /// every file, mode, symlink, hard link and xattr; crash-safe)
+    /// every file, mode, owner, symlink, hard link and xattr; crash-safe;
+    /// refuses mounts, nested subvolumes and immutable files inside)
     #[arg(long)]
     subvolume: bool,
     /// The directory (default: -C, else the current directory)
