@@ -396,6 +396,7 @@ fn verify_deep_finds_a_damaged_object_the_chain_cannot_see() {
     assert_eq!(code, 0, "the chain itself is intact: {v}");
     let (code, v) = verify(root, &["--deep"]);
     assert_eq!(code, 1, "{v}");
+    assert_eq!(v["ok"], false, "ok must answer for the content too: {v}");
     let bad = v["deep"]["bad"].as_array().expect("bad list");
     assert_eq!(bad.len(), 1, "{v}");
     assert!(

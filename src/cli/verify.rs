@@ -41,9 +41,8 @@ pub(crate) struct Out {
 pub fn run(ctx: &Ctx, args: Args) -> i32 {
     match check(ctx, &args) {
         Ok(out) => {
-            let ok = out.verdict.ok && out.deep.as_ref().is_none_or(|d| d.bad.is_empty());
             let _ = ctx.emit(&out, || human(&out));
-            if ok { 0 } else { 1 }
+            if out.verdict.ok { 0 } else { 1 }
         }
         Err(e) => {
             super::report_error(ctx, &e);
@@ -76,7 +75,7 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
             ws.ledger().workspace_id()?
         )));
     }
-    let verdict = ws.ledger().verify_chain(anchor.as_ref())?;
+    let mut verdict = ws.ledger().verify_chain(anchor.as_ref())?;
     let deep = if args.deep {
         let (tree_nodes, bad_trees) = ws.ledger().bad_tree_nodes()?;
         let (small_objects, bad_blobs) = ws.ledger().bad_blobs()?;
@@ -95,6 +94,9 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
     } else {
         None
     };
+    // `ok` answers "is everything intact": damaged content is not, though
+    // the chain that names it is.
+    verdict.ok &= deep.as_ref().is_none_or(|d| d.bad.is_empty());
     let pruned_checkpoints = ws
         .ledger()
         .checkpoints()?
@@ -112,7 +114,13 @@ fn human(out: &Out) -> String {
     let v = &out.verdict;
     let mut s = match (&v.first_bad, &v.head) {
         (Some(b), _) => format!("TAMPERED at {}", b.summary()),
-        (None, Some(h)) => format!("ok: {} entries, head {} {}", v.entries, h.seq, h.hash),
+        (None, Some(h)) if v.ok => {
+            format!("ok: {} entries, head {} {}", v.entries, h.seq, h.hash)
+        }
+        (None, Some(h)) => format!(
+            "DAMAGED: the chain is intact ({} entries, head {} {}), stored content is not",
+            v.entries, h.seq, h.hash
+        ),
         (None, None) => "ok: the chain is empty".into(),
     };
     if out.pruned_checkpoints > 0 {
