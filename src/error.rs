@@ -11,6 +11,16 @@ pub enum Error {
     #[error("{0}")]
     Mount(#[from] rewind_fuse::Error),
 
+    #[error(
+        "{cause}; the {op} to {target} could not finish and was rolled back: the tree is as it was before it (checkpoint {safety}); fix the cause and run it again"
+    )]
+    RolledBack {
+        op: &'static str,
+        target: String,
+        safety: String,
+        cause: Box<Error>,
+    },
+
     #[error("no space left on the device holding {}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display())]
     NoSpace { path: PathBuf },
 
@@ -104,6 +114,7 @@ impl Error {
             Error::Mount(rewind_fuse::Error::AlreadyMounted { .. }) => "ALREADY_MOUNTED",
             Error::Mount(rewind_fuse::Error::Busy { .. }) => "BUSY",
             Error::Mount(_) => "MOUNT",
+            Error::RolledBack { .. } => "ROLLED_BACK",
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::ReadOnly { .. } => "READ_ONLY",

@@ -394,9 +394,34 @@ fn run_to(
             r
         }
         Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => {
-            reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)?
+            match reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Err(roll_back(
+                        ws,
+                        op,
+                        &target.id,
+                        safety_seq,
+                        &opts.paths,
+                        aopts,
+                        dopts,
+                        e,
+                    ));
+                }
+            }
         }
-        Err(e) => return Err(e),
+        Err(e) => {
+            return Err(roll_back(
+                ws,
+                op,
+                &target.id,
+                safety_seq,
+                &opts.paths,
+                aopts,
+                dopts,
+                e,
+            ));
+        }
     };
     drop(t);
     // 5 + 6.
@@ -623,8 +648,76 @@ fn finish(
     Ok(())
 }
 
-/// Roll an interrupted rewind forward (DESIGN §4 rule 7). Called with the
-/// workspace lock held.
+/// EXDEV: a path crossed into another filesystem.
+const EXDEV: i32 = 18;
+
+/// A rewind whose apply failed, and failed again from a fresh capture,
+/// goes back to its safety checkpoint: the other end state DESIGN §4
+/// rule 7 allows. Left pending, the intent would send every later command
+/// into the same failure (a path past PATH_MAX, a mount point in the way,
+/// a file the filesystem refuses). Answers [`Error::RolledBack`] naming
+/// `cause`, or `cause` itself when going back failed too (the intent then
+/// stays, and the next command tries again).
+#[allow(clippy::too_many_arguments)]
+fn roll_back(
+    ws: &mut Workspace,
+    op: Op,
+    target_id: &str,
+    safety: i64,
+    paths: &[Vec<u8>],
+    aopts: ApplyOptions,
+    dopts: DiffOptions,
+    cause: Error,
+) -> Error {
+    let back = || -> Result<String> {
+        let safety = ws
+            .ledger()
+            .checkpoint_by_seq(safety)?
+            .ok_or_else(|| Error::UnknownId {
+                id: format!("#{safety}"),
+            })?;
+        let report = reapply_from_live(ws, &safety.id, safety.root, paths, aopts, dopts)?;
+        ws.sync_applied(&report.touched, Before::Unknown, true)?;
+        Ok(safety.id)
+    };
+    // A mount point in the way says only "Invalid cross-device link".
+    let cause = match cause {
+        Error::Os(e) if e.raw_os_error() == Some(EXDEV) => Error::InvalidPath {
+            path: e.path,
+            reason: "is a mount point (another filesystem or a btrfs subvolume) inside the workspace: a rewind cannot write below it; unmount it, or restore other paths only (`rewind restore`)".into(),
+        },
+        e => e,
+    };
+    let safety_id = match back() {
+        Ok(id) => id,
+        Err(_) => return cause,
+    };
+    let committed = ws.ledger_mut().write(|tx| {
+        tx.set_meta("head", &safety.to_string())?;
+        tx.clear_intent()?;
+        tx.event(
+            "rewind-rolled-back",
+            Fields::new()
+                .str("op", op.as_str())
+                .str("target", target_id)
+                .str("head", &safety_id)
+                .str("cause", &cause.to_string()),
+        )?;
+        Ok(())
+    });
+    match committed {
+        Ok(()) => Error::RolledBack {
+            op: op.as_str(),
+            target: target_id.to_string(),
+            safety: safety_id,
+            cause: Box::new(cause),
+        },
+        Err(_) => cause,
+    }
+}
+
+/// Roll an interrupted rewind forward (DESIGN §4 rule 7), or back when it
+/// cannot finish ([`roll_back`]). Called with the workspace lock held.
 pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     let Some(intent) = ws.ledger().intent()? else {
         return Ok(false);
@@ -659,8 +752,23 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .map(|c| c.id)
         .unwrap_or_default();
     let frozen = ws.freeze()?;
-    let report = reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts)?;
     let op = Op::parse(&intent.op);
+    let report = match reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts) {
+        Ok(r) => r,
+        Err(e) => {
+            // Retried and failed again: the same error would stop every
+            // command after this one. Go back instead (module docs).
+            let e = roll_back(ws, op, &target, intent.safety, &paths, aopts, dopts, e);
+            drop(frozen);
+            return match e {
+                Error::RolledBack { .. } => {
+                    eprintln!("rewind: {e}");
+                    Ok(true)
+                }
+                e => Err(e),
+            };
+        }
+    };
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
     let how = Finish {

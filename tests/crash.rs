@@ -328,3 +328,157 @@ fn random_time_kills_never_leave_a_mix_with_the_btrfs_snapshot_engine() {
     let root = lfs.subvolume("random");
     random_kills_in("btrfs engine", &root, 40);
 }
+
+/// A tmpfs mounted over `dir` for the life of the guard.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn over(dir: &Path) -> Tmpfs {
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A rewind that cannot finish (here a mount point where the target has a
+/// directory: every write below it fails with EXDEV) goes back to the
+/// before-state, says why, and leaves no intent: before, every later
+/// command retried it and failed the same way, and nothing could clear it.
+/// The same holds when it was killed first and a later command finds it.
+#[test]
+fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    for killed_first in [false, true] {
+        let root = lfs.subdir(&format!("stuck-{killed_first}"));
+        write(&root.join("pkg/p.txt"), b"p1");
+        write(&root.join("a.txt"), b"a1");
+        let a = checkpoint_id(&root, &["A"]);
+        write(&root.join("a.txt"), b"changed");
+        let _mounted = Tmpfs::over(&root.join("pkg"));
+        write(&root.join("pkg/on-tmpfs"), b"t");
+        let before = snapshot(&root);
+        let what = format!("killed first: {killed_first}");
+        if killed_first {
+            let out = rewind_env(
+                &root,
+                &["rewind", &a],
+                &[("REWIND_FAILPOINT", "rewind:after-intent")],
+            );
+            assert!(killed(&out), "{what}: not killed");
+            // The next command finds the intent, fails forward, goes back.
+            let out = rewind(&root, &["status"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{what}: {err}");
+            assert!(
+                err.contains("rolled back") && err.contains("mount point"),
+                "{what}: {err}"
+            );
+        } else {
+            let out = rewind(&root, &["--json", "rewind", &a]);
+            assert_eq!(out.status.code(), Some(1), "{what}");
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            assert_eq!(v["error"]["code"], "ROLLED_BACK", "{what}: {v}");
+            let msg = v["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                msg.contains("pkg") && msg.contains("mount point"),
+                "{what}: {v}"
+            );
+        }
+        assert_same(&format!("{what}: rolled back"), &before, &snapshot(&root));
+        // Nothing pending: every command works, the chain verifies, and a
+        // rewind of what can be written still can.
+        for args in [
+            &["status"][..],
+            &["list"],
+            &["diff", &a],
+            &["verify"],
+            &["checkpoint", "after"],
+        ] {
+            let out = rewind(&root, args);
+            assert!(
+                out.status.success(),
+                "{what}: {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        rewind_json(&root, &["restore", &a, "--", "a.txt"]);
+        assert_eq!(
+            std::fs::read(root.join("a.txt")).ok(),
+            Some(b"a1".to_vec()),
+            "{what}"
+        );
+    }
+}
+
+/// `deep/` and 30 directories of 200-byte names below it, then `leaf`
+/// (6 KB of path: only a walk of directory fds reaches it).
+const DEPTH: usize = 30;
+
+fn deep_dir_name() -> std::ffi::OsString {
+    "D".repeat(200).into()
+}
+
+fn make_deep(root: &Path) {
+    let mut dir = rewind_platform::Dir::open(root).expect("open root");
+    dir.mkdir(std::ffi::OsStr::new("deep"), 0o755)
+        .expect("mkdir");
+    dir = dir.open_dir(std::ffi::OsStr::new("deep")).expect("open");
+    for _ in 0..DEPTH {
+        dir.mkdir(&deep_dir_name(), 0o755).expect("mkdir");
+        dir = dir.open_dir(&deep_dir_name()).expect("open");
+    }
+    let f = dir
+        .create_new(std::ffi::OsStr::new("leaf"), 0o644)
+        .expect("leaf");
+    std::io::Write::write_all(&mut &f, b"x").expect("write leaf");
+}
+
+fn read_deep(root: &Path) -> Option<Vec<u8>> {
+    let mut dir = rewind_platform::Dir::open(root).ok()?;
+    dir = dir.open_dir(std::ffi::OsStr::new("deep")).ok()?;
+    for _ in 0..DEPTH {
+        dir = dir.open_dir(&deep_dir_name()).ok()?;
+    }
+    let (f, _) = dir.open_read(std::ffi::OsStr::new("leaf")).ok()?;
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut &f, &mut out).ok()?;
+    Some(out)
+}
+
+/// Paths longer than PATH_MAX (4096 bytes) are opened a component at a
+/// time: a rewind that recreates one finishes (it failed with
+/// ENAMETOOLONG half-way and left the workspace stuck).
+#[test]
+fn a_tree_deeper_than_path_max_round_trips() {
+    let tmp = common::tmp();
+    let root = tmp.path();
+    make_deep(root);
+    let a = checkpoint_id(root, &["deep"]);
+    let out = Command::new("rm")
+        .arg("-rf")
+        .arg(root.join("deep"))
+        .status()
+        .expect("rm");
+    assert!(out.success());
+    assert_eq!(read_deep(root), None);
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        read_deep(root),
+        Some(b"x".to_vec()),
+        "the deep leaf is back"
+    );
+    let v = rewind_json(root, &["status"]);
+    assert_eq!(v["changes"], serde_json::json!([]), "{v}");
+}

@@ -199,7 +199,9 @@ impl Dir {
                 Err(Errno::NOSYS) | Err(Errno::PERM) => {
                     OPENAT2_MISSING.store(true, Ordering::Relaxed)
                 }
-                Err(Errno::AGAIN) | Err(Errno::INTR) => {}
+                // Retry by the walk below; a path past PATH_MAX (4096
+                // bytes) can only be opened a component at a time.
+                Err(Errno::AGAIN) | Err(Errno::INTR) | Err(Errno::NAMETOOLONG) => {}
                 Err(e) => return Err(Error::new("open directory", self.path.join(rel), e)),
             }
         }
