@@ -150,6 +150,17 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
             Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace {
                 path: path.to_owned(),
             },
+            // A write SQLite could not make is "disk I/O error" to it, ENOSPC
+            // included (a copy-on-write `-shm` page, say): say so when the
+            // filesystem is in fact full (under 1 MiB left).
+            Some(rusqlite::ErrorCode::SystemIoFailure)
+                if rewind_platform::available_bytes(path.parent().unwrap_or(path))
+                    .is_some_and(|b| b < 1 << 20) =>
+            {
+                Error::NoSpace {
+                    path: path.to_owned(),
+                }
+            }
             _ => Error::Db {
                 path: path.to_owned(),
                 source,

@@ -472,6 +472,18 @@ impl Ledger {
         let wal = wal_path(path);
         let files_existed = path.exists() && wal.exists();
         let conn = Connection::open(path).map_err(db_err(path))?;
+        // Before SQLite first reads the file and maps its `-shm` (D97).
+        if let Ok(m) = std::fs::metadata(path) {
+            use std::os::unix::fs::MetadataExt;
+            let mut shm = path.as_os_str().to_owned();
+            shm.push("-shm");
+            let _ = rewind_platform::create_in_place_file(
+                Path::new(&shm),
+                m.mode() & 0o777,
+                m.uid(),
+                m.gid(),
+            );
+        }
         conn.busy_timeout(BUSY_TIMEOUT).map_err(db_err(path))?;
         // Room for every statement a command runs (CachedRow).
         conn.set_prepared_statement_cache_capacity(64);

@@ -577,3 +577,35 @@ pub fn check_relative(rel: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Create `path` empty, with `mode` and (as root) owner `uid`/`gid`, flagged on
+/// btrfs to be overwritten in place (`FS_NOCOW_FL`); nothing if it exists.
+/// For a file written through a shared mapping (SQLite's `-shm`): on a
+/// full copy-on-write filesystem a store into a mapped page has nowhere to
+/// go, and the kernel answers with SIGBUS, which kills the process without
+/// a word. In place, the page's blocks are already allocated. Answers
+/// whether it made the file. Elsewhere the flag does not exist and the
+/// file stays plain, as its writer would have made it.
+pub fn create_in_place_file(path: &Path, mode: u32, uid: u32, gid: u32) -> Result<bool> {
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(mode as _)) {
+        Ok(fd) => fd,
+        Err(Errno::EXIST) => return Ok(false),
+        Err(e) => return Err(Error::new("create", path, e)),
+    };
+    if rustix::process::geteuid().is_root() {
+        let _ = rustix::fs::fchown(
+            &fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        );
+    }
+    let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode as _));
+    if let Ok(st) = rustix::fs::fstatfs(&fd)
+        && crate::FsKind::from_magic(st.f_type as i64) == crate::FsKind::Btrfs
+        && let Ok(f) = rustix::fs::ioctl_getflags(&fd)
+    {
+        let _ = rustix::fs::ioctl_setflags(&fd, f | rustix::fs::IFlags::NOCOW);
+    }
+    Ok(true)
+}

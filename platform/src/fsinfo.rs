@@ -200,3 +200,10 @@ mod mount_tests {
         assert!(!mounts_below(t.path()));
     }
 }
+
+/// Bytes an unprivileged writer may still allocate on the filesystem
+/// holding `path` (`f_bavail`), if statvfs answers.
+pub fn available_bytes(path: &std::path::Path) -> Option<u64> {
+    let v = rustix::fs::statvfs(path).ok()?;
+    Some(v.f_bavail.saturating_mul(v.f_frsize))
+}

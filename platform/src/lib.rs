@@ -23,16 +23,21 @@ pub use btrfs::{
     inode_path, is_readonly_subvolume, is_subvolume, snapshot, subvolume_otransid,
 };
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
-pub use dir::{Dir, EntryKind, Meta, RenameMode, check_relative, file_set_mode, file_set_mtime};
+pub use dir::{
+    Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
+    file_set_mtime,
+};
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};
-pub use fsinfo::{FsInfo, FsKind, clone_support, mounts_below, probe_clone};
+pub use fsinfo::{FsInfo, FsKind, available_bytes, clone_support, mounts_below, probe_clone};
 pub use handoff::{
     StdioSwap, Watched, peer_is_same_user, peer_pid, recv_all, recv_with_fds, send_with_fds,
     send_with_stdio, set_umask, wait_readable, watch,
 };
 pub use lock::LockFile;
-pub use process::{credentials, holders, is_root, kill_self, new_session, stop_self};
+pub use process::{
+    credentials, holders, is_root, kill_self, new_session, report_sigbus, sigbus_json, stop_self,
+};
 pub use system::{boot_id, clocks_ns, dirty_bytes};
 pub use xattr::Xattr;
 pub use xfs::{xfs_bulkstat_ranges, xfs_chunk_ranges};

@@ -96,3 +96,43 @@ pub fn credentials() -> (u32, Vec<u32>) {
     groups.push(rustix::process::getegid().as_raw());
     (rustix::process::geteuid().as_raw(), groups)
 }
+
+/// Stores into a memory-mapped file that fail raise SIGBUS, whose default
+/// action kills the process silently (exit 135, no message). After this, a
+/// SIGBUS writes `human` to stderr (and `json` to stdout first when
+/// [`sigbus_json`] was set), then exits with status 1. Both are built before any store can
+/// fail: the handler only writes bytes and exits (async-signal-safe).
+pub fn report_sigbus(human: &'static [u8], json: &'static [u8]) {
+    let _ = SIGBUS_TEXT.set((human, json));
+    // SAFETY: installs a handler that only calls write(2) and _exit(2).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_sigbus as *const () as usize;
+        act.sa_flags = libc::SA_RESETHAND;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut());
+    }
+}
+
+/// Whether a SIGBUS answers in JSON (the command at hand has `--json`).
+pub fn sigbus_json(json: bool) {
+    SIGBUS_JSON.store(json, std::sync::atomic::Ordering::Relaxed);
+}
+
+static SIGBUS_TEXT: std::sync::OnceLock<(&'static [u8], &'static [u8])> =
+    std::sync::OnceLock::new();
+static SIGBUS_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigbus(_: libc::c_int) {
+    if let Some((human, json)) = SIGBUS_TEXT.get() {
+        // SAFETY: write(2) of static buffers, then _exit(2).
+        unsafe {
+            if SIGBUS_JSON.load(std::sync::atomic::Ordering::Relaxed) {
+                libc::write(1, json.as_ptr().cast(), json.len());
+            }
+            libc::write(2, human.as_ptr().cast(), human.len());
+        }
+    }
+    // SAFETY: _exit skips atexit handlers and destructors, as a kill would.
+    unsafe { libc::_exit(1) }
+}

@@ -277,9 +277,16 @@ impl Ctx {
 
 /// Entry point: parse, run (here or in the mount's command server), print,
 /// and map errors to exit codes.
+/// What a SIGBUS says (D97): a store into SQLite's mapped `-shm` that the
+/// filesystem could not back, which on btrfs means it is full.
+const SIGBUS_HUMAN: &[u8] = b"rewind: error: a write through a memory-mapped file failed (SIGBUS): the filesystem holding the workspace is most likely full; free some space (`rewind gc` prunes old checkpoints), then retry; nothing was lost (the ledger is crash-safe)\n";
+const SIGBUS_JSON: &[u8] = b"{\"version\":1,\"error\":{\"code\":\"NO_SPACE\",\"message\":\"a write through a memory-mapped file failed (SIGBUS): the filesystem holding the workspace is most likely full; free some space, then retry; nothing was lost\"}}\n";
+
 pub fn main() -> i32 {
+    rewind_platform::report_sigbus(SIGBUS_HUMAN, SIGBUS_JSON);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    rewind_platform::sigbus_json(args.iter().any(|a| a == "--json"));
     if let Some((verb, dir)) = scan_command_line(&args)
         && SERVER_VERBS.iter().any(|v| verb == *v)
     {
@@ -306,6 +313,7 @@ fn run_forwarded(
 ) -> i32 {
     use clap::FromArgMatches;
     let json = args.iter().any(|a| a == "--json");
+    rewind_platform::sigbus_json(json);
     match parser
         .try_get_matches_from_mut(args)
         .and_then(|m| Cli::from_arg_matches(&m))
