@@ -601,10 +601,10 @@ pub fn create_in_place_file(path: &Path, mode: u32, uid: u32, gid: u32) -> Resul
         );
     }
     let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode as _));
-    if let Ok(st) = rustix::fs::fstatfs(&fd)
-        && crate::FsKind::from_magic(st.f_type as i64) == crate::FsKind::Btrfs
-        && let Ok(f) = rustix::fs::ioctl_getflags(&fd)
-    {
+    #[allow(clippy::unnecessary_cast)] // f_type's width varies by architecture
+    let btrfs = rustix::fs::fstatfs(&fd)
+        .is_ok_and(|st| crate::FsKind::from_magic(st.f_type as i64) == crate::FsKind::Btrfs);
+    if btrfs && let Ok(f) = rustix::fs::ioctl_getflags(&fd) {
         let _ = rustix::fs::ioctl_setflags(&fd, f | rustix::fs::IFlags::NOCOW);
     }
     Ok(true)

@@ -180,6 +180,13 @@ fn unescape_octal(s: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Bytes an unprivileged writer may still allocate on the filesystem
+/// holding `path` (`f_bavail`), if statvfs answers.
+pub fn available_bytes(path: &std::path::Path) -> Option<u64> {
+    let v = rustix::fs::statvfs(path).ok()?;
+    Some(v.f_bavail.saturating_mul(v.f_frsize))
+}
+
 #[cfg(test)]
 mod mount_tests {
     use super::*;
@@ -199,11 +206,4 @@ mod mount_tests {
         let t = tempfile::tempdir().expect("tempdir");
         assert!(!mounts_below(t.path()));
     }
-}
-
-/// Bytes an unprivileged writer may still allocate on the filesystem
-/// holding `path` (`f_bavail`), if statvfs answers.
-pub fn available_bytes(path: &std::path::Path) -> Option<u64> {
-    let v = rustix::fs::statvfs(path).ok()?;
-    Some(v.f_bavail.saturating_mul(v.f_frsize))
 }
