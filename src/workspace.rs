@@ -206,7 +206,8 @@ impl Workspace {
     /// The workspace that holds `start`: the nearest ancestor with a
     /// `.rewind/` directory.
     /// Under a `rewind mount`, `.rewind/` is hidden: the mount point is
-    /// found by its control socket instead.
+    /// found by its control socket instead (looked for first: looking up
+    /// `.rewind` in a mount asks its daemon, which may not answer).
     pub fn discover(start: &Path) -> Option<PathBuf> {
         let start = match std::fs::canonicalize(start) {
             Ok(s) => s,
@@ -218,7 +219,7 @@ impl Workspace {
         };
         start
             .ancestors()
-            .find(|p| p.join(STATE_DIR).is_dir() || rewind_fuse::socket_path(p).exists())
+            .find(|p| rewind_fuse::socket_path(p).exists() || p.join(STATE_DIR).is_dir())
             .map(Path::to_path_buf)
     }
 
@@ -278,7 +279,7 @@ impl Workspace {
             state.fsync().map_err(Error::os)?;
         }
         Ok((
-            Self::open_at(root_path, None, root_dir, state, show_progress)?,
+            Self::open_at(root_path, None, None, root_dir, state, show_progress)?,
             created,
         ))
     }
@@ -316,19 +317,41 @@ impl Workspace {
             Err(e) if e.is_not_found() => return Err(Error::NotAWorkspace { path: root_path }),
             Err(e) => return Err(Error::os(e)),
         };
-        Self::open_at(root_path, mount, root_dir, state, show_progress)
+        Self::open_at(root_path, None, mount, root_dir, state, show_progress)
     }
 
+    /// Open the mounted workspace `root` (canonical) through `access`, a
+    /// path to its backing tree, without asking its daemon: what `doctor`
+    /// reports on when the daemon does not answer. Its engine walks.
+    pub fn open_beside_daemon(root: PathBuf, access: &Path) -> Result<Workspace> {
+        let root_dir = Dir::open(access).map_err(Error::os)?;
+        let state = root_dir
+            .open_dir(OsStr::new(STATE_DIR))
+            .map_err(Error::os)?;
+        Self::open_at(
+            root,
+            Some(access.to_path_buf()),
+            None,
+            root_dir,
+            state,
+            false,
+        )
+    }
+
+    /// `io_path`: where the backing tree is reached when it is not the
+    /// mount's access path or `root_path` itself.
     fn open_at(
         root_path: PathBuf,
+        io_path: Option<PathBuf>,
         mount: Option<MountLink>,
         root: Dir,
         state: Dir,
         show_progress: bool,
     ) -> Result<Workspace> {
-        let io_path = match &mount {
-            Some(m) => m.access_path().to_path_buf(),
-            None => root_path.clone(),
+        let io_path = match (&mount, io_path) {
+            (Some(m), _) => m.access_path().to_path_buf(),
+            (None, Some(p)) => p,
+            (None, None) => root_path.clone(),
         };
         let fs = FsInfo::of(&state).map_err(Error::os)?;
         // SQLite in WAL mode cannot even read on a read-only mount; say so
@@ -361,8 +384,14 @@ impl Workspace {
                 Engine::choose(&root, &fs)
             }
         };
+        // Not through a mount whose daemon is not asked.
+        let identity_path = if mount.is_some() {
+            &root_path
+        } else {
+            &io_path
+        };
         let identity =
-            Identity::of(&root_path, ledger.path()).ok_or_else(|| Error::NotAWorkspace {
+            Identity::of(identity_path, ledger.path()).ok_or_else(|| Error::NotAWorkspace {
                 path: root_path.clone(),
             })?;
         Ok(Workspace {

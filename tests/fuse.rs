@@ -1317,3 +1317,198 @@ fn a_replaced_binary_takes_over_from_the_server_it_replaced() {
     run(&["unmount", &ws_arg], Path::new("/"));
     std::mem::forget(m);
 }
+
+/// A refused `rewind --json ARGS`: its error code and message.
+fn refused(args: &[&str]) -> (String, String) {
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
+    let out = rewind(Path::new("/"), &a);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?} is refused: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("error json");
+    (
+        v["error"]["code"].as_str().unwrap_or_default().to_string(),
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// A daemon serves its workspace only while it holds the workspace's
+/// claim (D95): a second mount is refused whatever path it names (a
+/// second view, or the workspace itself beside a view), nothing changes,
+/// and two mounts started at once end with exactly one. Before, each got
+/// its own daemon, and changes through one were invisible to the other.
+#[test]
+fn a_workspace_is_mounted_once_whatever_the_path() {
+    let Some((lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    if !common::is_root() || !Path::new("/dev/fuse").exists() {
+        common::skip_or_fail("FUSE mounts need root and /dev/fuse");
+        return;
+    }
+    let (view, view2) = (lfs.mnt.join("view"), lfs.mnt.join("view2"));
+    let (ws_arg, view_arg, view2_arg) = (
+        ws.display().to_string(),
+        view.display().to_string(),
+        view2.display().to_string(),
+    );
+    let out = rewind(Path::new("/"), &["mount", &ws_arg, "--at", &view_arg]);
+    assert!(
+        out.status.success(),
+        "mount --at: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = MountGuard { dir: view.clone() };
+    let pid = m.status().pid;
+    for args in [
+        vec!["mount", &ws_arg, "--at", &view2_arg],
+        vec!["mount", &ws_arg],
+    ] {
+        let (code, msg) = refused(&args);
+        assert_eq!(code, "ALREADY_MOUNTED", "{args:?}: {msg}");
+        assert!(
+            msg.contains(&view_arg) && msg.contains(&format!("pid {pid}")),
+            "{args:?} names the mount and its daemon: {msg}"
+        );
+    }
+    assert!(!view2.exists(), "the refused view was not even created");
+    assert!(
+        ws.join(".rewind").is_dir(),
+        "nothing mounted over the workspace"
+    );
+    // The workspace knows its one mount.
+    let doc = rewind_json(Path::new("/"), &["-C", &ws_arg, "doctor"]);
+    assert_eq!(doc["fuse"]["mount_point"], view_arg.as_str(), "{doc}");
+    assert_eq!(doc["fuse"]["daemon_pid"], pid, "{doc}");
+    let out = rewind(Path::new("/"), &["unmount", &ws_arg]);
+    assert!(
+        out.status.success(),
+        "unmount the workspace mounted as a view: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !rewind_fuse::socket_path(&view).exists(),
+        "the view is gone"
+    );
+    std::mem::forget(m);
+
+    // Started at once, by path and by view: one mount, one refusal.
+    for round in 0..4 {
+        let at: Vec<&str> = match round % 2 {
+            0 => vec!["--at", &view_arg],
+            _ => vec!["--at", &view2_arg],
+        };
+        let runs: Vec<_> = [vec![], at]
+            .into_iter()
+            .map(|extra| {
+                let mut a = vec!["--json".to_string(), "mount".into(), ws_arg.clone()];
+                a.extend(extra.iter().map(|s| s.to_string()));
+                std::thread::spawn(move || {
+                    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                    rewind(Path::new("/"), &a)
+                })
+            })
+            .collect();
+        let outs: Vec<_> = runs.into_iter().map(|t| t.join().expect("mount")).collect();
+        let won: Vec<_> = outs.iter().filter(|o| o.status.success()).collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: exactly one mount: {:?}",
+            outs.iter()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .collect::<Vec<_>>()
+        );
+        let lost = outs.iter().find(|o| !o.status.success()).expect("a loser");
+        let v: serde_json::Value = serde_json::from_slice(&lost.stdout).expect("error json");
+        assert_eq!(v["error"]["code"], "ALREADY_MOUNTED", "round {round}: {v}");
+        let mounted: serde_json::Value = serde_json::from_slice(&won[0].stdout).expect("json");
+        let mp = PathBuf::from(mounted["mounted"].as_str().expect("mount point"));
+        let served = [&ws, &view, &view2]
+            .iter()
+            .filter(|p| rewind_fuse::socket_path(p).exists())
+            .count();
+        assert_eq!(served, 1, "round {round}: one daemon");
+        MountGuard { dir: mp }.unmount();
+    }
+}
+
+/// Runs `rewind ARGS` from `/`, killed if it has not finished within
+/// `limit`: `None` then.
+fn rewind_within(args: &[&str], limit: std::time::Duration) -> Option<std::process::Output> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(args)
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rewind");
+    let t = std::time::Instant::now();
+    while child.try_wait().expect("poll").is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().expect("output"))
+}
+
+/// Sends SIGCONT to a stopped daemon when dropped, so that a failed
+/// assertion leaves nothing stopped behind.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
+}
+
+/// A stopped daemon makes `unmount` fail within a few seconds, naming
+/// its pid and the way out, and `doctor` report it and go on; both hung
+/// for ever before (the control socket was read without a timeout).
+#[test]
+fn a_stopped_daemon_is_reported_not_waited_for() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let ws_arg = ws.display().to_string();
+    let pid = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let resume = Resume(pid);
+    let limit = rewind_fuse::ANSWER_TIMEOUT * 4;
+    let out = rewind_within(&["unmount", &ws_arg], limit).expect("unmount did not hang");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "unmount fails: {err}");
+    assert!(
+        err.contains(&format!("pid {pid}")) && err.contains(&format!("kill -9 {pid}")),
+        "names the daemon and the fix: {err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let out =
+        rewind_within(&["--json", "-C", &ws_arg, "doctor"], limit).expect("doctor did not hang");
+    assert!(
+        out.status.success(),
+        "doctor reports: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+    assert_eq!(doc["fuse"]["daemon_answers"], false, "{doc}");
+    assert_eq!(doc["fuse"]["daemon_pid"], pid, "{doc}");
+    assert_eq!(doc["ledger"]["integrity"], "ok", "and goes on: {doc}");
+    drop(resume);
+    m.unmount();
+}

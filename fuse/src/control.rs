@@ -15,6 +15,7 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::dirty::DirtySet;
 use crate::error::{Error, Result};
@@ -210,6 +211,107 @@ pub struct MountStatus {
     pub ttl_s: u64,
 }
 
+/// How long the daemon may take to accept a connection and to answer a
+/// request it answers from memory (hello, status, the dirty set, commit):
+/// under a millisecond normally, the slowest being a status that lists a
+/// few hundred thousand descriptors (~0.5 s). Only a stopped or hung
+/// daemon takes 5 s, and a command that waits longer looks hung itself.
+/// Requests that may rightly take longer wait while the daemon runs
+/// ([`Client::wait_while_running`]).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Connect to the socket `path`, waiting at most `limit` for a listener
+/// whose backlog is full (a blocking connect would wait for ever).
+fn connect_within(path: &Path, limit: Duration) -> std::io::Result<UnixStream> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    let start = Instant::now();
+    loop {
+        // SAFETY: plain socket(2); the fd is owned at once.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        use std::os::fd::AsRawFd;
+        // SAFETY: `addr` is a valid sockaddr_un of the given size.
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            let s = UnixStream::from(fd);
+            s.set_nonblocking(false)?;
+            return Ok(s);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => {}
+            _ => return Err(e),
+        }
+        if start.elapsed() >= limit {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The pid of the process that listens on the other end (SO_PEERCRED:
+/// set at listen, so known before the daemon accepts).
+fn peer_pid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is this stream's; getsockopt writes at most `len`
+    // bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && cred.pid > 0).then_some(cred.pid as u32)
+}
+
+/// The process is stopped (SIGSTOP, a debugger): `T` or `t` in its stat.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|st| st == "T" || st == "t")
+    })
+}
+
 /// A connection to the daemon of one mount.
 pub struct Client {
     stream: UnixStream,
@@ -223,7 +325,12 @@ impl Client {
     /// no daemon was started for it; `Err(DaemonGone)`: one was, and died.
     pub fn connect(mountpoint: &Path) -> Result<Option<Client>> {
         let sock = socket_path(mountpoint);
-        let stream = match UnixStream::connect(&sock) {
+        let unresponsive = |pid| Error::Unresponsive {
+            path: mountpoint.to_path_buf(),
+            pid,
+            secs: ANSWER_TIMEOUT.as_secs(),
+        };
+        let stream = match connect_within(&sock, ANSWER_TIMEOUT) {
             Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
@@ -231,9 +338,23 @@ impl Client {
                     path: mountpoint.to_path_buf(),
                 });
             }
+            // Its backlog is full: nobody has accepted for a while.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(unresponsive(0)),
             Err(e) => return Err(Error::io("connect to the rewind daemon at", sock, e)),
         };
-        let io = |e| Error::io("talk to the rewind daemon at", &sock, e);
+        // The listener's pid, known before it answers anything.
+        let peer = peer_pid(&stream).unwrap_or(0);
+        let io = |e: std::io::Error| {
+            if is_timeout(&e) {
+                unresponsive(peer)
+            } else {
+                Error::io("talk to the rewind daemon at", &sock, e)
+            }
+        };
+        stream
+            .set_read_timeout(Some(ANSWER_TIMEOUT))
+            .and_then(|()| stream.set_write_timeout(Some(ANSWER_TIMEOUT)))
+            .map_err(io)?;
         write_frame(&mut &stream, HELLO, &[]).map_err(io)?;
         let (status, payload) = read_frame(&mut &stream).map_err(io)?;
         let text = String::from_utf8_lossy(&payload).into_owned();
@@ -251,7 +372,7 @@ impl Client {
             stream,
             mountpoint: mountpoint.to_path_buf(),
             backing: PathBuf::from(backing),
-            pid: pid.parse().unwrap_or(0),
+            pid: pid.parse().unwrap_or(peer),
         }))
     }
 
@@ -289,8 +410,22 @@ impl Client {
 
     fn call(&mut self, op: u8, payload: &[u8]) -> Result<Vec<u8>> {
         let sock = socket_path(&self.mountpoint);
-        let io = |e| Error::io("talk to the rewind daemon at", &sock, e);
+        let (path, pid) = (&self.mountpoint, self.pid);
+        let io = |e: std::io::Error| {
+            if is_timeout(&e) {
+                Error::Unresponsive {
+                    path: path.clone(),
+                    pid,
+                    secs: ANSWER_TIMEOUT.as_secs(),
+                }
+            } else {
+                Error::io("talk to the rewind daemon at", &sock, e)
+            }
+        };
         write_frame(&mut self.stream, op, payload).map_err(io)?;
+        if matches!(op, FREEZE | THAW | UNMOUNT) {
+            self.wait_while_running()?;
+        }
         let (status, answer) = read_frame(&mut self.stream).map_err(io)?;
         if status != 0 {
             return Err(Error::Daemon {
@@ -299,6 +434,46 @@ impl Client {
             });
         }
         Ok(answer)
+    }
+
+    /// Wait for the answer to a request that may rightly take long: a
+    /// freeze waits for the requests inside the mount to finish (an
+    /// `fsync` of a big file, say), a thaw invalidates every changed path
+    /// in the kernel, an unmount that finds the mount busy lists who holds
+    /// it. Waited for as long as the daemon runs; a stopped one (SIGSTOP,
+    /// a debugger) is reported after [`ANSWER_TIMEOUT`].
+    fn wait_while_running(&self) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        loop {
+            let mut p = libc::pollfd {
+                fd: self.stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(&mut p, 1, ANSWER_TIMEOUT.as_millis() as i32) };
+            if n > 0 {
+                return Ok(());
+            }
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Error::io(
+                    "wait for the rewind daemon at",
+                    socket_path(&self.mountpoint),
+                    e,
+                ));
+            }
+            if is_stopped(self.pid) {
+                return Err(Error::Unresponsive {
+                    path: self.mountpoint.clone(),
+                    pid: self.pid,
+                    secs: ANSWER_TIMEOUT.as_secs(),
+                });
+            }
+        }
     }
 
     fn dirty(&mut self, op: u8) -> Result<DirtySet> {

@@ -1,6 +1,7 @@
 //! The daemon: mount the overlay over the workspace directory itself,
 //! serve the control socket, run until unmounted.
 
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::sync::atomic::Ordering;
 use fuser::{Config, MountOption, SessionACL};
 use rustix::fs::{Mode, OFlags};
 
+use crate::claim::Claim;
 use crate::companion::{Companion, Keeper};
 use crate::control::{
     self, COMMIT, Client, Cursor, FREEZE, HELLO, PEEK, STATUS, TAKE, THAW, UNMOUNT, read_frame,
@@ -103,6 +105,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         Mode::empty(),
     )
     .map_err(|e| Error::io("open", dir, e.into()))?;
+    // One mount per workspace, whatever path it is mounted at (D95): held
+    // until this function returns, after the mount is gone.
+    let claim = Claim::take(root.as_fd(), dir, &mountpoint)?;
     let sh = Arc::new(Shared::new(root).map_err(|e| Error::io("stat", dir, e))?);
     sh.inodes.set_fd_cap(
         std::env::var("REWIND_MOUNT_INODE_FDS")
@@ -205,6 +210,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         k.stop();
     }
     cleanup();
+    drop(claim);
     result.map_err(|e| Error::io("serve FUSE at", &mountpoint, e))
 }
 

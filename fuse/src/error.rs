@@ -16,10 +16,26 @@ pub enum Error {
     AlreadyMounted { path: PathBuf, pid: u32 },
     #[error("the rewind daemon for {path} is gone (its control socket refuses connections)")]
     DaemonGone { path: PathBuf },
+    #[error("{}", unresponsive(path, *pid, *secs))]
+    Unresponsive { path: PathBuf, pid: u32, secs: u64 },
     #[error("the rewind daemon for {path} answered: {message}")]
     Daemon { path: PathBuf, message: String },
     #[error("cannot unmount {path}: it is busy ({holders}); close them and retry")]
     Busy { path: PathBuf, holders: String },
+}
+
+/// One line: who does not answer, and the two ways out (a stopped daemon
+/// takes SIGCONT; SIGTERM would wait for it, so the kill is -9).
+fn unresponsive(path: &std::path::Path, pid: u32, secs: u64) -> String {
+    let p = path.display();
+    if pid == 0 {
+        return format!(
+            "the rewind daemon for {p} does not accept connections (no answer within {secs} s): `umount -l {p}` detaches its mount, then kill its `rewind mount` process"
+        );
+    }
+    format!(
+        "the rewind daemon for {p} (pid {pid}) did not answer within {secs} s (stopped or hung): `kill -CONT {pid}` if it was stopped, else `kill -9 {pid}` then `rewind unmount {p}` (or `umount -l {p}`)"
+    )
 }
 
 impl Error {

@@ -13,9 +13,11 @@
 //!
 //! Layout: `inodes` (table keyed by backing (dev, ino)), `dirty` (the
 //! tracker), `gate` (freeze/thaw), `fs` (the request handlers), `control`
-//! (socket protocol and client), `companion` (a process kept running
+//! (socket protocol and client), `claim` (one mount per workspace),
+//! `companion` (a process kept running
 //! beside the mount), `daemon` (mount and serve).
 
+mod claim;
 mod companion;
 mod control;
 mod daemon;
@@ -25,9 +27,11 @@ mod fs;
 mod gate;
 mod inodes;
 
+pub use claim::{CLAIM_FILE, Holder, claimed_workspace, holder};
 pub use companion::Companion;
 pub use control::{
-    Client, MountStatus, backing_path, command_socket_path, runtime_dir, socket_path,
+    ANSWER_TIMEOUT, Client, MountStatus, backing_path, command_socket_path, runtime_dir,
+    socket_path,
 };
 pub use daemon::{ServeOptions, detach_dead, holders, serve};
 pub use dirty::{DirtySet, Names};

@@ -3,7 +3,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::Ctx;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::mount::MountLink;
+use crate::warm::Held;
+use crate::workspace::Workspace;
 
 #[derive(Serialize)]
 struct Out {
@@ -57,8 +60,16 @@ struct Fuse {
     fusermount3: bool,
     /// Served by a `rewind mount` daemon right now.
     mounted: bool,
+    /// Where it is mounted: the workspace itself, or a view (D95: one
+    /// mount per workspace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mount_point: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     daemon_pid: Option<u32>,
+    /// The daemon answered its control socket within
+    /// `rewind_fuse::ANSWER_TIMEOUT` (false: stopped or hung).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon_answers: Option<bool>,
     /// The command server kept beside the daemon (D93), if it listens.
     #[serde(skip_serializing_if = "Option::is_none")]
     command_server_pid: Option<u32>,
@@ -93,7 +104,24 @@ struct Ledger {
 }
 
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let ws = ctx.workspace()?;
+    // A daemon that does not answer is reported, not waited for: the
+    // workspace is opened beside it, through its backing tree.
+    let mut silent = None;
+    let ws = match ctx.workspace() {
+        Ok(ws) => ws,
+        Err(Error::Mount(e @ rewind_fuse::Error::Unresponsive { .. })) => {
+            let rewind_fuse::Error::Unresponsive { path, pid, .. } = &e else {
+                unreachable!()
+            };
+            let Some(access) = backing_of_silent(path, *pid) else {
+                return Err(Error::Mount(e));
+            };
+            let ws = Workspace::open_beside_daemon(path.clone(), &access)?;
+            silent = Some((path.clone(), *pid, e.to_string()));
+            Held::new(ws, None)
+        }
+        Err(e) => return Err(e),
+    };
     let fs = ws.fs();
     let reflink = ws.clones();
     let reflink_why = match (fs.kind.may_clone(), reflink) {
@@ -114,17 +142,73 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let (engine, why) = ws.engine();
     let engine_why = format!("{}: {why}", engine.as_str());
     let openat2 = rewind_platform::Dir::open(ws.io_path()).is_ok_and(|d| d.openat2_available());
-    let status = ws.mount().map(|m| m.status()).transpose()?;
-    let fuse_note = match &status {
-        Some(s) if s.passthrough => format!(
-            "mounted (daemon pid {}): opened files use kernel passthrough ({} opens; {} small files read through the page cache; {} served by the daemon)",
-            s.pid, s.passthrough_opens, s.cached_opens, s.plain_opens
+    // The mount serving this workspace: through which it was opened, or
+    // a view of it mounted elsewhere (its claim names it, D95).
+    let elsewhere = match (ws.mount(), &silent) {
+        (None, None) => rewind_fuse::holder(ws.io_path()).map(|h| h.mountpoint),
+        _ => None,
+    };
+    let link = match &elsewhere {
+        Some(mp) => match MountLink::connect(mp) {
+            Ok(l) => l,
+            Err(Error::Mount(e @ rewind_fuse::Error::Unresponsive { .. })) => {
+                if let rewind_fuse::Error::Unresponsive { path, pid, .. } = &e {
+                    silent = Some((path.clone(), *pid, e.to_string()));
+                }
+                None
+            }
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let status = match link
+        .as_ref()
+        .or(ws.mount())
+        .map(|m| (m.status(), m.daemon_pid()))
+    {
+        Some((Ok(s), _)) => Some(s),
+        Some((Err(Error::Mount(e @ rewind_fuse::Error::Unresponsive { .. })), pid)) => {
+            let mp = elsewhere
+                .clone()
+                .unwrap_or_else(|| ws.root_path().to_path_buf());
+            silent = Some((mp, pid, e.to_string()));
+            None
+        }
+        Some((Err(e), _)) => return Err(e),
+        None => None,
+    };
+    let mount_point = match (&silent, &status) {
+        (Some((mp, ..)), _) => Some(mp.clone()),
+        (None, Some(_)) => Some(
+            elsewhere
+                .clone()
+                .unwrap_or_else(|| ws.root_path().to_path_buf()),
         ),
-        Some(s) => format!(
-            "mounted (daemon pid {}): no kernel passthrough (it needs root and Linux 6.9+), so file reads and writes go through the daemon",
+        (None, None) => None,
+    };
+    let fuse_note = match (&status, &silent) {
+        (_, Some((_, _, e))) => format!("mounted, but the daemon does not answer: {e}"),
+        (Some(s), None) if elsewhere.is_some() => format!(
+            "mounted at {} (daemon pid {}), a view: commands run there use its dirty set and freeze it; commands run here walk the tree",
+            mount_point
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             s.pid
         ),
-        None => "not mounted: `rewind mount DIR` serves the workspace through the overlay".into(),
+        (s, None) => match s {
+            Some(s) if s.passthrough => format!(
+                "mounted (daemon pid {}): opened files use kernel passthrough ({} opens; {} small files read through the page cache; {} served by the daemon)",
+                s.pid, s.passthrough_opens, s.cached_opens, s.plain_opens
+            ),
+            Some(s) => format!(
+                "mounted (daemon pid {}): no kernel passthrough (it needs root and Linux 6.9+), so file reads and writes go through the daemon",
+                s.pid
+            ),
+            None => {
+                "not mounted: `rewind mount DIR` serves the workspace through the overlay".into()
+            }
+        },
     };
     let fuse_note = match status.as_ref().map(|s| s.dirty) {
         Some(Some(n)) => format!(
@@ -136,7 +220,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     };
     let server = status
         .as_ref()
-        .and_then(|_| super::serve::server_pid(ws.root_path()));
+        .and(mount_point.as_deref())
+        .and_then(super::serve::server_pid);
     let fuse_note = match (&status, server) {
         (Some(_), Some(pid)) => format!(
             "{fuse_note}; commands run in its command server (pid {pid}), with the workspace kept open"
@@ -171,8 +256,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         fuse: Fuse {
             dev_fuse: Path::new("/dev/fuse").exists(),
             fusermount3: which("fusermount3"),
-            mounted: status.is_some(),
-            daemon_pid: status.as_ref().map(|s| s.pid),
+            mounted: mount_point.is_some(),
+            mount_point: mount_point.as_ref().map(|p| p.display().to_string()),
+            daemon_pid: status
+                .as_ref()
+                .map(|s| s.pid)
+                .or(silent.as_ref().map(|s| s.1).filter(|&p| p != 0)),
+            daemon_answers: mount_point.is_some().then_some(silent.is_none()),
             command_server_pid: server,
             passthrough: status.as_ref().map(|s| s.passthrough),
             dirty_dirs: status.as_ref().map(|s| match s.dirty {
@@ -272,6 +362,21 @@ fn durability(
         dirty_bytes,
         note,
     })
+}
+
+/// A path to the backing tree of the mount at `mp` whose daemon `pid`
+/// does not answer, found without it: the private bind mount of a mount
+/// over the workspace itself, or the workspace a view's daemon holds the
+/// claim of (`/proc/PID/fd`). Never a path through the mount, which would
+/// wait for the daemon.
+fn backing_of_silent(mp: &Path, pid: u32) -> Option<std::path::PathBuf> {
+    match rewind_fuse::claimed_workspace(pid) {
+        Some(ws) if ws != mp => Some(ws),
+        _ => {
+            let b = rewind_fuse::backing_path(mp);
+            b.join(crate::capture::STATE_DIR).is_dir().then_some(b)
+        }
+    }
 }
 
 fn which(cmd: &str) -> bool {

@@ -80,6 +80,10 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
             pid: m.daemon_pid(),
         }));
     }
+    // Mounted elsewhere (a view): its daemon holds the workspace's claim
+    // (D95). Checked here to change nothing; the daemon's own claim is
+    // what keeps two apart.
+    already_mounted(ws.io_path())?;
     ws.lock()?;
     ws.recover_if_needed()?;
     // Where the ledger is (`.rewind/` or, on a subvolume, `.rewind/state/`).
@@ -137,11 +141,24 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         .map(|h| format!("{h} inside {} keeps using the directory under the mount: its changes bypass the dirty set until it cds back in (checkpoints stay correct only after `rewind unmount`)", root.display()))
         .collect();
     let log_path = root.join(STATE_DIR).join(LOG_FILE);
-    let log = std::fs::OpenOptions::new()
+    let log = match std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
-        .map_err(|e| Error::Os(rewind_platform::Error::new("open", &log_path, e)))?;
+    {
+        Ok(l) => l,
+        Err(e) => {
+            // Another `rewind mount` mounted over the workspace since it
+            // was opened above, hiding `.rewind/`.
+            if let Ok(Some(c)) = rewind_fuse::Client::connect(&root) {
+                return Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
+                    path: root,
+                    pid: c.daemon_pid(),
+                }));
+            }
+            return Err(Error::Os(rewind_platform::Error::new("open", &log_path, e)));
+        }
+    };
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe()
         .map_err(|e| Error::Os(rewind_platform::Error::new("find", "the rewind binary", e)))?;
@@ -172,13 +189,31 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let started = Instant::now();
     let link = loop {
         // Not `MountLink::connect`: a refused connection here is a daemon
-        // still starting, not a dead one to detach.
-        if let Ok(Some(_)) = rewind_fuse::Client::connect(&mountpoint)
+        // still starting, not a dead one to detach. Only this command's
+        // daemon will do: another one racing it may answer at the same
+        // mount point.
+        if let Ok(Some(c)) = rewind_fuse::Client::connect(&mountpoint)
+            && c.daemon_pid() == child.id()
             && let Some(l) = MountLink::connect(&mountpoint).ok().flatten()
         {
             break l;
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // It lost a race to another `rewind mount` of this workspace,
+            // whose mount may still be coming up.
+            for _ in 0..50 {
+                let winner = match rewind_fuse::Client::connect(&root) {
+                    Ok(Some(c)) => Some((root.clone(), c.daemon_pid())),
+                    _ => rewind_fuse::holder(&root).map(|h| (h.mountpoint, h.pid)),
+                };
+                if let Some((path, pid)) = winner {
+                    return Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
+                        path,
+                        pid,
+                    }));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             return Err(Error::Usage(format!(
                 "the mount daemon for {} exited ({status}): {}",
                 root.display(),
@@ -233,6 +268,18 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     })
 }
 
+/// Refuse a second mount of the workspace whose backing root is `root`
+/// (D95), naming the mount it has.
+fn already_mounted(root: &Path) -> Result<()> {
+    match rewind_fuse::holder(root) {
+        Some(h) => Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
+            path: h.mountpoint,
+            pid: h.pid,
+        })),
+        None => Ok(()),
+    }
+}
+
 fn log_tail(path: &Path, from: u64) -> String {
     let mut s = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {
@@ -267,6 +314,13 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
         Ok(r) => Workspace::discover(&r).unwrap_or(r),
         // A dead mount cannot be resolved; name it as given.
         Err(_) => std::path::absolute(&start).unwrap_or(start),
+    };
+    // The workspace itself while a view of it is mounted: its one mount
+    // (D95) is the view. The socket is looked at first: a mount over the
+    // workspace hides `.rewind/`, and asking a stopped daemon would hang.
+    let root = match rewind_fuse::socket_path(&root).exists() {
+        false => rewind_fuse::holder(&root).map_or(root, |h| h.mountpoint),
+        true => root,
     };
     let had_daemon = rewind_fuse::socket_path(&root).exists();
     let reason = match MountLink::connect(&root)? {

@@ -1,0 +1,133 @@
+//! One mount per workspace (D95). A daemon serves a workspace only while
+//! it holds an exclusive `flock` on `.rewind/mount`, taken before the
+//! mount and kept for its life; the file names its pid and mount point.
+//! The lock belongs to the workspace's state directory, not to a path:
+//! a view and a mount over the workspace itself, or two views, claim the
+//! same file, so the second daemon is refused whatever path it was given.
+//! A daemon that dies drops the lock with its last descriptor.
+
+use std::fs::File;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FlockOperation, Mode, OFlags, flock};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+
+/// The claim, relative to the workspace root.
+pub const CLAIM_FILE: &str = ".rewind/mount";
+
+/// The daemon serving a workspace, as its claim names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    pub mountpoint: PathBuf,
+}
+
+/// A daemon's claim on its workspace, held until dropped.
+pub(crate) struct Claim {
+    _file: File,
+}
+
+impl Claim {
+    /// Claim the workspace whose root is `root` (opened before the mount
+    /// covers it) for a mount at `mountpoint`. `Ok(None)`: the directory
+    /// has no `.rewind/` (no workspace, nothing to keep apart).
+    pub(crate) fn take(
+        root: BorrowedFd<'_>,
+        dir: &Path,
+        mountpoint: &Path,
+    ) -> Result<Option<Claim>> {
+        let fd = match rustix::fs::openat(
+            root,
+            CLAIM_FILE,
+            OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o644),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::io("open", dir.join(CLAIM_FILE), e.into())),
+        };
+        let file = File::from(fd);
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => {
+                let h = holder_of(&file).unwrap_or(Holder {
+                    pid: 0,
+                    mountpoint: dir.to_path_buf(),
+                });
+                return Err(Error::AlreadyMounted {
+                    path: h.mountpoint,
+                    pid: h.pid,
+                });
+            }
+            Err(e) => return Err(Error::io("lock", dir.join(CLAIM_FILE), e.into())),
+        }
+        // Emptied first: a reader sees the old holder's record, nothing,
+        // or this one, never a mix.
+        let mut text = format!("{}\n", std::process::id()).into_bytes();
+        text.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(
+            mountpoint.as_os_str(),
+        ));
+        text.push(b'\n');
+        file.set_len(0)
+            .and_then(|()| file.write_all_at(&text, 0))
+            .map_err(|e| Error::io("write", dir.join(CLAIM_FILE), e))?;
+        Ok(Some(Claim { _file: file }))
+    }
+}
+
+/// The daemon serving the workspace whose backing root is `workspace`
+/// (the workspace directory, when nothing is mounted over it), if one is
+/// alive.
+pub fn holder(workspace: &Path) -> Option<Holder> {
+    holder_of(&File::open(workspace.join(CLAIM_FILE)).ok()?)
+}
+
+/// Who holds the claim `file`. A free claim grants a shared lock; a held
+/// one is read until its holder has written it (it writes right after
+/// locking; `None` if it has not within a second).
+fn holder_of(file: &File) -> Option<Holder> {
+    let start = Instant::now();
+    loop {
+        match flock(file, FlockOperation::NonBlockingLockShared) {
+            Ok(()) => {
+                let _ = flock(file, FlockOperation::Unlock);
+                return None;
+            }
+            Err(Errno::WOULDBLOCK) | Err(Errno::INTR) => {}
+            Err(_) => return None,
+        }
+        let mut buf = vec![0u8; 4096 + 16];
+        let n = file.read_at(&mut buf, 0).unwrap_or(0);
+        buf.truncate(n);
+        let mut lines = buf.split(|&b| b == b'\n');
+        if let (Some(pid), Some(mp), Some(_)) = (lines.next(), lines.next(), lines.next())
+            && let Some(pid) = std::str::from_utf8(pid).ok().and_then(|p| p.parse().ok())
+        {
+            return Some(Holder {
+                pid,
+                mountpoint: PathBuf::from(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(mp),
+                ),
+            });
+        }
+        if start.elapsed() > Duration::from_secs(1) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The workspace a live daemon serves, from the claim it holds open
+/// (`/proc/PID/fd`): reachable even when the daemon does not answer.
+pub fn claimed_workspace(pid: u32) -> Option<PathBuf> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .find(|l| l.ends_with(CLAIM_FILE))
+        .and_then(|l| l.parent()?.parent().map(Path::to_path_buf))
+}
