@@ -1340,7 +1340,7 @@ fn refused(args: &[&str]) -> (String, String) {
 }
 
 /// A daemon serves its workspace only while it holds the workspace's
-/// claim (D95): a second mount is refused whatever path it names (a
+/// claim (D98): a second mount is refused whatever path it names (a
 /// second view, or the workspace itself beside a view), nothing changes,
 /// and two mounts started at once end with exactly one. Before, each got
 /// its own daemon, and changes through one were invisible to the other.

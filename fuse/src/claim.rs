@@ -1,4 +1,4 @@
-//! One mount per workspace (D95). A daemon serves a workspace only while
+//! One mount per workspace (D98). A daemon serves a workspace only while
 //! it holds an exclusive `flock` on `.rewind/mount`, taken before the
 //! mount and kept for its life; the file names its pid and mount point.
 //! The lock belongs to the workspace's state directory, not to a path:

@@ -105,7 +105,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         Mode::empty(),
     )
     .map_err(|e| Error::io("open", dir, e.into()))?;
-    // One mount per workspace, whatever path it is mounted at (D95): held
+    // One mount per workspace, whatever path it is mounted at (D98): held
     // until this function returns, after the mount is gone.
     let claim = Claim::take(root.as_fd(), dir, &mountpoint)?;
     let sh = Arc::new(Shared::new(root).map_err(|e| Error::io("stat", dir, e))?);

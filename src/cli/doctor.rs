@@ -60,7 +60,7 @@ struct Fuse {
     fusermount3: bool,
     /// Served by a `rewind mount` daemon right now.
     mounted: bool,
-    /// Where it is mounted: the workspace itself, or a view (D95: one
+    /// Where it is mounted: the workspace itself, or a view (D98: one
     /// mount per workspace).
     #[serde(skip_serializing_if = "Option::is_none")]
     mount_point: Option<String>,
@@ -143,7 +143,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let engine_why = format!("{}: {why}", engine.as_str());
     let openat2 = rewind_platform::Dir::open(ws.io_path()).is_ok_and(|d| d.openat2_available());
     // The mount serving this workspace: through which it was opened, or
-    // a view of it mounted elsewhere (its claim names it, D95).
+    // a view of it mounted elsewhere (its claim names it, D98).
     let elsewhere = match (ws.mount(), &silent) {
         (None, None) => rewind_fuse::holder(ws.io_path()).map(|h| h.mountpoint),
         _ => None,

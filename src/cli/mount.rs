@@ -81,7 +81,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         }));
     }
     // Mounted elsewhere (a view): its daemon holds the workspace's claim
-    // (D95). Checked here to change nothing; the daemon's own claim is
+    // (D98). Checked here to change nothing; the daemon's own claim is
     // what keeps two apart.
     already_mounted(ws.io_path())?;
     ws.lock()?;
@@ -269,7 +269,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
 }
 
 /// Refuse a second mount of the workspace whose backing root is `root`
-/// (D95), naming the mount it has.
+/// (D98), naming the mount it has.
 fn already_mounted(root: &Path) -> Result<()> {
     match rewind_fuse::holder(root) {
         Some(h) => Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
@@ -316,7 +316,7 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
         Err(_) => std::path::absolute(&start).unwrap_or(start),
     };
     // The workspace itself while a view of it is mounted: its one mount
-    // (D95) is the view. The socket is looked at first: a mount over the
+    // (D98) is the view. The socket is looked at first: a mount over the
     // workspace hides `.rewind/`, and asking a stopped daemon would hang.
     let root = match rewind_fuse::socket_path(&root).exists() {
         false => rewind_fuse::holder(&root).map_or(root, |h| h.mountpoint),
