@@ -282,27 +282,6 @@ fn connect_within(path: &Path, limit: Duration) -> std::io::Result<UnixStream> {
     }
 }
 
-/// The pid of the process that listens on the other end (SO_PEERCRED:
-/// set at listen, so known before the daemon accepts).
-fn peer_pid(s: &UnixStream) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: ucred is plain data.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is this stream's; getsockopt writes at most `len`
-    // bytes into `cred`.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && cred.pid > 0).then_some(cred.pid as u32)
-}
-
 /// The process is stopped (SIGSTOP, a debugger): `T` or `t` in its stat.
 fn is_stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -343,7 +322,7 @@ impl Client {
             Err(e) => return Err(Error::io("connect to the rewind daemon at", sock, e)),
         };
         // The listener's pid, known before it answers anything.
-        let peer = peer_pid(&stream).unwrap_or(0);
+        let peer = rewind_platform::peer_pid(&stream).unwrap_or(0);
         let io = |e: std::io::Error| {
             if is_timeout(&e) {
                 unresponsive(peer)
