@@ -288,7 +288,7 @@ fn run_to(
     {
         let _t = crate::trace::span("check space, sync state");
         check_space(ws, &changes)?;
-        check_objects(ws, &target.id, &changes)?;
+        check_objects(ws, &target, &changes)?;
         ws.sync_state(&mut cap)?;
     }
     let before = match before_is_durable {
@@ -486,8 +486,19 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
 /// before touching anything rather than stop half-way, or restore a
 /// damaged file's bytes, and leave an interrupted rewind that every next
 /// command would try to finish and fail the same way.
-fn check_objects(ws: &Workspace, target_id: &str, changes: &[Change]) -> Result<()> {
-    if snapshot::open(ws, target_id)?.is_some() {
+fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Result<()> {
+    if let Some(snap) = snapshot::open(ws, &target.id)? {
+        // Clones come from the snapshot: one changed after it was taken
+        // would restore the change, not the checkpoint.
+        if !snapshot::holds(ws, &snap, &target.root)? {
+            return Err(Error::Btrfs {
+                path: snap.path().to_path_buf(),
+                reason: format!(
+                    "the snapshot of checkpoint {} was changed after it was taken and no longer holds it: refusing to restore from it; nothing was changed (`rewind verify --deep` lists such snapshots)",
+                    target.id
+                ),
+            });
+        }
         return Ok(());
     }
     let _t = crate::trace::span("check objects");

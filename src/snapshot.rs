@@ -148,6 +148,30 @@ pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
     }
 }
 
+/// The root hash of the tree a snapshot holds, walked and hashed (the
+/// stat cache vouches for unchanged inodes).
+pub(crate) fn root_of(ws: &Workspace, snap: &Dir) -> Result<crate::hash::Hash> {
+    let cap = ws.capture_dir(
+        snap,
+        false,
+        crate::capture::Sink::HashOnly,
+        i64::MIN,
+        "verifying",
+    )?;
+    Ok(cap.root)
+}
+
+/// Whether the snapshot `snap` may be restored from as checkpoint `root`:
+/// one never written since it was taken holds it by construction; one
+/// written since (made writable and back, or moved by a balance) must
+/// still hash to it.
+pub(crate) fn holds(ws: &Workspace, snap: &Dir, root: &crate::hash::Hash) -> Result<bool> {
+    if !rewind_platform::subvolume_written_since_creation(snap).map_err(Error::os)? {
+        return Ok(true);
+    }
+    Ok(root_of(ws, snap)? == *root)
+}
+
 /// Delete a checkpoint's snapshot; false when it had none.
 pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     let Some(dir) = existing_snapshots_dir(ws)? else {

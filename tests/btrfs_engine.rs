@@ -259,6 +259,31 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
             .any(|b| b.contains("does not match its manifest")),
         "edited snapshot not reported"
     );
+    // A rewind to it refuses before changing anything: its clones would
+    // restore the edit, not the checkpoint.
+    let victim_id = &live[live.len() - 1];
+    write(&ws.join("src/d0/f0.rs"), b"live edit\n");
+    let before = common::snapshot(&ws);
+    let out = rewind(&ws, &["--json", "rewind", victim_id]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "rewind from a tampered snapshot"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "BTRFS", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("changed after it was taken")),
+        "{v}"
+    );
+    common::assert_same("refused rewind", &before, &common::snapshot(&ws));
+    let st = rewind_json(&ws, &["status"]);
+    assert!(
+        st["changes"].as_array().is_some_and(|c| !c.is_empty()),
+        "{st}"
+    );
 }
 
 #[test]

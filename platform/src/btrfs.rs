@@ -250,21 +250,34 @@ struct SubvolInfoArgs {
     reserved: [u64; 8],
 }
 
-/// The transaction that created the subvolume (or snapshot) whose root is
-/// `dir`. A read-only snapshot holds exactly what its source held when
-/// that transaction committed; anything changed later carries a later
-/// transaction id.
-pub fn subvolume_otransid(dir: &Dir) -> Result<u64> {
+fn subvol_info(dir: &Dir) -> Result<SubvolInfoArgs> {
     // SAFETY: BTRFS_IOC_GET_SUBVOL_INFO fills one `struct
     // btrfs_ioctl_get_subvol_info_args`, which `SubvolInfoArgs` mirrors.
-    let info = unsafe {
+    unsafe {
         ioctl(
             dir.as_fd(),
             Getter::<{ IOC_GET_SUBVOL_INFO }, SubvolInfoArgs>::new(),
         )
     }
-    .map_err(|e| Error::new("get subvolume info", dir.path(), e))?;
-    Ok(info.otransid)
+    .map_err(|e| Error::new("get subvolume info", dir.path(), e))
+}
+
+/// The transaction that created the subvolume (or snapshot) whose root is
+/// `dir`. A read-only snapshot holds exactly what its source held when
+/// that transaction committed; anything changed later carries a later
+/// transaction id.
+pub fn subvolume_otransid(dir: &Dir) -> Result<u64> {
+    Ok(subvol_info(dir)?.otransid)
+}
+
+/// Whether the tree of the subvolume whose root is `dir` was written after
+/// the transaction that created it: a read-only snapshot made writable,
+/// changed and made read-only again. (A balance that moves its blocks
+/// may write it too: a caller checks the content then, it does not
+/// conclude.)
+pub fn subvolume_written_since_creation(dir: &Dir) -> Result<bool> {
+    let info = subvol_info(dir)?;
+    Ok(info.generation > info.otransid)
 }
 
 /// An inode of a subvolume whose item was written in a given transaction

@@ -21,6 +21,7 @@ mod xfs;
 pub use btrfs::{
     ChangedInode, can_delete_snapshots, changed_inodes, create_subvolume, delete_subvolume,
     inode_path, is_readonly_subvolume, is_subvolume, snapshot, subvolume_otransid,
+    subvolume_written_since_creation,
 };
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{
