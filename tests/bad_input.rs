@@ -322,6 +322,34 @@ fn a_sigbus_is_reported_not_a_silent_death() {
     }
 }
 
+/// A shell whose working directory is gone (deleted, or a dead mount that
+/// was detached) gets one line naming where it thinks it is and the `cd`
+/// that fixes it, not "open workspace .: No such file or directory".
+#[test]
+fn a_working_directory_that_is_gone_is_named_with_the_cd_that_fixes_it() {
+    let tmp = common::tmp();
+    let gone = tmp.path().join("gone");
+    std::fs::create_dir(&gone).expect("mkdir");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && rmdir '{}' && exec '{}' --json status",
+            gone.display(),
+            gone.display(),
+            env!("CARGO_BIN_EXE_rewind")
+        ))
+        .output()
+        .expect("sh");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let m = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        m.contains("working directory cannot be reached")
+            && m.contains(&format!("`cd {}`", gone.display())),
+        "{v}"
+    );
+}
+
 #[test]
 fn usage_errors_exit_1_and_answer_json_when_asked() {
     let dir = common::tmp();
@@ -334,6 +362,11 @@ fn usage_errors_exit_1_and_answer_json_when_asked() {
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
     assert_eq!(v["error"]["code"], "USAGE");
+    // The message names the argument at fault, as the human one does.
+    let out = rewind(dir.path(), &["--json", "list", "--bogus"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let m = v["error"]["message"].as_str().unwrap_or("");
+    assert!(m.contains("--bogus") && !m.starts_with("error:"), "{v}");
     let out = rewind(dir.path(), &["no-such-verb"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!dir.path().join(".rewind").exists());

@@ -20,7 +20,7 @@ pub enum Error {
     Unresponsive { path: PathBuf, pid: u32, secs: u64 },
     #[error("the rewind daemon for {path} answered: {message}")]
     Daemon { path: PathBuf, message: String },
-    #[error("cannot unmount {path}: it is busy ({holders}); close them and retry")]
+    #[error("cannot unmount {path}: it is busy ({holders}); close them{} and retry", if holders.contains("working directory") { " (a shell inside: `cd` out of it first)" } else { "" })]
     Busy { path: PathBuf, holders: String },
 }
 

@@ -284,9 +284,23 @@ const SIGBUS_JSON: &[u8] = b"{\"version\":1,\"error\":{\"code\":\"NO_SPACE\",\"m
 
 pub fn main() -> i32 {
     rewind_platform::report_sigbus(SIGBUS_HUMAN, SIGBUS_JSON);
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    rewind_platform::sigbus_json(args.iter().any(|a| a == "--json"));
+    let json = args.iter().any(|a| a == "--json");
+    rewind_platform::sigbus_json(json);
+    let cwd = match std::env::current_dir() {
+        Ok(c) => c,
+        // Relative to a directory that is gone, every path would fail
+        // with a bare ENOENT or ENOTCONN naming ".".
+        Err(e) => match scan_command_line(&args) {
+            Some((verb, dir))
+                if verb != "help"
+                    && !dir.is_some_and(|d| std::path::Path::new(d).is_absolute()) =>
+            {
+                return cwd_gone(&e, json);
+            }
+            _ => PathBuf::from("/"),
+        },
+    };
     if let Some((verb, dir)) = scan_command_line(&args)
         && SERVER_VERBS.iter().any(|v| verb == *v)
     {
@@ -296,7 +310,6 @@ pub fn main() -> i32 {
         }
     }
     // Not `std::env::args()`: it panics on an argument that is not UTF-8.
-    let json = args.iter().any(|a| a == "--json");
     match Cli::try_parse_from(args) {
         Ok(cli) => run(cli, cwd, None),
         Err(e) => usage_error(e, json),
@@ -327,7 +340,11 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
     // Usage errors exit 1 (2 means "refused by the effect barrier").
     let code = if e.use_stderr() { 1 } else { 0 };
     if code == 1 && json {
-        let message = e.kind().to_string();
+        // clap's own first line names the argument at fault; its kind
+        // alone ("unexpected argument found") does not.
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or_default();
+        let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
         let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": "USAGE", "message": message}});
         let _ = writeln!(std::io::stdout(), "{v}");
     }
@@ -381,8 +398,30 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
 }
 
 /// One line on stderr; with `--json`, also the error object on stdout.
+/// The current directory cannot be reached: say where the shell thinks
+/// it is (`$PWD`) and that a `cd` there gets the live directory back.
+fn cwd_gone(e: &std::io::Error, json: bool) -> i32 {
+    let pwd = std::env::var_os("PWD").map(PathBuf::from);
+    let fix = match &pwd {
+        Some(p) => format!("`cd {}` and retry", p.display()),
+        None => "`cd` back into the workspace and retry".to_string(),
+    };
+    let err = Error::InvalidPath {
+        path: pwd.unwrap_or_else(|| PathBuf::from(".")),
+        reason: format!(
+            "this shell's working directory cannot be reached ({e}): it was deleted, or the mount it was on went away (a `rewind mount` whose daemon died); {fix}"
+        ),
+    };
+    report(json, &err);
+    1
+}
+
 pub fn report_error(ctx: &Ctx, e: &Error) {
-    if ctx.json {
+    report(ctx.json, e)
+}
+
+fn report(json: bool, e: &Error) {
+    if json {
         let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": e.code(), "message": e.to_string()}});
         let _ = writeln!(std::io::stdout(), "{v}");
     }
