@@ -74,7 +74,11 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             r.duration_ms
         );
         for sk in &r.skipped {
-            s.push_str(&format!("\n  skipped {}: {}", sk.path, sk.reason));
+            s.push_str(&format!(
+                "\n  skipped {}: {}",
+                super::human_path(&sk.path),
+                sk.reason
+            ));
         }
         s
     })

@@ -47,7 +47,11 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         let mut s = String::new();
         for c in &out.changes {
-            s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
+            s.push_str(&format!(
+                "{} {}\n",
+                status_letter(c.status),
+                super::human_path(&c.path)
+            ));
         }
         s
     })

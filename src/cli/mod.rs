@@ -428,6 +428,29 @@ fn report(json: bool, e: &Error) {
     eprintln!("rewind: error: {e}");
 }
 
+/// A path as a human line shows it: as is, or, when it holds a control
+/// character (a newline would read as two entries), a backslash or a
+/// double quote, quoted C-style as git does (`"a\nb"`).
+pub fn human_path(p: &str) -> std::borrow::Cow<'_, str> {
+    if !p.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        return std::borrow::Cow::Borrowed(p);
+    }
+    let mut q = String::with_capacity(p.len() + 2);
+    q.push('"');
+    for c in p.chars() {
+        match c {
+            '\n' => q.push_str("\\n"),
+            '\t' => q.push_str("\\t"),
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            c if c.is_control() => q.push_str(&format!("\\x{:02x}", c as u32)),
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    std::borrow::Cow::Owned(q)
+}
+
 /// Human-readable byte counts.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -446,6 +469,14 @@ pub fn human_bytes(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_path_with_a_newline_is_one_quoted_line() {
+        assert_eq!(super::human_path("src/a.rs"), "src/a.rs");
+        assert_eq!(super::human_path("nl\nx"), "\"nl\\nx\"");
+        assert_eq!(super::human_path("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\x01\"");
+        assert_eq!(super::human_path("café"), "café");
+    }
+
     use super::*;
 
     fn scan(line: &[&str]) -> Option<(String, Option<String>)> {

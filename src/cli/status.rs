@@ -23,8 +23,19 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         if out.changes.is_empty() {
             s.push_str("no changes\n");
         }
+        for sk in &out.skipped {
+            s.push_str(&format!(
+                "skipped {}: {}\n",
+                super::human_path(&sk.path),
+                sk.reason
+            ));
+        }
         for c in &out.changes {
-            s.push_str(&format!("{} {}\n", status_letter(c.status), c.path));
+            s.push_str(&format!(
+                "{} {}\n",
+                status_letter(c.status),
+                super::human_path(&c.path)
+            ));
         }
         s
     })
