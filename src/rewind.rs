@@ -501,6 +501,16 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
         }
         return Ok(());
     }
+    // A btrfs checkpoint's content is its snapshot, and nothing else has it.
+    if target.stats["engine"] == "btrfs" {
+        return Err(Error::Btrfs {
+            path: snapshot::path_of(ws, &target.id),
+            reason: format!(
+                "the snapshot of checkpoint {} is missing or no longer read-only (deleted or changed outside rewind): it cannot be restored; nothing was changed (`rewind verify --deep` lists every such checkpoint)",
+                target.id
+            ),
+        });
+    }
     let _t = crate::trace::span("check objects");
     for c in changes {
         let Some(e) = c.new.as_ref() else { continue };

@@ -131,6 +131,11 @@ fn existing_snapshots_dir(ws: &Workspace) -> Result<Option<Dir>> {
     }
 }
 
+/// Where checkpoint `id`'s snapshot is (or was).
+pub(crate) fn path_of(ws: &Workspace, id: &str) -> PathBuf {
+    ws.meta_path().join(SNAPSHOT_DIR).join(id)
+}
+
 /// A checkpoint's snapshot, when it has one that can still be trusted
 /// (present and read-only): the source of its content.
 pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {

@@ -284,6 +284,25 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
         st["changes"].as_array().is_some_and(|c| !c.is_empty()),
         "{st}"
     );
+    // Deleted outside rewind: the refusal names the snapshot, not a
+    // "stored object" the user never heard of.
+    let st = std::process::Command::new("btrfs")
+        .args(["-q", "subvolume", "delete"])
+        .arg(&victim)
+        .status()
+        .expect("btrfs subvolume delete");
+    assert!(st.success());
+    let out = rewind(&ws, &["--json", "rewind", victim_id]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "BTRFS", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("snapshot of checkpoint") && m.contains("is missing")),
+        "{v}"
+    );
+    common::assert_same("refused rewind", &before, &common::snapshot(&ws));
 }
 
 #[test]
