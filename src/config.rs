@@ -12,9 +12,19 @@ use crate::error::{Error, Result};
 
 pub use crate::capture::CONFIG_FILE;
 
-/// Tools whose calls change files, checkpointed before they run by default.
-pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] =
-    &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
+/// Tools whose calls change files, checkpointed before they run by default:
+/// Claude Code's, then Gemini CLI's (`integrate gemini` installs the same
+/// hooks, whose calls name its own tools).
+pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &[
+    "Bash",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "run_shell_command",
+    "write_file",
+    "replace",
+];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,7 +77,8 @@ pub struct EffectRule {
 
 /// `[retention]`: which checkpoints `gc` keeps, and the store's size budget.
 /// A checkpoint is kept when any rule keeps it (the newest `keep_last`, or
-/// younger than `keep_within`, or labeled with `keep_labeled`) or when it
+/// younger than `keep_within`, or given a label with `keep_labeled`: not the
+/// labels hook and safety checkpoints give themselves) or when it
 /// is protected (see `gc`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

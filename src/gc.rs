@@ -148,7 +148,7 @@ pub fn select(
         .filter(|c| {
             let kept_by_rule = newest.contains(&c.seq)
                 || now_ms.saturating_sub(c.created_at_ms) < within_ms
-                || (policy.keep_labeled && c.label.is_some());
+                || (policy.keep_labeled && labeled_by_someone(c));
             let saved = protected
                 .get(&c.seq)
                 .is_some_and(|p| !force || !p.forceable());
@@ -156,6 +156,15 @@ pub fn select(
         })
         .map(|c| c.seq)
         .collect()
+}
+
+/// A label someone gave (`checkpoint LABEL`, the MCP tool), which
+/// `keep_labeled` keeps. Hook, automatic and safety checkpoints label
+/// themselves ("before Bash: …", "before rewind to …"): counted as labeled,
+/// every one of them was kept for ever, and once the size budget was
+/// reached hooks stopped checkpointing, with advice that freed nothing.
+fn labeled_by_someone(c: &Checkpoint) -> bool {
+    c.label.is_some() && c.kind == "manual"
 }
 
 /// Apply the policy: prune, then sweep. Takes the workspace lock.
@@ -357,7 +366,7 @@ fn budget_candidates(ws: &Workspace, policy: &Retention) -> Result<Vec<Checkpoin
     let mut c: Vec<Checkpoint> = checkpoints
         .into_iter()
         .filter(|c| !c.pruned && !protected.contains_key(&c.seq))
-        .filter(|c| !(policy.keep_labeled && c.label.is_some()))
+        .filter(|c| !(policy.keep_labeled && labeled_by_someone(c)))
         .collect();
     c.sort_by_key(|c| (c.created_at_ms, c.seq));
     Ok(c)

@@ -6,7 +6,8 @@
 //!
 //! ```toml
 //! [hook]
-//! checkpoint = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]  # the default
+//! checkpoint = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit",
+//!               "run_shell_command", "write_file", "replace"]  # the default
 //!
 //! [[effect]]
 //! match = "Bash(git push*)"   # Tool(glob over the command) or a glob over the tool name

@@ -70,9 +70,11 @@ fn expected_pruned(
         .filter_map(|c| c["id"].as_str().map(String::from))
         .collect();
     if keep_labeled {
+        // Labels someone gave: not those hook and safety checkpoints give
+        // themselves.
         keep.extend(
             live.iter()
-                .filter(|c| c["label"].is_string())
+                .filter(|c| c["label"].is_string() && c["kind"] == "manual")
                 .filter_map(|c| c["id"].as_str().map(String::from)),
         );
     }
@@ -479,6 +481,52 @@ fn the_budget_prunes_unprotected_checkpoints_then_refuses_clearly() {
         before["checkpoints"].as_array().map(Vec::len),
         after["checkpoints"].as_array().map(Vec::len),
         "a refused checkpoint was taken"
+    );
+}
+
+/// Hook and safety checkpoints label themselves ("before Bash: …"): with
+/// the default `keep_labeled` they were all kept for ever, so a size budget
+/// once reached stopped every hook checkpoint, with advice that freed
+/// nothing. They are pruned like unlabeled ones; a label given is kept.
+#[test]
+fn automatic_labels_do_not_keep_hook_checkpoints_for_ever() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    rewind_json(ws, &["init"]);
+    write(&ws.join("mine.txt"), b"0");
+    let mine = common::checkpoint_id(ws, &["my label"]);
+    for i in 0..6 {
+        write(&ws.join(format!("f{i}")), format!("{i}").as_bytes());
+        let payload = format!(
+            r#"{{"tool_name":"Bash","tool_input":{{"command":"make step{i}"}},"cwd":"{}"}}"#,
+            ws.display()
+        );
+        let out = common::rewind_fed(
+            ws,
+            &["--json", "hook", "pre-tool-use"],
+            payload.as_bytes(),
+            &[],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let hooks: Vec<String> = rewind_json(ws, &["list"])["checkpoints"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|c| c["kind"] == "hook")
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .collect();
+    assert_eq!(hooks.len(), 6, "one hook checkpoint per call");
+    let g = rewind_json(ws, &["gc", "--keep-last", "2", "--keep-labeled"]);
+    let pruned = strs(&g["pruned"]);
+    assert!(!pruned.contains(&mine), "a label given is kept: {g}");
+    assert!(
+        pruned.contains(&hooks[0]),
+        "the oldest hook checkpoint is pruned: {g}"
     );
 }
 

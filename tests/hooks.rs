@@ -150,6 +150,28 @@ fn write_and_edit_are_checkpointed_and_read_is_not() {
     assert_eq!(checkpoints(ws).len(), n, "Read took a checkpoint");
 }
 
+/// `integrate gemini` installs these hooks; Gemini CLI's calls name its own
+/// tools, and none of them took a checkpoint.
+#[test]
+fn gemini_clis_shell_and_file_tools_are_checkpointed() {
+    let dir = project(false);
+    let ws = dir.path();
+    for (i, tool) in ["run_shell_command", "write_file", "replace"]
+        .iter()
+        .enumerate()
+    {
+        write(&ws.join("src/main.py"), format!("print({i})\n").as_bytes());
+        let stdin = format!(
+            r#"{{"hook_event_name":"BeforeTool","tool_name":"{tool}","tool_input":{{"command":"rm -rf build","file_path":"src/main.py"}},"cwd":"{}"}}"#,
+            ws.display()
+        );
+        let out = hook("pre-tool-use", &stdin);
+        assert_eq!(out.status.code(), Some(0), "{tool}: {}", stderr(&out));
+        let cks = checkpoints(ws);
+        assert_eq!(cks.len(), i + 1, "{tool}: no checkpoint");
+    }
+}
+
 #[test]
 fn a_matching_effect_is_admitted_once_then_refused_with_exit_2() {
     let dir = project(true);
