@@ -350,6 +350,24 @@ fn a_working_directory_that_is_gone_is_named_with_the_cd_that_fixes_it() {
     );
 }
 
+/// `unmount` of a typo or of a directory that is no workspace says which,
+/// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
+#[test]
+fn unmount_of_a_missing_path_or_a_plain_directory_says_which() {
+    let tmp = common::tmp();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).expect("mkdir");
+    for (path, want) in [
+        (tmp.path().join("no-such-dir"), "does not exist"),
+        (plain, "nor a workspace"),
+    ] {
+        let out = rewind(tmp.path(), &["unmount", &path.display().to_string()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(want) && !err.contains("mounts it"), "{err}");
+    }
+}
+
 #[test]
 fn usage_errors_exit_1_and_answer_json_when_asked() {
     let dir = common::tmp();

@@ -348,6 +348,18 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
         }
         // Its daemon had died: `connect` detached the dead mount.
         None if had_daemon => Workspace::discover(&root).map(|w| (w, "daemon-gone")),
+        None if !root.exists() => {
+            return Err(Error::Usage(format!(
+                "{} does not exist: name the directory you ran `rewind mount` on",
+                root.display()
+            )));
+        }
+        None if !root.join(crate::capture::STATE_DIR).is_dir() => {
+            return Err(Error::Usage(format!(
+                "{} is not mounted by rewind, nor a workspace (no .rewind/ in it or above): name the directory you ran `rewind mount` on",
+                root.display()
+            )));
+        }
         None => {
             return Err(Error::Usage(format!(
                 "{} is not mounted by rewind (`rewind mount {}` mounts it)",
