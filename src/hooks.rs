@@ -70,17 +70,24 @@ impl ToolCall {
 
     /// A checkpoint label naming the call, short enough to read in `list`.
     pub fn label(&self) -> String {
-        let mut arg = self.argument().replace(['\n', '\t'], " ");
+        // Control characters (a newline, a terminal escape) would reach
+        // `list` and the user's terminal.
+        let mut arg: String = self
+            .argument()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
         // Paths inside the project read better relative to it.
         if let Some(cwd) = &self.cwd
             && let Some(rel) = arg.strip_prefix(&format!("{}/", cwd.trim_end_matches('/')))
         {
             arg = rel.to_string();
         }
+        let tool: String = self.tool_name.chars().filter(|c| !c.is_control()).collect();
         let mut label = if arg.is_empty() {
-            format!("before {}", self.tool_name)
+            format!("before {tool}")
         } else {
-            format!("before {}: {arg}", self.tool_name)
+            format!("before {tool}: {arg}")
         };
         if label.chars().count() > 72 {
             label = label.chars().take(71).collect::<String>() + "…";

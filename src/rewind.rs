@@ -209,6 +209,15 @@ fn run_to(
     opts: &RewindOptions,
 ) -> Result<RewindReport> {
     let started = Instant::now();
+    if let Some(note) = &opts.report
+        && note.len() > NOTE_MAX
+    {
+        return Err(Error::Usage(format!(
+            "the report is {} bytes: keep it under {} KiB (what was tried and why it failed)",
+            note.len(),
+            NOTE_MAX / 1024
+        )));
+    }
     let aopts = ApplyOptions {
         exact_times: opts.exact_times,
         allow_setuid: opts.allow_setuid,
@@ -668,6 +677,10 @@ fn finish(
     failpoint::hit("rewind:after-commit");
     Ok(())
 }
+
+/// The longest report a rewind records on its safety checkpoint: what was
+/// tried and why it failed, read back by `list` and MCP's candidates.
+const NOTE_MAX: usize = 16 * 1024;
 
 /// EXDEV: a path crossed into another filesystem.
 const EXDEV: i32 = 18;

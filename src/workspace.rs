@@ -202,6 +202,29 @@ impl ChangeJson {
 /// inode read against ~1.6 µs per entry walked.
 const BULKSTAT_SPREAD: u64 = 2;
 
+/// The longest label a checkpoint takes, in bytes: one line of `list`
+/// (and of an MCP answer) must stay a line, not megabytes.
+pub const LABEL_MAX: usize = 256;
+
+/// A label is one line of text someone can type again: no control
+/// characters (a newline would fake a line of `list`, an escape sequence
+/// would reach the terminal), not empty, at most [`LABEL_MAX`] bytes.
+pub fn check_label(label: &str) -> Result<()> {
+    let why = if label.trim().is_empty() {
+        "is empty"
+    } else if label.len() > LABEL_MAX {
+        "is longer than 256 bytes"
+    } else if label.chars().any(char::is_control) {
+        "holds a control character (newline, tab, escape)"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Usage(format!(
+        "the label {} {why}: give one line of text of at most {LABEL_MAX} bytes",
+        crate::cli::human_path(&label.chars().take(40).collect::<String>())
+    )))
+}
+
 impl Workspace {
     /// The workspace that holds `start`: the nearest ancestor with a
     /// `.rewind/` directory.
@@ -1058,6 +1081,9 @@ impl Workspace {
         kind: &str,
         reuse_if_unchanged: bool,
     ) -> Result<CheckpointReport> {
+        if let Some(l) = label {
+            check_label(l)?;
+        }
         if self.engine == Engine::Btrfs {
             return self.checkpoint_snapshot(label, kind, reuse_if_unchanged);
         }

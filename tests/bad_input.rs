@@ -406,3 +406,51 @@ fn a_usage_error_with_an_argument_that_is_not_utf8_is_reported_not_a_panic() {
     assert_eq!(v["error"]["code"], "USAGE");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+/// A label is one line a person can read and type: a newline faked a line
+/// of `list`, an escape sequence reached the terminal, and a 5 MB label
+/// made every page of `list` megabytes. Refused with nothing stored; a
+/// hook's label made from a command replaces control characters.
+#[test]
+fn labels_are_one_short_line_of_text() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    write(&ws.join("a.txt"), b"a");
+    rewind_json(ws, &["init"]);
+    let long = "x".repeat(300);
+    for bad in ["two\nlines", "red\u{1b}[31m", "", "   ", long.as_str()] {
+        let out = rewind(ws, &["--json", "checkpoint", bad]);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "USAGE", "{bad:?}: {v}");
+    }
+    assert_eq!(
+        rewind_json(ws, &["list"])["checkpoints"]
+            .as_array()
+            .map(Vec::len),
+        Some(0),
+        "a refused label stored a checkpoint"
+    );
+    let payload = format!(
+        r#"{{"tool_name":"Bash","tool_input":{{"command":"echo \u001b[31mred\nrm -rf x"}},"cwd":"{}"}}"#,
+        ws.display()
+    );
+    let out = common::rewind_fed(
+        ws,
+        &["--json", "hook", "pre-tool-use"],
+        payload.as_bytes(),
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = rewind_json(ws, &["list"]);
+    let label = list["checkpoints"][0]["label"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(label.starts_with("before Bash: echo"), "{list}");
+    assert!(!label.chars().any(char::is_control), "{label:?}");
+}

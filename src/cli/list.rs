@@ -75,11 +75,14 @@ fn draw(
             c.kind,
             c.label
                 .as_ref()
-                .map(|l| format!("  \"{l}\""))
+                .map(|l| match super::human_path(l) {
+                    std::borrow::Cow::Borrowed(l) => format!("  \"{l}\""),
+                    quoted => format!("  {quoted}"),
+                })
                 .unwrap_or_default(),
             c.note
                 .as_ref()
-                .map(|n| format!("  note: {n}"))
+                .map(|n| format!("  note: {}", super::human_path(n)))
                 .unwrap_or_default(),
         ));
         if c.pruned {
