@@ -172,6 +172,36 @@ fn gemini_clis_shell_and_file_tools_are_checkpointed() {
     }
 }
 
+/// The agent's shell may sit outside the project (`cd /tmp`): its calls
+/// still change the project, so the hook falls back to the project the
+/// agent was started in (`CLAUDE_PROJECT_DIR`), then to its own directory.
+#[test]
+fn a_call_from_outside_the_project_is_checkpointed_in_the_project() {
+    let dir = project(false);
+    let ws = dir.path();
+    let stdin = r#"{"tool_name":"Bash","tool_input":{"command":"rm -rf build"},"cwd":"/tmp"}"#;
+    let (_, out) = rewind_with_stdin_env(
+        &["hook", "pre-tool-use"],
+        stdin,
+        &[("CLAUDE_PROJECT_DIR", ws)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(checkpoints(ws).len(), 1, "no checkpoint in the project");
+    write(&ws.join("README.md"), b"v2\n");
+    let out = common::rewind_fed(
+        ws,
+        &["hook", "pre-tool-use"],
+        stdin.as_bytes(),
+        &[] as &[(&str, &str)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        checkpoints(ws).len(),
+        2,
+        "the process's own directory is the last resort"
+    );
+}
+
 #[test]
 fn a_matching_effect_is_admitted_once_then_refused_with_exit_2() {
     let dir = project(true);

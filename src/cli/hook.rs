@@ -64,9 +64,9 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
             return 1;
         }
     };
-    let start = match (&ctx.dir, &call.cwd) {
-        (Some(_), _) | (None, None) => ctx.start_dir(),
-        (None, Some(cwd)) => ctx.cwd.join(cwd),
+    let start = match &ctx.dir {
+        Some(_) => ctx.start_dir(),
+        None => hook_start(ctx, call.cwd.as_deref()),
     };
     let (out, code) = match args.event {
         Event::PreToolUse => pre(&start, call),
@@ -77,6 +77,26 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     }
     let _ = ctx.emit(&out, String::new);
     code
+}
+
+/// Where a hook looks for its workspace: the payload's `cwd` (where the
+/// command runs), else the project the agent was started in
+/// (`CLAUDE_PROJECT_DIR`), else this process's directory; the first that
+/// is in a workspace. A `cwd` outside the project (the agent's shell in
+/// /tmp) took no checkpoint and skipped the barrier.
+fn hook_start(ctx: &Ctx, payload_cwd: Option<&str>) -> PathBuf {
+    let candidates: Vec<PathBuf> = payload_cwd
+        .map(|c| ctx.cwd.join(c))
+        .into_iter()
+        .chain(std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
+        .chain(std::iter::once(ctx.start_dir()))
+        .collect();
+    candidates
+        .iter()
+        .find(|p| Workspace::discover(p).is_some())
+        .or(candidates.first())
+        .cloned()
+        .unwrap_or_else(|| ctx.start_dir())
 }
 
 /// Where the workspace and its rewind.toml are, if anywhere.
