@@ -135,6 +135,36 @@ fn a_failed_effect_may_be_retried_once_resolved() {
         &["effects", "resolve", "no-such-key", "--outcome", "failed"],
     );
     assert_eq!(out.status.code(), Some(1));
+    // The SCOPE:KEY form `rewind effects` prints resolves too.
+    assert_eq!(
+        guard(dir.path(), &["--scope", "pay", "--key", "inv:9"]).0,
+        0
+    );
+    let shown = format!(
+        "{}:{}",
+        list_effect(dir.path(), "inv:9", "scope"),
+        list_effect(dir.path(), "inv:9", "key")
+    );
+    let r = rewind_json(
+        dir.path(),
+        &["effects", "resolve", &shown, "--outcome", "failed"],
+    );
+    assert_eq!(
+        (r["scope"].as_str(), r["key"].as_str()),
+        (Some("pay"), Some("inv:9")),
+        "{r}"
+    );
+}
+
+/// A field of the effect `key` as `rewind effects --json` lists it.
+fn list_effect(dir: &std::path::Path, key: &str, field: &str) -> String {
+    let list = rewind_json(dir, &["effects"]);
+    list["effects"]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["key"] == key))
+        .and_then(|e| e[field].as_str())
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]

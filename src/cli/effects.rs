@@ -67,14 +67,21 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             outcome,
             scope,
         }) => {
-            let seq = ws
-                .ledger_mut()
-                .resolve_effect(&scope, &key, &outcome)?
-                .ok_or_else(|| {
-                    Error::Usage(format!(
-                        "no effect {scope}:{key} in the ledger: `rewind effects` lists them"
-                    ))
-                })?;
+            let mut found = ws.ledger_mut().resolve_effect(&scope, &key, &outcome)?;
+            let (mut scope, mut key) = (scope, key);
+            // `rewind effects` prints SCOPE:KEY: take that form as well.
+            if found.is_none()
+                && let Some((s, k)) = key.split_once(':')
+                && let Some(seq) = ws.ledger_mut().resolve_effect(s, k, &outcome)?
+            {
+                found = Some(seq);
+                (scope, key) = (s.to_string(), k.to_string());
+            }
+            let seq = found.ok_or_else(|| {
+                Error::Usage(format!(
+                    "no effect {scope}:{key} in the ledger: `rewind effects` lists them as SCOPE:KEY (pass that, or KEY with --scope SCOPE)"
+                ))
+            })?;
             let out = Resolved {
                 scope,
                 key,
