@@ -89,7 +89,27 @@ fn outside_a_workspace_says_run_init() {
         dir.path(),
         &["-C", missing.to_str().expect("utf8"), "status"],
     );
-    assert_clear_error(&out, "No such file or directory");
+    assert_clear_error(&out, "does not exist");
+    // Usage errors in JSON name what is missing; a hook payload that is
+    // not JSON answers in JSON too; an empty effect key is refused.
+    let out = rewind(dir.path(), &["--json", "rewind"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("<ID>")),
+        "{v}"
+    );
+    let out = common::rewind_fed(
+        dir.path(),
+        &["--json", "hook", "pre-tool-use"],
+        b"nope",
+        &[] as &[(&str, &str)],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "USAGE", "{v}");
+    let out = rewind(dir.path(), &["guard", "--key", ""]);
+    assert_clear_error(&out, "--key is empty");
 }
 
 #[test]

@@ -99,9 +99,15 @@ fn request(args: Args) -> Result<Request> {
         }
     };
     let Some(text) = json_text else {
+        let key = args.key.unwrap_or_default();
+        if key.trim().is_empty() {
+            return Err(Error::Usage(
+                "--key is empty: name the effect, e.g. --key charge-order-1234".into(),
+            ));
+        }
         return Ok(Request {
             scope: args.scope.unwrap_or_else(|| "default".into()),
-            key: args.key.unwrap_or_default(),
+            key,
             kind: args.kind.unwrap_or_default(),
             payload: payload_hash(args.payload.as_deref()),
         });

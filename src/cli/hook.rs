@@ -58,9 +58,14 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
         Err(e) => {
             // Not knowing the call, we cannot know a rule matches: report,
             // do not block.
-            eprintln!(
-                "rewind hook: the hook payload is not the expected JSON ({e}); expected {{\"tool_name\": ..., \"tool_input\": {{...}}, \"cwd\": ...}}"
+            let message = format!(
+                "the hook payload is not the expected JSON ({e}); expected {{\"tool_name\": ..., \"tool_input\": {{...}}, \"cwd\": ...}}"
             );
+            if ctx.json {
+                let v = serde_json::json!({"version": super::JSON_VERSION, "error": {"code": "USAGE", "message": message}});
+                println!("{v}");
+            }
+            eprintln!("rewind hook: {message}");
             return 1;
         }
     };

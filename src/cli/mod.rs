@@ -219,11 +219,12 @@ impl Ctx {
         let start = self.start_dir();
         match Workspace::discover(&start) {
             Some(root) => self.observed(self.reuse_or_open(&root)?),
-            None if !start.exists() => Err(Error::Os(rewind_platform::Error::new(
-                "open workspace",
-                &start,
-                std::io::Error::from_raw_os_error(2),
-            ))),
+            None if !start.exists() => Err(Error::InvalidPath {
+                path: start,
+                reason:
+                    "does not exist: name the workspace's directory (-C DIR) or run from inside it"
+                        .into(),
+            }),
             None => Err(Error::NotAWorkspace { path: start }),
         }
     }
@@ -342,9 +343,19 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
     if code == 1 && json {
         // clap's own first line names the argument at fault; its kind
         // alone ("unexpected argument found") does not.
+        // Its first paragraph: a missing argument's name is on the line
+        // after "the following required arguments were not provided:".
         let rendered = e.render().to_string();
-        let first = rendered.lines().next().unwrap_or_default();
-        let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+        let message = rendered
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let message = message
+            .strip_prefix("error: ")
+            .unwrap_or(&message)
+            .to_string();
         let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": "USAGE", "message": message}});
         let _ = writeln!(std::io::stdout(), "{v}");
     }
