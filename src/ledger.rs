@@ -683,6 +683,64 @@ impl Ledger {
         Ok(self.meta("workspace_id")?.unwrap_or_default())
     }
 
+    /// Checkpoint rows that differ from the chain entry that recorded
+    /// them (root, label, kind), or that no entry recorded (for `verify
+    /// --deep`). The chain's hashes prove the entries; this carries that
+    /// proof to the table a rewind reads: a row pointed at another
+    /// checkpoint's content restored it.
+    pub fn checkpoints_against_chain(&self) -> Result<Vec<String>> {
+        let mut recorded: HashMap<String, (Vec<u8>, String, String)> = HashMap::new();
+        // A ledger older than its chain (a genesis added on upgrade) has
+        // rows no entry recorded: those cannot be checked.
+        let mut genesis_ms = u64::MAX;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT data FROM chain ORDER BY seq")
+            .map_err(self.err())?;
+        let mut rows = stmt.query([]).map_err(self.err())?;
+        while let Some(row) = rows.next().map_err(self.err())? {
+            let data: Vec<u8> = row.get(0).map_err(self.err())?;
+            let Ok(e) = crate::chain::Entry::decode(&data) else {
+                continue; // the chain check reports it
+            };
+            if e.kind == "genesis" {
+                genesis_ms = genesis_ms.min(e.time_ms);
+            }
+            if e.kind != "checkpoint" {
+                continue;
+            }
+            let text =
+                |n: &str| String::from_utf8_lossy(e.field(n).unwrap_or_default()).into_owned();
+            let root = e.field("root").unwrap_or_default().to_vec();
+            recorded.insert(text("id"), (root, text("label"), text("kind")));
+        }
+        let mut bad = Vec::new();
+        for c in self.checkpoints()? {
+            match recorded.get(&c.id) {
+                None if (c.created_at_ms as u64) < genesis_ms => {}
+                None => bad.push(format!(
+                    "checkpoint {} is in the table but not on the chain",
+                    c.id
+                )),
+                Some((root, label, kind)) => {
+                    if root.as_slice() != c.root.0.as_slice() {
+                        bad.push(format!(
+                            "checkpoint {}'s root differs from the one the chain recorded",
+                            c.id
+                        ));
+                    }
+                    if *label != c.label.clone().unwrap_or_default() || *kind != c.kind {
+                        bad.push(format!(
+                            "checkpoint {}'s label or kind differs from what the chain recorded",
+                            c.id
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(bad)
+    }
+
     /// Every tree node whose bytes do not hash to its name, and the count
     /// checked (for `verify --deep`).
     pub fn bad_tree_nodes(&self) -> Result<(u64, Vec<Hash>)> {

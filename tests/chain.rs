@@ -441,3 +441,48 @@ fn a_ledger_from_before_the_chain_gets_a_genesis_and_keeps_working() {
         Some(0)
     );
 }
+
+/// The chain proves its entries; `verify --deep` carries that proof to
+/// the checkpoints table a rewind reads. A row pointed at another
+/// checkpoint's content (SQL, no chain entry touched) passed, and a
+/// rewind to it restored the other tree.
+#[test]
+fn verify_deep_finds_a_checkpoint_row_changed_behind_the_chain() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a.txt"), b"one");
+    let first = common::checkpoint_id(root, &["first"]);
+    write(&root.join("a.txt"), b"two");
+    let second = common::checkpoint_id(root, &["second"]);
+    let v = rewind_json(root, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+    let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
+    c.execute(
+        "UPDATE checkpoints SET root = (SELECT root FROM checkpoints WHERE id = ?2) WHERE id = ?1",
+        rusqlite::params![first, second],
+    )
+    .expect("tamper");
+    c.execute(
+        "UPDATE checkpoints SET label = 'renamed' WHERE id = ?1",
+        [&second],
+    )
+    .expect("tamper label");
+    drop(c);
+    let (code, v) = verify(root, &["--deep"]);
+    assert_eq!(code, 1, "{v}");
+    let bad: Vec<String> = v["deep"]["bad"]
+        .as_array()
+        .expect("bad")
+        .iter()
+        .filter_map(|b| b.as_str().map(String::from))
+        .collect();
+    assert!(
+        bad.iter().any(|b| b.contains(&first) && b.contains("root")),
+        "{bad:?}"
+    );
+    assert!(
+        bad.iter()
+            .any(|b| b.contains(&second) && b.contains("label")),
+        "{bad:?}"
+    );
+}

@@ -85,6 +85,7 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         bad.extend(bad_files.iter().map(|h| format!("object file {h}")));
         bad.extend(crate::gc::missing(&ws)?);
         bad.extend(ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)?);
+        bad.extend(ws.ledger().checkpoints_against_chain()?);
         Some(Deep {
             tree_nodes,
             small_objects,
