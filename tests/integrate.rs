@@ -350,3 +350,31 @@ fn a_rewind_to_before_the_integration_keeps_the_agent_config() {
         "integrate wrote into the user's tree rules"
     );
 }
+
+/// A config kept as a symlink into a dotfiles checkout is written where it
+/// points: renaming over the link replaced it with a plain file, and the
+/// dotfile never saw the change.
+#[test]
+fn a_symlinked_config_is_updated_through_its_link() {
+    let dir = common::tmp();
+    let ws = dir.path().join("proj");
+    let dotfiles = dir.path().join("dotfiles");
+    std::fs::create_dir_all(ws.join(".claude")).expect("mkdir");
+    write(&dotfiles.join("settings.json"), br#"{"theme": "dark"}"#);
+    std::os::unix::fs::symlink(
+        dotfiles.join("settings.json"),
+        ws.join(".claude/settings.json"),
+    )
+    .expect("symlink");
+    integrate(&ws, "claude", &[]);
+    let link = std::fs::symlink_metadata(ws.join(".claude/settings.json")).expect("lstat");
+    assert!(link.file_type().is_symlink(), "the symlink was replaced");
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(dotfiles.join("settings.json")).expect("read"))
+            .expect("json");
+    assert_eq!(v["theme"], "dark", "{v}");
+    assert!(
+        v["hooks"]["PreToolUse"].is_array(),
+        "the hooks went elsewhere: {v}"
+    );
+}

@@ -393,6 +393,16 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let os = |op: &'static str, p: &Path, e: std::io::Error| {
         Error::os(rewind_platform::Error::new(op, p, e))
     };
+    // A config kept as a symlink (dotfiles) is written where it points:
+    // renaming over the link replaced it with a plain file.
+    let resolved;
+    let path = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            resolved = std::fs::canonicalize(path).map_err(|e| os("resolve symlink", path, e))?;
+            resolved.as_path()
+        }
+        _ => path,
+    };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| os("create directory", dir, e))?;
     let tmp = dir.join(format!(
