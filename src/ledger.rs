@@ -684,12 +684,16 @@ impl Ledger {
     }
 
     /// Checkpoint rows that differ from the chain entry that recorded
-    /// them (root, label, kind), or that no entry recorded (for `verify
+    /// them (root, label, kind), or that no entry recorded, and effect rows
+    /// that differ from what the chain's effect entries leave (for `verify
     /// --deep`). The chain's hashes prove the entries; this carries that
     /// proof to the table a rewind reads: a row pointed at another
     /// checkpoint's content restored it.
     pub fn checkpoints_against_chain(&self) -> Result<Vec<String>> {
         let mut recorded: HashMap<String, (Vec<u8>, String, String)> = HashMap::new();
+        // (scope, key) -> (payload, status) as the chain's effect entries
+        // leave it: the barrier's table must say the same.
+        let mut effects: HashMap<(String, String), (String, String)> = HashMap::new();
         // A ledger older than its chain (a genesis added on upgrade) has
         // rows no entry recorded: those cannot be checked.
         let mut genesis_ms = u64::MAX;
@@ -706,11 +710,23 @@ impl Ledger {
             if e.kind == "genesis" {
                 genesis_ms = genesis_ms.min(e.time_ms);
             }
-            if e.kind != "checkpoint" {
-                continue;
-            }
             let text =
                 |n: &str| String::from_utf8_lossy(e.field(n).unwrap_or_default()).into_owned();
+            match e.kind.as_str() {
+                "effect" if text("decision") == "admitted" => {
+                    let payload = crate::hash::hex(e.field("payload").unwrap_or_default());
+                    effects.insert((text("scope"), text("key")), (payload, "admitted".into()));
+                    continue;
+                }
+                "effect-outcome" => {
+                    if let Some(st) = effects.get_mut(&(text("scope"), text("key"))) {
+                        st.1 = text("outcome");
+                    }
+                    continue;
+                }
+                "checkpoint" => {}
+                _ => continue,
+            }
             let root = e.field("root").unwrap_or_default().to_vec();
             recorded.insert(text("id"), (root, text("label"), text("kind")));
         }
@@ -737,6 +753,28 @@ impl Ledger {
                     }
                 }
             }
+        }
+        for row in self.effects()? {
+            let id = (row.scope.clone(), row.key.clone());
+            match effects.remove(&id) {
+                None => bad.push(format!(
+                    "effect {}:{} is in the barrier's table but the chain never admitted it",
+                    row.scope, row.key
+                )),
+                Some((payload, status)) => {
+                    if payload != row.payload || status != row.status {
+                        bad.push(format!(
+                            "effect {}:{} is {} in the barrier's table, {} on the chain (or its payload differs)",
+                            row.scope, row.key, row.status, status
+                        ));
+                    }
+                }
+            }
+        }
+        for (scope, key) in effects.into_keys() {
+            bad.push(format!(
+                "effect {scope}:{key} was admitted on the chain but its row is gone: the barrier would admit it again"
+            ));
         }
         Ok(bad)
     }

@@ -429,3 +429,31 @@ fn a_sigkill_right_after_admission_leaves_the_key_spent() {
     assert_eq!(guard(root, &["--key", "wire-10"]).1["code"], "FIRST_FIRING");
     assert_eq!(rewind(root, &["verify"]).status.code(), Some(0));
 }
+
+/// The barrier reads its table; the chain records every decision. A row
+/// deleted or changed by SQL re-opened a spent effect and `verify --deep`
+/// said nothing: it now compares the table with the chain (D103).
+#[test]
+fn verify_deep_finds_an_effect_row_changed_behind_the_chain() {
+    let dir = common::tmp();
+    workspace(dir.path());
+    assert_eq!(guard(dir.path(), &["--key", "pay-1"]).0, 0);
+    assert_eq!(guard(dir.path(), &["--key", "pay-2"]).0, 0);
+    let v = rewind_json(dir.path(), &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+    let c = rusqlite::Connection::open(dir.path().join(".rewind/ledger.db")).expect("open");
+    c.execute("DELETE FROM effects WHERE key = 'pay-1'", [])
+        .expect("delete");
+    c.execute(
+        "UPDATE effects SET status = 'failed' WHERE key = 'pay-2'",
+        [],
+    )
+    .expect("update");
+    drop(c);
+    let out = rewind(dir.path(), &["--json", "verify", "--deep"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let bad = v["deep"]["bad"].to_string();
+    assert!(bad.contains("pay-1") && bad.contains("row is gone"), "{v}");
+    assert!(bad.contains("pay-2") && bad.contains("failed"), "{v}");
+}
