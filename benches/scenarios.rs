@@ -2226,24 +2226,16 @@ fn scenario_k(
             r + 1,
             args.runs
         );
-        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        workload(work, &ws, &edits, &[]);
-        let m = run(rewind_cmd(&ws).args(["checkpoint", &format!("bench-k8-t1-{r}"), "--json"]));
-        check_edit_counts(
-            counts(&m.json(), "k8: T1 pair checkpoint"),
-            "k8 T1 pair",
-            &m.json(),
-        );
-        ck_paired.push(m.ms(), m.maxrss_kib);
-        let edits = plan_small_edits(&lt, rng, SMALL_EDITS);
-        workload(work, &large, &edits, &[]);
-        let m = run(rewind_cmd(&large).args(["checkpoint", &format!("bench-k8-{r}"), "--json"]));
-        check_edit_counts(
-            counts(&m.json(), "k8: fuse checkpoint"),
-            "k8 fuse",
-            &m.json(),
-        );
-        ck_large.push(m.ms(), m.maxrss_kib);
+        for (dir, t, label, series) in [
+            (&ws, tree, format!("bench-k8-t1-{r}"), &mut ck_paired),
+            (&large, &lt, format!("bench-k8-{r}"), &mut ck_large),
+        ] {
+            let edits = plan_small_edits(t, rng, SMALL_EDITS);
+            workload(work, dir, &edits, &[]);
+            let m = run(rewind_cmd(dir).args(["checkpoint", &label, "--json"]));
+            check_edit_counts(counts(&m.json(), &label), &label, &m.json());
+            series.push(m.ms(), m.maxrss_kib);
+        }
     }
     drop(mount);
     let flat = ck_large.median() / ck_paired.median();

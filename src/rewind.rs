@@ -400,36 +400,18 @@ fn run_to(
             if let Some(f) = frozen.as_mut() {
                 f.changed(changes.iter().map(|c| c.path.clone()));
             }
-            r
+            Ok(r)
         }
         Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => {
-            match reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts) {
-                Ok(r) => r,
-                Err(e) => {
-                    return Err(roll_back(
-                        ws,
-                        op,
-                        &target.id,
-                        safety_seq,
-                        &opts.paths,
-                        aopts,
-                        dopts,
-                        e,
-                    ));
-                }
-            }
+            reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)
         }
+        Err(e) => Err(e),
+    };
+    let report = match report {
+        Ok(r) => r,
         Err(e) => {
-            return Err(roll_back(
-                ws,
-                op,
-                &target.id,
-                safety_seq,
-                &opts.paths,
-                aopts,
-                dopts,
-                e,
-            ));
+            let (id, paths) = (&target.id, &opts.paths);
+            return Err(roll_back(ws, op, id, safety_seq, paths, aopts, dopts, e));
         }
     };
     drop(t);

@@ -120,7 +120,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     let filled = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
         let mut links = HashMap::new();
         copy_tree(&target, &new, &owner, &mut out, &mut links)?;
-        copy_meta_dir(&target, &parent, &tmp, &root, &owner)?;
+        copy_meta_dir(&target, &parent, &tmp, &new, &root, &owner)?;
         new.syncfs().map_err(Error::os)
     });
     if let Err(e) = filled {
@@ -329,7 +329,7 @@ fn copy_tree(
                     dst.open_dir(&name).map_err(Error::os)?,
                 );
                 copy_tree(&s, &d, owner, out, links)?;
-                copy_meta_dir(&s, dst, &name, &meta, owner)?;
+                copy_meta_dir(&s, dst, &name, &d, &meta, owner)?;
                 out.dirs += 1;
             }
             EntryKind::File => {
@@ -389,11 +389,12 @@ fn copy_tree(
 }
 
 /// A directory's owner, xattrs, mode and mtime (after its children are
-/// in), set on `dst_parent`/`name` from `src` and its stat `meta`.
+/// in), set on `dst` (`dst_parent`/`name`) from `src` and its stat `meta`.
 fn copy_meta_dir(
     src: &Dir,
     dst_parent: &Dir,
     name: &OsStr,
+    dst: &Dir,
     meta: &rewind_platform::Meta,
     owner: &Owner,
 ) -> Result<()> {
@@ -402,7 +403,6 @@ fn copy_meta_dir(
         .map_err(Error::os)?;
     let xattrs = Xattr::list_where(src.as_fd(), owner.carries())
         .map_err(|e| Error::os(rewind_platform::Error::new("read xattrs", src.path(), e)))?;
-    let dst = dst_parent.open_dir(name).map_err(Error::os)?;
     Xattr::add(dst.as_fd(), &xattrs)
         .map_err(|e| Error::os(rewind_platform::Error::new("set xattrs", dst.path(), e)))?;
     dst_parent

@@ -451,21 +451,7 @@ fn labels_are_one_short_line_of_text() {
         Some(0),
         "a refused label stored a checkpoint"
     );
-    let payload = format!(
-        r#"{{"tool_name":"Bash","tool_input":{{"command":"echo \u001b[31mred\nrm -rf x"}},"cwd":"{}"}}"#,
-        ws.display()
-    );
-    let out = common::rewind_fed(
-        ws,
-        &["--json", "hook", "pre-tool-use"],
-        payload.as_bytes(),
-        &[],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::pre_bash_hook(ws, "echo \u{1b}[31mred\nrm -rf x");
     let list = rewind_json(ws, &["list"]);
     let label = list["checkpoints"][0]["label"]
         .as_str()

@@ -497,21 +497,7 @@ fn automatic_labels_do_not_keep_hook_checkpoints_for_ever() {
     let mine = common::checkpoint_id(ws, &["my label"]);
     for i in 0..6 {
         write(&ws.join(format!("f{i}")), format!("{i}").as_bytes());
-        let payload = format!(
-            r#"{{"tool_name":"Bash","tool_input":{{"command":"make step{i}"}},"cwd":"{}"}}"#,
-            ws.display()
-        );
-        let out = common::rewind_fed(
-            ws,
-            &["--json", "hook", "pre-tool-use"],
-            payload.as_bytes(),
-            &[],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::pre_bash_hook(ws, &format!("make step{i}"));
     }
     let hooks: Vec<String> = rewind_json(ws, &["list"])["checkpoints"]
         .as_array()

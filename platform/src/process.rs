@@ -48,12 +48,10 @@ pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -
             continue;
         }
         let under = |l: PathBuf| l.starts_with(dir);
-        let link_under = |name: &str| std::fs::read_link(base.join(name)).is_ok_and(under);
-        let what = if link_under("cwd") {
+        let link = |name: &str| std::fs::read_link(base.join(name)).ok();
+        let what = if link("cwd").is_some_and(under) {
             "working directory"
-        } else if link_under("root")
-            && std::fs::read_link(base.join("root")).is_ok_and(|r| r != std::path::Path::new("/"))
-        {
+        } else if link("root").is_some_and(|r| r != std::path::Path::new("/") && under(r)) {
             "root directory"
         } else if std::fs::read_dir(base.join("fd"))
             .into_iter()

@@ -92,23 +92,14 @@ pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()
             }
         }
     }
-    for w in want {
-        if have.iter().any(|x| x == w) {
-            continue;
-        }
-        let name = std::ffi::CString::new(w.name.clone()).map_err(std::io::Error::other)?;
-        rustix::fs::fsetxattr(
-            fd,
-            name.as_c_str(),
-            &w.value,
-            rustix::fs::XattrFlags::empty(),
-        )?;
-    }
-    Ok(())
+    add(fd, want.iter().filter(|w| !have.contains(w)))
 }
 
 /// Set each of `xs` on `fd` (nothing is removed): for a file just made.
-pub(crate) fn add(fd: BorrowedFd<'_>, xs: &[Xattr]) -> std::io::Result<()> {
+pub(crate) fn add<'x>(
+    fd: BorrowedFd<'_>,
+    xs: impl IntoIterator<Item = &'x Xattr>,
+) -> std::io::Result<()> {
     for x in xs {
         let name = std::ffi::CString::new(x.name.clone()).map_err(std::io::Error::other)?;
         rustix::fs::fsetxattr(

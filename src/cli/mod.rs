@@ -276,23 +276,24 @@ impl Ctx {
     }
 }
 
-/// Entry point: parse, run (here or in the mount's command server), print,
-/// and map errors to exit codes.
 /// What a SIGBUS says (D97): a store into SQLite's mapped `-shm` that the
 /// filesystem could not back, which on btrfs means it is full.
 const SIGBUS_HUMAN: &[u8] = b"rewind: error: a write through a memory-mapped file failed (SIGBUS): the filesystem holding the workspace is most likely full; free some space (`rewind gc` prunes old checkpoints), then retry; nothing was lost (the ledger is crash-safe)\n";
 const SIGBUS_JSON: &[u8] = b"{\"version\":1,\"error\":{\"code\":\"NO_SPACE\",\"message\":\"a write through a memory-mapped file failed (SIGBUS): the filesystem holding the workspace is most likely full; free some space, then retry; nothing was lost\"}}\n";
 
+/// Entry point: parse, run (here or in the mount's command server), print,
+/// and map errors to exit codes.
 pub fn main() -> i32 {
     rewind_platform::report_sigbus(SIGBUS_HUMAN, SIGBUS_JSON);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let json = args.iter().any(|a| a == "--json");
     rewind_platform::sigbus_json(json);
+    let scanned = scan_command_line(&args);
     let cwd = match std::env::current_dir() {
         Ok(c) => c,
         // Relative to a directory that is gone, every path would fail
         // with a bare ENOENT or ENOTCONN naming ".".
-        Err(e) => match scan_command_line(&args) {
+        Err(e) => match scanned {
             Some((verb, dir))
                 if verb != "help"
                     && !dir.is_some_and(|d| std::path::Path::new(d).is_absolute()) =>
@@ -302,7 +303,7 @@ pub fn main() -> i32 {
             _ => PathBuf::from("/"),
         },
     };
-    if let Some((verb, dir)) = scan_command_line(&args)
+    if let Some((verb, dir)) = scanned
         && SERVER_VERBS.iter().any(|v| verb == *v)
     {
         let start = dir.map_or_else(|| cwd.clone(), |d| cwd.join(d));
@@ -341,10 +342,10 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
     // Usage errors exit 1 (2 means "refused by the effect barrier").
     let code = if e.use_stderr() { 1 } else { 0 };
     if code == 1 && json {
-        // clap's own first line names the argument at fault; its kind
-        // alone ("unexpected argument found") does not.
-        // Its first paragraph: a missing argument's name is on the line
-        // after "the following required arguments were not provided:".
+        // clap's first paragraph names the argument at fault (a missing
+        // one on the line after "the following required arguments were
+        // not provided:"); its kind alone ("unexpected argument found")
+        // does not.
         let rendered = e.render().to_string();
         let message = rendered
             .lines()
@@ -408,7 +409,6 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
     }
 }
 
-/// One line on stderr; with `--json`, also the error object on stdout.
 /// The current directory cannot be reached: say where the shell thinks
 /// it is (`$PWD`) and that a `cd` there gets the live directory back.
 fn cwd_gone(e: &std::io::Error, json: bool) -> i32 {
@@ -431,6 +431,7 @@ pub fn report_error(ctx: &Ctx, e: &Error) {
     report(ctx.json, e)
 }
 
+/// One line on stderr; with `--json`, also the error object on stdout.
 fn report(json: bool, e: &Error) {
     if json {
         let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": e.code(), "message": e.to_string()}});

@@ -418,6 +418,26 @@ pub fn rewind_fed_pid<V: AsRef<OsStr>>(
     (pid, child.wait_with_output().expect("wait rewind"))
 }
 
+/// `rewind --json hook pre-tool-use` for a Bash call of `command` whose
+/// payload names `ws` as its cwd, as Claude Code sends it; panics unless
+/// it exits 0.
+pub fn pre_bash_hook(ws: &Path, command: &str) -> Output {
+    let payload =
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws});
+    let out = rewind_fed(
+        ws,
+        &["--json", "hook", "pre-tool-use"],
+        payload.to_string().as_bytes(),
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Run and parse `--json` output; panics with stderr on failure.
 pub fn rewind_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     let mut a = vec!["--json"];
