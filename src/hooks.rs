@@ -54,6 +54,12 @@ pub struct ToolCall {
     pub tool_use_id: Option<String>,
     #[serde(default)]
     pub tool_response: Option<Value>,
+    /// Claude Code's `PostToolUseFailure` names the failure here instead of
+    /// sending a `tool_response`.
+    #[serde(default)]
+    pub error: Option<Value>,
+    #[serde(default)]
+    pub hook_event_name: Option<String>,
 }
 
 impl ToolCall {
@@ -130,8 +136,15 @@ impl ToolCall {
     }
 
     /// Whether the tool reported failure (post-tool-use): then the effect
-    /// may be retried.
+    /// may be retried. Claude Code sends a failed call (a command that
+    /// exited non-zero included) as `PostToolUseFailure` with an `error`,
+    /// never as `PostToolUse`.
     pub fn failed(&self) -> bool {
+        if self.hook_event_name.as_deref() == Some("PostToolUseFailure")
+            || self.error.as_ref().is_some_and(|e| !e.is_null())
+        {
+            return true;
+        }
         let Some(r) = &self.tool_response else {
             return false;
         };
@@ -217,6 +230,8 @@ mod tests {
             session_id: None,
             tool_use_id: None,
             tool_response: None,
+            error: None,
+            hook_event_name: None,
         }
     }
 

@@ -277,6 +277,36 @@ fn a_failed_effect_may_be_retried_and_a_succeeded_one_may_not() {
     );
 }
 
+/// Claude Code sends a call that failed (a command that exited non-zero
+/// included) as `PostToolUseFailure`, never as `PostToolUse`: a failed push
+/// recorded nothing, stayed spent, and its retry was refused.
+#[test]
+fn a_push_that_claude_code_reports_as_failed_may_be_retried() {
+    let dir = project(true);
+    let ws = dir.path();
+    let status = |ws: &Path| rewind_json(ws, &["effects"])["effects"][0]["status"].clone();
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    let post = hook(
+        "post-tool-use-failure",
+        &payload("post_push_failure.json", ws),
+    );
+    assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
+    assert_eq!(status(ws), "failed");
+    let retry = pre("bash_push.json", ws);
+    assert_eq!(
+        retry.status.code(),
+        Some(0),
+        "retry after a PostToolUseFailure refused: {}",
+        stderr(&retry)
+    );
+    // The same payload sent to `post-tool-use` (a hand-written config
+    // mapping every post event there) is a failure too.
+    let post = hook("post-tool-use", &payload("post_push_failure.json", ws));
+    assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
+    assert_eq!(status(ws), "failed");
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+}
+
 #[test]
 fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
     let dir = project(true);

@@ -325,6 +325,178 @@ fn the_hook_command_written_for_claude_runs_and_checkpoints() {
     assert_eq!(m["mcpServers"]["rewind"]["command"], json!(bin));
 }
 
+/// Runs `command` as the agent would (`sh -c`, payload on stdin).
+fn run_hook(ws: &Path, command: &str, payload: &Value) -> std::process::Output {
+    let mut child = Command::new("sh")
+        .args(["-c", command])
+        .current_dir(ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the hook command");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.to_string().as_bytes())
+        .expect("payload");
+    child.wait_with_output().expect("hook")
+}
+
+/// The commands of every hook registered for `event` in Claude's settings.
+fn claude_hooks(ws: &Path, event: &str) -> Vec<String> {
+    json_file(ws, ".claude/settings.json")["hooks"][event]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["hooks"].as_array().cloned().unwrap_or_default())
+        .filter_map(|h| h["command"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A failed push reaches Claude Code's `PostToolUseFailure` hook only;
+/// integrate registers it, so the effect is recorded as failed and the
+/// agent's retry is admitted.
+#[test]
+fn the_failure_hook_claude_code_sends_failed_calls_to_is_installed_and_runs() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(
+        &ws.join("rewind.toml"),
+        b"[[effect]]\nmatch = \"Bash(git push*)\"\n",
+    );
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    rewind_json(ws, &["integrate", "claude", "--command", bin]);
+    let [pre] = &claude_hooks(ws, "PreToolUse")[..] else {
+        panic!("one PreToolUse hook expected");
+    };
+    let [failure] = &claude_hooks(ws, "PostToolUseFailure")[..] else {
+        panic!("one PostToolUseFailure hook expected");
+    };
+    let call =
+        json!({"cwd": ws, "tool_name": "Bash", "tool_input": {"command": "git push origin main"}});
+    let out = run_hook(ws, pre, &call);
+    assert!(
+        out.status.success(),
+        "{pre}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut failed = call.clone();
+    failed["hook_event_name"] = json!("PostToolUseFailure");
+    failed["error"] = json!("Command exited with non-zero status code 128");
+    let out = run_hook(ws, failure, &failed);
+    assert!(
+        out.status.success(),
+        "{failure}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        rewind_json(ws, &["effects"])["effects"][0]["status"],
+        json!("failed")
+    );
+    let out = run_hook(ws, pre, &call);
+    assert!(
+        out.status.success(),
+        "the retry of a failed push was refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A binary path with spaces and a `'` is one shell word in the hook
+/// command: the quoting broke on the `'`, and the hook never ran.
+#[test]
+fn a_command_path_with_a_quote_and_spaces_runs_through_the_shell() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(&ws.join("a.txt"), b"a\n");
+    let bin_dir = common::tmp();
+    let odd = bin_dir.path().join("it's a \"dir\" $HOME");
+    std::fs::create_dir_all(&odd).expect("mkdir");
+    let link = odd.join("rewind");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rewind"), &link).expect("symlink");
+    let link = link.to_str().expect("utf-8");
+    rewind_json(ws, &["integrate", "claude", "--command", link]);
+    let [pre] = &claude_hooks(ws, "PreToolUse")[..] else {
+        panic!("one PreToolUse hook expected");
+    };
+    let call = json!({"cwd": ws, "tool_name": "Bash", "tool_input": {"command": "rm a.txt"}});
+    let out = run_hook(ws, pre, &call);
+    assert!(
+        out.status.success(),
+        "{pre}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        rewind_json(ws, &["list"])["checkpoints"][0]["label"],
+        json!("before Bash: rm a.txt")
+    );
+}
+
+/// Re-running with another `--command` (the binary moved) points the hooks
+/// integrate installed at it instead of leaving them on the old path; a
+/// hook the user wrapped around `rewind hook` is theirs and kept.
+#[test]
+fn a_rerun_with_a_new_command_moves_our_hooks_and_keeps_wrapped_ones() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let wrapped = "cd sub && rewind hook post-tool-use --quiet";
+    write(
+        &ws.join(".claude/settings.json"),
+        json!({"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": wrapped}]}]}})
+            .to_string()
+            .as_bytes(),
+    );
+    rewind_json(ws, &["integrate", "claude", "--command", "/old/bin/rewind"]);
+    rewind_json(
+        ws,
+        &["integrate", "claude", "--command", "/new path/rewind"],
+    );
+    assert_eq!(
+        claude_hooks(ws, "PreToolUse"),
+        ["'/new path/rewind' hook pre-tool-use"]
+    );
+    assert_eq!(claude_hooks(ws, "PostToolUse"), [wrapped]);
+    assert_eq!(
+        claude_hooks(ws, "PostToolUseFailure"),
+        ["'/new path/rewind' hook post-tool-use-failure"]
+    );
+    let codex = |ws: &Path| {
+        toml_file(ws, ".codex/config.toml")["hooks"]["PreToolUse"]
+            .as_array_of_tables()
+            .expect("hooks")
+            .iter()
+            .flat_map(|g| g["hooks"].as_array_of_tables().expect("inner").iter())
+            .map(|h| h["command"].as_str().expect("command").to_string())
+            .collect::<Vec<_>>()
+    };
+    rewind_json(ws, &["integrate", "codex", "--command", "/old/bin/rewind"]);
+    rewind_json(ws, &["integrate", "codex", "--command", "/new/bin/rewind"]);
+    assert_eq!(codex(ws), ["/new/bin/rewind hook pre-tool-use"]);
+}
+
+/// A write that fails part-way puts back what was already written: MCP
+/// without its hooks is half an install the user would not notice.
+#[test]
+fn a_failed_install_puts_back_the_files_it_had_written() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let mcp = br#"{"mcpServers": {"other": {"command": "x"}}}"#;
+    write(&ws.join(".mcp.json"), mcp);
+    // The second file's temp file cannot be created (root included).
+    std::fs::create_dir_all(ws.join(".claude/.settings.json.rewind-tmp")).expect("mkdir");
+    let out = rewind(ws, &["integrate", "claude", "--command", "rewind"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(".settings.json.rewind-tmp"), "{err}");
+    assert_eq!(std::fs::read(ws.join(".mcp.json")).expect("read"), mcp);
+    assert!(!ws.join(".claude/settings.json").exists());
+    assert!(
+        !ws.join(".rewind").exists(),
+        "a workspace was made for a failed install"
+    );
+}
+
 #[test]
 fn a_rewind_to_before_the_integration_keeps_the_agent_config() {
     let dir = common::tmp();

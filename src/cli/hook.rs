@@ -1,4 +1,4 @@
-//! `rewind hook pre-tool-use|post-tool-use`: the agent hook protocol of
+//! `rewind hook pre-tool-use|post-tool-use|post-tool-use-failure`: the agent hook protocol of
 //! Claude Code and Codex. Hook JSON on stdin; exit 0 lets the call run,
 //! exit 2 blocks it with the reason on stderr (shown to the model), exit 1
 //! is a non-blocking error shown to the user.
@@ -27,6 +27,9 @@ enum Event {
     /// After a tool call: record whether a guarded effect succeeded or
     /// failed; on the btrfs engine, start writing back what the tool wrote
     PostToolUse,
+    /// After a tool call that failed (Claude Code's PostToolUseFailure): a
+    /// guarded effect is recorded as failed, so the agent may retry it
+    PostToolUseFailure,
 }
 
 #[derive(Serialize, Default)]
@@ -75,7 +78,8 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     };
     let (out, code) = match args.event {
         Event::PreToolUse => pre(&start, call),
-        Event::PostToolUse => post(&start, call),
+        Event::PostToolUse => post(&start, call, "post-tool-use"),
+        Event::PostToolUseFailure => post(&start, call, "post-tool-use-failure"),
     };
     if let Some(w) = &out.warning {
         eprintln!("rewind hook: {w}");
@@ -184,9 +188,10 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
 /// that checkpoints (it may have written), start the btrfs engine's
 /// background writeback: the next pre-tool-use snapshot then finds the
 /// writes committed instead of committing them itself (D72).
-fn post(start: &Path, call: ToolCall) -> (Out, i32) {
+/// Under `post-tool-use-failure` the call failed whatever its payload says.
+fn post(start: &Path, call: ToolCall, event: &'static str) -> (Out, i32) {
     let mut out = Out {
-        event: "post-tool-use",
+        event,
         tool: call.tool_name.clone(),
         ..Out::default()
     };
@@ -200,7 +205,8 @@ fn post(start: &Path, call: ToolCall) -> (Out, i32) {
     let Some((req, _)) = config.effect(&call) else {
         return (out, 0);
     };
-    let outcome = if call.failed() { "failed" } else { "succeeded" };
+    let failed = event == "post-tool-use-failure" || call.failed();
+    let outcome = if failed { "failed" } else { "succeeded" };
     let result = Workspace::open(&root, false).and_then(|mut ws| {
         ws.ledger_mut()
             .resolve_effect(&req.scope, &req.key, outcome)

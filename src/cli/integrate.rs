@@ -71,12 +71,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         "claude" => vec![
             json_plan(&root.join(".mcp.json"), |v| mcp_entry(v, &cmd))?,
             json_plan(&root.join(".claude/settings.json"), |v| {
-                hooks_entry(v, &cmd, "PreToolUse", "PostToolUse")
+                hooks_entry(v, &cmd, CLAUDE_HOOKS)
             })?,
         ],
         "gemini" => vec![json_plan(&root.join(".gemini/settings.json"), |v| {
             mcp_entry(v, &cmd)?;
-            hooks_entry(v, &cmd, "BeforeTool", "AfterTool")
+            hooks_entry(v, &cmd, GEMINI_HOOKS)
         })?],
         "cursor" => {
             notes.push("cursor: MCP server only; Cursor's hooks use another protocol, so take checkpoints with the `checkpoint` tool".into());
@@ -118,18 +118,35 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     }
     let mut workspace_created = false;
     if !args.dry_run {
-        for p in plans.iter().filter(|p| p.old.as_deref() != Some(&p.new)) {
-            write_atomically(&p.path, &p.new)?;
-        }
-        // Hooks only act in a workspace: make sure there is one.
-        let ws = match Workspace::discover(&root) {
-            Some(r) => Workspace::open(&r, false)?,
-            None => {
-                workspace_created = true;
-                Workspace::init(&root, false)?.0
+        let mut written: Vec<&Plan> = Vec::new();
+        let installed = (|| {
+            for p in plans.iter().filter(|p| p.old.as_deref() != Some(&p.new)) {
+                write_atomically(&p.path, &p.new)?;
+                written.push(p);
             }
-        };
-        ws.add_state_ignores(&protect)?;
+            // Hooks only act in a workspace: make sure there is one.
+            let ws = match Workspace::discover(&root) {
+                Some(r) => Workspace::open(&r, false)?,
+                None => {
+                    workspace_created = true;
+                    Workspace::init(&root, false)?.0
+                }
+            };
+            ws.add_state_ignores(&protect)
+        })();
+        if let Err(e) = installed {
+            // Half an install (MCP without hooks, hooks without the
+            // workspace they act in) is worse than none: put back what
+            // was written.
+            for p in written.iter().rev() {
+                let _ = match &p.old {
+                    Some(old) => write_atomically(&p.path, old),
+                    None => std::fs::remove_file(&p.path)
+                        .map_err(|e| Error::os(rewind_platform::Error::new("remove", &p.path, e))),
+                };
+            }
+            return Err(e);
+        }
     }
     let out = Out {
         agent: args.agent,
@@ -189,13 +206,19 @@ fn default_command() -> String {
     }
 }
 
-fn hook_command(cmd: &str, event: &str) -> String {
-    let quoted = if cmd.contains(' ') {
-        format!("'{cmd}'")
+fn hook_command(cmd: &str, verb: &str) -> String {
+    format!("{} hook {verb}", shell_word(cmd))
+}
+
+/// `s` as one POSIX shell word: as is when nothing in it is special to
+/// the shell, else single-quoted (a `'` inside becomes `'\''`).
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./,:=+@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
     } else {
-        cmd.to_string()
-    };
-    format!("{quoted} hook {event}")
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// A config file we cannot merge into: named, with the fix; nothing is
@@ -276,27 +299,99 @@ fn mcp_entry(map: &mut Map<String, Value>, cmd: &str) -> Result<()> {
     Ok(())
 }
 
-/// Add our pre/post hook groups unless a hook already runs `rewind hook`.
-fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, pre: &str, post: &str) -> Result<()> {
+/// The hook events of Claude Code and the `rewind hook` verb for each.
+/// A failed call (a command that exited non-zero included) is sent as
+/// `PostToolUseFailure`, never as `PostToolUse`: without it, a guarded push
+/// that failed stayed spent and its retry was refused.
+const CLAUDE_HOOKS: &[(&str, &str)] = &[
+    ("PreToolUse", "pre-tool-use"),
+    ("PostToolUse", "post-tool-use"),
+    ("PostToolUseFailure", "post-tool-use-failure"),
+];
+const GEMINI_HOOKS: &[(&str, &str)] = &[
+    ("BeforeTool", "pre-tool-use"),
+    ("AfterTool", "post-tool-use"),
+];
+const CODEX_HOOKS: &[(&str, &str)] = &[
+    ("PreToolUse", "pre-tool-use"),
+    ("PostToolUse", "post-tool-use"),
+];
+
+/// What an existing hook command is to us.
+#[derive(PartialEq)]
+enum Existing {
+    /// Exactly what we install (`WORD hook VERB`), perhaps with another
+    /// binary: updated to the current one.
+    Ours,
+    /// Runs `rewind hook VERB` inside something the user wrote: kept as is.
+    Wrapped,
+    Other,
+}
+
+fn existing(command: &str, verb: &str) -> Existing {
+    let call = format!("hook {verb}");
+    if let Some(word) = command.trim().strip_suffix(&format!(" {call}")) {
+        // One word as `shell_word` writes it: plain, or single-quoted.
+        let inner = word
+            .strip_prefix('\'')
+            .and_then(|w| w.strip_suffix('\''))
+            .map(|w| w.replace("'\\''", ""));
+        let one_word = match inner {
+            Some(inner) => !inner.contains('\''),
+            None => !word
+                .chars()
+                .any(|c| c.is_whitespace() || "'\"\\;&|$`<>()".contains(c)),
+        };
+        if one_word {
+            return Existing::Ours;
+        }
+    }
+    // `hook VERB` not followed by more of a verb (post-tool-use is not
+    // post-tool-use-failure).
+    let wrapped = command.match_indices(&call).any(|(i, _)| {
+        !command[i + call.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+    });
+    if wrapped {
+        Existing::Wrapped
+    } else {
+        Existing::Other
+    }
+}
+
+/// Add our hook groups, or point the ones we installed before at `cmd`; a
+/// hook the user wrapped around `rewind hook` is left alone.
+fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, events: &[(&str, &str)]) -> Result<()> {
     let hooks = object(map, "hooks")?;
-    for (event, verb) in [(pre, "pre-tool-use"), (post, "post-tool-use")] {
+    for &(event, verb) in events {
         let groups = hooks.entry(event.to_string()).or_insert_with(|| json!([]));
         let groups = groups
             .as_array_mut()
             .ok_or_else(|| Error::Usage(format!("\"hooks.{event}\" is not a JSON array")))?;
-        let present = groups.iter().any(|g| {
-            g.get("hooks").and_then(Value::as_array).is_some_and(|hs| {
-                hs.iter().any(|h| {
-                    h.get("command")
-                        .and_then(Value::as_str)
-                        .is_some_and(|c| c.contains(&format!("hook {verb}")))
-                })
-            })
-        });
+        let wanted = hook_command(cmd, verb);
+        let mut present = false;
+        for hook in groups
+            .iter_mut()
+            .filter_map(|g| g.get_mut("hooks").and_then(Value::as_array_mut))
+            .flatten()
+        {
+            let Some(command) = hook.get("command").and_then(Value::as_str) else {
+                continue;
+            };
+            match existing(command, verb) {
+                Existing::Ours => {
+                    present = true;
+                    if command != wanted {
+                        hook["command"] = json!(wanted);
+                    }
+                }
+                Existing::Wrapped => present = true,
+                Existing::Other => {}
+            }
+        }
         if !present {
             groups.push(json!({
                 "matcher": "*",
-                "hooks": [{"type": "command", "command": hook_command(cmd, verb)}]
+                "hooks": [{"type": "command", "command": wanted}]
             }));
         }
     }
@@ -346,30 +441,37 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         .or_insert_with(implicit)
         .as_table_mut()
         .ok_or_else(|| invalid("`hooks` is not a table".into()))?;
-    for (event, verb) in [
-        ("PreToolUse", "pre-tool-use"),
-        ("PostToolUse", "post-tool-use"),
-    ] {
+    for &(event, verb) in CODEX_HOOKS {
         let groups = hooks
             .entry(event)
             .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new()))
             .as_array_of_tables_mut()
             .ok_or_else(|| invalid(format!("`hooks.{event}` is not an array of tables")))?;
-        let present = groups.iter().any(|g| {
-            g.get("hooks")
-                .and_then(Item::as_array_of_tables)
-                .is_some_and(|hs| {
-                    hs.iter().any(|h| {
-                        h.get("command")
-                            .and_then(Item::as_str)
-                            .is_some_and(|c| c.contains(&format!("hook {verb}")))
-                    })
-                })
-        });
+        let wanted = hook_command(cmd, verb);
+        let mut present = false;
+        for hook in groups
+            .iter_mut()
+            .filter_map(|g| g.get_mut("hooks").and_then(Item::as_array_of_tables_mut))
+            .flat_map(|hs| hs.iter_mut())
+        {
+            let Some(command) = hook.get("command").and_then(Item::as_str) else {
+                continue;
+            };
+            match existing(command, verb) {
+                Existing::Ours => {
+                    present = true;
+                    if command != wanted {
+                        hook["command"] = value(wanted.as_str());
+                    }
+                }
+                Existing::Wrapped => present = true,
+                Existing::Other => {}
+            }
+        }
         if !present {
             let mut hook = Table::new();
             hook["type"] = value("command");
-            hook["command"] = value(hook_command(cmd, verb));
+            hook["command"] = value(wanted);
             let mut inner = ArrayOfTables::new();
             inner.push(hook);
             let mut group = Table::new();

@@ -95,7 +95,7 @@ enum Command {
     Gc(gc::Args),
     /// MCP server on stdio for AI agents (tools: checkpoint, rewind, guard_effect, ...)
     Mcp(mcp::Args),
-    /// Agent hooks: `hook pre-tool-use` / `hook post-tool-use` read the hook JSON on stdin
+    /// Agent hooks: `hook pre-tool-use` / `post-tool-use` / `post-tool-use-failure` read the hook JSON on stdin
     Hook(hook::Args),
     /// Write an agent's MCP server entry and hooks: claude, codex, gemini, cursor
     Integrate(integrate::Args),
