@@ -147,6 +147,81 @@ fn an_unknown_profile_fails_at_startup() {
     }
 }
 
+/// JSON-RPC 2.0 over raw stdio: every request the server cannot serve is
+/// answered with its id and a standard code (a line that is not JSON with
+/// -32700 and id null), nothing is changed, and the session goes on. rmcp
+/// alone skipped the unparseable line and answered some requests without
+/// their id, so a client waiting on that id waited for ever.
+#[test]
+fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
+    use std::io::Write;
+    let dir = common::tmp();
+    common::rewind_json(dir.path(), &["init"]);
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"label":"x"}}}"#,
+        "this is not json",
+        r#"{"jsonrpc":"2.0","id":9}"#,
+        r#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":5}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"checkpoint","arguments":{"label":"after the bad lines"}}}"#,
+        r#"{"jsonrpc":"2.0","id":12,"method":"ping"}"#,
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(dir.path())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rewind mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in lines {
+        writeln!(stdin, "{l}").expect("write a line");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("rewind mcp");
+    assert!(out.status.success(), "rewind mcp exited {:?}", out.status);
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let by_id = |id: serde_json::Value| {
+        let hits: Vec<_> = answers.iter().filter(|a| a["id"] == id).collect();
+        assert_eq!(hits.len(), 1, "answers for id {id}: {answers:#?}");
+        hits[0].clone()
+    };
+    for (id, code) in [(2, -32602), (3, -32602), (9, -32600), (11, -32602)] {
+        let a = by_id(serde_json::json!(id));
+        assert_eq!(a["error"]["code"], code, "id {id}: {a}");
+    }
+    let unknown = by_id(serde_json::json!(2));
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("'nope'") && m.contains("all profile")),
+        "{unknown}"
+    );
+    assert_eq!(by_id(serde_json::Value::Null)["error"]["code"], -32700);
+    assert_eq!(
+        by_id(serde_json::json!(12))["result"],
+        serde_json::json!({})
+    );
+    let made = by_id(serde_json::json!(4));
+    assert!(
+        made["result"]["structuredContent"]["id"].is_string(),
+        "{made}"
+    );
+    let list = common::rewind_json(dir.path(), &["list"]);
+    let labels: Vec<_> = list["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .map(|c| c["label"].clone())
+        .collect();
+    assert_eq!(labels, [serde_json::json!("after the bad lines")]);
+}
+
 /// The MCP Inspector CLI, if installed (it needs Node; `.ci/run` installs it).
 fn inspector() -> Option<PathBuf> {
     let p = std::env::var_os("REWIND_TEST_INSPECTOR")

@@ -7,6 +7,7 @@
 //! back as `isError` results with no `structuredContent`: clients validate
 //! structured content against the output schema even on errors.
 
+mod lines;
 mod tools;
 
 use std::path::PathBuf;
@@ -134,8 +135,9 @@ impl ServerHandler for Server {
         let Some(tool) = self.find(&request.name) else {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "unknown tool '{}' in profile {:?}: call tools/list",
-                    request.name, self.profile
+                    "unknown tool '{}' in the {} profile: call tools/list",
+                    request.name,
+                    self.profile.name()
                 ),
                 None,
             ));
@@ -244,14 +246,30 @@ pub fn serve(dir: Option<PathBuf>, cwd: PathBuf, profile: Profile) -> Result<()>
         None => cwd.clone(),
     });
     runtime.block_on(async move {
+        // rmcp speaks through two in-memory pipes; `lines::pump` stands
+        // between them and stdio.
+        let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 16);
+        let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
+        let pump = tokio::spawn(lines::pump(
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+            to_rmcp,
+            from_rmcp,
+        ));
         let server = Server::new(dir, cwd, profile)
-            .serve(rmcp::transport::stdio())
+            .serve((rmcp_in, rmcp_out))
             .await
             .map_err(|e| Error::Usage(format!("MCP session failed to start: {e}")))?;
         server
             .waiting()
             .await
             .map_err(|e| Error::Usage(format!("MCP session ended with an error: {e}")))?;
-        Ok(())
+        // rmcp has dropped its end: the pump writes what is left and ends.
+        match pump.await {
+            Ok(Err(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Usage(format!(
+                "MCP session ended with an error on stdio: {e}"
+            ))),
+            _ => Ok(()),
+        }
     })
 }

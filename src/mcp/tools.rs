@@ -29,6 +29,15 @@ pub enum Profile {
 impl Profile {
     pub const NAMES: &'static [&'static str] = &["lean", "recovery", "all"];
 
+    /// As `--profile` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Lean => "lean",
+            Profile::Recovery => "recovery",
+            Profile::All => "all",
+        }
+    }
+
     pub fn parse(name: &str) -> Result<Profile> {
         match name {
             "lean" => Ok(Profile::Lean),

@@ -1,0 +1,189 @@
+//! The stdio lines in front of rmcp's transport: what rmcp would drop or
+//! answer wrongly is answered here, per JSON-RPC 2.0, and everything else
+//! passes through unchanged.
+//!
+//! rmcp skips a line that is not JSON without a word; it answers a request
+//! it cannot decode (no method, params not an object) without its id; and a
+//! `tools/call` without a tool name gets -32601 "tools/call", as if the
+//! method did not exist. A client waiting on that id waits for ever. Here
+//! the first gets -32700 (parse error, id null), the others -32600 or
+//! -32602 with their id and what is wrong.
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// Serve `rmcp_io`'s far ends on stdin/stdout, filtering as above, until
+/// stdin closes and rmcp has written its last line.
+pub async fn pump<I, O>(
+    stdin: I,
+    mut stdout: O,
+    to_rmcp: tokio::io::DuplexStream,
+    from_rmcp: tokio::io::DuplexStream,
+) -> std::io::Result<()>
+where
+    I: AsyncRead + Unpin + Send + 'static,
+    O: AsyncWrite + Unpin,
+{
+    let (answers, mut answered) = mpsc::unbounded_channel::<Vec<u8>>();
+    let input = tokio::spawn(forward_requests(stdin, to_rmcp, answers));
+    let mut from_rmcp = BufReader::new(from_rmcp);
+    let mut line = Vec::new();
+    loop {
+        tokio::select! {
+            n = from_rmcp.read_until(b'\n', &mut line) => {
+                if n? == 0 {
+                    break;
+                }
+                stdout.write_all(&line).await?;
+                stdout.flush().await?;
+                line.clear();
+            }
+            Some(answer) = answered.recv() => {
+                stdout.write_all(&answer).await?;
+                stdout.flush().await?;
+            }
+        }
+    }
+    // rmcp is done; answers made after its last line still go out.
+    input.abort();
+    while let Ok(answer) = answered.try_recv() {
+        stdout.write_all(&answer).await?;
+    }
+    stdout.flush().await
+}
+
+/// Copy stdin's lines to rmcp, answering the ones it would mishandle.
+async fn forward_requests<I: AsyncRead + Unpin>(
+    stdin: I,
+    mut to_rmcp: tokio::io::DuplexStream,
+    answers: mpsc::UnboundedSender<Vec<u8>>,
+) -> std::io::Result<()> {
+    let mut stdin = BufReader::new(stdin);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if stdin.read_until(b'\n', &mut line).await? == 0 {
+            break;
+        }
+        match answer(&line) {
+            Some(a) => {
+                let _ = answers.send(a);
+            }
+            None => to_rmcp.write_all(&line).await?,
+        }
+    }
+    // EOF for rmcp: the session ends as it did on stdin's.
+    to_rmcp.shutdown().await
+}
+
+/// The error answer for a line rmcp would mishandle, else None.
+fn answer(line: &[u8]) -> Option<Vec<u8>> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let error = |id: Value, code: i64, message: String| {
+        let mut v =
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+                .to_string()
+                .into_bytes();
+        v.push(b'\n');
+        Some(v)
+    };
+    let request: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                Value::Null,
+                -32700,
+                format!(
+                    "parse error: the line is not JSON ({e}); send one JSON-RPC message per line"
+                ),
+            );
+        }
+    };
+    let id = request.get("id")?;
+    let Some(method) = request.get("method").and_then(Value::as_str) else {
+        if request.get("result").is_some() || request.get("error").is_some() {
+            return None;
+        }
+        return error(
+            id.clone(),
+            -32600,
+            "invalid request: a request needs a \"method\"".into(),
+        );
+    };
+    // Every MCP method's params is an object; rmcp answers others without
+    // the id, so the caller never learns its request failed.
+    if request
+        .get("params")
+        .is_some_and(|p| !p.is_object() && !p.is_null())
+    {
+        return error(
+            id.clone(),
+            -32602,
+            format!("invalid params: the params of {method} must be an object"),
+        );
+    }
+    if method != "tools/call" {
+        return None;
+    }
+    let name = request.get("params").and_then(|p| p.get("name"));
+    if name.is_some_and(Value::is_string) {
+        return None;
+    }
+    error(
+        id.clone(),
+        -32602,
+        "invalid params: tools/call needs params.name, a tool's name (call tools/list), and params.arguments, an object".into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(line: &str) -> Option<(Value, i64)> {
+        let a = answer(line.as_bytes())?;
+        let v: Value = serde_json::from_slice(&a).expect("an answer is JSON");
+        Some((v["id"].clone(), v["error"]["code"].as_i64().expect("code")))
+    }
+
+    #[test]
+    fn a_line_that_is_not_json_gets_a_parse_error_with_a_null_id() {
+        assert_eq!(code("this is not json\n"), Some((Value::Null, -32700)));
+        assert_eq!(
+            code("{\"jsonrpc\":\"2.0\",\"id\":1,\n"),
+            Some((Value::Null, -32700))
+        );
+    }
+
+    #[test]
+    fn a_tool_call_without_a_name_gets_invalid_params_with_its_id() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{}}}"#;
+        assert_eq!(code(line), Some((json!(7), -32602)));
+        let line = r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":3}}"#;
+        assert_eq!(code(line), Some((json!("x"), -32602)));
+    }
+
+    #[test]
+    fn a_request_rmcp_cannot_decode_is_answered_with_its_id() {
+        let line = r#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":5}"#;
+        assert_eq!(code(line), Some((json!(11), -32602)));
+        let line = r#"{"jsonrpc":"2.0","id":9}"#;
+        assert_eq!(code(line), Some((json!(9), -32600)));
+    }
+
+    #[test]
+    fn everything_else_passes_through_to_rmcp() {
+        for line in [
+            "\n",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"checkpoint"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+        ] {
+            assert_eq!(code(line), None, "{line}");
+        }
+    }
+}
