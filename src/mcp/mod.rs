@@ -97,6 +97,10 @@ fn error_result(tool: &str, e: &Error) -> CallToolResult {
         Error::NotAWorkspace { .. } => {
             format!("{e} (or call `checkpoint`, which creates the workspace)")
         }
+        // The CLI's advice names a command the model cannot run here.
+        Error::PlanChanged { expected, actual } => format!(
+            "the plan changed since the dry run (expected {expected}, now {actual}): call `{tool}` with `dry_run` again, review the new plan, and pass its `plan_fingerprint` as `expect`"
+        ),
         _ => e.to_string(),
     };
     CallToolResult::error(vec![ContentBlock::text(format!(

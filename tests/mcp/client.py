@@ -176,7 +176,8 @@ async def session(binary, workdir, profile, mode):
         await k.err("list", {"cursor": "garbage"}, "next_cursor")
         await k.err("guard_effect", {"key": ""}, "key")
         await k.err("diff", {"paths": ["../outside"]}, "outside")
-        await k.err("rewind", {"id": base["id"], "expect": "0000000000000000"}, "plan changed")
+        stale = await k.err("rewind", {"id": base["id"], "expect": "0000000000000000"}, "plan changed", "`dry_run`", "plan_fingerprint")
+        assert "--dry-run" not in stale, f"a CLI command offered to the model: {stale!r}"
         after = await k.ok("list", {"limit": 200})
         assert before == after, "a failed call changed the history"
         missing = PROFILES["all"] - k.called
