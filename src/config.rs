@@ -207,7 +207,21 @@ impl Config {
         let path = root.join(CONFIG_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Rules put beside the ledger were silently not read: a
+                // `git push` the user thought guarded ran unguarded.
+                let misplaced = root.join(".rewind").join(CONFIG_FILE);
+                if misplaced.exists() {
+                    return Err(Error::InvalidPath {
+                        path: misplaced,
+                        reason: format!(
+                            "is never read: rewind.toml belongs at the workspace root; move it to {}",
+                            path.display()
+                        ),
+                    });
+                }
+                return Ok(Config::default());
+            }
             Err(e) => {
                 return Err(Error::os(rewind_platform::Error::new(
                     "read config",

@@ -70,6 +70,11 @@ pub enum Error {
     Usage(String),
 
     #[error(
+        "the event chain fails verification ({detail}): {consequence}; `rewind verify` shows it, and an anchor kept elsewhere is the evidence"
+    )]
+    Tampered { detail: String, consequence: String },
+
+    #[error(
         "checkpoint {id} was pruned by `rewind gc`: its contents are gone (its history entry stays); `rewind list` shows the checkpoints you can still rewind to"
     )]
     Pruned { id: String },
@@ -129,6 +134,7 @@ impl Error {
             Error::InvalidPath { .. } => "INVALID_PATH",
             Error::NothingToUndo => "NOTHING_TO_UNDO",
             Error::Usage(_) => "USAGE",
+            Error::Tampered { .. } => "TAMPERED",
             Error::ObjectMissing { .. } => "OBJECT_MISSING",
             Error::Cancelled => "CANCELLED",
             Error::Pruned { .. } => "PRUNED",

@@ -209,18 +209,32 @@ pub const LABEL_MAX: usize = 256;
 /// A label is one line of text someone can type again: no control
 /// characters (a newline would fake a line of `list`, an escape sequence
 /// would reach the terminal), not empty, at most [`LABEL_MAX`] bytes.
+/// `HEAD`, `@`, `HEAD~`, `@~3`: what [`Workspace::resolve_any`] reads as
+/// the current checkpoint or an ancestor before it looks at labels;
+/// `HEAD~x` included: it is an unknown id, never a label.
+fn names_head(spec: &str) -> bool {
+    let base = spec.split_once('~').map_or(spec, |(b, _)| b);
+    base == "HEAD" || base == "@"
+}
+
 pub fn check_label(label: &str) -> Result<()> {
-    let why = if label.trim().is_empty() {
-        "is empty"
+    let one_line = format!("give one line of text of at most {LABEL_MAX} bytes");
+    let (why, fix) = if label.trim().is_empty() {
+        ("is empty", one_line)
     } else if label.len() > LABEL_MAX {
-        "is longer than 256 bytes"
+        ("is longer than 256 bytes", one_line)
     } else if label.chars().any(char::is_control) {
-        "holds a control character (newline, tab, escape)"
+        ("holds a control character (newline, tab, escape)", one_line)
+    } else if names_head(label) {
+        (
+            "could never be named: HEAD, @, HEAD~N and @~N mean the current checkpoint and its ancestors",
+            "choose another label".to_string(),
+        )
     } else {
         return Ok(());
     };
     Err(Error::Usage(format!(
-        "the label {} {why}: give one line of text of at most {LABEL_MAX} bytes",
+        "the label {} {why}: {fix}",
         crate::cli::human_path(&label.chars().take(40).collect::<String>())
     )))
 }

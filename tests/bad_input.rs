@@ -429,8 +429,10 @@ fn a_usage_error_with_an_argument_that_is_not_utf8_is_reported_not_a_panic() {
 
 /// A label is one line a person can read and type: a newline faked a line
 /// of `list`, an escape sequence reached the terminal, and a 5 MB label
-/// made every page of `list` megabytes. Refused with nothing stored; a
-/// hook's label made from a command replaces control characters.
+/// made every page of `list` megabytes; `HEAD`, `@` or `HEAD~2` as a
+/// label could never be named (they mean the current checkpoint). Refused
+/// with nothing stored; a hook's label made from a command replaces
+/// control characters.
 #[test]
 fn labels_are_one_short_line_of_text() {
     let tmp = common::tmp();
@@ -438,7 +440,17 @@ fn labels_are_one_short_line_of_text() {
     write(&ws.join("a.txt"), b"a");
     rewind_json(ws, &["init"]);
     let long = "x".repeat(300);
-    for bad in ["two\nlines", "red\u{1b}[31m", "", "   ", long.as_str()] {
+    for bad in [
+        "two\nlines",
+        "red\u{1b}[31m",
+        "",
+        "   ",
+        long.as_str(),
+        "HEAD",
+        "@",
+        "HEAD~2",
+        "@~",
+    ] {
         let out = rewind(ws, &["--json", "checkpoint", bad]);
         assert_eq!(out.status.code(), Some(1), "{bad:?}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");

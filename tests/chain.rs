@@ -486,3 +486,69 @@ fn verify_deep_finds_a_checkpoint_row_changed_behind_the_chain() {
         "{bad:?}"
     );
 }
+
+/// `rewind anchor FILE` run routinely (cron, a CI step) after a truncation
+/// overwrote the one anchor that proved it; and a file name shared by two
+/// workspaces overwrote the other's anchor. An anchor is now replaced only
+/// by a newer one of the same workspace whose chain verifies against it.
+#[test]
+fn anchoring_again_never_overwrites_the_evidence_of_a_truncation() {
+    let dir = common::tmp();
+    let root = &dir.path().join("ws");
+    let db = history(root, 3);
+    let anchor = dir.path().join("anchor.json");
+    let a = anchor.to_str().expect("utf8");
+    let first = rewind_json(root, &["anchor", a]);
+    // A newer anchor of the same, intact chain replaces it.
+    write(&root.join("more.txt"), b"more");
+    rewind_json(root, &["checkpoint"]);
+    let second = rewind_json(root, &["anchor", a]);
+    assert!(second["seq"].as_u64() > first["seq"].as_u64(), "{second}");
+    let kept = std::fs::read(&anchor).expect("read anchor");
+
+    // Truncated below the anchor: refused, and the file kept as it was.
+    let seq = second["seq"].as_i64().expect("seq");
+    Connection::open(&db)
+        .expect("open")
+        .execute("DELETE FROM chain WHERE seq >= ?1", [seq - 1])
+        .expect("truncate");
+    let out = rewind(root, &["--json", "anchor", a]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "TAMPERED", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("TRUNCATED_BELOW_ANCHOR") && m.contains("kept as it was")),
+        "{v}"
+    );
+    assert_eq!(std::fs::read(&anchor).expect("read anchor"), kept);
+
+    // Another workspace's anchor, and a file that is no anchor, are kept.
+    let other = &dir.path().join("other");
+    write(&other.join("x.txt"), b"x");
+    rewind_json(other, &["checkpoint"]);
+    let notes = dir.path().join("notes.txt");
+    write(&notes, b"my notes\n");
+    for (file, why) in [
+        (a, "holds the anchor of workspace"),
+        (notes.to_str().expect("utf8"), "is not an anchor file"),
+    ] {
+        let before = std::fs::read(file).expect("read");
+        let out = rewind(other, &["--json", "anchor", file]);
+        assert_eq!(out.status.code(), Some(1), "{file}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "INVALID_PATH", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(why)),
+            "{v}"
+        );
+        assert_eq!(
+            std::fs::read(file).expect("read"),
+            before,
+            "{file} was overwritten"
+        );
+    }
+}

@@ -358,6 +358,33 @@ fn an_invalid_rewind_toml_fails_closed_naming_the_file() {
     );
 }
 
+/// Rules written to `.rewind/rewind.toml` (beside the ledger) were never
+/// read: the push they guard ran, every time, without a word. Now every
+/// call is refused naming the file and where it belongs, as for a
+/// rewind.toml that does not parse.
+#[test]
+fn rules_put_beside_the_ledger_fail_closed_naming_where_they_belong() {
+    let dir = project(false);
+    let ws = dir.path();
+    write(&ws.join(".rewind/rewind.toml"), RULES.as_bytes());
+    for call in ["bash_push.json", "bash_npm_test.json"] {
+        let out = pre(call, ws);
+        assert_eq!(out.status.code(), Some(2), "{call}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(".rewind/rewind.toml") && err.contains("belongs at the workspace root"),
+            "{err}"
+        );
+    }
+    std::fs::rename(ws.join(".rewind/rewind.toml"), ws.join("rewind.toml")).expect("move");
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    assert_eq!(
+        pre("bash_push.json", ws).status.code(),
+        Some(2),
+        "the moved rules guard the push"
+    );
+}
+
 #[test]
 fn outside_a_workspace_hooks_do_nothing_unless_a_rule_matches() {
     let dir = common::tmp();

@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::Ctx;
 use crate::chain::Anchor;
@@ -12,28 +12,74 @@ pub struct Args {
 
 /// Export the chain head (seq + hash) to keep somewhere the agent cannot
 /// reach; `verify --anchor FILE` then detects truncation and rewriting.
+///
+/// An existing FILE is replaced only by a newer anchor of the same
+/// workspace whose chain still verifies against it: anchoring routinely
+/// after a truncation or a rewrite overwrote the one piece of evidence,
+/// and a shared file name overwrote another workspace's anchor.
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let ws = ctx.workspace()?;
+    let workspace = ws.ledger().workspace_id()?;
+    let previous = match &args.file {
+        Some(path) => previous_anchor(path, &workspace)?,
+        None => None,
+    };
+    let verdict = ws.ledger().verify_chain(previous.as_ref())?;
+    if let Some(bad) = &verdict.first_bad {
+        return Err(Error::Tampered {
+            detail: bad.summary(),
+            consequence: match &args.file {
+                Some(p) => format!("{} was kept as it was", p.display()),
+                None => "no anchor was exported".into(),
+            },
+        });
+    }
     let (seq, head) = ws
         .ledger()
         .chain_head()?
         .ok_or_else(|| Error::Usage("the chain is empty".into()))?;
     let anchor = Anchor {
-        workspace: ws.ledger().workspace_id()?,
+        workspace,
         seq,
         head: head.to_hex(),
     };
     let text = serde_json::to_string_pretty(&anchor)
         .map_err(|e| Error::Usage(format!("internal: {e}")))?;
     if let Some(path) = &args.file {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, format!("{text}\n"))
-            .map_err(|e| Error::os(rewind_platform::Error::new("write anchor", &tmp, e)))?;
-        std::fs::rename(&tmp, path)
-            .map_err(|e| Error::os(rewind_platform::Error::new("write anchor", path, e)))?;
+        super::write_atomically(path, &format!("{text}\n"))?;
     }
     ctx.emit(&anchor, || match &args.file {
         Some(p) => format!("anchored entry {seq} ({}) in {}", anchor.head, p.display()),
         None => text.clone(),
     })
+}
+
+/// The anchor already in `path`, if any; an error when the file is
+/// something else or another workspace's.
+fn previous_anchor(path: &Path, workspace: &str) -> Result<Option<Anchor>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::os(rewind_platform::Error::new(
+                "read anchor",
+                path,
+                e,
+            )));
+        }
+    };
+    let refuse = |reason: String| Error::InvalidPath {
+        path: path.to_path_buf(),
+        reason: format!("{reason}; nothing was written"),
+    };
+    let old: Anchor = serde_json::from_str(&text).map_err(|_| {
+        refuse("exists and is not an anchor file: name a new file, or move this one aside".into())
+    })?;
+    if old.workspace != workspace {
+        return Err(refuse(format!(
+            "holds the anchor of workspace {}, and this is {workspace}: keep one anchor file per workspace",
+            old.workspace
+        )));
+    }
+    Ok(Some(old))
 }

@@ -25,7 +25,7 @@ mod writeback;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
@@ -477,6 +477,42 @@ pub fn human_bytes(n: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// Temp file beside the target, fsync, rename: a crash leaves the old file
+/// or the new one, never half of one.
+pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let os = |op: &'static str, p: &Path, e: std::io::Error| {
+        Error::os(rewind_platform::Error::new(op, p, e))
+    };
+    // A config kept as a symlink (dotfiles) is written where it points:
+    // renaming over the link replaced it with a plain file.
+    let resolved;
+    let path = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            resolved = std::fs::canonicalize(path).map_err(|e| os("resolve symlink", path, e))?;
+            resolved.as_path()
+        }
+        _ => path,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| os("create directory", dir, e))?;
+    let tmp = dir.join(format!(
+        ".{}.rewind-tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    ));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| os("create", &tmp, e))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| os("write", &tmp, e))?;
+    // Keep the user's permissions on an existing file.
+    if let Ok(meta) = std::fs::metadata(path) {
+        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+    }
+    std::fs::rename(&tmp, path).map_err(|e| os("rename", path, e))
 }
 
 #[cfg(test)]
