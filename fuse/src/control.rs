@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use crate::dirty::DirtySet;
 use crate::error::{Error, Result};
+pub(crate) use crate::wire::Cursor;
+use crate::wire::{put_bytes, put_list};
 
 pub(crate) const HELLO: u8 = 1;
 pub(crate) const TAKE: u8 = 2;
@@ -105,52 +107,6 @@ pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
     Ok((head[0], payload))
 }
 
-pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
-pub(crate) struct Cursor<'a>(pub &'a [u8]);
-
-impl Cursor<'_> {
-    pub fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-
-    pub fn u32(&mut self) -> Option<u32> {
-        if self.0.len() < 4 {
-            return None;
-        }
-        let (h, rest) = self.0.split_at(4);
-        self.0 = rest;
-        Some(u32::from_le_bytes([h[0], h[1], h[2], h[3]]))
-    }
-
-    pub fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = self.u32()? as usize;
-        if self.0.len() < n {
-            return None;
-        }
-        let (h, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(h.to_vec())
-    }
-
-    pub fn list(&mut self) -> Option<Vec<Vec<u8>>> {
-        let n = self.u32()?;
-        (0..n).map(|_| self.bytes()).collect()
-    }
-}
-
-pub(crate) fn put_list<'a>(out: &mut Vec<u8>, items: impl ExactSizeIterator<Item = &'a Vec<u8>>) {
-    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
-    for i in items {
-        put_bytes(out, i);
-    }
-}
-
 /// `[all u8][n u32]{[dir][has names u8][names list]}*[deep list]`.
 pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
     let mut out = vec![d.all as u8];
@@ -172,7 +128,7 @@ fn decode_dirty(b: &[u8]) -> Option<DirtySet> {
     let n = c.u32()?;
     let mut dirs = std::collections::HashMap::new();
     for _ in 0..n {
-        let dir = c.bytes()?;
+        let dir = c.bytes()?.to_vec();
         let names = match c.u8()? {
             0 => None,
             _ => Some(c.list()?.into_iter().collect()),

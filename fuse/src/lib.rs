@@ -26,6 +26,7 @@ mod error;
 mod fs;
 mod gate;
 mod inodes;
+pub mod wire;
 
 pub use claim::{CLAIM_FILE, Holder, claimed_workspace, holder};
 pub use companion::Companion;

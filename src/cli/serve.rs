@@ -37,6 +37,8 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
+use rewind_fuse::wire::{Cursor, put_bytes};
+
 use crate::error::{Error, Result};
 use crate::warm::WarmSlot;
 use crate::workspace::Workspace;
@@ -123,11 +125,6 @@ fn identity_of(path: &Path) -> [u64; 3] {
     }
 }
 
-fn put(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
 struct Request {
     exe: [u64; 3],
     umask: u32,
@@ -142,10 +139,10 @@ impl Request {
             body.extend_from_slice(&x.to_le_bytes());
         }
         body.extend_from_slice(&self.umask.to_le_bytes());
-        put(&mut body, self.cwd.as_os_str().as_bytes());
+        put_bytes(&mut body, self.cwd.as_os_str().as_bytes());
         body.extend_from_slice(&(self.args.len() as u32).to_le_bytes());
         for a in &self.args {
-            put(&mut body, a.as_bytes());
+            put_bytes(&mut body, a.as_bytes());
         }
         let mut out = (body.len() as u32).to_le_bytes().to_vec();
         out.extend(body);
@@ -153,8 +150,8 @@ impl Request {
     }
 
     fn decode(b: &[u8]) -> Option<Request> {
-        let mut r = Reader(b);
-        if r.take(1)?[0] != PROTOCOL {
+        let mut r = Cursor(b);
+        if r.u8()? != PROTOCOL {
             return None;
         }
         let exe = [r.u64()?, r.u64()?, r.u64()?];
@@ -164,35 +161,12 @@ impl Request {
         let args = (0..n)
             .map(|_| Some(OsString::from_vec(r.bytes()?.to_vec())))
             .collect::<Option<Vec<_>>>()?;
-        r.0.is_empty().then_some(Request {
+        r.is_done().then_some(Request {
             exe,
             umask,
             cwd,
             args,
         })
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (h, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(h)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
     }
 }
 
