@@ -65,8 +65,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
                 "the hook payload is not the expected JSON ({e}); expected {{\"tool_name\": ..., \"tool_input\": {{...}}, \"cwd\": ...}}"
             );
             if ctx.json {
-                let v = serde_json::json!({"version": super::JSON_VERSION, "error": {"code": "USAGE", "message": message}});
-                println!("{v}");
+                println!("{}", super::json_error("USAGE", &message));
             }
             eprintln!("rewind hook: {message}");
             return 1;

@@ -357,8 +357,7 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
             .strip_prefix("error: ")
             .unwrap_or(&message)
             .to_string();
-        let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": "USAGE", "message": message}});
-        let _ = writeln!(std::io::stdout(), "{v}");
+        let _ = writeln!(std::io::stdout(), "{}", json_error("USAGE", &message));
     }
     let _ = e.print();
     code
@@ -434,10 +433,18 @@ pub fn report_error(ctx: &Ctx, e: &Error) {
 /// One line on stderr; with `--json`, also the error object on stdout.
 fn report(json: bool, e: &Error) {
     if json {
-        let v = serde_json::json!({"version": JSON_VERSION, "error": {"code": e.code(), "message": e.to_string()}});
-        let _ = writeln!(std::io::stdout(), "{v}");
+        let _ = writeln!(
+            std::io::stdout(),
+            "{}",
+            json_error(e.code(), &e.to_string())
+        );
     }
     eprintln!("rewind: error: {e}");
+}
+
+/// The `--json` error object: `{"version", "error": {"code", "message"}}`.
+pub(crate) fn json_error(code: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({"version": JSON_VERSION, "error": {"code": code, "message": message}})
 }
 
 /// A path as a human line shows it: as is, or, when it holds a control
