@@ -367,15 +367,30 @@ fn df_and_du_agree_in(lfs: &LoopFs, ws: &Path, name: &str, limit_mib: u64) {
     random_file(&ws.join("big.bin"), size, &mut rng);
     let settle = || {
         // XFS holds speculative CoW preallocations (128 KiB per write into
-        // a shared extent) until its background reclaim; free them so that
-        // statfs shows what is really in use.
-        if fs == Fs::Xfs {
-            let _ = std::process::Command::new("xfs_spaceman")
-                .args(["-c", "prealloc -s"])
-                .arg(&lfs.mnt)
-                .output();
+        // a shared extent) until its background reclaim, and frees the
+        // blocks of removed temp files in background inode inactivation;
+        // on a loaded machine both lag. Free them until statfs stops
+        // moving, so that it shows what is really in use.
+        let mut used = lfs.used_bytes();
+        for _ in 0..20 {
+            if fs == Fs::Xfs {
+                let _ = std::process::Command::new("sync")
+                    .arg("-f")
+                    .arg(&lfs.mnt)
+                    .output();
+                let _ = std::process::Command::new("xfs_spaceman")
+                    .args(["-c", "prealloc -s"])
+                    .arg(&lfs.mnt)
+                    .output();
+            }
+            let now = lfs.used_bytes();
+            if now == used {
+                break;
+            }
+            used = now;
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        lfs.used_bytes()
+        used
     };
     let before = settle();
     // The btrfs engine builds manifests inline here: no detached builder
