@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS effects(
     first_seq INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
     admitted_at INTEGER NOT NULL,
+    admitted_call TEXT,
     PRIMARY KEY(scope, key)
 ) WITHOUT ROWID;
 ";
@@ -44,6 +45,9 @@ pub struct Request {
     pub key: String,
     pub kind: String,
     pub payload: Hash,
+    /// The agent's id for the call asking (a hook's `tool_use_id`): the
+    /// outcome of another call never resolves this one (D108).
+    pub call: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -287,11 +291,11 @@ pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
         let (max_checkpoint, max_operation) =
             (max_of(conn, "checkpoints")?, max_of(conn, "operations")?);
         conn.execute(
-            "INSERT INTO effects(scope, key, kind, payload, status, head, max_checkpoint, max_operation, first_seq, attempts, admitted_at)
-             VALUES (?1, ?2, ?3, ?4, 'admitted', ?5, ?6, ?7, ?8, 1, ?9)
+            "INSERT INTO effects(scope, key, kind, payload, status, head, max_checkpoint, max_operation, first_seq, attempts, admitted_at, admitted_call)
+             VALUES (?1, ?2, ?3, ?4, 'admitted', ?5, ?6, ?7, ?8, 1, ?9, ?10)
              ON CONFLICT(scope, key) DO UPDATE SET status = 'admitted', head = ?5, max_checkpoint = ?6, max_operation = ?7,
-                 attempts = attempts + 1, admitted_at = ?9",
-            params![req.scope, req.key, req.kind, &req.payload.0[..], now, max_checkpoint, max_operation, seq as i64, crate::time::now_ms()],
+                 attempts = attempts + 1, admitted_at = ?9, admitted_call = ?10",
+            params![req.scope, req.key, req.kind, &req.payload.0[..], now, max_checkpoint, max_operation, seq as i64, crate::time::now_ms(), req.call],
         )?;
     }
     let first_seq = existing
@@ -373,19 +377,63 @@ pub fn not_undone(conn: &Connection) -> rusqlite::Result<Vec<Effect>> {
 }
 
 /// Record an outcome. Returns false when the key is unknown.
+/// What recording an outcome did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Recorded, at this chain entry.
+    Recorded(u64),
+    /// No effect has this scope and key.
+    Unknown,
+    /// It already had this outcome: nothing recorded.
+    Unchanged,
+    /// Not recorded, and why (the effect keeps its status).
+    Refused(String),
+}
+
+/// Record an effect's outcome, by the rules that keep a done effect done
+/// (D108): an admitted effect takes either outcome, but only from the call
+/// it admitted when both calls are named; a failed one may turn out
+/// succeeded; a succeeded one is reopened as failed only by a person who
+/// says so (`reopen`). Before, any later "failed" (another call's, a
+/// refused call's) reopened a succeeded push, and the next was admitted.
 pub fn resolve(
     conn: &Connection,
     scope: &str,
     key: &str,
     outcome: &str,
-) -> rusqlite::Result<Option<u64>> {
-    let n = conn.execute(
+    call: Option<&str>,
+    reopen: bool,
+) -> rusqlite::Result<Resolution> {
+    let row: Option<(String, Option<String>)> = conn
+        .cached_row(
+            "SELECT status, admitted_call FROM effects WHERE scope = ?1 AND key = ?2",
+            params![scope, key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((status, admitted_call)) = row else {
+        return Ok(Resolution::Unknown);
+    };
+    if status == outcome {
+        return Ok(Resolution::Unchanged);
+    }
+    if status == "admitted"
+        && let (Some(asked), Some(admitted)) = (call, admitted_call.as_deref())
+        && asked != admitted
+    {
+        return Ok(Resolution::Refused(format!(
+            "{scope}:{key} was admitted for call {admitted}; the outcome of call {asked} is not its outcome"
+        )));
+    }
+    if status == "succeeded" && !reopen {
+        return Ok(Resolution::Refused(format!(
+            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, a person runs `rewind effects resolve {scope}:{key} --outcome failed --reopen`)"
+        )));
+    }
+    conn.execute(
         "UPDATE effects SET status = ?3 WHERE scope = ?1 AND key = ?2",
         params![scope, key, outcome],
     )?;
-    if n == 0 {
-        return Ok(None);
-    }
     let seq = crate::chain::append(
         conn,
         "effect-outcome",
@@ -394,7 +442,7 @@ pub fn resolve(
             .str("outcome", outcome)
             .str("scope", scope),
     )?;
-    Ok(Some(seq))
+    Ok(Resolution::Recorded(seq))
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ const FORMAT_V1: &str = "1";
 /// `user_version` (the file header: no query plan, no table). A ledger
 /// stamped with it skips the checks, eight statements parsed and run on
 /// every open. Bump it when `migrate` learns something new.
-const MIGRATED: i64 = 1;
+const MIGRATED: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -565,6 +565,21 @@ impl Ledger {
                 .execute_batch("ALTER TABLE checkpoints ADD COLUMN pruned_at INTEGER")
                 .map_err(db_err(&path))?;
         }
+        // 2: the call an effect was admitted for (D108).
+        let has_call: bool = self
+            .conn
+            .cached_row(
+                "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'admitted_call'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db_err(&path))?
+            > 0;
+        if !has_call {
+            self.conn
+                .execute_batch("ALTER TABLE effects ADD COLUMN admitted_call TEXT")
+                .map_err(db_err(&path))?;
+        }
         if crate::chain::head(&self.conn, &path)?.is_none() {
             let id = self.workspace_id()?;
             let tx = self.conn.unchecked_transaction().map_err(db_err(&path))?;
@@ -653,16 +668,24 @@ impl Ledger {
         crate::effects::not_undone(&self.conn).map_err(self.err())
     }
 
-    /// Record an effect's outcome; `None` when (scope, key) is unknown.
-    pub fn resolve_effect(&mut self, scope: &str, key: &str, outcome: &str) -> Result<Option<u64>> {
+    /// Record an effect's outcome by the rules of [`crate::effects::resolve`].
+    pub fn resolve_effect(
+        &mut self,
+        scope: &str,
+        key: &str,
+        outcome: &str,
+        call: Option<&str>,
+        reopen: bool,
+    ) -> Result<crate::effects::Resolution> {
         let path = self.path.clone();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db_err(&path))?;
-        let seq = crate::effects::resolve(&tx, scope, key, outcome).map_err(db_err(&path))?;
+        let r = crate::effects::resolve(&tx, scope, key, outcome, call, reopen)
+            .map_err(db_err(&path))?;
         tx.commit().map_err(db_err(&path))?;
-        Ok(seq)
+        Ok(r)
     }
 
     /// Check the event chain (see `chain::verify`).

@@ -307,6 +307,78 @@ fn a_push_that_claude_code_reports_as_failed_may_be_retried() {
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
 }
 
+/// A succeeded push stays spent: a failure reported afterwards by another
+/// call (a refused retry's own failure event, an unrelated call) flipped it
+/// to failed, and the next push was admitted (D108). A person may still
+/// reopen it, saying so.
+#[test]
+fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
+    let dir = project(true);
+    let ws = dir.path();
+    let status = |ws: &Path| rewind_json(ws, &["effects"])["effects"][0]["status"].clone();
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    let ok = hook("post-tool-use", &payload("post_push_ok.json", ws));
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    assert_eq!(status(ws), "succeeded");
+    let retry = payload("bash_push.json", ws).replace("STU2", "STU9");
+    assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(2));
+    let refused_failure = payload("post_push_failure.json", ws).replace("STU2", "STU9");
+    let out = hook("post-tool-use-failure", &refused_failure);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already succeeded"),
+        "{}",
+        stderr(&out)
+    );
+    // The same call's failure event (sent twice, or out of order) neither.
+    let out = hook(
+        "post-tool-use-failure",
+        &payload("post_push_failure.json", ws),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(status(ws), "succeeded");
+    assert_eq!(
+        hook("pre-tool-use", &retry).status.code(),
+        Some(2),
+        "a succeeded push was admitted again after a later failure"
+    );
+    let key = "hook:Bash:git push origin main";
+    let out = common::rewind(ws, &["effects", "resolve", key, "--outcome", "failed"]);
+    assert_eq!(out.status.code(), Some(1), "reopened without --reopen");
+    assert!(stderr(&out).contains("--reopen"), "{}", stderr(&out));
+    assert_eq!(status(ws), "succeeded");
+    rewind_json(
+        ws,
+        &["effects", "resolve", key, "--outcome", "failed", "--reopen"],
+    );
+    assert_eq!(status(ws), "failed");
+    assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(0));
+}
+
+/// While a push is admitted and still running, the failure event of
+/// another call for the same command (a retry the barrier refused) is not
+/// its outcome: recording it let a third push through beside the first.
+#[test]
+fn only_the_admitted_call_resolves_a_running_effect() {
+    let dir = project(true);
+    let ws = dir.path();
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    let other = payload("post_push_failure.json", ws).replace("STU2", "STU8");
+    let out = hook("post-tool-use-failure", &other);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not its outcome"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        rewind_json(ws, &["effects"])["effects"][0]["status"],
+        "admitted"
+    );
+    let third = payload("bash_push.json", ws).replace("STU2", "STU7");
+    assert_eq!(hook("pre-tool-use", &third).status.code(), Some(2));
+}
+
 #[test]
 fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
     let dir = project(true);

@@ -1,6 +1,7 @@
 use serde::Serialize;
 
 use super::Ctx;
+use crate::effects::Resolution;
 use crate::error::{Error, Result};
 
 #[derive(clap::Args, Debug)]
@@ -18,6 +19,10 @@ enum Sub {
         outcome: String,
         #[arg(long, default_value = "default")]
         scope: String,
+        /// Record `failed` for an effect that succeeded (it may then run
+        /// again): only when it really did not happen
+        #[arg(long)]
+        reopen: bool,
     },
 }
 
@@ -31,7 +36,8 @@ struct Resolved {
     scope: String,
     key: String,
     outcome: String,
-    seq: u64,
+    /// The chain entry recording it; `None` when it already had that outcome.
+    seq: Option<u64>,
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
@@ -66,33 +72,48 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             key,
             outcome,
             scope,
+            reopen,
         }) => {
-            let mut found = ws.ledger_mut().resolve_effect(&scope, &key, &outcome)?;
+            let mut resolution = ws
+                .ledger_mut()
+                .resolve_effect(&scope, &key, &outcome, None, reopen)?;
             let (mut scope, mut key) = (scope, key);
             // `rewind effects` prints SCOPE:KEY: take that form as well.
-            if found.is_none()
+            if resolution == Resolution::Unknown
                 && let Some((s, k)) = key.split_once(':')
-                && let Some(seq) = ws.ledger_mut().resolve_effect(s, k, &outcome)?
             {
-                found = Some(seq);
-                (scope, key) = (s.to_string(), k.to_string());
+                resolution = ws
+                    .ledger_mut()
+                    .resolve_effect(s, k, &outcome, None, reopen)?;
+                if resolution != Resolution::Unknown {
+                    (scope, key) = (s.to_string(), k.to_string());
+                }
             }
-            let seq = found.ok_or_else(|| {
-                Error::Usage(format!(
-                    "no effect {scope}:{key} in the ledger: `rewind effects` lists them as SCOPE:KEY (pass that, or KEY with --scope SCOPE)"
-                ))
-            })?;
+            let seq = match resolution {
+                Resolution::Recorded(seq) => Some(seq),
+                Resolution::Unchanged => None,
+                Resolution::Refused(why) => return Err(Error::Usage(why)),
+                Resolution::Unknown => {
+                    return Err(Error::Usage(format!(
+                        "no effect {scope}:{key} in the ledger: `rewind effects` lists them as SCOPE:KEY (pass that, or KEY with --scope SCOPE)"
+                    )));
+                }
+            };
             let out = Resolved {
                 scope,
                 key,
                 outcome,
                 seq,
             };
-            ctx.emit(&out, || {
-                format!(
-                    "{}:{} resolved as {} (chain entry {})",
-                    out.scope, out.key, out.outcome, out.seq
-                )
+            ctx.emit(&out, || match out.seq {
+                Some(seq) => format!(
+                    "{}:{} resolved as {} (chain entry {seq})",
+                    out.scope, out.key, out.outcome
+                ),
+                None => format!(
+                    "{}:{} was already {}: nothing recorded",
+                    out.scope, out.key, out.outcome
+                ),
             })
         }
     }

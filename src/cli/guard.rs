@@ -110,6 +110,7 @@ fn request(args: Args) -> Result<Request> {
             key,
             kind: args.kind.unwrap_or_default(),
             payload: payload_hash(args.payload.as_deref()),
+            call: None,
         });
     };
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
@@ -138,5 +139,6 @@ fn request(args: Args) -> Result<Request> {
             Some(p) => payload_hash(Some(&p)),
             None => payload_hash_value(obj.get("payload")),
         },
+        call: None,
     })
 }

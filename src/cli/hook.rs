@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::Ctx;
-use crate::effects::Decision;
+use crate::effects::{Decision, Resolution};
 use crate::hooks::{Config, ToolCall};
 use crate::workspace::Workspace;
 
@@ -207,12 +207,18 @@ fn post(start: &Path, call: ToolCall, event: &'static str) -> (Out, i32) {
     let failed = event == "post-tool-use-failure" || call.failed();
     let outcome = if failed { "failed" } else { "succeeded" };
     let result = Workspace::open(&root, false).and_then(|mut ws| {
-        ws.ledger_mut()
-            .resolve_effect(&req.scope, &req.key, outcome)
+        ws.ledger_mut().resolve_effect(
+            &req.scope,
+            &req.key,
+            outcome,
+            call.tool_use_id.as_deref().filter(|c| !c.is_empty()),
+            false,
+        )
     });
     match result {
-        Ok(Some(_)) => out.resolved = Some(outcome.into()),
-        Ok(None) => {}
+        Ok(Resolution::Recorded(_)) => out.resolved = Some(outcome.into()),
+        Ok(Resolution::Refused(why)) => out.warning = Some(format!("not recorded: {why}")),
+        Ok(Resolution::Unknown | Resolution::Unchanged) => {}
         Err(e) => {
             out.warning = Some(format!(
                 "could not record that {}:{} {outcome}: {e}",

@@ -565,6 +565,7 @@ fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
             Some(Value::String(s)) => payload_hash(Some(s)),
             other => payload_hash_value(other.as_ref()),
         },
+        call: None,
     };
     let d = crate::cli::guard::decide(ctx, &req);
     Ok(GuardOut {
