@@ -258,6 +258,19 @@ pub fn verify(
     workspace_id: &str,
     anchor: Option<&Anchor>,
 ) -> Result<Verdict> {
+    verify_with(conn, path, workspace_id, anchor, &mut |_| {})
+}
+
+/// [`verify`], showing `visit` each entry that checks out, in order: a
+/// caller that needs what the chain says (the barrier, D109) reads it in
+/// the same walk.
+pub fn verify_with(
+    conn: &Connection,
+    path: &std::path::Path,
+    workspace_id: &str,
+    anchor: Option<&Anchor>,
+    visit: &mut dyn FnMut(&Entry),
+) -> Result<Verdict> {
     let mut stmt = conn
         .prepare("SELECT seq, data, hash FROM chain ORDER BY seq")
         .map_err(db_err(path))?;
@@ -272,12 +285,22 @@ pub fn verify(
         first_bad: Some(FirstBad { seq, code, reason }),
     };
     while let Some(row) = rows.next().map_err(db_err(path))? {
-        let (seq, data, stored): (i64, Vec<u8>, Vec<u8>) = (
-            row.get(0).map_err(db_err(path))?,
-            row.get(1).map_err(db_err(path))?,
-            row.get(2).map_err(db_err(path))?,
-        );
+        let seq: i64 = row.get(0).map_err(db_err(path))?;
         let entries = expected - 1;
+        // A value stored as another type (TEXT where a BLOB belongs) is an
+        // edited row, not an unreadable ledger.
+        let blob = |i: usize| match row.get_ref(i) {
+            Ok(rusqlite::types::ValueRef::Blob(b)) => Some(b.to_vec()),
+            _ => None,
+        };
+        let (Some(data), Some(stored)) = (blob(1), blob(2)) else {
+            return Ok(bad(
+                expected,
+                Code::DecodeError,
+                "its data or hash is not stored as bytes".into(),
+                entries,
+            ));
+        };
         if seq as u64 != expected {
             return Ok(bad(
                 expected,
@@ -329,6 +352,7 @@ pub fn verify(
         if anchor.is_some_and(|a| a.seq == expected) {
             anchored = Some(hash);
         }
+        visit(&entry);
         prev = hash;
         expected += 1;
     }

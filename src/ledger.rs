@@ -643,14 +643,17 @@ impl Ledger {
     }
 
     /// The effect barrier's decision, recorded on the chain in the same
-    /// transaction. Refuses (as an error) when the chain's tail is broken.
+    /// transaction. Refuses (as an error: the caller fails closed) unless
+    /// the whole chain verifies and says of this effect what its row says
+    /// (D109).
     pub fn guard(&mut self, req: &crate::effects::Request) -> Result<crate::effects::Decision> {
         let path = self.path.clone();
+        let workspace_id = self.workspace_id()?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db_err(&path))?;
-        if let Err(why) = crate::chain::check_tail(&tx).map_err(db_err(&path))? {
+        if let Err(why) = barrier_check(&tx, &path, &workspace_id, req)? {
             return Err(Error::LedgerCorrupt { path, detail: why });
         }
         let d = crate::effects::decide(&tx, req).map_err(db_err(&path))?;
@@ -694,7 +697,30 @@ impl Ledger {
         anchor: Option<&crate::chain::Anchor>,
     ) -> Result<crate::chain::Verdict> {
         let id = self.meta("workspace_id")?.unwrap_or_default();
-        crate::chain::verify(&self.conn, &self.path, &id, anchor)
+        let mut verdict = crate::chain::verify(&self.conn, &self.path, &id, anchor)?;
+        // Every ledger has a genesis from its first open: an empty chain
+        // beside checkpoints or effects was deleted, not never written.
+        if verdict.ok && verdict.entries == 0 {
+            let rows: i64 = self
+                .conn
+                .query_row(
+                    "SELECT (SELECT count(*) FROM checkpoints) + (SELECT count(*) FROM effects)",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(self.err())?;
+            if rows > 0 {
+                verdict.ok = false;
+                verdict.first_bad = Some(crate::chain::FirstBad {
+                    seq: 1,
+                    code: crate::chain::Code::SeqGap,
+                    reason: format!(
+                        "the chain is empty but the ledger holds {rows} checkpoints and effects: its entries were deleted"
+                    ),
+                });
+            }
+        }
+        Ok(verdict)
     }
 
     /// The chain's last (seq, hash).
@@ -720,6 +746,7 @@ impl Ledger {
         // A ledger older than its chain (a genesis added on upgrade) has
         // rows no entry recorded: those cannot be checked.
         let mut genesis_ms = u64::MAX;
+        let mut bad = Vec::new();
         let mut stmt = self
             .conn
             .prepare("SELECT data FROM chain ORDER BY seq")
@@ -753,7 +780,6 @@ impl Ledger {
             let root = e.field("root").unwrap_or_default().to_vec();
             recorded.insert(text("id"), (root, text("label"), text("kind")));
         }
-        let mut bad = Vec::new();
         for c in self.checkpoints()? {
             match recorded.get(&c.id) {
                 None if (c.created_at_ms as u64) < genesis_ms => {}
@@ -1621,6 +1647,77 @@ fn subtree_bounds(dir: &[u8]) -> (Vec<u8>, Vec<u8>) {
         hi = vec![0xff; 4097];
     }
     (lo, hi)
+}
+
+/// What the barrier checks before it decides (D109): the whole chain
+/// verifies (DESIGN §5: a broken chain refuses), and this effect's row
+/// says what the chain's entries for it leave. A row deleted or edited
+/// by SQL re-opened a spent effect, and a chain broken anywhere but its
+/// last two entries was not noticed; both are now refusals. One walk of
+/// the chain: a few milliseconds per 5,000 entries, paid only by calls
+/// that match an effect rule.
+fn barrier_check(
+    conn: &Connection,
+    path: &Path,
+    workspace_id: &str,
+    req: &crate::effects::Request,
+) -> Result<std::result::Result<(), String>> {
+    // (payload, status) as the chain's entries for this effect leave it.
+    let mut on_chain: Option<(Vec<u8>, String)> = None;
+    let mut genesis_ms = u64::MAX;
+    let verdict = crate::chain::verify_with(conn, path, workspace_id, None, &mut |e| {
+        let is_ours = || {
+            e.field("scope") == Some(req.scope.as_bytes())
+                && e.field("key") == Some(req.key.as_bytes())
+        };
+        match e.kind.as_str() {
+            "genesis" => genesis_ms = genesis_ms.min(e.time_ms),
+            "effect" if is_ours() && e.field("decision") == Some(b"admitted") => {
+                let payload = e.field("payload").unwrap_or_default().to_vec();
+                on_chain = Some((payload, "admitted".into()));
+            }
+            "effect-outcome" if is_ours() => {
+                if let Some(st) = &mut on_chain {
+                    st.1 = String::from_utf8_lossy(e.field("outcome").unwrap_or_default()).into();
+                }
+            }
+            _ => {}
+        }
+    })?;
+    if let Some(b) = &verdict.first_bad {
+        return Ok(Err(format!("the event chain is broken at {}", b.summary())));
+    }
+    if verdict.entries == 0 {
+        return Ok(Err("the event chain is empty (no genesis)".into()));
+    }
+    let row: Option<(Vec<u8>, String, i64)> = conn
+        .cached_row(
+            "SELECT payload, status, admitted_at FROM effects WHERE scope = ?1 AND key = ?2",
+            params![req.scope, req.key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(db_err(path))?;
+    let agrees = match (&row, &on_chain) {
+        (None, None) => true,
+        (Some((payload, status, _)), Some((p, s))) => payload == p && status == s,
+        // Admitted before the chain existed (a ledger from before it).
+        (Some((_, _, at)), None) => (*at as u64) < genesis_ms,
+        (None, Some(_)) => false,
+    };
+    if agrees {
+        return Ok(Ok(()));
+    }
+    let say = |x: Option<&str>| x.unwrap_or("no row").to_string();
+    Ok(Err(format!(
+        "the barrier's row for {}:{} ({}) is not what the chain recorded ({}): it was changed outside rewind; `rewind verify --deep` lists what differs",
+        req.scope,
+        req.key,
+        say(row.as_ref().map(|r| r.1.as_str())),
+        on_chain
+            .as_ref()
+            .map_or("never admitted".to_string(), |c| c.1.clone()),
+    )))
 }
 
 #[cfg(test)]

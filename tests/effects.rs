@@ -341,7 +341,7 @@ fn a_corrupt_ledger_or_a_broken_chain_refuses() {
     let c = rusqlite::Connection::open(&db).expect("open");
     c.execute("UPDATE chain SET data = CAST(data || x'00' AS BLOB) WHERE seq = (SELECT max(seq) FROM chain)", []).expect("tamper");
     drop(c);
-    assert_unavailable(root, &[], "broken chain", "chain entry");
+    assert_unavailable(root, &[], "broken chain", "event chain is broken");
     // Corrupt ledger file.
     std::fs::write(&db, vec![0x5a; 8192]).expect("clobber");
     let _ = std::fs::remove_file(root.join(".rewind/ledger.db-wal"));
@@ -350,6 +350,102 @@ fn a_corrupt_ledger_or_a_broken_chain_refuses() {
     // No workspace at all.
     let empty = common::tmp();
     assert_unavailable(empty.path(), &[], "no workspace", "not a rewind workspace");
+}
+
+/// DESIGN §5: a broken chain refuses, wherever it is broken. The barrier
+/// checked the newest two entries only, so an entry deleted or edited in
+/// the middle admitted new effects. And it read its own table without the
+/// chain: a spent effect's row deleted, or set to failed, by SQL was
+/// admitted again, silently (D109).
+#[test]
+fn the_barrier_refuses_a_chain_broken_anywhere_or_a_row_the_chain_does_not_back() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    for i in 0..6 {
+        assert_eq!(guard(root, &["--key", &format!("k{i}")]).0, 0);
+    }
+    let db = root.join(".rewind/ledger.db");
+    let sql = |q: &str| {
+        rusqlite::Connection::open(&db)
+            .expect("open")
+            .execute_batch(q)
+            .expect(q);
+    };
+    let (rc, v) = guard(root, &["--key", "k0"]);
+    assert_eq!((rc, code(&v)), (2, "SPENT"), "{v}");
+
+    // A spent effect's row deleted: refused, not a first firing.
+    sql("DELETE FROM effects WHERE key = 'k1'");
+    let (rc, v) = guard(root, &["--key", "k1"]);
+    assert_eq!((rc, code(&v)), (2, "LEDGER_UNAVAILABLE"), "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("default:k1") && r.contains("no row")),
+        "{v}"
+    );
+    // Set to failed behind the chain: refused, not a retry.
+    sql("UPDATE effects SET status = 'failed' WHERE key = 'k2'");
+    let (rc, v) = guard(root, &["--key", "k2"]);
+    assert_eq!((rc, code(&v)), (2, "LEDGER_UNAVAILABLE"), "{v}");
+    // Other keys are unaffected by those rows.
+    let (rc, v) = guard(root, &["--key", "k3"]);
+    assert_eq!((rc, code(&v)), (2, "SPENT"), "{v}");
+
+    // An entry in the middle deleted: every effect is refused.
+    sql("DELETE FROM chain WHERE seq = 3");
+    let before = chain_effect_entries(root);
+    let (rc, v) = guard(root, &["--key", "fresh"]);
+    assert_eq!((rc, code(&v)), (2, "LEDGER_UNAVAILABLE"), "{v}");
+    assert!(
+        v["reason"].as_str().is_some_and(|r| r.contains("SEQ_GAP")),
+        "{v}"
+    );
+    assert_eq!(
+        chain_effect_entries(root),
+        before,
+        "a refusal was recorded on a broken chain"
+    );
+}
+
+/// An emptied chain beside checkpoints and effects passed `verify` (0
+/// entries, ok); a chain row whose data is TEXT gave exit 2 "unreadable"
+/// instead of naming the edited entry.
+#[test]
+fn verify_fails_an_emptied_chain_and_names_a_retyped_entry() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    assert_eq!(guard(root, &["--key", "k"]).0, 0);
+    let db = root.join(".rewind/ledger.db");
+    let verify = || {
+        let out = common::rewind(root, &["--json", "verify"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        (out.status.code(), v)
+    };
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute_batch("UPDATE chain SET data = CAST(data AS TEXT) WHERE seq = 2")
+        .expect("retype");
+    let (rc, v) = verify();
+    assert_eq!(rc, Some(1), "{v}");
+    assert_eq!(
+        (
+            v["first_bad"]["seq"].as_u64(),
+            v["first_bad"]["code"].as_str()
+        ),
+        (Some(2), Some("DECODE_ERROR")),
+        "{v}"
+    );
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute_batch("DELETE FROM chain")
+        .expect("empty");
+    let (rc, v) = verify();
+    assert_eq!(rc, Some(1), "{v}");
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["first_bad"]["code"], "SEQ_GAP", "{v}");
 }
 
 #[test]
