@@ -769,6 +769,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .unwrap_or_default();
     let frozen = ws.freeze()?;
     let op = Op::parse(&intent.op);
+    let kept = checkpoint_before_recovery(ws, op, &target, intent.to_root, intent.safety)?;
     let report = match reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts) {
         Ok(r) => r,
         Err(e) => {
@@ -800,10 +801,61 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     finish(ws, op, intent.target, intent.safety, &report, how)?;
     drop(frozen);
     eprintln!(
-        "rewind: finished an interrupted {} to {target} ({} written, {} deleted)",
+        "rewind: finished an interrupted {} to {target} ({} written, {} deleted){}",
         op.as_str(),
         report.written,
-        report.deleted
+        report.deleted,
+        kept.map(|id| format!("; the tree as it was is checkpoint {id}"))
+            .unwrap_or_default()
     );
     Ok(true)
+}
+
+/// Save the live tree before an interrupted rewind is rolled forward over
+/// it, unless it is the safety checkpoint's or the target's (D110). What
+/// was changed after the crash (the agent's next edit, a new file) is in
+/// neither, and rolling forward overwrote it: the next command of any
+/// kind, `list` included, lost it. Returns the new checkpoint's id.
+fn checkpoint_before_recovery(
+    ws: &mut Workspace,
+    op: Op,
+    target_id: &str,
+    to_root: Hash,
+    safety: i64,
+) -> Result<Option<String>> {
+    let mut cap = ws.capture_live()?;
+    let safety_root = ws.ledger().checkpoint_by_seq(safety)?.map(|c| c.root);
+    if cap.root == to_root || Some(cap.root) == safety_root {
+        return Ok(None);
+    }
+    ws.sync_state(&mut cap)?;
+    let head = ws.head()?;
+    let trees = Trees::with_overlay(ws.ledger(), cap.overlay());
+    let changes = content_changes(&trees, head.as_ref(), &cap.root)?;
+    let overlay = trees.into_overlay();
+    let workspace_id = ws.ledger().workspace_id()?;
+    let engine = ws.engine().0;
+    let label = format!(
+        "before finishing an interrupted {} to {target_id}",
+        op.as_str()
+    );
+    let seq = ws.ledger_mut().write(|tx| {
+        write_capture(tx, &cap)?;
+        insert_checkpoint(
+            tx,
+            &workspace_id,
+            &cap,
+            &NewCheckpoint {
+                label: Some(&label),
+                kind: "pre-rewind",
+                parent: head.as_ref().map(|h| h.seq),
+                changes,
+            },
+            None,
+            engine,
+        )
+    })?;
+    ws.ledger().remember_nodes(overlay);
+    ws.commit_dirty()?;
+    Ok(ws.ledger().checkpoint_by_seq(seq)?.map(|c| c.id))
 }

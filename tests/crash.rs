@@ -422,6 +422,76 @@ fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
     }
 }
 
+/// D110: a rewind killed mid-apply, then the agent's next edit and a new
+/// file, then any command (here `list`): the interrupted rewind is rolled
+/// forward, and what was written after the crash is kept in a checkpoint
+/// first. Before, the roll-forward overwrote the edit and deleted the new
+/// file, and no checkpoint held either.
+#[test]
+fn work_done_after_a_crashed_rewind_is_kept_when_the_rewind_is_finished() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let root = lfs.subdir("after-crash");
+    let (a, snap_a, _) = fixture(&root);
+    let out = rewind_env(
+        &root,
+        &["rewind", &a],
+        &[("REWIND_FAILPOINT", "apply:file-written:3")],
+    );
+    assert!(killed(&out), "not killed mid-apply");
+    write(&root.join("d0/f0.txt"), b"my work after the crash\n");
+    write(&root.join("notes.txt"), b"a new file after the crash\n");
+    let after_crash = snapshot(&root);
+    let out = rewind(&root, &["--json", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the tree as it was is checkpoint"), "{err}");
+    assert_same("rolled forward to A", &snap_a, &snapshot(&root));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let kept = list["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .find(|c| {
+            c["label"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("before finishing an interrupted rewind"))
+        })
+        .unwrap_or_else(|| panic!("no checkpoint of the tree after the crash: {list}"));
+    let id = kept["id"].as_str().expect("id");
+    rewind_json(&root, &["rewind", id]);
+    assert_same(
+        "the work after the crash, restored",
+        &after_crash,
+        &snapshot(&root),
+    );
+    // A clean recovery (nothing written after the crash) adds nothing.
+    rewind_json(&root, &["rewind", &a]);
+    let before = rewind_json(&root, &["list"])["checkpoints"]
+        .as_array()
+        .map(Vec::len);
+    let out = rewind_env(
+        &root,
+        &["rewind", id],
+        &[("REWIND_FAILPOINT", "rewind:after-intent")],
+    );
+    assert!(killed(&out), "not killed after the intent");
+    rewind_json(&root, &["status"]);
+    let after = rewind_json(&root, &["list"])["checkpoints"]
+        .as_array()
+        .map(Vec::len);
+    assert_eq!(
+        after,
+        before.map(|n| n + 1),
+        "only the rewind's own safety checkpoint is new"
+    );
+}
+
 /// `deep/` and 30 directories of 200-byte names below it, then `leaf`
 /// (6 KB of path: only a walk of directory fds reaches it).
 const DEPTH: usize = 30;
