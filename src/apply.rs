@@ -337,8 +337,14 @@ pub fn apply(
     // a change carries it (parents under --exact-times are looked up).
     let mut dir_fixups: BTreeMap<Vec<u8>, Option<Entry>> = BTreeMap::new();
     let mut links: Vec<&Change> = Vec::new();
+    // Paths where something the capture did not see was found (D111):
+    // they and everything below them are left as they are.
+    let mut uncaptured: HashSet<Vec<u8>> = HashSet::new();
     for ch in changes {
         let Some(new) = &ch.new else { continue };
+        if is_at_or_below(&ch.path, &uncaptured) {
+            continue;
+        }
         let (parent, name) = split_parent(&ch.path);
         let name = OsStr::from_bytes(name);
         match new.kind() {
@@ -347,9 +353,10 @@ pub fn apply(
                     let dir = parents.get(parent)?;
                     match dir.mkdir(name, 0o700) {
                         Ok(()) => {}
-                        Err(e)
-                            if e.kind() == std::io::ErrorKind::AlreadyExists
-                                && dir.stat_at(name).is_ok_and(|m| m.kind == EntryKind::Dir) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                            keep_uncaptured(&ch.path, &mut uncaptured, &mut report);
+                            continue;
+                        }
                         Err(e) => return Err(Error::os(e)),
                     }
                     report.written += 1;
@@ -389,11 +396,16 @@ pub fn apply(
                 }
                 drop(file);
                 let dir = parents.get(parent)?;
-                if let Err(e) = store
-                    .tmp_dir()
-                    .rename(&tmp_name, dir, name, RenameMode::Replace)
+                if let Err(e) =
+                    store
+                        .tmp_dir()
+                        .rename(&tmp_name, dir, name, replacing(ch, Kind::File))
                 {
                     let _ = store.tmp_dir().unlink(&tmp_name);
+                    if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        keep_uncaptured(&ch.path, &mut uncaptured, &mut report);
+                        continue;
+                    }
                     return Err(Error::os(e));
                 }
                 report.written += 1;
@@ -416,6 +428,9 @@ pub fn apply(
         else {
             continue;
         };
+        if is_at_or_below(&ch.path, &uncaptured) {
+            continue;
+        }
         let (parent, name) = split_parent(&ch.path);
         let tmp_name = store.temp_name("ln");
         store
@@ -423,12 +438,17 @@ pub fn apply(
             .symlink(target, &tmp_name)
             .map_err(Error::os)?;
         let dir = parents.get(parent)?;
-        if let Err(e) =
-            store
-                .tmp_dir()
-                .rename(&tmp_name, dir, OsStr::from_bytes(name), RenameMode::Replace)
-        {
+        if let Err(e) = store.tmp_dir().rename(
+            &tmp_name,
+            dir,
+            OsStr::from_bytes(name),
+            replacing(ch, Kind::Symlink),
+        ) {
             let _ = store.tmp_dir().unlink(&tmp_name);
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                keep_uncaptured(&ch.path, &mut uncaptured, &mut report);
+                continue;
+            }
             return Err(Error::os(e));
         }
         report.written += 1;
@@ -456,6 +476,9 @@ pub fn apply(
     let mut fixups: Vec<(Vec<u8>, Option<Entry>)> = dir_fixups.into_iter().collect();
     fixups.sort_by_key(|(p, _)| std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count()));
     for (path, entry) in fixups {
+        if is_at_or_below(&path, &uncaptured) {
+            continue;
+        }
         let Some(entry) = entry.or_else(|| lookup_target(trees, &path)) else {
             continue;
         };
@@ -478,6 +501,34 @@ pub fn apply(
         failpoint::hit("apply:meta-fixed");
     }
     Ok(report)
+}
+
+/// How an entry of kind `kind` goes into place. Over an old entry of the
+/// same kind the capture saw, it replaces it; anywhere else the plan
+/// expects nothing (the old entry was removed in step 1, or there was
+/// none), so something found there was never captured: an ignored path,
+/// a file the capture could not read, one created during the rewind.
+/// Replacing it lost it for good (D111); `NoReplace` finds it instead.
+fn replacing(ch: &Change, kind: Kind) -> RenameMode {
+    match &ch.old {
+        Some(old) if old.kind() == kind => RenameMode::Replace,
+        _ => RenameMode::NoReplace,
+    }
+}
+
+/// Leave an entry the capture never saw, and everything the plan would
+/// put below it, as it is, and say so.
+fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
+    uncaptured.insert(path.to_vec());
+    report.kept.push(Skipped {
+        path: display_path(path),
+        reason: "kept: something no checkpoint captured is there (ignored, unreadable, or made during the rewind)".into(),
+    });
+}
+
+/// Whether `path` is one of `set` or below one.
+fn is_at_or_below(path: &[u8], set: &HashSet<Vec<u8>>) -> bool {
+    !set.is_empty() && (set.contains(path) || ancestors(path).any(|a| set.contains(a)))
 }
 
 /// The target-side entry of a parent directory that is not itself a change

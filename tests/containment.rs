@@ -239,6 +239,102 @@ fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     assert!(root.join("build/out.o").exists());
 }
 
+/// D111: a path a checkpoint holds that is now ignored (`.rewind/ignore`
+/// or `.rewindignore`) keeps its live content through a rewind to that
+/// checkpoint, and so does a file the capture could not read; they are
+/// reported as kept. Before, the old content was renamed over them (lost
+/// for good: no checkpoint holds what was there), or, where a directory
+/// stood, the rewind failed with ROLLED_BACK "Is a directory".
+#[test]
+fn a_rewind_never_replaces_what_no_checkpoint_captured() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("data/model.bin"), b"old data");
+    write(&root.join("out"), b"out was a file");
+    write(&root.join("main.py"), b"v1");
+    let a = checkpoint_id(root, &["a"]);
+    write(&root.join(".rewind/ignore"), b"data/\nout\nmore/\n");
+    write(&root.join("data/model.bin"), b"NEW precious data");
+    std::fs::remove_file(root.join("out")).expect("rm out");
+    write(&root.join("out/inside"), b"out is an ignored directory now");
+    write(&root.join("main.py"), b"v2");
+    let out = rewind(root, &["--json", "rewind", &a]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(std::fs::read(root.join("main.py")).expect("main"), b"v1");
+    assert_eq!(
+        std::fs::read(root.join("data/model.bin")).expect("data"),
+        b"NEW precious data",
+        "an ignored file was overwritten"
+    );
+    assert_eq!(
+        std::fs::read(root.join("out/inside")).expect("out"),
+        b"out is an ignored directory now"
+    );
+    let kept: Vec<&str> = v["kept"]
+        .as_array()
+        .expect("kept")
+        .iter()
+        .filter_map(|k| k["path"].as_str())
+        .collect();
+    assert!(kept.contains(&"out"), "{v}");
+    assert!(kept.iter().any(|k| k.starts_with("data")), "{v}");
+}
+
+/// A file the capture cannot read (another user's output in the
+/// workspace, mode 000) is skipped by the checkpoint; a rewind to a
+/// checkpoint that holds an older version of it keeps it, instead of
+/// renaming the old one over it (D111).
+#[test]
+fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
+    if !common::is_root() {
+        common::skip_or_fail("switching to another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    let nobody = |cmd: &str| {
+        let st = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
+            .current_dir(root)
+            .output()
+            .expect("su");
+        assert!(
+            st.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        st
+    };
+    std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    nobody(&format!(
+        "echo v1 > db.sqlite && echo a > a.txt && {bin} checkpoint a -q"
+    ));
+    std::fs::remove_file(root.join("db.sqlite")).expect("rm");
+    write(&root.join("db.sqlite"), b"root-owned container output\n");
+    common::chmod(&root.join("db.sqlite"), 0o600);
+    nobody("echo b > a.txt");
+    let out = nobody(&format!("{bin} --json rewind a"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("a"), b"a\n");
+    assert_eq!(
+        std::fs::read(root.join("db.sqlite")).expect("db"),
+        b"root-owned container output\n",
+        "an unreadable file was overwritten: {v}"
+    );
+    assert!(
+        v["kept"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k["path"] == "db.sqlite")),
+        "{v}"
+    );
+}
+
 #[test]
 fn the_failpoint_stop_action_is_inert_without_the_env() {
     // Guard against a failpoint leaking into normal runs.

@@ -329,32 +329,35 @@ fn random_time_kills_never_leave_a_mix_with_the_btrfs_snapshot_engine() {
     random_kills_in("btrfs engine", &root, 40);
 }
 
-/// A tmpfs mounted over `dir` for the life of the guard.
-struct Tmpfs(std::path::PathBuf);
+/// `chattr +i` on `path` for the life of the guard: no rename replaces
+/// it, root's included.
+struct Immutable(std::path::PathBuf);
 
-impl Tmpfs {
-    fn over(dir: &Path) -> Tmpfs {
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "tmpfs"])
-            .arg(dir)
+impl Immutable {
+    fn on(path: &Path) -> Immutable {
+        let st = Command::new("chattr")
+            .arg("+i")
+            .arg(path)
             .status()
-            .expect("mount");
-        assert!(st.success(), "mount tmpfs on {}", dir.display());
-        Tmpfs(dir.to_path_buf())
+            .expect("chattr");
+        assert!(st.success(), "chattr +i {}", path.display());
+        Immutable(path.to_path_buf())
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for Immutable {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
     }
 }
 
-/// A rewind that cannot finish (here a mount point where the target has a
-/// directory: every write below it fails with EXDEV) goes back to the
-/// before-state, says why, and leaves no intent: before, every later
+/// A rewind that cannot finish (here a file it must replace is immutable:
+/// the rename fails with EPERM, again from a fresh capture) goes back to
+/// the before-state, says why, and leaves no intent: before, every later
 /// command retried it and failed the same way, and nothing could clear it.
 /// The same holds when it was killed first and a later command finds it.
+/// (The first trigger, a mount point where the target has a directory,
+/// is now left alone and reported as kept: D111.)
 #[test]
 fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
     let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
@@ -362,12 +365,12 @@ fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
     };
     for killed_first in [false, true] {
         let root = lfs.subdir(&format!("stuck-{killed_first}"));
-        write(&root.join("pkg/p.txt"), b"p1");
+        write(&root.join("pkg/lock.txt"), b"l1");
         write(&root.join("a.txt"), b"a1");
         let a = checkpoint_id(&root, &["A"]);
         write(&root.join("a.txt"), b"changed");
-        let _mounted = Tmpfs::over(&root.join("pkg"));
-        write(&root.join("pkg/on-tmpfs"), b"t");
+        write(&root.join("pkg/lock.txt"), b"l2");
+        let _immutable = Immutable::on(&root.join("pkg/lock.txt"));
         let before = snapshot(&root);
         let what = format!("killed first: {killed_first}");
         if killed_first {
@@ -382,7 +385,7 @@ fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(0), "{what}: {err}");
             assert!(
-                err.contains("rolled back") && err.contains("mount point"),
+                err.contains("rolled back") && err.contains("lock.txt"),
                 "{what}: {err}"
             );
         } else {
@@ -391,10 +394,7 @@ fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
             assert_eq!(v["error"]["code"], "ROLLED_BACK", "{what}: {v}");
             let msg = v["error"]["message"].as_str().unwrap_or("");
-            assert!(
-                msg.contains("pkg") && msg.contains("mount point"),
-                "{what}: {v}"
-            );
+            assert!(msg.contains("lock.txt"), "{what}: {v}");
         }
         assert_same(&format!("{what}: rolled back"), &before, &snapshot(&root));
         // Nothing pending: every command works, the chain verifies, and a
