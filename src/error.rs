@@ -70,7 +70,7 @@ pub enum Error {
     Usage(String),
 
     #[error(
-        "the event chain fails verification ({detail}): {consequence}; `rewind verify` shows it, and an anchor kept elsewhere is the evidence"
+        "the event chain fails verification ({detail}): {consequence}; `rewind verify --deep` shows it, and an anchor kept elsewhere is the evidence"
     )]
     Tampered { detail: String, consequence: String },
 

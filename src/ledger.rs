@@ -732,6 +732,70 @@ impl Ledger {
         Ok(self.meta("workspace_id")?.unwrap_or_default())
     }
 
+    /// Whether checkpoint `ck` (its row) is what the chain recorded
+    /// (D112): the newest `checkpoint` entry naming its id must hash to
+    /// its stored hash, be linked from the entry after it, and carry the
+    /// row's root, label, kind and parent. Read from the newest entry
+    /// back, so a recent checkpoint costs a few rows; the whole chain is
+    /// `verify`'s. A checkpoint from before the chain (a ledger older
+    /// than its genesis) is not checked.
+    pub fn checkpoint_on_chain(&self, ck: &Checkpoint) -> Result<std::result::Result<(), String>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT seq, data, hash FROM chain ORDER BY seq DESC")
+            .map_err(self.err())?;
+        let mut rows = stmt.query([]).map_err(self.err())?;
+        let mut newer_prev: Option<Hash> = None;
+        let mut genesis_ms = None;
+        while let Some(row) = rows.next().map_err(self.err())? {
+            let seq: i64 = row.get(0).map_err(self.err())?;
+            let (Ok(data), Ok(stored)) = (row.get::<_, Vec<u8>>(1), row.get::<_, Vec<u8>>(2))
+            else {
+                return Ok(Err(format!("chain entry {seq} is not stored as bytes")));
+            };
+            let Ok(e) = crate::chain::Entry::decode(&data) else {
+                return Ok(Err(format!("chain entry {seq} does not decode")));
+            };
+            let hash = crate::chain::leaf_hash(&data);
+            if e.kind == "genesis" {
+                genesis_ms = Some(e.time_ms);
+            }
+            if e.kind == "checkpoint" && e.field("id") == Some(ck.id.as_bytes()) {
+                if stored[..] != hash.0[..] || e.seq != seq as u64 {
+                    return Ok(Err(format!(
+                        "chain entry {seq} (checkpoint {}) does not match its hash",
+                        ck.id
+                    )));
+                }
+                if newer_prev.is_some_and(|p| p != hash) {
+                    return Ok(Err(format!(
+                        "chain entry {} is not linked to entry {seq} (checkpoint {})",
+                        seq + 1,
+                        ck.id
+                    )));
+                }
+                let parent = ck.parent.as_ref().map(|p| p.1.as_str()).unwrap_or("");
+                let same = e.field("root") == Some(&ck.root.0[..])
+                    && e.field("label") == Some(ck.label.as_deref().unwrap_or("").as_bytes())
+                    && e.field("kind") == Some(ck.kind.as_bytes())
+                    && e.field("parent") == Some(parent.as_bytes());
+                return Ok(if same {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "checkpoint {}'s row is not what chain entry {seq} recorded (its root, label, kind or parent was changed)",
+                        ck.id
+                    ))
+                });
+            }
+            newer_prev = Some(e.prev);
+        }
+        match genesis_ms {
+            Some(g) if (ck.created_at_ms as u64) < g => Ok(Ok(())),
+            _ => Ok(Err(format!("no chain entry records checkpoint {}", ck.id))),
+        }
+    }
+
     /// Checkpoint rows that differ from the chain entry that recorded
     /// them (root, label, kind), or that no entry recorded, and effect rows
     /// that differ from what the chain's effect entries leave (for `verify
@@ -739,7 +803,8 @@ impl Ledger {
     /// proof to the table a rewind reads: a row pointed at another
     /// checkpoint's content restored it.
     pub fn checkpoints_against_chain(&self) -> Result<Vec<String>> {
-        let mut recorded: HashMap<String, (Vec<u8>, String, String)> = HashMap::new();
+        // id -> (root, label, kind, parent id) as the chain recorded them.
+        let mut recorded: HashMap<String, (Vec<u8>, String, String, String)> = HashMap::new();
         // (scope, key) -> (payload, status) as the chain's effect entries
         // leave it: the barrier's table must say the same.
         let mut effects: HashMap<(String, String), (String, String)> = HashMap::new();
@@ -778,7 +843,10 @@ impl Ledger {
                 _ => continue,
             }
             let root = e.field("root").unwrap_or_default().to_vec();
-            recorded.insert(text("id"), (root, text("label"), text("kind")));
+            recorded.insert(
+                text("id"),
+                (root, text("label"), text("kind"), text("parent")),
+            );
         }
         for c in self.checkpoints()? {
             match recorded.get(&c.id) {
@@ -787,7 +855,14 @@ impl Ledger {
                     "checkpoint {} is in the table but not on the chain",
                     c.id
                 )),
-                Some((root, label, kind)) => {
+                Some((root, label, kind, parent)) => {
+                    let row_parent = c.parent.as_ref().map(|p| p.1.as_str()).unwrap_or("");
+                    if parent != row_parent {
+                        bad.push(format!(
+                            "checkpoint {}'s parent differs from the one the chain recorded",
+                            c.id
+                        ));
+                    }
                     if root.as_slice() != c.root.0.as_slice() {
                         bad.push(format!(
                             "checkpoint {}'s root differs from the one the chain recorded",

@@ -437,6 +437,25 @@ impl ObjectStore {
             .all(|(i, c)| *c == zeros || stored_at(c, chunk_len(size, i)))
     }
 
+    /// The bytes a restore of this object writes: its size, less the
+    /// holes of a chunked object (all-zero chunks are never written, D83).
+    /// What a rewind's space check counts: a one-byte change in a 3 GiB
+    /// sparse file needs one chunk, not 3 GiB.
+    pub fn bytes_to_write(&self, hash: &Hash, size: u64) -> u64 {
+        match self.blobs.chunks(hash) {
+            Ok(Some(chunks)) => {
+                let zeros = zero_chunk_hash();
+                chunks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c != zeros)
+                    .map(|(i, _)| chunk_len(size, i))
+                    .sum()
+            }
+            _ => size,
+        }
+    }
+
     /// The chunk list of a chunked object, if it is one.
     pub fn chunks_of(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
         self.blobs.chunks(hash)

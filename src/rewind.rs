@@ -251,6 +251,7 @@ fn run_to(
     }
 
     ws.lock()?;
+    let target = confirm_target(ws, target)?;
     // Mounted: nobody sees the tree from the safety capture until the
     // apply is done and the kernel's caches are dropped.
     let mut frozen = {
@@ -459,8 +460,10 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     let needed: u64 = changes
         .iter()
         .filter_map(|c| c.new.as_ref())
-        .filter(|e| e.kind() == crate::tree::Kind::File)
-        .map(|e| e.size)
+        .map(|e| match &e.target {
+            crate::tree::Target::Object(hash) => ws.store().bytes_to_write(hash, e.size),
+            _ => 0,
+        })
         .sum();
     let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
     let available = fs.blocks_available * fs.block_size;
@@ -730,6 +733,31 @@ fn roll_back(
         },
         Err(_) => cause,
     }
+}
+
+/// The target as the ledger has it now that the lock is held, checked
+/// against the chain entry that recorded it (D112). A `gc` that pruned it
+/// while this command waited for the lock gave "ledger corrupt: tree node
+/// missing"; now it is `PRUNED`. A row whose root, label, kind or parent
+/// was edited by SQL restored another tree; now it is `TAMPERED`, and
+/// nothing changes.
+fn confirm_target(ws: &Workspace, target: Checkpoint) -> Result<Checkpoint> {
+    let now = ws
+        .ledger()
+        .checkpoint_by_seq(target.seq)?
+        .ok_or_else(|| Error::UnknownId {
+            id: target.id.clone(),
+        })?;
+    if now.pruned {
+        return Err(Error::Pruned { id: now.id });
+    }
+    if let Err(detail) = ws.ledger().checkpoint_on_chain(&now)? {
+        return Err(Error::Tampered {
+            detail,
+            consequence: "the rewind was refused and nothing was changed".into(),
+        });
+    }
+    Ok(now)
 }
 
 /// Roll an interrupted rewind forward (DESIGN §4 rule 7), or back when it

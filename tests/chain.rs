@@ -552,3 +552,58 @@ fn anchoring_again_never_overwrites_the_evidence_of_a_truncation() {
         );
     }
 }
+
+/// D112: a rewind reads the `checkpoints` table, and a row whose root was
+/// pointed at another checkpoint's content restored that other tree with
+/// `verify` (not `--deep`) still ok. The rewind now checks the target's
+/// row against the chain entry that recorded it and refuses with
+/// TAMPERED, changing nothing; `verify --deep` also names a changed
+/// parent (which moves `HEAD~N` and gc's protection of HEAD's ancestors).
+#[test]
+fn a_rewind_refuses_a_checkpoint_row_the_chain_does_not_back() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a.txt"), b"first");
+    let first = checkpoint_id(root, &["first"]);
+    write(&root.join("a.txt"), b"second");
+    let second = checkpoint_id(root, &["second"]);
+    write(&root.join("a.txt"), b"live");
+    let db = root.join(".rewind/ledger.db");
+    let sql = |q: &str| {
+        Connection::open(&db)
+            .expect("open")
+            .execute_batch(q)
+            .expect(q)
+    };
+    sql(&format!(
+        "UPDATE checkpoints SET root = (SELECT root FROM checkpoints WHERE id = '{first}') WHERE id = '{second}'"
+    ));
+    let out = rewind(root, &["--json", "rewind", &second]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "TAMPERED", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&second) && m.contains("nothing was changed")),
+        "{v}"
+    );
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"live");
+    // An intact checkpoint still rewinds.
+    rewind_json(root, &["rewind", &first]);
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"first");
+    // A parent pointed elsewhere: verify --deep names it.
+    sql(&format!(
+        "UPDATE checkpoints SET parent = NULL WHERE id = '{second}'"
+    ));
+    let (code, v) = verify(root, &["--deep"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["deep"]["bad"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|x| x
+                .as_str()
+                .is_some_and(|s| s.contains(&second) && s.contains("parent")))),
+        "{v}"
+    );
+}

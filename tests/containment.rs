@@ -319,6 +319,19 @@ fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
     write(&root.join("db.sqlite"), b"root-owned container output\n");
     common::chmod(&root.join("db.sqlite"), 0o600);
     nobody("echo b > a.txt");
+    // `status` lists it as skipped, not as deleted.
+    let st = nobody(&format!("{bin} --json status"));
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).expect("json");
+    assert!(
+        !common::changed_paths(&st).iter().any(|p| *p == "db.sqlite"),
+        "an unreadable file shown as a change: {st}"
+    );
+    assert!(
+        st["skipped"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k["path"] == "db.sqlite")),
+        "{st}"
+    );
     let out = nobody(&format!("{bin} --json rewind a"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(std::fs::read(root.join("a.txt")).expect("a"), b"a\n");

@@ -153,6 +153,48 @@ fn on_ext4_a_sparse_file_round_trips_and_stays_sparse() {
     );
 }
 
+/// The space check counts what a restore writes: a one-byte change in a
+/// sparse file larger than the free space was refused with NO_SPACE
+/// ("nothing was changed"), though the restore writes one chunk; that
+/// file could never be brought back (D113).
+#[test]
+fn on_ext4_a_sparse_file_bigger_than_the_free_space_is_rewound() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 1024) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let len: u64 = 3 << 30;
+    let path = root.join("sparse.img");
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::create(&path).expect("create");
+    f.set_len(len).expect("set_len");
+    f.write_all_at(b"data", 1 << 30).expect("write");
+    drop(f);
+    let id = common::checkpoint_id(&root, &["sparse"]);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.write_all_at(b"x", 100).expect("write");
+    drop(f);
+    let out = common::rewind(&root, &["--json", "rewind", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let f = std::fs::File::open(&path).expect("open");
+    let mut b = [0u8; 4];
+    f.read_exact_at(&mut b[..1], 100).expect("read");
+    assert_eq!(b[0], 0, "the change is undone");
+    f.read_exact_at(&mut b, 1 << 30).expect("read");
+    assert_eq!(&b, b"data");
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata().expect("stat");
+    assert_eq!(m.len(), len);
+    assert!(m.blocks() * 512 < 16 << 20, "the holes were written");
+}
+
 /// A chunk file damaged in the store (cut short by a crash before its
 /// sync, or by hand) is never restored as if it were whole: the rewind
 /// that needs it is refused before it changes anything, naming the file,

@@ -51,7 +51,17 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
         .as_ref()
         .map(|h| h.root)
         .unwrap_or_else(crate::tree::Node::empty_hash);
-    let changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
+    let mut changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
+    // A path the capture skipped (unreadable, a mount point) is still
+    // there: it is listed as skipped, not as deleted.
+    let skipped: Vec<&str> = cap.skipped.iter().map(|s| s.path.as_str()).collect();
+    changes.retain(|c| {
+        let path = crate::capture::display_path(&c.path);
+        c.new.is_some()
+            || !skipped
+                .iter()
+                .any(|s| path == *s || path.strip_prefix(s).is_some_and(|r| r.starts_with('/')))
+    });
     Ok(Out {
         head: head.map(|h| h.id),
         changes: ChangeJson::from_changes(&changes),
