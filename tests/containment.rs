@@ -323,7 +323,7 @@ fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
     let st = nobody(&format!("{bin} --json status"));
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).expect("json");
     assert!(
-        !common::changed_paths(&st).iter().any(|p| *p == "db.sqlite"),
+        !common::changed_paths(&st).contains(&"db.sqlite"),
         "an unreadable file shown as a change: {st}"
     );
     assert!(
