@@ -79,8 +79,13 @@ pub enum Error {
     )]
     Pruned { id: String },
 
-    #[error("the store uses {:.1} MiB, over its budget (max_store_bytes = {:.1} MiB), and every remaining checkpoint is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken", *used as f64 / 1048576.0, *budget as f64 / 1048576.0)]
-    OverBudget { budget: u64, used: u64 },
+    #[error("{}", over_budget(*budget, *used, *checkpoints))]
+    OverBudget {
+        budget: u64,
+        used: u64,
+        /// Checkpoints left (all protected); none: the ledger alone is over.
+        checkpoints: usize,
+    },
 
     #[error("btrfs: {}: {reason}", path.display())]
     Btrfs { path: PathBuf, reason: String },
@@ -172,5 +177,24 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
                 source,
             },
         }
+    }
+}
+
+/// `OVER_BUDGET`'s message. With no checkpoint left, `gc --force` frees
+/// nothing: what is over the budget is the ledger itself.
+fn over_budget(budget: u64, used: u64, checkpoints: usize) -> String {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    if checkpoints == 0 {
+        format!(
+            "the ledger alone uses {:.1} MiB, over the store's budget (max_store_bytes = {:.1} MiB): raise max_store_bytes in rewind.toml (a few MiB is the least that works); no checkpoint was taken",
+            mib(used),
+            mib(budget)
+        )
+    } else {
+        format!(
+            "the store uses {:.1} MiB, over its budget (max_store_bytes = {:.1} MiB), and every remaining checkpoint ({checkpoints}) is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken",
+            mib(used),
+            mib(budget)
+        )
     }
 }

@@ -428,7 +428,11 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
     };
     let (pruned, used) = enforce_budget(ws, policy, budget)?;
     if used > budget {
-        return Err(crate::error::Error::OverBudget { budget, used });
+        return Err(crate::error::Error::OverBudget {
+            budget,
+            used,
+            checkpoints: live_checkpoints(ws)?,
+        });
     }
     Ok(pruned)
 }
@@ -447,9 +451,22 @@ pub fn refuse_if_over_budget(ws: &Workspace, policy: &Retention) -> Result<()> {
     };
     let used: u64 = used.parse().unwrap_or(u64::MAX);
     if used > budget {
-        return Err(crate::error::Error::OverBudget { budget, used });
+        return Err(crate::error::Error::OverBudget {
+            budget,
+            used,
+            checkpoints: live_checkpoints(ws)?,
+        });
     }
     Ok(())
+}
+
+fn live_checkpoints(ws: &Workspace) -> Result<usize> {
+    Ok(ws
+        .ledger()
+        .checkpoints()?
+        .iter()
+        .filter(|c| !c.pruned)
+        .count())
 }
 
 /// Whether the policy may prune a batch now. Two counts decide most of the

@@ -257,15 +257,31 @@ fn the_peer_descriptor_shape_and_stdin_are_accepted() {
 fn malformed_input_is_a_usage_error_that_records_nothing() {
     let dir = common::tmp();
     workspace(dir.path());
-    for bad in [
-        "not json",
-        r#"{"payload":{}}"#,
-        r#"{"descriptor":{"scopeLabel":"x"}}"#,
+    // A misspelt field dropped what it carried (D114: a typo'd
+    // "paylod" made every later payload match); a non-string key read as
+    // no key.
+    for (bad, says) in [
+        ("not json", "not valid JSON"),
+        (r#"{"payload":{}}"#, "has no \"key\""),
+        (
+            r#"{"descriptor":{"scopeLabel":"x"}}"#,
+            "has no \"effectKey\"",
+        ),
+        (
+            r#"{"key":"k","paylod":{"amount":5}}"#,
+            "unknown field \"paylod\"",
+        ),
+        (r#"{"key":5}"#, "\"key\" must be a string"),
     ] {
         let out = rewind(dir.path(), &["guard", bad]);
         assert_eq!(
             out.status.code(),
             Some(1),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
             "{bad}: {}",
             String::from_utf8_lossy(&out.stderr)
         );

@@ -497,6 +497,21 @@ fn the_budget_prunes_unprotected_checkpoints_then_refuses_clearly() {
         after["checkpoints"].as_array().map(Vec::len),
         "a refused checkpoint was taken"
     );
+    // A budget the ledger alone exceeds, with no checkpoint at all: the
+    // advice was `gc --force`, which frees nothing (D114).
+    let fresh = common::tmp();
+    write(&fresh.path().join("a.txt"), b"a");
+    write(
+        &fresh.path().join("rewind.toml"),
+        b"[retention]\nmax_store_bytes = \"64KiB\"\n",
+    );
+    let out = rewind(fresh.path(), &["checkpoint"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the ledger alone") && !err.contains("gc --force"),
+        "{err}"
+    );
 }
 
 /// Hook and safety checkpoints label themselves ("before Bash: …"): with

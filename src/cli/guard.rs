@@ -122,6 +122,26 @@ fn request(args: Args) -> Result<Request> {
         Some(d) => (d, "effectKey", "scopeLabel"),
         None => (&v, "key", "scope"),
     };
+    // Our own shape is closed: a misspelt "paylod" dropped the payload,
+    // and every later payload then matched the first. The peer tool's
+    // descriptor may carry fields of its own.
+    if v.get("descriptor").is_none()
+        && let Some(map) = v.as_object()
+        && let Some(unknown) = map
+            .keys()
+            .find(|k| !["key", "payload", "scope", "kind"].contains(&k.as_str()))
+    {
+        return Err(Error::Usage(format!(
+            "the effect has an unknown field \"{unknown}\": expected \"key\", \"payload\", \"scope\" and \"kind\""
+        )));
+    }
+    for field in [key_field, scope_field, "kind"] {
+        if obj.get(field).is_some_and(|x| !x.is_string()) {
+            return Err(Error::Usage(format!(
+                "the effect's \"{field}\" must be a string, e.g. {{\"{key_field}\": \"charge-order-1234\"}}"
+            )));
+        }
+    }
     let text_of = |name: &str| obj.get(name).and_then(|x| x.as_str()).map(str::to_string);
     let key = args
         .key
