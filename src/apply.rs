@@ -125,7 +125,7 @@ impl Touched {
         paths: impl IntoIterator<Item = &'p Vec<u8>>,
     ) -> Result<()> {
         self.dir(b"");
-        let mut parents = Parents { root, last: None };
+        let mut parents = Parents::new(root);
         for path in paths {
             if self.whole_fs {
                 break;
@@ -179,7 +179,7 @@ fn fsync_entries(
     entries: &[(&[u8], bool)],
     done: &std::sync::Mutex<Vec<(Vec<u8>, i64)>>,
 ) -> Result<()> {
-    let mut parents = Parents { root, last: None };
+    let mut parents = Parents::new(root);
     let mut mine = Vec::with_capacity(entries.len());
     for &(path, is_dir) in entries {
         let meta = if is_dir {
@@ -243,18 +243,41 @@ fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
 
 /// Opens parent directories beneath the root, reusing the last one (a plan
 /// is in path order, so siblings come together).
+///
+/// A parent its owner may not write (mode 500 or 555: a Go module cache,
+/// `chmod -R a-w`) is made writable for the apply and given its mode back
+/// after ([`Parents::restore`]). Root writes there anyway; another user
+/// could, before, never rewind a change inside one (D115).
 struct Parents<'a> {
     root: &'a Dir,
     last: Option<(Vec<u8>, Dir)>,
+    /// Directories made writable, with the mode each had.
+    relaxed: Vec<(Vec<u8>, u32)>,
+    as_root: bool,
 }
 
-impl Parents<'_> {
+impl<'a> Parents<'a> {
+    fn new(root: &'a Dir) -> Parents<'a> {
+        Parents {
+            root,
+            last: None,
+            relaxed: Vec::new(),
+            as_root: rewind_platform::is_root(),
+        }
+    }
+
     fn get(&mut self, parent: &[u8]) -> Result<&Dir> {
         if self.last.as_ref().is_none_or(|(p, _)| p != parent) {
             let dir = self
                 .root
                 .open_beneath(Path::new(OsStr::from_bytes(parent)))
                 .map_err(Error::os)?;
+            if !self.as_root && !self.relaxed.iter().any(|(p, _)| p == parent) {
+                let meta = dir.meta().map_err(Error::os)?;
+                if meta.mode & 0o300 != 0o300 && dir.set_own_mode(meta.mode | 0o300).is_ok() {
+                    self.relaxed.push((parent.to_vec(), meta.mode));
+                }
+            }
             self.last = Some((parent.to_vec(), dir));
         }
         match &self.last {
@@ -267,6 +290,27 @@ impl Parents<'_> {
 
     fn forget(&mut self) {
         self.last = None;
+    }
+
+    /// Give the directories made writable their modes back, deepest
+    /// first, except those the apply set a mode on itself (`done`).
+    fn restore(&mut self, done: &HashSet<Vec<u8>>) -> Result<()> {
+        self.forget();
+        let mut relaxed = std::mem::take(&mut self.relaxed);
+        relaxed.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        for (path, mode) in relaxed {
+            if done.contains(&path) {
+                continue;
+            }
+            // Removed by the apply, or replaced by a non-directory.
+            let dir = match self.root.open_beneath(Path::new(OsStr::from_bytes(&path))) {
+                Ok(d) => d,
+                Err(e) if e.is_not_found() || e.raw_os_error() == Some(20) => continue,
+                Err(e) => return Err(Error::os(e)),
+            };
+            dir.set_own_mode(mode).map_err(Error::os)?;
+        }
+        Ok(())
     }
 }
 
@@ -283,7 +327,7 @@ pub fn apply(
     progress: &Progress,
 ) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
-    let mut parents = Parents { root, last: None };
+    let mut parents = Parents::new(root);
 
     let phase = crate::trace::span("apply: removals");
     // 1. Removals: everything whose old entry goes away or changes type.
@@ -473,6 +517,7 @@ pub fn apply(
     }
     // The root's own metadata is not part of the tree.
     dir_fixups.remove(&Vec::new());
+    let mut fixed: HashSet<Vec<u8>> = HashSet::new();
     let mut fixups: Vec<(Vec<u8>, Option<Entry>)> = dir_fixups.into_iter().collect();
     fixups.sort_by_key(|(p, _)| std::cmp::Reverse(p.iter().filter(|&&c| c == b'/').count()));
     for (path, entry) in fixups {
@@ -498,8 +543,10 @@ pub fn apply(
         dir.set_mode(name, EntryKind::Dir, mode)
             .map_err(Error::os)?;
         report.touched.dir(&path);
+        fixed.insert(path);
         failpoint::hit("apply:meta-fixed");
     }
+    parents.restore(&fixed)?;
     Ok(report)
 }
 

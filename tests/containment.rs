@@ -348,6 +348,55 @@ fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
     );
 }
 
+/// D115: as a user who owns the workspace, a change inside a directory
+/// its owner may not write (mode 555 or 500: `chmod -R a-w`, a Go module
+/// cache) is rewound, and the directory keeps its mode. Before, every
+/// rewind of such a change failed with ROLLED_BACK ("Permission denied").
+#[test]
+fn a_non_root_rewind_changes_files_inside_read_only_directories() {
+    if !common::is_root() {
+        common::skip_or_fail("switching to another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    let nobody = |cmd: &str| {
+        let out = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
+            .current_dir(root)
+            .output()
+            .expect("su");
+        assert!(
+            out.status.success(),
+            "{cmd}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    nobody(&format!(
+        "mkdir -p d/sub e && echo v1 > d/f && echo s1 > d/sub/g && echo keep > e/k && chmod 500 d/sub && chmod 555 d && {bin} checkpoint a -q"
+    ));
+    nobody(
+        "chmod 755 d d/sub && echo v3 > d/f && echo s3 > d/sub/g && echo extra > d/x && chmod 555 d && chmod 500 d/sub && echo extra > e/y && chmod 555 e",
+    );
+    let before = snapshot(root);
+    nobody(&format!("{bin} rewind a -q"));
+    let mode = |p: &str| {
+        std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(root.join(p)).expect("stat").permissions(),
+        ) & 0o777
+    };
+    assert_eq!(std::fs::read(root.join("d/f")).expect("f"), b"v1\n");
+    assert_eq!(std::fs::read(root.join("d/sub/g")).expect("g"), b"s1\n");
+    assert!(!root.join("d/x").exists() && !root.join("e/y").exists());
+    assert_eq!((mode("d"), mode("d/sub"), mode("e")), (0o555, 0o500, 0o755));
+    // And back: undo restores the read-only directories' contents too.
+    nobody(&format!("{bin} undo -q"));
+    assert_same("after undo", &before, &snapshot(root));
+}
+
 #[test]
 fn the_failpoint_stop_action_is_inert_without_the_env() {
     // Guard against a failpoint leaking into normal runs.

@@ -389,6 +389,11 @@ impl Dir {
         }
     }
 
+    /// chmod this directory itself.
+    pub fn set_own_mode(&self, mode: u32) -> Result<()> {
+        set_mode_fd(self.fd(), mode).map_err(|e| Error::new("chmod", &self.path, e))
+    }
+
     /// chmod an entry (not a symlink) without following symlinks.
     pub fn set_mode(&self, name: &OsStr, kind: EntryKind, mode: u32) -> Result<()> {
         let fd = self.open_for_meta(name, kind)?;
