@@ -440,6 +440,13 @@ pub fn apply(
                 }
                 drop(file);
                 let dir = parents.get(parent)?;
+                if let Some(old) = ch.old.as_ref().filter(|o| o.kind() == Kind::File)
+                    && written_since_capture(dir, name, old)
+                {
+                    let _ = store.tmp_dir().unlink(&tmp_name);
+                    keep_written(&ch.path, &mut uncaptured, &mut report);
+                    continue;
+                }
                 if let Err(e) =
                     store
                         .tmp_dir()
@@ -563,6 +570,27 @@ fn replacing(ch: &Change, kind: Kind) -> RenameMode {
     }
 }
 
+/// Whether the file the capture saw at `name` was written since: its size
+/// or mtime moved (a log a test runner still appends to, an editor's
+/// save). Replacing or deleting it lost that write, which no checkpoint
+/// holds (D116). Gone or unreadable: nothing to keep here.
+fn written_since_capture(dir: &Dir, name: &OsStr, old: &Entry) -> bool {
+    dir.stat_at(name).is_ok_and(|m| {
+        m.kind != EntryKind::File || m.size != old.size || m.mtime_ns != old.mtime_ns
+    })
+}
+
+/// Leave a file written during the rewind as it is, and say so.
+fn keep_written(path: &[u8], kept: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
+    kept.insert(path.to_vec());
+    report.kept.push(Skipped {
+        path: display_path(path),
+        reason: WRITTEN_DURING.into(),
+    });
+}
+
+const WRITTEN_DURING: &str = "kept: written during the rewind, after it was captured";
+
 /// Leave an entry the capture never saw, and everything the plan would
 /// put below it, as it is, and say so.
 fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
@@ -619,6 +647,17 @@ fn remove_guided(
         Err(e) => return Err(Error::os(e)),
     };
     if meta.kind != EntryKind::Dir {
+        if old.kind() == Kind::File
+            && (meta.kind != EntryKind::File
+                || meta.size != old.size
+                || meta.mtime_ns != old.mtime_ns)
+        {
+            report.kept.push(Skipped {
+                path: display_path(path),
+                reason: WRITTEN_DURING.into(),
+            });
+            return Ok(());
+        }
         // A file, a symlink (never followed), or what replaced the captured
         // directory since: unlink the name.
         match dir.unlink(name) {

@@ -397,6 +397,59 @@ fn a_non_root_rewind_changes_files_inside_read_only_directories() {
     assert_same("after undo", &before, &snapshot(root));
 }
 
+/// D116: a file written after the rewind captured it (a log a test runner
+/// still appends to) is neither replaced nor deleted: that write is in no
+/// checkpoint. It is left as it is and listed as kept; the other files
+/// reach the target.
+#[test]
+fn a_file_written_during_the_rewind_is_kept_not_lost() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("F"), b"v1");
+    write(&root.join("G"), b"v1");
+    write(&root.join("H"), b"h");
+    let a = checkpoint_id(root, &[]);
+    write(&root.join("F"), b"v2 agent work");
+    write(&root.join("G"), b"v2");
+    write(&root.join("new.log"), b"created after a");
+    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(root)
+        .args(["--json", "rewind", &a])
+        .env("REWIND_FAILPOINT", "rewind:after-intent")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_stopped(child.id());
+    // Written after the capture: one to be replaced, one to be deleted.
+    write(&root.join("F"), b"v3 IMPORTANT, written during the rewind");
+    write(&root.join("new.log"), b"appended during the rewind");
+    Command::new("kill")
+        .arg("-CONT")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill -CONT");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        std::fs::read(root.join("F")).expect("F"),
+        b"v3 IMPORTANT, written during the rewind"
+    );
+    assert_eq!(
+        std::fs::read(root.join("new.log")).expect("log"),
+        b"appended during the rewind"
+    );
+    assert_eq!(std::fs::read(root.join("G")).expect("G"), b"v1");
+    let kept: Vec<&str> = v["kept"]
+        .as_array()
+        .expect("kept")
+        .iter()
+        .filter_map(|k| k["path"].as_str())
+        .collect();
+    assert!(kept.contains(&"F") && kept.contains(&"new.log"), "{v}");
+}
+
 #[test]
 fn the_failpoint_stop_action_is_inert_without_the_env() {
     // Guard against a failpoint leaking into normal runs.
