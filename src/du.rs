@@ -151,16 +151,42 @@ pub fn usage(ws: &Workspace) -> Result<Usage> {
         }
     }
     // An object is unique to checkpoint i when every node holding it is
-    // reached by i alone.
+    // reached by i alone. A chunked object (ext4, D90) is counted by its
+    // stored chunks: one chunk is unique to i when every object holding it
+    // is. Counting the whole object gave each version of an 8 MiB file
+    // "8 MiB unique, 0 on disk" where 1 MiB was theirs (D117).
     let mut unique_objects: Vec<Vec<(Hash, u64)>> = vec![Vec::new(); live.len()];
+    let mut chunk_owner: HashMap<Hash, (u64, Option<usize>)> = HashMap::new();
     for (o, (size, hs)) in &holders {
         let mut owner = None;
         let sole = hs.iter().all(|h| match reach.get(h) {
             Some(&(1, i)) => *owner.get_or_insert(i) == i,
             _ => false,
         });
-        if let (true, Some(i)) = (sole, owner) {
-            unique_objects[i].push((*o, *size));
+        let owner = owner.filter(|_| sole);
+        match ws.store().stored_chunks(o, *size)? {
+            Some(chunks) => {
+                for (c, len) in chunks {
+                    chunk_owner
+                        .entry(c)
+                        .and_modify(|(_, who)| {
+                            if *who != owner {
+                                *who = None;
+                            }
+                        })
+                        .or_insert((len, owner));
+                }
+            }
+            None => {
+                if let Some(i) = owner {
+                    unique_objects[i].push((*o, *size));
+                }
+            }
+        }
+    }
+    for (c, (len, owner)) in chunk_owner {
+        if let Some(i) = owner {
+            unique_objects[i].push((c, len));
         }
     }
 

@@ -442,18 +442,27 @@ impl ObjectStore {
     /// What a rewind's space check counts: a one-byte change in a 3 GiB
     /// sparse file needs one chunk, not 3 GiB.
     pub fn bytes_to_write(&self, hash: &Hash, size: u64) -> u64 {
-        match self.blobs.chunks(hash) {
-            Ok(Some(chunks)) => {
-                let zeros = zero_chunk_hash();
-                chunks
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| **c != zeros)
-                    .map(|(i, _)| chunk_len(size, i))
-                    .sum()
-            }
+        match self.stored_chunks(hash, size) {
+            Ok(Some(chunks)) => chunks.iter().map(|(_, len)| len).sum(),
             _ => size,
         }
+    }
+
+    /// The stored chunks of a chunked object, each with its length (holes,
+    /// which are never stored, left out); `None` for a whole object.
+    pub fn stored_chunks(&self, hash: &Hash, size: u64) -> Result<Option<Vec<(Hash, u64)>>> {
+        let Some(chunks) = self.blobs.chunks(hash)? else {
+            return Ok(None);
+        };
+        let zeros = zero_chunk_hash();
+        Ok(Some(
+            chunks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c != zeros)
+                .map(|(i, c)| (*c, chunk_len(size, i)))
+                .collect(),
+        ))
     }
 
     /// The chunk list of a chunked object, if it is one.

@@ -1097,6 +1097,19 @@ impl Workspace {
     ) -> Result<CheckpointReport> {
         if let Some(l) = label {
             check_label(l)?;
+            // An id wins over a label when a name is resolved: a label that
+            // is another checkpoint's id could never be named.
+            if ids::looks_like_id_prefix(l)
+                && self
+                    .ledger
+                    .checkpoints_by_prefix(l, 1)?
+                    .first()
+                    .is_some_and(|c| c.id == l)
+            {
+                return Err(Error::Usage(format!(
+                    "the label {l} is the id of another checkpoint and could never be named: choose another label"
+                )));
+            }
         }
         if self.engine == Engine::Btrfs {
             return self.checkpoint_snapshot(label, kind, reuse_if_unchanged);

@@ -90,6 +90,10 @@ fn outside_a_workspace_says_run_init() {
         &["-C", missing.to_str().expect("utf8"), "status"],
     );
     assert_clear_error(&out, "does not exist");
+    let file = dir.path().join("a-file");
+    write(&file, b"x");
+    let out = rewind(dir.path(), &["-C", file.to_str().expect("utf8"), "status"]);
+    assert_clear_error(&out, "is not a directory");
     // Usage errors in JSON name what is missing; a hook payload that is
     // not JSON answers in JSON too; an empty effect key is refused.
     let out = rewind(dir.path(), &["--json", "rewind"]);
@@ -463,10 +467,23 @@ fn labels_are_one_short_line_of_text() {
         Some(0),
         "a refused label stored a checkpoint"
     );
+    // Another checkpoint's id as a label: the id always wins.
+    write(&ws.join("b.txt"), b"b");
+    let id = rewind_json(ws, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    write(&ws.join("b.txt"), b"b2");
+    let out = rewind(ws, &["--json", "checkpoint", &id]);
+    assert_eq!(out.status.code(), Some(1), "{id}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "USAGE", "{v}");
     common::pre_bash_hook(ws, "echo \u{1b}[31mred\nrm -rf x");
     let list = rewind_json(ws, &["list"]);
-    let label = list["checkpoints"][0]["label"]
-        .as_str()
+    let label = list["checkpoints"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["kind"] == "hook"))
+        .and_then(|c| c["label"].as_str())
         .unwrap_or_default()
         .to_string();
     assert!(label.starts_with("before Bash: echo"), "{list}");

@@ -683,3 +683,46 @@ fn gc_racing_checkpoints_never_loses_live_content() {
         rewind_json(&ws, &["rewind", &id]);
     }
 }
+
+/// D117: on ext4 a big file is stored in 1 MiB chunks. Each version of an
+/// 8 MiB file that differs from the next in one chunk holds that chunk
+/// alone: `du` says 1 MiB unique, on disk, per checkpoint. It said 8 MiB
+/// unique and 0 on disk for each, so the columns neither added up nor
+/// told what gc would free.
+#[test]
+fn du_counts_a_chunked_files_unique_chunks_per_checkpoint() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 1024) else {
+        return;
+    };
+    let ws = lfs.subdir("ws");
+    let mut rng = Rng(7);
+    let path = ws.join("big.bin");
+    random_file(&path, 8 << 20, &mut rng);
+    let mut ids = Vec::new();
+    for v in 0..4u8 {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        f.write_all_at(&[v; 16], 100).expect("write");
+        drop(f);
+        ids.push(
+            rewind_json(&ws, &["checkpoint"])["id"]
+                .as_str()
+                .expect("id")
+                .to_string(),
+        );
+    }
+    let du = rewind_json(&ws, &["du"]);
+    let rows = du["checkpoints"].as_array().expect("checkpoints");
+    for id in &ids {
+        let row = rows
+            .iter()
+            .find(|r| r["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} not in du: {du}"));
+        assert_eq!(row["unique"], 1 << 20, "{id}: {row}");
+        let physical = row["unique_physical"].as_u64().expect("physical");
+        assert!(physical >= 1 << 20, "{id}: {row}");
+    }
+}

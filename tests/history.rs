@@ -208,6 +208,37 @@ fn status_and_diff_report_changes_and_patches() {
     assert_eq!(d["changes"].as_array().expect("changes").len(), 3);
 }
 
+/// A patch shows the content of a file that replaced a directory (or was
+/// replaced by one) against /dev/null, and a mode change as git does.
+/// Before, the new file's content was missing and a chmod printed a bare
+/// header.
+#[test]
+fn a_patch_shows_type_changes_and_mode_changes() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("d/x"), b"inside\n");
+    write(&root.join("mode.sh"), b"echo hi\n");
+    common::chmod(&root.join("mode.sh"), 0o644);
+    let a = checkpoint_id(root, &[]);
+    std::fs::remove_dir_all(root.join("d")).expect("rm");
+    write(&root.join("d"), b"nowfile\n");
+    common::chmod(&root.join("mode.sh"), 0o755);
+    let b = checkpoint_id(root, &[]);
+    let d = rewind_json(root, &["diff", &a, &b, "--patch"]);
+    let patch = d["patch"].as_str().expect("patch");
+    assert!(patch.contains("+nowfile"), "{patch}");
+    assert!(
+        patch.contains("old mode 100644") && patch.contains("new mode 100755"),
+        "{patch}"
+    );
+    let back = rewind_json(root, &["diff", &b, &a, "--patch"]);
+    let patch = back["patch"].as_str().expect("patch");
+    assert!(
+        patch.contains("-nowfile") && patch.contains("+inside"),
+        "{patch}"
+    );
+}
+
 #[test]
 fn a_shell_whose_cwd_is_inside_reads_the_restored_content() {
     let dir = common::tmp();

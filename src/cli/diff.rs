@@ -196,16 +196,28 @@ fn render_patch(
                 _ => Ok(Some(Vec::new())),
             }
         };
-        if c.old.as_ref().is_some_and(|e| e.subtree().is_some())
-            || c.new.as_ref().is_some_and(|e| e.subtree().is_some())
-        {
+        // A directory has no content of its own (its files are changes of
+        // their own): a file that replaced one, or that one replaced, is
+        // shown against /dev/null. Before, the file's content was missing.
+        let not_dir = |e: &Option<crate::tree::Entry>| e.clone().filter(|e| e.subtree().is_none());
+        let (old, new) = (not_dir(&c.old), not_dir(&c.new));
+        if old.is_none() && new.is_none() {
             continue;
         }
         let (a, b) = (
-            side(&c.old, from_tree)?.unwrap_or_default(),
-            side(&c.new, to_tree)?.unwrap_or_default(),
+            side(&old, from_tree)?.unwrap_or_default(),
+            side(&new, to_tree)?.unwrap_or_default(),
         );
         out.push_str(&format!("diff --rewind a/{name} b/{name}\n"));
+        if let (Some(o), Some(n)) = (&old, &new)
+            && o.mode != n.mode
+        {
+            out.push_str(&format!(
+                "old mode {}\nnew mode {}\n",
+                git_mode(o),
+                git_mode(n)
+            ));
+        }
         if a.len() as u64 > PATCH_LIMIT || b.len() as u64 > PATCH_LIMIT {
             out.push_str("Large file, not shown\n");
             continue;
@@ -216,12 +228,12 @@ fn render_patch(
         }
         let (ta, tb) = (String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
         let text = similar::TextDiff::from_lines(ta.as_ref(), tb.as_ref());
-        let old_name = if c.old.is_some() {
+        let old_name = if old.is_some() {
             format!("a/{name}")
         } else {
             "/dev/null".into()
         };
-        let new_name = if c.new.is_some() {
+        let new_name = if new.is_some() {
             format!("b/{name}")
         } else {
             "/dev/null".into()
@@ -235,4 +247,13 @@ fn render_patch(
         );
     }
     Ok(out)
+}
+
+/// A mode as git's patches print it: the type bits, then the permissions.
+fn git_mode(e: &crate::tree::Entry) -> String {
+    let kind = match e.kind() {
+        crate::tree::Kind::Symlink => 0o120000,
+        _ => 0o100000,
+    };
+    format!("{:06o}", kind | e.mode)
 }

@@ -225,6 +225,10 @@ impl Ctx {
                     "does not exist: name the workspace's directory (-C DIR) or run from inside it"
                         .into(),
             }),
+            None if !start.is_dir() => Err(Error::InvalidPath {
+                path: start,
+                reason: "is not a directory: name the workspace's directory (-C DIR)".into(),
+            }),
             None => Err(Error::NotAWorkspace { path: start }),
         }
     }
