@@ -465,6 +465,36 @@ impl ObjectStore {
         ))
     }
 
+    /// Whether the stored bytes of an object still hash to its name: the
+    /// ledger's copy, the object file, or every stored chunk file (each
+    /// named by its own hash). Reads them all; a rewind spends this on
+    /// what it restores, within a budget (D118). A damaged file is
+    /// removed, so that the next capture of those bytes stores them again
+    /// (a present file of the right length is otherwise taken as stored).
+    pub fn is_intact(&self, hash: &Hash, size: u64) -> Result<bool> {
+        let file_ok = |name: &Hash| -> Result<bool> {
+            let ok = match self.open_file(name)? {
+                Some(f) => hash_from_start(&f).is_ok_and(|(h, _)| h == *name),
+                None => false,
+            };
+            if !ok {
+                self.remove_object(name)?;
+            }
+            Ok(ok)
+        };
+        Ok(match self.data(hash, size)? {
+            ObjectData::Inline(bytes) => Hash::of(&bytes) == *hash,
+            ObjectData::File(_) => file_ok(hash)?,
+            ObjectData::Chunked(_) => {
+                let mut all = true;
+                for (chunk, _) in self.stored_chunks(hash, size)?.unwrap_or_default() {
+                    all &= file_ok(&chunk)?;
+                }
+                all
+            }
+        })
+    }
+
     /// The chunk list of a chunked object, if it is one.
     pub fn chunks_of(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
         self.blobs.chunks(hash)

@@ -195,6 +195,49 @@ fn on_ext4_a_sparse_file_bigger_than_the_free_space_is_rewound() {
     assert!(m.blocks() * 512 < 16 << 20, "the holes were written");
 }
 
+/// D118: an object changed in place in the store (same size: bit rot, a
+/// stray write) was restored as if whole, and the rewind reported success
+/// over a wrong tree. The rewind re-hashes what it restores first: it is
+/// refused with OBJECT_MISSING and nothing changes; the damaged file is
+/// dropped, so the next capture of those bytes stores them again.
+#[test]
+fn an_object_damaged_in_place_is_refused_not_restored() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let original: Vec<u8> = (0..50_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    let path = root.join("big.bin");
+    std::fs::write(&path, &original).expect("write");
+    let a = rewind_json(root, &["checkpoint", "A"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    std::fs::write(&path, b"changed").expect("edit");
+    rewind_json(root, &["checkpoint", "B"]);
+    let hex = ::rewind::hash::Hash::of(&original).to_hex();
+    let object = root.join(".rewind/objects").join(&hex[..2]).join(&hex[2..]);
+    use std::os::unix::fs::FileExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&object)
+        .and_then(|f| f.write_all_at(b"EVIL", 10))
+        .unwrap_or_else(|e| panic!("damage {}: {e}", object.display()));
+    let out = rewind(root, &["rewind", &a, "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && stdout.contains("OBJECT_MISSING") && stdout.contains("big.bin"),
+        "the damaged object was restored:\n{stdout}"
+    );
+    assert_eq!(std::fs::read(&path).expect("read"), b"changed");
+    // The same bytes captured again: stored anew, and the rewind works.
+    std::fs::write(root.join("copy.bin"), &original).expect("copy");
+    rewind_json(root, &["checkpoint", "C"]);
+    rewind_json(root, &["rewind", &a]);
+    assert!(
+        std::fs::read(&path).expect("read") == original,
+        "the restored bytes differ"
+    );
+}
+
 /// A chunk file damaged in the store (cut short by a crash before its
 /// sync, or by hand) is never restored as if it were whole: the rewind
 /// that needs it is refused before it changes anything, naming the file,
