@@ -1324,7 +1324,23 @@ impl Walker<'_> {
                 let sub_scoped = scoped
                     && rows == CachedRows::ThisDir
                     && self.scope.is_some_and(|s| s.lists(&path));
-                let subtree = self.walk_dir(sub, sub_mirror, path, ignores, sub_scoped)?;
+                let listed = sub.path().to_path_buf();
+                let subtree =
+                    match self.walk_dir(sub, sub_mirror, path.clone(), ignores, sub_scoped) {
+                        Ok(h) => h,
+                        // Opened but not listable (mode 000 or -wx, another
+                        // user's): skipped like one that cannot be opened, not
+                        // an error that stopped every checkpoint and rewind.
+                        Err(Error::Os(e))
+                            if e.is_permission_denied()
+                                && e.op == "read directory"
+                                && e.path == listed =>
+                        {
+                            self.skip(&path, "directory not readable (permission denied)");
+                            return Ok(None);
+                        }
+                        Err(e) => return Err(e),
+                    };
                 if let Some(p) = prev
                     && p.entry.subtree() == Some(subtree)
                 {

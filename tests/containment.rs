@@ -450,6 +450,56 @@ fn a_file_written_during_the_rewind_is_kept_not_lost() {
     assert!(kept.contains(&"F") && kept.contains(&"new.log"), "{v}");
 }
 
+/// A directory its owner can open but not search (mode 400: read without
+/// execute) stopped every checkpoint and rewind with "read directory:
+/// Permission denied" and no remedy (listing it reopens "." inside it). It is skipped and reported, like a file that cannot be read,
+/// and a rewind keeps it (D111) while restoring the rest.
+#[test]
+fn an_unlistable_directory_is_skipped_not_fatal() {
+    if !common::is_root() {
+        common::skip_or_fail("switching to another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    let nobody = |cmd: &str| {
+        let out = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
+            .current_dir(root)
+            .output()
+            .expect("su");
+        assert!(
+            out.status.success(),
+            "{cmd}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    nobody(&format!(
+        "mkdir secret && echo s > secret/x && echo a1 > a.txt && {bin} checkpoint a -q"
+    ));
+    nobody("chmod 400 secret && echo a2 > a.txt");
+    let out = nobody(&format!("{bin} --json checkpoint b"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        v["skipped"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k["path"] == "secret")),
+        "{v}"
+    );
+    nobody(&format!("{bin} rewind a -q"));
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("a"), b"a1\n");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(root.join("secret"))
+            .expect("stat")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o400, "the unlistable directory was changed");
+}
+
 #[test]
 fn the_failpoint_stop_action_is_inert_without_the_env() {
     // Guard against a failpoint leaking into normal runs.
