@@ -551,6 +551,11 @@ fn anchoring_again_never_overwrites_the_evidence_of_a_truncation() {
             "{file} was overwritten"
         );
     }
+    // Verified against another workspace's anchor: a mismatch (exit 1 with
+    // a code), not a usage error (exit 2 reads as "unreadable").
+    let (code, v) = verify(other, &["--anchor", a]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(bad(&v), (1, "GENESIS_MISMATCH".into()), "{v}");
 }
 
 /// D112: a rewind reads the `checkpoints` table, and a row whose root was

@@ -66,16 +66,28 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         None => None,
     };
     let ws = ctx.workspace()?;
-    if let Some(a) = &anchor
-        && a.workspace != ws.ledger().workspace_id()?
-    {
-        return Err(Error::Usage(format!(
-            "the anchor is for workspace {}, this is {}",
-            a.workspace,
-            ws.ledger().workspace_id()?
-        )));
-    }
+    // Another workspace's anchor: the ledger was replaced, or the file is
+    // the wrong one. Either way the chain is not the anchored one: exit 1
+    // with a code, as for any mismatch (a script reading exit 2 as
+    // "unreadable" missed a swapped ledger).
+    let this = ws.ledger().workspace_id()?;
+    let foreign = anchor.as_ref().filter(|a| a.workspace != this).map(|a| {
+        crate::chain::FirstBad {
+            seq: 1,
+            code: crate::chain::Code::GenesisMismatch,
+            reason: format!(
+                "the anchor is for workspace {}, this ledger is workspace {this}: the ledger was replaced, or the anchor is another workspace's",
+                a.workspace
+            ),
+        }
+    });
+    let anchor = anchor.filter(|_| foreign.is_none());
     let mut verdict = ws.ledger().verify_chain(anchor.as_ref())?;
+    if let Some(bad) = foreign {
+        verdict.ok = false;
+        verdict.head = None;
+        verdict.first_bad = Some(bad);
+    }
     let deep = if args.deep {
         let (tree_nodes, bad_trees) = ws.ledger().bad_tree_nodes()?;
         let (small_objects, bad_blobs) = ws.ledger().bad_blobs()?;
