@@ -253,16 +253,28 @@ struct Parents<'a> {
     last: Option<(Vec<u8>, Dir)>,
     /// Directories made writable, with the mode each had.
     relaxed: Vec<(Vec<u8>, u32)>,
-    as_root: bool,
+    /// Whether to make read-only parents writable (not as root, who
+    /// writes there anyway, and only for the apply).
+    relax: bool,
 }
 
 impl<'a> Parents<'a> {
+    /// For reading and fsyncing: modes are left alone.
     fn new(root: &'a Dir) -> Parents<'a> {
         Parents {
             root,
             last: None,
             relaxed: Vec::new(),
-            as_root: rewind_platform::is_root(),
+            relax: false,
+        }
+    }
+
+    /// For the apply, which writes: a parent the owner cannot write is
+    /// made writable until [`Parents::restore`].
+    fn for_writing(root: &'a Dir) -> Parents<'a> {
+        Parents {
+            relax: !rewind_platform::is_root(),
+            ..Parents::new(root)
         }
     }
 
@@ -272,7 +284,7 @@ impl<'a> Parents<'a> {
                 .root
                 .open_beneath(Path::new(OsStr::from_bytes(parent)))
                 .map_err(Error::os)?;
-            if !self.as_root && !self.relaxed.iter().any(|(p, _)| p == parent) {
+            if self.relax && !self.relaxed.iter().any(|(p, _)| p == parent) {
                 let meta = dir.meta().map_err(Error::os)?;
                 if meta.mode & 0o300 != 0o300 && dir.set_own_mode(meta.mode | 0o300).is_ok() {
                     self.relaxed.push((parent.to_vec(), meta.mode));
@@ -327,7 +339,7 @@ pub fn apply(
     progress: &Progress,
 ) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
-    let mut parents = Parents::new(root);
+    let mut parents = Parents::for_writing(root);
 
     let phase = crate::trace::span("apply: removals");
     // 1. Removals: everything whose old entry goes away or changes type.
