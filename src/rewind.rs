@@ -878,7 +878,12 @@ fn checkpoint_before_recovery(
     let changes = content_changes(&trees, head.as_ref(), &cap.root)?;
     let overlay = trees.into_overlay();
     let workspace_id = ws.ledger().workspace_id()?;
-    let engine = ws.engine().0;
+    // Its content is in the object store, not in a snapshot: a checkpoint
+    // marked `btrfs` is restored from its snapshot only.
+    let engine = match ws.engine().0 {
+        Engine::Btrfs => Engine::Walk,
+        other => other,
+    };
     let label = format!(
         "before finishing an interrupted {} to {target_id}",
         op.as_str()

@@ -432,7 +432,16 @@ fn work_done_after_a_crashed_rewind_is_kept_when_the_rewind_is_finished() {
     let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
         return;
     };
-    let root = lfs.subdir("after-crash");
+    work_after_a_crash_in(&lfs.subdir("after-crash"));
+    // The btrfs engine: the kept tree is in the object store, not in a
+    // snapshot, and a rewind to it must find it there.
+    if let Some(btrfs) = LoopFs::new(Fs::Btrfs, 512) {
+        work_after_a_crash_in(&btrfs.subvolume("after-crash"));
+    }
+}
+
+fn work_after_a_crash_in(root: &Path) {
+    let root = root.to_path_buf();
     let (a, snap_a, _) = fixture(&root);
     let out = rewind_env(
         &root,
