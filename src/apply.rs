@@ -15,7 +15,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rewind_platform::{Dir, EntryKind, RenameMode, Xattr};
+use rewind_platform::{Dir, EntryKind, Meta, RenameMode, Xattr};
 use serde::Serialize;
 
 use crate::capture::{Skipped, display_path};
@@ -587,21 +587,27 @@ fn replacing(ch: &Change, kind: Kind) -> RenameMode {
 /// save). Replacing or deleting it lost that write, which no checkpoint
 /// holds (D116). Gone or unreadable: nothing to keep here.
 fn written_since_capture(dir: &Dir, name: &OsStr, old: &Entry) -> bool {
-    dir.stat_at(name).is_ok_and(|m| {
-        m.kind != EntryKind::File || m.size != old.size || m.mtime_ns != old.mtime_ns
-    })
+    dir.stat_at(name)
+        .is_ok_and(|m| moved_since_capture(&m, old))
+}
+
+/// Whether what is at a path now is not the file the capture saw there.
+fn moved_since_capture(now: &Meta, old: &Entry) -> bool {
+    now.kind != EntryKind::File || now.size != old.size || now.mtime_ns != old.mtime_ns
 }
 
 /// Leave a file written during the rewind as it is, and say so.
 fn keep_written(path: &[u8], kept: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
     kept.insert(path.to_vec());
-    report.kept.push(Skipped {
-        path: display_path(path),
-        reason: WRITTEN_DURING.into(),
-    });
+    report_written_during(path, report);
 }
 
-const WRITTEN_DURING: &str = "kept: written during the rewind, after it was captured";
+fn report_written_during(path: &[u8], report: &mut ApplyReport) {
+    report.kept.push(Skipped {
+        path: display_path(path),
+        reason: "kept: written during the rewind, after it was captured".into(),
+    });
+}
 
 /// Leave an entry the capture never saw, and everything the plan would
 /// put below it, as it is, and say so.
@@ -659,15 +665,8 @@ fn remove_guided(
         Err(e) => return Err(Error::os(e)),
     };
     if meta.kind != EntryKind::Dir {
-        if old.kind() == Kind::File
-            && (meta.kind != EntryKind::File
-                || meta.size != old.size
-                || meta.mtime_ns != old.mtime_ns)
-        {
-            report.kept.push(Skipped {
-                path: display_path(path),
-                reason: WRITTEN_DURING.into(),
-            });
+        if old.kind() == Kind::File && moved_since_capture(&meta, old) {
+            report_written_during(path, report);
             return Ok(());
         }
         // A file, a symlink (never followed), or what replaced the captured

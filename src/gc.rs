@@ -431,7 +431,7 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
         return Err(crate::error::Error::OverBudget {
             budget,
             used,
-            checkpoints: live_checkpoints(ws)?,
+            checkpoints: ws.ledger().live_checkpoints()?,
         });
     }
     Ok(pruned)
@@ -454,19 +454,10 @@ pub fn refuse_if_over_budget(ws: &Workspace, policy: &Retention) -> Result<()> {
         return Err(crate::error::Error::OverBudget {
             budget,
             used,
-            checkpoints: live_checkpoints(ws)?,
+            checkpoints: ws.ledger().live_checkpoints()?,
         });
     }
     Ok(())
-}
-
-fn live_checkpoints(ws: &Workspace) -> Result<usize> {
-    Ok(ws
-        .ledger()
-        .checkpoints()?
-        .iter()
-        .filter(|c| !c.pruned)
-        .count())
 }
 
 /// Whether the policy may prune a batch now. Two counts decide most of the

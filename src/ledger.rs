@@ -551,35 +551,9 @@ impl Ledger {
             self.conn.execute_batch(schema).map_err(db_err(&path))?;
         }
         self.rowid_tables()?;
-        let has_pruned: bool = self
-            .conn
-            .cached_row(
-                "SELECT count(*) FROM pragma_table_info('checkpoints') WHERE name = 'pruned_at'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(db_err(&path))?
-            > 0;
-        if !has_pruned {
-            self.conn
-                .execute_batch("ALTER TABLE checkpoints ADD COLUMN pruned_at INTEGER")
-                .map_err(db_err(&path))?;
-        }
+        self.add_column_if_missing("checkpoints", "pruned_at", "INTEGER")?;
         // 2: the call an effect was admitted for (D108).
-        let has_call: bool = self
-            .conn
-            .cached_row(
-                "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'admitted_call'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(db_err(&path))?
-            > 0;
-        if !has_call {
-            self.conn
-                .execute_batch("ALTER TABLE effects ADD COLUMN admitted_call TEXT")
-                .map_err(db_err(&path))?;
-        }
+        self.add_column_if_missing("effects", "admitted_call", "TEXT")?;
         if crate::chain::head(&self.conn, &path)?.is_none() {
             let id = self.workspace_id()?;
             let tx = self.conn.unchecked_transaction().map_err(db_err(&path))?;
@@ -589,6 +563,25 @@ impl Ledger {
         // Best effort, like the format mark: a ledger we cannot write is
         // checked again next time.
         let _ = self.conn.pragma_update(None, "user_version", MIGRATED);
+        Ok(())
+    }
+
+    /// `ALTER TABLE table ADD COLUMN column decl`, unless a ledger written
+    /// since has it.
+    fn add_column_if_missing(&self, table: &str, column: &str, decl: &str) -> Result<()> {
+        let has: i64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+                params![table, column],
+                |r| r.get(0),
+            )
+            .map_err(self.err())?;
+        if has == 0 {
+            self.conn
+                .execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                .map_err(self.err())?;
+        }
         Ok(())
     }
 

@@ -427,14 +427,10 @@ impl ObjectStore {
         if (size < INLINE_MAX && in_ledger()) || stored_at(hash, size) {
             return true;
         }
-        let Ok(Some(chunks)) = self.blobs.chunks(hash) else {
+        let Ok(Some(chunks)) = self.stored_chunks(hash, size) else {
             return size >= INLINE_MAX && in_ledger();
         };
-        let zeros = zero_chunk_hash();
-        chunks
-            .iter()
-            .enumerate()
-            .all(|(i, c)| *c == zeros || stored_at(c, chunk_len(size, i)))
+        chunks.iter().all(|(c, len)| stored_at(c, *len))
     }
 
     /// The bytes a restore of this object writes: its size, less the
@@ -472,11 +468,8 @@ impl ObjectStore {
     /// removed, so that the next capture of those bytes stores them again
     /// (a present file of the right length is otherwise taken as stored).
     pub fn is_intact(&self, hash: &Hash, size: u64) -> Result<bool> {
-        let file_ok = |name: &Hash| -> Result<bool> {
-            let ok = match self.open_file(name)? {
-                Some(f) => hash_from_start(&f).is_ok_and(|(h, _)| h == *name),
-                None => false,
-            };
+        let file_ok = |name: &Hash, file: Option<File>| -> Result<bool> {
+            let ok = file.is_some_and(|f| hash_from_start(&f).is_ok_and(|(h, _)| h == *name));
             if !ok {
                 self.remove_object(name)?;
             }
@@ -484,11 +477,11 @@ impl ObjectStore {
         };
         Ok(match self.data(hash, size)? {
             ObjectData::Inline(bytes) => Hash::of(&bytes) == *hash,
-            ObjectData::File(_) => file_ok(hash)?,
+            ObjectData::File(f) => file_ok(hash, Some(f))?,
             ObjectData::Chunked(_) => {
                 let mut all = true;
                 for (chunk, _) in self.stored_chunks(hash, size)?.unwrap_or_default() {
-                    all &= file_ok(&chunk)?;
+                    all &= file_ok(&chunk, self.open_file(&chunk)?)?;
                 }
                 all
             }
