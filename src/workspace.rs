@@ -1354,18 +1354,12 @@ impl Workspace {
         let unknown = || Error::UnknownId {
             id: spec.to_string(),
         };
-        let (base, up) = match spec.split_once('~') {
-            Some((b, n)) if b == "HEAD" || b == "@" => (
-                b,
-                if n.is_empty() {
-                    1
-                } else {
-                    n.parse::<usize>().map_err(|_| unknown())?
-                },
-            ),
-            _ => (spec, 0),
-        };
-        if base == "HEAD" || base == "@" {
+        if names_head(spec) {
+            let up = match spec.split_once('~') {
+                None => 0,
+                Some((_, "")) => 1,
+                Some((_, n)) => n.parse::<usize>().map_err(|_| unknown())?,
+            };
             let mut ck = self.ledger.head()?.ok_or_else(unknown)?;
             for _ in 0..up {
                 let parent = ck.parent.as_ref().ok_or_else(unknown)?.0;

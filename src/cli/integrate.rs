@@ -139,11 +139,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             // workspace they act in) is worse than none: put back what
             // was written.
             for p in written.iter().rev() {
-                let _ = match &p.old {
-                    Some(old) => super::write_atomically(&p.path, old),
-                    None => std::fs::remove_file(&p.path)
-                        .map_err(|e| Error::os(rewind_platform::Error::new("remove", &p.path, e))),
-                };
+                match &p.old {
+                    Some(old) => drop(super::write_atomically(&p.path, old)),
+                    None => drop(std::fs::remove_file(&p.path)),
+                }
             }
             return Err(e);
         }
@@ -358,6 +357,17 @@ fn existing(command: &str, verb: &str) -> Existing {
     }
 }
 
+/// An existing hook command against the one we would write (`wanted`):
+/// whether it already runs `hook VERB`, and whether it is ours but names
+/// another binary (then it is rewritten).
+fn reconcile(command: &str, verb: &str, wanted: &str) -> (bool, bool) {
+    match existing(command, verb) {
+        Existing::Ours => (true, command != wanted),
+        Existing::Wrapped => (true, false),
+        Existing::Other => (false, false),
+    }
+}
+
 /// Add our hook groups, or point the ones we installed before at `cmd`; a
 /// hook the user wrapped around `rewind hook` is left alone.
 fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, events: &[(&str, &str)]) -> Result<()> {
@@ -377,15 +387,10 @@ fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, events: &[(&str, &str)])
             let Some(command) = hook.get("command").and_then(Value::as_str) else {
                 continue;
             };
-            match existing(command, verb) {
-                Existing::Ours => {
-                    present = true;
-                    if command != wanted {
-                        hook["command"] = json!(wanted);
-                    }
-                }
-                Existing::Wrapped => present = true,
-                Existing::Other => {}
+            let (covers, stale) = reconcile(command, verb, &wanted);
+            present |= covers;
+            if stale {
+                hook["command"] = json!(wanted);
             }
         }
         if !present {
@@ -457,15 +462,10 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
             let Some(command) = hook.get("command").and_then(Item::as_str) else {
                 continue;
             };
-            match existing(command, verb) {
-                Existing::Ours => {
-                    present = true;
-                    if command != wanted {
-                        hook["command"] = value(wanted.as_str());
-                    }
-                }
-                Existing::Wrapped => present = true,
-                Existing::Other => {}
+            let (covers, stale) = reconcile(command, verb, &wanted);
+            present |= covers;
+            if stale {
+                hook["command"] = value(wanted.as_str());
             }
         }
         if !present {
