@@ -255,13 +255,16 @@ pub fn insert(conn: &Connection, hash: &Hash, data: &[u8]) -> rusqlite::Result<b
 /// Reads blobs through its own connection (opened on first use).
 pub struct BlobReader {
     path: PathBuf,
+    /// The ledger is on a read-only filesystem (D119).
+    read_only: bool,
     conn: Mutex<Option<Connection>>,
 }
 
 impl BlobReader {
-    pub fn new(ledger_path: &Path) -> BlobReader {
+    pub fn new(ledger_path: &Path, read_only: bool) -> BlobReader {
         BlobReader {
             path: ledger_path.to_owned(),
+            read_only,
             conn: Mutex::new(None),
         }
     }
@@ -304,7 +307,11 @@ impl BlobReader {
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
-            *guard = Some(connect(&self.path)?);
+            *guard = Some(if self.read_only {
+                crate::ledger::connect_read_only(&self.path).map_err(db_err(&self.path))?
+            } else {
+                connect(&self.path)?
+            });
         }
         match guard.as_ref() {
             Some(conn) => f(conn).map_err(db_err(&self.path)),

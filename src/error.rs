@@ -24,7 +24,7 @@ pub enum Error {
     #[error("no space left on the device holding {}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display())]
     NoSpace { path: PathBuf },
 
-    #[error("the workspace {} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed", path.display())]
+    #[error("{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed (list, status, diff, du and verify work read-only)", path.display())]
     ReadOnly { path: PathBuf },
 
     #[error("{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first", path.display())]
@@ -159,6 +159,10 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
                 detail: source.to_string(),
             },
             Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace {
+                path: path.to_owned(),
+            },
+            // A write to a ledger opened on a read-only filesystem (D119).
+            Some(rusqlite::ErrorCode::ReadOnly) => Error::ReadOnly {
                 path: path.to_owned(),
             },
             // A write SQLite could not make is "disk I/O error" to it, ENOSPC

@@ -584,7 +584,7 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
             match e.target {
                 Target::Tree(t) => stack.push((t, owner.clone())),
                 Target::Object(o) => {
-                    if seen.insert(o) && !ws.store().contains(&o, e.size) {
+                    if seen.insert(o) && !ws.store().contains(&o, e.size)? {
                         out.push(format!(
                             "object {o} of checkpoint {owner} is missing or cut short"
                         ));

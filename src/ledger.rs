@@ -118,6 +118,41 @@ impl CachedRow for Connection {
 }
 
 /// `ledger.db-wal` beside `ledger.db`.
+/// A read-only connection to the ledger at `path` on a read-only
+/// filesystem (see [`Ledger::open_read_only`]); the small-object reader
+/// opens its own the same way.
+pub(crate) fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    use rusqlite::OpenFlags;
+    let immutable = if wal_path(path).exists() {
+        ""
+    } else {
+        "&immutable=1"
+    };
+    let uri = format!("file:{}?mode=ro{immutable}", uri_path(path));
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(&uri, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// `path` for a `file:` URI: bytes outside the unreserved set escaped, so
+/// a `?`, `#` or `%` in a workspace's path is not read as URI syntax.
+fn uri_path(path: &Path) -> String {
+    use std::fmt::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 fn wal_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push("-wal");
@@ -290,6 +325,8 @@ pub struct Ledger {
     /// that keeps the ledger open (D63) diffs the next capture against
     /// the last one's nodes without reading and verifying them again.
     nodes: std::cell::RefCell<HashMap<Hash, Node>>,
+    /// Opened on a read-only filesystem ([`Ledger::open_read_only`]).
+    read_only: bool,
 }
 
 /// How long a statement waits for another process's transaction.
@@ -433,6 +470,53 @@ impl Ledger {
         }
     }
 
+    /// Open the ledger of a workspace on a read-only filesystem, for the
+    /// commands that only read (`list`, `verify`, `diff`, `status`): a disk
+    /// remounted read-only after an error is when someone most needs to see
+    /// what the history holds. SQLite reads a WAL database read-only when
+    /// its `-wal` and `-shm` are there (they persist, D70 and D97); without
+    /// a `-wal` everything is in the main file, which is then opened as
+    /// immutable. Any write fails `READ_ONLY`; so does a ledger an older
+    /// build wrote, which would need a migration first.
+    pub fn open_read_only(path: &Path) -> Result<Ledger> {
+        if !path.exists() {
+            return Err(Error::LedgerMissing {
+                path: path.to_owned(),
+            });
+        }
+        let read_only = || Error::ReadOnly {
+            path: path.to_owned(),
+        };
+        let conn = connect_read_only(path).map_err(|_| read_only())?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let ledger = Ledger {
+            conn,
+            path: path.to_owned(),
+            nodes: Default::default(),
+            read_only: true,
+        };
+        let (version, migrated): (Option<String>, i64) = ledger
+            .conn
+            .query_row(
+                "SELECT (SELECT value FROM meta WHERE key = 'format_version'), \
+                 (SELECT user_version FROM pragma_user_version)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| match e.sqlite_error_code() {
+                // No -shm and none can be made: nothing to read it with.
+                Some(rusqlite::ErrorCode::CannotOpen) => read_only(),
+                _ => Error::LedgerCorrupt {
+                    path: path.to_owned(),
+                    detail: e.to_string(),
+                },
+            })?;
+        if version.as_deref() != Some(FORMAT_VERSION) || migrated < MIGRATED {
+            return Err(read_only());
+        }
+        Ok(ledger)
+    }
+
     /// Create a new ledger with a fresh workspace id.
     pub fn create(path: &Path, workspace_id: &str) -> Result<Ledger> {
         let mut ledger = Self::connect(path, true)?;
@@ -511,11 +595,17 @@ impl Ledger {
             conn,
             path: path.to_owned(),
             nodes: Default::default(),
+            read_only: false,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether this ledger was opened read-only (its filesystem is).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {

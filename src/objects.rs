@@ -135,13 +135,18 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub const CLONE_MIN: u64 = 64 * 1024;
 
 impl ObjectStore {
-    pub fn new(objects: Dir, tmp: Dir, clones: bool, ledger_path: &std::path::Path) -> ObjectStore {
+    pub fn new(
+        objects: Dir,
+        tmp: Dir,
+        clones: bool,
+        ledger: &crate::ledger::Ledger,
+    ) -> ObjectStore {
         ObjectStore {
             objects,
             tmp,
             clones,
             shards: (0..256).map(|_| OnceLock::new()).collect(),
-            blobs: BlobReader::new(ledger_path),
+            blobs: BlobReader::new(ledger.path(), ledger.is_read_only()),
         }
     }
 
@@ -367,10 +372,26 @@ impl ObjectStore {
         Ok(slot.get_or_init(|| dir))
     }
 
+    /// The shard directory `objects/xx/` for a lookup: `None` when there
+    /// is none, instead of making one (a read need not write, and cannot on
+    /// a read-only filesystem, D119).
+    fn existing_shard(&self, prefix: &str) -> Result<Option<&Dir>> {
+        match self.shard(prefix) {
+            Ok(d) => Ok(Some(d)),
+            Err(_) => match self.objects.stat_at(OsStr::new(prefix)) {
+                Err(e) if e.is_not_found() => Ok(None),
+                _ => self.shard(prefix).map(Some),
+            },
+        }
+    }
+
     /// The stat of an object's file, if it is stored as one.
     fn stored_meta(&self, hash: &Hash) -> Result<Option<rewind_platform::Meta>> {
         let hex = hash.to_hex();
-        match self.shard(&hex[..2])?.stat_at(OsStr::new(&hex[2..])) {
+        let Some(shard) = self.existing_shard(&hex[..2])? else {
+            return Ok(None);
+        };
+        match shard.stat_at(OsStr::new(&hex[2..])) {
             Ok(meta) => Ok(Some(meta)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(Error::os(e)),
@@ -380,7 +401,10 @@ impl ObjectStore {
     /// An object file, if the object is stored as a file.
     fn open_file(&self, hash: &Hash) -> Result<Option<File>> {
         let hex = hash.to_hex();
-        match self.shard(&hex[..2])?.open_read(OsStr::new(&hex[2..])) {
+        let Some(shard) = self.existing_shard(&hex[..2])? else {
+            return Ok(None);
+        };
+        match shard.open_read(OsStr::new(&hex[2..])) {
             Ok((f, _)) => Ok(Some(f)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(Error::os(e)),
@@ -418,19 +442,24 @@ impl ObjectStore {
     /// is there at its length (a file cut short by a crash before its sync,
     /// or by hand, is not). No object is read: what a rewind checks before it
     /// changes anything.
-    pub fn contains(&self, hash: &Hash, size: u64) -> bool {
-        let stored_at = |h: &Hash, len: u64| {
-            self.stored_meta(h)
-                .is_ok_and(|m| m.is_some_and(|m| m.size == len))
+    /// An error reading the store is an error, not a missing object: a
+    /// ledger that cannot be read is not a damaged history.
+    pub fn contains(&self, hash: &Hash, size: u64) -> Result<bool> {
+        let stored_at = |h: &Hash, len: u64| -> Result<bool> {
+            Ok(self.stored_meta(h)?.is_some_and(|m| m.size == len))
         };
-        let in_ledger = || self.blobs.has(hash).unwrap_or(false);
-        if (size < INLINE_MAX && in_ledger()) || stored_at(hash, size) {
-            return true;
+        if (size < INLINE_MAX && self.blobs.has(hash)?) || stored_at(hash, size)? {
+            return Ok(true);
         }
-        let Ok(Some(chunks)) = self.stored_chunks(hash, size) else {
-            return size >= INLINE_MAX && in_ledger();
+        let Some(chunks) = self.stored_chunks(hash, size)? else {
+            return Ok(size >= INLINE_MAX && self.blobs.has(hash)?);
         };
-        chunks.iter().all(|(c, len)| stored_at(c, *len))
+        for (c, len) in chunks {
+            if !stored_at(&c, len)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The bytes a restore of this object writes: its size, less the

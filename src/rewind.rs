@@ -516,7 +516,7 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
         let crate::tree::Target::Object(hash) = &e.target else {
             continue;
         };
-        let mut damaged = !ws.store().contains(hash, e.size);
+        let mut damaged = !ws.store().contains(hash, e.size)?;
         if !damaged && e.size <= budget {
             budget -= e.size;
             damaged = !ws.store().is_intact(hash, e.size)?;

@@ -391,16 +391,22 @@ impl Workspace {
             (None, None) => root_path.clone(),
         };
         let fs = FsInfo::of(&state).map_err(Error::os)?;
-        // SQLite in WAL mode cannot even read on a read-only mount; say so
-        // plainly instead of "unable to open database file".
-        if fs.read_only {
-            return Err(Error::ReadOnly { path: root_path });
-        }
         let meta_path = meta_path(&io_path);
         let meta = Dir::open(&meta_path).map_err(Error::os)?;
         let ledger = {
             let _t = crate::trace::span("open ledger");
-            Ledger::open(&meta_path.join(LEDGER_FILE))?
+            let path = meta_path.join(LEDGER_FILE);
+            if fs.read_only {
+                // Reading verbs work; the first write says READ_ONLY.
+                Ledger::open_read_only(&path).map_err(|e| match e {
+                    Error::ReadOnly { .. } => Error::ReadOnly {
+                        path: root_path.clone(),
+                    },
+                    e => e,
+                })?
+            } else {
+                Ledger::open(&path)?
+            }
         };
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
@@ -410,7 +416,7 @@ impl Workspace {
             crate::trace::note(format_args!("git guard not written: {e}"));
         }
         let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
-        let store = ObjectStore::new(objects, tmp, clones, ledger.path());
+        let store = ObjectStore::new(objects, tmp, clones, &ledger);
         let (engine, engine_reason) = match &mount {
             Some(_) => (
                 Engine::Fuse,

@@ -164,8 +164,12 @@ fn a_corrupt_or_missing_ledger_is_reported_and_the_tree_is_untouched() {
     assert_same("missing ledger: tree untouched", &before, &snapshot(root));
 }
 
+/// D119: on a filesystem mounted read-only (ext4's `errors=remount-ro`
+/// after a disk error, say) the reading verbs still show the history, from
+/// the persisted WAL or, once folded, from the main file alone; every
+/// writing verb fails with one line naming the cause, and nothing changes.
 #[test]
-fn a_read_only_workspace_fails_cleanly() {
+fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
     let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
         return;
     };
@@ -181,19 +185,56 @@ fn a_read_only_workspace_fails_cleanly() {
             .expect("remount");
         assert!(st.success(), "remount {mode}");
     };
+    let reads = |when: &str| {
+        let list = rewind_json(&root, &["list"]);
+        assert_eq!(list["checkpoints"][0]["id"], id.as_str(), "{when}: {list}");
+        let status = rewind_json(&root, &["status"]);
+        assert_eq!(
+            common::changed_paths(&status),
+            ["a.txt"],
+            "{when}: {status}"
+        );
+        let diff = rewind_json(&root, &["diff", &id]);
+        assert_eq!(common::changed_paths(&diff), ["a.txt"], "{when}: {diff}");
+        let verify = rewind(&root, &["verify", "--deep"]);
+        assert!(verify.status.success(), "{when}: {verify:?}");
+        let du = rewind_json(&root, &["du"]);
+        assert_eq!(
+            du["checkpoints"].as_array().map(Vec::len),
+            Some(1),
+            "{when}: {du}"
+        );
+    };
     remount("ro");
-    let out1 = rewind(&root, &["checkpoint"]);
-    let out2 = rewind(&root, &["rewind", &id]);
+    reads("read-only, WAL kept");
+    let writes = [
+        rewind(&root, &["checkpoint"]),
+        rewind(&root, &["rewind", &id]),
+        rewind(&root, &["restore", &id, "--", "a.txt"]),
+        rewind(&root, &["gc"]),
+    ];
     remount("rw");
-    for out in [out1, out2] {
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for out in writes {
+        assert_clear_error(&out, "read-only filesystem");
+        let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.to_lowercase().contains("read-only"),
-            "names the cause: {err}"
+            err.contains(&*lfs.mnt.to_string_lossy()),
+            "names the path: {err}"
         );
     }
+    assert_same("read-only: tree untouched", &before, &snapshot(&root));
+    // A ledger whose WAL was folded and removed (a copy, a backup) is read
+    // from the main file alone.
+    let db = root.join(".rewind/ledger.db");
+    let c = rusqlite::Connection::open(&db).expect("open ledger");
+    c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .expect("fold the WAL");
+    drop(c);
+    let _ = std::fs::remove_file(root.join(".rewind/ledger.db-wal"));
+    let _ = std::fs::remove_file(root.join(".rewind/ledger.db-shm"));
+    remount("ro");
+    reads("read-only, no WAL");
+    remount("rw");
     assert_same("read-only: tree untouched", &before, &snapshot(&root));
 }
 

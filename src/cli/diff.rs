@@ -145,7 +145,7 @@ fn content(
     size: u64,
     tree: Option<&rewind_platform::Dir>,
 ) -> Result<Option<Vec<u8>>> {
-    if ws.store().contains(hash, size) {
+    if ws.store().contains(hash, size)? {
         return ws
             .store()
             .read_prefix(hash, size, PATCH_LIMIT + 1)

@@ -12,6 +12,8 @@ use crate::workspace::Workspace;
 struct Out {
     workspace: String,
     fs: String,
+    /// Mounted read-only: only the reading verbs run (D119).
+    read_only: bool,
     reflink: bool,
     reflink_why: String,
     engine: &'static str,
@@ -242,6 +244,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
+        read_only: fs.read_only,
         reflink,
         reflink_why,
         engine: engine.as_str(),
@@ -303,7 +306,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         format!(
             "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\ndurability  {}\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
             out.workspace,
-            out.fs,
+            if out.read_only {
+                format!("{} (mounted read-only: list, status, diff, du and verify work; nothing can be checkpointed or rewound until it is remounted read-write)", out.fs)
+            } else {
+                out.fs.clone()
+            },
             if out.reflink { "yes" } else { "no" },
             out.reflink_why,
             engine_line,
