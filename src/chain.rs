@@ -251,6 +251,31 @@ pub struct Anchor {
     pub head: String,
 }
 
+impl Anchor {
+    /// The anchor kept in `path`, or `None` when there is no such file; a
+    /// file that does not parse as one is `InvalidPath`, naming it.
+    pub fn read(path: &std::path::Path) -> crate::error::Result<Option<Anchor>> {
+        use crate::error::Error;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(Error::os(rewind_platform::Error::new(
+                    "read anchor",
+                    path,
+                    e,
+                )));
+            }
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::InvalidPath {
+                path: path.to_path_buf(),
+                reason: format!("is not an anchor file ({e})"),
+            })
+    }
+}
+
 /// Walk the whole chain (streaming: memory does not grow with its length).
 pub fn verify(
     conn: &Connection,

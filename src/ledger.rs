@@ -857,17 +857,14 @@ impl Ledger {
                         ck.id
                     )));
                 }
-                let parent = ck.parent.as_ref().map(|p| p.1.as_str()).unwrap_or("");
-                let same = e.field("root") == Some(&ck.root.0[..])
-                    && e.field("label") == Some(ck.label.as_deref().unwrap_or("").as_bytes())
-                    && e.field("kind") == Some(ck.kind.as_bytes())
-                    && e.field("parent") == Some(parent.as_bytes());
-                return Ok(if same {
+                let changed = differing_fields(&e, ck);
+                return Ok(if changed.is_empty() {
                     Ok(())
                 } else {
                     Err(format!(
-                        "checkpoint {}'s row is not what chain entry {seq} recorded (its root, label, kind or parent was changed)",
-                        ck.id
+                        "checkpoint {}'s {} in its row is not what chain entry {seq} recorded",
+                        ck.id,
+                        changed.join(" and ")
                     ))
                 });
             }
@@ -886,11 +883,9 @@ impl Ledger {
     /// proof to the table a rewind reads: a row pointed at another
     /// checkpoint's content restored it.
     pub fn checkpoints_against_chain(&self) -> Result<Vec<String>> {
-        // id -> (root, label, kind, parent id) as the chain recorded them.
-        let mut recorded: HashMap<String, (Vec<u8>, String, String, String)> = HashMap::new();
-        // (scope, key) -> (payload, status) as the chain's effect entries
-        // leave it: the barrier's table must say the same.
-        let mut effects: HashMap<(String, String), (String, String)> = HashMap::new();
+        // The newest entry recording each checkpoint id.
+        let mut recorded: HashMap<Vec<u8>, crate::chain::Entry> = HashMap::new();
+        let mut effects = EffectReplay::default();
         // A ledger older than its chain (a genesis added on upgrade) has
         // rows no entry recorded: those cannot be checked.
         let mut genesis_ms = u64::MAX;
@@ -905,71 +900,41 @@ impl Ledger {
             let Ok(e) = crate::chain::Entry::decode(&data) else {
                 continue; // the chain check reports it
             };
-            if e.kind == "genesis" {
-                genesis_ms = genesis_ms.min(e.time_ms);
-            }
-            let text =
-                |n: &str| String::from_utf8_lossy(e.field(n).unwrap_or_default()).into_owned();
             match e.kind.as_str() {
-                "effect" if text("decision") == "admitted" => {
-                    let payload = crate::hash::hex(e.field("payload").unwrap_or_default());
-                    effects.insert((text("scope"), text("key")), (payload, "admitted".into()));
-                    continue;
+                "genesis" => genesis_ms = genesis_ms.min(e.time_ms),
+                "checkpoint" => {
+                    recorded.insert(e.field("id").unwrap_or_default().to_vec(), e);
                 }
-                "effect-outcome" => {
-                    if let Some(st) = effects.get_mut(&(text("scope"), text("key"))) {
-                        st.1 = text("outcome");
-                    }
-                    continue;
-                }
-                "checkpoint" => {}
-                _ => continue,
+                _ => effects.see(&e),
             }
-            let root = e.field("root").unwrap_or_default().to_vec();
-            recorded.insert(
-                text("id"),
-                (root, text("label"), text("kind"), text("parent")),
-            );
         }
         for c in self.checkpoints()? {
-            match recorded.get(&c.id) {
+            match recorded.get(c.id.as_bytes()) {
                 None if (c.created_at_ms as u64) < genesis_ms => {}
                 None => bad.push(format!(
                     "checkpoint {} is in the table but not on the chain",
                     c.id
                 )),
-                Some((root, label, kind, parent)) => {
-                    let row_parent = c.parent.as_ref().map(|p| p.1.as_str()).unwrap_or("");
-                    if parent != row_parent {
+                Some(e) => {
+                    let changed = differing_fields(e, &c);
+                    if !changed.is_empty() {
                         bad.push(format!(
-                            "checkpoint {}'s parent differs from the one the chain recorded",
-                            c.id
-                        ));
-                    }
-                    if root.as_slice() != c.root.0.as_slice() {
-                        bad.push(format!(
-                            "checkpoint {}'s root differs from the one the chain recorded",
-                            c.id
-                        ));
-                    }
-                    if *label != c.label.clone().unwrap_or_default() || *kind != c.kind {
-                        bad.push(format!(
-                            "checkpoint {}'s label or kind differs from what the chain recorded",
-                            c.id
+                            "checkpoint {}'s {} differs from what the chain recorded",
+                            c.id,
+                            changed.join(" and ")
                         ));
                     }
                 }
             }
         }
         for row in self.effects()? {
-            let id = (row.scope.clone(), row.key.clone());
-            match effects.remove(&id) {
+            match effects.take(row.scope.as_bytes(), row.key.as_bytes()) {
                 None => bad.push(format!(
                     "effect {}:{} is in the barrier's table but the chain never admitted it",
                     row.scope, row.key
                 )),
                 Some((payload, status)) => {
-                    if payload != row.payload || status != row.status {
+                    if crate::hash::hex(&payload) != row.payload || status != row.status {
                         bad.push(format!(
                             "effect {}:{} is {} in the barrier's table, {} on the chain (or its payload differs)",
                             row.scope, row.key, row.status, status
@@ -980,7 +945,9 @@ impl Ledger {
         }
         for (scope, key) in effects.into_keys() {
             bad.push(format!(
-                "effect {scope}:{key} was admitted on the chain but its row is gone: the barrier would admit it again"
+                "effect {}:{} was admitted on the chain but its row is gone: the barrier would admit it again",
+                String::from_utf8_lossy(&scope),
+                String::from_utf8_lossy(&key)
             ));
         }
         Ok(bad)
@@ -1807,6 +1774,67 @@ fn subtree_bounds(dir: &[u8]) -> (Vec<u8>, Vec<u8>) {
     (lo, hi)
 }
 
+/// The fields of checkpoint row `ck` (root, label, kind, parent) that are
+/// not what chain entry `e`, which recorded it, says: what a rewind
+/// (D112) and `verify --deep` (D103) name when a row was changed.
+fn differing_fields(e: &crate::chain::Entry, ck: &Checkpoint) -> Vec<&'static str> {
+    let parent = ck.parent.as_ref().map(|p| p.1.as_str()).unwrap_or("");
+    let label = ck.label.as_deref().unwrap_or("");
+    [
+        ("root", &ck.root.0[..]),
+        ("label", label.as_bytes()),
+        ("kind", ck.kind.as_bytes()),
+        ("parent", parent.as_bytes()),
+    ]
+    .into_iter()
+    .filter(|(name, row)| e.field(name) != Some(row))
+    .map(|(name, _)| name)
+    .collect()
+}
+
+/// What the chain's `effect` and `effect-outcome` entries leave for each
+/// effect, read in chain order: the payload admitted and the status since.
+/// The barrier's table must say the same; the barrier (D109) and
+/// `verify --deep` (D103) both replay the chain through this.
+#[derive(Default)]
+struct EffectReplay {
+    state: HashMap<EffectId, (Vec<u8>, String)>,
+}
+
+/// An effect's (scope, key), as the chain's entries hold them.
+type EffectId = (Vec<u8>, Vec<u8>);
+
+impl EffectReplay {
+    fn see(&mut self, e: &crate::chain::Entry) {
+        let id = || {
+            (
+                e.field("scope").unwrap_or_default().to_vec(),
+                e.field("key").unwrap_or_default().to_vec(),
+            )
+        };
+        match e.kind.as_str() {
+            "effect" if e.field("decision") == Some(b"admitted") => {
+                let payload = e.field("payload").unwrap_or_default().to_vec();
+                self.state.insert(id(), (payload, "admitted".into()));
+            }
+            "effect-outcome" => {
+                if let Some(st) = self.state.get_mut(&id()) {
+                    st.1 = String::from_utf8_lossy(e.field("outcome").unwrap_or_default()).into();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn take(&mut self, scope: &[u8], key: &[u8]) -> Option<(Vec<u8>, String)> {
+        self.state.remove(&(scope.to_vec(), key.to_vec()))
+    }
+
+    fn into_keys(self) -> impl Iterator<Item = EffectId> {
+        self.state.into_keys()
+    }
+}
+
 /// What the barrier checks before it decides (D109): the whole chain
 /// verifies (DESIGN §5: a broken chain refuses), and this effect's row
 /// says what the chain's entries for it leave. A row deleted or edited
@@ -1820,28 +1848,16 @@ fn barrier_check(
     workspace_id: &str,
     req: &crate::effects::Request,
 ) -> Result<std::result::Result<(), String>> {
-    // (payload, status) as the chain's entries for this effect leave it.
-    let mut on_chain: Option<(Vec<u8>, String)> = None;
+    let mut effects = EffectReplay::default();
     let mut genesis_ms = u64::MAX;
     let verdict = crate::chain::verify_with(conn, path, workspace_id, None, &mut |e| {
-        let is_ours = || {
-            e.field("scope") == Some(req.scope.as_bytes())
-                && e.field("key") == Some(req.key.as_bytes())
-        };
-        match e.kind.as_str() {
-            "genesis" => genesis_ms = genesis_ms.min(e.time_ms),
-            "effect" if is_ours() && e.field("decision") == Some(b"admitted") => {
-                let payload = e.field("payload").unwrap_or_default().to_vec();
-                on_chain = Some((payload, "admitted".into()));
-            }
-            "effect-outcome" if is_ours() => {
-                if let Some(st) = &mut on_chain {
-                    st.1 = String::from_utf8_lossy(e.field("outcome").unwrap_or_default()).into();
-                }
-            }
-            _ => {}
+        if e.kind == "genesis" {
+            genesis_ms = genesis_ms.min(e.time_ms);
         }
+        effects.see(e);
     })?;
+    // (payload, status) as the chain's entries for this effect leave it.
+    let on_chain = effects.take(req.scope.as_bytes(), req.key.as_bytes());
     if let Some(b) = &verdict.first_bad {
         return Ok(Err(format!("the event chain is broken at {}", b.summary())));
     }

@@ -551,6 +551,15 @@ fn anchoring_again_never_overwrites_the_evidence_of_a_truncation() {
             "{file} was overwritten"
         );
     }
+    // `verify` reads an anchor file the way `anchor` does.
+    let (code, v) = verify(other, &["--anchor", notes.to_str().expect("utf8")]);
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is not an anchor file")),
+        "{v}"
+    );
     // Verified against another workspace's anchor: a mismatch (exit 1 with
     // a code), not a usage error (exit 2 reads as "unreadable").
     let (code, v) = verify(other, &["--anchor", a]);
@@ -590,7 +599,9 @@ fn a_rewind_refuses_a_checkpoint_row_the_chain_does_not_back() {
     assert!(
         v["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains(&second) && m.contains("nothing was changed")),
+            .is_some_and(|m| m.contains(&second)
+                && m.contains("root in its row")
+                && m.contains("nothing was changed")),
         "{v}"
     );
     assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"live");

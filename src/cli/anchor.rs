@@ -57,29 +57,21 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
 /// The anchor already in `path`, if any; an error when the file is
 /// something else or another workspace's.
 fn previous_anchor(path: &Path, workspace: &str) -> Result<Option<Anchor>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(Error::os(rewind_platform::Error::new(
-                "read anchor",
-                path,
-                e,
-            )));
-        }
-    };
     let refuse = |reason: String| Error::InvalidPath {
         path: path.to_path_buf(),
         reason: format!("{reason}; nothing was written"),
     };
-    let old: Anchor = serde_json::from_str(&text).map_err(|_| {
-        refuse("exists and is not an anchor file: name a new file, or move this one aside".into())
+    let old = Anchor::read(path).map_err(|e| match e {
+        Error::InvalidPath { reason, .. } => {
+            refuse(format!("{reason}: name a new file, or move this one aside"))
+        }
+        e => e,
     })?;
-    if old.workspace != workspace {
-        return Err(refuse(format!(
+    match old {
+        Some(old) if old.workspace != workspace => Err(refuse(format!(
             "holds the anchor of workspace {}, and this is {workspace}: keep one anchor file per workspace",
             old.workspace
-        )));
+        ))),
+        old => Ok(old),
     }
-    Ok(Some(old))
 }

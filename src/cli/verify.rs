@@ -53,16 +53,10 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
 
 pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
     let anchor = match &args.anchor {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::os(rewind_platform::Error::new("read anchor", path, e)))?;
-            Some(
-                serde_json::from_str::<Anchor>(&text).map_err(|e| Error::InvalidPath {
-                    path: path.clone(),
-                    reason: format!("not an anchor file ({e})"),
-                })?,
-            )
-        }
+        Some(path) => Some(Anchor::read(path)?.ok_or_else(|| Error::InvalidPath {
+            path: path.clone(),
+            reason: "does not exist: name the file `rewind anchor FILE` wrote".into(),
+        })?),
         None => None,
     };
     let ws = ctx.workspace()?;
