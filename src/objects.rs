@@ -13,8 +13,8 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rewind_platform::{CloneOutcome, Dir, RenameMode, clone_or_copy, copy_with};
 
@@ -29,6 +29,46 @@ pub struct ObjectStore {
     /// `objects/00/` … `objects/ff/`, opened lazily and kept open.
     shards: Box<[OnceLock<Dir>]>,
     blobs: BlobReader,
+    /// Object files published while a [`NewObjects`] guard is alive.
+    published: Arc<Mutex<Option<Vec<Hash>>>>,
+}
+
+/// The object files a capture adds to the store, removed again if it is
+/// not committed (D120). A capture that failed `NO_SPACE` left what it had
+/// stored, and the disk full: the agent's own writes then failed, and the
+/// error's "nothing was changed" was not true. Committed or not is known
+/// only to the caller, so the guard lives there: [`NewObjects::keep`]
+/// right after the commit; dropped unkept (any error, any early return)
+/// it unlinks each file this guard saw published. The workspace lock is
+/// held throughout, so no other capture can have come to rely on one.
+/// Objects that were already stored are never listed.
+pub struct NewObjects {
+    objects: Dir,
+    published: Arc<Mutex<Option<Vec<Hash>>>>,
+    keep: bool,
+}
+
+impl NewObjects {
+    /// The capture was committed: its objects stay.
+    pub fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for NewObjects {
+    fn drop(&mut self) {
+        let mut slot = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(added) = slot.take() else { return };
+        if self.keep {
+            return;
+        }
+        for hash in added {
+            let hex = hash.to_hex();
+            if let Ok(shard) = self.objects.open_dir(OsStr::new(&hex[..2])) {
+                let _ = shard.unlink(OsStr::new(&hex[2..]));
+            }
+        }
+    }
 }
 
 /// How an object's bytes were stored.
@@ -147,6 +187,30 @@ impl ObjectStore {
             clones,
             shards: (0..256).map(|_| OnceLock::new()).collect(),
             blobs: BlobReader::new(ledger.path(), ledger.is_read_only()),
+            published: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Start listing the object files published from now on, to remove
+    /// them unless the guard is kept (see [`NewObjects`]).
+    pub fn track_new(&self) -> Result<NewObjects> {
+        let objects = self.objects.try_clone().map_err(Error::os)?;
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+        Ok(NewObjects {
+            objects,
+            published: Arc::clone(&self.published),
+            keep: false,
+        })
+    }
+
+    fn note_published(&self, hash: &Hash) {
+        if let Some(added) = self
+            .published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            added.push(*hash);
         }
     }
 
@@ -328,7 +392,10 @@ impl ObjectStore {
             .tmp
             .rename(tmp_name, shard, name, RenameMode::NoReplace)
         {
-            Ok(()) => return Ok(size),
+            Ok(()) => {
+                self.note_published(hash);
+                return Ok(size);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::os(e)),
         }
@@ -343,6 +410,7 @@ impl ObjectStore {
                 self.tmp
                     .rename(tmp_name, shard, name, RenameMode::Replace)
                     .map_err(Error::os)?;
+                self.note_published(hash);
                 Ok(size)
             }
         }

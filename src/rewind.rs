@@ -262,7 +262,7 @@ fn run_to(
     //    (the btrfs engine snapshots it and builds the manifest right away:
     //    the plan needs it).
     let safety_snapshot = match ws.engine().0 {
-        Engine::Btrfs => Some(snapshot::take_for_safety(ws)?),
+        Engine::Btrfs => Some(snapshot::take_snapshot(ws)?),
         Engine::Walk | Engine::Fuse => None,
     };
     // Per-entry fsyncs make only what the apply touched durable; what it
@@ -271,6 +271,7 @@ fn run_to(
     // transaction commit saw to that (D68). Without one, the capture says
     // which entries may not be (D85).
     let before_is_durable = safety_snapshot.is_some();
+    let new_objects = ws.store().track_new()?;
     let mut cap = match &safety_snapshot {
         Some(s) => snapshot::capture(ws, s)?,
         None => ws.capture_live()?,
@@ -374,6 +375,7 @@ fn run_to(
         tx.set_meta("head", &safety.to_string())?;
         Ok(safety)
     })?;
+    new_objects.keep();
     drop(t);
     ws.commit_dirty()?;
     // The safety snapshot is kept unless HEAD served as the safety
@@ -867,9 +869,12 @@ fn checkpoint_before_recovery(
     to_root: Hash,
     safety: i64,
 ) -> Result<Option<String>> {
+    let new_objects = ws.store().track_new()?;
     let mut cap = ws.capture_live()?;
     let safety_root = ws.ledger().checkpoint_by_seq(safety)?.map(|c| c.root);
     if cap.root == to_root || Some(cap.root) == safety_root {
+        // Whatever it stored again is content those checkpoints name.
+        new_objects.keep();
         return Ok(None);
     }
     ws.sync_state(&mut cap)?;
@@ -904,6 +909,7 @@ fn checkpoint_before_recovery(
             engine,
         )
     })?;
+    new_objects.keep();
     ws.ledger().remember_nodes(overlay);
     ws.commit_dirty()?;
     Ok(ws.ledger().checkpoint_by_seq(seq)?.map(|c| c.id))

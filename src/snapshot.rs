@@ -248,33 +248,36 @@ pub(crate) fn acknowledge(
     kind: &str,
     reuse: bool,
 ) -> Result<Pending> {
-    let Taken { seq, id, clock_ns } = take_new(ws)?;
+    // Deleted again if the pending row is not committed (a full disk):
+    // a snapshot no row names was found only by the next gc (D120).
+    let snap = take_snapshot(ws)?;
     failpoint::hit("btrfs:snapshotted");
     let _t = crate::trace::span("commit pending checkpoint");
     let pending = ws.ledger_mut().write(|tx| {
         let p = Pending {
-            seq,
-            id: id.clone(),
+            seq: snap.seq,
+            id: snap.id.clone(),
             parent: tx.head_seq()?,
             label: label.map(str::to_owned),
             kind: kind.to_owned(),
             created_at_ms: time::now_ms(),
-            clock_ns,
+            clock_ns: snap.clock_ns,
             reuse,
         };
         tx.insert_pending(&p)?;
-        tx.set_meta("head", &seq.to_string())?;
+        tx.set_meta("head", &snap.seq.to_string())?;
         Ok(p)
     })?;
+    snap.keep();
     failpoint::hit("btrfs:acknowledged");
     Ok(pending)
 }
 
-/// The snapshot a rewind takes of the live tree before changing it (its
-/// safety checkpoint). Deleted when dropped unless [`SafetySnapshot::keep`]
+/// A snapshot just taken of the live tree, for a checkpoint or a rewind's
+/// safety checkpoint. Deleted when dropped unless [`NewSnapshot::keep`]
 /// was called: an error before the commit, or HEAD serving as the safety
 /// checkpoint, leaves nothing behind.
-pub(crate) struct SafetySnapshot {
+pub(crate) struct NewSnapshot {
     pub seq: i64,
     pub id: String,
     pub created_at_ms: i64,
@@ -283,13 +286,13 @@ pub(crate) struct SafetySnapshot {
     keep: std::cell::Cell<bool>,
 }
 
-impl SafetySnapshot {
+impl NewSnapshot {
     pub fn keep(&self) {
         self.keep.set(true);
     }
 }
 
-impl Drop for SafetySnapshot {
+impl Drop for NewSnapshot {
     fn drop(&mut self) {
         if !self.keep.get() {
             let _ = rewind_platform::delete_subvolume(&self.dir, OsStr::new(&self.id));
@@ -297,12 +300,11 @@ impl Drop for SafetySnapshot {
     }
 }
 
-/// Snapshot the live tree for a rewind's safety checkpoint. The caller
-/// holds the workspace lock, so the reserved seq and id stay free until
-/// its commit.
-pub(crate) fn take_for_safety(ws: &mut Workspace) -> Result<SafetySnapshot> {
+/// Snapshot the live tree under the next seq and id. The caller holds the
+/// workspace lock, so the reserved seq and id stay free until its commit.
+pub(crate) fn take_snapshot(ws: &mut Workspace) -> Result<NewSnapshot> {
     let Taken { seq, id, clock_ns } = take_new(ws)?;
-    Ok(SafetySnapshot {
+    Ok(NewSnapshot {
         seq,
         id,
         created_at_ms: time::now_ms(),
@@ -313,7 +315,7 @@ pub(crate) fn take_for_safety(ws: &mut Workspace) -> Result<SafetySnapshot> {
 }
 
 /// The manifest of a safety snapshot, built now (the plan needs it).
-pub(crate) fn capture(ws: &Workspace, s: &SafetySnapshot) -> Result<crate::capture::Capture> {
+pub(crate) fn capture(ws: &Workspace, s: &NewSnapshot) -> Result<crate::capture::Capture> {
     let snap = open(ws, &s.id)?.ok_or_else(|| Error::Btrfs {
         path: s.dir.path().join(&s.id),
         reason: "the snapshot just taken is missing or not read-only".into(),

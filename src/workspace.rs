@@ -1126,6 +1126,7 @@ impl Workspace {
         let retention = self.retention();
         let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
         drop(t);
+        let new_objects = self.store.track_new()?;
         let mut cap = self.capture_live()?;
         failpoint::hit("checkpoint:before-sync");
         self.sync_state(&mut cap)?;
@@ -1135,6 +1136,7 @@ impl Workspace {
             && let Some(h) = head.as_ref().filter(|_| changes == Counts::default())
         {
             self.persist_capture(&mut cap, None)?;
+            new_objects.keep();
             self.ledger.remember_nodes(nodes);
             let mut r = self.report(h, &cap, changes, true, started);
             r.pruned = pruned;
@@ -1152,6 +1154,7 @@ impl Workspace {
                 }),
             )?
             .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
+        new_objects.keep();
         self.ledger.remember_nodes(nodes);
         failpoint::hit("checkpoint:after-commit");
         let _t = crate::trace::span("report and retention");

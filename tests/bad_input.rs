@@ -280,9 +280,17 @@ fn a_full_disk_fails_cleanly_and_changes_nothing() {
             .status();
     }
     let before = snapshot(&root);
+    let stored = common::object_files(&root);
     let out = rewind(&root, &["checkpoint"]);
     assert_clear_error(&out, "no space left");
     assert_same("full disk: tree untouched", &before, &snapshot(&root));
+    // D120: the chunks it did store are removed again ("nothing was
+    // changed" is true, and the agent's own writes have their space back).
+    assert_eq!(
+        common::object_files(&root),
+        stored,
+        "the failed checkpoint left object files behind"
+    );
     assert!(common::temp_leftovers(&root).is_empty() || rewind(&root, &["list"]).status.success());
     assert!(
         common::temp_leftovers(&root).is_empty(),
@@ -339,10 +347,24 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        let snapshots = |ws: &Path| -> Vec<String> {
+            std::fs::read_dir(ws.join(".rewind/state/snapshots"))
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (stored, snapped) = (common::object_files(ws), snapshots(ws));
         let out = rewind(ws, &["--json", "checkpoint"]);
         assert_eq!(out.status.code(), Some(1), "{}", ws.display());
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
         assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+        // D120: nothing of the failed checkpoint stays behind, neither
+        // objects nor (btrfs engine) the snapshot it took.
+        assert_eq!(common::object_files(ws), stored, "{}", ws.display());
+        assert_eq!(snapshots(ws), snapped, "{}", ws.display());
     }
 }
 

@@ -828,3 +828,27 @@ pub fn changed_paths(v: &serde_json::Value) -> Vec<&str> {
         .filter_map(|c| c["path"].as_str())
         .collect()
 }
+
+/// The names of the object files in a workspace's store (shard + name),
+/// wherever the layout keeps them.
+pub fn object_files(ws: &Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for objects in [ws.join(".rewind/objects"), ws.join(".rewind/state/objects")] {
+        let Ok(shards) = std::fs::read_dir(&objects) else {
+            continue;
+        };
+        for shard in shards.flatten() {
+            let Ok(files) = std::fs::read_dir(shard.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                out.insert(format!(
+                    "{}/{}",
+                    shard.file_name().to_string_lossy(),
+                    f.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out
+}
