@@ -234,8 +234,24 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> std::result::Result<Config, String> {
-        let config: Config = toml_edit::de::from_str(text)
-            .map_err(|e| format!("invalid rewind.toml, fix it: {}", e.to_string().trim()))?;
+        // One line (errors are one line on stderr): where, then what.
+        let config: Config = toml_edit::de::from_str(text).map_err(|e| {
+            let at = e.span().map_or(String::new(), |span| {
+                let before = &text.as_bytes()[..span.start.min(text.len())];
+                let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+                let column = before.len()
+                    - before
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |i| i + 1)
+                    + 1;
+                format!(" at line {line}, column {column}")
+            });
+            format!(
+                "invalid rewind.toml{at}: {}; fix it",
+                e.message().trim().replace('\n', " ")
+            )
+        })?;
         for r in &config.effects {
             crate::hooks::validate_pattern(&r.pattern)?;
         }

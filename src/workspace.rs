@@ -1123,7 +1123,7 @@ impl Workspace {
         let started = Instant::now();
         let t = crate::trace::span("lock and retention");
         self.lock()?;
-        let retention = self.retention();
+        let (retention, config_warning) = self.retention();
         let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
         drop(t);
         let new_objects = self.store.track_new()?;
@@ -1140,6 +1140,7 @@ impl Workspace {
             self.ledger.remember_nodes(nodes);
             let mut r = self.report(h, &cap, changes, true, started);
             r.pruned = pruned;
+            r.warnings.extend(config_warning);
             return Ok(r);
         }
         failpoint::hit("checkpoint:before-commit");
@@ -1169,6 +1170,7 @@ impl Workspace {
         pruned.extend(more);
         let mut r = self.report(&ck, &cap, changes, false, started);
         r.pruned = pruned;
+        r.warnings.extend(config_warning);
         r.warnings.extend(warning);
         Ok(r)
     }
@@ -1187,7 +1189,7 @@ impl Workspace {
             let _t = crate::trace::span("lock");
             self.lock_for_snapshot()?;
         }
-        let retention = self.retention();
+        let (retention, config_warning) = self.retention();
         crate::gc::refuse_if_over_budget(self, &retention)?;
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
         let inline = match snapshot::ManifestMode::from_env() {
@@ -1212,7 +1214,7 @@ impl Workspace {
             r.snapshot = (seq == p.seq).then(|| p.id.clone());
             r.bytes_new = ck.stats["bytes_new"].as_u64().unwrap_or(0);
             r.pruned = pruned;
-            r.warnings = warnings;
+            r.warnings = config_warning.into_iter().chain(warnings).collect();
             return Ok(r);
         }
         let parent = match p.parent {
@@ -1242,22 +1244,30 @@ impl Workspace {
             unchanged: false,
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
-            warnings: Vec::new(),
+            warnings: config_warning.into_iter().collect(),
         })
     }
 
     /// The retention policy (rewind.toml [retention]). A broken file must
-    /// not stop checkpoints (the hook reports it), so retention falls back
-    /// to the defaults then.
-    fn retention(&self) -> crate::config::Retention {
-        crate::config::Config::load(&self.io_path)
-            .map(|c| c.retention)
-            .unwrap_or_default()
+    /// not stop checkpoints, so retention falls back to the defaults then,
+    /// and the checkpoint says so: a typo silently turned the size budget
+    /// and automatic gc off.
+    fn retention(&self) -> (crate::config::Retention, Option<String>) {
+        match crate::config::Config::load(&self.io_path) {
+            Ok(c) => (c.retention, None),
+            Err(e) => (
+                Default::default(),
+                Some(format!(
+                    "{e}; until then checkpoints use the default retention (no size budget)"
+                )),
+            ),
+        }
     }
 
     /// Retention after a checkpoint (rewind.toml [retention]).
     pub(crate) fn retention_after_checkpoint(&mut self) -> Result<(Vec<String>, Vec<String>)> {
-        let retention = self.retention();
+        // A broken file was reported by the checkpoint itself.
+        let (retention, _) = self.retention();
         if !crate::gc::after_checkpoint_needed(self, &retention)? {
             return Ok(Default::default());
         }

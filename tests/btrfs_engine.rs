@@ -376,6 +376,33 @@ fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
     }
 }
 
+/// `verify` and `anchor` right after a checkpoint whose manifest is still
+/// pending left it out: the chain had no entry for it yet, so an anchor
+/// taken "after my checkpoint" did not commit to it. Both finish pending
+/// manifests first, as `list` does.
+#[test]
+fn verify_and_anchor_right_after_a_checkpoint_include_it() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("a.txt"), b"a");
+    rewind_json(&ws, &["checkpoint"]);
+    let deferred = [("REWIND_MANIFEST", "deferred")];
+    for verb in ["anchor", "verify"] {
+        write(&ws.join("a.txt"), verb.as_bytes());
+        let out = rewind_env(&ws, &["--json", "checkpoint", verb], &deferred);
+        assert!(out.status.success(), "{out:?}");
+        let first = rewind_json(&ws, &[verb]);
+        listed(&ws);
+        let again = rewind_json(&ws, &[verb]);
+        assert_eq!(
+            first, again,
+            "{verb} before the manifest was built: {first}"
+        );
+    }
+}
+
 #[test]
 fn a_manifest_built_after_the_tree_moved_on_is_the_snapshots_not_the_live_trees() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {

@@ -726,3 +726,49 @@ fn du_counts_a_chunked_files_unique_chunks_per_checkpoint() {
         assert!(physical >= 1 << 20, "{id}: {row}");
     }
 }
+
+/// A `rewind.toml` that does not parse silently turned the size budget and
+/// automatic gc off for `checkpoint` (gc and the hooks refused it). The
+/// checkpoint is still taken (a typo must not cost the agent its
+/// checkpoints), and says in one line where the file is broken.
+#[test]
+fn a_broken_rewind_toml_is_reported_by_every_checkpoint() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a.txt"), b"a");
+    rewind_json(root, &["checkpoint"]);
+    for (text, at) in [
+        (
+            "[retention\nmax_store_bytes = \"1KiB\"\n",
+            "line 1, column 11",
+        ),
+        (
+            "[retention]\nmax_store_bytes = \"1KiB\"\nkeep_last = -5\n",
+            "line 3, column 13",
+        ),
+    ] {
+        write(&root.join("rewind.toml"), text.as_bytes());
+        write(&root.join("a.txt"), at.as_bytes());
+        let out = rewind(root, &["--json", "checkpoint"]);
+        assert!(out.status.success(), "{out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+        let warned = v["warnings"]
+            .as_array()
+            .and_then(|w| w.first())
+            .and_then(Value::as_str);
+        assert!(
+            warned.is_some_and(|w| w.contains("rewind.toml") && w.contains(at)),
+            "{v}"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("rewind: warning: ") && err.contains(at),
+            "{err}"
+        );
+        let gc = rewind(root, &["gc", "--dry-run"]);
+        let err = String::from_utf8_lossy(&gc.stderr);
+        assert_eq!(gc.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    }
+}

@@ -18,7 +18,10 @@ pub struct Args {
 /// after a truncation or a rewrite overwrote the one piece of evidence,
 /// and a shared file name overwrote another workspace's anchor.
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
-    let ws = ctx.workspace()?;
+    let mut ws = ctx.workspace()?;
+    // The anchor commits to every checkpoint acknowledged so far: a btrfs
+    // one whose manifest is pending gets its chain entry first.
+    ws.recover_if_needed()?;
     let workspace = ws.ledger().workspace_id()?;
     let previous = match &args.file {
         Some(path) => previous_anchor(path, &workspace)?,

@@ -59,7 +59,13 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         })?),
         None => None,
     };
-    let ws = ctx.workspace()?;
+    let mut ws = ctx.workspace()?;
+    // A btrfs checkpoint whose manifest is still being built is not on the
+    // chain yet: finish it, as `list` does, so the count and head include
+    // it. Not on a read-only filesystem, where nothing can be (D119).
+    if !ws.ledger().is_read_only() {
+        ws.recover_if_needed()?;
+    }
     // Another workspace's anchor: the ledger was replaced, or the file is
     // the wrong one. Either way the chain is not the anchored one: exit 1
     // with a code, as for any mismatch (a script reading exit 2 as
