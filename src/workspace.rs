@@ -1421,14 +1421,15 @@ impl Workspace {
         by_label.into_iter().next().ok_or_else(unknown)
     }
 
-    /// A command-line path (relative to `cwd` or absolute) as a
-    /// workspace-relative byte path. Refuses paths outside the workspace and
-    /// inside `.rewind/`.
-    pub fn relative_path(&self, arg: &Path, cwd: &Path) -> Result<Vec<u8>> {
+    /// A command-line path (relative to `base` or absolute) as a
+    /// workspace-relative byte path. Refuses paths outside the workspace,
+    /// naming the path it resolved to, and inside `.rewind/`. `base` is
+    /// the `-C` directory when one is given, as for `git -C` and `make -C`.
+    pub fn relative_path(&self, arg: &Path, base: &Path) -> Result<Vec<u8>> {
         let abs = if arg.is_absolute() {
             arg.to_path_buf()
         } else {
-            cwd.join(arg)
+            base.join(arg)
         };
         let mut norm = PathBuf::new();
         for comp in abs.components() {
@@ -1441,7 +1442,7 @@ impl Workspace {
             }
         }
         let outside = || Error::OutsideWorkspace {
-            path: arg.to_path_buf(),
+            path: norm.clone(),
             workspace: self.root_path.clone(),
         };
         let rel = match norm.strip_prefix(&self.root_path) {

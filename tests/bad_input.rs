@@ -123,10 +123,33 @@ fn paths_outside_the_workspace_are_refused() {
     let id = workspace_with_checkpoint(&root);
     let before = snapshot(&root);
     let out = rewind(&root, &["restore", &id, "--", "../elsewhere"]);
-    assert_clear_error(&out, "outside the workspace");
+    // The error names the path it resolved to.
+    assert_clear_error(
+        &out,
+        &format!(
+            "{} is outside the workspace",
+            dir.path().join("elsewhere").display()
+        ),
+    );
     let out = rewind(&root, &["restore", &id, "--", ".rewind/ledger.db"]);
     assert_clear_error(&out, "rewind's own state");
     assert_same("refused restore changes nothing", &before, &snapshot(&root));
+    // With -C, a relative path is relative to that directory, as for
+    // `git -C` (it was resolved against the caller's directory, and
+    // refused as outside).
+    write(&root.join("a.txt"), b"changed");
+    let out = rewind(
+        dir.path(),
+        &["-C", "ws/dir", "restore", &id, "--", "../a.txt"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"a");
+    let diff = common::rewind_json(dir.path(), &["-C", "ws", "diff", &id, "--", "a.txt"]);
+    assert!(common::changed_paths(&diff).is_empty(), "{diff}");
 }
 
 #[test]

@@ -79,7 +79,7 @@ pub(crate) fn compute_patching(
     let filters: Vec<Vec<u8>> = args
         .paths
         .iter()
-        .map(|p| ws.relative_path(p, &ctx.cwd))
+        .map(|p| ws.relative_path(p, &ctx.start_dir()))
         .collect::<Result<_>>()?;
     let live = match &to {
         None => Some(ws.capture(Sink::HashOnly, "scanning")?),

@@ -79,7 +79,7 @@ pub fn restore(ctx: &Ctx, args: RestoreArgs) -> Result<()> {
     opts.paths = args
         .paths
         .iter()
-        .map(|p| ws.relative_path(p, &ctx.cwd))
+        .map(|p| ws.relative_path(p, &ctx.start_dir()))
         .collect::<Result<_>>()?;
     if opts.paths.iter().any(|p| p.is_empty()) {
         return Err(Error::Usage(
