@@ -183,6 +183,11 @@ pub struct CheckpointReport {
 pub struct ChangeJson {
     pub path: String,
     pub status: &'static str,
+    /// `status`: a path still there that the capture could not read (a
+    /// FIFO, another user's file): why. It is absent from the next
+    /// checkpoint, hence "deleted", and a rewind keeps it (D111, D121).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncaptured: Option<String>,
 }
 
 impl ChangeJson {
@@ -192,6 +197,7 @@ impl ChangeJson {
             .map(|c| ChangeJson {
                 path: capture::display_path(&c.path),
                 status: c.status().as_str(),
+                uncaptured: None,
             })
             .collect()
     }

@@ -434,7 +434,8 @@ fn a_sigbus_is_reported_not_a_silent_death() {
 
 /// A shell whose working directory is gone (deleted, or a dead mount that
 /// was detached) gets one line naming where it thinks it is and the `cd`
-/// that fixes it, not "open workspace .: No such file or directory".
+/// that fixes it (to the nearest directory still there), not "open
+/// workspace .: No such file or directory".
 #[test]
 fn a_working_directory_that_is_gone_is_named_with_the_cd_that_fixes_it() {
     let tmp = common::tmp();
@@ -455,9 +456,46 @@ fn a_working_directory_that_is_gone_is_named_with_the_cd_that_fixes_it() {
     let m = v["error"]["message"].as_str().unwrap_or("");
     assert!(
         m.contains("working directory cannot be reached")
-            && m.contains(&format!("`cd {}`", gone.display())),
+            && m.contains(&format!("`cd {}`", tmp.path().display())),
         "{v}"
     );
+}
+
+/// A rewind that removes the caller's directory says so, and the next
+/// command from it names the nearest directory that still exists: its
+/// advice was to `cd` into the one that was gone.
+#[test]
+fn a_rewind_that_removes_the_callers_directory_says_where_to_go() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    write(&ws.join("a.txt"), b"a");
+    let a = common::checkpoint_id(ws, &["a"]);
+    std::fs::create_dir_all(ws.join("sub/deeper")).expect("mkdir");
+    common::checkpoint_id(ws, &["b"]);
+    let deeper = ws.join("sub/deeper");
+    let out = rewind(&deeper, &["rewind", &a]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("working directory") && err.contains(&format!("`cd {}`", ws.display())),
+        "{err}"
+    );
+    // Back (undo from the workspace), then the same rewind from a shell
+    // that stays in the removed directory and runs the next command there.
+    rewind_json(ws, &["undo"]);
+    assert!(deeper.is_dir());
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && '{bin}' rewind -q {a}; exec '{bin}' --json undo",
+            deeper.display(),
+            bin = env!("CARGO_BIN_EXE_rewind"),
+        ))
+        .output()
+        .expect("sh");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let m = v["error"]["message"].as_str().unwrap_or("");
+    assert!(m.contains(&format!("`cd {}`", ws.display())), "{v}");
 }
 
 /// `unmount` of a typo or of a directory that is no workspace says which,

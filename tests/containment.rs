@@ -319,12 +319,17 @@ fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
     write(&root.join("db.sqlite"), b"root-owned container output\n");
     common::chmod(&root.join("db.sqlite"), 0o600);
     nobody("echo b > a.txt");
-    // `status` lists it as skipped, not as deleted.
+    // `status` says what the next checkpoint records (it will not hold
+    // the file: deleted) and that the file is still there (D121).
     let st = nobody(&format!("{bin} --json status"));
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).expect("json");
     assert!(
-        !common::changed_paths(&st).contains(&"db.sqlite"),
-        "an unreadable file shown as a change: {st}"
+        st["changes"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["path"] == "db.sqlite"
+                && c["status"] == "deleted"
+                && c["uncaptured"].as_str().is_some())),
+        "{st}"
     );
     assert!(
         st["skipped"]
@@ -346,6 +351,42 @@ fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
             .is_some_and(|k| k.iter().any(|k| k["path"] == "db.sqlite")),
         "{v}"
     );
+}
+
+/// D121: `status` agrees with `diff` and with what `checkpoint` records
+/// when a captured file becomes something the capture skips (a FIFO):
+/// deleted from the next checkpoint's tree, marked as still there. It
+/// said "no changes" while the checkpoint counted a deletion.
+#[test]
+fn status_counts_a_path_the_capture_skips_as_the_checkpoint_does() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("x"), b"data");
+    write(&root.join("keep.txt"), b"k");
+    let a = common::checkpoint_id(root, &["a"]);
+    std::fs::remove_file(root.join("x")).expect("rm");
+    let st = Command::new("mkfifo")
+        .arg(root.join("x"))
+        .status()
+        .expect("mkfifo");
+    assert!(st.success());
+    let status = common::rewind_json(root, &["status"]);
+    let diff = common::rewind_json(root, &["diff", &a]);
+    assert_eq!(common::changed_paths(&status), ["x"], "{status}");
+    assert_eq!(common::changed_paths(&diff), ["x"], "{diff}");
+    assert_eq!(status["changes"][0]["status"], "deleted", "{status}");
+    assert!(
+        status["changes"][0]["uncaptured"].as_str().is_some(),
+        "{status}"
+    );
+    let human = common::rewind(root, &["status"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("D x (still there, but not captured: "),
+        "{human}"
+    );
+    let ck = common::rewind_json(root, &["checkpoint"]);
+    assert_eq!(ck["changes"]["deleted"], 1, "{ck}");
 }
 
 /// D115: as a user who owns the workspace, a change inside a directory

@@ -416,8 +416,13 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
 /// it is (`$PWD`) and that a `cd` there gets the live directory back.
 fn cwd_gone(e: &std::io::Error, json: bool) -> i32 {
     let pwd = std::env::var_os("PWD").map(PathBuf::from);
-    let fix = match &pwd {
-        Some(p) => format!("`cd {}` and retry", p.display()),
+    // A directory a rewind removed is not there to `cd` into: name the
+    // nearest one that is (the same path again if an undo made it anew).
+    let fix = match pwd.as_deref().map(nearest_existing) {
+        Some(p) => format!(
+            "`cd {}` and retry (or name the workspace with -C)",
+            p.display()
+        ),
         None => "`cd` back into the workspace and retry".to_string(),
     };
     let err = Error::InvalidPath {
@@ -428,6 +433,14 @@ fn cwd_gone(e: &std::io::Error, json: bool) -> i32 {
     };
     report(json, &err);
     1
+}
+
+/// `path` itself if it exists, else its nearest ancestor that does.
+pub(crate) fn nearest_existing(path: &std::path::Path) -> PathBuf {
+    path.ancestors()
+        .find(|p| p.is_dir())
+        .unwrap_or(std::path::Path::new("/"))
+        .to_path_buf()
 }
 
 pub fn report_error(ctx: &Ctx, e: &Error) {

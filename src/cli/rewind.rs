@@ -92,6 +92,16 @@ pub fn restore(ctx: &Ctx, args: RestoreArgs) -> Result<()> {
 }
 
 fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
+    // The caller's directory was created after the target: the rewind
+    // removed it, and the shell is left in a deleted directory.
+    if !r.dry_run && !ctx.cwd.is_dir() {
+        eprintln!(
+            "rewind: warning: this shell's working directory {} was removed by this {}: `cd {}` (from there, `rewind undo` brings it back)",
+            ctx.cwd.display(),
+            r.op,
+            super::nearest_existing(&ctx.cwd).display()
+        );
+    }
     ctx.emit(r, || {
         let mut s = String::new();
         if r.dry_run {
@@ -103,7 +113,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
                 s.push_str(&format!(
                     "  {} {}\n",
                     super::status::status_letter(c.status),
-                    c.path
+                    super::human_path(&c.path)
                 ));
             }
             s.push_str(&format!(
@@ -122,7 +132,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             ));
         }
         for k in &r.kept {
-            s.push_str(&format!("\n  {}: {}", k.path, k.reason));
+            s.push_str(&format!("\n  {}: {}", super::human_path(&k.path), k.reason));
         }
         for e in &r.effects_not_undone {
             s.push_str(&format!("\n  NOT UNDONE: effect {}:{} ({}) was admitted on the timeline you left; `guard` will refuse it again", e.scope, e.key, e.kind));

@@ -32,9 +32,12 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         }
         for c in &out.changes {
             s.push_str(&format!(
-                "{} {}\n",
+                "{} {}{}\n",
                 status_letter(c.status),
-                super::human_path(&c.path)
+                super::human_path(&c.path),
+                c.uncaptured.as_ref().map_or(String::new(), |why| format!(
+                    " (still there, but not captured: {why})"
+                ))
             ));
         }
         s
@@ -51,20 +54,26 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
         .as_ref()
         .map(|h| h.root)
         .unwrap_or_else(crate::tree::Node::empty_hash);
-    let mut changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
-    // A path the capture skipped (unreadable, a mount point) is still
-    // there: it is listed as skipped, not as deleted.
-    let skipped: Vec<&str> = cap.skipped.iter().map(|s| s.path.as_str()).collect();
-    changes.retain(|c| {
-        let path = crate::capture::display_path(&c.path);
-        c.new.is_some()
-            || !skipped
-                .iter()
-                .any(|s| path == *s || path.strip_prefix(s).is_some_and(|r| r.starts_with('/')))
-    });
+    let changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
+    // What the next checkpoint records, as `diff` and `checkpoint` count
+    // it: a path the capture skipped (unreadable, a FIFO, a mount point) is
+    // absent from it, so "deleted", marked as still there (D121).
+    let mut changes = ChangeJson::from_changes(&changes);
+    for c in changes.iter_mut().filter(|c| c.status == "deleted") {
+        c.uncaptured = cap
+            .skipped
+            .iter()
+            .find(|s| {
+                c.path == s.path
+                    || c.path
+                        .strip_prefix(s.path.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+            .map(|s| s.reason.clone());
+    }
     Ok(Out {
         head: head.map(|h| h.id),
-        changes: ChangeJson::from_changes(&changes),
+        changes,
         skipped: cap.skipped,
     })
 }
