@@ -5,7 +5,9 @@
 //! cancel work in flight. Unset, a failpoint costs one relaxed atomic load.
 //!
 //! The named points, in the order a rewind passes them, are listed in
-//! [`POINTS`]; the crash tests iterate over this list.
+//! [`POINTS`]; the crash tests iterate over this list. The mount daemon
+//! has its own, outside that list: `fuse:remove-marked` (an unlink or
+//! rmdir marked dirty, its syscall not yet made).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

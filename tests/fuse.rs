@@ -567,6 +567,39 @@ fn a_killed_daemon_loses_nothing_and_the_next_command_walks() {
     m.unmount();
 }
 
+/// A request marks its entry dirty before its syscall. A checkpoint that
+/// took the dirty set between the two captured the old entry and cleared
+/// the mark: the change (an `rm` waiting for the inode lock behind a long
+/// read, in helper-12's run) was in no checkpoint until `unmount`. The
+/// request now marks again when it ends if a checkpoint took the set
+/// meanwhile. The failpoint holds an unlink between its mark and its
+/// syscall while a checkpoint runs.
+#[test]
+fn a_change_in_flight_while_a_checkpoint_takes_the_dirty_set_reaches_the_next_one() {
+    let Some((_lfs, ws)) = workspace(3, 3) else {
+        return;
+    };
+    let Some(m) = MountGuard::with_env(
+        &ws,
+        &[
+            ("REWIND_FAILPOINT", "fuse:remove-marked"),
+            ("REWIND_FAILPOINT_ACTION", "pause:1500"),
+        ],
+    ) else {
+        return;
+    };
+    common::checkpoint_id(&ws, &["base"]);
+    let victim = ws.join("d01/f01.txt");
+    let rm = std::thread::spawn(move || std::fs::remove_file(&victim));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let during = rewind_json(&ws, &["checkpoint", "during"]);
+    assert_eq!(during["engine"], "fuse", "{during}");
+    rm.join().expect("join").expect("rm through the mount");
+    assert!(!ws.join("d01/f01.txt").exists());
+    checkpoint_matches_a_walk(&ws, "after the remove finished");
+    m.unmount();
+}
+
 /// Names in `dir`, sorted, duplicates kept (a listing that repeats an
 /// entry must not compare equal).
 fn listing(dir: &Path) -> Vec<std::ffi::OsString> {

@@ -31,6 +31,9 @@ pub struct ServeOptions {
     pub passthrough: bool,
     /// A process to keep running beside the mount (rewind's command server).
     pub companion: Option<Companion>,
+    /// Called at the daemon's named test points (rewind's failpoints:
+    /// `fuse:remove-marked`); a no-op by default.
+    pub failpoint: fn(&str),
 }
 
 impl Default for ServeOptions {
@@ -42,6 +45,7 @@ impl Default for ServeOptions {
                 .unwrap_or(2),
             passthrough: rustix::process::geteuid().is_root(),
             companion: None,
+            failpoint: |_| {},
         }
     }
 }
@@ -160,7 +164,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     } else {
         crate::fs::TTL_VIEW
     };
-    let fs = OverlayFs::new(Arc::clone(&sh), opts.passthrough, ttl);
+    let fs = OverlayFs::new(Arc::clone(&sh), opts.passthrough, ttl, opts.failpoint);
     let session = match fuser::Session::new(fs, &mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {

@@ -67,6 +67,9 @@ impl DirtySet {
 struct State {
     current: DirtySet,
     taken: Option<DirtySet>,
+    /// Turns at every take: a [`Mutation`] that began before the turn
+    /// marks its paths again when it ends.
+    epoch: u64,
     /// Inodes open for writing, with their open count: written through
     /// passthrough without the daemon seeing it, so they stay dirty.
     writers: HashMap<u64, u32>,
@@ -74,6 +77,76 @@ struct State {
 
 pub struct Tracker {
     st: std::sync::Mutex<State>,
+}
+
+/// What one mutating request marked.
+enum Mark {
+    Entry(Option<Vec<u8>>, Vec<u8>),
+    Dir(Option<Vec<u8>>),
+    All,
+}
+
+impl Mark {
+    fn apply(&self, set: &mut DirtySet) {
+        match self {
+            Mark::Entry(None, _) | Mark::Dir(None) | Mark::All => set.all = true,
+            Mark::Entry(Some(p), name) => {
+                if name == IGNORE_FILE {
+                    set.deep.insert(p.clone());
+                }
+                set.add(p, name);
+            }
+            Mark::Dir(Some(d)) => {
+                set.dirs.insert(d.clone(), None);
+            }
+        }
+    }
+}
+
+/// One mutating request, from before its marks until its syscalls are
+/// done. A request marks first (a capture may look for nothing, never
+/// miss a change), but a checkpoint that takes the set between the mark
+/// and the end of the syscall captured the old state, and its commit
+/// cleared the mark: the change was in no checkpoint until `unmount`
+/// (helper-12: an `rm` waiting on the inode lock behind a long read). So
+/// a mutation that sees the epoch turn while it runs marks its paths
+/// again as it ends, for the next checkpoint; nobody waits for anybody.
+pub struct Mutation<'a> {
+    tracker: &'a Tracker,
+    epoch: u64,
+    marks: Vec<Mark>,
+}
+
+impl Mutation<'_> {
+    /// Entry `name` of directory `parent` changes (see [`Tracker::mark`]).
+    pub fn mark(&mut self, parent: Option<&[u8]>, name: &[u8]) {
+        self.add(Mark::Entry(parent.map(<[u8]>::to_vec), name.to_vec()));
+    }
+
+    /// Any entry of directory `dir` may change.
+    pub fn mark_dir(&mut self, dir: Option<&[u8]>) {
+        self.add(Mark::Dir(dir.map(<[u8]>::to_vec)));
+    }
+
+    pub fn mark_all(&mut self) {
+        self.add(Mark::All);
+    }
+
+    fn add(&mut self, m: Mark) {
+        m.apply(&mut self.tracker.lock().current);
+        self.marks.push(m);
+    }
+}
+
+impl Drop for Mutation<'_> {
+    fn drop(&mut self) {
+        let mut st = self.tracker.lock();
+        if st.epoch != self.epoch {
+            for m in &self.marks {
+                m.apply(&mut st.current);
+            }
+        }
+    }
 }
 
 impl Tracker {
@@ -90,31 +163,21 @@ impl Tracker {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Entry `name` of directory `parent` changed; `None`: the directory's
-    /// path is unknown, so everything is dirty.
-    pub fn mark(&self, parent: Option<&[u8]>, name: &[u8]) {
-        let mut st = self.lock();
-        match parent {
-            None => st.current.all = true,
-            Some(p) => {
-                if name == IGNORE_FILE {
-                    st.current.deep.insert(p.to_vec());
-                }
-                st.current.add(p, name);
-            }
+    /// A mutating request begins: its marks go through the guard, which
+    /// it holds until its syscalls are done.
+    pub fn mutation(&self) -> Mutation<'_> {
+        Mutation {
+            tracker: self,
+            epoch: self.lock().epoch,
+            marks: Vec::new(),
         }
     }
 
-    /// Any entry of directory `dir` may have changed; `None`: the
-    /// directory's path is unknown, so everything is dirty.
-    pub fn mark_dir(&self, dir: Option<&[u8]>) {
-        let mut st = self.lock();
-        match dir {
-            None => st.current.all = true,
-            Some(d) => {
-                st.current.dirs.insert(d.to_vec(), None);
-            }
-        }
+    /// Entry `name` of directory `parent` changed; `None`: the directory's
+    /// path is unknown, so everything is dirty. For changes already made
+    /// (a rewind's); a request uses [`Mutation::mark`].
+    pub fn mark(&self, parent: Option<&[u8]>, name: &[u8]) {
+        Mark::Entry(parent.map(<[u8]>::to_vec), name.to_vec()).apply(&mut self.lock().current);
     }
 
     pub fn mark_all(&self) {
@@ -150,6 +213,7 @@ impl Tracker {
             }
             return view;
         }
+        st.epoch += 1;
         let now = std::mem::take(&mut st.current);
         match &mut st.taken {
             // A second taker before the first committed: it sees both.
@@ -212,6 +276,41 @@ mod tests {
         let names = |d: &[u8]| again.dirs.get(d).cloned().flatten().unwrap_or_default();
         assert!(names(b"src").contains(b"a.rs".as_slice()));
         assert!(names(b"docs").contains(b"x.md".as_slice()));
+    }
+
+    #[test]
+    fn a_mutation_a_checkpoint_took_halfway_is_dirty_again_when_it_ends() {
+        let t = Tracker::new();
+        t.take(true);
+        t.commit();
+        let mut m = t.mutation();
+        m.mark(Some(b"d"), b"big");
+        // The checkpoint takes the mark and commits before the syscall
+        // is done: its capture may have seen the old entry.
+        assert!(t.take(true).dirs.contains_key(b"d".as_slice()));
+        t.commit();
+        assert!(t.take(false).is_empty());
+        drop(m);
+        let again = t.take(false);
+        let names = again.dirs.get(b"d".as_slice()).cloned().flatten();
+        assert!(
+            names.is_some_and(|n| n.contains(b"big".as_slice())),
+            "{again:?}"
+        );
+    }
+
+    #[test]
+    fn a_mutation_no_checkpoint_interrupted_marks_once() {
+        let t = Tracker::new();
+        t.take(true);
+        t.commit();
+        {
+            let mut m = t.mutation();
+            m.mark(Some(b"d"), b"f");
+        }
+        assert!(t.take(true).dirs.contains_key(b"d".as_slice()));
+        t.commit();
+        assert!(t.take(false).is_empty());
     }
 
     #[test]

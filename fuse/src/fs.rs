@@ -24,7 +24,7 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 
-use crate::dirty::{DirtySet, Tracker};
+use crate::dirty::{DirtySet, Mutation, Tracker};
 use crate::gate::Gate;
 use crate::inodes::{self, Backing, Inode, Inodes, IoMode, Passthrough, ROOT};
 
@@ -111,13 +111,18 @@ impl Shared {
         })
     }
 
-    fn mark_entry(&self, parent: u64, name: &OsStr) {
-        self.tracker
-            .mark(self.inodes.path(parent).as_deref(), name.as_bytes());
+    /// A mutating request begins; its marks go through the guard, held
+    /// until its syscalls are done ([`Mutation`]).
+    fn mutation(&self) -> Mutation<'_> {
+        self.tracker.mutation()
+    }
+
+    fn mark_entry(&self, m: &mut Mutation<'_>, parent: u64, name: &OsStr) {
+        m.mark(self.inodes.path(parent).as_deref(), name.as_bytes());
     }
 
     /// Every entry of directory `name` in `parent` may have changed.
-    fn mark_dir(&self, parent: u64, name: &OsStr) {
+    fn mark_dir(&self, m: &mut Mutation<'_>, parent: u64, name: &OsStr) {
         let path = self.inodes.path(parent).map(|mut path| {
             if !path.is_empty() {
                 path.push(b'/');
@@ -125,13 +130,13 @@ impl Shared {
             path.extend_from_slice(name.as_bytes());
             path
         });
-        self.tracker.mark_dir(path.as_deref());
+        m.mark_dir(path.as_deref());
     }
 
     /// Inode `ino` changed (content, mode, times, xattrs): its entries in
     /// every directory that names it are dirty. A file with names the
     /// daemon never saw makes everything dirty.
-    fn mark_inode(&self, ino: u64, nlink: u64) {
+    fn mark_inode(&self, m: &mut Mutation<'_>, ino: u64, nlink: u64) {
         if ino == ROOT {
             // The root's own metadata is not captured.
             return;
@@ -142,11 +147,11 @@ impl Shared {
             .get(ino)
             .is_some_and(|i| i.kind == FileType::Directory);
         if links.is_empty() || (!is_dir && nlink > links.len() as u64) {
-            self.tracker.mark_all();
+            m.mark_all();
             return;
         }
         for (p, n) in links {
-            self.mark_entry(p, &n);
+            self.mark_entry(m, p, &n);
         }
     }
 
@@ -155,6 +160,7 @@ impl Shared {
     pub fn take(&self, take: bool) -> DirtySet {
         let set = self.tracker.take(take);
         if take {
+            let mut m = self.mutation();
             for ino in self.tracker.writers() {
                 let nlink = self
                     .inodes
@@ -162,7 +168,7 @@ impl Shared {
                     .and_then(|i| self.inodes.fd(ino, &i).ok())
                     .and_then(|fd| inodes::statx_fd(&*fd).ok())
                     .map_or(u64::MAX, |x| u64::from(x.stx_nlink));
-                self.mark_inode(ino, nlink);
+                self.mark_inode(&mut m, ino, nlink);
             }
         }
         set
@@ -307,6 +313,8 @@ pub struct OverlayFs {
     no_opendir: bool,
     /// How long the kernel trusts entries and attributes.
     ttl: Duration,
+    /// Test points (see [`crate::ServeOptions::failpoint`]).
+    failpoint: fn(&str),
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
@@ -380,7 +388,12 @@ fn hidden(parent: INodeNo, name: &OsStr) -> bool {
 
 impl OverlayFs {
     /// `ttl`: [`TTL_OVER_ITSELF`] or [`TTL_VIEW`].
-    pub fn new(sh: Arc<Shared>, want_passthrough: bool, ttl: Duration) -> OverlayFs {
+    pub fn new(
+        sh: Arc<Shared>,
+        want_passthrough: bool,
+        ttl: Duration,
+        failpoint: fn(&str),
+    ) -> OverlayFs {
         OverlayFs {
             sh,
             files: Mutex::new(HashMap::new()),
@@ -388,6 +401,7 @@ impl OverlayFs {
             want_passthrough,
             no_opendir: false,
             ttl,
+            failpoint,
         }
     }
 
@@ -680,7 +694,8 @@ impl Filesystem for OverlayFs {
             let is_link = i.kind == FileType::Symlink;
             // Mark first: a change the capture misses is worse than a
             // change it looks at for nothing.
-            self.sh.mark_inode(ino.0, self.nlink(&i));
+            let mut m = self.sh.mutation();
+            self.sh.mark_inode(&mut m, ino.0, self.nlink(&i));
             if let Some(m) = mode {
                 if is_link {
                     return Err(Errno::EOPNOTSUPP);
@@ -757,7 +772,7 @@ impl Filesystem for OverlayFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(parent, name, reply, |p| {
+        self.make_entry(parent, name, reply, |p, _| {
             rustix::fs::mknodat(
                 &p.fd,
                 name,
@@ -778,12 +793,12 @@ impl Filesystem for OverlayFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(parent, name, reply, |p| {
+        self.make_entry(parent, name, reply, |p, m| {
             // The stat cache may hold rows at this path from a directory
             // moved away or deleted, and the inode number may even be
             // that one's: the new directory is listed, never taken from
             // them (D86).
-            self.sh.mark_dir(parent.0, name);
+            self.sh.mark_dir(m, parent.0, name);
             rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
                 .map_err(errno)
         });
@@ -805,7 +820,7 @@ impl Filesystem for OverlayFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.make_entry(parent, link_name, reply, |p| {
+        self.make_entry(parent, link_name, reply, |p, _| {
             rustix::fs::symlinkat(target, &p.fd, link_name).map_err(errno)
         });
     }
@@ -830,8 +845,9 @@ impl Filesystem for OverlayFs {
             }
             let p = self.inode(parent)?;
             let np = self.inode(newparent)?;
-            self.sh.mark_entry(parent.0, name);
-            self.sh.mark_entry(newparent.0, newname);
+            let mut m = self.sh.mutation();
+            self.sh.mark_entry(&mut m, parent.0, name);
+            self.sh.mark_entry(&mut m, newparent.0, newname);
             // A replaced target keeps its inode for whoever has it open.
             self.sh.inodes.hold(newparent.0, newname);
             let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
@@ -856,7 +872,7 @@ impl Filesystem for OverlayFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.make_entry(newparent, newname, reply, |np| {
+        self.make_entry(newparent, newname, reply, |np, _| {
             let i = self.inode(ino)?;
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works without.
             if rustix::fs::linkat(&i.fd, "", &np.fd, newname, AtFlags::EMPTY_PATH).is_err() {
@@ -878,8 +894,10 @@ impl Filesystem for OverlayFs {
         let run = || -> Result<(u64, IoMode, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
             let writer = is_write(flags.0);
+            // Held to the end of the open: an O_TRUNC open truncates.
+            let mut m = self.sh.mutation();
             if writer {
-                self.sh.mark_inode(ino.0, self.nlink(&i));
+                self.sh.mark_inode(&mut m, ino.0, self.nlink(&i));
             }
             let inode = Arc::clone(&i.inode);
             // One lock from choosing the mode to counting the handle: two
@@ -1165,7 +1183,8 @@ impl Filesystem for OverlayFs {
     ) {
         let _g = self.sh.gate.enter();
         let r = self.inode(ino).and_then(|i| {
-            self.sh.mark_inode(ino.0, self.nlink(&i));
+            let mut m = self.sh.mutation();
+            self.sh.mark_inode(&mut m, ino.0, self.nlink(&i));
             rustix::fs::setxattr(
                 proc_path(&i.fd).as_str(),
                 name,
@@ -1222,7 +1241,8 @@ impl Filesystem for OverlayFs {
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _g = self.sh.gate.enter();
         let r = self.inode(ino).and_then(|i| {
-            self.sh.mark_inode(ino.0, self.nlink(&i));
+            let mut m = self.sh.mutation();
+            self.sh.mark_inode(&mut m, ino.0, self.nlink(&i));
             rustix::fs::removexattr(proc_path(&i.fd).as_str(), name).map_err(errno)
         });
         answer(reply, r)
@@ -1256,7 +1276,8 @@ impl Filesystem for OverlayFs {
                 return Err(Errno::EACCES);
             }
             let p = self.inode(parent)?;
-            self.sh.mark_entry(parent.0, name);
+            let mut m = self.sh.mutation();
+            self.sh.mark_entry(&mut m, parent.0, name);
             let mut of = OFlags::from_bits_retain(flags as _) & !(OFlags::NOCTTY | OFlags::DIRECT)
                 | OFlags::CREATE
                 | OFlags::NOFOLLOW
@@ -1386,7 +1407,7 @@ impl OverlayFs {
         parent: INodeNo,
         name: &OsStr,
         reply: ReplyEntry,
-        make: impl FnOnce(&Live) -> Result<(), Errno>,
+        make: impl FnOnce(&Live, &mut Mutation<'_>) -> Result<(), Errno>,
     ) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<FileAttr, Errno> {
@@ -1394,8 +1415,9 @@ impl OverlayFs {
                 return Err(Errno::EACCES);
             }
             let p = self.inode(parent)?;
-            self.sh.mark_entry(parent.0, name);
-            make(&p)?;
+            let mut m = self.sh.mutation();
+            self.sh.mark_entry(&mut m, parent.0, name);
+            make(&p, &mut m)?;
             self.entry(parent, name)
         };
         match run() {
@@ -1411,7 +1433,11 @@ impl OverlayFs {
                 return Err(Errno::ENOENT);
             }
             let p = self.inode(parent)?;
-            self.sh.mark_entry(parent.0, name);
+            let mut m = self.sh.mutation();
+            self.sh.mark_entry(&mut m, parent.0, name);
+            // A checkpoint may take the set here (an unlink waiting for
+            // the inode lock behind a long read): `m` marks again.
+            (self.failpoint)("fuse:remove-marked");
             // Held from now on (no name will lead to it): a process that
             // has it open or as its cwd can still use it (D65).
             self.sh.inodes.hold(parent.0, name);

@@ -114,6 +114,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         view: view.clone(),
         passthrough: !a.no_passthrough && rewind_fuse::ServeOptions::default().passthrough,
         companion: Some(super::serve::companion(&mountpoint)?),
+        failpoint: crate::failpoint::hit,
         ..Default::default()
     };
     if a.foreground {
