@@ -72,6 +72,12 @@ impl MountLink {
         &self.access
     }
 
+    /// Mounted at a view: the daemon's dirty set misses what is written in
+    /// the workspace directory itself, so captures walk (D123).
+    pub fn is_view(&self) -> bool {
+        lock(&self.client).is_view()
+    }
+
     pub fn daemon_pid(&self) -> u32 {
         lock(&self.client).daemon_pid()
     }

@@ -424,6 +424,10 @@ impl Workspace {
         let clones = Self::clone_support_cached(&ledger, &tmp, fs.dev);
         let store = ObjectStore::new(objects, tmp, clones, &ledger);
         let (engine, engine_reason) = match &mount {
+            Some(m) if m.is_view() => (
+                Engine::Fuse,
+                "mounted at a view with `rewind mount --at`: writes made beside it, in the workspace directory, never reach the daemon, so captures walk the stat cache; rewinds freeze the view",
+            ),
             Some(_) => (
                 Engine::Fuse,
                 "mounted with `rewind mount`: the daemon's dirty set guides the capture",
@@ -716,9 +720,12 @@ impl Workspace {
         let scope = match &self.mount {
             Some(m) if !mirrored && !distrust && !walk_anyway => {
                 let _t = crate::trace::span("dirty set");
-                // Taken even when unused: it is committed with the capture.
+                // Taken even when unused: it is committed with the capture
+                // (and the daemon's set stays bounded).
                 let scope = m.scope(matches!(sink, Sink::Store(..)))?;
-                scope.filter(|_| same_rules)
+                // A view's set misses what was written beside it, in the
+                // workspace directory (D123): the stat cache walks.
+                scope.filter(|_| same_rules && !m.is_view())
             }
             _ => None,
         };

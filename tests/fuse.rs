@@ -785,6 +785,121 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
         std::fs::read(ws.join("d01/f01.txt")).expect("read"),
         b"dir 1 file 1\n"
     );
+    // D123: written beside the view, in the workspace directory (an
+    // editor): the daemon never sees it, and a checkpoint through the view
+    // captured nothing of it. Captures through a view walk.
+    std::fs::write(ws.join("d00/f00.txt"), b"edited beside the view\n").expect("write");
+    write(&ws.join("d02/new-beside"), b"new\n");
+    let ck = rewind_json(&view, &["checkpoint", "beside"]);
+    assert_eq!(ck["changes"]["added"], 1, "{ck}");
+    assert_eq!(ck["changes"]["modified"], 1, "{ck}");
+    checkpoint_matches_a_walk(&view, "after writes beside the view");
+    let out = rewind(&view, &["rewind", &base, "-q"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(ws.join("d00/f00.txt")).expect("read"),
+        b"dir 0 file 0\n"
+    );
+    assert!(!ws.join("d02/new-beside").exists());
+    m.unmount();
+}
+
+/// A view whose daemon was killed left its dead mount: mounting the view
+/// again failed with ENOTCONN, since only the workspace's own commands
+/// detached dead mounts and they never look at the view's path. `mount`
+/// now detaches it first.
+#[test]
+fn a_view_whose_daemon_was_killed_mounts_again() {
+    let Some((lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    let mount = || {
+        rewind(
+            Path::new("/"),
+            &[
+                "mount",
+                &ws.display().to_string(),
+                "--at",
+                &view.display().to_string(),
+            ],
+        )
+    };
+    let out = mount();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = MountGuard { dir: view.clone() };
+    // SAFETY: plain kill(2).
+    assert_eq!(
+        unsafe { libc::kill(m.status().pid as i32, libc::SIGKILL) },
+        0
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        std::fs::read_dir(&view).is_err(),
+        "the dead mount is still there"
+    );
+    let out = mount();
+    assert!(
+        out.status.success(),
+        "mount again: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(view.join("d00/f00.txt").is_file());
+    m.unmount();
+}
+
+/// `sudo rewind mount .` over a user's workspace locked that user out:
+/// without `allow_other` only root could reach the mount point. The mount
+/// over the workspace itself now lets everyone in under the usual
+/// permission checks, and that user's rewind commands, which cannot reach
+/// root's daemon, say so instead of "not a workspace".
+#[test]
+fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let st = Command::new("chown")
+        .args(["-R", "nobody:"])
+        .arg(&ws)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let nobody = |cmd: &str| {
+        Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
+            .current_dir("/")
+            .output()
+            .expect("su")
+    };
+    let file = ws.join("d00/f00.txt");
+    let out = nobody(&format!(
+        "echo more >> '{f}' && cat '{f}'",
+        f = file.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"dir 0 file 0\nmore\n");
+    let out = nobody(&format!(
+        "cd '{}' && exec '{}' status",
+        ws.display(),
+        env!("CARGO_BIN_EXE_rewind")
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("mounted with `rewind mount` by another user"),
+        "{err}"
+    );
     m.unmount();
 }
 

@@ -35,7 +35,7 @@ pub(crate) struct Claim {
 impl Claim {
     /// Claim the workspace whose root is `root` (opened before the mount
     /// covers it) for a mount at `mountpoint`. `Ok(None)`: the directory
-    /// has no `.rewind/` (no workspace, nothing to keep apart).
+    /// shows no `.rewind/`: no workspace, or another mount covers it.
     pub(crate) fn take(
         root: BorrowedFd<'_>,
         dir: &Path,

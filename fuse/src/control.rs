@@ -315,6 +315,14 @@ impl Client {
         &self.mountpoint
     }
 
+    /// A view (`mount --at VIEW`): the workspace directory stays open to
+    /// writes the daemon never sees (an editor beside the agent's view).
+    /// A mount over the workspace itself reaches it through its private
+    /// bind mount instead.
+    pub fn is_view(&self) -> bool {
+        self.backing != backing_path(&self.mountpoint)
+    }
+
     pub fn daemon_pid(&self) -> u32 {
         self.pid
     }

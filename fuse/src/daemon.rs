@@ -94,11 +94,30 @@ fn release_backing(b: &Path) {
 /// mount and the control socket answer.
 pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()> {
     let mountpoint = opts.view.clone().unwrap_or_else(|| dir.to_path_buf());
-    if let Ok(Some(c)) = Client::connect(&mountpoint) {
-        return Err(Error::AlreadyMounted {
-            path: mountpoint,
-            pid: c.daemon_pid(),
-        });
+    match Client::connect(&mountpoint) {
+        Ok(Some(c)) => {
+            return Err(Error::AlreadyMounted {
+                path: mountpoint,
+                pid: c.daemon_pid(),
+            });
+        }
+        // A killed daemon's mount is still there: mounting on it failed
+        // ENOTCONN. Nothing but the workspace's own commands detached it,
+        // and those do not look at a view's path.
+        Err(Error::DaemonGone { .. }) => detach_dead(&mountpoint)?,
+        Ok(None) if is_dead_rewind_mount(&mountpoint) => detach_dead(&mountpoint)?,
+        _ => {}
+    }
+    // fuser opens /dev/fuse itself and falls back to fusermount3 only when
+    // mount(2) is refused, not when the device is: say what to change.
+    if !rustix::process::geteuid().is_root() && !dev_fuse_usable() {
+        return Err(Error::io(
+            "mount FUSE at",
+            &mountpoint,
+            std::io::Error::other(
+                "/dev/fuse cannot be opened for reading and writing by this user (most systems make it mode 0666): `sudo chmod 0666 /dev/fuse`, or mount as root",
+            ),
+        ));
     }
     let fd_limit = raise_open_file_limit();
     let signals = block_termination_signals();
@@ -110,8 +129,22 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     )
     .map_err(|e| Error::io("open", dir, e.into()))?;
     // One mount per workspace, whatever path it is mounted at (D98): held
-    // until this function returns, after the mount is gone.
-    let claim = Claim::take(root.as_fd(), dir, &mountpoint)?;
+    // until this function returns, after the mount is gone. No `.rewind/`
+    // to claim: a mount over `dir` raced this one and covered it after
+    // the command checked the workspace (this daemon would have served a
+    // view of that mount, history hidden).
+    let claim = match Claim::take(root.as_fd(), dir, &mountpoint)? {
+        Some(c) => c,
+        None => {
+            return Err(Error::AlreadyMounted {
+                path: dir.to_path_buf(),
+                pid: Client::connect(dir)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |c| c.daemon_pid()),
+            });
+        }
+    };
     let sh = Arc::new(Shared::new(root).map_err(|e| Error::io("stat", dir, e))?);
     sh.inodes.set_fd_cap(
         std::env::var("REWIND_MOUNT_INODE_FDS")
@@ -156,7 +189,16 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         MountOption::Subtype("rewind".into()),
         MountOption::DefaultPermissions,
     ];
-    config.acl = SessionACL::Owner;
+    // Over the workspace itself (root only): everyone who could use the
+    // directory before still can, under the same permission checks
+    // (`default_permissions`); without it, `sudo rewind mount .` locked
+    // the workspace's own user out. A user's view stays theirs
+    // (`allow_other` needs `user_allow_other` in /etc/fuse.conf).
+    config.acl = if bound {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = opts.threads > 1;
     let ttl = if bound {
@@ -428,6 +470,30 @@ fn unmount(mp: &Path) -> std::result::Result<(), String> {
 pub fn holders(mp: &Path) -> Vec<String> {
     let me = std::process::id();
     rewind_platform::holders(mp, |pid, parent| pid == me || parent == Some(me))
+}
+
+/// Whether this process may open /dev/fuse to serve a mount.
+pub fn dev_fuse_usable() -> bool {
+    rustix::fs::access(
+        "/dev/fuse",
+        rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+    )
+    .is_ok()
+}
+
+/// A rewind mount whose daemon is gone (its socket too): every access
+/// fails ENOTCONN.
+fn is_dead_rewind_mount(path: &Path) -> bool {
+    rustix::fs::stat(path).err() == Some(rustix::io::Errno::NOTCONN) && is_rewind_mount(path)
+}
+
+/// Whether a rewind daemon's FUSE filesystem is mounted at `path`, live or
+/// dead, this user's or another's (the mount table says; no request is
+/// made of it).
+pub fn is_rewind_mount(path: &Path) -> bool {
+    rewind_platform::mount_at(path).is_some_and(|(kind, source)| {
+        (kind == b"fuse" || kind == b"fuse.rewind") && source == b"rewind"
+    })
 }
 
 /// Clear the mount of a daemon that died: detach the dead mount (its

@@ -34,6 +34,6 @@ pub use control::{
     ANSWER_TIMEOUT, Client, MountStatus, backing_path, command_socket_path, runtime_dir,
     socket_path,
 };
-pub use daemon::{ServeOptions, detach_dead, holders, serve};
+pub use daemon::{ServeOptions, detach_dead, dev_fuse_usable, holders, is_rewind_mount, serve};
 pub use dirty::{DirtySet, Names};
 pub use error::{Error, Result};

@@ -159,6 +159,29 @@ pub fn mounts_below(path: &std::path::Path) -> bool {
     })
 }
 
+/// The type and source of the filesystem mounted exactly at `path` (the
+/// top one of a stack), per /proc/self/mountinfo.
+pub fn mount_at(path: &std::path::Path) -> Option<(Vec<u8>, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let table = std::fs::read("/proc/self/mountinfo").ok()?;
+    let want = path.as_os_str().as_bytes();
+    table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            // Optional fields end at "-"; the type and source follow it.
+            let dash = fields.iter().position(|f| *f == b"-")?;
+            if unescape_octal(fields.get(4)?) != want {
+                return None;
+            }
+            Some((
+                fields.get(dash + 1)?.to_vec(),
+                unescape_octal(fields.get(dash + 2)?),
+            ))
+        })
+        .next_back()
+}
+
 fn unescape_octal(s: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;

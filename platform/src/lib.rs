@@ -30,7 +30,9 @@ pub use dir::{
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};
-pub use fsinfo::{FsInfo, FsKind, available_bytes, clone_support, mounts_below, probe_clone};
+pub use fsinfo::{
+    FsInfo, FsKind, available_bytes, clone_support, mount_at, mounts_below, probe_clone,
+};
 pub use handoff::{
     StdioSwap, Watched, peer_is_same_user, peer_pid, recv_all, recv_with_fds, send_with_fds,
     send_with_stdio, set_umask, wait_readable, watch,

@@ -320,7 +320,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             } else {
                 "does not ignore .rewind/ (its .gitignore could not be written): `git clean -fd` would delete the history"
             },
-            if out.fuse.dev_fuse { "present" } else { "missing" },
+            match (out.fuse.dev_fuse, rewind_fuse::dev_fuse_usable()) {
+                (false, _) => "missing",
+                (true, true) => "present",
+                (true, false) => "present but not usable by this user (`sudo chmod 0666 /dev/fuse`, or mount as root)",
+            },
             if out.fuse.fusermount3 { "found" } else { "missing" },
             out.fuse.note,
             out.durability.note,

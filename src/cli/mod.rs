@@ -229,7 +229,13 @@ impl Ctx {
                 path: start,
                 reason: "is not a directory: name the workspace's directory (-C DIR)".into(),
             }),
-            None => Err(Error::NotAWorkspace { path: start }),
+            None => match mounted_by_another_user(&start) {
+                Some(mp) => Err(Error::InvalidPath {
+                    path: mp,
+                    reason: "is a workspace mounted with `rewind mount` by another user, whose daemon this user cannot reach: run rewind as that user, or have them unmount it and mount a view as yourself (`rewind mount DIR --at VIEW`)".into(),
+                }),
+                None => Err(Error::NotAWorkspace { path: start }),
+            },
         }
     }
 
@@ -433,6 +439,15 @@ fn cwd_gone(e: &std::io::Error, json: bool) -> i32 {
     };
     report(json, &err);
     1
+}
+
+/// The rewind mount `path` is in, when its daemon is not this user's to
+/// reach (its `.rewind/` is hidden, so no workspace is found there).
+fn mounted_by_another_user(path: &std::path::Path) -> Option<PathBuf> {
+    path.ancestors()
+        .find(|a| rewind_fuse::is_rewind_mount(a))
+        .filter(|a| !rewind_fuse::socket_path(a).exists())
+        .map(std::path::Path::to_path_buf)
 }
 
 /// `path` itself if it exists, else its nearest ancestor that does.
