@@ -1169,10 +1169,13 @@ impl Walker<'_> {
             return Ok(None);
         }
         if !vouched_by_mirror && meta.dev != self.root_dev {
-            self.skip(
-                &join(rel, nb),
-                "mount point (another filesystem is not crossed)",
-            );
+            // A btrfs subvolume's root is inode 256 (BTRFS_FIRST_FREE_OBJECTID).
+            let why = if meta.kind == EntryKind::Dir && meta.ino == 256 {
+                "nested btrfs subvolume or btrfs mount (not crossed: not part of this workspace)"
+            } else {
+                "mount point (another filesystem is not crossed)"
+            };
+            self.skip(&join(rel, nb), why);
             return Ok(None);
         }
         let prev = cached_rec.filter(|r| r.vouches_for(&meta));

@@ -187,18 +187,18 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
 /// `OVER_BUDGET`'s message. With no checkpoint left, `gc --force` frees
 /// nothing: what is over the budget is the ledger itself.
 fn over_budget(budget: u64, used: u64, checkpoints: usize) -> String {
-    let mib = |b: u64| b as f64 / 1048576.0;
+    use crate::progress::human_bytes;
     if checkpoints == 0 {
         format!(
-            "the ledger alone uses {:.1} MiB, over the store's budget (max_store_bytes = {:.1} MiB): raise max_store_bytes in rewind.toml (a few MiB is the least that works); no checkpoint was taken",
-            mib(used),
-            mib(budget)
+            "the ledger alone uses {}, over the store's budget (max_store_bytes = {}): raise max_store_bytes in rewind.toml (a few MiB is the least that works); no checkpoint was taken",
+            human_bytes(used),
+            human_bytes(budget)
         )
     } else {
         format!(
-            "the store uses {:.1} MiB, over its budget (max_store_bytes = {:.1} MiB), and every remaining checkpoint ({checkpoints}) is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken",
-            mib(used),
-            mib(budget)
+            "the store uses {}, over its budget (max_store_bytes = {}), and every remaining checkpoint ({checkpoints}) is protected: raise max_store_bytes in rewind.toml, or run `rewind gc --force`; no checkpoint was taken",
+            human_bytes(used),
+            human_bytes(budget)
         )
     }
 }

@@ -533,9 +533,9 @@ pub fn after_checkpoint(
         }
         if used > budget {
             warning = Some(format!(
-                "the store uses {:.1} MiB, over max_store_bytes = {:.1} MiB, and every remaining checkpoint is protected: the next checkpoint will be refused; raise the budget or run `rewind gc --force`",
-                used as f64 / 1048576.0,
-                budget as f64 / 1048576.0
+                "the store uses {}, over max_store_bytes = {}, and every remaining checkpoint is protected: the next checkpoint will be refused; raise the budget or run `rewind gc --force`",
+                crate::progress::human_bytes(used),
+                crate::progress::human_bytes(budget)
             ));
         }
     }

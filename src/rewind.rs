@@ -142,9 +142,29 @@ fn plan_all(
         let old = trees.entry_at(from, p)?;
         let new = trees.entry_at(to, p)?;
         if old.is_none() && new.is_none() {
+            // Named through a symlink: the trees hold the link, not what
+            // is below it.
+            let mut link = None;
+            for (i, _) in p.iter().enumerate().filter(|(_, b)| **b == b'/') {
+                for root in [from, to] {
+                    if trees
+                        .entry_at(root, &p[..i])?
+                        .is_some_and(|e| e.kind() == crate::tree::Kind::Symlink)
+                    {
+                        link = link.or(Some(&p[..i]));
+                    }
+                }
+            }
+            let reason = match link {
+                Some(l) => format!(
+                    "is below {}, a symlink: rewind restores the link itself; name the path its target leads to",
+                    String::from_utf8_lossy(l)
+                ),
+                None => "exists neither in that checkpoint nor in the workspace (check the path with `rewind diff`)".into(),
+            };
             return Err(Error::InvalidPath {
                 path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(p)),
-                reason: "exists neither in that checkpoint nor in the workspace (check the path with `rewind diff`)".into(),
+                reason,
             });
         }
         // Parents the live tree lacks (or has as non-directories).

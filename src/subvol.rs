@@ -261,8 +261,17 @@ impl Owner {
 /// could not carry over or clean up (module docs), so that a refusal
 /// leaves nothing behind.
 fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
-    for name in dir.entries().map_err(Error::os)? {
-        let meta = dir.stat_at(&name).map_err(Error::os)?;
+    // Something this user cannot read cannot be copied: refused before
+    // anything is made, with the fix.
+    let unreadable = |e: rewind_platform::Error| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => refused(
+            &e.path,
+            "cannot be read by this user, so it cannot be copied into the subvolume: `chmod u+rx` it (or run as root) and retry",
+        ),
+        _ => Error::os(e),
+    };
+    for name in dir.entries().map_err(unreadable)? {
+        let meta = dir.stat_at(&name).map_err(unreadable)?;
         let path = dir.path().join(&name);
         if meta.dev != dev {
             return Err(refused(
@@ -277,7 +286,7 @@ fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
                     return Err(refused(&path, LOCKED));
                 }
                 if meta.kind == EntryKind::Dir {
-                    survey(&dir.open_dir(&name).map_err(Error::os)?, dev, owner)?;
+                    survey(&dir.open_dir(&name).map_err(unreadable)?, dev, owner)?;
                 }
             }
             EntryKind::Symlink => {}

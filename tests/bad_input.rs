@@ -498,6 +498,37 @@ fn a_rewind_that_removes_the_callers_directory_says_where_to_go() {
     assert!(m.contains(&format!("`cd {}`", ws.display())), "{v}");
 }
 
+/// Smaller refusals that named the wrong thing or did too much: an anchor
+/// file in a directory that does not exist (the directories were made, at
+/// `/` if need be), a restore through a symlink ("exists neither…"), and a
+/// patch of a file that is not UTF-8 (replacement characters, as if text).
+#[test]
+fn anchors_symlinked_paths_and_non_utf8_patches_are_refused_or_shown_plainly() {
+    let tmp = common::tmp();
+    let ws = tmp.path().join("ws");
+    write(&ws.join("real/f"), b"f\n");
+    std::os::unix::fs::symlink("real", ws.join("link")).expect("symlink");
+    write(&ws.join("bin"), b"\xff\xfe");
+    let a = common::checkpoint_id(&ws, &["a"]);
+    let missing = tmp.path().join("no/such/dir");
+    let out = rewind(
+        &ws,
+        &["anchor", &missing.join("anchor.json").display().to_string()],
+    );
+    assert_clear_error(&out, "is not a directory");
+    assert!(!tmp.path().join("no").exists(), "anchor made directories");
+    write(&ws.join("real/f"), b"g\n");
+    let out = rewind(&ws, &["restore", &a, "--", "link/f"]);
+    assert_clear_error(&out, "is below link, a symlink");
+    assert_eq!(std::fs::read(ws.join("real/f")).expect("read"), b"g\n");
+    write(&ws.join("bin"), b"\xfe\xff");
+    let out = rewind(&ws, &["diff", "--patch", "--", "bin"]);
+    let patch = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(patch.contains("Binary files differ"), "{patch}");
+    assert!(!patch.contains('\u{fffd}'), "{patch}");
+}
+
 /// `unmount` of a typo or of a directory that is no workspace says which,
 /// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
 #[test]

@@ -305,3 +305,25 @@ fn on_ext4_a_damaged_chunk_is_refused_by_the_rewind_and_replaced_by_the_next_cap
         "the restored bytes differ"
     );
 }
+
+/// `doctor` before `init` says what the directory's filesystem can do and
+/// which engine a workspace there would get, and makes nothing: it failed
+/// NOT_A_WORKSPACE, so the choice of where to put one was blind.
+#[test]
+fn doctor_before_init_reports_the_filesystem_and_creates_nothing() {
+    for fs in [Fs::Xfs, Fs::Btrfs] {
+        let Some(lfs) = LoopFs::new(fs, 512) else {
+            return;
+        };
+        let dir = match fs {
+            Fs::Btrfs => lfs.subvolume("sub"),
+            _ => lfs.subdir("plain"),
+        };
+        let d = rewind_json(&dir, &["doctor"]);
+        assert!(d["workspace"].is_null(), "{d}");
+        assert_eq!(d["reflink"], true, "{d}");
+        let want = if fs == Fs::Btrfs { "btrfs" } else { "walk" };
+        assert_eq!(d["engine"], want, "{d}");
+        assert!(!dir.join(".rewind").exists(), "doctor made a workspace");
+    }
+}

@@ -512,6 +512,8 @@ fn the_budget_prunes_unprotected_checkpoints_then_refuses_clearly() {
         err.contains("the ledger alone") && !err.contains("gc --force"),
         "{err}"
     );
+    // The budget as written, not "0.1 MiB" (a 1 KiB one read "0.0 MiB").
+    assert!(err.contains("max_store_bytes = 64.0 KiB"), "{err}");
 }
 
 /// Hook and safety checkpoints label themselves ("before Bash: …"): with

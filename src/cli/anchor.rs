@@ -49,7 +49,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let text = serde_json::to_string_pretty(&anchor)
         .map_err(|e| Error::Usage(format!("internal: {e}")))?;
     if let Some(path) = &args.file {
-        super::write_atomically(path, &format!("{text}\n"))?;
+        super::write_atomically(path, &format!("{text}\n"), false)?;
     }
     ctx.emit(&anchor, || match &args.file {
         Some(p) => format!("anchored entry {seq} ({}) in {}", anchor.head, p.display()),

@@ -222,12 +222,17 @@ fn render_patch(
             out.push_str("Large file, not shown\n");
             continue;
         }
-        if a.contains(&0) || b.contains(&0) {
+        // Not UTF-8 is shown as binary too: a patch of replacement
+        // characters would not apply, and would read as a different file.
+        let (Ok(ta), Ok(tb)) = (std::str::from_utf8(&a), std::str::from_utf8(&b)) else {
+            out.push_str("Binary files differ\n");
+            continue;
+        };
+        if ta.contains('\0') || tb.contains('\0') {
             out.push_str("Binary files differ\n");
             continue;
         }
-        let (ta, tb) = (String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
-        let text = similar::TextDiff::from_lines(ta.as_ref(), tb.as_ref());
+        let text = similar::TextDiff::from_lines(ta, tb);
         let old_name = if old.is_some() {
             format!("a/{name}")
         } else {

@@ -122,24 +122,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             silent = Some((path.clone(), *pid, e.to_string()));
             Held::new(ws, None)
         }
+        // Before `init`: what this directory's filesystem can do.
+        Err(Error::NotAWorkspace { path }) if path.is_dir() => return before_init(ctx, &path),
         Err(e) => return Err(e),
     };
     let fs = ws.fs();
     let reflink = ws.clones();
-    let reflink_why = match (fs.kind.may_clone(), reflink) {
-        (_, true) => format!(
-            "a test FICLONE on {} succeeded: checkpoints and rewinds share extents",
-            fs.kind
-        ),
-        (true, false) => format!(
-            "{} can clone, but a test FICLONE failed (XFS made without reflink=1?): files are copied",
-            fs.kind
-        ),
-        (false, false) => format!(
-            "{} cannot share extents: files are copied (use XFS with reflink or btrfs for O(1) copies)",
-            fs.kind
-        ),
-    };
+    let reflink_why = clone_note(fs.kind, reflink);
     let subvolume = ws.is_subvolume();
     let (engine, why) = ws.engine();
     let engine_why = format!("{}: {why}", engine.as_str());
@@ -372,6 +361,72 @@ fn durability(
         store_mark: state.as_ref().is_some_and(|s| s.store_below_ns().is_some()),
         dirty_bytes,
         note,
+    })
+}
+
+fn clone_note(kind: rewind_platform::FsKind, reflink: bool) -> String {
+    match (kind.may_clone(), reflink) {
+        (_, true) => {
+            format!("a test FICLONE on {kind} succeeded: checkpoints and rewinds share extents")
+        }
+        (true, false) => format!(
+            "{kind} can clone, but a test FICLONE failed (XFS made without reflink=1?): files are copied"
+        ),
+        (false, false) => format!(
+            "{kind} cannot share extents: files are copied (use XFS with reflink or btrfs for O(1) copies)"
+        ),
+    }
+}
+
+/// `doctor` in a directory that is no workspace yet: what its filesystem
+/// can do and which engine `init` would give it, so the choice of where
+/// to put a workspace is made before one exists.
+fn before_init(ctx: &Ctx, dir: &Path) -> Result<()> {
+    #[derive(Serialize)]
+    struct BeforeInit {
+        workspace: Option<String>,
+        directory: String,
+        fs: String,
+        reflink: bool,
+        reflink_why: String,
+        engine: &'static str,
+        engine_why: String,
+        dev_fuse: bool,
+        dev_fuse_usable: bool,
+        note: &'static str,
+    }
+    let d = rewind_platform::Dir::open(dir).map_err(Error::os)?;
+    let fs = rewind_platform::FsInfo::of(&d).map_err(Error::os)?;
+    let reflink = rewind_platform::clone_support(&d).unwrap_or(false);
+    let (engine, why) = crate::snapshot::Engine::choose(&d, &fs);
+    let out = BeforeInit {
+        workspace: None,
+        directory: dir.display().to_string(),
+        fs: fs.kind.to_string(),
+        reflink,
+        reflink_why: clone_note(fs.kind, reflink),
+        engine: engine.as_str(),
+        engine_why: why.to_string(),
+        dev_fuse: Path::new("/dev/fuse").exists(),
+        dev_fuse_usable: rewind_fuse::dev_fuse_usable(),
+        note: "not a workspace yet: `rewind init` (or the first `rewind checkpoint`) makes one here",
+    };
+    ctx.emit(&out, || {
+        format!(
+            "directory   {} ({})\nfilesystem  {}\nclones      {} ({})\nengine      {}: {}\nFUSE        /dev/fuse {}",
+            out.directory,
+            out.note,
+            out.fs,
+            if out.reflink { "yes" } else { "no" },
+            out.reflink_why,
+            out.engine,
+            out.engine_why,
+            match (out.dev_fuse, out.dev_fuse_usable) {
+                (false, _) => "missing",
+                (true, true) => "present",
+                (true, false) => "present but not usable by this user",
+            }
+        )
     })
 }
 

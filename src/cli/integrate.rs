@@ -121,7 +121,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         let mut written: Vec<&Plan> = Vec::new();
         let installed = (|| {
             for p in plans.iter().filter(|p| p.old.as_deref() != Some(&p.new)) {
-                super::write_atomically(&p.path, &p.new)?;
+                super::write_atomically(&p.path, &p.new, true)?;
                 written.push(p);
             }
             // Hooks only act in a workspace: make sure there is one.
@@ -140,7 +140,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             // was written.
             for p in written.iter().rev() {
                 match &p.old {
-                    Some(old) => drop(super::write_atomically(&p.path, old)),
+                    Some(old) => drop(super::write_atomically(&p.path, old, true)),
                     None => drop(std::fs::remove_file(&p.path)),
                 }
             }

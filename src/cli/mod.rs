@@ -502,25 +502,11 @@ pub fn human_path(p: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(q)
 }
 
-/// Human-readable byte counts.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use crate::progress::human_bytes;
 
 /// Temp file beside the target, fsync, rename: a crash leaves the old file
 /// or the new one, never half of one.
-pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, text: &str, create_parents: bool) -> Result<()> {
     use std::io::Write;
     let os = |op: &'static str, p: &Path, e: std::io::Error| {
         Error::os(rewind_platform::Error::new(op, p, e))
@@ -535,8 +521,18 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<()> {
         }
         _ => path,
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| os("create directory", dir, e))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if create_parents {
+        std::fs::create_dir_all(dir).map_err(|e| os("create directory", dir, e))?;
+    } else if !dir.is_dir() {
+        return Err(Error::InvalidPath {
+            path: dir.to_path_buf(),
+            reason: "is not a directory: create it first, or name a file in an existing one; nothing was written".into(),
+        });
+    }
     let tmp = dir.join(format!(
         ".{}.rewind-tmp",
         path.file_name()
