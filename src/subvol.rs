@@ -53,6 +53,9 @@ pub struct Converted {
     /// (before the swap) or `old-tree` (after it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cleaned_up: Option<&'static str>,
+    /// The existing history was moved into `.rewind/state/`, where
+    /// snapshots do not copy it (D126).
+    pub history_moved: bool,
 }
 
 const TEMP_SUFFIX: &str = ".rewind-subvol";
@@ -101,6 +104,8 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     }
     if rewind_platform::is_subvolume(&target).map_err(Error::os)? {
         out.already = true;
+        // Finishes a move a crash interrupted after the swap below.
+        out.history_moved = move_history_into_state_subvolume(&dir)?;
         return Ok(out);
     }
     refuse_inside_workspace(&dir)?;
@@ -135,7 +140,92 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     parent.fsync().map_err(Error::os)?;
     crate::failpoint::hit("subvol:swapped");
     parent.remove_all(&tmp).map_err(Error::os)?;
+    out.history_moved = move_history_into_state_subvolume(&dir)?;
     Ok(out)
+}
+
+/// A workspace made before DIR was a subvolume keeps its ledger (and any
+/// snapshots) in `.rewind/` itself, which every snapshot then copies: the
+/// whole history again, per checkpoint, held until the last snapshot goes.
+/// A new subvolume workspace keeps them in `.rewind/state/`, a nested
+/// subvolume that snapshots skip (D50). Move them there (D126): fold the
+/// WAL, clone the ledger into the new subvolume under a temporary name,
+/// make it durable and rename it into place (from then on it is the
+/// ledger: `meta_path` prefers it), move the snapshots (a subvolume may be
+/// renamed across subvolumes; a file may not), then remove the old files.
+/// A crash before the rename leaves the old ledger in use; after it, the
+/// next run removes the leftovers. Returns whether anything moved.
+fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
+    use crate::workspace::{LEDGER_FILE, STATE_SUBVOLUME};
+    let state_path = dir.join(STATE_DIR);
+    let Ok(state) = Dir::open(&state_path) else {
+        return Ok(false);
+    };
+    let flat = OsStr::new(LEDGER_FILE);
+    let leftovers = |suffix: &str| {
+        let mut n = OsString::from(LEDGER_FILE);
+        n.push(suffix);
+        n
+    };
+    if state.stat_at(flat).is_err() {
+        return Ok(false);
+    }
+    let _lock = lock_history(dir)?;
+    let nested_ledger = state_path.join(STATE_SUBVOLUME).join(LEDGER_FILE);
+    if !nested_ledger.exists() {
+        // Everything into the main file, so that it alone is the ledger.
+        let db = state_path.join(LEDGER_FILE);
+        let conn = rusqlite::Connection::open(&db).map_err(crate::error::db_err(&db))?;
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(crate::error::db_err(&db))?;
+        drop(conn);
+        match rewind_platform::create_subvolume(&state, OsStr::new(STATE_SUBVOLUME)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::os(e)),
+        }
+        let nested = state
+            .open_dir(OsStr::new(STATE_SUBVOLUME))
+            .map_err(Error::os)?;
+        let tmp = OsStr::new("ledger.db.moving");
+        let _ = nested.unlink(tmp);
+        let (src, meta) = state.open_read(flat).map_err(Error::os)?;
+        let dst = nested
+            .create_new(tmp, meta.mode & 0o777)
+            .map_err(Error::os)?;
+        let io = |e| Error::os(rewind_platform::Error::new("copy", &nested_ledger, e));
+        clone_or_copy(src.as_fd(), dst.as_fd()).map_err(io)?;
+        dst.sync_all().map_err(io)?;
+        let _ = nested.set_owner(tmp, meta.uid, meta.gid);
+        nested
+            .rename(tmp, &nested, flat, RenameMode::NoReplace)
+            .map_err(Error::os)?;
+        nested.fsync().map_err(Error::os)?;
+        crate::failpoint::hit("subvol:ledger-moved");
+        if let Ok(snaps) = state.open_dir(OsStr::new("snapshots")) {
+            let to = match nested.mkdir(OsStr::new("snapshots"), 0o755) {
+                Ok(()) => nested.open_dir(OsStr::new("snapshots")),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    nested.open_dir(OsStr::new("snapshots"))
+                }
+                Err(e) => Err(e),
+            }
+            .map_err(Error::os)?;
+            for name in snaps.entries().map_err(Error::os)? {
+                snaps
+                    .rename(&name, &to, &name, RenameMode::NoReplace)
+                    .map_err(Error::os)?;
+            }
+            to.fsync().map_err(Error::os)?;
+        }
+    }
+    // The nested ledger is the ledger: what is left in `.rewind/` is stale.
+    for name in [flat.to_owned(), leftovers("-wal"), leftovers("-shm")] {
+        let _ = state.unlink(&name);
+    }
+    let _ = state.rmdir(OsStr::new("snapshots"));
+    state.fsync().map_err(Error::os)?;
+    Ok(true)
 }
 
 /// Finish or undo an interrupted conversion: the temporary name holds a

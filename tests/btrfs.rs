@@ -50,6 +50,12 @@ fn a_populated_directory_becomes_a_subvolume_keeping_everything_and_its_history(
         256,
         ".rewind must stay in the subvolume (D45)"
     );
+    // D126: the history made before moved into the nested subvolume that
+    // snapshots skip; left in `.rewind/`, every snapshot copied it.
+    assert_eq!(out["subvolume"]["history_moved"], true, "{out}");
+    assert_eq!(inode(&ws.join(".rewind/state")), 256, "{out}");
+    assert!(ws.join(".rewind/state/ledger.db").is_file());
+    assert!(!ws.join(".rewind/ledger.db").exists());
     common::assert_same("after init --subvolume", &before, &snapshot(&ws));
     assert_eq!(
         inode(&ws.join("run.sh")),
@@ -68,6 +74,19 @@ fn a_populated_directory_becomes_a_subvolume_keeping_everything_and_its_history(
     common::assert_same("rewind after conversion", &before, &snapshot(&ws));
     let doctor = rewind_json(&ws, &["doctor"]);
     assert_eq!(doctor["subvolume"], true, "{doctor}");
+    let snap = rewind_env(
+        &ws,
+        &["--json", "checkpoint"],
+        &[("REWIND_MANIFEST", "inline")],
+    );
+    let snap: serde_json::Value = serde_json::from_slice(&snap.stdout).expect("json");
+    let id = snap["id"].as_str().expect("id");
+    let copy = ws.join(".rewind/state/snapshots").join(id);
+    assert!(copy.join("src").is_dir(), "{snap}");
+    assert!(
+        !copy.join(".rewind/ledger.db").exists(),
+        "a snapshot holds a copy of the ledger"
+    );
     // Twice is fine.
     let again = rewind_json(&lfs.mnt, &["init", "--subvolume", "proj"]);
     assert_eq!(again["subvolume"]["already"], true, "{again}");
@@ -84,6 +103,7 @@ fn a_sigkill_at_each_conversion_point_leaves_the_old_directory_or_the_new_subvol
         "subvol:file-cloned:4",
         "subvol:copied",
         "subvol:swapped",
+        "subvol:ledger-moved",
     ]
     .iter()
     .enumerate()
@@ -110,17 +130,18 @@ fn a_sigkill_at_each_conversion_point_leaves_the_old_directory_or_the_new_subvol
             &snapshot(&ws),
         );
         let swapped = inode(&ws) == 256;
-        assert_eq!(
-            swapped,
-            *point == "subvol:swapped",
-            "{point}: swapped = {swapped}"
-        );
-        // The next run cleans up and finishes.
+        let after_swap = *point == "subvol:swapped" || *point == "subvol:ledger-moved";
+        assert_eq!(swapped, after_swap, "{point}: swapped = {swapped}");
+        // The next run cleans up and finishes (after the ledger moved,
+        // only the stale copy in `.rewind/` is left to remove).
         let done = rewind_json(&lfs.mnt, &["init", "--subvolume", &name]);
         assert!(
-            done["subvolume"]["cleaned_up"].is_string(),
+            done["subvolume"]["cleaned_up"].is_string()
+                || (*point == "subvol:ledger-moved" && done["subvolume"]["history_moved"] == true),
             "{point}: {done}"
         );
+        assert!(ws.join(".rewind/state/ledger.db").is_file(), "{point}");
+        assert!(!ws.join(".rewind/ledger.db").exists(), "{point}");
         assert_eq!(inode(&ws), 256, "{point}");
         common::assert_same(
             &format!("{point}: after the rerun"),

@@ -63,6 +63,9 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             if let Some(what) = c.cleaned_up {
                 s.push_str(&format!("(removed the {what} an interrupted earlier run left)\n"));
             }
+            if c.history_moved {
+                s.push_str("the existing history moved into .rewind/state/, a nested subvolume that snapshots do not copy\n");
+            }
         }
         s.push_str(&format!(
             "{} workspace {} ({} on {}, {})",
