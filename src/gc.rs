@@ -69,6 +69,9 @@ pub struct Freed {
     /// btrfs snapshots deleted: of pruned checkpoints, or left by a crash
     /// before their checkpoint was recorded.
     pub snapshots: u64,
+    /// Content (logical bytes) that only those snapshots held: btrfs frees
+    /// its extents in the background, less what other files still share.
+    pub snapshot_bytes: u64,
     /// Snapshots that could not be deleted (a non-root user without the
     /// `user_subvol_rm_allowed` mount option), with why: the next gc with
     /// the right to do so deletes them.
@@ -320,6 +323,9 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         .map(|(h, _)| h)
         .filter(|h| !objects.contains(h))
         .collect();
+    if freed.snapshots > 0 {
+        freed.snapshot_bytes = held_only_by_snapshots(ws, &dead_trees, &objects)?;
+    }
     freed.tree_nodes = dead_trees.len() as u64;
     freed.small_objects = dead_blobs.len() as u64;
     freed.bytes = dead_blobs.iter().map(|(_, n)| n).sum();
@@ -356,6 +362,35 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         ws.ledger().release_free_pages()?;
     }
     Ok(freed)
+}
+
+/// The content that deleted snapshots held and nothing else does: objects
+/// named by the dead tree nodes that no kept checkpoint reaches and the
+/// store does not hold (a btrfs-engine checkpoint's content is in its
+/// snapshot alone). Logical bytes, each object once: what btrfs frees in
+/// the background, less what other files' extents still share.
+fn held_only_by_snapshots(
+    ws: &Workspace,
+    dead_trees: &[Hash],
+    live_objects: &HashSet<Hash>,
+) -> Result<u64> {
+    let mut seen = HashSet::new();
+    let mut bytes = 0;
+    for h in dead_trees {
+        let Some(node) = ws.ledger().tree(h)? else {
+            continue;
+        };
+        for e in node.entries {
+            if let Target::Object(o) = e.target
+                && !live_objects.contains(&o)
+                && seen.insert(o)
+                && !ws.store().contains(&o, e.size)?
+            {
+                bytes += e.size;
+            }
+        }
+    }
+    Ok(bytes)
 }
 
 /// Checkpoints the budget may prune, oldest first: unpruned, unprotected,

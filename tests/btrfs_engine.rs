@@ -190,9 +190,23 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
     let mut ids = Vec::new();
     for i in 0..8 {
         write(&ws.join(format!("src/d4/gen{i}.rs")), b"x\n");
+        // Content only this checkpoint holds, for gc to count.
+        write(&ws.join("src/d4/unique.bin"), &[i as u8; 100 << 10]);
         ids.push(common::checkpoint_id(&ws, &[]));
     }
+    let dry = rewind_json(
+        &ws,
+        &["gc", "--keep-last", "2", "--keep-within", "0s", "--dry-run"],
+    );
     let g = rewind_json(&ws, &["gc", "--keep-last", "2", "--keep-within", "0s"]);
+    // What the deleted snapshots alone held: each pruned checkpoint's
+    // unique.bin. It was reported as 0 B freed (helper-13).
+    let n = g["pruned"].as_array().map_or(0, Vec::len) as u64;
+    assert_eq!(g["freed"]["snapshot_bytes"], n * (100 << 10), "{g}");
+    assert_eq!(
+        dry["freed"]["snapshot_bytes"], g["freed"]["snapshot_bytes"],
+        "{dry}"
+    );
     let pruned: Vec<&str> = g["pruned"]
         .as_array()
         .expect("pruned")

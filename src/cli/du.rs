@@ -24,7 +24,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         let f = &t.footprint;
         s.push_str(&format!(
             "\n{} checkpoints ({} pruned); distinct content {}\n\
-             on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace; measured by {}) + metadata ~{} ({} extents, estimated)",
+             on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace{}; measured by {}) + metadata ~{} ({} extents, estimated)",
             t.checkpoints,
             t.pruned,
             human_bytes(t.content),
@@ -35,6 +35,14 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             f.object_files,
             human_bytes(f.object_logical),
             human_bytes(f.object_allocated),
+            if f.snapshots > 0 {
+                format!(
+                    "; and {} btrfs snapshots, {} of their files measured as content no object file holds",
+                    f.snapshots, f.snapshot_files
+                )
+            } else {
+                String::new()
+            },
             f.method,
             human_bytes(f.metadata_estimate),
             f.object_extents

@@ -76,7 +76,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             r.duration_ms
         ));
         if f.snapshots > 0 {
-            s.push_str(&format!(", {} snapshots deleted", f.snapshots));
+            s.push_str(&format!(
+                ", {} snapshots {} (holding {} no kept checkpoint has; btrfs frees it in the background)",
+                f.snapshots,
+                if r.dry_run { "to delete" } else { "deleted" },
+                human_bytes(f.snapshot_bytes)
+            ));
         }
         for left in &f.snapshots_left {
             s.push_str(&format!(
