@@ -603,20 +603,20 @@ fn keep_written(path: &[u8], kept: &mut HashSet<Vec<u8>>, report: &mut ApplyRepo
 }
 
 fn report_written_during(path: &[u8], report: &mut ApplyReport) {
-    report.kept.push(Skipped {
-        path: display_path(path),
-        reason: "kept: written during the rewind, after it was captured".into(),
-    });
+    report.kept.push(Skipped::new(
+        path,
+        "kept: written during the rewind, after it was captured",
+    ));
 }
 
 /// Leave an entry the capture never saw, and everything the plan would
 /// put below it, as it is, and say so.
 fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
     uncaptured.insert(path.to_vec());
-    report.kept.push(Skipped {
-        path: display_path(path),
-        reason: "kept: something no checkpoint captured is there (ignored, unreadable, or made during the rewind)".into(),
-    });
+    report.kept.push(Skipped::new(
+        path,
+        "kept: something no checkpoint captured is there (ignored, unreadable, or made during the rewind)",
+    ));
 }
 
 /// Whether `path` is one of `set` or below one.
@@ -720,10 +720,10 @@ fn rmdir_or_keep(dir: &Dir, name: &OsStr, path: &[u8], report: &mut ApplyReport)
         }
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) if e.raw_os_error() == Some(39) => {
-            report.kept.push(Skipped {
-                path: display_path(path),
-                reason: "kept: holds files that were not captured".into(),
-            });
+            report.kept.push(Skipped::new(
+                path,
+                "kept: holds files that were not captured",
+            ));
             Ok(())
         }
         Err(e) => Err(Error::os(e)),

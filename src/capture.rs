@@ -522,7 +522,29 @@ pub enum Guide<'a> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Skipped {
     pub path: String,
+    /// The exact name when it is not UTF-8 (`path` is then lossy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_hex: Option<String>,
     pub reason: String,
+}
+
+impl Skipped {
+    pub fn new(path: &[u8], reason: impl Into<String>) -> Skipped {
+        Skipped {
+            path: display_path(path),
+            path_hex: hex_unless_utf8(path),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A path's bytes in hex when they are not UTF-8: JSON output carries
+/// them beside the lossy `path`, so that two names differing only in
+/// invalid bytes stay two names to a machine (D128).
+pub fn hex_unless_utf8(path: &[u8]) -> Option<String> {
+    std::str::from_utf8(path)
+        .is_err()
+        .then(|| crate::hash::hex(path))
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -896,10 +918,7 @@ pub fn display_path(rel: &[u8]) -> String {
 impl Walker<'_> {
     fn skip(&self, rel: &[u8], reason: impl Into<String>) {
         if let Ok(mut o) = self.out.lock() {
-            o.skipped.push(Skipped {
-                path: display_path(rel),
-                reason: reason.into(),
-            });
+            o.skipped.push(Skipped::new(rel, reason));
         }
     }
 

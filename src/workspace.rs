@@ -182,6 +182,9 @@ pub struct CheckpointReport {
 #[derive(Debug, Serialize)]
 pub struct ChangeJson {
     pub path: String,
+    /// The exact name when it is not UTF-8 (`path` is then lossy, D128).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_hex: Option<String>,
     pub status: &'static str,
     /// `status`: a path still there that the capture could not read (a
     /// FIFO, another user's file): why. It is absent from the next
@@ -196,6 +199,7 @@ impl ChangeJson {
             .iter()
             .map(|c| ChangeJson {
                 path: capture::display_path(&c.path),
+                path_hex: capture::hex_unless_utf8(&c.path),
                 status: c.status().as_str(),
                 uncaptured: None,
             })

@@ -529,6 +529,38 @@ fn anchors_symlinked_paths_and_non_utf8_patches_are_refused_or_shown_plainly() {
     assert!(!patch.contains('\u{fffd}'), "{patch}");
 }
 
+/// D128: two names that differ only in bytes that are not UTF-8 printed
+/// the same in JSON (`bad\u{fffd}x` twice): an agent could not tell them
+/// apart. `path_hex` carries the exact bytes of such a name.
+#[test]
+fn names_that_are_not_utf8_stay_distinct_in_json() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    let a = ws.join(std::ffi::OsStr::from_bytes(b"bad\xffx"));
+    let b = ws.join(std::ffi::OsStr::from_bytes(b"bad\xfex"));
+    write(&a, b"1");
+    common::checkpoint_id(ws, &[]);
+    write(&a, b"2");
+    write(&b, b"q");
+    let st = rewind_json(ws, &["status"]);
+    let mut hex: Vec<&str> = st["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["path_hex"].as_str())
+        .collect();
+    hex.sort();
+    assert_eq!(hex, ["626164fe78", "626164ff78"], "{st}");
+    write(&ws.join("plain.txt"), b"p");
+    let st = rewind_json(ws, &["status"]);
+    let plain = st["changes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["path"] == "plain.txt"))
+        .expect("plain.txt");
+    assert!(plain.get("path_hex").is_none(), "{st}");
+}
+
 /// `unmount` of a typo or of a directory that is no workspace says which,
 /// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
 #[test]
