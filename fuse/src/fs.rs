@@ -87,11 +87,19 @@ pub struct Shared {
     pub passthrough_opens: AtomicU64,
     pub cached_opens: AtomicU64,
     pub plain_opens: AtomicU64,
+    /// The root directory folds case (ext4/f2fs `chattr +F`): `.REWIND`
+    /// names `.rewind` there, and must be hidden as well.
+    root_casefold: bool,
 }
+
+/// `FS_CASEFOLD_FL`, which rustix does not name.
+const CASEFOLD_FL: u32 = 0x4000_0000;
 
 impl Shared {
     pub fn new(root: OwnedFd) -> std::io::Result<Shared> {
         let id = inodes::identity(&root)?;
+        let root_casefold = rustix::fs::ioctl_getflags(&root)
+            .is_ok_and(|f| f.bits() & CASEFOLD_FL != 0);
         let proc_fd = rustix::fs::open(
             "/proc/self/fd",
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -108,6 +116,7 @@ impl Shared {
             passthrough_opens: AtomicU64::new(0),
             cached_opens: AtomicU64::new(0),
             plain_opens: AtomicU64::new(0),
+            root_casefold,
         })
     }
 
@@ -382,8 +391,17 @@ fn timespec(t: Option<TimeOrNow>) -> Timespec {
     }
 }
 
-fn hidden(parent: INodeNo, name: &OsStr) -> bool {
-    parent.0 == ROOT && name.as_bytes() == HIDDEN
+impl Shared {
+    /// `.rewind` at the root, which the mount never shows (nor, in a
+    /// directory that folds case, `.REWIND` and the like).
+    fn hidden(&self, parent: INodeNo, name: &OsStr) -> bool {
+        parent.0 == ROOT
+            && if self.root_casefold {
+                name.as_bytes().eq_ignore_ascii_case(HIDDEN)
+            } else {
+                name.as_bytes() == HIDDEN
+            }
+    }
 }
 
 impl OverlayFs {
@@ -439,7 +457,7 @@ impl OverlayFs {
 
     /// Look `name` up in `parent` and remember it (one kernel reference).
     fn entry(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr, Errno> {
-        if hidden(parent, name) {
+        if self.sh.hidden(parent, name) {
             return Err(Errno::ENOENT);
         }
         let p = self.inode(parent)?;
@@ -837,10 +855,10 @@ impl Filesystem for OverlayFs {
     ) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<(), Errno> {
-            if hidden(parent, name) {
+            if self.sh.hidden(parent, name) {
                 return Err(Errno::ENOENT);
             }
-            if hidden(newparent, newname) {
+            if self.sh.hidden(newparent, newname) {
                 return Err(Errno::EACCES);
             }
             let p = self.inode(parent)?;
@@ -1272,7 +1290,7 @@ impl Filesystem for OverlayFs {
     ) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<(FileAttr, u64, Option<Arc<Passthrough>>), Errno> {
-            if hidden(parent, name) {
+            if self.sh.hidden(parent, name) {
                 return Err(Errno::EACCES);
             }
             let p = self.inode(parent)?;
@@ -1411,7 +1429,7 @@ impl OverlayFs {
     ) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<FileAttr, Errno> {
-            if hidden(parent, name) {
+            if self.sh.hidden(parent, name) {
                 return Err(Errno::EACCES);
             }
             let p = self.inode(parent)?;
@@ -1429,7 +1447,7 @@ impl OverlayFs {
     fn remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags, reply: ReplyEmpty) {
         let _g = self.sh.gate.enter();
         let run = || -> Result<(), Errno> {
-            if hidden(parent, name) {
+            if self.sh.hidden(parent, name) {
                 return Err(Errno::ENOENT);
             }
             let p = self.inode(parent)?;
