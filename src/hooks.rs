@@ -66,10 +66,18 @@ impl ToolCall {
     /// The argument rules glob over: the shell command, else the file.
     pub fn argument(&self) -> String {
         let field = |k: &str| self.tool_input.get(k).and_then(Value::as_str);
+        // Some agents send a command as its argv.
+        let argv = || {
+            let words = self.tool_input.get("command")?.as_array()?;
+            let words: Option<Vec<&str>> = words.iter().map(Value::as_str).collect();
+            Some(words?.join(" "))
+        };
         field("command")
-            .or_else(|| field("file_path"))
-            .or_else(|| field("notebook_path"))
-            .or_else(|| field("path"))
+            .map(str::to_string)
+            .or_else(argv)
+            .or_else(|| field("file_path").map(str::to_string))
+            .or_else(|| field("notebook_path").map(str::to_string))
+            .or_else(|| field("path").map(str::to_string))
             .map(|s| s.trim().to_string())
             .unwrap_or_default()
     }
@@ -190,8 +198,88 @@ impl<'a> Pattern<'a> {
         }
     }
 
+    /// The argument pattern is tried on the whole argument and on each
+    /// simple command of a shell line: `Bash(git push*)` missed
+    /// `cd repo && git push`, `GIT_TRACE=1 git push` and `true; git push`,
+    /// the forms agents actually run, and the barrier let them through
+    /// (D129). Matching more only refuses more.
     fn matches(&self, call: &ToolCall) -> bool {
-        glob(self.tool, &call.tool_name) && self.argument.is_none_or(|a| glob(a, &call.argument()))
+        if !glob(self.tool, &call.tool_name) {
+            return false;
+        }
+        let Some(a) = self.argument else {
+            return true;
+        };
+        let arg = call.argument();
+        glob(a, &arg) || simple_commands(&arg).iter().any(|c| glob(a, c))
+    }
+}
+
+/// The simple commands of a shell line, each without its leading variable
+/// assignments and wrappers (`env`, `sudo`, `command`, `exec`, `nohup`,
+/// `time`): split at `&&`, `||`, `;`, `|`, `&`, newlines and subshell
+/// parentheses or braces outside quotes. Not a shell parser; enough to
+/// find `git push` wherever a line puts it.
+fn simple_commands(line: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                quote = None;
+                cur.push(c);
+            }
+            (Some('"'), '\\') => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                cur.push(c);
+            }
+            (None, '\\') => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}' | '`') => {
+                parts.push(std::mem::take(&mut cur));
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    parts.push(cur);
+    parts
+        .iter()
+        .map(|p| strip_prefixes(p.trim()))
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// A simple command without its `VAR=value` assignments and wrappers.
+fn strip_prefixes(mut cmd: &str) -> String {
+    const WRAPPERS: [&str; 6] = ["env", "sudo", "command", "exec", "nohup", "time"];
+    loop {
+        let (word, rest) = match cmd.split_once(char::is_whitespace) {
+            Some((w, r)) => (w, r.trim_start()),
+            None => return cmd.to_string(),
+        };
+        let assignment = word.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        });
+        if assignment || WRAPPERS.contains(&word) {
+            cmd = rest;
+        } else {
+            return cmd.to_string();
+        }
     }
 }
 
@@ -245,6 +333,38 @@ mod tests {
         assert!(!glob("git push*", "echo git push"));
         assert!(glob("a?c", "abc") && !glob("a?c", "ac"));
         assert!(glob("*", "") && !glob("x", ""));
+    }
+
+    #[test]
+    fn a_rule_finds_its_command_wherever_a_shell_line_puts_it() {
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
+        for line in [
+            "git push origin main",
+            "cd repo && git push origin main",
+            "GIT_TRACE=1 git push origin main",
+            "true; git push origin main",
+            "make test || git push",
+            "(cd x; git push)",
+            "sudo -u me true && env A=1 B=2 git push",
+            "echo done\ngit push origin main",
+        ] {
+            let push = call("Bash", serde_json::json!({ "command": line }));
+            assert!(c.effect(&push).is_some(), "{line:?}");
+        }
+        let argv = call(
+            "Bash",
+            serde_json::json!({"command": ["git", "push", "origin", "main"]}),
+        );
+        assert!(c.effect(&argv).is_some());
+        for line in [
+            "echo 'x && git push'",
+            "echo git push",
+            "git status",
+            "cat \"a; git push\"",
+        ] {
+            let other = call("Bash", serde_json::json!({ "command": line }));
+            assert!(c.effect(&other).is_none(), "{line:?}");
+        }
     }
 
     #[test]

@@ -635,3 +635,36 @@ fn a_running_mcp_server_writes_back_a_btrfs_engine_workspace() {
     let _ = on.kill();
     let _ = on.wait();
 }
+
+/// D129: the README's `Bash(git push*)` let `cd repo && git push …`,
+/// `GIT_TRACE=1 git push …` and the argv form through, twice: the
+/// barrier failed open for the way agents run the command. Each is now
+/// admitted once and refused the second time.
+#[test]
+fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
+    let dir = project(true);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint"]);
+    for command in [
+        serde_json::json!("cd repo && git push origin main"),
+        serde_json::json!("GIT_TRACE=1 git push origin main"),
+        serde_json::json!(["git", "push", "origin", "dev"]),
+    ] {
+        let call =
+            serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws});
+        let first = hook("pre-tool-use", &call.to_string());
+        assert_eq!(
+            first.status.code(),
+            Some(0),
+            "{command}: {}",
+            stderr(&first)
+        );
+        let again = hook("pre-tool-use", &call.to_string());
+        assert_eq!(
+            again.status.code(),
+            Some(2),
+            "{command}: {}",
+            stderr(&again)
+        );
+    }
+}

@@ -98,8 +98,8 @@ const CASEFOLD_FL: u32 = 0x4000_0000;
 impl Shared {
     pub fn new(root: OwnedFd) -> std::io::Result<Shared> {
         let id = inodes::identity(&root)?;
-        let root_casefold = rustix::fs::ioctl_getflags(&root)
-            .is_ok_and(|f| f.bits() & CASEFOLD_FL != 0);
+        let root_casefold =
+            rustix::fs::ioctl_getflags(&root).is_ok_and(|f| f.bits() & CASEFOLD_FL != 0);
         let proc_fd = rustix::fs::open(
             "/proc/self/fd",
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
