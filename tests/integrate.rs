@@ -550,3 +550,38 @@ fn a_symlinked_config_is_updated_through_its_link() {
         "the hooks went elsewhere: {v}"
     );
 }
+
+/// helper-14: with a workspace made in the home directory (an MCP
+/// `checkpoint` from a server started there made one without a word),
+/// `integrate claude` in any project below wrote the user's own
+/// `~/.claude/settings.json`: hooks for every project. The home directory
+/// and `/` are now workspaces only by an explicit `rewind init`, and
+/// `integrate` refuses to write there.
+#[test]
+fn the_home_directory_is_never_integrated_or_made_a_workspace_by_accident() {
+    let tmp = common::tmp();
+    let home = tmp.path();
+    std::fs::create_dir_all(home.join("proj")).expect("mkdir");
+    common::write(
+        &home.join(".claude/settings.json"),
+        b"{\"model\":\"opus\"}\n",
+    );
+    let env = [("HOME", home.to_str().expect("utf8"))];
+    let out = common::rewind_env(home, &["--json", "checkpoint"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        !home.join(".rewind").exists(),
+        "a checkpoint made $HOME a workspace"
+    );
+    let out = common::rewind_env(home, &["init"], &env);
+    assert!(out.status.success(), "an explicit init is obeyed: {out:?}");
+    let out = common::rewind_env(&home.join("proj"), &["integrate", "claude"], &env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("your home directory"), "{err}");
+    assert_eq!(
+        std::fs::read(home.join(".claude/settings.json")).expect("read"),
+        b"{\"model\":\"opus\"}\n"
+    );
+    assert!(!home.join(".mcp.json").exists());
+}

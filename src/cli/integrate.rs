@@ -64,9 +64,27 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             reason: "not a directory: run integrate in the project directory or pass -C DIR".into(),
         });
     }
-    let root = Workspace::discover(&root).unwrap_or(root);
-    let cmd = args.command.clone().unwrap_or_else(default_command);
+    let start = root.clone();
     let mut notes = Vec::new();
+    let root = Workspace::discover(&root).unwrap_or(root);
+    // The agent's project files there would be the user's own, read by
+    // every project: `~/.claude/settings.json` with hooks for all of them.
+    if let Some(what) = super::too_broad_for_a_workspace(&root) {
+        return Err(Error::InvalidPath {
+            path: root,
+            reason: format!(
+                "is {what}: integrate would write user-wide agent settings that act in every project; run it in the project directory (`rewind init` there first if the workspace above it was made by accident), or pass -C DIR; nothing was written"
+            ),
+        });
+    }
+    if root != start {
+        notes.push(format!(
+            "writing into the workspace at {}, which holds {}",
+            root.display(),
+            start.display()
+        ));
+    }
+    let cmd = args.command.clone().unwrap_or_else(default_command);
     let plans = match args.agent.as_str() {
         "claude" => vec![
             json_plan(&root.join(".mcp.json"), |v| mcp_entry(v, &cmd))?,

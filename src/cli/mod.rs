@@ -245,7 +245,17 @@ impl Ctx {
         let start = self.start_dir();
         let ws = match Workspace::discover(&start) {
             Some(root) => self.reuse_or_open(&root)?,
-            None => Workspace::init(&start, self.progress())?.0,
+            None => {
+                if let Some(what) = too_broad_for_a_workspace(&start) {
+                    return Err(Error::InvalidPath {
+                        path: start,
+                        reason: format!(
+                            "is {what}: a checkpoint does not make it a workspace on its own (it would capture everything below it, and `integrate` run anywhere under it would write there); run rewind in a project directory, or `rewind init` here if you mean it"
+                        ),
+                    });
+                }
+                Workspace::init(&start, self.progress())?.0
+            }
         };
         self.observed(ws)
     }
@@ -450,6 +460,18 @@ fn mounted_by_another_user(path: &std::path::Path) -> Option<PathBuf> {
         .map(std::path::Path::to_path_buf)
 }
 
+/// Whether `dir` is the home directory or `/`, which only an explicit
+/// `rewind init` makes a workspace, and then what it is.
+pub(crate) fn too_broad_for_a_workspace(dir: &std::path::Path) -> Option<&'static str> {
+    let canonical = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+    let here = canonical(dir)?;
+    if here == std::path::Path::new("/") {
+        return Some("the filesystem root");
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    (canonical(std::path::Path::new(&home)) == Some(here)).then_some("your home directory")
+}
+
 /// `path` itself if it exists, else its nearest ancestor that does.
 pub(crate) fn nearest_existing(path: &std::path::Path) -> PathBuf {
     path.ancestors()
@@ -540,14 +562,22 @@ pub(crate) fn write_atomically(path: &Path, text: &str, create_parents: bool) ->
             .unwrap_or_default()
     ));
     let mut f = std::fs::File::create(&tmp).map_err(|e| os("create", &tmp, e))?;
-    f.write_all(text.as_bytes())
+    // Whatever fails from here leaves no temp file beside the user's.
+    let written = f
+        .write_all(text.as_bytes())
         .and_then(|_| f.sync_all())
-        .map_err(|e| os("write", &tmp, e))?;
-    // Keep the user's permissions on an existing file.
-    if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+        .map_err(|e| os("write", &tmp, e))
+        .and_then(|()| {
+            // Keep the user's permissions on an existing file.
+            if let Ok(meta) = std::fs::metadata(path) {
+                let _ = std::fs::set_permissions(&tmp, meta.permissions());
+            }
+            std::fs::rename(&tmp, path).map_err(|e| os("rename", path, e))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path).map_err(|e| os("rename", path, e))
+    written
 }
 
 #[cfg(test)]

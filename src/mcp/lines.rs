@@ -7,7 +7,10 @@
 //! `tools/call` without a tool name gets -32601 "tools/call", as if the
 //! method did not exist. A client waiting on that id waits for ever. Here
 //! the first gets -32700 (parse error, id null), the others -32600 or
-//! -32602 with their id and what is wrong.
+//! -32602 with their id and what is wrong; a batch, an id that is neither
+//! a string nor a number, or a `jsonrpc` other than "2.0" get -32600
+//! (with the id when it is one), and a notification before the first
+//! request, which made rmcp end the session, is dropped (D130).
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -61,6 +64,10 @@ async fn forward_requests<I: AsyncRead + Unpin>(
 ) -> std::io::Result<()> {
     let mut stdin = BufReader::new(stdin);
     let mut line = Vec::new();
+    // rmcp ends the session on a notification that comes before the
+    // first request (a `notifications/cancelled` of a client restarting):
+    // such a notification needs no answer, so it is dropped here.
+    let mut requested = false;
     loop {
         line.clear();
         if stdin.read_until(b'\n', &mut line).await? == 0 {
@@ -70,11 +77,20 @@ async fn forward_requests<I: AsyncRead + Unpin>(
             Some(a) => {
                 let _ = answers.send(a);
             }
-            None => to_rmcp.write_all(&line).await?,
+            None if !requested && is_notification(&line) => {}
+            None => {
+                requested |= !line.iter().all(u8::is_ascii_whitespace);
+                to_rmcp.write_all(&line).await?
+            }
         }
     }
     // EOF for rmcp: the session ends as it did on stdin's.
     to_rmcp.shutdown().await
+}
+
+fn is_notification(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line)
+        .is_ok_and(|v| v.get("method").is_some() && v.get("id").is_none())
 }
 
 /// The error answer for a line rmcp would mishandle, else None.
@@ -102,7 +118,32 @@ fn answer(line: &[u8]) -> Option<Vec<u8>> {
             );
         }
     };
-    let id = request.get("id")?;
+    // Not one request object (a batch, which MCP does not take, or a
+    // scalar): nothing to take an id from.
+    let Some(object) = request.as_object() else {
+        return error(
+            Value::Null,
+            -32600,
+            "invalid request: send one JSON-RPC request object per line (batches are not supported)".into(),
+        );
+    };
+    let id = object.get("id")?;
+    // An id must be a string, a number or null; rmcp answered others, and
+    // a wrong `jsonrpc`, with no id at all.
+    if !(id.is_string() || id.is_number() || id.is_null()) {
+        return error(
+            Value::Null,
+            -32600,
+            "invalid request: an id is a string or a number".into(),
+        );
+    }
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return error(
+            id.clone(),
+            -32600,
+            "invalid request: \"jsonrpc\" must be \"2.0\"".into(),
+        );
+    }
     let Some(method) = request.get("method").and_then(Value::as_str) else {
         if request.get("result").is_some() || request.get("error").is_some() {
             return None;
@@ -129,7 +170,9 @@ fn answer(line: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let name = request.get("params").and_then(|p| p.get("name"));
-    if name.is_some_and(Value::is_string) {
+    let arguments = request.get("params").and_then(|p| p.get("arguments"));
+    if name.is_some_and(Value::is_string) && arguments.is_none_or(|a| a.is_object() || a.is_null())
+    {
         return None;
     }
     error(
@@ -172,6 +215,34 @@ mod tests {
         assert_eq!(code(line), Some((json!(11), -32602)));
         let line = r#"{"jsonrpc":"2.0","id":9}"#;
         assert_eq!(code(line), Some((json!(9), -32600)));
+    }
+
+    /// helper-14: these got -32600 with no id member at all (a client
+    /// waits for ever on id 10), or -32601 for bad arguments.
+    #[test]
+    fn malformed_requests_are_answered_per_json_rpc() {
+        let line = r#"{"jsonrpc":"1.0","id":10,"method":"ping"}"#;
+        assert_eq!(code(line), Some((json!(10), -32600)));
+        let line = r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#;
+        assert_eq!(code(line), Some((Value::Null, -32600)));
+        let line = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
+        assert_eq!(code(line), Some((Value::Null, -32600)));
+        for args in ["[]", "\"x\"", "3"] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"list","arguments":{args}}}}}"#
+            );
+            assert_eq!(code(&line), Some((json!(4), -32602)), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_notification_before_any_request_is_recognised() {
+        assert!(is_notification(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#
+        ));
+        assert!(!is_notification(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
+        ));
     }
 
     #[test]

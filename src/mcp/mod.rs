@@ -88,11 +88,18 @@ fn definition(t: &ToolDef) -> Tool {
         )
 }
 
-/// An error result that tells the model what to do next.
-fn error_result(tool: &str, e: &Error) -> CallToolResult {
+/// An error result that tells the model what to do next, with tools its
+/// profile offers (`lean` has no `list`).
+fn error_result(tool: &str, e: &Error, profile: Profile) -> CallToolResult {
+    let lists = TOOLS
+        .iter()
+        .any(|t| t.name == "list" && t.offered_in(profile));
     let hint = match e {
-        Error::UnknownId { id } => format!(
+        Error::UnknownId { id } if lists => format!(
             "no checkpoint matches '{id}': call `list` (or `backtrack_candidates`) to see the ids and labels"
+        ),
+        Error::UnknownId { id } => format!(
+            "no checkpoint matches '{id}': use an id a `checkpoint` call returned, or `HEAD~N` (N checkpoints back from the current one)"
         ),
         Error::NotAWorkspace { .. } => {
             format!("{e} (or call `checkpoint`, which creates the workspace)")
@@ -180,7 +187,7 @@ impl ServerHandler for Server {
         }
         let result = match joined {
             Ok(Ok(value)) => CallToolResult::structured(value),
-            Ok(Err(e)) => error_result(tool.name, &e),
+            Ok(Err(e)) => error_result(tool.name, &e, self.profile),
             Err(join) => CallToolResult::error(vec![ContentBlock::text(format!(
                 "{} failed: internal error ({join}); the workspace is unchanged or recovers on the next call",
                 tool.name
@@ -200,7 +207,7 @@ impl Drop for StopOnDrop {
 }
 
 fn cancelled(tool: &str) -> CallToolResult {
-    error_result(tool, &Error::Cancelled)
+    error_result(tool, &Error::Cancelled, Profile::All)
 }
 
 /// The work's link to the client: progress is forwarded, in order, when the
@@ -276,4 +283,27 @@ pub fn serve(dir: Option<PathBuf>, cwd: PathBuf, profile: Profile) -> Result<()>
             _ => Ok(()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(r: &CallToolResult) -> String {
+        serde_json::to_string(r).unwrap_or_default()
+    }
+
+    /// An unknown id told a `lean` model to call `list`, which `lean`
+    /// does not offer (helper-14): the advice names tools it has.
+    #[test]
+    fn an_unknown_id_is_explained_with_tools_the_profile_offers() {
+        let e = Error::UnknownId { id: "nope".into() };
+        let lean = text(&error_result("rewind", &e, Profile::Lean));
+        assert!(
+            !lean.contains("`list`") && lean.contains("HEAD~N"),
+            "{lean}"
+        );
+        let all = text(&error_result("rewind", &e, Profile::All));
+        assert!(all.contains("`list`"), "{all}");
+    }
 }
