@@ -585,3 +585,41 @@ fn the_home_directory_is_never_integrated_or_made_a_workspace_by_accident() {
     );
     assert!(!home.join(".mcp.json").exists());
 }
+
+/// Inline tables are tables to TOML: `mcp_servers = { … }` and
+/// `hooks = { PreToolUse = [] }` were refused as "not a table"
+/// (helper-14). They are merged, the user's server kept, and a second
+/// run changes nothing.
+#[test]
+fn codex_inline_tables_are_merged_like_standard_ones() {
+    let tmp = common::tmp();
+    let dir = tmp.path();
+    write(
+        &dir.join(".codex/config.toml"),
+        b"mcp_servers = { other = { command = \"o\" } }\nhooks = { PreToolUse = [] }\n",
+    );
+    let out = rewind(dir, &["integrate", "codex"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(dir.join(".codex/config.toml")).expect("read");
+    let doc: toml_edit::DocumentMut = text.parse().expect("valid TOML");
+    assert_eq!(
+        doc["mcp_servers"]["other"]["command"].as_str(),
+        Some("o"),
+        "{text}"
+    );
+    assert!(doc["mcp_servers"]["rewind"]["command"].is_str(), "{text}");
+    assert_eq!(
+        doc["hooks"]["PreToolUse"]
+            .as_array_of_tables()
+            .map(|a| a.len()),
+        Some(1),
+        "{text}"
+    );
+    assert!(text.starts_with("[mcp_servers]\n"), "{text}");
+    let again = rewind_json(dir, &["integrate", "codex"]);
+    assert_eq!(again["files"][0]["action"], "unchanged", "{again}");
+}

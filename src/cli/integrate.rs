@@ -437,16 +437,23 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         t.set_implicit(true);
         Item::Table(t)
     };
-    let servers = doc
-        .entry("mcp_servers")
-        .or_insert_with(implicit)
-        .as_table_mut()
+    // An inline table made a standard one keeps its key's spacing
+    // (`mcp_servers = {` becomes `[mcp_servers ]`): drop it.
+    for key in ["mcp_servers", "hooks"] {
+        if doc.get(key).is_some_and(toml_edit::Item::is_inline_table)
+            && let Some(mut k) = doc.key_mut(key)
+        {
+            k.leaf_decor_mut().clear();
+        }
+    }
+    let servers = table_mut(doc.entry("mcp_servers").or_insert_with(implicit))
         .ok_or_else(|| invalid("`mcp_servers` is not a table".into()))?;
-    let entry = servers
-        .entry("rewind")
-        .or_insert_with(|| Item::Table(Table::new()))
-        .as_table_mut()
-        .ok_or_else(|| invalid("`mcp_servers.rewind` is not a table".into()))?;
+    let entry = table_mut(
+        servers
+            .entry("rewind")
+            .or_insert_with(|| Item::Table(Table::new())),
+    )
+    .ok_or_else(|| invalid("`mcp_servers.rewind` is not a table".into()))?;
     if entry.get("command").and_then(Item::as_str) != Some(cmd) {
         entry["command"] = value(cmd);
     }
@@ -459,22 +466,20 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         a.push("mcp");
         entry["args"] = value(a);
     }
-    let hooks = doc
-        .entry("hooks")
-        .or_insert_with(implicit)
-        .as_table_mut()
+    let hooks = table_mut(doc.entry("hooks").or_insert_with(implicit))
         .ok_or_else(|| invalid("`hooks` is not a table".into()))?;
     for &(event, verb) in CODEX_HOOKS {
-        let groups = hooks
-            .entry(event)
-            .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new()))
-            .as_array_of_tables_mut()
-            .ok_or_else(|| invalid(format!("`hooks.{event}` is not an array of tables")))?;
+        let groups = array_of_tables_mut(
+            hooks
+                .entry(event)
+                .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new())),
+        )
+        .ok_or_else(|| invalid(format!("`hooks.{event}` is not an array of tables")))?;
         let wanted = hook_command(cmd, verb);
         let mut present = false;
         for hook in groups
             .iter_mut()
-            .filter_map(|g| g.get_mut("hooks").and_then(Item::as_array_of_tables_mut))
+            .filter_map(|g| g.get_mut("hooks").and_then(array_of_tables_mut))
             .flat_map(|hs| hs.iter_mut())
         {
             let Some(command) = hook.get("command").and_then(Item::as_str) else {
@@ -504,4 +509,32 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
         old,
         new,
     })
+}
+
+/// `item` as a table: an inline one (`mcp_servers = { … }`) is a table to
+/// TOML too, and is made a standard one to be edited (it was refused as
+/// "not a table").
+fn table_mut(item: &mut toml_edit::Item) -> Option<&mut toml_edit::Table> {
+    if item.is_inline_table() {
+        match std::mem::take(item).into_table() {
+            Ok(t) => *item = toml_edit::Item::Table(t),
+            Err(back) => *item = back,
+        }
+    }
+    item.as_table_mut()
+}
+
+/// `item` as an array of tables: an inline array of inline tables (or an
+/// empty one, `PreToolUse = []`) is made a standard one to be edited.
+fn array_of_tables_mut(item: &mut toml_edit::Item) -> Option<&mut toml_edit::ArrayOfTables> {
+    if item.as_array().is_some_and(|a| a.is_empty()) {
+        // toml_edit will not cast an empty array; it is an empty list.
+        *item = toml_edit::Item::ArrayOfTables(toml_edit::ArrayOfTables::new());
+    } else if item.is_array() {
+        match std::mem::take(item).into_array_of_tables() {
+            Ok(a) => *item = toml_edit::Item::ArrayOfTables(a),
+            Err(back) => *item = back,
+        }
+    }
+    item.as_array_of_tables_mut()
 }
