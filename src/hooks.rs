@@ -157,11 +157,16 @@ impl ToolCall {
         let Some(r) = &self.tool_response else {
             return false;
         };
-        let flag = |k: &str| r.get(k).and_then(Value::as_bool) == Some(true);
+        let flag = |k: &str| r.get(k).and_then(Value::as_bool);
         let code = ["exit_code", "exitCode", "returnCode"]
             .iter()
             .find_map(|k| r.get(*k).and_then(Value::as_i64));
-        flag("is_error") || flag("isError") || flag("interrupted") || code.is_some_and(|c| c != 0)
+        flag("is_error") == Some(true)
+            || flag("isError") == Some(true)
+            || flag("interrupted") == Some(true)
+            // MCP-style tools answer `{"success": false}` when they failed.
+            || flag("success") == Some(false)
+            || code.is_some_and(|c| c != 0)
     }
 }
 
@@ -424,6 +429,10 @@ mod tests {
         c.tool_response = Some(serde_json::json!({"exit_code": 1}));
         assert!(c.failed());
         c.tool_response = Some(serde_json::json!({"stdout": "ok", "interrupted": false}));
+        assert!(!c.failed());
+        c.tool_response = Some(serde_json::json!({"success": false, "error": "rejected"}));
+        assert!(c.failed());
+        c.tool_response = Some(serde_json::json!({"success": true}));
         assert!(!c.failed());
     }
 }
