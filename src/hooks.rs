@@ -229,14 +229,16 @@ fn simple_commands(line: &str) -> Vec<String> {
     let mut parts = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
-    let mut chars = line.chars().peekable();
+    let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match (quote, c) {
             (Some(q), c) if c == q => {
                 quote = None;
                 cur.push(c);
             }
-            (Some('"'), '\\') => {
+            // A backslash escapes the next character, except inside
+            // single quotes.
+            (None | Some('"'), '\\') => {
                 cur.push(c);
                 if let Some(n) = chars.next() {
                     cur.push(n);
@@ -246,12 +248,6 @@ fn simple_commands(line: &str) -> Vec<String> {
             (None, '\'' | '"') => {
                 quote = Some(c);
                 cur.push(c);
-            }
-            (None, '\\') => {
-                cur.push(c);
-                if let Some(n) = chars.next() {
-                    cur.push(n);
-                }
             }
             (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}' | '`') => {
                 parts.push(std::mem::take(&mut cur));

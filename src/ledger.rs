@@ -117,7 +117,6 @@ impl CachedRow for Connection {
     }
 }
 
-/// `ledger.db-wal` beside `ledger.db`.
 /// A read-only connection to the ledger at `path` on a read-only
 /// filesystem (see [`Ledger::open_read_only`]); the small-object reader
 /// opens its own the same way.
@@ -153,6 +152,7 @@ fn uri_path(path: &Path) -> String {
     out
 }
 
+/// `ledger.db-wal` beside `ledger.db`.
 fn wal_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push("-wal");

@@ -36,6 +36,8 @@ pub struct MountLink {
     /// mount hides (`.rewind/`): a private bind mount, or the workspace
     /// itself when mounted `--at VIEW`.
     access: PathBuf,
+    /// Mounted at a view (see [`MountLink::is_view`]), known at connect.
+    view: bool,
 }
 
 fn lock(c: &Mutex<Client>) -> MutexGuard<'_, Client> {
@@ -50,9 +52,11 @@ impl MountLink {
         match Client::connect(root) {
             Ok(Some(client)) => {
                 let access = client.backing_path().to_path_buf();
+                let view = client.is_view();
                 Ok(Some(MountLink {
                     client: Arc::new(Mutex::new(client)),
                     access,
+                    view,
                 }))
             }
             Ok(None) => Ok(None),
@@ -75,7 +79,7 @@ impl MountLink {
     /// Mounted at a view: the daemon's dirty set misses what is written in
     /// the workspace directory itself, so captures walk (D123).
     pub fn is_view(&self) -> bool {
-        lock(&self.client).is_view()
+        self.view
     }
 
     pub fn daemon_pid(&self) -> u32 {

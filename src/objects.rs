@@ -418,15 +418,30 @@ impl ObjectStore {
 
     /// The shard directory `objects/xx/`, opened once per process.
     fn shard(&self, prefix: &str) -> Result<&Dir> {
+        self.shard_in(prefix, true)?
+            .ok_or_else(|| Error::Usage(format!("internal: shard {prefix} not made")))
+    }
+
+    /// The shard directory `objects/xx/` for a lookup: `None` when there
+    /// is none, instead of making one (a read need not write, and cannot on
+    /// a read-only filesystem, D119).
+    fn existing_shard(&self, prefix: &str) -> Result<Option<&Dir>> {
+        self.shard_in(prefix, false)
+    }
+
+    /// `objects/xx/`, opened once per process; a missing one is made when
+    /// `make`, else `None`.
+    fn shard_in(&self, prefix: &str, make: bool) -> Result<Option<&Dir>> {
         let index = usize::from_str_radix(prefix, 16)
             .map_err(|_| Error::Usage(format!("internal: bad object prefix {prefix}")))?;
         let slot = &self.shards[index & 0xff];
         if let Some(d) = slot.get() {
-            return Ok(d);
+            return Ok(Some(d));
         }
         let name = OsStr::new(prefix);
         let dir = match self.objects.open_dir(name) {
             Ok(d) => d,
+            Err(e) if e.is_not_found() && !make => return Ok(None),
             Err(e) if e.is_not_found() => {
                 match self.objects.mkdir(name, 0o755) {
                     Ok(()) => {}
@@ -437,20 +452,7 @@ impl ObjectStore {
             }
             Err(e) => return Err(Error::os(e)),
         };
-        Ok(slot.get_or_init(|| dir))
-    }
-
-    /// The shard directory `objects/xx/` for a lookup: `None` when there
-    /// is none, instead of making one (a read need not write, and cannot on
-    /// a read-only filesystem, D119).
-    fn existing_shard(&self, prefix: &str) -> Result<Option<&Dir>> {
-        match self.shard(prefix) {
-            Ok(d) => Ok(Some(d)),
-            Err(_) => match self.objects.stat_at(OsStr::new(prefix)) {
-                Err(e) if e.is_not_found() => Ok(None),
-                _ => self.shard(prefix).map(Some),
-            },
-        }
+        Ok(Some(slot.get_or_init(|| dir)))
     }
 
     /// The stat of an object's file, if it is stored as one.

@@ -97,13 +97,9 @@ impl Engine {
 
 /// `.rewind/state/snapshots/`, created on first use.
 pub(crate) fn snapshots_dir(ws: &Workspace) -> Result<Dir> {
-    let state = ws.meta_dir();
-    match state.mkdir(OsStr::new(SNAPSHOT_DIR), 0o755) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::os(e)),
-    }
-    state.open_dir(OsStr::new(SNAPSHOT_DIR)).map_err(Error::os)
+    ws.meta_dir()
+        .open_or_make_dir(OsStr::new(SNAPSHOT_DIR), 0o755)
+        .map_err(Error::os)
 }
 
 /// Snapshot the live tree, read-only, as `.rewind/state/snapshots/<id>`.

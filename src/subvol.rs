@@ -202,15 +202,10 @@ fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
             .map_err(Error::os)?;
         nested.fsync().map_err(Error::os)?;
         crate::failpoint::hit("subvol:ledger-moved");
-        if let Ok(snaps) = state.open_dir(OsStr::new("snapshots")) {
-            let to = match nested.mkdir(OsStr::new("snapshots"), 0o755) {
-                Ok(()) => nested.open_dir(OsStr::new("snapshots")),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    nested.open_dir(OsStr::new("snapshots"))
-                }
-                Err(e) => Err(e),
-            }
-            .map_err(Error::os)?;
+        if let Ok(snaps) = state.open_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR)) {
+            let to = nested
+                .open_or_make_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR), 0o755)
+                .map_err(Error::os)?;
             for name in snaps.entries().map_err(Error::os)? {
                 snaps
                     .rename(&name, &to, &name, RenameMode::NoReplace)
@@ -223,7 +218,7 @@ fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
     for name in [flat.to_owned(), leftovers("-wal"), leftovers("-shm")] {
         let _ = state.unlink(&name);
     }
-    let _ = state.rmdir(OsStr::new("snapshots"));
+    let _ = state.rmdir(OsStr::new(crate::snapshot::SNAPSHOT_DIR));
     state.fsync().map_err(Error::os)?;
     Ok(true)
 }

@@ -297,19 +297,7 @@ fn a_file_the_capture_could_not_read_is_kept_by_a_rewind() {
     }
     let dir = common::tmp();
     let root = dir.path();
-    let nobody = |cmd: &str| {
-        let st = Command::new("su")
-            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
-            .current_dir(root)
-            .output()
-            .expect("su");
-        assert!(
-            st.status.success(),
-            "{cmd}: {}",
-            String::from_utf8_lossy(&st.stderr)
-        );
-        st
-    };
+    let nobody = |cmd: &str| as_nobody(root, cmd);
     std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
     let bin = env!("CARGO_BIN_EXE_rewind");
     nobody(&format!(
@@ -411,19 +399,7 @@ fn a_non_root_rewind_changes_files_inside_read_only_directories() {
 fn read_only_directories_in(root: &Path) {
     std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
     let bin = env!("CARGO_BIN_EXE_rewind");
-    let nobody = |cmd: &str| {
-        let out = Command::new("su")
-            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
-            .current_dir(root)
-            .output()
-            .expect("su");
-        assert!(
-            out.status.success(),
-            "{cmd}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let nobody = |cmd: &str| as_nobody(root, cmd);
     nobody(&format!(
         "mkdir -p d/sub e && echo v1 > d/f && echo s1 > d/sub/g && echo keep > e/k && chmod 500 d/sub && chmod 555 d && {bin} checkpoint a -q"
     ));
@@ -515,20 +491,7 @@ fn an_unlistable_directory_is_skipped_not_fatal() {
     let root = dir.path();
     std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
     let bin = env!("CARGO_BIN_EXE_rewind");
-    let nobody = |cmd: &str| {
-        let out = Command::new("su")
-            .args(["-s", "/bin/sh", "nobody", "-c", cmd])
-            .current_dir(root)
-            .output()
-            .expect("su");
-        assert!(
-            out.status.success(),
-            "{cmd}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    };
+    let nobody = |cmd: &str| as_nobody(root, cmd);
     nobody(&format!(
         "mkdir secret && echo s > secret/x && echo a1 > a.txt && {bin} checkpoint a -q"
     ));
@@ -563,4 +526,20 @@ fn the_failpoint_stop_action_is_inert_without_the_env() {
     );
     assert!(out.status.success());
     assert!(rewind(dir.path(), &["list"]).status.success());
+}
+
+/// Run `cmd` with `sh` as the user `nobody` in `root`; it must succeed.
+fn as_nobody(root: &Path, cmd: &str) -> std::process::Output {
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c", cmd])
+        .current_dir(root)
+        .output()
+        .expect("su");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }

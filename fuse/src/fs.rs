@@ -120,6 +120,17 @@ impl Shared {
         })
     }
 
+    /// `.rewind` at the root, which the mount never shows (nor, in a
+    /// directory that folds case, `.REWIND` and the like).
+    fn hidden(&self, parent: INodeNo, name: &OsStr) -> bool {
+        parent.0 == ROOT
+            && if self.root_casefold {
+                name.as_bytes().eq_ignore_ascii_case(HIDDEN)
+            } else {
+                name.as_bytes() == HIDDEN
+            }
+    }
+
     /// A mutating request begins; its marks go through the guard, held
     /// until its syscalls are done ([`Mutation`]).
     fn mutation(&self) -> Mutation<'_> {
@@ -388,19 +399,6 @@ fn timespec(t: Option<TimeOrNow>) -> Timespec {
                 }
             }
         },
-    }
-}
-
-impl Shared {
-    /// `.rewind` at the root, which the mount never shows (nor, in a
-    /// directory that folds case, `.REWIND` and the like).
-    fn hidden(&self, parent: INodeNo, name: &OsStr) -> bool {
-        parent.0 == ROOT
-            && if self.root_casefold {
-                name.as_bytes().eq_ignore_ascii_case(HIDDEN)
-            } else {
-                name.as_bytes() == HIDDEN
-            }
     }
 }
 

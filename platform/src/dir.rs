@@ -293,6 +293,16 @@ impl Dir {
             .map_err(|e| Error::new("mkdir", self.child(name), e))
     }
 
+    /// The directory `name`, made first if it is not there.
+    pub fn open_or_make_dir(&self, name: &OsStr, mode: u32) -> Result<Dir> {
+        match self.mkdir(name, mode) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        self.open_dir(name)
+    }
+
     pub fn symlink(&self, target: &[u8], name: &OsStr) -> Result<()> {
         rustix::fs::symlinkat(OsStr::from_bytes(target), &self.fd, name)
             .map_err(|e| Error::new("symlink", self.child(name), e))

@@ -139,6 +139,30 @@ pub fn probe_clone(dir: &Dir) -> Result<bool> {
     Ok(rustix::fs::ioctl_ficlone(&dst, &src).is_ok())
 }
 
+/// One line of /proc/self/mountinfo: the mount point (unescaped), and the
+/// filesystem type and source that follow the optional fields' `-`.
+struct MountLine<'a> {
+    point: Vec<u8>,
+    kind: Option<&'a [u8]>,
+    source: Option<&'a [u8]>,
+}
+
+/// The lines of a mountinfo table.
+fn mount_table(table: &[u8]) -> impl DoubleEndedIterator<Item = MountLine<'_>> {
+    table.split(|&b| b == b'\n').filter_map(|line| {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        // Field 5 is the mount point, with space, tab, newline and
+        // backslash escaped as octal.
+        let point = unescape_octal(fields.get(4)?);
+        let dash = fields.iter().position(|f| *f == b"-");
+        Some(MountLine {
+            point,
+            kind: dash.and_then(|d| fields.get(d + 1).copied()),
+            source: dash.and_then(|d| fields.get(d + 2).copied()),
+        })
+    })
+}
+
 /// Whether any filesystem is mounted strictly below `path` (per
 /// /proc/self/mountinfo; an unreadable table counts as yes).
 pub fn mounts_below(path: &std::path::Path) -> bool {
@@ -150,13 +174,7 @@ pub fn mounts_below(path: &std::path::Path) -> bool {
     if prefix.last() != Some(&b'/') {
         prefix.push(b'/');
     }
-    table.split(|&b| b == b'\n').any(|line| {
-        // Field 5 is the mount point, with space, tab, newline and
-        // backslash escaped as octal.
-        line.split(|&b| b == b' ')
-            .nth(4)
-            .is_some_and(|mp| unescape_octal(mp).starts_with(&prefix))
-    })
+    mount_table(&table).any(|m| m.point.starts_with(&prefix))
 }
 
 /// The type and source of the filesystem mounted exactly at `path` (the
@@ -165,20 +183,9 @@ pub fn mount_at(path: &std::path::Path) -> Option<(Vec<u8>, Vec<u8>)> {
     use std::os::unix::ffi::OsStrExt;
     let table = std::fs::read("/proc/self/mountinfo").ok()?;
     let want = path.as_os_str().as_bytes();
-    table
-        .split(|&b| b == b'\n')
-        .filter_map(|line| {
-            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-            // Optional fields end at "-"; the type and source follow it.
-            let dash = fields.iter().position(|f| *f == b"-")?;
-            if unescape_octal(fields.get(4)?) != want {
-                return None;
-            }
-            Some((
-                fields.get(dash + 1)?.to_vec(),
-                unescape_octal(fields.get(dash + 2)?),
-            ))
-        })
+    mount_table(&table)
+        .filter(|m| m.point == want)
+        .filter_map(|m| Some((m.kind?.to_vec(), unescape_octal(m.source?))))
         .next_back()
 }
 

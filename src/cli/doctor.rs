@@ -309,11 +309,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             } else {
                 "does not ignore .rewind/ (its .gitignore could not be written): `git clean -fd` would delete the history"
             },
-            match (out.fuse.dev_fuse, rewind_fuse::dev_fuse_usable()) {
-                (false, _) => "missing",
-                (true, true) => "present",
-                (true, false) => "present but not usable by this user (`sudo chmod 0666 /dev/fuse`, or mount as root)",
-            },
+            dev_fuse_note(out.fuse.dev_fuse, rewind_fuse::dev_fuse_usable()),
             if out.fuse.fusermount3 { "found" } else { "missing" },
             out.fuse.note,
             out.durability.note,
@@ -362,6 +358,17 @@ fn durability(
         dirty_bytes,
         note,
     })
+}
+
+/// What `doctor` says of /dev/fuse.
+fn dev_fuse_note(present: bool, usable: bool) -> &'static str {
+    match (present, usable) {
+        (false, _) => "missing",
+        (true, true) => "present",
+        (true, false) => {
+            "present but not usable by this user (`sudo chmod 0666 /dev/fuse`, or mount as root)"
+        }
+    }
 }
 
 fn clone_note(kind: rewind_platform::FsKind, reflink: bool) -> String {
@@ -421,11 +428,7 @@ fn before_init(ctx: &Ctx, dir: &Path) -> Result<()> {
             out.reflink_why,
             out.engine,
             out.engine_why,
-            match (out.dev_fuse, out.dev_fuse_usable) {
-                (false, _) => "missing",
-                (true, true) => "present",
-                (true, false) => "present but not usable by this user",
-            }
+            dev_fuse_note(out.dev_fuse, out.dev_fuse_usable)
         )
     })
 }
