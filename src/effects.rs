@@ -50,6 +50,37 @@ pub struct Request {
     pub call: Option<String>,
 }
 
+impl Request {
+    /// Why a key or scope a caller typed (`guard`, the MCP tool) cannot
+    /// name an effect: empty, or holding a control character (a NUL or a
+    /// newline made two effects print alike in `effects` while the
+    /// barrier kept them apart). Hook keys are derived from the tool call
+    /// and are not checked: the hook decides on whatever the agent ran.
+    pub fn unfit_name(field: &str, value: &str) -> Option<String> {
+        if value.trim().is_empty() {
+            return Some(format!(
+                "the effect's {field} is empty: name the effect, e.g. charge-order-1234"
+            ));
+        }
+        value.chars().find(|c| c.is_control()).map(|c| {
+            format!(
+                "the effect's {field} {value:?} holds the control character {:?}: use printable text",
+                c
+            )
+        })
+    }
+
+    /// [`Request::unfit_name`] for this request's key and scope.
+    pub fn check_names(&self) -> std::result::Result<(), String> {
+        match Request::unfit_name("key", &self.key)
+            .or_else(|| Request::unfit_name("scope", &self.scope))
+        {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Code {

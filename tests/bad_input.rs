@@ -113,7 +113,37 @@ fn outside_a_workspace_says_run_init() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["error"]["code"], "USAGE", "{v}");
     let out = rewind(dir.path(), &["guard", "--key", ""]);
-    assert_clear_error(&out, "--key is empty");
+    assert_clear_error(&out, "key is empty");
+}
+
+/// An effect key or scope with a control character in it printed like
+/// another effect in `effects` while the barrier kept the two apart; it
+/// is refused as a usage error and nothing is recorded.
+#[test]
+fn an_effect_named_with_a_control_character_is_refused_and_not_recorded() {
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    workspace_with_checkpoint(&root);
+    for effect in [
+        r#"{"key": "deploy\u0000prod"}"#,
+        r#"{"key": "deploy\nprod"}"#,
+        r#"{"key": "deploy", "scope": "ops\u0007"}"#,
+        r#"{"key": "   "}"#,
+    ] {
+        let out = rewind(&root, &["guard", effect]);
+        assert_clear_error(&out, "the effect's");
+    }
+    let out = rewind(&root, &["guard", "--key", "a\\tb"]);
+    assert_eq!(out.status.code(), Some(0), "a backslash is printable");
+    let out = rewind(&root, &["--json", "effects"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let keys: Vec<&str> = v["effects"]
+        .as_array()
+        .expect("effects array")
+        .iter()
+        .filter_map(|e| e["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["a\\tb"], "{v}");
 }
 
 #[test]

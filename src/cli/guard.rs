@@ -38,7 +38,7 @@ fn timeout() -> Duration {
 
 /// Exit codes (DESIGN §3): 0 admitted, 2 refused, 1 usage error.
 pub fn run(ctx: &Ctx, args: Args) -> i32 {
-    let req = match request(args) {
+    let req = match request(args).and_then(|r| r.check_names().map(|()| r).map_err(Error::Usage)) {
         Ok(r) => r,
         Err(e) => {
             super::report_error(ctx, &e);
@@ -99,15 +99,9 @@ fn request(args: Args) -> Result<Request> {
         }
     };
     let Some(text) = json_text else {
-        let key = args.key.unwrap_or_default();
-        if key.trim().is_empty() {
-            return Err(Error::Usage(
-                "--key is empty: name the effect, e.g. --key charge-order-1234".into(),
-            ));
-        }
         return Ok(Request {
             scope: args.scope.unwrap_or_else(|| "default".into()),
-            key,
+            key: args.key.unwrap_or_default(),
             kind: args.kind.unwrap_or_default(),
             payload: payload_hash(args.payload.as_deref()),
             call: None,

@@ -552,11 +552,6 @@ pub struct GuardOut {
 }
 
 fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
-    if input.key.trim().is_empty() {
-        return Err(Error::Usage(
-            "`key` is required: a stable name for the effect, e.g. \"charge-order-1234\"".into(),
-        ));
-    }
     let req = Request {
         scope: input.scope.unwrap_or_else(|| "default".into()),
         key: input.key,
@@ -567,6 +562,7 @@ fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
         },
         call: None,
     };
+    req.check_names().map_err(Error::Usage)?;
     let d = crate::cli::guard::decide(ctx, &req);
     Ok(GuardOut {
         decision: d.decision.into(),
