@@ -569,3 +569,64 @@ fn verify_deep_finds_an_effect_row_changed_behind_the_chain() {
     assert!(bad.contains("pay-1") && bad.contains("row is gone"), "{v}");
     assert!(bad.contains("pay-2") && bad.contains("failed"), "{v}");
 }
+
+/// D132: a rewind reads the timeline once for all effects, walking up
+/// only as far as the oldest admission. Effects admitted at different
+/// depths of a long history, then a branch: each is judged as the
+/// module's timeline rule says, by `guard` and in the rewind's
+/// `effects_not_undone`, however far up its admission is.
+#[test]
+fn effects_at_every_depth_are_judged_by_one_reading_of_the_timeline() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    let mut ids = Vec::new();
+    let step = |n: usize, ids: &mut Vec<String>| {
+        write(&root.join("app.txt"), format!("v{n}").as_bytes());
+        ids.push(checkpoint_id(root, &[&format!("c{n}")]));
+    };
+    for n in 0..5 {
+        step(n, &mut ids);
+    }
+    assert_eq!(guard(root, &["--key", "early"]).0, 0); // HEAD c4
+    for n in 5..25 {
+        step(n, &mut ids);
+    }
+    assert_eq!(guard(root, &["--key", "late"]).0, 0); // HEAD c24
+    step(25, &mut ids);
+    let not_undone = |r: &serde_json::Value| -> Vec<String> {
+        let mut keys: Vec<String> = r["effects_not_undone"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|e| e["key"].as_str().unwrap_or_default().to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    // Back past `late` only, then past both: the newer branch point
+    // first, so the walk must reach the older admission too.
+    let r = rewind_json(root, &["rewind", &ids[10]]);
+    assert_eq!(not_undone(&r), ["late"], "{r}");
+    assert_eq!(code(&guard(root, &["--key", "early"]).1), "SPENT");
+    assert_eq!(
+        code(&guard(root, &["--key", "late"]).1),
+        "SPENT_BEFORE_REWIND"
+    );
+    let r = rewind_json(root, &["rewind", &ids[2]]);
+    assert_eq!(not_undone(&r), ["early", "late"], "{r}");
+    // A new branch from c2 keeps both undone; forward to c25 restores both.
+    step(100, &mut ids);
+    assert_eq!(
+        code(&guard(root, &["--key", "early"]).1),
+        "SPENT_BEFORE_REWIND"
+    );
+    let r = rewind_json(root, &["replay", &ids[25]]);
+    assert_eq!(not_undone(&r), Vec::<String>::new(), "{r}");
+    assert_eq!(code(&guard(root, &["--key", "early"]).1), "SPENT");
+    assert_eq!(code(&guard(root, &["--key", "late"]).1), "SPENT");
+    // On c20, a checkpoint between the two admissions: `early` is on the
+    // timeline, `late` is not.
+    let r = rewind_json(root, &["replay", &ids[20]]);
+    assert_eq!(not_undone(&r), ["late"], "{r}");
+}
