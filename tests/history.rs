@@ -580,3 +580,57 @@ fn a_nested_workspaces_history_is_never_captured_or_rewound_by_the_outer_one() {
         b"package\n"
     );
 }
+
+/// `list` shows the newest 50 checkpoints and says how many it left out
+/// (hooks make one per tool call: thousands buried the recent ones and
+/// flooded an agent's shell); HEAD is always shown, however old; `--all`
+/// and JSON list every one, and JSON gives the total.
+#[test]
+fn list_shows_the_newest_fifty_and_head_and_says_what_it_left_out() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let mut ids = Vec::new();
+    for n in 0..56 {
+        write(&root.join("a.txt"), format!("{n}").as_bytes());
+        ids.push(checkpoint_id(root, &[&format!("c{n}")]));
+    }
+    let text = |args: &[&str]| {
+        let out = rewind(root, args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    let shown = text(&["list"]);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 51, "{shown}");
+    assert!(
+        lines[0].contains("6 older checkpoints not shown"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains(&ids[5]) && shown.contains(&ids[6]),
+        "{shown}"
+    );
+    assert!(lines[50].starts_with(&format!("@ {}", ids[55])), "{shown}");
+
+    // HEAD on an old checkpoint: shown beside the newest.
+    rewind_json(root, &["rewind", &ids[1]]);
+    let shown = text(&["list", "-n", "2"]);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 4, "{shown}");
+    assert!(lines[0].contains("older checkpoints not shown"), "{shown}");
+    assert!(lines[1].contains(&format!("@ {}", ids[1])), "{shown}");
+    assert!(shown.contains(&ids[55]), "{shown}");
+
+    let all = text(&["list", "--all"]);
+    assert_eq!(all.lines().count(), 56, "{all}");
+    assert!(!all.contains("not shown"), "{all}");
+    let v = rewind_json(root, &["list"]);
+    assert_eq!(v["total"], 56, "{v}");
+    assert_eq!(v["checkpoints"].as_array().map(Vec::len), Some(56));
+    let v = rewind_json(root, &["list", "-n", "5"]);
+    assert_eq!(
+        v["checkpoints"].as_array().map(Vec::len),
+        Some(6),
+        "five and HEAD"
+    );
+}

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -6,24 +6,77 @@ use super::Ctx;
 use crate::error::Result;
 use crate::ledger::Checkpoint;
 
+/// How many checkpoints `list` prints without `-n` or `--all`: hooks make
+/// one per tool call, and a list of thousands (221 KB at 5,000) buried
+/// the recent ones a person looks for and flooded an agent that ran
+/// `rewind list` through its shell.
+const DEFAULT_SHOWN: usize = 50;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Show the newest N checkpoints (HEAD always among them); the text
+    /// shows the newest 50 by default, JSON every checkpoint
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "all")]
+    limit: Option<usize>,
+    /// Show every checkpoint
+    #[arg(long)]
+    all: bool,
+}
+
 #[derive(Serialize)]
 pub(crate) struct Out {
     pub head: Option<String>,
+    /// Checkpoints in the ledger, shown or not.
+    pub total: usize,
+    /// Oldest first; the newest `-n` of them when limited.
     pub checkpoints: Vec<Checkpoint>,
 }
 
 pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
     let mut ws = ctx.workspace()?;
     ws.recover_if_needed()?;
+    let checkpoints = ws.ledger().checkpoints()?;
     Ok(Out {
         head: ws.head()?.map(|h| h.id),
-        checkpoints: ws.ledger().checkpoints()?,
+        total: checkpoints.len(),
+        checkpoints,
     })
 }
 
-pub fn run(ctx: &Ctx) -> Result<()> {
-    let out = compute(ctx)?;
-    ctx.emit(&out, || render(&out.checkpoints, out.head.as_deref()))
+pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
+    let mut out = compute(ctx)?;
+    let limit = match (args.all, args.limit) {
+        (true, _) => None,
+        (false, Some(n)) => Some(n),
+        (false, None) if ctx.json => None,
+        (false, None) => Some(DEFAULT_SHOWN),
+    };
+    if let Some(n) = limit {
+        out.checkpoints = newest(out.checkpoints, n, out.head.as_deref());
+    }
+    ctx.emit(&out, || {
+        let mut text = String::new();
+        let omitted = out.total - out.checkpoints.len();
+        if omitted > 0 {
+            text.push_str(&format!(
+                "⋮ {omitted} older checkpoint{} not shown (`rewind list --all`, or `-n N`)\n",
+                if omitted == 1 { "" } else { "s" }
+            ));
+        }
+        text + &render(&out.checkpoints, out.head.as_deref())
+    })
+}
+
+/// The newest `n` checkpoints, and HEAD wherever it is, oldest first.
+fn newest(mut cks: Vec<Checkpoint>, n: usize, head: Option<&str>) -> Vec<Checkpoint> {
+    let mut by_age: Vec<i64> = cks.iter().map(|c| c.seq).collect();
+    by_age.sort_unstable_by(|a, b| b.cmp(a));
+    let mut keep: HashSet<i64> = by_age.into_iter().take(n).collect();
+    if let Some(h) = cks.iter().find(|c| Some(c.id.as_str()) == head) {
+        keep.insert(h.seq);
+    }
+    cks.retain(|c| keep.contains(&c.seq));
+    cks
 }
 
 /// Checkpoints as a tree: a linear history stays in one column; where
@@ -35,13 +88,17 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
     }
     let mut children: HashMap<Option<i64>, Vec<&Checkpoint>> = HashMap::new();
     for c in cks {
-        children
-            .entry(c.parent.as_ref().map(|p| p.0))
-            .or_default()
-            .push(c);
+        if let Some(p) = &c.parent {
+            children.entry(Some(p.0)).or_default().push(c);
+        }
     }
+    // A checkpoint whose parent is not shown starts a tree of its own.
+    let shown: HashSet<i64> = cks.iter().map(|c| c.seq).collect();
+    let roots: Vec<&Checkpoint> = cks
+        .iter()
+        .filter(|c| c.parent.as_ref().is_none_or(|p| !shown.contains(&p.0)))
+        .collect();
     let mut out = String::new();
-    let roots = children.get(&None).cloned().unwrap_or_default();
     draw(&roots, "", &children, head, &mut out);
     out
 }

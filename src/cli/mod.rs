@@ -64,8 +64,8 @@ enum Command {
     Init(init::Args),
     /// Capture the whole workspace
     Checkpoint(checkpoint::Args),
-    /// Checkpoints as a tree, HEAD marked, with branch notes
-    List,
+    /// Checkpoints as a tree, HEAD marked, with branch notes (the newest 50; `--all`)
+    List(list::Args),
     /// What changed since HEAD
     Status,
     /// Changed paths between two checkpoints (TO defaults to the live tree)
@@ -396,7 +396,7 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
     let result = match cli.command {
         Command::Init(a) => init::run(&ctx, a),
         Command::Checkpoint(a) => checkpoint::run(&ctx, a),
-        Command::List => list::run(&ctx),
+        Command::List(a) => list::run(&ctx, &a),
         Command::Status => status::run(&ctx),
         Command::Diff(a) => diff::run(&ctx, a),
         Command::Rewind(a) => rewind::run(&ctx, crate::rewind::Op::Rewind, a),
