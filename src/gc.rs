@@ -59,6 +59,11 @@ pub struct Protected {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Freed {
     pub tree_nodes: u64,
+    /// Stored bytes of those nodes: a directory of 50,000 entries is a
+    /// node of ~2 MB, rewritten by each checkpoint that changes it, so
+    /// this can be most of what a gc frees (it said "167 B" while the
+    /// ledger shrank by 24 MiB).
+    pub tree_bytes: u64,
     pub small_objects: u64,
     pub object_files: u64,
     /// Logical bytes of the objects released.
@@ -304,12 +309,12 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         }
         crate::failpoint::hit("gc:snapshot-deleted");
     }
-    let dead_trees: Vec<Hash> = ws
+    let (dead_trees, dead_tree_sizes): (Vec<Hash>, Vec<u64>) = ws
         .ledger()
-        .tree_hashes()?
+        .tree_sizes()?
         .into_iter()
-        .filter(|h| !nodes.contains(h))
-        .collect();
+        .filter(|(h, _)| !nodes.contains(h))
+        .unzip();
     let dead_blobs: Vec<(Hash, u64)> = ws
         .ledger()
         .blob_sizes()?
@@ -327,6 +332,7 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         freed.snapshot_bytes = held_only_by_snapshots(ws, &dead_trees, &objects)?;
     }
     freed.tree_nodes = dead_trees.len() as u64;
+    freed.tree_bytes = dead_tree_sizes.iter().sum();
     freed.small_objects = dead_blobs.len() as u64;
     freed.bytes = dead_blobs.iter().map(|(_, n)| n).sum();
     if !dry_run && (!dead_trees.is_empty() || !dead_blobs.is_empty() || !dead_manifests.is_empty())

@@ -1149,16 +1149,20 @@ impl Ledger {
     }
 
     /// Hashes of every stored tree node (for `gc`'s sweep).
-    pub fn tree_hashes(&self) -> Result<Vec<Hash>> {
-        self.hashes("SELECT hash FROM trees")
+    /// Every tree node: (hash, stored size in bytes).
+    pub fn tree_sizes(&self) -> Result<Vec<(Hash, u64)>> {
+        self.hash_sizes("SELECT hash, length(data) FROM trees")
     }
 
     /// Every small object: (hash, size in bytes).
     pub fn blob_sizes(&self) -> Result<Vec<(Hash, u64)>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT hash, length(data) FROM blobs")
-            .map_err(self.err())?;
+        self.hash_sizes("SELECT hash, length(data) FROM blobs")
+    }
+
+    /// Rows of (hash, length) for `sql` (SQLite's `length` of a blob
+    /// reads its size from the record header, not its content).
+    fn hash_sizes(&self, sql: &str) -> Result<Vec<(Hash, u64)>> {
+        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
         let rows = stmt
             .query_map([], |r| {
                 let h: Vec<u8> = r.get(0)?;

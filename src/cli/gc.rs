@@ -66,9 +66,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         let f = &r.freed;
         s.push_str(&format!(
-            "\n{} {} tree nodes, {} small objects, {} object files: {} ({} allocated) in {} ms",
+            "\n{} {} tree nodes ({}), {} small objects, {} object files: {} ({} allocated) in {} ms",
             if r.dry_run { "would free" } else { "freed" },
             f.tree_nodes,
+            human_bytes(f.tree_bytes),
             f.small_objects,
             f.object_files,
             human_bytes(f.bytes),
