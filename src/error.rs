@@ -36,6 +36,9 @@ pub enum Error {
     #[error("the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more", path.display())]
     LedgerCorrupt { path: PathBuf, detail: String },
 
+    #[error("the ledger {} was never finished: a `rewind init` or first checkpoint was interrupted before it recorded anything; `rewind init` (or `rewind checkpoint`) creates it again", path.display())]
+    LedgerUnfinished { path: PathBuf },
+
     #[error("ledger {}: {source}", path.display())]
     Db {
         path: PathBuf,
@@ -130,6 +133,7 @@ impl Error {
             Error::ReadOnly { .. } => "READ_ONLY",
             Error::LedgerMissing { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
+            Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",
             Error::Db { .. } => "LEDGER",
             Error::UnknownId { .. } => "UNKNOWN_ID",
             Error::AmbiguousId { .. } => "AMBIGUOUS_ID",

@@ -412,6 +412,15 @@ fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     })
 }
 
+/// Whether no table was ever made in this database (see
+/// [`Ledger::never_finished`]).
+fn has_no_tables(conn: &Connection) -> bool {
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|tables| tables == 0)
+}
+
 impl Ledger {
     /// Open an existing ledger. A missing file is an error here (never
     /// silently recreated: that would orphan the history).
@@ -431,6 +440,10 @@ impl Ledger {
             )
             .optional()
             .map_err(|e| match e {
+                // Asked only once the read failed: every command opens here.
+                _ if has_no_tables(&ledger.conn) => Error::LedgerUnfinished {
+                    path: path.to_owned(),
+                },
                 rusqlite::Error::SqliteFailure(_, _) => db_err(path)(e),
                 e => Error::LedgerCorrupt {
                     path: path.to_owned(),
@@ -517,9 +530,20 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// Create a new ledger with a fresh workspace id.
+    /// Whether `path` is a database in which no table was ever made: the
+    /// file of a ledger whose creation was interrupted (opening it rolls
+    /// back a creation left half done in a rollback journal). False when
+    /// it is missing or unreadable: those are reported by [`Ledger::open`].
+    pub fn never_finished(path: &Path) -> bool {
+        path.exists() && Connection::open(path).is_ok_and(|c| has_no_tables(&c))
+    }
+
+    /// Create a new ledger with a fresh workspace id. Idempotent: on a
+    /// ledger being created by another process at the same moment, its
+    /// statements change nothing.
     pub fn create(path: &Path, workspace_id: &str) -> Result<Ledger> {
         let mut ledger = Self::connect(path, true)?;
+        crate::failpoint::hit("ledger:created-empty");
         let p = ledger.path.clone();
         let tx = ledger
             .conn
@@ -553,6 +577,9 @@ impl Ledger {
     }
 
     fn connect(path: &Path, new: bool) -> Result<Ledger> {
+        // A file an interrupted creation left empty is still new: it takes
+        // the page size a ledger is made with.
+        let new = new || std::fs::metadata(path).is_ok_and(|m| m.len() == 0);
         let wal = wal_path(path);
         let files_existed = path.exists() && wal.exists();
         let conn = Connection::open(path).map_err(db_err(path))?;

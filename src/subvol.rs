@@ -144,15 +144,15 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     Ok(out)
 }
 
-/// A workspace made before DIR was a subvolume keeps its ledger (and any
-/// snapshots) in `.rewind/` itself, which every snapshot then copies: the
+/// A workspace made before DIR was a subvolume keeps its ledger in
+/// `.rewind/` itself, which every snapshot then copies: the
 /// whole history again, per checkpoint, held until the last snapshot goes.
 /// A new subvolume workspace keeps them in `.rewind/state/`, a nested
 /// subvolume that snapshots skip (D50). Move them there (D126): fold the
 /// WAL, clone the ledger into the new subvolume under a temporary name,
 /// make it durable and rename it into place (from then on it is the
-/// ledger: `meta_path` prefers it), move the snapshots (a subvolume may be
-/// renamed across subvolumes; a file may not), then remove the old files.
+/// ledger: `meta_path` prefers it), then remove the old files. A history
+/// with snapshots is refused before anything moves (see below).
 /// A crash before the rename leaves the old ledger in use; after it, the
 /// next run removes the leftovers. Returns whether anything moved.
 fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
@@ -172,6 +172,26 @@ fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
     }
     let _lock = lock_history(dir)?;
     let nested_ledger = state_path.join(STATE_SUBVOLUME).join(LEDGER_FILE);
+    // Snapshots taken while the history was still here cannot follow it:
+    // btrfs refuses to rename a read-only snapshot into another subvolume
+    // (EROFS), and a ledger moved without them names snapshots that are
+    // gone (D135). Refused before anything moves; this build never takes
+    // them (the walk engine checkpoints such a workspace).
+    if !nested_ledger.exists()
+        && let Ok(snaps) = state.open_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR))
+    {
+        let held = snaps.entries().map_err(Error::os)?.len();
+        if held > 0 {
+            return Err(Error::InvalidPath {
+                path: state_path.join(crate::snapshot::SNAPSHOT_DIR),
+                reason: format!(
+                    "holds {held} btrfs snapshot{} taken before the history had a subvolume of its own; btrfs cannot move a read-only snapshot into one, so the history stays in {} and the walk engine takes the checkpoints (nothing was changed)",
+                    if held == 1 { "" } else { "s" },
+                    state_path.display()
+                ),
+            });
+        }
+    }
     if !nested_ledger.exists() {
         // Everything into the main file, so that it alone is the ledger.
         let db = state_path.join(LEDGER_FILE);
@@ -202,17 +222,6 @@ fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
             .map_err(Error::os)?;
         nested.fsync().map_err(Error::os)?;
         crate::failpoint::hit("subvol:ledger-moved");
-        if let Ok(snaps) = state.open_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR)) {
-            let to = nested
-                .open_or_make_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR), 0o755)
-                .map_err(Error::os)?;
-            for name in snaps.entries().map_err(Error::os)? {
-                snaps
-                    .rename(&name, &to, &name, RenameMode::NoReplace)
-                    .map_err(Error::os)?;
-            }
-            to.fsync().map_err(Error::os)?;
-        }
     }
     // The nested ledger is the ledger: what is left in `.rewind/` is stale.
     for name in [flat.to_owned(), leftovers("-wal"), leftovers("-shm")] {

@@ -434,3 +434,61 @@ fn a_read_only_snapshot_holds_the_tree_and_refuses_writes() {
     rewind_platform::delete_subvolume(&parent, std::ffi::OsStr::new("snap")).expect("delete");
     assert!(!snap.exists());
 }
+
+/// D135: killed after the swap, before its history moved, `init
+/// --subvolume` left a subvolume whose history is still in `.rewind/`.
+/// The next checkpoint took a btrfs snapshot there, which the rerun could
+/// not move (btrfs refuses to rename a read-only snapshot into another
+/// subvolume): the checkpoint was lost to `verify --deep` and to rewinds.
+/// Now such a workspace checkpoints with the walk engine, and the rerun
+/// moves a history that every checkpoint of which restores.
+#[test]
+fn checkpoints_between_an_interrupted_conversion_and_its_rerun_stay_restorable() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 1024) else {
+        return;
+    };
+    let ws = lfs.subdir("proj");
+    let before_id = populate(&ws);
+    let out = rewind_env(
+        &lfs.mnt,
+        &["init", "--subvolume", "proj"],
+        &[("REWIND_FAILPOINT", "subvol:swapped")],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "{out:?}"
+    );
+    assert_eq!(inode(&ws), 256, "the swap happened");
+    let doctor = rewind_json(&ws, &["doctor"]);
+    assert_eq!(doctor["engine"], "walk", "{doctor}");
+    assert!(
+        doctor["engine_why"]
+            .as_str()
+            .is_some_and(|w| w.contains("init --subvolume")),
+        "{doctor}"
+    );
+    write(&ws.join("src/main.rs"), b"fn main() { between(); }\n");
+    let between = snapshot(&ws);
+    let between_id = rewind_json(&ws, &["checkpoint", "between"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    assert!(
+        !ws.join(".rewind/snapshots").exists(),
+        "no snapshot in the flat history"
+    );
+    let done = rewind_json(&lfs.mnt, &["init", "--subvolume", "proj"]);
+    assert_eq!(done["subvolume"]["history_moved"], true, "{done}");
+    assert_eq!(rewind_json(&ws, &["doctor"])["engine"], "btrfs");
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+    write(&ws.join("src/main.rs"), b"damage");
+    rewind_json(&ws, &["rewind", &between_id]);
+    common::assert_same("the checkpoint between", &between, &snapshot(&ws));
+    rewind_json(&ws, &["rewind", &before_id]);
+    assert_eq!(
+        std::fs::read(ws.join("src/main.rs")).expect("read"),
+        b"fn main() {}\n"
+    );
+}

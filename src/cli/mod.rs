@@ -244,7 +244,12 @@ impl Ctx {
         let _t = crate::trace::span("open workspace");
         let start = self.start_dir();
         let ws = match Workspace::discover(&start) {
-            Some(root) => self.reuse_or_open(&root)?,
+            Some(root) => match self.reuse_or_open(&root) {
+                // Its first `init` or checkpoint was killed before the
+                // ledger had tables: this checkpoint makes it again.
+                Err(Error::LedgerUnfinished { .. }) => Workspace::init(&root, self.progress())?.0,
+                r => r?,
+            },
             None => {
                 if let Some(what) = too_broad_for_a_workspace(&start) {
                     return Err(Error::InvalidPath {
