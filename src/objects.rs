@@ -319,6 +319,7 @@ impl ObjectStore {
                 break;
             }
             whole.update(chunk);
+            crate::progress::hashed(n as u64);
             let h = if hole {
                 zero_chunk_hash()
             } else {
@@ -376,8 +377,11 @@ impl ObjectStore {
             Ok((hash, size, outcome))
         } else {
             let mut h = Hasher::default();
-            let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| h.update(chunk))
-                .map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
+            let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| {
+                h.update(chunk);
+                crate::progress::hashed(chunk.len() as u64);
+            })
+            .map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
             Ok((h.finish(), size, CloneOutcome::Copied))
         }
     }
@@ -869,6 +873,7 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
                 return Ok((h.finish(), off));
             }
             h.update(&buf[..n]);
+            crate::progress::hashed(n as u64);
             off += n as u64;
         }
     }
@@ -920,6 +925,7 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
         for chunk in full_rx {
             let (buf, start, n) = chunk?;
             h.update(&buf[start..start + n]);
+            crate::progress::hashed(n as u64);
             total += n as u64;
             let _ = empty_tx.send(buf);
         }

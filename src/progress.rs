@@ -24,6 +24,10 @@ pub struct Observer {
 }
 
 pub struct Progress {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     start: Instant,
     enabled: bool,
     message: &'static str,
@@ -32,11 +36,33 @@ pub struct Progress {
     observer: Option<Observer>,
     /// Milliseconds since `start` of the last observer call.
     observed_ms: AtomicU64,
+    /// [`HASHED`] when this work started.
+    hashed_at_start: u64,
+    done: AtomicBool,
+}
+
+/// Bytes of file content this process has read to hash (see [`hashed`]).
+static HASHED: AtomicU64 = AtomicU64::new(0);
+
+/// Called by the hash loops for every buffer they hash. A checkpoint of
+/// one 3 GB file is one entry for 20 s: counted in entries alone, its
+/// progress never moved, and the line never appeared (helper-16).
+pub fn hashed(bytes: u64) {
+    HASHED.fetch_add(bytes, Ordering::Relaxed);
 }
 
 const DELAY: Duration = Duration::from_secs(1);
 /// Often enough to show life, rarely enough not to flood a client.
 pub const OBSERVER_EVERY: Duration = Duration::from_millis(200);
+
+/// How long work runs before its line appears: [`DELAY`], or
+/// `REWIND_PROGRESS_DELAY_MS` (tests, and people who want it at once).
+fn delay() -> Duration {
+    std::env::var("REWIND_PROGRESS_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(DELAY, Duration::from_millis)
+}
 
 impl Progress {
     pub fn new(message: &'static str, enabled: bool) -> Progress {
@@ -51,7 +77,7 @@ impl Progress {
         if let Some(o) = &observer {
             (o.on_progress)(message, 0);
         }
-        Progress {
+        let shared = Arc::new(Shared {
             start: Instant::now(),
             enabled,
             message,
@@ -59,7 +85,24 @@ impl Progress {
             bar: OnceLock::new(),
             observer,
             observed_ms: AtomicU64::new(0),
+            hashed_at_start: HASHED.load(Ordering::Relaxed),
+            done: AtomicBool::new(false),
+        });
+        if enabled {
+            // The line appears after the delay even when no entry is
+            // finished meanwhile (one big file); from then on indicatif's
+            // own tick redraws it, with the bytes read so far.
+            let waiting = Arc::clone(&shared);
+            let _ = std::thread::Builder::new()
+                .name("rewind-progress".into())
+                .spawn(move || {
+                    std::thread::sleep(delay());
+                    if !waiting.done.load(Ordering::Relaxed) {
+                        waiting.bar().enable_steady_tick(Duration::from_millis(100));
+                    }
+                });
         }
+        Progress { shared }
     }
 
     pub fn hidden() -> Progress {
@@ -68,44 +111,66 @@ impl Progress {
 
     /// True when the observer asked the work to stop.
     pub fn cancelled(&self) -> bool {
-        self.observer
+        self.shared
+            .observer
             .as_ref()
             .is_some_and(|o| o.cancel.load(Ordering::Relaxed))
     }
 
     pub fn inc(&self, n: u64) {
-        let count = self.count.fetch_add(n, Ordering::Relaxed) + n;
-        if let Some(o) = &self.observer {
-            let now = self.start.elapsed().as_millis() as u64;
-            let last = self.observed_ms.load(Ordering::Relaxed);
+        let sh = &self.shared;
+        let count = sh.count.fetch_add(n, Ordering::Relaxed) + n;
+        if let Some(o) = &sh.observer {
+            let now = sh.start.elapsed().as_millis() as u64;
+            let last = sh.observed_ms.load(Ordering::Relaxed);
             if now >= last + OBSERVER_EVERY.as_millis() as u64
-                && self
+                && sh
                     .observed_ms
                     .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
             {
-                (o.on_progress)(self.message, count);
+                (o.on_progress)(sh.message, count);
             }
         }
-        if !self.enabled || (self.bar.get().is_none() && self.start.elapsed() < DELAY) {
+        if !sh.enabled || (sh.bar.get().is_none() && sh.start.elapsed() < delay()) {
             return;
         }
-        let bar = self.bar.get_or_init(|| {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {msg}: {pos} ({elapsed})")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            bar.set_message(self.message);
-            bar
-        });
-        bar.set_position(count);
+        sh.bar().set_position(count);
     }
 
     pub fn finish(&self) {
-        if let Some(bar) = self.bar.get() {
+        self.shared.done.store(true, Ordering::Relaxed);
+        if let Some(bar) = self.shared.bar.get() {
             bar.finish_and_clear();
         }
+    }
+}
+
+impl Shared {
+    /// The line on stderr, made the first time it is needed.
+    fn bar(&self) -> &ProgressBar {
+        self.bar.get_or_init(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
+                .with_elapsed(self.start.elapsed());
+            let since = self.hashed_at_start;
+            let style = ProgressStyle::with_template("{spinner} {msg}: {pos}{read} ({elapsed})")
+                .map(|st| {
+                    st.with_key(
+                        "read",
+                        move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                            let n = HASHED.load(Ordering::Relaxed).saturating_sub(since);
+                            if n > 0 {
+                                let _ = write!(w, ", {} read", human_bytes(n));
+                            }
+                        },
+                    )
+                })
+                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            bar.set_style(style);
+            bar.set_message(self.message);
+            bar.set_position(self.count.load(Ordering::Relaxed));
+            bar
+        })
     }
 }
 

@@ -634,3 +634,50 @@ fn list_shows_the_newest_fifty_and_head_and_says_what_it_left_out() {
         "five and HEAD"
     );
 }
+
+/// D136: the progress line counts the bytes read to hash, so a capture
+/// of one big file shows life: counted in entries alone it stayed at 0
+/// (or never appeared) through 20 s of hashing a 3 GB file. Run under
+/// `script`, so that stderr is a terminal.
+#[test]
+fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no `script` (util-linux) to give rewind a terminal");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs util-linux's script"
+        );
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    let mib: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    {
+        let mut f = std::fs::File::create(root.join("big.bin")).expect("create");
+        for _ in 0..512 {
+            f.write_all(&mib).expect("write");
+        }
+    }
+    let out = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} checkpoint big", env!("CARGO_BIN_EXE_rewind")),
+            "/dev/null",
+        ])
+        .current_dir(root)
+        .env("REWIND_PROGRESS_DELAY_MS", "0")
+        .output()
+        .expect("script");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("checkpoint") && shown.contains("\"big\""),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("MiB read"),
+        "no bytes in the progress line: {shown}"
+    );
+}
