@@ -38,6 +38,8 @@ struct Shared {
     observed_ms: AtomicU64,
     /// [`HASHED`] when this work started.
     hashed_at_start: u64,
+    /// How long before the line appears (read once: `inc` runs per entry).
+    delay: Duration,
     done: AtomicBool,
 }
 
@@ -86,6 +88,7 @@ impl Progress {
             observer,
             observed_ms: AtomicU64::new(0),
             hashed_at_start: HASHED.load(Ordering::Relaxed),
+            delay: delay(),
             done: AtomicBool::new(false),
         });
         if enabled {
@@ -96,9 +99,14 @@ impl Progress {
             let _ = std::thread::Builder::new()
                 .name("rewind-progress".into())
                 .spawn(move || {
-                    std::thread::sleep(delay());
-                    if !waiting.done.load(Ordering::Relaxed) {
-                        waiting.bar().enable_steady_tick(Duration::from_millis(100));
+                    std::thread::sleep(waiting.delay);
+                    if !waiting.done.load(Ordering::SeqCst) {
+                        let bar = waiting.bar();
+                        bar.enable_steady_tick(Duration::from_millis(100));
+                        // `finish` ran meanwhile and found no line to clear.
+                        if waiting.done.load(Ordering::SeqCst) {
+                            bar.finish_and_clear();
+                        }
                     }
                 });
         }
@@ -132,14 +140,14 @@ impl Progress {
                 (o.on_progress)(sh.message, count);
             }
         }
-        if !sh.enabled || (sh.bar.get().is_none() && sh.start.elapsed() < delay()) {
+        if !sh.enabled || (sh.bar.get().is_none() && sh.start.elapsed() < sh.delay) {
             return;
         }
         sh.bar().set_position(count);
     }
 
     pub fn finish(&self) {
-        self.shared.done.store(true, Ordering::Relaxed);
+        self.shared.done.store(true, Ordering::SeqCst);
         if let Some(bar) = self.shared.bar.get() {
             bar.finish_and_clear();
         }
