@@ -241,7 +241,9 @@ fn head_seq(conn: &Connection) -> rusqlite::Result<Option<i64>> {
 /// up only while the checkpoints are newer than `bound`: a step below an
 /// effect's HEAD counts only when it was taken after the admission, and a
 /// parent is always older than its child, so nothing above `bound` can
-/// decide. One recursive query: the walk used to be a query per ancestor
+/// decide (and a parent row that is not older, which only damage makes,
+/// ends the walk instead of looping: the effect then counts as off the
+/// timeline, and is refused). One recursive query: the walk used to be a query per ancestor
 /// per effect, and a rewind after 5,000 checkpoints and 20 effects took
 /// 1.6 s (helper-16's scale run, D132).
 struct Timeline {
@@ -259,7 +261,7 @@ impl Timeline {
                  SELECT seq, parent FROM checkpoints WHERE seq = ?1
                  UNION ALL
                  SELECT c.seq, c.parent FROM checkpoints c JOIN path p ON c.seq = p.parent
-                 WHERE p.seq > ?2
+                 WHERE p.seq > ?2 AND c.seq < p.seq
              )
              SELECT seq, parent FROM path",
         )?;
