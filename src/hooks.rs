@@ -75,9 +75,12 @@ impl ToolCall {
         field("command")
             .map(str::to_string)
             .or_else(argv)
-            .or_else(|| field("file_path").map(str::to_string))
-            .or_else(|| field("notebook_path").map(str::to_string))
-            .or_else(|| field("path").map(str::to_string))
+            .or_else(|| {
+                ["file_path", "notebook_path", "path"]
+                    .into_iter()
+                    .find_map(field)
+                    .map(str::to_string)
+            })
             .map(|s| s.trim().to_string())
             .unwrap_or_default()
     }

@@ -1175,8 +1175,8 @@ impl Ledger {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
-    /// Hashes of every stored tree node (for `gc`'s sweep).
-    /// Every tree node: (hash, stored size in bytes).
+    /// Every stored tree node: (hash, stored size in bytes), for `gc`'s
+    /// sweep.
     pub fn tree_sizes(&self) -> Result<Vec<(Hash, u64)>> {
         self.hash_sizes("SELECT hash, length(data) FROM trees")
     }

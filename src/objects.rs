@@ -318,8 +318,7 @@ impl ObjectStore {
             if n == 0 {
                 break;
             }
-            whole.update(chunk);
-            crate::progress::hashed(n as u64);
+            hash_read(&mut whole, chunk);
             let h = if hole {
                 zero_chunk_hash()
             } else {
@@ -377,11 +376,8 @@ impl ObjectStore {
             Ok((hash, size, outcome))
         } else {
             let mut h = Hasher::default();
-            let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| {
-                h.update(chunk);
-                crate::progress::hashed(chunk.len() as u64);
-            })
-            .map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
+            let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| hash_read(&mut h, chunk))
+                .map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
             Ok((h.finish(), size, CloneOutcome::Copied))
         }
     }
@@ -446,14 +442,10 @@ impl ObjectStore {
         let dir = match self.objects.open_dir(name) {
             Ok(d) => d,
             Err(e) if e.is_not_found() && !make => return Ok(None),
-            Err(e) if e.is_not_found() => {
-                match self.objects.mkdir(name, 0o755) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(Error::os(e)),
-                }
-                self.objects.open_dir(name).map_err(Error::os)?
-            }
+            Err(e) if e.is_not_found() => self
+                .objects
+                .open_or_make_dir(name, 0o755)
+                .map_err(Error::os)?,
             Err(e) => return Err(Error::os(e)),
         };
         Ok(Some(slot.get_or_init(|| dir)))
@@ -872,8 +864,7 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
             if n == 0 {
                 return Ok((h.finish(), off));
             }
-            h.update(&buf[..n]);
-            crate::progress::hashed(n as u64);
+            hash_read(&mut h, &buf[..n]);
             off += n as u64;
         }
     }
@@ -924,8 +915,7 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
         let mut total = 0u64;
         for chunk in full_rx {
             let (buf, start, n) = chunk?;
-            h.update(&buf[start..start + n]);
-            crate::progress::hashed(n as u64);
+            hash_read(&mut h, &buf[start..start + n]);
             total += n as u64;
             let _ = empty_tx.send(buf);
         }
@@ -935,6 +925,13 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
         rewind_platform::set_direct_io(file, false);
     }
     result
+}
+
+/// Hash bytes read from a file, counting them for the progress line
+/// (D136).
+fn hash_read(h: &mut Hasher, bytes: &[u8]) {
+    h.update(bytes);
+    crate::progress::hashed(bytes.len() as u64);
 }
 
 /// `prefix.PID.N`: unique within this process, and apart from other

@@ -172,27 +172,25 @@ fn move_history_into_state_subvolume(dir: &Path) -> Result<bool> {
     }
     let _lock = lock_history(dir)?;
     let nested_ledger = state_path.join(STATE_SUBVOLUME).join(LEDGER_FILE);
-    // Snapshots taken while the history was still here cannot follow it:
-    // btrfs refuses to rename a read-only snapshot into another subvolume
-    // (EROFS), and a ledger moved without them names snapshots that are
-    // gone (D135). Refused before anything moves; this build never takes
-    // them (the walk engine checkpoints such a workspace).
-    if !nested_ledger.exists()
-        && let Ok(snaps) = state.open_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR))
-    {
-        let held = snaps.entries().map_err(Error::os)?.len();
-        if held > 0 {
-            return Err(Error::InvalidPath {
-                path: state_path.join(crate::snapshot::SNAPSHOT_DIR),
-                reason: format!(
-                    "holds {held} btrfs snapshot{} taken before the history had a subvolume of its own; btrfs cannot move a read-only snapshot into one, so the history stays in {} and the walk engine takes the checkpoints (nothing was changed)",
-                    if held == 1 { "" } else { "s" },
-                    state_path.display()
-                ),
-            });
-        }
-    }
     if !nested_ledger.exists() {
+        // Snapshots taken while the history was still here cannot follow it:
+        // btrfs refuses to rename a read-only snapshot into another subvolume
+        // (EROFS), and a ledger moved without them names snapshots that are
+        // gone (D135). Refused before anything moves; this build never takes
+        // them (the walk engine checkpoints such a workspace).
+        if let Ok(snaps) = state.open_dir(OsStr::new(crate::snapshot::SNAPSHOT_DIR)) {
+            let held = snaps.entries().map_err(Error::os)?.len();
+            if held > 0 {
+                return Err(Error::InvalidPath {
+                    path: state_path.join(crate::snapshot::SNAPSHOT_DIR),
+                    reason: format!(
+                        "holds {held} btrfs snapshot{} taken before the history had a subvolume of its own; btrfs cannot move a read-only snapshot into one, so the history stays in {} and the walk engine takes the checkpoints (nothing was changed)",
+                        if held == 1 { "" } else { "s" },
+                        state_path.display()
+                    ),
+                });
+            }
+        }
         // Everything into the main file, so that it alone is the ledger.
         let db = state_path.join(LEDGER_FILE);
         let conn = rusqlite::Connection::open(&db).map_err(crate::error::db_err(&db))?;

@@ -67,16 +67,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
     })
 }
 
-/// The newest `n` checkpoints, and HEAD wherever it is, oldest first.
-fn newest(mut cks: Vec<Checkpoint>, n: usize, head: Option<&str>) -> Vec<Checkpoint> {
-    let mut by_age: Vec<i64> = cks.iter().map(|c| c.seq).collect();
-    by_age.sort_unstable_by(|a, b| b.cmp(a));
-    let mut keep: HashSet<i64> = by_age.into_iter().take(n).collect();
-    if let Some(h) = cks.iter().find(|c| Some(c.id.as_str()) == head) {
-        keep.insert(h.seq);
-    }
-    cks.retain(|c| keep.contains(&c.seq));
-    cks
+/// Of `cks` (oldest first), the newest `n` and HEAD wherever it is.
+fn newest(cks: Vec<Checkpoint>, n: usize, head: Option<&str>) -> Vec<Checkpoint> {
+    let first = cks.len().saturating_sub(n);
+    cks.into_iter()
+        .enumerate()
+        .filter(|(i, c)| *i >= first || Some(c.id.as_str()) == head)
+        .map(|(_, c)| c)
+        .collect()
 }
 
 /// Checkpoints as a tree: a linear history stays in one column; where
@@ -86,10 +84,10 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
     if cks.is_empty() {
         return "no checkpoints yet: run `rewind checkpoint`".into();
     }
-    let mut children: HashMap<Option<i64>, Vec<&Checkpoint>> = HashMap::new();
+    let mut children: HashMap<i64, Vec<&Checkpoint>> = HashMap::new();
     for c in cks {
         if let Some(p) = &c.parent {
-            children.entry(Some(p.0)).or_default().push(c);
+            children.entry(p.0).or_default().push(c);
         }
     }
     // A checkpoint whose parent is not shown starts a tree of its own.
@@ -106,7 +104,7 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
 fn draw(
     nodes: &[&Checkpoint],
     prefix: &str,
-    children: &HashMap<Option<i64>, Vec<&Checkpoint>>,
+    children: &HashMap<i64, Vec<&Checkpoint>>,
     head: Option<&str>,
     out: &mut String,
 ) {
@@ -146,7 +144,7 @@ fn draw(
             out.truncate(out.trim_end().len());
             out.push_str("  (pruned)\n");
         }
-        if let Some(kids) = children.get(&Some(c.seq)) {
+        if let Some(kids) = children.get(&c.seq) {
             draw(kids, &rest, children, head, out);
         }
     }
