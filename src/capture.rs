@@ -752,6 +752,8 @@ struct Here<'a, 'c> {
 
 struct Walker<'a> {
     root_dev: u64,
+    /// The root's mount id, where the kernel says ([`Dir::mount_id`]).
+    root_mount: Option<u64>,
     cache: &'a StatCache,
     sink: Sink<'a>,
     clock_ns: i64,
@@ -816,6 +818,7 @@ pub fn capture(
     };
     let walker = Walker {
         root_dev: root_meta.dev,
+        root_mount: root.mount_id(),
         cache,
         sink,
         clock_ns: clock.now_ns,
@@ -1128,6 +1131,16 @@ impl Walker<'_> {
         }
     }
 
+    /// A non-directory on another device than the root, but in the
+    /// root's mount: an overlayfs layer's file, part of the tree (skipped
+    /// as a mount point, every file of such an overlay went uncaptured
+    /// and a rewind to it emptied its directories).
+    fn same_mount_layer(&self, dir: &Dir, name: &OsStr, meta: &Meta) -> bool {
+        meta.kind != EntryKind::Dir
+            && self.root_mount.is_some()
+            && dir.mount_id_at(name) == self.root_mount
+    }
+
     fn lock_out(&self) -> std::sync::MutexGuard<'_, Outputs> {
         self.out.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1187,7 +1200,10 @@ impl Walker<'_> {
         {
             return Ok(None);
         }
-        if !vouched_by_mirror && meta.dev != self.root_dev {
+        if !vouched_by_mirror
+            && meta.dev != self.root_dev
+            && !self.same_mount_layer(dir, &name, &meta)
+        {
             // A btrfs subvolume's root is inode 256 (BTRFS_FIRST_FREE_OBJECTID).
             let why = if meta.kind == EntryKind::Dir && meta.ino == 256 {
                 "nested btrfs subvolume or btrfs mount (not crossed: not part of this workspace)"

@@ -1,11 +1,13 @@
 //! Exact round trip (issue 2): after any sequence of mutations, rewinding to
 //! a checkpoint restores bytes, types, modes, symlink targets and `user.*`
 //! xattrs exactly; replay and undo are exact too. Property-tested with random
-//! mutation sequences on ext4 (copies), XFS (reflink) and btrfs (reflink).
+//! mutation sequences on ext4 (copies), XFS (reflink), btrfs (reflink) and an
+//! overlayfs of two filesystems.
 
 mod common;
 
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -389,9 +391,13 @@ fn property(fs: Fs, size_mb: u64, layout: Layout, name: &str) {
     let Some(lfs) = LoopFs::new(fs, size_mb) else {
         return;
     };
-    let base = lfs.subdir("cases");
+    property_in(&lfs.subdir("cases"), layout, name);
+}
+
+/// Run [`round_trip_case_in`] for `cases()` random seeds in `base`.
+fn property_in(base: &Path, layout: Layout, name: &str) {
     for &seed in regressions(layout) {
-        round_trip_case_in(&base, seed, layout);
+        round_trip_case_in(base, seed, layout);
     }
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: cases(),
@@ -400,7 +406,7 @@ fn property(fs: Fs, size_mb: u64, layout: Layout, name: &str) {
     });
     runner
         .run(&any::<u64>(), |seed| {
-            round_trip_case_in(&base, seed, layout);
+            round_trip_case_in(base, seed, layout);
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -419,6 +425,53 @@ fn rewind_restores_the_exact_tree_on_xfs_reflink() {
 #[test]
 fn rewind_restores_the_exact_tree_on_btrfs() {
     property_on(Fs::Btrfs);
+}
+
+/// The same property on an overlayfs whose layers are two filesystems
+/// (`xino=off`): there every file reports its layer's device, not its
+/// directory's, and was skipped as a mount point.
+#[test]
+fn rewind_restores_the_exact_tree_on_an_overlay_of_two_filesystems() {
+    let Some(ov) = common::Overlay::new(|_| {}) else {
+        return;
+    };
+    let base = ov.merged.join("cases");
+    std::fs::create_dir(&base).expect("mkdir cases");
+    property_in(&base, Layout::Directory, "overlay of two tmpfs");
+}
+
+/// A workspace whose files sit in an overlay's lower layer: the first
+/// checkpoint holds every one of them (none skipped), and a rewind after
+/// `rm -rf` brings them back through copy-up and whiteouts.
+#[test]
+fn files_of_an_overlays_lower_layer_are_captured_and_restored() {
+    let Some(ov) = common::Overlay::new(|low| common::populate_src_tree(&low.join("ws"))) else {
+        return;
+    };
+    let ws = ov.merged.join("ws");
+    let dev = |p: &Path| std::fs::symlink_metadata(p).expect("stat").dev();
+    assert_ne!(
+        dev(&ws),
+        dev(&ws.join("src/d0/f0.rs")),
+        "precondition: with xino=off a file reports its layer's device"
+    );
+    let v = common::rewind_json(&ws, &["checkpoint", "A"]);
+    assert_eq!(v["skipped"].as_array().map_or(0, Vec::len), 0, "{v}");
+    // 100 files, 7 directories and the link.
+    assert_eq!(v["changes"]["added"], 108, "{v}");
+    assert_eq!(v["files_hashed"], 100, "{v}");
+    let a = v["id"].as_str().expect("id").to_string();
+    let snap_a = snapshot(&ws);
+    std::fs::remove_dir_all(ws.join("src")).expect("rm -rf src");
+    common::write(&ws.join("empty/new.txt"), b"made after A");
+    std::fs::remove_file(ws.join("link")).expect("rm link");
+    let damaged = snapshot(&ws);
+    common::rewind_json(&ws, &["rewind", &a]);
+    assert_same("rewind to A", &snap_a, &snapshot(&ws));
+    let d = common::rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(d["ok"], true, "{d}");
+    common::rewind_json(&ws, &["undo"]);
+    assert_same("undo", &damaged, &snapshot(&ws));
 }
 
 /// The same round trip on whatever filesystem the temp dir is on, with no

@@ -162,6 +162,26 @@ impl Dir {
         Ok(Meta::from_stat(&st))
     }
 
+    /// The id of the mount this directory is on, where the kernel says
+    /// (`statx` `STATX_MNT_ID`, Linux 5.8).
+    pub fn mount_id(&self) -> Option<u64> {
+        Self::mount_id_of(&self.fd, c"", AtFlags::EMPTY_PATH)
+    }
+
+    /// The id of the mount entry `name` is on, where the kernel says. An
+    /// entry on another device than its directory is a mount point only
+    /// if this differs too: an overlayfs whose layers sit on different
+    /// filesystems (`xino=off`) gives each non-directory its layer's
+    /// `st_dev` inside one mount.
+    pub fn mount_id_at(&self, name: &OsStr) -> Option<u64> {
+        Self::mount_id_of(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+    }
+
+    fn mount_id_of<P: rustix::path::Arg>(fd: &OwnedFd, name: P, flags: AtFlags) -> Option<u64> {
+        let x = rustix::fs::statx(fd, name, flags, rustix::fs::StatxFlags::MNT_ID).ok()?;
+        (x.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0).then_some(x.stx_mnt_id)
+    }
+
     /// Open the subdirectory `name`, refusing a symlink.
     pub fn open_dir(&self, name: &OsStr) -> Result<Dir> {
         let fd = rustix::fs::openat(&self.fd, name, DIR_FLAGS | OFlags::NOFOLLOW, Mode::empty())

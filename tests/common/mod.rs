@@ -229,6 +229,83 @@ impl Drop for LoopFs {
     }
 }
 
+/// An overlayfs whose lower and upper layers are two tmpfs, mounted with
+/// `xino=off`: the kernel then gives every non-directory its layer's
+/// `st_dev`, not the overlay's (a sandbox's tmpfs upper over a project
+/// does the same). Unmounted on drop, overlay first.
+pub struct Overlay {
+    /// The merged view: the workspace goes here.
+    pub merged: PathBuf,
+    layers: [PathBuf; 2],
+    _dir: tempfile::TempDir,
+}
+
+impl Overlay {
+    /// Mount it, after `lower` has filled the lower layer (a lower layer
+    /// must not change while mounted). `None` outside CI when not root.
+    pub fn new(lower: impl FnOnce(&Path)) -> Option<Overlay> {
+        if !is_root() {
+            skip_or_fail("mounting tmpfs and overlayfs needs root");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("rewind-overlay-")
+            .tempdir_in(base_tmp())
+            .expect("tempdir");
+        let (low, up, merged) = (
+            dir.path().join("lower"),
+            dir.path().join("upperfs"),
+            dir.path().join("merged"),
+        );
+        for d in [&low, &up, &merged] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        let mut overlay = Overlay {
+            merged: merged.clone(),
+            layers: [PathBuf::new(), PathBuf::new()],
+            _dir: dir,
+        };
+        for (i, d) in [&low, &up].into_iter().enumerate() {
+            run_ok(
+                Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(d),
+                "mount tmpfs",
+            );
+            overlay.layers[i] = d.clone();
+        }
+        lower(&low);
+        for d in ["upper", "work"] {
+            std::fs::create_dir(up.join(d)).expect("mkdir");
+        }
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={},xino=off",
+            low.display(),
+            up.join("upper").display(),
+            up.join("work").display()
+        );
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "overlay", "overlay", "-o", &opts])
+                .arg(&merged),
+            "mount overlay",
+        );
+        Some(overlay)
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.merged).status();
+        for d in self
+            .layers
+            .iter()
+            .rev()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            let _ = Command::new("umount").arg(d).status();
+        }
+    }
+}
+
 /// Run `cmd`; panic naming `what`, with its stderr, unless it succeeds.
 fn run_ok(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
