@@ -474,6 +474,86 @@ fn files_of_an_overlays_lower_layer_are_captured_and_restored() {
     assert_same("undo", &damaged, &snapshot(&ws));
 }
 
+/// Whether `renameat2(RENAME_NOREPLACE)` is refused with EINVAL in `dir`.
+fn refuses_rename_noreplace(dir: &Path) -> bool {
+    use std::ffi::CString;
+    write(&dir.join("probe-a"), b"a");
+    let c = |n: &str| CString::new(dir.join(n).as_os_str().as_bytes()).expect("cstring");
+    let (a, b) = (c("probe-a"), c("probe-b"));
+    // SAFETY: two valid NUL-terminated paths; AT_FDCWD and the flag are constants.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    let einval = r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL);
+    let _ = std::fs::remove_file(dir.join("probe-a"));
+    let _ = std::fs::remove_file(dir.join("probe-b"));
+    einval
+}
+
+/// On a FUSE filesystem that predates `RENAME_NOREPLACE` (bindfs 1.14;
+/// exfat-fuse too) a rewind that moves, deletes and re-creates files,
+/// and stores a file too big for the ledger, is exact, and so is its
+/// undo. The flag's EINVAL left the rewind half applied (the moved file's
+/// new name and uncheckpointed work already deleted) and every later
+/// command failing, its rollback included (D138).
+#[test]
+fn a_rewind_is_exact_where_the_filesystem_refuses_rename_noreplace() {
+    if !common::is_root() {
+        common::skip_or_fail("bindfs mounts need root here");
+        return;
+    }
+    let dir = common::tmp();
+    let (src, ws) = (dir.path().join("src"), dir.path().join("ws"));
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    match Command::new("bindfs").arg(&src).arg(&ws).status() {
+        Ok(st) => assert!(st.success(), "bindfs failed"),
+        Err(e) => {
+            common::skip_or_fail(&format!(
+                "bindfs not available: {e} (apt-get install bindfs)"
+            ));
+            return;
+        }
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(ws.clone());
+    assert!(
+        refuses_rename_noreplace(&ws),
+        "precondition: this bindfs refuses RENAME_NOREPLACE"
+    );
+    write(&ws.join("old.txt"), b"old name\n");
+    write(&ws.join("keep.txt"), b"keep\n");
+    let big: Vec<u8> = (0..(2u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    write(&ws.join("big.bin"), &big);
+    let c1 = common::checkpoint_id(&ws, &[]);
+    let snap1 = snapshot(&ws);
+    std::fs::rename(ws.join("old.txt"), ws.join("new.txt")).expect("mv");
+    write(&ws.join("work.txt"), b"precious unsaved work\n");
+    let mut changed = big.clone();
+    changed[1 << 20] ^= 1;
+    write(&ws.join("big.bin"), &changed);
+    let damaged = snapshot(&ws);
+    common::rewind_json(&ws, &["rewind", &c1]);
+    assert_same("rewind", &snap1, &snapshot(&ws));
+    common::rewind_json(&ws, &["undo"]);
+    assert_same("undo", &damaged, &snapshot(&ws));
+    let v = common::rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+}
+
 /// The same round trip on whatever filesystem the temp dir is on, with no
 /// root needed: runs everywhere.
 #[test]

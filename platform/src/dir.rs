@@ -394,8 +394,22 @@ impl Dir {
             RenameMode::NoReplace => RenameFlags::NOREPLACE,
             RenameMode::Exchange => RenameFlags::EXCHANGE,
         };
-        rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags)
-            .map_err(|e| Error::new("rename", to_dir.child(to), e))
+        match rustix::fs::renameat_with(&self.fd, from, &to_dir.fd, to, flags) {
+            // FUSE filesystems written before RENAME_NOREPLACE (exfat-fuse,
+            // bindfs 1.14) refuse the flag itself. Look, then rename: racy
+            // against a process creating the same name meanwhile, which
+            // only such a filesystem allows. Failing here left a rewind
+            // half done, its rollback failing the same way.
+            Err(Errno::INVAL) if mode == RenameMode::NoReplace => {
+                match rustix::fs::statat(&to_dir.fd, to, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(_) => Err(Error::new("rename", to_dir.child(to), Errno::EXIST)),
+                    Err(Errno::NOENT) => rustix::fs::renameat(&self.fd, from, &to_dir.fd, to)
+                        .map_err(|e| Error::new("rename", to_dir.child(to), e)),
+                    Err(e) => Err(Error::new("rename", to_dir.child(to), e)),
+                }
+            }
+            r => r.map_err(|e| Error::new("rename", to_dir.child(to), e)),
+        }
     }
 
     /// Open an existing file or directory for metadata changes, refusing
