@@ -1131,14 +1131,27 @@ impl Walker<'_> {
         }
     }
 
-    /// A non-directory on another device than the root, but in the
-    /// root's mount: an overlayfs layer's file, part of the tree (skipped
-    /// as a mount point, every file of such an overlay went uncaptured
-    /// and a rewind to it emptied its directories).
-    fn same_mount_layer(&self, dir: &Dir, name: &OsStr, meta: &Meta) -> bool {
-        meta.kind != EntryKind::Dir
-            && self.root_mount.is_some()
-            && dir.mount_id_at(name) == self.root_mount
+    /// Why an entry is not part of this tree, if it is not (D137): it is
+    /// on another filesystem, in a nested btrfs subvolume, or on another
+    /// mount. A bind mount from the same filesystem has the root's device,
+    /// and a rewind that walked into one deleted what it held outside the
+    /// workspace; an overlayfs whose layers are different filesystems
+    /// gives each non-directory its layer's device, in the root's mount.
+    fn not_crossed(&self, meta: &Meta, mount: Option<u64>) -> Option<&'static str> {
+        let same_mount = mount.zip(self.root_mount).map(|(m, r)| m == r);
+        if meta.dev != self.root_dev {
+            if same_mount == Some(true) && meta.kind != EntryKind::Dir {
+                return None;
+            }
+            // A btrfs subvolume's root is inode 256 (BTRFS_FIRST_FREE_OBJECTID).
+            return Some(if meta.kind == EntryKind::Dir && meta.ino == 256 {
+                "nested btrfs subvolume or btrfs mount (not crossed: not part of this workspace)"
+            } else {
+                "mount point (another filesystem is not crossed)"
+            });
+        }
+        (same_mount == Some(false))
+            .then_some("mount point (a bind mount: another mount is not crossed)")
     }
 
     fn lock_out(&self) -> std::sync::MutexGuard<'_, Outputs> {
@@ -1169,10 +1182,10 @@ impl Walker<'_> {
             _ => None,
         };
         let vouched_by_mirror = mirrored.is_some();
-        let meta = match mirrored {
-            Some(m) => m,
-            None => match dir.stat_at(&name) {
-                Ok(m) => m,
+        let (meta, mount) = match mirrored {
+            Some(m) => (m, None),
+            None => match dir.stat_mount_at(&name) {
+                Ok(v) => v,
                 Err(e) if e.is_not_found() => return Ok(None), // vanished while we walked
                 Err(e) => return Err(Error::os(e)),
             },
@@ -1200,16 +1213,10 @@ impl Walker<'_> {
         {
             return Ok(None);
         }
-        if !vouched_by_mirror
-            && meta.dev != self.root_dev
-            && !self.same_mount_layer(dir, &name, &meta)
+        if let Some(why) = self
+            .not_crossed(&meta, mount)
+            .filter(|_| !vouched_by_mirror)
         {
-            // A btrfs subvolume's root is inode 256 (BTRFS_FIRST_FREE_OBJECTID).
-            let why = if meta.kind == EntryKind::Dir && meta.ino == 256 {
-                "nested btrfs subvolume or btrfs mount (not crossed: not part of this workspace)"
-            } else {
-                "mount point (another filesystem is not crossed)"
-            };
             self.skip(&join(rel, nb), why);
             return Ok(None);
         }

@@ -202,6 +202,62 @@ fn nested_mount_points_are_not_crossed() {
     );
 }
 
+/// A directory bind-mounted from the same filesystem has the root's
+/// device: walked as part of the tree, a rewind to a checkpoint from
+/// before the mount deleted everything it held, outside the workspace
+/// (D137).
+#[test]
+fn a_bind_mount_from_the_same_filesystem_is_not_crossed() {
+    if !common::is_root() {
+        common::skip_or_fail("bind mounts need root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    let outside = outside_fixture(dir.path());
+    write(&outside.join("sub/g.txt"), b"outside too");
+    write(&root.join("top.txt"), b"top");
+    let a = checkpoint_id(&root, &[]);
+    let outside_before = snapshot(&outside);
+    std::fs::create_dir(root.join("shared")).expect("mkdir");
+    let st = Command::new("mount")
+        .arg("--bind")
+        .arg(&outside)
+        .arg(root.join("shared"))
+        .status()
+        .expect("mount");
+    assert!(st.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(root.join("shared"));
+    let v = rewind_json(&root, &["checkpoint"]);
+    assert!(
+        v["skipped"]
+            .as_array()
+            .expect("skipped")
+            .iter()
+            .any(|s| s["path"] == "shared"
+                && s["reason"].as_str().unwrap_or("").contains("mount point")),
+        "{v}"
+    );
+    write(&root.join("top.txt"), b"changed");
+    rewind_json(&root, &["rewind", &a]);
+    assert_eq!(std::fs::read(root.join("top.txt")).expect("top"), b"top");
+    assert_same(
+        "outside, through the bind mount",
+        &outside_before,
+        &snapshot(&outside),
+    );
+    assert!(
+        root.join("shared/f.txt").exists(),
+        "the mount is left alone"
+    );
+}
+
 #[test]
 fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     let dir = common::tmp();

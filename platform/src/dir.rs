@@ -91,6 +91,23 @@ impl Meta {
             gid: st.st_gid,
         }
     }
+
+    fn from_statx(x: &rustix::fs::Statx) -> Meta {
+        let ns = |t: &rustix::fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
+        Meta {
+            kind: EntryKind::from_file_type(FileType::from_raw_mode(u32::from(x.stx_mode) as _)),
+            mode: u32::from(x.stx_mode) & 0o7777,
+            size: x.stx_size,
+            mtime_ns: ns(&x.stx_mtime),
+            ctime_ns: ns(&x.stx_ctime),
+            dev: rustix::fs::makedev(x.stx_dev_major, x.stx_dev_minor),
+            ino: x.stx_ino,
+            nlink: u64::from(x.stx_nlink),
+            allocated: x.stx_blocks * 512,
+            uid: x.stx_uid,
+            gid: x.stx_gid,
+        }
+    }
 }
 
 /// How `rename` treats an existing destination.
@@ -165,21 +182,33 @@ impl Dir {
     /// The id of the mount this directory is on, where the kernel says
     /// (`statx` `STATX_MNT_ID`, Linux 5.8).
     pub fn mount_id(&self) -> Option<u64> {
-        Self::mount_id_of(&self.fd, c"", AtFlags::EMPTY_PATH)
-    }
-
-    /// The id of the mount entry `name` is on, where the kernel says. An
-    /// entry on another device than its directory is a mount point only
-    /// if this differs too: an overlayfs whose layers sit on different
-    /// filesystems (`xino=off`) gives each non-directory its layer's
-    /// `st_dev` inside one mount.
-    pub fn mount_id_at(&self, name: &OsStr) -> Option<u64> {
-        Self::mount_id_of(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-    }
-
-    fn mount_id_of<P: rustix::path::Arg>(fd: &OwnedFd, name: P, flags: AtFlags) -> Option<u64> {
-        let x = rustix::fs::statx(fd, name, flags, rustix::fs::StatxFlags::MNT_ID).ok()?;
+        let flags = AtFlags::EMPTY_PATH;
+        let x = rustix::fs::statx(&self.fd, c"", flags, rustix::fs::StatxFlags::MNT_ID).ok()?;
         (x.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0).then_some(x.stx_mnt_id)
+    }
+
+    /// [`Dir::stat_at`], with the id of the mount the entry is on where
+    /// the kernel says (one `statx`, as cheap as the `fstatat`). The
+    /// device alone does not tell a mount point: a directory bind-mounted
+    /// from the same filesystem has its parent's, and an overlayfs whose
+    /// layers sit on different filesystems (`xino=off`) gives each
+    /// non-directory its layer's inside one mount.
+    pub fn stat_mount_at(&self, name: &OsStr) -> Result<(Meta, Option<u64>)> {
+        let want = rustix::fs::StatxFlags::BASIC_STATS | rustix::fs::StatxFlags::MNT_ID;
+        match rustix::fs::statx(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW, want) {
+            Ok(x) => {
+                let basic = rustix::fs::StatxFlags::BASIC_STATS.bits();
+                if x.stx_mask & basic != basic {
+                    return Ok((self.stat_at(name)?, None));
+                }
+                let mount = (x.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0)
+                    .then_some(x.stx_mnt_id);
+                Ok((Meta::from_statx(&x), mount))
+            }
+            // A seccomp filter that predates statx.
+            Err(Errno::NOSYS) | Err(Errno::PERM) => Ok((self.stat_at(name)?, None)),
+            Err(e) => Err(Error::new("stat", self.child(name), e)),
+        }
     }
 
     /// Open the subdirectory `name`, refusing a symlink.
