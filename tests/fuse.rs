@@ -903,6 +903,66 @@ fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
     m.unmount();
 }
 
+/// In root's mount over a user's workspace, what the user makes is
+/// theirs, with the mode their umask gives: the daemon made everything
+/// as root (the user's `mkdir -p` failed one level down, their `>>` to a
+/// file they had just made failed) and its own umask cut the mode again.
+/// In a setgid directory the group is the directory's, and a new
+/// directory inherits the setgid bit (D139).
+#[test]
+fn entries_a_user_makes_in_roots_mount_are_theirs_with_their_mode() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let st = Command::new("chown")
+        .args(["-R", "nobody:"])
+        .arg(&ws)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    std::fs::create_dir(ws.join("shared")).expect("mkdir");
+    std::os::unix::fs::chown(ws.join("shared"), Some(65534), Some(100)).expect("chown");
+    std::fs::set_permissions(ws.join("shared"), std::fs::Permissions::from_mode(0o2775))
+        .expect("chmod");
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let script = "umask 002 && mkdir -p new/a/b && echo hi > new/a/b/f && echo more >> new/a/b/f \
+         && ln -s f new/a/b/l && mkfifo new/p && mkdir shared/d && echo x > shared/g";
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c", script])
+        .current_dir(&ws)
+        .output()
+        .expect("su");
+    assert!(out.status.success(), "{out:?}");
+    let nobody = std::fs::metadata(&ws).expect("stat").uid();
+    let nogroup = std::fs::metadata(&ws).expect("stat").gid();
+    for (path, mode, gid) in [
+        ("new", 0o775, nogroup),
+        ("new/a/b", 0o775, nogroup),
+        ("new/a/b/f", 0o664, nogroup),
+        ("new/a/b/l", 0o777, nogroup),
+        ("new/p", 0o664, nogroup),
+        ("shared/d", 0o2775, 100),
+        ("shared/g", 0o664, 100),
+    ] {
+        let md = std::fs::symlink_metadata(ws.join(path)).expect("stat");
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777),
+            (nobody, gid, mode),
+            "{path}: owner, group, mode"
+        );
+    }
+    assert_eq!(
+        std::fs::read(ws.join("new/a/b/f")).expect("read"),
+        b"hi\nmore\n"
+    );
+    m.unmount();
+    let md = std::fs::metadata(ws.join("new/a/b/f")).expect("stat");
+    assert_eq!(md.uid(), nobody, "still the user's after unmount");
+}
+
 #[test]
 fn a_rewind_killed_while_the_mount_is_frozen_leaves_it_usable_and_is_finished() {
     let Some((_lfs, ws)) = workspace(5, 5) else {

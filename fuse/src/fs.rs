@@ -90,6 +90,31 @@ pub struct Shared {
     /// The root directory folds case (ext4/f2fs `chattr +F`): `.REWIND`
     /// names `.rewind` there, and must be hidden as well.
     root_casefold: bool,
+    /// Who makes new entries, and what the daemon's own umask takes off
+    /// their modes: see [`OverlayFs::settle_new`].
+    maker: Maker,
+}
+
+/// The daemon's identity as it bears on the entries it creates.
+#[derive(Clone, Copy, Debug)]
+struct Maker {
+    /// Running as root: an entry a user creates through the mount must be
+    /// given to them, or it is root's.
+    root: bool,
+    /// The daemon's process umask (read once at start). The kernel has
+    /// already applied the caller's; this one would take bits off again.
+    umask: u32,
+}
+
+impl Maker {
+    fn of_this_process() -> Maker {
+        let old = rustix::process::umask(Mode::empty());
+        rustix::process::umask(old);
+        Maker {
+            root: rustix::process::geteuid().is_root(),
+            umask: old.bits(),
+        }
+    }
 }
 
 /// `FS_CASEFOLD_FL`, which rustix does not name.
@@ -106,6 +131,7 @@ impl Shared {
             Mode::empty(),
         )?;
         Ok(Shared {
+            maker: Maker::of_this_process(),
             inodes: Inodes::new(root, id),
             proc_fd,
             tracker: Tracker::new(),
@@ -780,7 +806,7 @@ impl Filesystem for OverlayFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -788,7 +814,8 @@ impl Filesystem for OverlayFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(parent, name, reply, |p, _| {
+        let new = Some((req, mode & !umask));
+        self.make_entry(new, parent, name, reply, |p, _| {
             rustix::fs::mknodat(
                 &p.fd,
                 name,
@@ -802,14 +829,14 @@ impl Filesystem for OverlayFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(parent, name, reply, |p, m| {
+        self.make_entry(Some((req, mode & !umask)), parent, name, reply, |p, m| {
             // The stat cache may hold rows at this path from a directory
             // moved away or deleted, and the inode number may even be
             // that one's: the new directory is listed, never taken from
@@ -830,13 +857,13 @@ impl Filesystem for OverlayFs {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.make_entry(parent, link_name, reply, |p, _| {
+        self.make_entry(Some((req, 0o777)), parent, link_name, reply, |p, _| {
             rustix::fs::symlinkat(target, &p.fd, link_name).map_err(errno)
         });
     }
@@ -888,7 +915,7 @@ impl Filesystem for OverlayFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.make_entry(newparent, newname, reply, |np, _| {
+        self.make_entry(None, newparent, newname, reply, |np, _| {
             let i = self.inode(ino)?;
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works without.
             if rustix::fs::linkat(&i.fd, "", &np.fd, newname, AtFlags::EMPTY_PATH).is_err() {
@@ -1278,7 +1305,7 @@ impl Filesystem for OverlayFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -1308,7 +1335,7 @@ impl Filesystem for OverlayFs {
                 })
                 .map_err(errno)?;
             let created = File::from(fd);
-            let a = self.entry(parent, name)?;
+            let a = self.settle_new(req, &p, self.entry(parent, name)?, mode & !umask)?;
             let i = self.inode(a.ino)?;
             let inode = Arc::clone(&i.inode);
             let mut slot = i.backing.lock().unwrap_or_else(|p| p.into_inner());
@@ -1418,8 +1445,12 @@ impl OverlayFs {
     /// Create entry `name` in `parent` with `make` (mknod, mkdir, symlink,
     /// link) and answer with what it became. The entry is marked dirty
     /// before it exists: a capture may look for nothing, never miss it.
+    /// Make a new entry with `make` and answer with its attributes. `new`
+    /// says who asked and with which mode (`None` for a hard link: the
+    /// inode is not new).
     fn make_entry(
         &self,
+        new: Option<(&Request, u32)>,
         parent: INodeNo,
         name: &OsStr,
         reply: ReplyEntry,
@@ -1434,12 +1465,71 @@ impl OverlayFs {
             let mut m = self.sh.mutation();
             self.sh.mark_entry(&mut m, parent.0, name);
             make(&p, &mut m)?;
-            self.entry(parent, name)
+            let a = self.entry(parent, name)?;
+            match new {
+                Some((req, mode)) => self.settle_new(req, &p, a, mode),
+                None => Ok(a),
+            }
         };
         match run() {
             Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// Give a new entry to the user who made it, with the mode they asked
+    /// for. A daemon running as root (`sudo rewind mount .`, whose mount
+    /// the workspace's users work in, D124) created every file and
+    /// directory as root: the user's `mkdir -p a/b` failed at `b`, their
+    /// `>>` to a file they had just made failed, and the files stayed
+    /// root's after `unmount`. The daemon's own umask also took bits off
+    /// a mode the kernel had already masked with the caller's umask.
+    /// The group is the caller's, unless the parent directory is setgid
+    /// (the kernel gave the parent's group). Done through the new inode's
+    /// own fd, never by name: nothing swapped in meanwhile is touched.
+    /// Returns the attributes the caller should be answered with.
+    fn settle_new(
+        &self,
+        req: &Request,
+        parent: &Live,
+        a: FileAttr,
+        mode: u32,
+    ) -> Result<FileAttr, Errno> {
+        let maker = self.sh.maker;
+        let give = maker.root && req.uid() != 0 && a.uid != req.uid();
+        let is_link = a.kind == FileType::Symlink;
+        let want = mode & 0o7777;
+        let cut = !is_link && want & maker.umask != 0;
+        if !give && !cut {
+            return Ok(a);
+        }
+        let i = self.inode(a.ino)?;
+        let parent_setgid = inodes::statx_fd(&parent.fd).map_err(errno)?.stx_mode & 0o2000 != 0;
+        if give {
+            rustix::fs::chownat(
+                &i.fd,
+                "",
+                Some(rustix::fs::Uid::from_raw(req.uid())),
+                (!parent_setgid).then(|| rustix::fs::Gid::from_raw(req.gid())),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        // A chown clears setuid and setgid on a file: the mode goes on
+        // after it, as the kernel would have made it. A directory keeps
+        // the setgid it inherited; a file does not get setgid for a group
+        // it inherited from its parent, which the caller may not be in.
+        if !is_link && (cut || (give && want & 0o6000 != 0)) {
+            let keep = match a.kind {
+                FileType::Directory if parent_setgid => want | 0o2000,
+                FileType::Directory => want,
+                _ if give && parent_setgid && a.gid != req.gid() => want & !0o2000,
+                _ => want,
+            };
+            rustix::fs::chmod(proc_path(&i.fd).as_str(), Mode::from_raw_mode(keep))
+                .map_err(errno)?;
+        }
+        self.getattr_of(a.ino.0, &i)
     }
 
     fn remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags, reply: ReplyEmpty) {
