@@ -65,6 +65,20 @@ pub const STATE_SUBVOLUME: &str = "state";
 
 /// Where the workspace's mutable state is: `.rewind/state/` when that
 /// subvolume holds the ledger, else `.rewind/` itself.
+/// Take group and other access off `.rewind/` when its owner runs: it
+/// holds a copy of every file, secrets of mode 0600 included (`.env`, a
+/// key), in objects of mode 0444 and a WAL of 0644. Made 0755 before
+/// D140; tightened on the next command. Not the owner, or a filesystem
+/// that refuses: left as it is (the command does not need it).
+fn keep_private(state: &Dir) {
+    if let Ok(m) = state.meta()
+        && m.mode & 0o077 != 0
+        && m.uid == rewind_platform::euid()
+    {
+        let _ = state.set_own_mode(m.mode & 0o700);
+    }
+}
+
 fn meta_path(root_path: &Path) -> PathBuf {
     let state = root_path.join(STATE_DIR);
     let nested = state.join(STATE_SUBVOLUME);
@@ -270,13 +284,14 @@ impl Workspace {
             .map(Path::to_path_buf)
     }
 
-    /// Create `.rewind/` in `root` (idempotent). Returns the workspace and
+    /// Create `.rewind/` in `root` (idempotent), readable by its owner
+    /// only (D140). Returns the workspace and
     /// whether it was newly created.
     pub fn init(root: &Path, show_progress: bool) -> Result<(Workspace, bool)> {
         let root_path = std::fs::canonicalize(root)
             .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
         let root_dir = Dir::open(&root_path).map_err(Error::os)?;
-        let created = match root_dir.mkdir(OsStr::new(STATE_DIR), 0o755) {
+        let created = match root_dir.mkdir(OsStr::new(STATE_DIR), 0o700) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(Error::os(e)),
@@ -406,6 +421,9 @@ impl Workspace {
             (None, None) => root_path.clone(),
         };
         let fs = FsInfo::of(&state).map_err(Error::os)?;
+        if !fs.read_only {
+            keep_private(&state);
+        }
         let meta_path = meta_path(&io_path);
         let meta = Dir::open(&meta_path).map_err(Error::os)?;
         let ledger = {

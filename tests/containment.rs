@@ -258,6 +258,51 @@ fn a_bind_mount_from_the_same_filesystem_is_not_crossed() {
     );
 }
 
+/// `.rewind/` holds a copy of every file, a 0600 `.env` included, in
+/// objects of mode 0444 and a WAL of 0644: it is made 0700, and one made
+/// 0755 by an older build is tightened by the next command (D140).
+#[test]
+fn the_history_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    write(&root.join(".env"), b"API_KEY=hunter2\n");
+    common::chmod(&root.join(".env"), 0o600);
+    write(&root.join("big.key"), &vec![b'k'; 1 << 20]);
+    common::chmod(&root.join("big.key"), 0o600);
+    checkpoint_id(&root, &[]);
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+    assert_eq!(mode(&root.join(".rewind")), 0o700);
+    std::fs::set_permissions(root.join(".rewind"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    rewind_json(&root, &["status"]);
+    assert_eq!(
+        mode(&root.join(".rewind")),
+        0o700,
+        "tightened by the next command"
+    );
+    if common::is_root() {
+        std::os::unix::fs::chown(dir.path(), Some(0), Some(0)).expect("chown");
+        common::chmod(dir.path(), 0o755);
+        let out = Command::new("su")
+            .args([
+                "-s",
+                "/bin/sh",
+                "nobody",
+                "-c",
+                "grep -r -l -e hunter2 -e kkkk .",
+            ])
+            .current_dir(&root)
+            .output()
+            .expect("su");
+        let found = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !found.contains(".rewind"),
+            "another user read the history: {found}"
+        );
+    }
+}
+
 #[test]
 fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     let dir = common::tmp();

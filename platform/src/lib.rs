@@ -39,7 +39,8 @@ pub use handoff::{
 };
 pub use lock::LockFile;
 pub use process::{
-    credentials, holders, is_root, kill_self, new_session, report_sigbus, sigbus_json, stop_self,
+    credentials, euid, holders, is_root, kill_self, new_session, report_sigbus, sigbus_json,
+    stop_self,
 };
 pub use system::{boot_id, clocks_ns, dirty_bytes};
 pub use xattr::Xattr;

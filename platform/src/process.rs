@@ -83,6 +83,11 @@ fn parent_pid(proc_dir: &std::path::Path) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// This process's effective uid.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 /// This process's effective uid, and every group it acts with (the
 /// effective gid and the supplementary groups).
 pub fn credentials() -> (u32, Vec<u32>) {
