@@ -27,6 +27,14 @@ pub enum Error {
     #[error("{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed (list, status, diff, du and verify work read-only)", path.display())]
     ReadOnly { path: PathBuf },
 
+    #[error("{}: permission denied: it belongs to {}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner", path.display(), owner_name(*owner), state.display())]
+    NotOwner {
+        path: PathBuf,
+        owner: u32,
+        me: u32,
+        state: PathBuf,
+    },
+
     #[error("{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first", path.display())]
     NotAWorkspace { path: PathBuf },
 
@@ -102,6 +110,32 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// For a path in a workspace's `.rewind/` that this user was refused: the
+/// owner of the nearest existing entry on it, if that is another user,
+/// and the `.rewind/` directory. A command run with sudo leaves root's
+/// lock, ledger or object directories behind, and the owner's next
+/// command failed with a bare "Permission denied" on a path that depends
+/// on content hashes (helper-18).
+fn foreign_history(path: &std::path::Path) -> Option<(u32, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let state = path
+        .ancestors()
+        .find(|a| a.file_name() == Some(std::ffi::OsStr::new(crate::capture::STATE_DIR)))?;
+    let owner = path
+        .ancestors()
+        .take_while(|a| a.starts_with(state))
+        .find_map(|a| std::fs::symlink_metadata(a).ok())?
+        .uid();
+    (owner != rewind_platform::euid()).then(|| (owner, state.to_path_buf()))
+}
+
+fn owner_name(uid: u32) -> String {
+    match uid {
+        0 => "root".into(),
+        u => format!("uid {u}"),
+    }
+}
+
 impl Error {
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
     pub fn os(e: rewind_platform::Error) -> Error {
@@ -109,6 +143,15 @@ impl Error {
             Error::NoSpace { path: e.path }
         } else if e.raw_os_error() == Some(30) {
             Error::ReadOnly { path: e.path } // EROFS
+        } else if e.is_permission_denied()
+            && let Some((owner, state)) = foreign_history(&e.path)
+        {
+            Error::NotOwner {
+                path: e.path,
+                owner,
+                me: rewind_platform::euid(),
+                state,
+            }
         } else {
             Error::Os(e)
         }
@@ -130,6 +173,7 @@ impl Error {
             Error::RolledBack { .. } => "ROLLED_BACK",
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
+            Error::NotOwner { .. } => "NOT_OWNER",
             Error::ReadOnly { .. } => "READ_ONLY",
             Error::LedgerMissing { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",

@@ -38,6 +38,8 @@ pub struct MountLink {
     access: PathBuf,
     /// Mounted at a view (see [`MountLink::is_view`]), known at connect.
     view: bool,
+    /// Where the mount is (the workspace, or its view).
+    point: PathBuf,
 }
 
 fn lock(c: &Mutex<Client>) -> MutexGuard<'_, Client> {
@@ -57,6 +59,7 @@ impl MountLink {
                     client: Arc::new(Mutex::new(client)),
                     access,
                     view,
+                    point: root.to_path_buf(),
                 }))
             }
             Ok(None) => Ok(None),
@@ -70,6 +73,11 @@ impl MountLink {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Where the mount is: the workspace itself, or its view.
+    pub fn mount_point(&self) -> &Path {
+        &self.point
     }
 
     pub fn access_path(&self) -> &Path {

@@ -372,7 +372,10 @@ impl Workspace {
                 )));
             }
         };
-        let mount = MountLink::connect(&root_path)?;
+        let mount = match MountLink::connect(&root_path)? {
+            Some(m) => Some(m),
+            None => Self::view_of(&root_path)?,
+        };
         let root_dir = Dir::open(
             mount
                 .as_ref()
@@ -385,6 +388,26 @@ impl Workspace {
             Err(e) => return Err(Error::os(e)),
         };
         Self::open_at(root_path, None, mount, root_dir, state, show_progress)
+    }
+
+    /// The link to a view of the workspace at `root` (`rewind mount
+    /// --at VIEW`), when one is mounted: commands run in the workspace
+    /// directory itself go through its daemon too. A rewind made here
+    /// without it left the view's kernel caches naming the files it
+    /// replaced, for the view's entry TTL: writes through the view went to
+    /// those, and were lost with them (D141).
+    fn view_of(root: &Path) -> Result<Option<MountLink>> {
+        let Some(h) = rewind_fuse::holder(root).filter(|h| h.mountpoint != root) else {
+            return Ok(None);
+        };
+        MountLink::connect(&h.mountpoint).map_err(|e| Error::InvalidPath {
+            path: root.to_path_buf(),
+            reason: format!(
+                "has a view mounted at {} (daemon pid {}) whose daemon this command cannot reach ({e}): run rewind as the user who mounted it, or unmount the view",
+                h.mountpoint.display(),
+                h.pid
+            ),
+        })
     }
 
     /// Open the mounted workspace `root` (canonical) through `access`, a

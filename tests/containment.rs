@@ -303,6 +303,49 @@ fn the_history_is_readable_by_its_owner_only() {
     }
 }
 
+/// A history that a command run as root left in a user's workspace: the
+/// user's next command says whose it is and how to give it back, instead
+/// of a bare "Permission denied" (D142).
+#[test]
+fn a_history_left_by_root_names_its_owner_and_the_fix() {
+    if !common::is_root() {
+        common::skip_or_fail("running as another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    common::chmod(dir.path(), 0o755);
+    let root = dir.path().join("ws");
+    write(&root.join("a.txt"), b"a");
+    let st = Command::new("chown")
+        .args(["-R", "nobody:"])
+        .arg(&root)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    checkpoint_id(&root, &[]);
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!(
+            "exec '{}' --json checkpoint",
+            env!("CARGO_BIN_EXE_rewind")
+        ))
+        .current_dir(&root)
+        .output()
+        .expect("su");
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NOT_OWNER", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("belongs to root")
+            && msg.contains(&format!(
+                "chown -R 65534: {}",
+                root.join(".rewind").display()
+            )),
+        "{msg}"
+    );
+}
+
 #[test]
 fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     let dir = common::tmp();

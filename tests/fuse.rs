@@ -808,6 +808,64 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
     m.unmount();
 }
 
+/// A rewind run in the workspace directory while a view of it is mounted
+/// goes through the view's daemon, which freezes the view and drops the
+/// kernel's cached entries: made without it, the view kept naming the
+/// replaced file for its 60 s TTL, and a write through the view went to
+/// that file, in no checkpoint and gone at unmount (D141; helper-18).
+#[test]
+fn a_rewind_run_beside_a_view_goes_through_its_daemon() {
+    let Some((lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    let out = rewind(
+        Path::new("/"),
+        &[
+            "mount",
+            &ws.display().to_string(),
+            "--at",
+            &view.display().to_string(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = MountGuard { dir: view.clone() };
+    let base = common::checkpoint_id(&ws, &["base"]);
+    std::fs::write(view.join("d01/f01.txt"), b"edited in the view\n").expect("write");
+    assert_eq!(
+        std::fs::read(view.join("d01/f01.txt")).expect("read"),
+        b"edited in the view\n",
+        "the view has the file's entry cached"
+    );
+    let out = rewind(&ws, &["rewind", &base, "-q"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(view.join("d01/f01.txt"))
+        .expect("open through the view");
+    std::io::Write::write_all(&mut f, b"IMPORTANT\n").expect("append");
+    drop(f);
+    assert_eq!(
+        std::fs::read(ws.join("d01/f01.txt")).expect("read"),
+        b"dir 1 file 1\nIMPORTANT\n",
+        "the write through the view reached the rewound file"
+    );
+    let st = rewind_json(&view, &["status"]);
+    assert!(
+        common::changed_paths(&st).contains(&"d01/f01.txt"),
+        "the next checkpoint sees the write: {st}"
+    );
+    m.unmount();
+}
+
 /// A view whose daemon was killed left its dead mount: mounting the view
 /// again failed with ENOTCONN, since only the workspace's own commands
 /// detached dead mounts and they never look at the view's path. `mount`

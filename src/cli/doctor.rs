@@ -135,11 +135,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let openat2 = rewind_platform::Dir::open(ws.io_path()).is_ok_and(|d| d.openat2_available());
     // The mount serving this workspace: through which it was opened, or
     // a view of it mounted elsewhere (its claim names it, D98).
+    // Opened in the workspace directory, a command goes through its view
+    // (D141): `ws.mount()` is then the view's.
     let elsewhere = match (ws.mount(), &silent) {
+        (Some(m), _) if m.mount_point() != ws.root_path() => Some(m.mount_point().to_path_buf()),
         (None, None) => rewind_fuse::holder(ws.io_path()).map(|h| h.mountpoint),
         _ => None,
     };
     let link = match &elsewhere {
+        Some(_) if ws.mount().is_some() => None,
         Some(mp) => match MountLink::connect(mp) {
             Ok(l) => l,
             Err(Error::Mount(e @ rewind_fuse::Error::Unresponsive { .. })) => {
@@ -180,7 +184,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let fuse_note = match (&status, &silent) {
         (_, Some((_, _, e))) => format!("mounted, but the daemon does not answer: {e}"),
         (Some(s), None) if elsewhere.is_some() => format!(
-            "mounted at {} (daemon pid {}), a view: commands run there use its dirty set and freeze it; commands run here walk the tree",
+            "mounted at {} (daemon pid {}), a view: commands run there use its dirty set, and those run here go through it too: a rewind freezes it",
             mount_point
                 .as_ref()
                 .map(|p| p.display().to_string())

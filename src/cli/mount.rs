@@ -76,7 +76,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let mut ws = Workspace::open(&root, false)?;
     if let Some(m) = ws.mount() {
         return Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
-            path: root,
+            path: m.mount_point().to_path_buf(),
             pid: m.daemon_pid(),
         }));
     }
