@@ -620,7 +620,7 @@ fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut 
 }
 
 /// Whether `path` is one of `set` or below one.
-fn is_at_or_below(path: &[u8], set: &HashSet<Vec<u8>>) -> bool {
+pub(crate) fn is_at_or_below(path: &[u8], set: &HashSet<Vec<u8>>) -> bool {
     !set.is_empty() && (set.contains(path) || ancestors(path).any(|a| set.contains(a)))
 }
 

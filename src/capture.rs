@@ -536,6 +536,14 @@ impl Skipped {
             reason: reason.into(),
         }
     }
+
+    /// The path's exact bytes.
+    pub fn path_bytes(&self) -> Cow<'_, [u8]> {
+        match self.path_hex.as_deref().and_then(crate::hash::unhex) {
+            Some(b) => Cow::Owned(b),
+            None => Cow::Borrowed(self.path.as_bytes()),
+        }
+    }
 }
 
 /// A path's bytes in hex when they are not UTF-8: JSON output carries

@@ -27,7 +27,7 @@ const FORMAT_V1: &str = "1";
 /// `user_version` (the file header: no query plan, no table). A ledger
 /// stamped with it skips the checks, eight statements parsed and run on
 /// every open. Bump it when `migrate` learns something new.
-const MIGRATED: i64 = 2;
+const MIGRATED: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -299,6 +299,13 @@ fn next_seq(conn: &Connection) -> rusqlite::Result<i64> {
     )
 }
 
+/// The paths each checkpoint skipped (unreadable, a FIFO, a mount point):
+/// a rewind to it keeps whatever is there now (D143).
+const SKIPPED_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS skipped(checkpoint INTEGER NOT NULL, path BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS skipped_by_checkpoint ON skipped(checkpoint);
+";
+
 /// Notes left on abandoned branches, one row per rewind report.
 const NOTES_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS notes(
@@ -551,6 +558,7 @@ impl Ledger {
             .map_err(db_err(&p))?;
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(NOTES_SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(SKIPPED_SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(PENDING_SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::blobs::SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::chain::SCHEMA).map_err(db_err(&p))?;
@@ -660,6 +668,8 @@ impl Ledger {
         }
         for schema in [
             NOTES_SCHEMA,
+            // 3: the paths a checkpoint skipped (D143).
+            SKIPPED_SCHEMA,
             PENDING_SCHEMA,
             crate::blobs::SCHEMA,
             crate::chain::SCHEMA,
@@ -1055,6 +1065,20 @@ impl Ledger {
             .cached_row(&sql, [seq], checkpoint_from_row)
             .optional()
             .map_err(self.err())
+    }
+
+    /// The paths checkpoint `id` skipped (none recorded before D143).
+    pub fn skipped(&self, id: &str) -> Result<Vec<Vec<u8>>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT s.path FROM skipped s JOIN checkpoints c ON c.seq = s.checkpoint WHERE c.id = ?1",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([id], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
     /// Every note, oldest first. Notes written before the notes table
@@ -1646,6 +1670,22 @@ impl Tx<'_> {
                 params![seq, id, &root.0[..], parent, label, kind, created_at_ms, stats.to_string()],
             )
             .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Record the paths checkpoint `seq` skipped.
+    pub fn insert_skipped<'p>(
+        &self,
+        seq: i64,
+        paths: impl Iterator<Item = &'p [u8]>,
+    ) -> Result<()> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("INSERT INTO skipped(checkpoint, path) VALUES (?1, ?2)")
+            .map_err(self.err())?;
+        for p in paths {
+            stmt.execute(params![seq, p]).map_err(self.err())?;
+        }
         Ok(())
     }
 

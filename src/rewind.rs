@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::apply::{self, ApplyOptions, ApplyReport};
-use crate::capture::Sink;
+use crate::capture::{Sink, Skipped};
 use crate::chain::Fields;
 use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::durable::{self, Before, Synced};
@@ -83,7 +83,7 @@ pub struct RewindReport {
     pub plan_fingerprint: String,
     pub changes: Written,
     pub plan: Vec<ChangeJson>,
-    pub kept: Vec<crate::capture::Skipped>,
+    pub kept: Vec<Skipped>,
     pub setuid_stripped: Vec<String>,
     /// Admitted external effects that the tree is now "before" but that no
     /// rewind can undo (DESIGN §5): `guard` refuses them again.
@@ -107,14 +107,21 @@ fn fingerprint(op: Op, from: &Hash, to: &Hash, opts: &RewindOptions) -> String {
 
 /// The changes that take the live tree `from` to `to`, restricted to
 /// `paths` when given (then missing parent directories are created too).
+/// Nothing at or below a path `to`'s checkpoint skipped (`kept`) is
+/// touched: that checkpoint holds nothing for it (D143).
 fn plan(
     trees: &Trees<'_>,
     from: &Hash,
     to: &Hash,
     paths: &[Vec<u8>],
+    kept: &[Vec<u8>],
     opts: DiffOptions,
 ) -> Result<Vec<Change>> {
     let mut out = plan_all(trees, from, to, paths, opts)?;
+    if !kept.is_empty() {
+        let kept: std::collections::HashSet<Vec<u8>> = kept.iter().cloned().collect();
+        out.retain(|c| !crate::apply::is_at_or_below(&c.path, &kept));
+    }
     // A nested workspace's state is not ours to write or delete, even
     // where a checkpoint from before D82 holds it.
     out.retain(|c| {
@@ -249,7 +256,8 @@ fn run_to(
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-        let changes = plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?;
+        let kept = ws.ledger().skipped(&target.id)?;
+        let changes = plan(&trees, &cap.root, &target.root, &opts.paths, &kept, dopts)?;
         let counts = diff::count(&changes);
         return Ok(RewindReport {
             op: op.as_str(),
@@ -310,9 +318,24 @@ fn run_to(
     //    the safety checkpoint's diff and the apply.
     let head = ws.head()?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-    let changes = {
+    let (changes, kept_skipped) = {
         let _t = crate::trace::span("plan");
-        plan(&trees, &cap.root, &target.root, &opts.paths, dopts)?
+        let kept = ws.ledger().skipped(&target.id)?;
+        let changes = plan(&trees, &cap.root, &target.root, &opts.paths, &kept, dopts)?;
+        let here: Vec<Skipped> = kept
+            .iter()
+            .filter(|p| trees.entry_at(&cap.root, p).ok().flatten().is_some())
+            .map(|p| {
+                Skipped::new(
+                    p,
+                    format!(
+                        "kept: checkpoint {} skipped it (unreadable, not a regular file, or a mount point then), so it holds nothing for it",
+                        target.id
+                    ),
+                )
+            })
+            .collect();
+        (changes, here)
     };
     let safety_changes = content_changes(&trees, head.as_ref(), &cap.root)?;
     let overlay = trees.into_overlay();
@@ -466,7 +489,7 @@ fn run_to(
             deleted: report.deleted,
         },
         plan: ChangeJson::from_changes(&changes),
-        kept: report.kept,
+        kept: report.kept.into_iter().chain(kept_skipped).collect(),
         setuid_stripped: report.setuid_stripped,
         effects_not_undone,
         duration_ms: started.elapsed().as_millis() as u64,
@@ -568,7 +591,8 @@ fn reapply_from_live(
 ) -> Result<ApplyReport> {
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
-    let changes = plan(&trees, &cap.root, &to_root, paths, dopts)?;
+    let kept = ws.ledger().skipped(target_id)?;
+    let changes = plan(&trees, &cap.root, &to_root, paths, &kept, dopts)?;
     let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.

@@ -1659,6 +1659,8 @@ pub(crate) fn insert_checkpoint(
     tx.insert_checkpoint(
         seq, &id, root, n.parent, n.label, n.kind, created_at, &stats,
     )?;
+    let skipped: Vec<_> = cap.skipped.iter().map(Skipped::path_bytes).collect();
+    tx.insert_skipped(seq, skipped.iter().map(|p| p.as_ref()))?;
     let parent_id = match n.parent {
         Some(p) => tx.checkpoint_id(p)?,
         None => String::new(),

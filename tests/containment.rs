@@ -346,6 +346,71 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
     );
 }
 
+/// What a checkpoint skipped (a root-owned 0600 file, a root-owned 0700
+/// directory) is not in it; once it became readable (`sudo chown -R`), a
+/// rewind to that checkpoint deleted it, as if it had not existed then
+/// (helper-18). It is kept, and the report says why (D143).
+#[test]
+fn what_a_checkpoint_could_not_read_is_kept_by_a_rewind_to_it() {
+    if !common::is_root() {
+        common::skip_or_fail("switching to another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    let nobody = |cmd: &str| as_nobody(root, cmd);
+    std::os::unix::fs::chown(root, Some(65534), Some(65534)).expect("chown");
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    write(&root.join("secret.js"), b"root's\n");
+    common::chmod(&root.join("secret.js"), 0o600);
+    write(&root.join("dist/app.js"), b"built as root\n");
+    common::chmod(&root.join("dist"), 0o700);
+    let out = nobody(&format!("echo a > a.txt && {bin} --json checkpoint a"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let skipped: Vec<&str> = v["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .filter_map(|k| k["path"].as_str())
+        .collect();
+    assert!(
+        skipped.contains(&"secret.js") && skipped.contains(&"dist"),
+        "{v}"
+    );
+    let st = Command::new("chown")
+        .args(["-R", "nobody:"])
+        .arg(root)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    nobody("echo b > a.txt");
+    let out = nobody(&format!("{bin} --json rewind a"));
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("a"), b"a\n");
+    assert_eq!(
+        std::fs::read(root.join("secret.js")).expect("kept"),
+        b"root's\n",
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read(root.join("dist/app.js")).expect("kept"),
+        b"built as root\n",
+        "{v}"
+    );
+    let kept: Vec<&str> = v["kept"]
+        .as_array()
+        .expect("kept")
+        .iter()
+        .filter_map(|k| k["path"].as_str())
+        .collect();
+    assert!(kept.contains(&"secret.js") && kept.contains(&"dist"), "{v}");
+    // The same plan for a dry run and for a rewind finished after a crash.
+    let out = nobody(&format!("{bin} --json rewind a --dry-run"));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(d["changes"]["deleted"], 0, "{d}");
+}
+
 #[test]
 fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     let dir = common::tmp();
