@@ -340,6 +340,7 @@ pub fn apply(
 ) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
     let mut parents = Parents::for_writing(root);
+    let dest = |path: &[u8]| root.path().join(OsStr::from_bytes(path));
 
     let phase = crate::trace::span("apply: removals");
     // 1. Removals: everything whose old entry goes away or changes type.
@@ -437,18 +438,20 @@ pub fn apply(
                     }
                 };
                 let mode = allowed_mode(new, opts, &ch.path, &mut report);
-                let tmp_path = || store.tmp_dir().path().join(&tmp_name);
+                // The file is made under a temp name in `.rewind/tmp`; a
+                // failure names the path it is for (a temp name meant
+                // nothing to the user whose filesystem cannot store an
+                // xattr or a mode).
+                let failed = |op, e| Error::os(rewind_platform::Error::new(op, dest(&ch.path), e));
                 rewind_platform::file_set_mode(&file, mode)
-                    .map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
+                    .map_err(|e| failed("restore: chmod", e))?;
                 if !new.xattrs.is_empty() {
-                    Xattr::set_user(&file, &new.xattrs).map_err(|e| {
-                        Error::os(rewind_platform::Error::new("set xattrs", tmp_path(), e))
-                    })?;
+                    Xattr::set_user(&file, &new.xattrs)
+                        .map_err(|e| failed("restore: set xattrs of", e))?;
                 }
                 if opts.exact_times {
-                    rewind_platform::file_set_mtime(&file, new.mtime_ns).map_err(|e| {
-                        Error::os(rewind_platform::Error::new("set mtime", tmp_path(), e))
-                    })?;
+                    rewind_platform::file_set_mtime(&file, new.mtime_ns)
+                        .map_err(|e| failed("restore: set the mtime of", e))?;
                 }
                 drop(file);
                 let dir = parents.get(parent)?;
@@ -496,10 +499,13 @@ pub fn apply(
         }
         let (parent, name) = split_parent(&ch.path);
         let tmp_name = store.temp_name("ln");
-        store
-            .tmp_dir()
-            .symlink(target, &tmp_name)
-            .map_err(Error::os)?;
+        store.tmp_dir().symlink(target, &tmp_name).map_err(|e| {
+            Error::os(rewind_platform::Error::new(
+                "restore: make the symlink",
+                dest(&ch.path),
+                e.source,
+            ))
+        })?;
         let dir = parents.get(parent)?;
         if let Err(e) = store.tmp_dir().rename(
             &tmp_name,

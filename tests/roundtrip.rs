@@ -554,6 +554,86 @@ fn a_rewind_is_exact_where_the_filesystem_refuses_rename_noreplace() {
     assert_eq!(v["ok"], true, "{v}");
 }
 
+/// A rewind whose target holds what the filesystem cannot store (a
+/// symlink on exfat) is rolled back, and its error names the workspace
+/// path, not the temp name in `.rewind/tmp` the entry was made under.
+#[test]
+fn a_restore_the_filesystem_cannot_store_names_the_path_it_was_for() {
+    if !common::is_root() {
+        common::skip_or_fail("exfat-fuse mounts need root here");
+        return;
+    }
+    let dir = common::tmp();
+    let (src, img, mnt) = (
+        dir.path().join("src"),
+        dir.path().join("img"),
+        dir.path().join("mnt"),
+    );
+    write(&src.join("data"), b"data\n");
+    std::os::unix::fs::symlink("data", src.join("link")).expect("symlink");
+    let a = common::checkpoint_id(&src, &["A"]);
+    std::fs::create_dir(&mnt).expect("mkdir");
+    std::fs::File::create(&img)
+        .and_then(|f| f.set_len(64 << 20))
+        .expect("image");
+    // exfat-fuse wants a block device: a loop device, detached on drop.
+    let run = |cmd: &str, args: &[&std::ffi::OsStr]| match Command::new(cmd).args(args).output() {
+        Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        Ok(o) => panic!("{cmd}: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            common::skip_or_fail(&format!(
+                "{cmd}: {e} (apt-get install exfatprogs exfat-fuse)"
+            ));
+            None
+        }
+    };
+    if run("mkfs.exfat", &[img.as_os_str()]).is_none() {
+        return;
+    }
+    let Some(dev) = run(
+        "losetup",
+        &["-f".as_ref(), "--show".as_ref(), img.as_os_str()],
+    ) else {
+        return;
+    };
+    struct Unmount(PathBuf, String);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = Command::new("losetup").arg("-d").arg(&self.1).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone(), dev.clone());
+    if run("mount.exfat-fuse", &[dev.as_ref(), mnt.as_os_str()]).is_none() {
+        return;
+    }
+    // The workspace moved to exfat, all but the symlink it cannot hold.
+    let ws = mnt.join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir ws");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(src.join(".rewind"))
+        .arg(src.join("data"))
+        .arg(&ws)
+        .status();
+    assert!(st.expect("cp").success());
+    write(&ws.join("data"), b"edited\n");
+    let out = common::rewind(&ws, &["--json", "rewind", &a]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
+    assert!(
+        msg.contains(&ws.join("link").display().to_string()) && !msg.contains(".rewind/tmp"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read(ws.join("data")).expect("data"),
+        b"edited\n",
+        "rolled back"
+    );
+}
+
 /// The same round trip on whatever filesystem the temp dir is on, with no
 /// root needed: runs everywhere.
 #[test]
