@@ -411,6 +411,56 @@ fn what_a_checkpoint_could_not_read_is_kept_by_a_rewind_to_it() {
     assert_eq!(d["changes"]["deleted"], 0, "{d}");
 }
 
+/// POSIX ACLs are restored with the file (D145): without them a 0600
+/// file with `u:nobody:rw` came back 0660, its group bits being the
+/// ACL's mask, and its group could read it. A directory's default ACL
+/// comes back too, and a changed ACL is a change `status` shows.
+#[test]
+fn a_rewind_restores_posix_acls_and_never_widens_access() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("secret"), b"salary\n");
+    common::chmod(&root.join("secret"), 0o600);
+    std::fs::create_dir(root.join("d")).expect("mkdir");
+    let sh = |cmd: &str| {
+        let out = Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(root)
+            .output()
+            .expect("sh");
+        assert!(out.status.success(), "{cmd}: {out:?}");
+        out.stdout
+    };
+    match Command::new("setfacl").arg("--version").output() {
+        Ok(_) => {}
+        Err(e) => {
+            common::skip_or_fail(&format!("setfacl: {e} (apt-get install acl)"));
+            return;
+        }
+    }
+    sh("setfacl -m u:nobody:rw,g::--- secret && setfacl -d -m u:nobody:rx d");
+    let acls = || sh("getfacl -p secret d");
+    let before = acls();
+    let a = checkpoint_id(root, &[]);
+    sh("echo leaked > secret && setfacl -b secret && setfacl -k d");
+    let st = rewind_json(root, &["status"]);
+    let changed = common::changed_paths(&st);
+    assert!(
+        changed.contains(&"secret") && changed.contains(&"d"),
+        "{st}"
+    );
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        std::fs::read(root.join("secret")).expect("read"),
+        b"salary\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&acls()),
+        String::from_utf8_lossy(&before),
+        "the ACLs as they were"
+    );
+}
+
 #[test]
 fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     let dir = common::tmp();

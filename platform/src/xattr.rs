@@ -11,10 +11,22 @@ pub struct Xattr {
 
 const USER_PREFIX: &[u8] = b"user.";
 
-/// The `user.*` xattrs of an open file or directory, sorted by name.
-/// Filesystems without xattr support answer an empty list.
+/// A file's POSIX ACLs, as the kernel stores them.
+const ACL_NAMES: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+/// The xattrs rewind records and restores: the `user.*` namespace, and
+/// POSIX ACLs. Without the ACLs a file of mode 600 with `u:bob:rw` came
+/// back 660, its group bits being the ACL's mask: a rewind gave its group
+/// access (D145). Not `security.*` or `trusted.*` (the system's labels).
+fn is_restored(name: &[u8]) -> bool {
+    name.starts_with(USER_PREFIX) || ACL_NAMES.contains(&name)
+}
+
+/// The xattrs rewind restores ([`is_restored`]) of an open file or
+/// directory, sorted by name. Filesystems without xattr support answer
+/// an empty list.
 pub(crate) fn list_user(fd: BorrowedFd<'_>) -> std::io::Result<Vec<Xattr>> {
-    list_where(fd, |n| n.starts_with(USER_PREFIX))
+    list_where(fd, is_restored)
 }
 
 /// The xattrs of an open file or directory whose names `keep` accepts
@@ -79,8 +91,9 @@ pub(crate) fn list_where(
     Ok(out)
 }
 
-/// Make the `user.*` xattrs of `fd` exactly `want`: set what differs, remove
-/// what is extra. Other namespaces (security.*, trusted.*) are left alone.
+/// Make the restored xattrs ([`is_restored`]) of `fd` exactly `want`: set
+/// what differs, remove what is extra. Other namespaces (security.*,
+/// trusted.*) are left alone.
 pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()> {
     let have = list_user(fd)?;
     for x in &have {
