@@ -35,6 +35,12 @@ pub enum Error {
         state: PathBuf,
     },
 
+    #[error("{source}: {} is immutable or append-only (`lsattr -d` shows it; set with `chattr +i`/`+a`), which not even root can replace; `sudo chattr -i -a {}` if that is meant to change, then retry", locked.display(), locked.display())]
+    Immutable {
+        locked: PathBuf,
+        source: rewind_platform::Error,
+    },
+
     #[error("{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first", path.display())]
     NotAWorkspace { path: PathBuf },
 
@@ -129,6 +135,21 @@ fn foreign_history(path: &std::path::Path) -> Option<(u32, PathBuf)> {
     (owner != rewind_platform::euid()).then(|| (owner, state.to_path_buf()))
 }
 
+/// For a path an operation got EPERM on: it, or its directory, if that
+/// is immutable or append-only (`chattr +i`/`+a`): "Operation not
+/// permitted" and "fix the cause" did not say which or how (helper-18).
+fn locked_entry(path: &std::path::Path) -> Option<PathBuf> {
+    let locked = |p: &std::path::Path| {
+        let (parent, name) = (p.parent()?, p.file_name()?);
+        rewind_platform::Dir::open(parent)
+            .ok()?
+            .is_locked_at(name)
+            .ok()?
+            .then(|| p.to_path_buf())
+    };
+    locked(path).or_else(|| locked(path.parent()?))
+}
+
 fn owner_name(uid: u32) -> String {
     match uid {
         0 => "root".into(),
@@ -143,6 +164,10 @@ impl Error {
             Error::NoSpace { path: e.path }
         } else if e.raw_os_error() == Some(30) {
             Error::ReadOnly { path: e.path } // EROFS
+        } else if e.raw_os_error() == Some(1)
+            && let Some(locked) = locked_entry(&e.path)
+        {
+            Error::Immutable { locked, source: e }
         } else if e.is_permission_denied()
             && let Some((owner, state)) = foreign_history(&e.path)
         {
@@ -174,6 +199,7 @@ impl Error {
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::NotOwner { .. } => "NOT_OWNER",
+            Error::Immutable { .. } => "IMMUTABLE",
             Error::ReadOnly { .. } => "READ_ONLY",
             Error::LedgerMissing { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",

@@ -461,6 +461,50 @@ fn a_rewind_restores_posix_acls_and_never_widens_access() {
     );
 }
 
+/// A rewind stopped by an immutable file says which and how to free it,
+/// not only "Operation not permitted ... fix the cause" (D146); it is
+/// rolled back, the file as it was.
+#[test]
+fn an_immutable_file_in_the_way_is_named_with_the_chattr_that_frees_it() {
+    if !common::is_root() {
+        common::skip_or_fail("chattr +i needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f"), b"a\n");
+    let a = checkpoint_id(root, &[]);
+    write(&root.join("f"), b"b\n");
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(root.join("f"))
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        common::skip_or_fail("chattr +i is not supported on the temp dir's filesystem");
+        return;
+    }
+    struct Unlock<F: Fn(&str) -> bool>(F);
+    impl<F: Fn(&str) -> bool> Drop for Unlock<F> {
+        fn drop(&mut self) {
+            (self.0)("-i");
+        }
+    }
+    let _unlock = Unlock(chattr);
+    let out = rewind(root, &["--json", "rewind", &a]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
+    assert!(
+        msg.contains(&format!("sudo chattr -i -a {}", root.join("f").display())),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(root.join("f")).expect("f"), b"b\n");
+}
+
 #[test]
 fn rewindignore_excludes_paths_and_ignored_files_survive_rewinds() {
     let dir = common::tmp();
