@@ -63,8 +63,6 @@ pub const LEDGER_FILE: &str = "ledger.db";
 /// where restored files are renamed from.
 pub const STATE_SUBVOLUME: &str = "state";
 
-/// Where the workspace's mutable state is: `.rewind/state/` when that
-/// subvolume holds the ledger, else `.rewind/` itself.
 /// Take group and other access off `.rewind/` when its owner runs: it
 /// holds a copy of every file, secrets of mode 0600 included (`.env`, a
 /// key), in objects of mode 0444 and a WAL of 0644. Made 0755 before
@@ -79,6 +77,8 @@ fn keep_private(state: &Dir) {
     }
 }
 
+/// Where the workspace's mutable state is: `.rewind/state/` when that
+/// subvolume holds the ledger, else `.rewind/` itself.
 fn meta_path(root_path: &Path) -> PathBuf {
     let state = root_path.join(STATE_DIR);
     let nested = state.join(STATE_SUBVOLUME);
@@ -285,8 +285,7 @@ impl Workspace {
     }
 
     /// Create `.rewind/` in `root` (idempotent), readable by its owner
-    /// only (D140). Returns the workspace and
-    /// whether it was newly created.
+    /// only (D140). Returns the workspace and whether it was newly created.
     pub fn init(root: &Path, show_progress: bool) -> Result<(Workspace, bool)> {
         let root_path = std::fs::canonicalize(root)
             .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;

@@ -1445,9 +1445,8 @@ impl OverlayFs {
     /// Create entry `name` in `parent` with `make` (mknod, mkdir, symlink,
     /// link) and answer with what it became. The entry is marked dirty
     /// before it exists: a capture may look for nothing, never miss it.
-    /// Make a new entry with `make` and answer with its attributes. `new`
-    /// says who asked and with which mode (`None` for a hard link: the
-    /// inode is not new).
+    /// `new` says who asked and with which mode, for [`Self::settle_new`]
+    /// (`None` for a hard link: the inode is not new).
     fn make_entry(
         &self,
         new: Option<(&Request, u32)>,

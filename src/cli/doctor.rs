@@ -134,9 +134,9 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let engine_why = format!("{}: {why}", engine.as_str());
     let openat2 = rewind_platform::Dir::open(ws.io_path()).is_ok_and(|d| d.openat2_available());
     // The mount serving this workspace: through which it was opened, or
-    // a view of it mounted elsewhere (its claim names it, D98).
-    // Opened in the workspace directory, a command goes through its view
-    // (D141): `ws.mount()` is then the view's.
+    // a view of it mounted elsewhere (its claim names it, D98). Opened in
+    // the workspace directory, a command goes through its view (D141):
+    // `ws.mount()` is then the view's.
     let elsewhere = match (ws.mount(), &silent) {
         (Some(m), _) if m.mount_point() != ws.root_path() => Some(m.mount_point().to_path_buf()),
         (None, None) => rewind_fuse::holder(ws.io_path()).map(|h| h.mountpoint),
