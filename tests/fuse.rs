@@ -737,13 +737,9 @@ fn unmount_of_a_busy_mount_names_the_holder_and_keeps_the_mount() {
     m.unmount();
 }
 
-#[test]
-fn a_view_mount_serves_the_workspace_elsewhere() {
-    let Some((lfs, ws)) = workspace(3, 3) else {
-        return;
-    };
-    let view = lfs.mnt.join("view");
-    // `--at` mounts a view: the guard is keyed by the view.
+/// `rewind mount WS --at VIEW`, which must succeed; the guard is keyed
+/// by the view.
+fn mount_view(ws: &Path, view: &Path) -> MountGuard {
     let out = rewind(
         Path::new("/"),
         &[
@@ -758,7 +754,18 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
         "mount --at: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let m = MountGuard { dir: view.clone() };
+    MountGuard {
+        dir: view.to_path_buf(),
+    }
+}
+
+#[test]
+fn a_view_mount_serves_the_workspace_elsewhere() {
+    let Some((lfs, ws)) = workspace(3, 3) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    let m = mount_view(&ws, &view);
     assert!(view.join("d01/f01.txt").is_file());
     assert_eq!(
         m.backing(),
@@ -819,21 +826,7 @@ fn a_rewind_run_beside_a_view_goes_through_its_daemon() {
         return;
     };
     let view = lfs.mnt.join("view");
-    let out = rewind(
-        Path::new("/"),
-        &[
-            "mount",
-            &ws.display().to_string(),
-            "--at",
-            &view.display().to_string(),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m = MountGuard { dir: view.clone() };
+    let m = mount_view(&ws, &view);
     let base = common::checkpoint_id(&ws, &["base"]);
     std::fs::write(view.join("d01/f01.txt"), b"edited in the view\n").expect("write");
     assert_eq!(
