@@ -399,13 +399,18 @@ impl Workspace {
         let Some(h) = rewind_fuse::holder(root).filter(|h| h.mountpoint != root) else {
             return Ok(None);
         };
-        MountLink::connect(&h.mountpoint).map_err(|e| Error::InvalidPath {
-            path: root.to_path_buf(),
-            reason: format!(
-                "has a view mounted at {} (daemon pid {}) whose daemon this command cannot reach ({e}): run rewind as the user who mounted it, or unmount the view",
-                h.mountpoint.display(),
-                h.pid
-            ),
+        MountLink::connect(&h.mountpoint).map_err(|e| match e {
+            // A stopped or hung daemon is its own error: `doctor` reports
+            // it and goes on beside it (D99), others name `kill -CONT`.
+            e @ Error::Mount(rewind_fuse::Error::Unresponsive { .. }) => e,
+            e => Error::InvalidPath {
+                path: root.to_path_buf(),
+                reason: format!(
+                    "has a view mounted at {} (daemon pid {}) whose daemon this command cannot reach ({e}): run rewind as the user who mounted it, or unmount the view",
+                    h.mountpoint.display(),
+                    h.pid
+                ),
+            },
         })
     }
 

@@ -815,6 +815,45 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
     m.unmount();
 }
 
+/// A view's stopped daemon, met by `doctor` run in the workspace
+/// directory, is reported and gone around as one over the workspace
+/// itself is (D99): opening the workspace there asks the view's daemon
+/// (D141), and its silence had been wrapped into an error doctor ended on.
+#[test]
+fn a_stopped_view_daemon_is_reported_from_the_workspace_directory() {
+    let Some((lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    let m = mount_view(&ws, &view);
+    let ws_arg = ws.display().to_string();
+    let pid = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let resume = Resume(pid);
+    let limit = rewind_fuse::ANSWER_TIMEOUT * 4;
+    let out =
+        rewind_within(&["--json", "-C", &ws_arg, "doctor"], limit).expect("doctor did not hang");
+    assert!(
+        out.status.success(),
+        "doctor reports: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+    assert_eq!(doc["fuse"]["daemon_answers"], false, "{doc}");
+    assert_eq!(doc["fuse"]["daemon_pid"], pid, "{doc}");
+    assert_eq!(doc["ledger"]["integrity"], "ok", "and goes on: {doc}");
+    let out = rewind_within(&["-C", &ws_arg, "status"], limit).expect("status did not hang");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "status cannot go around it: {err}");
+    assert!(
+        err.contains(&format!("kill -CONT {pid}")),
+        "names the stopped daemon and the way out: {err}"
+    );
+    drop(resume);
+    m.unmount();
+}
+
 /// A rewind run in the workspace directory while a view of it is mounted
 /// goes through the view's daemon, which freezes the view and drops the
 /// kernel's cached entries: made without it, the view kept naming the
