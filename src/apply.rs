@@ -248,9 +248,19 @@ fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
 /// `chmod -R a-w`) is made writable for the apply and given its mode back
 /// after ([`Parents::restore`]). Root writes there anyway; another user
 /// could, before, never rewind a change inside one (D115).
+///
+/// Run as root (`sudo rewind`, or the daemon of `sudo rewind mount`), the
+/// apply gives what it makes to the owner and group of the directory it
+/// goes into ([`Parents::heir`]): made root's, a user's restored files
+/// were theirs no more, and their next edit failed (D147).
 struct Parents<'a> {
     root: &'a Dir,
     last: Option<(Vec<u8>, Dir)>,
+    /// The owner and group of `last` when they are to get what is made in
+    /// it: set only as root, and only when they are not root's.
+    last_heir: Option<(u32, u32)>,
+    /// Whether to look for heirs (as root).
+    bequeath: bool,
     /// Directories made writable, with the mode each had.
     relaxed: Vec<(Vec<u8>, u32)>,
     /// Whether to make read-only parents writable (not as root, who
@@ -264,6 +274,8 @@ impl<'a> Parents<'a> {
         Parents {
             root,
             last: None,
+            last_heir: None,
+            bequeath: false,
             relaxed: Vec::new(),
             relax: false,
         }
@@ -272,8 +284,10 @@ impl<'a> Parents<'a> {
     /// For the apply, which writes: a parent the owner cannot write is
     /// made writable until [`Parents::restore`].
     fn for_writing(root: &'a Dir) -> Parents<'a> {
+        let root_runs = rewind_platform::is_root();
         Parents {
-            relax: !rewind_platform::is_root(),
+            relax: !root_runs,
+            bequeath: root_runs,
             ..Parents::new(root)
         }
     }
@@ -290,6 +304,11 @@ impl<'a> Parents<'a> {
                     self.relaxed.push((parent.to_vec(), meta.mode));
                 }
             }
+            self.last_heir = None;
+            if self.bequeath {
+                let meta = dir.meta().map_err(Error::os)?;
+                self.last_heir = Some((meta.uid, meta.gid)).filter(|&ids| ids != (0, 0));
+            }
             self.last = Some((parent.to_vec(), dir));
         }
         match &self.last {
@@ -302,6 +321,17 @@ impl<'a> Parents<'a> {
 
     fn forget(&mut self) {
         self.last = None;
+        self.last_heir = None;
+    }
+
+    /// Who is to own what the apply makes in `parent`: `None` keeps the
+    /// maker's (not root, or a directory of root's).
+    fn heir(&mut self, parent: &[u8]) -> Result<Option<(u32, u32)>> {
+        if !self.bequeath {
+            return Ok(None);
+        }
+        self.get(parent)?;
+        Ok(self.last_heir)
     }
 
     /// Give the directories made writable their modes back, deepest
@@ -407,6 +437,7 @@ pub fn apply(
         match new.kind() {
             Kind::Dir => {
                 if ch.old.as_ref().is_none_or(|o| o.kind() != Kind::Dir) {
+                    let heir = parents.heir(parent)?;
                     let dir = parents.get(parent)?;
                     match dir.mkdir(name, 0o700) {
                         Ok(()) => {}
@@ -416,6 +447,15 @@ pub fn apply(
                         }
                         Err(e) => return Err(Error::os(e)),
                     }
+                    give(heir, |u, g| dir.set_owner(name, u, g).map_err(|e| e.source)).map_err(
+                        |e| {
+                            Error::os(rewind_platform::Error::new(
+                                "restore: chown",
+                                dest(&ch.path),
+                                e,
+                            ))
+                        },
+                    )?;
                     report.written += 1;
                     report.touched.dir(&ch.path);
                     failpoint::hit("apply:dir-created");
@@ -443,6 +483,10 @@ pub fn apply(
                 // nothing to the user whose filesystem cannot store an
                 // xattr or a mode).
                 let failed = |op, e| Error::os(rewind_platform::Error::new(op, dest(&ch.path), e));
+                give(parents.heir(parent)?, |u, g| {
+                    rewind_platform::file_set_owner(&file, u, g)
+                })
+                .map_err(|e| failed("restore: chown", e))?;
                 rewind_platform::file_set_mode(&file, mode)
                     .map_err(|e| failed("restore: chmod", e))?;
                 if !new.xattrs.is_empty() {
@@ -504,6 +548,20 @@ pub fn apply(
                 "restore: make the symlink",
                 dest(&ch.path),
                 e.source,
+            ))
+        })?;
+        give(parents.heir(parent)?, |u, g| {
+            store
+                .tmp_dir()
+                .set_owner(&tmp_name, u, g)
+                .map_err(|e| e.source)
+        })
+        .map_err(|e| {
+            let _ = store.tmp_dir().unlink(&tmp_name);
+            Error::os(rewind_platform::Error::new(
+                "restore: chown",
+                dest(&ch.path),
+                e,
             ))
         })?;
         let dir = parents.get(parent)?;
@@ -573,6 +631,22 @@ pub fn apply(
     }
     parents.restore(&fixed)?;
     Ok(report)
+}
+
+/// Give a made entry to `heir` (D147). A filesystem that stores one owner
+/// for every file (vfat, exfat, some FUSE ones) refuses a chown even to
+/// root: the entry stays as made, as it would have without the heir.
+fn give(
+    heir: Option<(u32, u32)>,
+    chown: impl FnOnce(u32, u32) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let Some((uid, gid)) = heir else {
+        return Ok(());
+    };
+    match chown(uid, gid) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(()),
+        r => r,
+    }
 }
 
 /// How an entry of kind `kind` goes into place. Over an old entry of the

@@ -346,6 +346,64 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
     );
 }
 
+/// A rewind run as root in a user's workspace (`sudo rewind`, or the
+/// daemon of `sudo rewind mount`) gives what it makes to the owner and
+/// group of the directory it goes into. Made root's, the user's restored
+/// files, directories and symlinks were theirs no more, and their next
+/// edit failed (D147). What goes into a directory of root's stays root's.
+#[test]
+fn a_rewind_run_as_root_gives_the_user_back_their_files() {
+    use std::os::unix::fs::MetadataExt;
+    if !common::is_root() {
+        common::skip_or_fail("running as another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    common::chmod(dir.path(), 0o755);
+    let root = dir.path().join("ws");
+    write(&root.join("a.txt"), b"a\n");
+    write(&root.join("d/e/x.txt"), b"x\n");
+    write(&root.join("sys/r.txt"), b"r\n");
+    std::os::unix::fs::symlink("a.txt", root.join("l")).expect("symlink");
+    let st = Command::new("chown")
+        .args(["-R", "-h", "nobody:"])
+        .arg(&root)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    std::os::unix::fs::chown(root.join("sys"), Some(0), Some(0)).expect("chown");
+    std::os::unix::fs::chown(root.join("sys/r.txt"), Some(0), Some(0)).expect("chown");
+    let nobody = std::fs::metadata(&root).expect("stat");
+    let base = checkpoint_id(&root, &["base"]);
+    let st = Command::new("rm")
+        .args(["-rf", "a.txt", "d", "l", "sys/r.txt"])
+        .current_dir(&root)
+        .status()
+        .expect("rm");
+    assert!(st.success());
+    let out = rewind(&root, &["rewind", &base, "-q"]);
+    assert!(out.status.success(), "{out:?}");
+    for p in ["a.txt", "d", "d/e", "d/e/x.txt", "l"] {
+        let m = std::fs::symlink_metadata(root.join(p)).expect("stat");
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (nobody.uid(), nobody.gid()),
+            "{p} is its directory's owner's again"
+        );
+    }
+    let m = std::fs::metadata(root.join("sys/r.txt")).expect("stat");
+    assert_eq!((m.uid(), m.gid()), (0, 0), "in root's directory, root's");
+    assert_eq!(
+        std::fs::metadata(root.join("a.txt")).expect("stat").mode() & 0o7777,
+        0o644
+    );
+    as_nobody(&root, "echo more >> a.txt && echo y > d/e/new.txt");
+    assert_eq!(
+        std::fs::read(root.join("a.txt")).expect("read"),
+        b"a\nmore\n"
+    );
+}
+
 /// What a checkpoint skipped (a root-owned 0600 file, a root-owned 0700
 /// directory) is not in it; once it became readable (`sudo chown -R`), a
 /// rewind to that checkpoint deleted it, as if it had not existed then

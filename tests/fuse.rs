@@ -950,7 +950,8 @@ fn a_view_whose_daemon_was_killed_mounts_again() {
 /// without `allow_other` only root could reach the mount point. The mount
 /// over the workspace itself now lets everyone in under the usual
 /// permission checks, and that user's rewind commands, which cannot reach
-/// root's daemon, say so instead of "not a workspace".
+/// root's daemon, say so instead of "not a workspace". What root's
+/// rewind restores is the user's again (D147).
 #[test]
 fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
     let Some((_lfs, ws)) = workspace(1, 1) else {
@@ -990,6 +991,20 @@ fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
         err.contains("mounted with `rewind mount` by another user"),
         "{err}"
     );
+    // Root's rewind, run by the daemon, gives the user their files back
+    // (D147): the restored file was root's, and the user's next `>>`
+    // failed.
+    let base = common::checkpoint_id(&ws, &["base"]);
+    let out = nobody(&format!("rm -r '{}'", ws.join("d00").display()));
+    assert!(out.status.success(), "{out:?}");
+    let out = rewind(&ws, &["rewind", &base, "-q"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = nobody(&format!(
+        "echo again >> '{f}' && cat '{f}'",
+        f = file.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"dir 0 file 0\nmore\nagain\n");
     m.unmount();
 }
 

@@ -26,7 +26,7 @@ pub use btrfs::{
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
-    file_set_mtime,
+    file_set_mtime, file_set_owner,
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};
