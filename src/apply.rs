@@ -15,7 +15,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rewind_platform::{Dir, EntryKind, Meta, RenameMode, Xattr};
+use rewind_platform::{Dir, EntryKind, Heir, Meta, RenameMode, Xattr};
 use serde::Serialize;
 
 use crate::capture::{Skipped, display_path};
@@ -256,9 +256,8 @@ fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
 struct Parents<'a> {
     root: &'a Dir,
     last: Option<(Vec<u8>, Dir)>,
-    /// The owner and group of `last` when they are to get what is made in
-    /// it: set only as root, and only when they are not root's.
-    last_heir: Option<(u32, u32)>,
+    /// Who gets what is made in `last` ([`Heir::of`]), when `bequeath`.
+    last_heir: Option<Heir>,
     /// Whether to look for heirs (as root).
     bequeath: bool,
     /// Directories made writable, with the mode each had.
@@ -304,11 +303,11 @@ impl<'a> Parents<'a> {
                     self.relaxed.push((parent.to_vec(), meta.mode));
                 }
             }
-            self.last_heir = None;
-            if self.bequeath {
-                let meta = dir.meta().map_err(Error::os)?;
-                self.last_heir = Some((meta.uid, meta.gid)).filter(|&ids| ids != (0, 0));
-            }
+            self.last_heir = if self.bequeath {
+                Heir::of(&dir).map_err(Error::os)?
+            } else {
+                None
+            };
             self.last = Some((parent.to_vec(), dir));
         }
         match &self.last {
@@ -326,7 +325,7 @@ impl<'a> Parents<'a> {
 
     /// Who is to own what the apply makes in `parent`: `None` keeps the
     /// maker's (not root, or a directory of root's).
-    fn heir(&mut self, parent: &[u8]) -> Result<Option<(u32, u32)>> {
+    fn heir(&mut self, parent: &[u8]) -> Result<Option<Heir>> {
         if !self.bequeath {
             return Ok(None);
         }
@@ -447,15 +446,9 @@ pub fn apply(
                         }
                         Err(e) => return Err(Error::os(e)),
                     }
-                    give(heir, |u, g| dir.set_owner(name, u, g).map_err(|e| e.source)).map_err(
-                        |e| {
-                            Error::os(rewind_platform::Error::new(
-                                "restore: chown",
-                                dest(&ch.path),
-                                e,
-                            ))
-                        },
-                    )?;
+                    if let Some(h) = heir {
+                        h.give_at(dir, name).map_err(Error::os)?;
+                    }
                     report.written += 1;
                     report.touched.dir(&ch.path);
                     failpoint::hit("apply:dir-created");
@@ -483,10 +476,9 @@ pub fn apply(
                 // nothing to the user whose filesystem cannot store an
                 // xattr or a mode).
                 let failed = |op, e| Error::os(rewind_platform::Error::new(op, dest(&ch.path), e));
-                give(parents.heir(parent)?, |u, g| {
-                    rewind_platform::file_set_owner(&file, u, g)
-                })
-                .map_err(|e| failed("restore: chown", e))?;
+                if let Some(h) = parents.heir(parent)? {
+                    h.give_fd(&file, &dest(&ch.path)).map_err(Error::os)?;
+                }
                 rewind_platform::file_set_mode(&file, mode)
                     .map_err(|e| failed("restore: chmod", e))?;
                 if !new.xattrs.is_empty() {
@@ -550,20 +542,16 @@ pub fn apply(
                 e.source,
             ))
         })?;
-        give(parents.heir(parent)?, |u, g| {
-            store
-                .tmp_dir()
-                .set_owner(&tmp_name, u, g)
-                .map_err(|e| e.source)
-        })
-        .map_err(|e| {
-            let _ = store.tmp_dir().unlink(&tmp_name);
-            Error::os(rewind_platform::Error::new(
-                "restore: chown",
-                dest(&ch.path),
-                e,
-            ))
-        })?;
+        if let Some(h) = parents.heir(parent)? {
+            h.give_at(store.tmp_dir(), &tmp_name).map_err(|e| {
+                let _ = store.tmp_dir().unlink(&tmp_name);
+                Error::os(rewind_platform::Error::new(
+                    "restore: chown",
+                    dest(&ch.path),
+                    e.source,
+                ))
+            })?;
+        }
         let dir = parents.get(parent)?;
         if let Err(e) = store.tmp_dir().rename(
             &tmp_name,
@@ -631,22 +619,6 @@ pub fn apply(
     }
     parents.restore(&fixed)?;
     Ok(report)
-}
-
-/// Give a made entry to `heir` (D147). A filesystem that stores one owner
-/// for every file (vfat, exfat, some FUSE ones) refuses a chown even to
-/// root: the entry stays as made, as it would have without the heir.
-fn give(
-    heir: Option<(u32, u32)>,
-    chown: impl FnOnce(u32, u32) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let Some((uid, gid)) = heir else {
-        return Ok(());
-    };
-    match chown(uid, gid) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(()),
-        r => r,
-    }
 }
 
 /// How an entry of kind `kind` goes into place. Over an old entry of the

@@ -16,7 +16,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rewind_platform::{CloneOutcome, Dir, RenameMode, clone_or_copy, copy_with};
+use rewind_platform::{CloneOutcome, Dir, Heir, RenameMode, clone_or_copy, copy_with};
 
 use crate::blobs::{BlobReader, BlobWriter, INLINE_MAX};
 use crate::error::{Error, Result};
@@ -31,6 +31,9 @@ pub struct ObjectStore {
     blobs: BlobReader,
     /// Object files published while a [`NewObjects`] guard is alive.
     published: Arc<Mutex<Option<Vec<Hash>>>>,
+    /// Who gets the shards and objects this process makes: run as root
+    /// in a user's history, that user (D148).
+    heir: Option<Heir>,
 }
 
 /// The object files a capture adds to the store, removed again if it is
@@ -181,6 +184,9 @@ impl ObjectStore {
         clones: bool,
         ledger: &crate::ledger::Ledger,
     ) -> ObjectStore {
+        // An fstat of an open directory; were it to fail, what is made
+        // stays its maker's, as before D148.
+        let heir = Heir::of(&objects).unwrap_or(None);
         ObjectStore {
             objects,
             tmp,
@@ -188,6 +194,7 @@ impl ObjectStore {
             shards: (0..256).map(|_| OnceLock::new()).collect(),
             blobs: BlobReader::new(ledger.path(), ledger.is_read_only()),
             published: Arc::new(Mutex::new(None)),
+            heir,
         }
     }
 
@@ -388,6 +395,9 @@ impl ObjectStore {
         let hex = hash.to_hex();
         let shard = self.shard(&hex[..2])?;
         let name = OsStr::new(&hex[2..]);
+        if let Some(h) = self.heir {
+            h.give_at(&self.tmp, tmp_name).map_err(Error::os)?;
+        }
         match self
             .tmp
             .rename(tmp_name, shard, name, RenameMode::NoReplace)
@@ -442,10 +452,18 @@ impl ObjectStore {
         let dir = match self.objects.open_dir(name) {
             Ok(d) => d,
             Err(e) if e.is_not_found() && !make => return Ok(None),
-            Err(e) if e.is_not_found() => self
-                .objects
-                .open_or_make_dir(name, 0o755)
-                .map_err(Error::os)?,
+            Err(e) if e.is_not_found() => {
+                let dir = self
+                    .objects
+                    .open_or_make_dir(name, 0o755)
+                    .map_err(Error::os)?;
+                // Made by root in a user's history: theirs, or their next
+                // object in it, and their gc of it, fail (D148).
+                if let Some(h) = self.heir {
+                    h.give_at(&self.objects, name).map_err(Error::os)?;
+                }
+                dir
+            }
             Err(e) => return Err(Error::os(e)),
         };
         Ok(Some(slot.get_or_init(|| dir)))

@@ -97,9 +97,17 @@ impl Engine {
 
 /// `.rewind/state/snapshots/`, created on first use.
 pub(crate) fn snapshots_dir(ws: &Workspace) -> Result<Dir> {
-    ws.meta_dir()
-        .open_or_make_dir(OsStr::new(SNAPSHOT_DIR), 0o755)
-        .map_err(Error::os)
+    let name = OsStr::new(SNAPSHOT_DIR);
+    let dir = ws
+        .meta_dir()
+        .open_or_make_dir(name, 0o755)
+        .map_err(Error::os)?;
+    // Root's in a user's history: theirs, or they cannot delete a
+    // snapshot in it (D148).
+    if let Some(h) = rewind_platform::Heir::of(ws.meta_dir()).map_err(Error::os)? {
+        h.give_at(ws.meta_dir(), name).map_err(Error::os)?;
+    }
+    Ok(dir)
 }
 
 /// Snapshot the live tree, read-only, as `.rewind/state/snapshots/<id>`.
@@ -558,11 +566,16 @@ fn spawn_detached(root: &Path, verb: &str, log: Option<&Path>) -> bool {
         return false;
     };
     let log = log.and_then(|p| {
-        std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(p)
-            .ok()
+            .ok()?;
+        // Root's in a user's history: theirs (D148). A log is best effort.
+        if let Some(h) = rewind_platform::Heir::of_parent(p) {
+            let _ = h.give_fd(&f, p);
+        }
+        Some(f)
     });
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("-C")

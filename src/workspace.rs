@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rewind_platform::{Dir, FsInfo, FsKind, LockFile};
+use rewind_platform::{Dir, FsInfo, FsKind, Heir, LockFile};
 use serde::Serialize;
 
 use crate::capture::{self, Capture, STATE_DIR, Sink, Skipped};
@@ -62,6 +62,31 @@ pub const LEDGER_FILE: &str = "ledger.db";
 /// `objects/` and `tmp/` stay beside it, in the workspace's subvolume,
 /// where restored files are renamed from.
 pub const STATE_SUBVOLUME: &str = "state";
+
+/// A history root makes in a user's directory (`sudo rewind checkpoint`
+/// or `init` in their project) is theirs, as if they had made it: made
+/// root's, every later command of theirs was `NOT_OWNER` (D148). What
+/// root adds to it later is given to them where it is made (shards,
+/// locks, the mount's claim and log). At init it holds a handful of
+/// entries: the ledger, `objects/`, `tmp/`, `.gitignore`, and on btrfs the
+/// state subvolume with the ledger in it.
+fn bequeath_history(root_dir: &Dir, state: &Dir) -> Result<()> {
+    let Some(heir) = Heir::of(root_dir).map_err(Error::os)? else {
+        return Ok(());
+    };
+    heir.give_at(root_dir, OsStr::new(STATE_DIR))
+        .map_err(Error::os)?;
+    let mut dirs = vec![state.try_clone().map_err(Error::os)?];
+    while let Some(dir) = dirs.pop() {
+        for name in dir.entries().map_err(Error::os)? {
+            heir.give_at(&dir, &name).map_err(Error::os)?;
+            if name == STATE_SUBVOLUME {
+                dirs.push(dir.open_dir(&name).map_err(Error::os)?);
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Take group and other access off `.rewind/` when its owner runs: it
 /// holds a copy of every file, secrets of mode 0600 included (`.env`, a
@@ -342,6 +367,7 @@ impl Workspace {
                     .join(LEDGER_FILE);
             }
             Ledger::create(&ledger_path, &ids::make_workspace_id())?;
+            bequeath_history(&root_dir, &state)?;
             state.fsync().map_err(Error::os)?;
         }
         Ok((
@@ -695,6 +721,11 @@ impl Workspace {
         let _ = self.meta.unlink(name);
         match self.meta.create_new(name, 0o644) {
             Ok(f) => {
+                // Root's in a user's history: theirs (D148); it is
+                // replaced each time, so this is tidiness, not access.
+                if let Ok(Some(h)) = Heir::of(&self.meta) {
+                    let _ = h.give_fd(&f, &self.meta_path.join("clock"));
+                }
                 let _ = std::io::Write::write_all(&mut &f, b"t");
                 f.metadata()
                     .map(|m| {

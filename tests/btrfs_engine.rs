@@ -549,6 +549,50 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
     assert_eq!(g["freed"]["snapshots"], left.len(), "{g}");
 }
 
+/// Root's first checkpoint in a user's subvolume makes a history that is
+/// the user's, its state subvolume and ledger, snapshot directory and
+/// snapshots included: made root's, every later command of the user's
+/// was `NOT_OWNER` (D148).
+#[test]
+fn a_history_root_makes_on_a_users_subvolume_is_theirs() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    for dir in lfs.mnt.ancestors() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            common::chmod(dir, mode | 0o055);
+        }
+    }
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    let st = std::process::Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(&ws)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    let c = rewind_json(&ws, &["checkpoint", "by root"]);
+    assert_eq!(c["engine"], "btrfs", "{c}");
+    rewind_json(&ws, &["finish-manifests"]);
+    assert_eq!(
+        common::not_owned_by(&ws.join(".rewind"), 65534),
+        Vec::<String>::new()
+    );
+    std::fs::remove_file(ws.join("src/d0/f0.rs")).expect("rm");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .arg("-C")
+        .arg(&ws)
+        .args(["rewind", "by root", "-q"])
+        .output()
+        .expect("setpriv");
+    assert!(out.status.success(), "{out:?}");
+    assert!(ws.join("src/d0/f0.rs").is_file());
+}
+
 #[test]
 fn over_budget_with_only_protected_checkpoints_the_next_snapshot_is_refused() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {

@@ -303,9 +303,10 @@ fn the_history_is_readable_by_its_owner_only() {
     }
 }
 
-/// A history that a command run as root left in a user's workspace: the
-/// user's next command says whose it is and how to give it back, instead
-/// of a bare "Permission denied" (D142).
+/// A history that a command run as root left in a user's workspace
+/// (before D148, or by a `chown`): the user's next command says whose it
+/// is and how to give it back, instead of a bare "Permission denied"
+/// (D142).
 #[test]
 fn a_history_left_by_root_names_its_owner_and_the_fix() {
     if !common::is_root() {
@@ -323,6 +324,14 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
         .expect("chown");
     assert!(st.success());
     checkpoint_id(&root, &[]);
+    // Root's history as rewind left it before D148 (which now gives a
+    // history root makes in a user's directory to that user).
+    let st = Command::new("chown")
+        .args(["-R", "root:"])
+        .arg(root.join(".rewind"))
+        .status()
+        .expect("chown");
+    assert!(st.success());
     let out = Command::new("su")
         .args(["-s", "/bin/sh", "nobody", "-c"])
         .arg(format!(
@@ -401,6 +410,47 @@ fn a_rewind_run_as_root_gives_the_user_back_their_files() {
     assert_eq!(
         std::fs::read(root.join("a.txt")).expect("read"),
         b"a\nmore\n"
+    );
+}
+
+/// Root's commands in a user's workspace leave the history the user's:
+/// one made by root's first checkpoint there (every later command of the
+/// user's was `NOT_OWNER`), and the object shard directories and lock
+/// root adds to the user's own (the user's next object in one, and their
+/// gc of it, failed). D148.
+#[test]
+fn a_history_root_makes_or_adds_to_in_a_users_workspace_stays_theirs() {
+    if !common::is_root() {
+        common::skip_or_fail("running as another user needs root");
+        return;
+    }
+    let dir = common::tmp();
+    common::chmod(dir.path(), 0o755);
+    let root = dir.path().join("ws");
+    // Over 64 KiB: an object file in a shard directory, not a ledger row.
+    write(&root.join("big-a"), &vec![b'a'; 100_000]);
+    let st = Command::new("chown")
+        .args(["-R", "nobody:"])
+        .arg(&root)
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    let not_nobodys = |root: &Path| common::not_owned_by(&root.join(".rewind"), 65534);
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    checkpoint_id(&root, &["by root"]);
+    assert_eq!(not_nobodys(&root), Vec::<String>::new(), "made by root");
+    as_nobody(
+        &root,
+        &format!("head -c 100000 /dev/urandom > big-b && {bin} checkpoint -q"),
+    );
+    write(&root.join("big-c"), &vec![b'c'; 100_000]);
+    checkpoint_id(&root, &["added to by root"]);
+    assert_eq!(not_nobodys(&root), Vec::<String>::new(), "added to by root");
+    as_nobody(
+        &root,
+        &format!(
+            "rm big-a big-c && {bin} checkpoint -q && {bin} gc --keep-last 1 -q && {bin} verify --deep"
+        ),
     );
 }
 

@@ -1006,6 +1006,23 @@ fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, b"dir 0 file 0\nmore\nagain\n");
     m.unmount();
+    // The claim, the log and the lock root's mount made in the user's
+    // history are the user's (D148): their own mount later could not
+    // open them.
+    for name in ["mount", "mount.log", "lock"] {
+        let m = std::fs::metadata(ws.join(".rewind").join(name)).expect("stat");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&m),
+            65534,
+            ".rewind/{name}"
+        );
+    }
+    let out = nobody(&format!(
+        "cd '{}' && exec '{}' checkpoint -q",
+        ws.display(),
+        env!("CARGO_BIN_EXE_rewind")
+    ));
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// In root's mount over a user's workspace, what the user makes is

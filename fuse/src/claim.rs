@@ -12,7 +12,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{FlockOperation, Mode, OFlags, flock};
+use rewind_platform::Heir;
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, flock};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
@@ -51,6 +52,14 @@ impl Claim {
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(Error::io("open", dir.join(CLAIM_FILE), e.into())),
         };
+        // Made by root (`sudo rewind mount`) in a user's history: theirs,
+        // or their own mount later cannot open it (D148).
+        if let Ok(st) = rustix::fs::statat(root, ".rewind", AtFlags::SYMLINK_NOFOLLOW)
+            && let Some(h) = Heir::owning(st.st_uid, st.st_gid)
+        {
+            h.give_fd(&fd, &dir.join(CLAIM_FILE))
+                .map_err(|e| Error::io("chown", dir.join(CLAIM_FILE), e.source))?;
+        }
         let file = File::from(fd);
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}

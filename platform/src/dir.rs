@@ -627,16 +627,6 @@ pub fn file_set_mode(file: &File, mode: u32) -> std::io::Result<()> {
     set_mode_fd(file.as_fd(), mode)
 }
 
-/// Before any chmod: the kernel clears setuid and setgid on a chown.
-pub fn file_set_owner(file: &File, uid: u32, gid: u32) -> std::io::Result<()> {
-    rustix::fs::fchown(
-        file,
-        Some(rustix::fs::Uid::from_raw(uid)),
-        Some(rustix::fs::Gid::from_raw(gid)),
-    )?;
-    Ok(())
-}
-
 pub fn file_set_mtime(file: &File, mtime_ns: i64) -> std::io::Result<()> {
     set_mtime_fd(file.as_fd(), mtime_ns)
 }

@@ -12,6 +12,7 @@ mod error;
 mod fiemap;
 mod fsinfo;
 mod handoff;
+mod heir;
 mod lock;
 mod process;
 mod system;
@@ -26,7 +27,7 @@ pub use btrfs::{
 pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
-    file_set_mtime, file_set_owner,
+    file_set_mtime,
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};
@@ -37,6 +38,7 @@ pub use handoff::{
     StdioSwap, Watched, peer_is_same_user, peer_pid, recv_all, recv_with_fds, send_with_fds,
     send_with_stdio, set_umask, wait_readable, watch,
 };
+pub use heir::Heir;
 pub use lock::LockFile;
 pub use process::{
     credentials, euid, holders, is_root, kill_self, new_session, report_sigbus, sigbus_json,

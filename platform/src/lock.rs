@@ -29,6 +29,11 @@ impl LockFile {
             .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
             .open(path)
             .map_err(|e| Error::new("open lock", path, e))?;
+        // Made by root in a user's history: theirs, or their next command
+        // cannot open it (D148).
+        if let Some(h) = crate::Heir::of_parent(path) {
+            h.give_fd(&file, path)?;
+        }
         let start = Instant::now();
         loop {
             match flock(&file, FlockOperation::NonBlockingLockExclusive) {

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::mount::MountLink;
 use crate::workspace::Workspace;
+use rewind_platform::Heir;
 
 /// The daemon's log, in the backing `.rewind/`.
 const LOG_FILE: &str = "mount.log";
@@ -147,7 +148,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         .append(true)
         .open(&log_path)
     {
-        Ok(l) => l,
+        Ok(l) => {
+            // Made by root in a user's history: theirs, or their own
+            // mount later cannot append to it (D148).
+            if let Some(h) = Heir::of_parent(&log_path) {
+                h.give_fd(&l, &log_path).map_err(Error::os)?;
+            }
+            l
+        }
         Err(e) => {
             // Another `rewind mount` mounted over the workspace since it
             // was opened above, hiding `.rewind/`.
@@ -157,7 +165,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                     pid: c.daemon_pid(),
                 }));
             }
-            return Err(Error::Os(rewind_platform::Error::new("open", &log_path, e)));
+            return Err(Error::os(rewind_platform::Error::new("open", &log_path, e)));
         }
     };
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);

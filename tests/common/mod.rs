@@ -555,6 +555,29 @@ pub fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+/// Every entry at or below `top` (symlinks not followed) whose owner is
+/// not `uid`, as "PATH (uid N)".
+pub fn not_owned_by(top: &Path, uid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut todo = vec![top.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let m = std::fs::symlink_metadata(&p).expect("stat");
+        if m.uid() != uid {
+            found.push(format!("{} (uid {})", p.display(), m.uid()));
+        }
+        if m.is_dir() {
+            todo.extend(
+                std::fs::read_dir(&p)
+                    .expect("readdir")
+                    .map(|e| e.expect("entry").path()),
+            );
+        }
+    }
+    found.sort();
+    found
+}
+
 pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
     let parent = rewind_platform::Dir::open(path.parent().expect("parent")).expect("open parent");
     let md = std::fs::symlink_metadata(path).expect("lstat");
