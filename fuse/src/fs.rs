@@ -108,13 +108,30 @@ struct Maker {
 
 impl Maker {
     fn of_this_process() -> Maker {
-        let old = rustix::process::umask(Mode::empty());
-        rustix::process::umask(old);
         Maker {
             root: rustix::process::geteuid().is_root(),
-            umask: old.bits(),
+            umask: current_umask(),
         }
     }
+}
+
+/// The process's umask, read where the kernel shows it (`Umask:` in
+/// `/proc/self/status`, Linux 4.7) rather than by setting it to 0 and
+/// back, which would let a thread started meanwhile create files with
+/// no umask at all. Without /proc, the set-and-restore is the only way.
+fn current_umask() -> u32 {
+    let shown = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        });
+    shown.unwrap_or_else(|| {
+        let old = rustix::process::umask(Mode::empty());
+        rustix::process::umask(old);
+        old.bits()
+    })
 }
 
 /// `FS_CASEFOLD_FL`, which rustix does not name.
