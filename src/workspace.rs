@@ -701,6 +701,10 @@ impl Workspace {
     /// Finish an interrupted rewind and clean a crashed writer's temp files,
     /// if there are any (read-only commands call this so they never report a
     /// half-applied tree). Costs one readdir and one query otherwise.
+    ///
+    /// On a read-only filesystem nothing can be finished: a reader goes on
+    /// (the READ_ONLY error promises that `status`, `list` and `diff`
+    /// work there) and is told that the tree it sees is half-rewound.
     pub fn recover_if_needed(&mut self) -> Result<()> {
         let leftovers = self
             .store
@@ -708,10 +712,21 @@ impl Workspace {
             .entries()
             .map(|e| !e.is_empty())
             .unwrap_or(false);
-        if leftovers || self.ledger.intent()?.is_some() || self.ledger.has_pending()? {
-            self.lock()?;
+        let intent = self.ledger.intent()?;
+        if !(leftovers || intent.is_some() || self.ledger.has_pending()?) {
+            return Ok(());
         }
-        Ok(())
+        if self.fs.read_only {
+            if let Some(i) = intent {
+                eprintln!(
+                    "rewind: warning: a {} of {} was interrupted and cannot be finished on this read-only filesystem: the tree is half-rewound; remount it read-write (mount -o remount,rw) and run any rewind command to finish it",
+                    i.op,
+                    self.root_path.display()
+                );
+            }
+            return Ok(());
+        }
+        self.lock()
     }
 
     /// The filesystem's clock, read by touching a file in `.rewind/`: the

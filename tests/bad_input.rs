@@ -291,6 +291,73 @@ fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
     assert_same("read-only: tree untouched", &before, &snapshot(&root));
 }
 
+/// A rewind killed halfway, then the filesystem remounted read-only (an
+/// ext4 error, a rescue boot): the reading verbs show the tree as it is
+/// and say it is half-rewound, as the READ_ONLY error promises; they
+/// failed on the lock they took to finish it. Once writable again, the
+/// next command finishes the rewind.
+#[test]
+fn an_interrupted_rewind_on_a_read_only_filesystem_is_shown_not_refused() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    for i in 0..5 {
+        write(&root.join(format!("f{i}")), format!("{i}\n").as_bytes());
+    }
+    let base = checkpoint_id(&root, &["base"]);
+    let at_base = snapshot(&root);
+    for i in 0..5 {
+        write(
+            &root.join(format!("f{i}")),
+            format!("edited {i}\n").as_bytes(),
+        );
+    }
+    let out = common::rewind_env(
+        &root,
+        &["rewind", &base, "-q"],
+        &[("REWIND_FAILPOINT", "apply:file-written:2")],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "killed at its failpoint: {out:?}"
+    );
+    let remount = |mode: &str| {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,{mode}")])
+            .arg(&lfs.mnt)
+            .status()
+            .expect("remount");
+        assert!(st.success(), "remount {mode}");
+    };
+    remount("ro");
+    let half = snapshot(&root);
+    for args in [&["status"][..], &["list"], &["diff"]] {
+        let out = rewind(&root, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?} works read-only: {err}");
+        assert!(
+            err.contains("half-rewound") && err.contains("remount"),
+            "{args:?} says the tree is half-rewound: {err}"
+        );
+    }
+    let st = rewind_json(&root, &["status"]);
+    assert_eq!(
+        common::changed_paths(&st).len(),
+        2,
+        "two files were rewound before the kill: {st}"
+    );
+    assert_same("read-only: tree untouched", &half, &snapshot(&root));
+    remount("rw");
+    let out = rewind(&root, &["status"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("finished an interrupted rewind"),
+        "{out:?}"
+    );
+    assert_same("finished once writable", &at_base, &snapshot(&root));
+}
+
 #[test]
 fn a_full_disk_fails_cleanly_and_changes_nothing() {
     // ext4 keeps 5% for root, which the test (as root) could use: 8 MB
