@@ -21,8 +21,12 @@ pub enum Error {
         cause: Box<Error>,
     },
 
-    #[error("no space left on the device holding {}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display())]
-    NoSpace { path: PathBuf },
+    #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display(), shortfall.map(|(need, free)| format!(" (this needs {} and {} are free)", crate::progress::human_bytes(need), crate::progress::human_bytes(free))).unwrap_or_default())]
+    NoSpace {
+        path: PathBuf,
+        /// Bytes needed and bytes free, when known before starting.
+        shortfall: Option<(u64, u64)>,
+    },
 
     #[error("{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed (list, status, diff, du and verify work read-only)", path.display())]
     ReadOnly { path: PathBuf },
@@ -161,7 +165,10 @@ impl Error {
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
     pub fn os(e: rewind_platform::Error) -> Error {
         if e.is_no_space() {
-            Error::NoSpace { path: e.path }
+            Error::NoSpace {
+                path: e.path,
+                shortfall: None,
+            }
         } else if e.raw_os_error() == Some(30) {
             Error::ReadOnly { path: e.path } // EROFS
         } else if e.raw_os_error() == Some(1)
@@ -234,6 +241,7 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
             },
             Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace {
                 path: path.to_owned(),
+                shortfall: None,
             },
             // A write to a ledger opened on a read-only filesystem (D119).
             Some(rusqlite::ErrorCode::ReadOnly) => Error::ReadOnly {
@@ -248,6 +256,7 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
             {
                 Error::NoSpace {
                     path: path.to_owned(),
+                    shortfall: None,
                 }
             }
             _ => Error::Db {

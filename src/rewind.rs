@@ -515,6 +515,7 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     if needed.saturating_add(1 << 20) > available {
         return Err(Error::NoSpace {
             path: ws.root_path().to_owned(),
+            shortfall: Some((needed.saturating_add(1 << 20), available)),
         });
     }
     Ok(())

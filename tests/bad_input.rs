@@ -358,6 +358,48 @@ fn an_interrupted_rewind_on_a_read_only_filesystem_is_shown_not_refused() {
     assert_same("finished once writable", &at_base, &snapshot(&root));
 }
 
+/// A rewind that would need more space than is free (no clones on ext4)
+/// is refused before it starts, and says how much it needs and how much
+/// is free: "no space left" alone left the user guessing how much to
+/// free. Nothing changes; once there is room, the same rewind works.
+#[test]
+fn a_rewind_that_needs_more_space_than_is_free_says_how_much() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let big: Vec<u8> = (0..20_000_000u32).map(|i| (i % 251) as u8).collect();
+    write(&root.join("big.bin"), &big);
+    let id = checkpoint_id(&root, &["with big"]);
+    std::fs::remove_file(root.join("big.bin")).expect("rm");
+    let avail = || {
+        let dir = rewind_platform::Dir::open(&lfs.mnt).expect("open");
+        let fs = rewind_platform::FsInfo::of(&dir).expect("statfs");
+        fs.blocks_available * fs.block_size
+    };
+    let pad = lfs.mnt.join("pad");
+    let st = Command::new("fallocate")
+        .args(["-l", &(avail() - (5 << 20)).to_string()])
+        .arg(&pad)
+        .status()
+        .expect("fallocate");
+    assert!(st.success());
+    let before = snapshot(&root);
+    let out = rewind(&root, &["--json", "rewind", &id]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("this needs 20.1 MiB and ") && msg.contains("MiB are free"),
+        "says what it needs and what is free: {msg}"
+    );
+    assert_same("refused: tree untouched", &before, &snapshot(&root));
+    std::fs::remove_file(&pad).expect("rm pad");
+    let r = rewind_json(&root, &["rewind", &id]);
+    assert_eq!(r["changes"]["written"], 1, "{r}");
+    assert_eq!(std::fs::read(root.join("big.bin")).expect("read"), big);
+}
+
 #[test]
 fn a_full_disk_fails_cleanly_and_changes_nothing() {
     // ext4 keeps 5% for root, which the test (as root) could use: 8 MB
