@@ -105,7 +105,7 @@ pub(crate) fn snapshots_dir(ws: &Workspace) -> Result<Dir> {
     // Root's in a user's history: theirs, or they cannot delete a
     // snapshot in it (D148).
     if let Some(h) = rewind_platform::Heir::of(ws.meta_dir()).map_err(Error::os)? {
-        h.give_at(ws.meta_dir(), name).map_err(Error::os)?;
+        h.give_fd(&dir, dir.path()).map_err(Error::os)?;
     }
     Ok(dir)
 }

@@ -9,7 +9,7 @@
 
 use std::os::fd::AsFd;
 
-use rustix::fs::{AtFlags, Gid, Uid};
+use rustix::fs::{Gid, Uid};
 
 use crate::{Dir, Error, Result};
 
@@ -50,37 +50,38 @@ impl Heir {
         Heir::owning(meta.uid(), meta.gid())
     }
 
-    /// Give the open file `fd` to this heir. Before any chmod: a chown
-    /// clears setuid and setgid.
+    /// Give the open file or directory `fd` to this heir, unless it is
+    /// theirs already: a chown changes the ctime even when the owner
+    /// stays, and a lock every command takes would be written each time.
+    /// Before any chmod: a chown clears setuid and setgid.
     pub fn give_fd(&self, fd: impl AsFd, path: &std::path::Path) -> Result<()> {
-        tolerate_fixed_owners(rustix::fs::fchown(
-            fd,
-            Some(Uid::from_raw(self.uid)),
-            Some(Gid::from_raw(self.gid)),
-        ))
-        .map_err(|e| Error::new("chown", path, e))
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", path, e))?;
+        if (st.st_uid, st.st_gid) == (self.uid, self.gid) {
+            return Ok(());
+        }
+        tolerate_fixed_owners(
+            rustix::fs::fchown(
+                fd,
+                Some(Uid::from_raw(self.uid)),
+                Some(Gid::from_raw(self.gid)),
+            )
+            .map_err(|e| Error::new("chown", path, e)),
+        )
     }
 
-    /// Give the entry `name` of `dir` (not followed: a symlink itself) to
-    /// this heir.
+    /// Give the entry `name` of `dir`, just made (a symlink itself, not
+    /// followed), to this heir.
     pub fn give_at(&self, dir: &Dir, name: &std::ffi::OsStr) -> Result<()> {
-        tolerate_fixed_owners(rustix::fs::chownat(
-            dir.as_fd(),
-            name,
-            Some(Uid::from_raw(self.uid)),
-            Some(Gid::from_raw(self.gid)),
-            AtFlags::SYMLINK_NOFOLLOW,
-        ))
-        .map_err(|e| Error::new("chown", dir.path().join(name), e))
+        tolerate_fixed_owners(dir.set_owner(name, self.uid, self.gid))
     }
 }
 
 /// A filesystem that stores one owner for every file (vfat, exfat, some
 /// FUSE ones) refuses a chown even to root: the entry stays as made, as
 /// it would have been without an heir.
-fn tolerate_fixed_owners(r: rustix::io::Result<()>) -> rustix::io::Result<()> {
+fn tolerate_fixed_owners(r: Result<()>) -> Result<()> {
     match r {
-        Err(rustix::io::Errno::PERM) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => Ok(()),
         r => r,
     }
 }
