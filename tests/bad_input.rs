@@ -230,14 +230,6 @@ fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
     let id = workspace_with_checkpoint(&root);
     write(&root.join("a.txt"), b"changed");
     let before = snapshot(&root);
-    let remount = |mode: &str| {
-        let st = Command::new("mount")
-            .args(["-o", &format!("remount,{mode}")])
-            .arg(&lfs.mnt)
-            .status()
-            .expect("remount");
-        assert!(st.success(), "remount {mode}");
-    };
     let reads = |when: &str| {
         let list = rewind_json(&root, &["list"]);
         assert_eq!(list["checkpoints"][0]["id"], id.as_str(), "{when}: {list}");
@@ -258,7 +250,7 @@ fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
             "{when}: {du}"
         );
     };
-    remount("ro");
+    lfs.remount("ro");
     reads("read-only, WAL kept");
     let writes = [
         rewind(&root, &["checkpoint"]),
@@ -266,7 +258,7 @@ fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
         rewind(&root, &["restore", &id, "--", "a.txt"]),
         rewind(&root, &["gc"]),
     ];
-    remount("rw");
+    lfs.remount("rw");
     for out in writes {
         assert_clear_error(&out, "read-only filesystem");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -285,9 +277,9 @@ fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
     drop(c);
     let _ = std::fs::remove_file(root.join(".rewind/ledger.db-wal"));
     let _ = std::fs::remove_file(root.join(".rewind/ledger.db-shm"));
-    remount("ro");
+    lfs.remount("ro");
     reads("read-only, no WAL");
-    remount("rw");
+    lfs.remount("rw");
     assert_same("read-only: tree untouched", &before, &snapshot(&root));
 }
 
@@ -323,15 +315,7 @@ fn an_interrupted_rewind_on_a_read_only_filesystem_is_shown_not_refused() {
         Some(9),
         "killed at its failpoint: {out:?}"
     );
-    let remount = |mode: &str| {
-        let st = Command::new("mount")
-            .args(["-o", &format!("remount,{mode}")])
-            .arg(&lfs.mnt)
-            .status()
-            .expect("remount");
-        assert!(st.success(), "remount {mode}");
-    };
-    remount("ro");
+    lfs.remount("ro");
     let half = snapshot(&root);
     for args in [&["status"][..], &["list"], &["diff"]] {
         let out = rewind(&root, args);
@@ -349,7 +333,7 @@ fn an_interrupted_rewind_on_a_read_only_filesystem_is_shown_not_refused() {
         "two files were rewound before the kill: {st}"
     );
     assert_same("read-only: tree untouched", &half, &snapshot(&root));
-    remount("rw");
+    lfs.remount("rw");
     let out = rewind(&root, &["status"]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("finished an interrupted rewind"),

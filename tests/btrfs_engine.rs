@@ -464,22 +464,19 @@ fn a_manifest_built_after_the_tree_moved_on_is_the_snapshots_not_the_live_trees(
     common::assert_same("rewind to the snapshot's state", &at_ack, &snapshot(&ws));
 }
 
-#[test]
-fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delete() {
-    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
-        return;
-    };
+/// A subvolume `ws` on `lfs` holding a source tree, all nobody's, that
+/// nobody can reach: the directories on the way that do not let others
+/// traverse them (the test's temp dir) now do, every other mode bit kept
+/// (/tmp keeps its sticky bit). `None`, skipped, without `setpriv`.
+fn nobodys_subvolume(lfs: &LoopFs) -> Option<std::path::PathBuf> {
     if std::process::Command::new("setpriv")
         .arg("--version")
         .output()
         .is_err()
     {
         common::skip_or_fail("setpriv (util-linux) is needed to run as another user");
-        return;
+        return None;
     }
-    // nobody must reach the mount point: let others traverse the
-    // directories on the way that do not allow it (the test's temp dir),
-    // keeping every other mode bit (/tmp keeps its sticky bit).
     for dir in lfs.mnt.ancestors() {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
@@ -489,27 +486,37 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
     }
     let ws = lfs.subvolume("ws");
     common::populate_src_tree(&ws);
-    let st = std::process::Command::new("chown")
-        .args(["-R", "nobody:nogroup"])
-        .arg(&ws)
-        .status()
-        .expect("chown");
-    assert!(st.success());
-    let as_nobody = |args: &[&str]| {
-        let out = std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_rewind"))
-            .arg("-C")
-            .arg(&ws)
-            .args(args)
-            .output()
-            .expect("setpriv");
-        (
-            out.status.code(),
-            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    common::give_to_nobody(&ws);
+    Some(ws)
+}
+
+/// `rewind -C WS ARGS` run as nobody: its exit code, its stdout as JSON
+/// (null when it is not), its stderr.
+fn as_nobody(ws: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .arg("-C")
+        .arg(ws)
+        .args(args)
+        .output()
+        .expect("setpriv");
+    (
+        out.status.code(),
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delete() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
     };
+    let Some(ws) = nobodys_subvolume(&lfs) else {
+        return;
+    };
+    let as_nobody = |args: &[&str]| as_nobody(&ws, args);
     let (code, c, err) = as_nobody(&["--json", "checkpoint", "mine"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(c["engine"], "btrfs", "{c}");
@@ -558,21 +565,9 @@ fn a_history_root_makes_on_a_users_subvolume_is_theirs() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
         return;
     };
-    for dir in lfs.mnt.ancestors() {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
-        if mode & 0o001 == 0 {
-            common::chmod(dir, mode | 0o055);
-        }
-    }
-    let ws = lfs.subvolume("ws");
-    common::populate_src_tree(&ws);
-    let st = std::process::Command::new("chown")
-        .args(["-R", "nobody:nogroup"])
-        .arg(&ws)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    let Some(ws) = nobodys_subvolume(&lfs) else {
+        return;
+    };
     let c = rewind_json(&ws, &["checkpoint", "by root"]);
     assert_eq!(c["engine"], "btrfs", "{c}");
     rewind_json(&ws, &["finish-manifests"]);
@@ -581,15 +576,8 @@ fn a_history_root_makes_on_a_users_subvolume_is_theirs() {
         Vec::<String>::new()
     );
     std::fs::remove_file(ws.join("src/d0/f0.rs")).expect("rm");
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_rewind"))
-        .arg("-C")
-        .arg(&ws)
-        .args(["rewind", "by root", "-q"])
-        .output()
-        .expect("setpriv");
-    assert!(out.status.success(), "{out:?}");
+    let (code, _, err) = as_nobody(&ws, &["rewind", "by root", "-q"]);
+    assert_eq!(code, Some(0), "{err}");
     assert!(ws.join("src/d0/f0.rs").is_file());
 }
 

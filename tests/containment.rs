@@ -309,20 +309,12 @@ fn the_history_is_readable_by_its_owner_only() {
 /// (D142).
 #[test]
 fn a_history_left_by_root_names_its_owner_and_the_fix() {
-    if !common::is_root() {
-        common::skip_or_fail("running as another user needs root");
+    let Some(dir) = tmp_others_can_enter() else {
         return;
-    }
-    let dir = common::tmp();
-    common::chmod(dir.path(), 0o755);
+    };
     let root = dir.path().join("ws");
     write(&root.join("a.txt"), b"a");
-    let st = Command::new("chown")
-        .args(["-R", "nobody:"])
-        .arg(&root)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    common::give_to_nobody(&root);
     checkpoint_id(&root, &[]);
     // Root's history as rewind left it before D148 (which now gives a
     // history root makes in a user's directory to that user).
@@ -363,23 +355,15 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
 #[test]
 fn a_rewind_run_as_root_gives_the_user_back_their_files() {
     use std::os::unix::fs::MetadataExt;
-    if !common::is_root() {
-        common::skip_or_fail("running as another user needs root");
+    let Some(dir) = tmp_others_can_enter() else {
         return;
-    }
-    let dir = common::tmp();
-    common::chmod(dir.path(), 0o755);
+    };
     let root = dir.path().join("ws");
     write(&root.join("a.txt"), b"a\n");
     write(&root.join("d/e/x.txt"), b"x\n");
     write(&root.join("sys/r.txt"), b"r\n");
     std::os::unix::fs::symlink("a.txt", root.join("l")).expect("symlink");
-    let st = Command::new("chown")
-        .args(["-R", "-h", "nobody:"])
-        .arg(&root)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    common::give_to_nobody(&root);
     std::os::unix::fs::chown(root.join("sys"), Some(0), Some(0)).expect("chown");
     std::os::unix::fs::chown(root.join("sys/r.txt"), Some(0), Some(0)).expect("chown");
     let nobody = std::fs::metadata(&root).expect("stat");
@@ -420,21 +404,13 @@ fn a_rewind_run_as_root_gives_the_user_back_their_files() {
 /// gc of it, failed). D148.
 #[test]
 fn a_history_root_makes_or_adds_to_in_a_users_workspace_stays_theirs() {
-    if !common::is_root() {
-        common::skip_or_fail("running as another user needs root");
+    let Some(dir) = tmp_others_can_enter() else {
         return;
-    }
-    let dir = common::tmp();
-    common::chmod(dir.path(), 0o755);
+    };
     let root = dir.path().join("ws");
     // Over 64 KiB: an object file in a shard directory, not a ledger row.
     write(&root.join("big-a"), &vec![b'a'; 100_000]);
-    let st = Command::new("chown")
-        .args(["-R", "nobody:"])
-        .arg(&root)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    common::give_to_nobody(&root);
     let not_nobodys = |root: &Path| common::not_owned_by(&root.join(".rewind"), 65534);
     let bin = env!("CARGO_BIN_EXE_rewind");
     checkpoint_id(&root, &["by root"]);
@@ -485,12 +461,7 @@ fn what_a_checkpoint_could_not_read_is_kept_by_a_rewind_to_it() {
         skipped.contains(&"secret.js") && skipped.contains(&"dist"),
         "{v}"
     );
-    let st = Command::new("chown")
-        .args(["-R", "nobody:"])
-        .arg(root)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    common::give_to_nobody(root);
     nobody("echo b > a.txt");
     let out = nobody(&format!("{bin} --json rewind a"));
     assert!(out.status.success(), "{out:?}");
@@ -937,6 +908,18 @@ fn the_failpoint_stop_action_is_inert_without_the_env() {
     );
     assert!(out.status.success());
     assert!(rewind(dir.path(), &["list"]).status.success());
+}
+
+/// A temp directory that other users may enter, for a workspace the
+/// test gives to `nobody`; `None`, skipped, unless running as root.
+fn tmp_others_can_enter() -> Option<tempfile::TempDir> {
+    if !common::is_root() {
+        common::skip_or_fail("running as another user needs root");
+        return None;
+    }
+    let dir = common::tmp();
+    common::chmod(dir.path(), 0o755);
+    Some(dir)
 }
 
 /// Run `cmd` with `sh` as the user `nobody` in `root`; it must succeed.

@@ -828,21 +828,9 @@ fn a_stopped_view_daemon_is_reported_from_the_workspace_directory() {
     let m = mount_view(&ws, &view);
     let ws_arg = ws.display().to_string();
     let pid = m.status().pid;
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
-    let resume = Resume(pid);
+    let resume = Resume::after_stopping(pid);
     let limit = rewind_fuse::ANSWER_TIMEOUT * 4;
-    let out =
-        rewind_within(&["--json", "-C", &ws_arg, "doctor"], limit).expect("doctor did not hang");
-    assert!(
-        out.status.success(),
-        "doctor reports: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor json");
-    assert_eq!(doc["fuse"]["daemon_answers"], false, "{doc}");
-    assert_eq!(doc["fuse"]["daemon_pid"], pid, "{doc}");
-    assert_eq!(doc["ledger"]["integrity"], "ok", "and goes on: {doc}");
+    doctor_reports_stopped(&ws_arg, pid, limit);
     let out = rewind_within(&["-C", &ws_arg, "status"], limit).expect("status did not hang");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "status cannot go around it: {err}");
@@ -957,12 +945,7 @@ fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
     let Some((_lfs, ws)) = workspace(1, 1) else {
         return;
     };
-    let st = Command::new("chown")
-        .args(["-R", "nobody:"])
-        .arg(&ws)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    common::give_to_nobody(&ws);
     let Some(m) = MountGuard::new(&ws, &[]) else {
         return;
     };
@@ -1037,12 +1020,7 @@ fn entries_a_user_makes_in_roots_mount_are_theirs_with_their_mode() {
     let Some((_lfs, ws)) = workspace(1, 1) else {
         return;
     };
-    let st = Command::new("chown")
-        .args(["-R", "nobody:"])
-        .arg(&ws)
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    common::give_to_nobody(&ws);
     std::fs::create_dir(ws.join("shared")).expect("mkdir");
     std::os::unix::fs::chown(ws.join("shared"), Some(65534), Some(100)).expect("chown");
     std::fs::set_permissions(ws.join("shared"), std::fs::Permissions::from_mode(0o2775))
@@ -1802,6 +1780,32 @@ fn rewind_within(args: &[&str], limit: std::time::Duration) -> Option<std::proce
 /// assertion leaves nothing stopped behind.
 struct Resume(u32);
 
+impl Resume {
+    /// Stop the daemon `pid` (SIGSTOP) until the guard drops.
+    fn after_stopping(pid: u32) -> Resume {
+        // SAFETY: plain kill(2).
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+        Resume(pid)
+    }
+}
+
+/// `doctor` run on `ws_arg` while its daemon `pid` is stopped answers
+/// within `limit`, reports the silent daemon and goes on to check the
+/// ledger beside it (D99).
+fn doctor_reports_stopped(ws_arg: &str, pid: u32, limit: std::time::Duration) {
+    let out =
+        rewind_within(&["--json", "-C", ws_arg, "doctor"], limit).expect("doctor did not hang");
+    assert!(
+        out.status.success(),
+        "doctor reports: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+    assert_eq!(doc["fuse"]["daemon_answers"], false, "{doc}");
+    assert_eq!(doc["fuse"]["daemon_pid"], pid, "{doc}");
+    assert_eq!(doc["ledger"]["integrity"], "ok", "and goes on: {doc}");
+}
+
 impl Drop for Resume {
     fn drop(&mut self) {
         // SAFETY: plain kill(2).
@@ -1822,9 +1826,7 @@ fn a_stopped_daemon_is_reported_not_waited_for() {
     };
     let ws_arg = ws.display().to_string();
     let pid = m.status().pid;
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
-    let resume = Resume(pid);
+    let resume = Resume::after_stopping(pid);
     let limit = rewind_fuse::ANSWER_TIMEOUT * 4;
     let out = rewind_within(&["unmount", &ws_arg], limit).expect("unmount did not hang");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1834,17 +1836,7 @@ fn a_stopped_daemon_is_reported_not_waited_for() {
         "names the daemon and the fix: {err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    let out =
-        rewind_within(&["--json", "-C", &ws_arg, "doctor"], limit).expect("doctor did not hang");
-    assert!(
-        out.status.success(),
-        "doctor reports: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor json");
-    assert_eq!(doc["fuse"]["daemon_answers"], false, "{doc}");
-    assert_eq!(doc["fuse"]["daemon_pid"], pid, "{doc}");
-    assert_eq!(doc["ledger"]["integrity"], "ok", "and goes on: {doc}");
+    doctor_reports_stopped(&ws_arg, pid, limit);
     drop(resume);
     m.unmount();
 }

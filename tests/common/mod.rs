@@ -555,6 +555,17 @@ pub fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+/// `chown -R -h nobody: PATH`: the tree becomes the user nobody's, in
+/// its login group, symlinks themselves included.
+pub fn give_to_nobody(path: &Path) {
+    let st = std::process::Command::new("chown")
+        .args(["-R", "-h", "nobody:"])
+        .arg(path)
+        .status()
+        .expect("chown");
+    assert!(st.success(), "chown -R nobody: {}", path.display());
+}
+
 /// Every entry at or below `top` (symlinks not followed) whose owner is
 /// not `uid`, as "PATH (uid N)".
 pub fn not_owned_by(top: &Path, uid: u32) -> Vec<String> {
