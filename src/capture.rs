@@ -777,6 +777,9 @@ struct Walker<'a> {
     out: Mutex<Outputs>,
     counters: Counters,
     progress: &'a Progress,
+    /// As root in another user's workspace: that user, whose history this
+    /// is; what they could not read is left out (D152).
+    owner: Option<rewind_platform::UserAccess>,
 }
 
 /// Gitignore-syntax rules, anchored at the directory holding them.
@@ -842,6 +845,7 @@ pub fn capture(
         out: Mutex::new(Outputs::default()),
         counters: Counters::default(),
         progress,
+        owner: rewind_platform::UserAccess::owner_of(&root_meta),
     };
     let root_dir = root.try_clone().map_err(Error::os)?;
     let mut base = IgnoreStack::new();
@@ -1226,6 +1230,19 @@ impl Walker<'_> {
             .filter(|_| !vouched_by_mirror)
         {
             self.skip(&join(rel, nb), why);
+            return Ok(None);
+        }
+        if let Some(owner) = &self.owner
+            && !owner.may_read(&meta)
+        {
+            self.skip(
+                &join(rel, nb),
+                format!(
+                    "{} not readable by the workspace's owner (uid {}): root does not put it in their history",
+                    if meta.kind == EntryKind::Dir { "directory" } else { "file" },
+                    owner.uid()
+                ),
+            );
             return Ok(None);
         }
         let prev = cached_rec.filter(|r| r.vouches_for(&meta));

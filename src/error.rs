@@ -39,6 +39,15 @@ pub enum Error {
         state: PathBuf,
     },
 
+    /// What root's command server does not do for a workspace's owner
+    /// (D151): `path` is the workspace.
+    #[error("{}: {what}, which root's mount does not do for the workspace's owner: {fix}", path.display())]
+    RootOnly {
+        path: PathBuf,
+        what: String,
+        fix: String,
+    },
+
     #[error("{source}: {} is immutable or append-only (`lsattr -d` shows it; set with `chattr +i`/`+a`), which not even root can replace; `sudo chattr -i -a {}` if that is meant to change, then retry", locked.display(), locked.display())]
     Immutable {
         locked: PathBuf,
@@ -114,7 +123,7 @@ pub enum Error {
     #[error("cancelled by the caller before anything was committed: nothing changed")]
     Cancelled,
 
-    #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; `rewind verify --deep` lists what is damaged, and a checkpoint of a file holding those bytes stores them again", path.display())]
+    #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; `rewind verify --deep` lists what is damaged, and a checkpoint stores them again from a file holding them once its stat changed (`touch` it; an unchanged file is not read again)", path.display())]
     ObjectMissing { hash: String, path: PathBuf },
 }
 
@@ -206,6 +215,7 @@ impl Error {
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::NotOwner { .. } => "NOT_OWNER",
+            Error::RootOnly { .. } => "ROOT_ONLY",
             Error::Immutable { .. } => "IMMUTABLE",
             Error::ReadOnly { .. } => "READ_ONLY",
             Error::LedgerMissing { .. } => "LEDGER_MISSING",

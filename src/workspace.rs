@@ -288,6 +288,38 @@ pub fn check_label(label: &str) -> Result<()> {
     )))
 }
 
+/// The one workspace this process may open, while it runs commands for a
+/// workspace's owner in root's mount (D151): as root, a `-C`, a hook
+/// payload's `cwd` or a working directory elsewhere would otherwise open,
+/// checkpoint or rewind any workspace on the machine for that user.
+static CONFINED_TO: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Set by root's command server in the environment of the owner's
+/// `rewind mcp` (D151): the workspace it is confined to, and every
+/// process it starts.
+pub const CONFINE_VAR: &str = "REWIND_CONFINE";
+
+/// Confine this process to the workspace at `root` (canonical), or lift
+/// the confinement (`None`).
+pub fn confine(root: Option<PathBuf>) {
+    *CONFINED_TO.lock().unwrap_or_else(|p| p.into_inner()) = root;
+}
+
+/// Refuse `root` (canonical) when this process is confined to another
+/// workspace.
+pub(crate) fn check_confined(root: &Path) -> Result<()> {
+    match &*CONFINED_TO.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(only) if only != root => Err(Error::InvalidPath {
+            path: root.to_path_buf(),
+            reason: format!(
+                "is not the workspace {}, the only one root's mount there runs commands in for its owner: run rewind in that workspace, or as root (`sudo rewind`) for another one",
+                only.display()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl Workspace {
     /// The workspace that holds `start`: the nearest ancestor with a
     /// `.rewind/` directory.
@@ -305,8 +337,20 @@ impl Workspace {
         };
         start
             .ancestors()
-            .find(|p| rewind_fuse::socket_path(p).exists() || p.join(STATE_DIR).is_dir())
-            .map(Path::to_path_buf)
+            .find_map(|p| {
+                if rewind_fuse::socket_path(p).exists() || p.join(STATE_DIR).is_dir() {
+                    Some(Some(p.to_path_buf()))
+                } else if rewind_fuse::door_path(p).exists() {
+                    // Root's mount over another user's workspace: not one
+                    // this process opens (its commands go through the
+                    // door, D151), and no `.rewind/` above it is this
+                    // directory's.
+                    Some(None)
+                } else {
+                    None
+                }
+            })
+            .flatten()
     }
 
     /// Create `.rewind/` in `root` (idempotent), readable by its owner
@@ -314,6 +358,7 @@ impl Workspace {
     pub fn init(root: &Path, show_progress: bool) -> Result<(Workspace, bool)> {
         let root_path = std::fs::canonicalize(root)
             .map_err(|e| Error::os(rewind_platform::Error::new("open workspace", root, e)))?;
+        check_confined(&root_path)?;
         let root_dir = Dir::open(&root_path).map_err(Error::os)?;
         let created = match root_dir.mkdir(OsStr::new(STATE_DIR), 0o700) {
             Ok(()) => true,
@@ -397,6 +442,7 @@ impl Workspace {
                 )));
             }
         };
+        check_confined(&root_path)?;
         let mount = match MountLink::connect(&root_path)? {
             Some(m) => Some(m),
             None => Self::view_of(&root_path)?,

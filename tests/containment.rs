@@ -430,6 +430,85 @@ fn a_history_root_makes_or_adds_to_in_a_users_workspace_stays_theirs() {
     );
 }
 
+/// Root's checkpoint of a user's workspace leaves out what the user could
+/// not read: root's 0600 file and 0700 directory went into the history
+/// D148 gives the user, and their `diff --patch` printed the secret
+/// (helper-19). What the user can read by its owner's, group's or
+/// others' bits is captured as before, and a rewind keeps what was left
+/// out (D111). D152.
+#[test]
+fn root_keeps_out_of_a_users_history_what_the_user_could_not_read() {
+    let Some(dir) = tmp_others_can_enter() else {
+        return;
+    };
+    let root = dir.path().join("ws");
+    write(&root.join("mine.txt"), b"mine\n");
+    write(&root.join("notes.txt"), b"the user's own, 0400\n");
+    common::give_to_nobody(&root);
+    common::chmod(&root.join("notes.txt"), 0o400);
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    as_nobody(&root, &format!("{bin} checkpoint -q 'by nobody'"));
+    let token = "ROOT-SECRET-TOKEN-7c1";
+    write(&root.join("secret.env"), format!("{token}\n").as_bytes());
+    common::chmod(&root.join("secret.env"), 0o600);
+    write(
+        &root.join("private/key"),
+        format!("{token} in a dir\n").as_bytes(),
+    );
+    common::chmod(&root.join("private"), 0o700);
+    // Root's, but readable by nobody's group, or by everyone.
+    write(&root.join("team.txt"), b"for the group\n");
+    std::os::unix::fs::chown(root.join("team.txt"), Some(0), Some(65534)).expect("chown");
+    common::chmod(&root.join("team.txt"), 0o640);
+    write(&root.join("public.txt"), b"for everyone\n");
+    let ck = common::rewind_json(&root, &["checkpoint", "by root"]);
+    let skipped: Vec<&str> = ck["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .filter_map(|k| k["path"].as_str())
+        .collect();
+    assert!(
+        skipped.contains(&"secret.env") && skipped.contains(&"private"),
+        "{ck}"
+    );
+    for kept in ["mine.txt", "notes.txt", "team.txt", "public.txt"] {
+        assert!(!skipped.contains(&kept), "{kept}: {ck}");
+    }
+    let out = as_nobody(&root, &format!("{bin} diff --patch 'by nobody' 'by root'"));
+    let patch = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        patch.contains("+for the group") && !patch.contains(token),
+        "{patch}"
+    );
+    // Nowhere in the history: not in an object, not in the ledger.
+    let mut todo = vec![root.join(".rewind")];
+    while let Some(p) = todo.pop() {
+        for e in std::fs::read_dir(&p).expect("read_dir").flatten() {
+            let path = e.path();
+            if e.file_type().expect("type").is_dir() {
+                todo.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                assert!(
+                    !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+                    "{} holds root's secret",
+                    path.display()
+                );
+            }
+        }
+    }
+    // A rewind keeps what was left out.
+    let out = as_nobody(
+        &root,
+        &format!("echo changed > mine.txt && {bin} rewind 'by root' -q && cat mine.txt"),
+    );
+    assert_eq!(out.stdout, b"mine\n");
+    assert_eq!(
+        std::fs::read(root.join("secret.env")).expect("read"),
+        format!("{token}\n").as_bytes()
+    );
+}
+
 /// What a checkpoint skipped (a root-owned 0600 file, a root-owned 0700
 /// directory) is not in it; once it became readable (`sudo chown -R`), a
 /// rewind to that checkpoint deleted it, as if it had not existed then

@@ -963,17 +963,6 @@ fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
     ));
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, b"dir 0 file 0\nmore\n");
-    let out = nobody(&format!(
-        "cd '{}' && exec '{}' status",
-        ws.display(),
-        env!("CARGO_BIN_EXE_rewind")
-    ));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("mounted with `rewind mount` by another user"),
-        "{err}"
-    );
     // Root's rewind, run by the daemon, gives the user their files back
     // (D147): the restored file was root's, and the user's next `>>`
     // failed.
@@ -1006,6 +995,202 @@ fn a_mount_made_by_root_leaves_the_workspace_usable_by_its_owner() {
         env!("CARGO_BIN_EXE_rewind")
     ));
     assert!(out.status.success(), "{out:?}");
+}
+
+/// As `user` (with `su`), run the shell `script` in `dir`.
+fn as_user(user: &str, dir: &Path, script: &str) -> std::process::Output {
+    Command::new("su")
+        .args(["-s", "/bin/sh", user, "-c"])
+        .arg(format!("cd '{}' && {script}", dir.display()))
+        .current_dir("/")
+        .output()
+        .expect("su")
+}
+
+/// Root's `rewind mcp` processes started for an owner confined to `ws`.
+fn confined_mcp_servers(ws: &Path) -> Vec<u32> {
+    let want = format!("REWIND_CONFINE={}", ws.display()).into_bytes();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want))
+        })
+        .collect()
+}
+
+/// The owner of a workspace in root's mount runs rewind as usual, their
+/// agent's `rewind mcp` included: through a door only they may open,
+/// into root's command server, confined to that workspace (D151). Before,
+/// every command of theirs said "mounted by another user", so an agent
+/// running as the user could not checkpoint or rewind at all. Root does
+/// not write a file elsewhere, open another workspace or restore setuid
+/// bits for them; another user still gets the old answer.
+#[test]
+fn the_owner_runs_rewind_in_roots_mount_through_its_door() {
+    let Some((lfs, ws)) = workspace(1, 2) else {
+        return;
+    };
+    common::give_to_nobody(&ws);
+    // A workspace of root's beside it, which the owner's commands must not
+    // reach through root's server.
+    let other = lfs.subdir("roots");
+    write(&other.join("secret.txt"), b"root's\n");
+    let before = common::checkpoint_id(&other, &["root-base"]);
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    let nobody = |script: &str| as_user("nobody", &ws, script);
+
+    let out = nobody(&format!(
+        "'{bin}' checkpoint base -q && echo broken > d00/f00.txt && rm d00/f01.txt && '{bin}' status"
+    ));
+    assert!(out.status.success(), "{out:?}");
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains("M d00/f00.txt") && status.contains("D d00/f01.txt"),
+        "{status}"
+    );
+    let out = nobody(&format!(
+        "'{bin}' rewind base -q && cat d00/f00.txt d00/f01.txt && '{bin}' undo -q && cat d00/f00.txt"
+    ));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"dir 0 file 0\ndir 0 file 1\nbroken\n");
+    // What root restored for them is theirs (D147).
+    let out = nobody(&format!(
+        "'{bin}' rewind base -q && echo more >> d00/f01.txt"
+    ));
+    assert!(out.status.success(), "{out:?}");
+
+    // Refused, naming the workspace and the fix, nothing written.
+    for (cmd, says) in [
+        (
+            "anchor /tmp/rewind-owner-anchor",
+            "`anchor FILE` would write FILE as root",
+        ),
+        ("verify --anchor /etc/shadow", "would read FILE as root"),
+        ("rewind base --allow-setuid", "setuid"),
+    ] {
+        let out = nobody(&format!("'{bin}' --json {cmd}"));
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "ROOT_ONLY", "{cmd}");
+        let msg = v["error"]["message"].as_str().expect("message");
+        assert!(
+            msg.contains(says) && msg.contains(&*ws.to_string_lossy()),
+            "{cmd}: {msg}"
+        );
+    }
+    assert!(!Path::new("/tmp/rewind-owner-anchor").exists());
+    // A hook whose payload names root's other workspace: root's server
+    // would have checkpointed it.
+    let payload =
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "ls"}, "cwd": other});
+    let out = nobody(&format!(
+        "echo '{payload}' | '{bin}' --json hook pre-tool-use"
+    ));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hook json");
+    assert!(v["checkpoint"].is_null(), "{v}");
+    assert!(
+        v["warning"].as_str().is_some_and(
+            |w| w.contains("the only one root's mount there runs commands in for its owner")
+        ),
+        "{v}"
+    );
+    let list = rewind_json(&other, &["list"]);
+    assert_eq!(
+        list["checkpoints"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    assert_eq!(list["head"], before);
+
+    // Their agent's MCP server: a real session over stdio.
+    let mut mcp = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!("cd '{}' && exec '{bin}' mcp", ws.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mcp");
+    let mut stdin = mcp.stdin.take().expect("stdin");
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(mcp.stdout.take().expect("stdout")));
+    for msg in [
+        serde_json::json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}),
+        serde_json::json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        serde_json::json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"checkpoint","arguments":{"label":"by-the-agent"}}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    let answer = lines
+        .by_ref()
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l.expect("line")).expect("json"))
+        .find(|v| v["id"] == 2)
+        .expect("an answer to the checkpoint call");
+    assert_eq!(
+        answer["result"]["isError"],
+        serde_json::json!(false),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["label"], "by-the-agent",
+        "{answer}"
+    );
+    let servers = confined_mcp_servers(&ws);
+    assert_eq!(servers.len(), 1, "root's MCP server for the owner");
+    // The agent goes away without closing stdin: root's server goes too.
+    let client = Command::new("pgrep")
+        .args(["-u", "nobody", "-f", &format!("{bin} mcp")])
+        .output()
+        .expect("pgrep");
+    let pid = String::from_utf8_lossy(&client.stdout).trim().to_string();
+    assert!(!pid.is_empty(), "the owner's client");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let _ = mcp.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !confined_mcp_servers(&ws).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        confined_mcp_servers(&ws),
+        Vec::<u32>::new(),
+        "killed with its client"
+    );
+    drop(stdin);
+    let list = rewind_json(&ws, &["list"]);
+    assert!(
+        list["checkpoints"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .any(|c| c["label"] == "by-the-agent"),
+        "{list}"
+    );
+
+    // Anyone else: no door for them.
+    let out = as_user("daemon", &ws, &format!("exec '{bin}' status"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("mounted with `rewind mount` by another user"),
+        "{err}"
+    );
+    m.unmount();
+    assert!(
+        !rewind_fuse::door_path(&ws).exists(),
+        "the door goes with the mount"
+    );
 }
 
 /// In root's mount over a user's workspace, what the user makes is

@@ -66,11 +66,28 @@ pub fn command_socket_path(mountpoint: &Path) -> PathBuf {
     runtime_dir().join(format!("{}.cmd", key(mountpoint)))
 }
 
+/// Where root's command servers open a door for a workspace's owner
+/// (D151): root's runtime directory is closed to users (it holds the
+/// backing trees' bind mounts, which bypass the permissions of the
+/// directories above a workspace), so the door is a second name for the
+/// command socket in a directory anyone may pass through but not list,
+/// and only the owner may connect to.
+pub const DOORS_DIR: &str = "/run/rewind-owners";
+
+/// The door to the command server of root's mount at `mountpoint`, for
+/// the workspace's owner.
+pub fn door_path(mountpoint: &Path) -> PathBuf {
+    Path::new(DOORS_DIR).join(format!("{}.cmd", key(mountpoint)))
+}
+
 /// Remove the sockets a mount point's daemon leaves in the runtime
-/// directory (its own and its command server's).
+/// directory (its own and its command server's, and the owner's door).
 pub(crate) fn remove_sockets(mountpoint: &Path) {
     let _ = std::fs::remove_file(socket_path(mountpoint));
     let _ = std::fs::remove_file(command_socket_path(mountpoint));
+    if rustix::process::geteuid().is_root() {
+        let _ = std::fs::remove_file(door_path(mountpoint));
+    }
 }
 
 /// Where a mount over the workspace itself keeps the backing tree

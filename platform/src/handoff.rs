@@ -87,6 +87,12 @@ pub fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
     Ok(cred.pid.as_raw_nonzero().get() as u32)
 }
 
+/// The user the process at the other end of `sock` runs as (as of its
+/// connect).
+pub fn peer_uid(sock: &UnixStream) -> io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(sock)?.uid.as_raw())
+}
+
 /// Whether the process at the other end of `sock` runs as this one's
 /// effective user.
 pub fn peer_is_same_user(sock: &UnixStream) -> io::Result<bool> {
@@ -124,6 +130,33 @@ pub fn watch(
         Watched::HungUp
     } else {
         Watched::Incoming
+    })
+}
+
+/// How [`child_or_hangup`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The child exited (it is not reaped: wait for it).
+    Child,
+    /// The peer hung up first.
+    HungUp,
+}
+
+/// Wait until the child `pid` exits or the peer of `peer` hangs up,
+/// whichever comes first (a pidfd: no signal handler, no second thread).
+pub fn child_or_hangup(peer: BorrowedFd<'_>, pid: u32) -> io::Result<Ended> {
+    let pid = rustix::process::Pid::from_raw(pid as i32)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let child = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
+    let mut fds = [
+        PollFd::new(&child, PollFlags::IN),
+        PollFd::new(&peer, PollFlags::RDHUP),
+    ];
+    poll_retrying(&mut fds)?;
+    Ok(if !fds[0].revents().is_empty() {
+        Ended::Child
+    } else {
+        Ended::HungUp
     })
 }
 

@@ -85,3 +85,123 @@ fn tolerate_fixed_owners(r: Result<()>) -> Result<()> {
         r => r,
     }
 }
+
+/// A user whose read access root checks on their behalf (D152). Root's
+/// capture of a user's workspace read what the user could not (root's
+/// 0600 files in it), and stored it in the history D148 gives the user:
+/// their `diff --patch` then printed it. Root now leaves out what the
+/// workspace's owner could not read, as their own capture does (D143).
+///
+/// Groups are those `/etc/passwd` and `/etc/group` give the user (no
+/// other name service: a group found nowhere only skips more). POSIX
+/// ACLs are not consulted: the mode's group bits are their mask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserAccess {
+    uid: u32,
+    gids: Vec<u32>,
+}
+
+impl UserAccess {
+    /// As root, the owner of the directory `meta` describes, when that is
+    /// another user; `None` otherwise (a process reads as itself).
+    pub fn owner_of(meta: &crate::Meta) -> Option<UserAccess> {
+        (crate::is_root() && meta.uid != 0).then(|| UserAccess::of(meta.uid))
+    }
+
+    /// The user `uid` with the groups the files in /etc give them.
+    pub fn of(uid: u32) -> UserAccess {
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+        UserAccess::from_files(uid, &passwd, &groups)
+    }
+
+    fn from_files(uid: u32, passwd: &str, groups: &str) -> UserAccess {
+        let mut name = None;
+        let mut gids = Vec::new();
+        for line in passwd.lines() {
+            let f: Vec<&str> = line.split(':').collect();
+            if f.len() > 3 && f[2].parse() == Ok(uid) {
+                name = Some(f[0].to_string());
+                gids.extend(f[3].parse::<u32>().ok());
+                break;
+            }
+        }
+        if let Some(name) = name {
+            for line in groups.lines() {
+                let f: Vec<&str> = line.split(':').collect();
+                if f.len() > 3 && f[3].split(',').any(|m| m == name) {
+                    gids.extend(f[2].parse::<u32>().ok());
+                }
+            }
+        }
+        UserAccess { uid, gids }
+    }
+
+    /// Whether this user may read the entry `meta` describes (list and
+    /// enter it, for a directory). The kernel's rule: the owner's bits
+    /// for the owner, else the group's for a member, else the others'.
+    pub fn may_read(&self, meta: &crate::Meta) -> bool {
+        let need = match meta.kind {
+            crate::EntryKind::Symlink => return true,
+            crate::EntryKind::Dir => 0o5,
+            _ => 0o4,
+        };
+        let bits = if meta.uid == self.uid {
+            meta.mode >> 6
+        } else if self.gids.contains(&meta.gid) {
+            meta.mode >> 3
+        } else {
+            meta.mode
+        };
+        bits & need == need
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(kind: crate::EntryKind, mode: u32, uid: u32, gid: u32) -> crate::Meta {
+        crate::Meta {
+            kind,
+            mode,
+            size: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            dev: 0,
+            ino: 0,
+            nlink: 1,
+            allocated: 0,
+            uid,
+            gid,
+        }
+    }
+
+    #[test]
+    fn a_user_reads_by_the_owner_bits_then_a_groups_then_the_others() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n";
+        let groups = "root:x:0:\nalice:x:1000:\ndev:x:50:bob,alice\nops:x:60:bob\n";
+        let alice = UserAccess::from_files(1000, passwd, groups);
+        assert_eq!(alice.gids, vec![1000, 50]);
+        use crate::EntryKind::{Dir, File, Symlink};
+        assert!(alice.may_read(&meta(File, 0o400, 1000, 0)));
+        // The owner's bits rule the owner, even when others' would let in.
+        assert!(!alice.may_read(&meta(File, 0o044, 1000, 0)));
+        assert!(!alice.may_read(&meta(File, 0o600, 0, 0)));
+        assert!(alice.may_read(&meta(File, 0o640, 0, 50)));
+        assert!(!alice.may_read(&meta(File, 0o640, 0, 60)));
+        assert!(alice.may_read(&meta(File, 0o604, 0, 60)));
+        // A directory needs r and x.
+        assert!(!alice.may_read(&meta(Dir, 0o744, 0, 0)));
+        assert!(alice.may_read(&meta(Dir, 0o755, 0, 0)));
+        assert!(alice.may_read(&meta(Symlink, 0o777, 0, 0)));
+        // Unknown to /etc: the others' bits only.
+        let ghost = UserAccess::from_files(4242, passwd, groups);
+        assert!(ghost.gids.is_empty());
+        assert!(!ghost.may_read(&meta(File, 0o640, 0, 50)));
+    }
+}

@@ -35,14 +35,14 @@ pub use fsinfo::{
     FsInfo, FsKind, available_bytes, clone_support, mount_at, mounts_below, probe_clone,
 };
 pub use handoff::{
-    StdioSwap, Watched, peer_is_same_user, peer_pid, recv_all, recv_with_fds, send_with_fds,
-    send_with_stdio, set_umask, wait_readable, watch,
+    Ended, StdioSwap, Watched, child_or_hangup, peer_is_same_user, peer_pid, peer_uid, recv_all,
+    recv_with_fds, send_with_fds, send_with_stdio, set_umask, wait_readable, watch,
 };
-pub use heir::Heir;
+pub use heir::{Heir, UserAccess};
 pub use lock::LockFile;
 pub use process::{
     credentials, euid, holders, is_root, kill_self, new_session, report_sigbus, sigbus_json,
-    stop_self,
+    spawn_tied, stop_self,
 };
 pub use system::{boot_id, clocks_ns, dirty_bytes};
 pub use xattr::Xattr;

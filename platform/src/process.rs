@@ -139,3 +139,28 @@ extern "C" fn on_sigbus(_: libc::c_int) {
     // SAFETY: _exit skips atexit handlers and destructors, as a kill would.
     unsafe { libc::_exit(1) }
 }
+
+/// Start `cmd` with umask `umask`, dying with the thread that calls this
+/// (`PR_SET_PDEATHSIG`): a process started for a client lives no longer
+/// than the thread that watches that client.
+pub fn spawn_tied(
+    cmd: &mut std::process::Command,
+    umask: u32,
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure makes raw system calls only (rustix), which are
+    // async-signal-safe, and touches no memory the parent shares.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            // The parent died before the line above: no one would kill it.
+            if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
+                return Err(std::io::Error::other("the parent is gone"));
+            }
+            rustix::process::umask(rustix::fs::Mode::from_raw_mode(umask));
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}

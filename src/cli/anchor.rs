@@ -10,6 +10,14 @@ pub struct Args {
     file: Option<PathBuf>,
 }
 
+impl Args {
+    /// Whether it writes a file (D151 refuses that to an owner in root's
+    /// mount).
+    pub(crate) fn writes_file(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
 /// Export the chain head (seq + hash) to keep somewhere the agent cannot
 /// reach; `verify --anchor FILE` then detects truncation and rewriting.
 ///

@@ -119,7 +119,7 @@ enum Command {
 /// this process (D93). Not: those that set up or tear down (init, mount,
 /// unmount, integrate), diagnose this process's own abilities (doctor),
 /// run long or serve (gc, du, mcp, the background verbs).
-const SERVER_VERBS: &[&str] = &[
+pub(crate) const SERVER_VERBS: &[&str] = &[
     "checkpoint",
     "list",
     "status",
@@ -269,7 +269,10 @@ impl Ctx {
     /// still current, else opened.
     fn reuse_or_open(&self, root: &std::path::Path) -> Result<Workspace> {
         match self.warm.as_ref().and_then(|w| w.take(root)) {
-            Some(ws) => Ok(ws),
+            Some(ws) => {
+                crate::workspace::check_confined(ws.root_path())?;
+                Ok(ws)
+            }
             None => Workspace::open(root, self.progress()),
         }
     }
@@ -310,6 +313,9 @@ const SIGBUS_JSON: &[u8] = b"{\"version\":1,\"error\":{\"code\":\"NO_SPACE\",\"m
 /// and map errors to exit codes.
 pub fn main() -> i32 {
     rewind_platform::report_sigbus(SIGBUS_HUMAN, SIGBUS_JSON);
+    if let Some(root) = std::env::var_os(crate::workspace::CONFINE_VAR) {
+        crate::workspace::confine(Some(root.into()));
+    }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let json = args.iter().any(|a| a == "--json");
     rewind_platform::sigbus_json(json);
@@ -328,11 +334,9 @@ pub fn main() -> i32 {
             _ => PathBuf::from("/"),
         },
     };
-    if let Some((verb, dir)) = scanned
-        && SERVER_VERBS.iter().any(|v| verb == *v)
-    {
+    if let Some((verb, dir)) = scanned {
         let start = dir.map_or_else(|| cwd.clone(), |d| cwd.join(d));
-        if let Some(code) = serve::forward(&start, &cwd, args.clone()) {
+        if let Some(code) = serve::forward(&start, &cwd, verb, args.clone()) {
             return code;
         }
     }
@@ -344,12 +348,14 @@ pub fn main() -> i32 {
 }
 
 /// A command handed over by a client of the command server (D93).
-/// `parser`: the CLI's definition, built once per server.
+/// `parser`: the CLI's definition, built once per server. `confine`: the
+/// workspace of root's mount whose owner sent it (D151).
 fn run_forwarded(
     args: Vec<std::ffi::OsString>,
     cwd: PathBuf,
     warm: &WarmSlot,
     parser: &mut clap::Command,
+    confine: Option<&Path>,
 ) -> i32 {
     use clap::FromArgMatches;
     let json = args.iter().any(|a| a == "--json");
@@ -358,8 +364,62 @@ fn run_forwarded(
         .try_get_matches_from_mut(args)
         .and_then(|m| Cli::from_arg_matches(&m))
     {
-        Ok(cli) => run(cli, cwd, Some(warm.clone())),
+        Ok(cli) => match confine {
+            None => run(cli, cwd, Some(warm.clone())),
+            Some(root) => run_for_owner(cli, cwd, warm, root),
+        },
         Err(e) => usage_error(e, json),
+    }
+}
+
+/// The command of the owner of the workspace `root`, in root's command
+/// server (D151): only in that workspace, and nothing that would read
+/// or write elsewhere, or make a setuid file, as root.
+fn run_for_owner(cli: Cli, cwd: PathBuf, warm: &WarmSlot, root: &Path) -> i32 {
+    if let Some((what, fix)) = root_only(&cli.command) {
+        let e = Error::RootOnly {
+            path: root.to_path_buf(),
+            what: what.into(),
+            fix: fix.into(),
+        };
+        report(cli.json, &e);
+        return e.exit_code();
+    }
+    crate::workspace::confine(Some(root.to_path_buf()));
+    let code = run(cli, cwd, Some(warm.clone()));
+    crate::workspace::confine(None);
+    code
+}
+
+/// What root's command server does not do for a workspace's owner
+/// (D151), and what to do instead; `None`: it does this.
+fn root_only(command: &Command) -> Option<(&'static str, &'static str)> {
+    const SETUID: (&str, &str) = (
+        "restoring setuid and setgid bits (`--allow-setuid`) as root could make a setuid file of root's",
+        "leave the flag out (the bits are dropped and listed), or run it with sudo",
+    );
+    match command {
+        Command::Checkpoint(_)
+        | Command::List(_)
+        | Command::Status
+        | Command::Diff(_)
+        | Command::Guard(_)
+        | Command::Effects(_)
+        | Command::Hook(_)
+        | Command::Du
+        | Command::Gc(_) => None,
+        Command::Rewind(a) | Command::Replay(a) => a.allows_setuid().then_some(SETUID),
+        Command::Undo(a) => a.allows_setuid().then_some(SETUID),
+        Command::Restore(a) => a.allows_setuid().then_some(SETUID),
+        Command::Anchor(a) => a.writes_file().then_some((
+            "`anchor FILE` would write FILE as root",
+            "`rewind anchor > FILE` writes it as you; or run it with sudo",
+        )),
+        Command::Verify(a) => a.anchor.is_some().then_some((
+            "`verify --anchor FILE` would read FILE as root",
+            "run it with sudo",
+        )),
+        _ => Some(("this verb runs as root", "run it with sudo")),
     }
 }
 
@@ -458,7 +518,7 @@ fn cwd_gone(e: &std::io::Error, json: bool) -> i32 {
 
 /// The rewind mount `path` is in, when its daemon is not this user's to
 /// reach (its `.rewind/` is hidden, so no workspace is found there).
-fn mounted_by_another_user(path: &std::path::Path) -> Option<PathBuf> {
+pub(crate) fn mounted_by_another_user(path: &std::path::Path) -> Option<PathBuf> {
     path.ancestors()
         .find(|a| rewind_fuse::is_rewind_mount(a))
         .filter(|a| !rewind_fuse::socket_path(a).exists())

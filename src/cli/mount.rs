@@ -70,6 +70,17 @@ fn target(ctx: &Ctx, dir: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
+/// The user root's mount over `root` opens a door for (D151): the
+/// workspace's owner, when that is not root. A view is its maker's alone.
+fn door_owner(root: &Path, view: bool) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    if view || !rewind_platform::is_root() {
+        return None;
+    }
+    let uid = std::fs::metadata(root).ok()?.uid();
+    (uid != 0).then_some(uid)
+}
+
 pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let root = target(ctx, a.dir.as_deref())?;
     // Opening checks it is a workspace, finishes an interrupted rewind and
@@ -114,7 +125,10 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let opts = rewind_fuse::ServeOptions {
         view: view.clone(),
         passthrough: !a.no_passthrough && rewind_fuse::ServeOptions::default().passthrough,
-        companion: Some(super::serve::companion(&mountpoint)?),
+        companion: Some(super::serve::companion(
+            &mountpoint,
+            door_owner(&root, view.is_some()),
+        )?),
         failpoint: crate::failpoint::hit,
         ..Default::default()
     };

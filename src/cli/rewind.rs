@@ -61,6 +61,26 @@ pub struct RestoreArgs {
     paths: Vec<PathBuf>,
 }
 
+impl Args {
+    /// Whether it restores setuid/setgid bits (D151 refuses that to an
+    /// owner in root's mount).
+    pub(crate) fn allows_setuid(&self) -> bool {
+        self.common.allow_setuid
+    }
+}
+
+impl UndoArgs {
+    pub(crate) fn allows_setuid(&self) -> bool {
+        self.common.allow_setuid
+    }
+}
+
+impl RestoreArgs {
+    pub(crate) fn allows_setuid(&self) -> bool {
+        self.common.allow_setuid
+    }
+}
+
 pub fn run(ctx: &Ctx, op: Op, args: Args) -> Result<()> {
     let mut ws = ctx.workspace()?;
     let r = engine::run(&mut ws, op, &args.id, &args.common.options())?;
@@ -122,10 +142,17 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             ));
             return s;
         }
-        s.push_str(&format!(
-            "{} to {}: {} written, {} deleted in {} ms",
-            r.op, r.rewound_to, r.changes.written, r.changes.deleted, r.duration_ms
-        ));
+        if r.safety_checkpoint.is_none() && r.plan.is_empty() {
+            s.push_str(&format!(
+                "{} to {}: the tree already equals it; nothing done, nothing recorded (`rewind undo` still undoes the last change)",
+                r.op, r.rewound_to
+            ));
+        } else {
+            s.push_str(&format!(
+                "{} to {}: {} written, {} deleted in {} ms",
+                r.op, r.rewound_to, r.changes.written, r.changes.deleted, r.duration_ms
+            ));
+        }
         if let Some(safety) = &r.safety_checkpoint {
             s.push_str(&format!(
                 "\nthe previous tree is saved as {safety} (`rewind undo` goes back)"

@@ -28,6 +28,16 @@
 //!    sets a `REWIND_*` variable commands read (tracing, failpoints,
 //!    engine overrides, `REWIND_IN_PROCESS`) runs in its own process, and
 //!    so does one whose executable is not the server's (after an upgrade).
+//! 5. Root's server over a user's workspace lets that user in (D151), and
+//!    them alone, through a door only they may open: their commands could
+//!    not run anywhere else (the history is hidden by the mount, and the
+//!    backing tree is in root's runtime directory). What root does for
+//!    them stays in their workspace: every workspace but this one is
+//!    refused, and so is what would read or write a file elsewhere as
+//!    root (`anchor FILE`, `verify --anchor`) or restore setuid bits
+//!    (`--allow-setuid`). Their `rewind mcp` is started as a process of
+//!    its own, confined the same way and killed when they hang up, and a
+//!    busy server makes their command wait instead of running alone.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -54,6 +64,29 @@ pub struct Args {
     /// Listen here
     #[arg(long)]
     socket: PathBuf,
+    /// Root's mount over a user's workspace: let this user (its owner) in
+    /// too, through a door in /run/rewind-owners (rule 5)
+    #[arg(long, value_name = "UID", requires = "workspace")]
+    owner: Option<u32>,
+    /// The mount point: the door's name, and the one workspace the
+    /// owner's commands may open
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+}
+
+/// Root's door for a workspace's owner (rule 5).
+struct Door {
+    owner: u32,
+    workspace: PathBuf,
+}
+
+/// Who sent a command.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// This server's own user.
+    Same,
+    /// The owner of the workspace root's mount serves (rule 5).
+    Owner,
 }
 
 const PROTOCOL: u8 = 1;
@@ -83,8 +116,9 @@ fn env_allows_forwarding() -> bool {
     })
 }
 
-/// The daemon's description of the server it keeps beside a mount.
-pub fn companion(mountpoint: &Path) -> Result<rewind_fuse::Companion> {
+/// The daemon's description of the server it keeps beside a mount;
+/// `owner`: root's mount over this user's workspace (rule 5).
+pub fn companion(mountpoint: &Path, owner: Option<u32>) -> Result<rewind_fuse::Companion> {
     let program = std::env::current_exe()
         .map_err(|e| Error::Os(rewind_platform::Error::new("find", "the rewind binary", e)))?;
     // The server reads no `REWIND_*` variable the daemon was started with
@@ -94,15 +128,20 @@ pub fn companion(mountpoint: &Path) -> Result<rewind_fuse::Companion> {
         .map(|(k, _)| (k, None))
         .collect();
     env.push((IN_PROCESS_VAR.into(), Some("1".into())));
-    Ok(rewind_fuse::Companion {
-        program,
-        args: vec![
-            VERB.into(),
-            "--socket".into(),
-            rewind_fuse::command_socket_path(mountpoint).into(),
-        ],
-        env,
-    })
+    let mut args: Vec<OsString> = vec![
+        VERB.into(),
+        "--socket".into(),
+        rewind_fuse::command_socket_path(mountpoint).into(),
+    ];
+    if let Some(uid) = owner {
+        args.extend([
+            "--owner".into(),
+            uid.to_string().into(),
+            "--workspace".into(),
+            mountpoint.into(),
+        ]);
+    }
+    Ok(rewind_fuse::Companion { program, args, env })
 }
 
 /// Identity of the running executable: a server started from another
@@ -170,16 +209,41 @@ impl Request {
     }
 }
 
+/// Verbs the workspace's owner may hand to root's server (rule 5): the
+/// server's own (D93), and those that otherwise run in their own
+/// process but cannot for this user (`mcp` gets a process of its own).
+const OWNER_VERBS: &[&str] = &["gc", "du", "mcp"];
+
+/// How long the owner's command waits for root's busy server (rule 5)
+/// before giving up.
+const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Run this command in the server of the mount `start` is in, if there is
 /// one and it takes it; `None`: run it in this process (rule 2).
-pub fn forward(start: &Path, cwd: &Path, args: Vec<OsString>) -> Option<i32> {
+/// `verb`: a command-server verb (D93), or one of [`OWNER_VERBS`].
+pub fn forward(
+    start: &Path,
+    cwd: &Path,
+    verb: &std::ffi::OsStr,
+    args: Vec<OsString>,
+) -> Option<i32> {
     // A relative cwd (the real one was unreadable) would name the
     // server's directory instead.
-    if !env_allows_forwarding() || !cwd.is_absolute() {
+    let server_verb = super::SERVER_VERBS.iter().any(|v| verb == *v);
+    if !(server_verb || OWNER_VERBS.iter().any(|v| verb == *v))
+        || !env_allows_forwarding()
+        || !cwd.is_absolute()
+    {
         return None;
     }
-    let root = Workspace::discover(start)?;
-    let sock = UnixStream::connect(rewind_fuse::command_socket_path(&root)).ok()?;
+    let (socket, root, door) = match Workspace::discover(start) {
+        Some(root) if server_verb => (rewind_fuse::command_socket_path(&root), root, false),
+        Some(_) => return None,
+        None => {
+            let mp = super::mounted_by_another_user(start)?;
+            (rewind_fuse::door_path(&mp), mp, true)
+        }
+    };
     let umask = rewind_platform::set_umask(0o022);
     rewind_platform::set_umask(umask);
     let req = Request {
@@ -187,23 +251,35 @@ pub fn forward(start: &Path, cwd: &Path, args: Vec<OsString>) -> Option<i32> {
         umask,
         cwd: cwd.to_path_buf(),
         args,
-    };
-    rewind_platform::send_with_stdio(&sock, &req.encode()).ok()?;
-    // "Accepted" and the exit code in one wakeup; a server that closes
-    // before accepting never ran the command (rule 2).
-    let mut answer = [0u8; 5];
-    match rewind_platform::recv_all(&sock, &mut answer) {
-        Ok(5) if answer[0] == ACCEPTED => Some(i32::from_le_bytes([
-            answer[1], answer[2], answer[3], answer[4],
-        ])),
-        Ok(n) if n >= 1 && answer[0] == ACCEPTED => {
-            eprintln!(
-                "rewind: error: the command server of {} stopped while running this command (killed or crashed); like a killed command, it may have left it unfinished: the next command finishes an interrupted rewind; run it again",
-                root.display()
-            );
-            Some(1)
+    }
+    .encode();
+    let waited = std::time::Instant::now();
+    loop {
+        let sock = UnixStream::connect(&socket).ok()?;
+        rewind_platform::send_with_stdio(&sock, &req).ok()?;
+        // "Accepted" and the exit code in one wakeup; a server that closes
+        // before accepting never ran the command (rule 2).
+        let mut answer = [0u8; 5];
+        match rewind_platform::recv_all(&sock, &mut answer) {
+            Ok(5) if answer[0] == ACCEPTED => {
+                return Some(i32::from_le_bytes([
+                    answer[1], answer[2], answer[3], answer[4],
+                ]));
+            }
+            Ok(n) if n >= 1 && answer[0] == ACCEPTED => {
+                eprintln!(
+                    "rewind: error: the command server of {} stopped while running this command (killed or crashed); like a killed command, it may have left it unfinished: the next command finishes an interrupted rewind; run it again",
+                    root.display()
+                );
+                return Some(1);
+            }
+            // The owner's command cannot run in its own process: it waits
+            // for root's server (rule 5).
+            Ok(n) if n >= 1 && answer[0] == BUSY && door && waited.elapsed() < OWNER_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => return None,
         }
-        _ => None,
     }
 }
 
@@ -219,7 +295,13 @@ pub fn server_pid(mountpoint: &Path) -> Option<u32> {
 /// mount daemon, not by hand).
 pub fn run(a: Args) -> Result<()> {
     let os = |op, e| Error::Os(rewind_platform::Error::new(op, &a.socket, e));
-    let listener = listen(&a.socket)?;
+    let door = match (a.owner, a.workspace) {
+        (Some(owner), Some(workspace)) if owner != rewind_platform::euid() => {
+            Some(Door { owner, workspace })
+        }
+        _ => None,
+    };
+    let listener = listen(&a.socket, door.as_ref())?;
     // Both threads wait with poll and accept without blocking: whichever
     // loses the race for a connection just waits again.
     listener
@@ -233,6 +315,7 @@ pub fn run(a: Args) -> Result<()> {
         program: std::env::current_exe().ok(),
         parser: <super::Cli as clap::CommandFactory>::command(),
         watcher,
+        door,
     };
     loop {
         rewind_platform::wait_readable(listener.as_fd()).map_err(|e| os("listen on", e))?;
@@ -287,29 +370,75 @@ fn watch_one(client: &UnixStream, woken: &UnixStream, listener: &UnixListener) {
 
 /// Bound under a temporary name and renamed into place, so a client never
 /// connects to a socket nobody listens on yet.
-fn listen(path: &Path) -> Result<UnixListener> {
+fn listen(path: &Path, door: Option<&Door>) -> Result<UnixListener> {
     let os = |op, p: &Path, e| Error::Os(rewind_platform::Error::new(op, p, e));
     let tmp = path.with_extension(format!("cmd.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let l = UnixListener::bind(&tmp).map_err(|e| os("listen on", &tmp, e))?;
     std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(|e| os("chmod", &tmp, e))?;
+    if let Some(d) = door {
+        // Root's own commands go on without it.
+        if let Err(e) = open_door(&tmp, d) {
+            eprintln!(
+                "rewind: serve-commands: no door for the workspace's owner (uid {}): {e}; their commands say to use sudo",
+                d.owner
+            );
+        }
+    }
     std::fs::rename(&tmp, path).map_err(|e| os("listen on", path, e))?;
     Ok(l)
 }
 
+/// Give the socket at `sock` to the workspace's owner (connecting needs
+/// write permission on it; its mode stays 0600) and link it into
+/// [`rewind_fuse::DOORS_DIR`], which anyone may pass through and no one
+/// but root may list or write (rule 5).
+fn open_door(sock: &Path, d: &Door) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let os = |op, p: &Path, e| Error::Os(rewind_platform::Error::new(op, p, e));
+    let dir = Path::new(rewind_fuse::DOORS_DIR);
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(os("create", dir, e)),
+    }
+    let md = std::fs::symlink_metadata(dir).map_err(|e| os("stat", dir, e))?;
+    if !md.is_dir() || md.uid() != 0 {
+        return Err(os(
+            "use",
+            dir,
+            std::io::Error::other("is not a directory of root's"),
+        ));
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| os("chmod", dir, e))?;
+    std::os::unix::fs::chown(sock, Some(d.owner), None).map_err(|e| os("chown", sock, e))?;
+    let door = rewind_fuse::door_path(&d.workspace);
+    let tmp = door.with_extension(format!("cmd.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::hard_link(sock, &tmp).map_err(|e| os("link", &tmp, e))?;
+    std::fs::rename(&tmp, &door).map_err(|e| os("open the door at", &door, e))
+}
+
 /// What came on a connection.
 enum Received {
-    Run(Request, [OwnedFd; 3]),
+    Run(Request, [OwnedFd; 3], Caller),
     /// A request from another build (its executable's identity).
     OtherBuild([u64; 3]),
 }
 
-/// The request on `conn`, if it is one.
-fn receive(conn: &UnixStream, exe: [u64; 3]) -> Option<Received> {
-    if !rewind_platform::peer_is_same_user(conn).ok()? {
+/// The request on `conn`, if it is one from this server's user or the
+/// owner it opened its door to.
+fn receive(conn: &UnixStream, exe: [u64; 3], door: Option<&Door>) -> Option<Received> {
+    let uid = rewind_platform::peer_uid(conn).ok()?;
+    let caller = if uid == rewind_platform::euid() {
+        Caller::Same
+    } else if door.is_some_and(|d| d.owner == uid) {
+        Caller::Owner
+    } else {
         return None;
-    }
+    };
     let mut len = [0u8; 4];
     let fds = rewind_platform::recv_with_fds(conn, &mut len).ok()?;
     let n = u32::from_le_bytes(len) as usize;
@@ -323,7 +452,7 @@ fn receive(conn: &UnixStream, exe: [u64; 3]) -> Option<Received> {
         return Some(Received::OtherBuild(req.exe));
     }
     let fds: [OwnedFd; 3] = fds.try_into().ok()?;
-    Some(Received::Run(req, fds))
+    Some(Received::Run(req, fds, caller))
 }
 
 /// What the server keeps between commands.
@@ -336,13 +465,14 @@ struct Server {
     /// The CLI's parser: built once, not per command.
     parser: clap::Command,
     watcher: Watcher,
+    door: Option<Door>,
 }
 
 impl Server {
     fn serve_one(&mut self, mut conn: UnixStream) {
         let (warm, watcher) = (&self.warm, &self.watcher);
-        let (req, stdio) = match receive(&conn, self.exe) {
-            Some(Received::Run(req, stdio)) => (req, stdio),
+        let (req, stdio, caller) = match receive(&conn, self.exe, self.door.as_ref()) {
+            Some(Received::Run(req, stdio, caller)) => (req, stdio, caller),
             Some(Received::OtherBuild(theirs)) => {
                 let _ = conn.write_all(&[REFUSED]);
                 // The binary this server was started from was replaced
@@ -359,6 +489,18 @@ impl Server {
                 return;
             }
         };
+        // Only the owner gets here with `mcp` (their own one runs in their
+        // process).
+        let confine = match (caller, &self.door) {
+            (Caller::Owner, Some(d)) => Some(d.workspace.as_path()),
+            _ => None,
+        };
+        if let Some(workspace) = confine
+            && super::scan_command_line(&req.args).is_some_and(|(verb, _)| verb == "mcp")
+        {
+            self.start_mcp(conn, req, stdio, workspace);
+            return;
+        }
         let Ok(watched) = conn.try_clone() else {
             let _ = conn.write_all(&[REFUSED]);
             return;
@@ -377,7 +519,7 @@ impl Server {
         let code = match rewind_platform::StdioSwap::new(&stdio) {
             Ok(_swap) => {
                 let umask = rewind_platform::set_umask(req.umask);
-                let code = super::run_forwarded(req.args, req.cwd, warm, &mut self.parser);
+                let code = super::run_forwarded(req.args, req.cwd, warm, &mut self.parser, confine);
                 rewind_platform::set_umask(umask);
                 code
             }
@@ -393,6 +535,54 @@ impl Server {
             warm.clear();
         }
         let _ = conn.write_all(&code.to_le_bytes());
+    }
+
+    /// The owner's `rewind mcp` (rule 5): a process of its own, on their
+    /// streams, confined to `workspace`, killed when they hang up; this
+    /// server goes on serving commands meanwhile.
+    fn start_mcp(&self, mut conn: UnixStream, req: Request, stdio: [OwnedFd; 3], workspace: &Path) {
+        let Some(program) = self.program.clone() else {
+            let _ = conn.write_all(&[REFUSED]);
+            return;
+        };
+        let [stdin, stdout, stderr] = stdio;
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(req.args.iter().skip(1))
+            .current_dir(&req.cwd)
+            .env(crate::workspace::CONFINE_VAR, workspace)
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(stderr);
+        let umask = req.umask;
+        // The thread that watches the client starts the server: it dies
+        // with that thread (rule 1).
+        let _ = std::thread::Builder::new()
+            .name("rewind-mcp".into())
+            .spawn(move || {
+                let mut child = match rewind_platform::spawn_tied(&mut cmd, umask) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!(
+                            "rewind: serve-commands: cannot start the owner's MCP server: {e}"
+                        );
+                        let _ = conn.write_all(&[REFUSED]);
+                        return;
+                    }
+                };
+                if conn.write_all(&[ACCEPTED]).is_err() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return;
+                }
+                match rewind_platform::child_or_hangup(conn.as_fd(), child.id()) {
+                    Ok(rewind_platform::Ended::Child) => {}
+                    Ok(rewind_platform::Ended::HungUp) | Err(_) => {
+                        let _ = child.kill();
+                    }
+                }
+                let code = child.wait().ok().and_then(|s| s.code()).unwrap_or(1);
+                let _ = conn.write_all(&code.to_le_bytes());
+            });
     }
 }
 
