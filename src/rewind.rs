@@ -67,7 +67,7 @@ pub struct RewindOptions {
     pub paths: Vec<Vec<u8>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Written {
     pub written: u64,
     pub deleted: u64,
@@ -337,12 +337,34 @@ fn run_to(
             .collect();
         (changes, here)
     };
+    // Nothing to do (a retried rewind, a second `undo` of nothing): no
+    // safety checkpoint, no operation. Recorded, it became the last
+    // operation, so `undo` led only to the tree it already was, and the
+    // safety checkpoint of the rewind before it, where the agent's work
+    // was, lost the protection gc gives the last one (helper-19).
+    if changes.is_empty() {
+        return Ok(RewindReport {
+            op: op.as_str(),
+            rewound_to: target.id.clone(),
+            safety_checkpoint: None,
+            head: head.map(|h| h.id),
+            dry_run: false,
+            plan_fingerprint: fp,
+            changes: Written::default(),
+            plan: Vec::new(),
+            kept: kept_skipped,
+            setuid_stripped: Vec::new(),
+            effects_not_undone: Vec::new(),
+            duration_ms: started.elapsed().as_millis() as u64,
+        });
+    }
     let safety_changes = content_changes(&trees, head.as_ref(), &cap.root)?;
     let overlay = trees.into_overlay();
     {
         let _t = crate::trace::span("check space, sync state");
         check_space(ws, &changes)?;
         check_objects(ws, &target, &changes)?;
+        store_what_the_plan_replaces(ws, &cap, &changes)?;
         ws.sync_state(&mut cap)?;
     }
     let before = match before_is_durable {
@@ -573,6 +595,64 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
                 path: ws.root_path().join(std::ffi::OsStr::from_bytes(&c.path)),
             });
         }
+    }
+    Ok(())
+}
+
+/// The live files a plan replaces or deletes are in the store before
+/// anything changes: the safety checkpoint is then their only copy. The
+/// capture trusts the stat cache for a file it saw before and does not
+/// store it again, so one whose object had gone from the store (deleted
+/// by hand, a partial copy of `.rewind/`) was overwritten with no copy
+/// anywhere, and even a checkpoint did not store it again (helper-19,
+/// D154). It is stored again from the live file, which must still hash
+/// to what the capture recorded, and synced. Small files live in the
+/// ledger's rows and a removed directory's files are not looked at: only
+/// a damaged ledger loses the one, and the other were stored when first
+/// seen unless their objects went too.
+fn store_what_the_plan_replaces(
+    ws: &Workspace,
+    cap: &crate::capture::Capture,
+    changes: &[Change],
+) -> Result<()> {
+    let mut stored = Vec::new();
+    for c in changes {
+        let Some(e) = c.old.as_ref() else { continue };
+        let crate::tree::Target::Object(hash) = &e.target else {
+            continue;
+        };
+        // A chunked object this capture stored: its chunk list is
+        // committed with it, below.
+        let stored_now = || cap.manifests.iter().any(|(h, _)| h == hash);
+        if e.size < crate::blobs::INLINE_MAX || stored_now() || ws.store().contains(hash, e.size)? {
+            continue;
+        }
+        let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(&c.path));
+        let missing = || Error::ObjectMissing {
+            hash: hash.to_hex(),
+            path: ws.root_path().join(rel),
+        };
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Err(missing());
+        };
+        let dir = ws.root_dir().open_beneath(parent).map_err(Error::os)?;
+        let (file, _) = dir.open_read(name).map_err(Error::os)?;
+        let blobs = crate::blobs::BlobWriter::new(ws.ledger().path());
+        let ingested = ws.store().ingest(&file, e.size, &blobs, None)?;
+        if ingested.hash != *hash {
+            // Not what the capture saw: no copy of that content is left.
+            return Err(missing());
+        }
+        match (ingested.stored, ingested.unsynced_chunks) {
+            (crate::objects::Stored::Chunked, Some(chunks)) => stored.extend(chunks),
+            (crate::objects::Stored::Chunked, None) => {
+                stored.extend(ws.store().chunks_of(hash)?.unwrap_or_default())
+            }
+            _ => stored.push(*hash),
+        }
+    }
+    if !stored.is_empty() {
+        ws.store().sync_objects(&stored, 1)?;
     }
     Ok(())
 }

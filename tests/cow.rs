@@ -238,6 +238,46 @@ fn an_object_damaged_in_place_is_refused_not_restored() {
     );
 }
 
+/// The live file a rewind replaces, whose object went missing from the
+/// store (deleted by hand, a partial copy of `.rewind/`), was overwritten
+/// with no copy left: the safety capture trusted the stat cache and did
+/// not store it again, so `undo` then failed OBJECT_MISSING (helper-19).
+/// The rewind stores it again before it changes anything (D154), and
+/// `undo` brings it back.
+#[test]
+fn a_rewind_stores_again_the_live_file_whose_object_went_missing() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let path = root.join("big");
+    let first: Vec<u8> = (0..60_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(&path, &first).expect("write");
+    let c1 = rewind_json(root, &["checkpoint", "c1"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let work: Vec<u8> = (0..60_000u32)
+        .flat_map(|i| (i ^ 0x5a5a).to_le_bytes())
+        .collect();
+    std::fs::write(&path, &work).expect("edit");
+    rewind_json(root, &["checkpoint", "c2"]);
+    let hex = ::rewind::hash::Hash::of(&work).to_hex();
+    let object = root.join(".rewind/objects").join(&hex[..2]).join(&hex[2..]);
+    std::fs::remove_file(&object).unwrap_or_else(|e| panic!("rm {}: {e}", object.display()));
+    rewind_json(root, &["rewind", &c1]);
+    assert!(std::fs::read(&path).expect("read") == first, "not rewound");
+    assert!(
+        object.exists(),
+        "the live file's object was not stored again"
+    );
+    rewind_json(root, &["undo"]);
+    assert!(
+        std::fs::read(&path).expect("read") == work,
+        "the work is lost"
+    );
+    let v = rewind_json(root, &["verify", "--deep"]);
+    assert_eq!(v["deep"]["bad"], serde_json::json!([]), "{v}");
+}
+
 /// A chunk file damaged in the store (cut short by a crash before its
 /// sync, or by hand) is never restored as if it were whole: the rewind
 /// that needs it is refused before it changes anything, naming the file,

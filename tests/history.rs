@@ -68,6 +68,56 @@ fn branch_replay_undo_are_exact_and_list_shows_the_branch_and_note() {
     );
 }
 
+/// A rewind or restore repeated (an agent's retry, the up-arrow) finds
+/// nothing to do and records nothing. Recorded, it became the last
+/// operation: `undo` led only back to the tree it already was, and the
+/// safety checkpoint holding the agent's work lost gc's protection
+/// (helper-19: `gc --keep-last 2` pruned it).
+#[test]
+fn a_repeated_rewind_leaves_undo_and_gc_with_the_work_it_saved() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f"), b"orig\n");
+    write(&root.join("g"), b"g\n");
+    let x = checkpoint_id(root, &["X"]);
+    write(&root.join("f"), b"40 minutes of agent work\n");
+    let first = rewind_json(root, &["rewind", &x]);
+    let saved = first["safety_checkpoint"]
+        .as_str()
+        .expect("saved")
+        .to_string();
+    for again in [
+        vec!["rewind", x.as_str()],
+        vec!["restore", x.as_str(), "--", "f"],
+    ] {
+        let r = rewind_json(root, &again);
+        assert_eq!(
+            r["safety_checkpoint"],
+            serde_json::Value::Null,
+            "{again:?}: {r}"
+        );
+        assert_eq!(r["changes"]["written"], 0, "{again:?}");
+        let human = String::from_utf8_lossy(&rewind(root, &again).stdout).into_owned();
+        assert!(human.contains("already equals it; nothing done"), "{human}");
+    }
+    // gc keeps the work: it is still the last operation's safety checkpoint.
+    for i in 0..3 {
+        write(&root.join("g"), format!("n{i}\n").as_bytes());
+        checkpoint_id(root, &[]);
+    }
+    let gc = rewind_json(root, &["gc", "--keep-last", "1", "--dry-run"]);
+    let pruned = gc["pruned"].to_string();
+    assert!(
+        !pruned.contains(&saved),
+        "gc would prune the saved work: {gc}"
+    );
+    rewind_json(root, &["undo"]);
+    assert_eq!(
+        std::fs::read(root.join("f")).expect("read"),
+        b"40 minutes of agent work\n"
+    );
+}
+
 #[test]
 fn dry_run_prints_a_fingerprint_and_expect_refuses_a_changed_plan() {
     let dir = common::tmp();
