@@ -224,10 +224,12 @@ impl<'a> Pattern<'a> {
 }
 
 /// The simple commands of a shell line, each without its leading variable
-/// assignments and wrappers (`env`, `sudo`, `command`, `exec`, `nohup`,
-/// `time`): split at `&&`, `||`, `;`, `|`, `&`, newlines and subshell
-/// parentheses or braces outside quotes. Not a shell parser; enough to
-/// find `git push` wherever a line puts it.
+/// assignments, shell keywords (`then`, `do`, `!`, ...) and wrappers
+/// with their options (`sudo -u deploy`, `env -u X`, `timeout 60`, `nice
+/// -n 5`, ...; see [`WRAPPERS`]), and the commands of a `sh -c STRING`:
+/// split at `&&`, `||`, `;`, `|`, `&`, newlines and subshell parentheses
+/// or braces outside quotes. Not a shell parser; enough to find `git
+/// push` wherever a line puts it (D129, D153).
 fn simple_commands(line: &str) -> Vec<String> {
     let mut parts = Vec::new();
     let mut cur = String::new();
@@ -259,32 +261,193 @@ fn simple_commands(line: &str) -> Vec<String> {
         }
     }
     parts.push(cur);
-    parts
-        .iter()
-        .map(|p| strip_prefixes(p.trim()))
-        .filter(|p| !p.is_empty())
-        .collect()
+    let mut out = Vec::new();
+    for p in &parts {
+        let cmd = strip_prefixes(p.trim());
+        // `bash -c 'git push'`: the commands of the string too.
+        if let Some(inner) = shell_string(&cmd) {
+            out.extend(simple_commands(&inner));
+        }
+        if !cmd.is_empty() {
+            out.push(cmd);
+        }
+    }
+    out
 }
 
-/// A simple command without its `VAR=value` assignments and wrappers.
-fn strip_prefixes(mut cmd: &str) -> String {
-    const WRAPPERS: [&str; 6] = ["env", "sudo", "command", "exec", "nohup", "time"];
-    loop {
-        let (word, rest) = match cmd.split_once(char::is_whitespace) {
-            Some((w, r)) => (w, r.trim_start()),
-            None => return cmd.to_string(),
-        };
+/// Commands that run the command after them, with the options that take
+/// a separate argument and how many operands come before the command.
+/// `timeout 60 git push`, `sudo -u deploy git push` and `env -u GIT_DIR
+/// git push` let a push through a `Bash(git push*)` rule twice
+/// (helper-19, D153).
+const WRAPPERS: &[(&str, &[&str], usize)] = &[
+    (
+        "env",
+        &["-u", "-C", "-S", "--unset", "--chdir", "--split-string"],
+        0,
+    ),
+    (
+        "sudo",
+        &[
+            "-u",
+            "-g",
+            "-h",
+            "-p",
+            "-C",
+            "-D",
+            "-r",
+            "-t",
+            "-U",
+            "-T",
+            "--user",
+            "--group",
+            "--host",
+            "--prompt",
+            "--chdir",
+            "--role",
+            "--type",
+            "--other-user",
+            "--command-timeout",
+        ],
+        0,
+    ),
+    ("doas", &["-u", "-C"], 0),
+    ("command", &[], 0),
+    ("builtin", &[], 0),
+    ("exec", &["-a"], 0),
+    ("nohup", &[], 0),
+    ("time", &["-f", "-o", "--format", "--output"], 0),
+    ("timeout", &["-s", "-k", "--signal", "--kill-after"], 1),
+    ("nice", &["-n", "--adjustment"], 0),
+    (
+        "ionice",
+        &["-c", "-n", "-p", "-P", "-u", "--class", "--classdata"],
+        0,
+    ),
+    ("chrt", &[], 1),
+    ("taskset", &[], 1),
+    (
+        "stdbuf",
+        &["-i", "-o", "-e", "--input", "--output", "--error"],
+        0,
+    ),
+    ("setsid", &[], 0),
+    (
+        "xargs",
+        &[
+            "-I",
+            "-i",
+            "-L",
+            "-n",
+            "-P",
+            "-s",
+            "-d",
+            "-E",
+            "-a",
+            "--arg-file",
+            "--delimiter",
+            "--max-args",
+            "--max-procs",
+            "--replace",
+        ],
+        0,
+    ),
+    ("watch", &["-n", "-d", "--interval"], 0),
+    ("unbuffer", &[], 0),
+    ("caffeinate", &[], 0),
+    ("retry", &["-t", "-d", "--times", "--delay"], 0),
+];
+
+/// Shell words that may come before a command.
+const KEYWORDS: &[&str] = &[
+    "if", "then", "else", "elif", "while", "until", "do", "!", "{", "(",
+];
+
+/// A simple command without its `VAR=value` assignments, keywords and
+/// wrappers; empty when nothing is left.
+fn strip_prefixes(cmd: &str) -> String {
+    let words = words(cmd);
+    let mut i = 0;
+    while let Some((_, word)) = words.get(i) {
         let assignment = word.split_once('=').is_some_and(|(name, _)| {
             !name.is_empty()
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !name.starts_with(|c: char| c.is_ascii_digit())
         });
-        if assignment || WRAPPERS.contains(&word) {
-            cmd = rest;
-        } else {
-            return cmd.to_string();
+        if assignment || KEYWORDS.contains(&word.as_str()) {
+            i += 1;
+            continue;
+        }
+        let name = word.rsplit('/').next().unwrap_or(word);
+        let Some(&(_, with_argument, operands)) = WRAPPERS.iter().find(|w| w.0 == name) else {
+            break;
+        };
+        i += 1;
+        while let Some((_, o)) = words.get(i) {
+            if o == "--" {
+                i += 1;
+                break;
+            }
+            if !o.starts_with('-') || o == "-" {
+                break;
+            }
+            i += 1;
+            // `-u deploy`, not `-udeploy` or `--user=deploy`.
+            if with_argument.contains(&o.as_str()) {
+                i += 1;
+            }
+        }
+        i += operands;
+    }
+    match words.get(i) {
+        Some((at, _)) => cmd[*at..].to_string(),
+        None => String::new(),
+    }
+}
+
+/// The string a `sh -c STRING` (bash, zsh, dash; `-lc`, `-ec`) runs.
+fn shell_string(cmd: &str) -> Option<String> {
+    let w = words(cmd);
+    let shell = w.first()?.1.rsplit('/').next()?.to_string();
+    if !["sh", "bash", "zsh", "dash", "ksh"].contains(&shell.as_str()) {
+        return None;
+    }
+    let c = w
+        .iter()
+        .position(|(_, o)| o.starts_with('-') && !o.starts_with("--") && o.contains('c'))?;
+    w.get(c + 1).map(|(_, s)| s.clone())
+}
+
+/// The words of a simple command: where each starts in `cmd`, and its
+/// text with quotes and backslashes removed.
+fn words(cmd: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut cur: Option<(usize, String)> = None;
+    let mut quote: Option<char> = None;
+    let mut chars = cmd.char_indices();
+    while let Some((at, c)) = chars.next() {
+        let word = &mut cur.get_or_insert_with(|| (at, String::new())).1;
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None | Some('"'), '\\') => {
+                if let Some((_, n)) = chars.next() {
+                    word.push(n);
+                }
+            }
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => quote = Some(c),
+            (None, c) if c.is_whitespace() => {
+                if let Some((start, w)) = cur.take()
+                    && at > start
+                {
+                    out.push((start, w));
+                }
+            }
+            (None, c) => word.push(c),
         }
     }
+    out.extend(cur);
+    out
 }
 
 /// `*` matches any run of characters, `?` any one; everything else is
@@ -351,6 +514,24 @@ mod tests {
             "(cd x; git push)",
             "sudo -u me true && env A=1 B=2 git push",
             "echo done\ngit push origin main",
+            // D153 (helper-19): wrappers with options, keywords, quoted
+            // assignments, `sh -c`.
+            "GIT_SSH_COMMAND=\"ssh -i deploy_key\" git push origin main",
+            "sudo -u deploy git push origin main",
+            "sudo -E -u deploy -- git push",
+            "env -u GIT_DIR git push origin main",
+            "env -i PATH=/usr/bin git push",
+            "timeout 60 git push origin main",
+            "timeout -s KILL 5m git push",
+            "nice -n 5 git push",
+            "/usr/bin/time -p git push",
+            "if git diff --quiet; then git push origin main; fi",
+            "for r in origin; do git push $r main; done",
+            "while true; do git push && break; done",
+            "! git push",
+            "bash -c 'git push origin main'",
+            "sh -ec \"cd repo && git push\"",
+            "sudo bash -lc 'GIT_TRACE=1 git push'",
         ] {
             let push = call("Bash", serde_json::json!({ "command": line }));
             assert!(c.effect(&push).is_some(), "{line:?}");
@@ -365,6 +546,9 @@ mod tests {
             "echo git push",
             "git status",
             "cat \"a; git push\"",
+            "grep -r \"git push\" docs",
+            "timeout 60 echo git push",
+            "sudo -u git push",
         ] {
             let other = call("Bash", serde_json::json!({ "command": line }));
             assert!(c.effect(&other).is_none(), "{line:?}");

@@ -638,8 +638,10 @@ fn a_running_mcp_server_writes_back_a_btrfs_engine_workspace() {
 
 /// D129: the README's `Bash(git push*)` let `cd repo && git push …`,
 /// `GIT_TRACE=1 git push …` and the argv form through, twice: the
-/// barrier failed open for the way agents run the command. Each is now
-/// admitted once and refused the second time.
+/// barrier failed open for the way agents run the command; D153: so did
+/// `timeout 60 git push`, `sudo -u deploy git push`, `if …; then git
+/// push; fi` and `bash -c 'git push'`. Each is now admitted once and
+/// refused the second time.
 #[test]
 fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
     let dir = project(true);
@@ -649,6 +651,11 @@ fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
         serde_json::json!("cd repo && git push origin main"),
         serde_json::json!("GIT_TRACE=1 git push origin main"),
         serde_json::json!(["git", "push", "origin", "dev"]),
+        // D153: wrappers with options, keywords, `sh -c`.
+        serde_json::json!("timeout 60 git push origin t1"),
+        serde_json::json!("sudo -u deploy git push origin t2"),
+        serde_json::json!("if true; then git push origin t3; fi"),
+        serde_json::json!("bash -c 'git push origin t4'"),
     ] {
         let call =
             serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws});
