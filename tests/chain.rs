@@ -35,6 +35,9 @@ fn history(root: &Path, rounds: usize) -> PathBuf {
         write(&root.join(format!("f{i}.txt")), format!("{i}").as_bytes());
         rewind_json(root, &["checkpoint"]);
     }
+    // Something for each to do: one with nothing to do records nothing
+    // (D155).
+    write(&root.join("a.txt"), b"1");
     rewind_json(root, &["rewind", &first, "--report", "did not work"]);
     rewind_json(root, &["undo"]);
     rewind_json(root, &["restore", &first, "--", "a.txt"]);
