@@ -83,7 +83,7 @@ pub enum Error {
     Locked { path: PathBuf, pid: Option<u32> },
 
     #[error(
-        "the plan changed since the dry run (expected {expected}, now {actual}): run `rewind rewind --dry-run` again and review it"
+        "the plan changed since the dry run (expected {expected}, now {actual}): run the same command with --dry-run again and review it (only a change to what the plan writes, deletes or replaces changes it)"
     )]
     PlanChanged { expected: String, actual: String },
 

@@ -91,16 +91,48 @@ pub struct RewindReport {
     pub duration_ms: u64,
 }
 
-fn fingerprint(op: Op, from: &Hash, to: &Hash, opts: &RewindOptions) -> String {
+/// The fingerprint `--expect` compares: the plan itself, what it writes
+/// and deletes and what it replaces there, not the whole live tree. A
+/// fingerprint of the live tree's root changed with any change anywhere,
+/// a `touch` of a file the plan never looks at included, and refused a
+/// plan that was still exactly the one reviewed (helper-19, D156).
+/// Modification times count only with `--exact-times`, as in the plan.
+fn fingerprint(op: Op, to: &Hash, changes: &[Change], opts: &RewindOptions) -> String {
+    fn bytes(h: &mut Hasher, b: &[u8]) {
+        h.update(&(b.len() as u64).to_be_bytes());
+        h.update(b);
+    }
     let mut h = Hasher::default();
-    h.update(b"rewind-plan-v1\0");
+    h.update(b"rewind-plan-v2\0");
     h.update(op.as_str().as_bytes());
-    h.update(&from.0);
     h.update(&to.0);
     h.update(&[opts.exact_times as u8, opts.allow_setuid as u8]);
     for p in &opts.paths {
-        h.update(&(p.len() as u64).to_be_bytes());
-        h.update(p);
+        bytes(&mut h, p);
+    }
+    for c in changes {
+        bytes(&mut h, &c.path);
+        for side in [&c.old, &c.new] {
+            let Some(e) = side else {
+                h.update(&[0]);
+                continue;
+            };
+            h.update(&[1]);
+            h.update(&e.mode.to_be_bytes());
+            h.update(&e.size.to_be_bytes());
+            if opts.exact_times {
+                h.update(&e.mtime_ns.to_be_bytes());
+            }
+            match &e.target {
+                crate::tree::Target::Object(x) => bytes(&mut h, &[b"o".as_slice(), &x.0].concat()),
+                crate::tree::Target::Tree(x) => bytes(&mut h, &[b"t".as_slice(), &x.0].concat()),
+                crate::tree::Target::Link(t) => bytes(&mut h, &[b"l".as_slice(), t].concat()),
+            }
+            for x in &e.xattrs {
+                bytes(&mut h, &x.name);
+                bytes(&mut h, &x.value);
+            }
+        }
     }
     h.finish().to_hex()[..16].to_string()
 }
@@ -163,6 +195,10 @@ fn plan_all(
                 }
             }
             let reason = match link {
+                // Never captured (D38): the effect rules are not rewound.
+                None if p.as_slice() == crate::capture::CONFIG_FILE.as_bytes() => {
+                    "is never captured: the effect rules and hooks in rewind.toml are not rewound (D38), so no checkpoint holds it".into()
+                }
                 Some(l) => format!(
                     "is below {}, a symlink: rewind restores the link itself; name the path its target leads to",
                     String::from_utf8_lossy(l)
@@ -265,7 +301,7 @@ fn run_to(
             safety_checkpoint: None,
             head: ws.head()?.map(|h| h.id),
             dry_run: true,
-            plan_fingerprint: fingerprint(op, &cap.root, &target.root, opts),
+            plan_fingerprint: fingerprint(op, &target.root, &changes, opts),
             changes: Written {
                 written: counts.added + counts.modified,
                 deleted: counts.deleted,
@@ -305,15 +341,6 @@ fn run_to(
         None => ws.capture_live()?,
     };
     failpoint::hit("rewind:captured");
-    let fp = fingerprint(op, &cap.root, &target.root, opts);
-    if let Some(expected) = &opts.expect
-        && *expected != fp
-    {
-        return Err(Error::PlanChanged {
-            expected: expected.clone(),
-            actual: fp,
-        });
-    }
     // 2. Plan. The capture's new nodes are decoded once and serve the plan,
     //    the safety checkpoint's diff and the apply.
     let head = ws.head()?;
@@ -337,6 +364,15 @@ fn run_to(
             .collect();
         (changes, here)
     };
+    let fp = fingerprint(op, &target.root, &changes, opts);
+    if let Some(expected) = &opts.expect
+        && *expected != fp
+    {
+        return Err(Error::PlanChanged {
+            expected: expected.clone(),
+            actual: fp,
+        });
+    }
     // Nothing to do (a retried rewind, a second `undo` of nothing): no
     // safety checkpoint, no operation. Recorded, it became the last
     // operation, so `undo` led only to the tree it already was, and the

@@ -123,6 +123,7 @@ fn dry_run_prints_a_fingerprint_and_expect_refuses_a_changed_plan() {
     let dir = common::tmp();
     let root = dir.path();
     write(&root.join("a"), b"1");
+    write(&root.join("elsewhere/keep"), b"untouched by the plan");
     let a = checkpoint_id(root, &[]);
     write(&root.join("a"), b"2");
     write(&root.join("b"), b"new");
@@ -152,9 +153,34 @@ fn dry_run_prints_a_fingerprint_and_expect_refuses_a_changed_plan() {
         .as_str()
         .expect("fp")
         .to_string();
+    // What the plan does not touch may change meanwhile (D156): a new
+    // mtime on a file elsewhere, a file written outside the plan's paths
+    // of a restore.
+    std::fs::File::options()
+        .write(true)
+        .open(root.join("elsewhere/keep"))
+        .and_then(|f| f.set_modified(std::time::SystemTime::UNIX_EPOCH))
+        .expect("touch");
     rewind_json(root, &["rewind", &a, "--expect", &fp2]);
     assert_eq!(std::fs::read(root.join("a")).expect("read"), b"1");
     assert!(!root.join("c").exists());
+    write(&root.join("a"), b"3");
+    let rfp = rewind_json(root, &["restore", &a, "--dry-run", "--", "a"])["plan_fingerprint"]
+        .as_str()
+        .expect("fp")
+        .to_string();
+    write(&root.join("elsewhere/new"), b"outside the restore");
+    let out = rewind(
+        root,
+        &["restore", &a, "--expect", "0000000000000000", "--", "a"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("run the same command with --dry-run again"),
+        "{err}"
+    );
+    rewind_json(root, &["restore", &a, "--expect", &rfp, "--", "a"]);
+    assert_eq!(std::fs::read(root.join("a")).expect("read"), b"1");
 }
 
 #[test]
@@ -214,6 +240,11 @@ fn restore_brings_back_only_the_named_paths() {
     let arg = alias.join("keep/b.txt");
     rewind_json(root, &["restore", &a, "--", arg.to_str().expect("utf8")]);
     assert_eq!(std::fs::read(root.join("keep/b.txt")).expect("b"), b"b1");
+    // rewind.toml is never captured (D38): said so, not "exists neither".
+    write(&root.join("rewind.toml"), b"");
+    let out = rewind(root, &["restore", &a, "--", "rewind.toml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is never captured"), "{err}");
 }
 
 #[test]
@@ -269,10 +300,14 @@ fn a_patch_shows_type_changes_and_mode_changes() {
     write(&root.join("d/x"), b"inside\n");
     write(&root.join("mode.sh"), b"echo hi\n");
     common::chmod(&root.join("mode.sh"), 0o644);
+    write(&root.join("becomes-link"), b"a file\n");
+    common::chmod(&root.join("becomes-link"), 0o644);
     let a = checkpoint_id(root, &[]);
     std::fs::remove_dir_all(root.join("d")).expect("rm");
     write(&root.join("d"), b"nowfile\n");
     common::chmod(&root.join("mode.sh"), 0o755);
+    std::fs::remove_file(root.join("becomes-link")).expect("rm");
+    std::os::unix::fs::symlink("mode.sh", root.join("becomes-link")).expect("symlink");
     let b = checkpoint_id(root, &[]);
     let d = rewind_json(root, &["diff", &a, &b, "--patch"]);
     let patch = d["patch"].as_str().expect("patch");
@@ -281,12 +316,60 @@ fn a_patch_shows_type_changes_and_mode_changes() {
         patch.contains("old mode 100644") && patch.contains("new mode 100755"),
         "{patch}"
     );
+    // git's mode for a symlink (D158): it was printed as 120777.
+    assert!(patch.contains("new mode 120000"), "{patch}");
     let back = rewind_json(root, &["diff", &b, &a, "--patch"]);
     let patch = back["patch"].as_str().expect("patch");
     assert!(
         patch.contains("-nowfile") && patch.contains("+inside"),
         "{patch}"
     );
+}
+
+/// A patch names a path holding a newline, a quote or a byte that is not
+/// UTF-8 the way git does (C-style quotes), so `git apply` takes it:
+/// unquoted, the newline split the header and the whole patch was
+/// rejected (helper-19, D158).
+#[test]
+fn a_patch_with_strange_names_applies_with_git() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = common::tmp();
+    let root = dir.path();
+    let names: [&[u8]; 4] = [b"plain.txt", b"new\nline", b"say \"hi\"", b"caf\xe9"];
+    for n in names {
+        write(&root.join(std::ffi::OsStr::from_bytes(n)), b"one\ntwo\n");
+    }
+    let c1 = checkpoint_id(root, &["c1"]);
+    let before = snapshot(root);
+    for n in names {
+        write(&root.join(std::ffi::OsStr::from_bytes(n)), b"one\nthree\n");
+    }
+    let out = rewind(root, &["diff", "--patch", &c1]);
+    assert!(out.status.success(), "{out:?}");
+    let patch = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(patch.contains("--- \"a/new\\nline\""), "{patch}");
+    assert!(patch.contains("+++ \"b/caf\\351\""), "{patch}");
+    let file = dir.path().join("..").join(format!("{}.diff", c1));
+    std::fs::write(&file, &out.stdout).expect("write patch");
+    let apply = std::process::Command::new("git")
+        .args(["apply", "-R"])
+        .arg(&file)
+        .current_dir(root)
+        .output()
+        .expect("git apply");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        apply.status.success(),
+        "git apply -R: {}\n{patch}",
+        String::from_utf8_lossy(&apply.stderr)
+    );
+    let mut after = snapshot(root);
+    after.retain(|k, _| !k.starts_with(b".rewind"));
+    let mut want = before;
+    want.retain(|k, _| !k.starts_with(b".rewind"));
+    for n in names {
+        assert_eq!(after.get(n), want.get(n), "{}", String::from_utf8_lossy(n));
+    }
 }
 
 #[test]

@@ -184,7 +184,7 @@ fn render_patch(
 ) -> Result<String> {
     let mut out = String::new();
     for c in changes {
-        let name = String::from_utf8_lossy(&c.path).into_owned();
+        let (a_name, b_name) = (git_path("a/", &c.path), git_path("b/", &c.path));
         let side = |e: &Option<crate::tree::Entry>,
                     tree: Option<&rewind_platform::Dir>|
          -> Result<Option<Vec<u8>>> {
@@ -208,7 +208,7 @@ fn render_patch(
             side(&old, from_tree)?.unwrap_or_default(),
             side(&new, to_tree)?.unwrap_or_default(),
         );
-        out.push_str(&format!("diff --rewind a/{name} b/{name}\n"));
+        out.push_str(&format!("diff --rewind {a_name} {b_name}\n"));
         if let (Some(o), Some(n)) = (&old, &new)
             && o.mode != n.mode
         {
@@ -234,12 +234,12 @@ fn render_patch(
         }
         let text = similar::TextDiff::from_lines(ta, tb);
         let old_name = if old.is_some() {
-            format!("a/{name}")
+            a_name.clone()
         } else {
             "/dev/null".into()
         };
         let new_name = if new.is_some() {
-            format!("b/{name}")
+            b_name.clone()
         } else {
             "/dev/null".into()
         };
@@ -254,11 +254,46 @@ fn render_patch(
     Ok(out)
 }
 
-/// A mode as git's patches print it: the type bits, then the permissions.
+/// A mode as git's patches print it: the type bits, then the permissions
+/// (a symlink's are always `120000`: git records none).
 fn git_mode(e: &crate::tree::Entry) -> String {
-    let kind = match e.kind() {
-        crate::tree::Kind::Symlink => 0o120000,
-        _ => 0o100000,
-    };
-    format!("{:06o}", kind | e.mode)
+    match e.kind() {
+        crate::tree::Kind::Symlink => "120000".into(),
+        _ => format!("{:06o}", 0o100000 | e.mode),
+    }
+}
+
+/// `prefix` and `path` as git's patch headers write a path: in C-style
+/// quotes when it holds a control character, a quote, a backslash or
+/// bytes that are not UTF-8 (octal escapes). Unquoted, a newline in a
+/// name split the header and `git apply` rejected the whole patch
+/// (helper-19, D158).
+fn git_path(prefix: &str, path: &[u8]) -> String {
+    let plain = std::str::from_utf8(path)
+        .is_ok_and(|p| !p.chars().any(|c| c.is_control() || c == '"' || c == '\\'));
+    if plain {
+        return format!("{prefix}{}", String::from_utf8_lossy(path));
+    }
+    let mut q = format!("\"{prefix}");
+    for chunk in path.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\n' => q.push_str("\\n"),
+                '\t' => q.push_str("\\t"),
+                '"' => q.push_str("\\\""),
+                '\\' => q.push_str("\\\\"),
+                c if c.is_control() => {
+                    for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                        q.push_str(&format!("\\{b:03o}"));
+                    }
+                }
+                c => q.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            q.push_str(&format!("\\{b:03o}"));
+        }
+    }
+    q.push('"');
+    q
 }
