@@ -66,7 +66,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         let f = &r.freed;
         s.push_str(&format!(
-            "\n{} {} tree nodes ({}), {} small objects, {} object files: {} ({} allocated) in {} ms",
+            "\n{} {} tree nodes ({}), {} small objects, {} object files: {} ({} allocated, {} of it shared with no other file) in {} ms",
             if r.dry_run { "would free" } else { "freed" },
             f.tree_nodes,
             human_bytes(f.tree_bytes),
@@ -74,6 +74,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             f.object_files,
             human_bytes(f.bytes),
             human_bytes(f.allocated),
+            human_bytes(f.unshared),
             r.duration_ms
         ));
         if f.snapshots > 0 {
