@@ -127,12 +127,20 @@ pub struct Decision {
 
 impl Decision {
     /// The one line on stderr that explains a refusal (`guard`, hooks).
+    /// A key past 300 bytes (a hook's key is the whole command: a 5 MB
+    /// `curl -d …` put 5 MB on the agent's stderr at each refusal,
+    /// helper-19) is cut, with its length.
     pub fn refusal_line(&self) -> String {
+        const SHOWN: usize = 300;
+        let key = match self.key.char_indices().nth(SHOWN) {
+            Some((cut, _)) => format!("{}… ({} bytes)", &self.key[..cut], self.key.len()),
+            None => self.key.clone(),
+        };
         format!(
             "rewind: {} ({}:{}): {}",
             self.code.as_str(),
             self.scope,
-            self.key,
+            key,
             self.reason
         )
     }
@@ -515,7 +523,30 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use super::payload_hash;
+    use super::{Code, Decision, payload_hash};
+
+    #[test]
+    fn a_refusal_line_cuts_a_huge_key_and_says_its_length() {
+        let key = format!("Bash:curl -X POST https://x -d {}", "A".repeat(5_000_000));
+        let d = Decision {
+            decision: "refused",
+            code: Code::Spent,
+            reason: "already admitted".into(),
+            scope: "hook".into(),
+            key: key.clone(),
+            seq: None,
+            first_seq: None,
+            chain_head: None,
+        };
+        let line = d.refusal_line();
+        assert!(line.len() < 600, "{} bytes", line.len());
+        assert!(line.contains(&format!("({} bytes)", key.len())), "{line}");
+        let short = Decision {
+            key: "Bash:git push".into(),
+            ..d
+        };
+        assert!(short.refusal_line().contains("(hook:Bash:git push)"));
+    }
 
     #[test]
     fn payload_hash_ignores_key_order_and_whitespace_only() {
