@@ -1178,6 +1178,14 @@ fn the_owner_runs_rewind_in_roots_mount_through_its_door() {
         "{list}"
     );
 
+    // The owner's command kept in its own process says why.
+    let out = nobody(&format!("REWIND_TRACE=1 '{bin}' status"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("could not be handed to its command server"),
+        "{err}"
+    );
     // Anyone else: no door for them.
     let out = as_user("daemon", &ws, &format!("exec '{bin}' status"));
     let err = String::from_utf8_lossy(&out.stderr);

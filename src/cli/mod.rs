@@ -230,6 +230,12 @@ impl Ctx {
                 reason: "is not a directory: name the workspace's directory (-C DIR)".into(),
             }),
             None => match mounted_by_another_user(&start) {
+                // Root's door is there, for the owner (D151): this command
+                // was not handed to it.
+                Some(mp) if door_is_mine(&mp) => Err(Error::InvalidPath {
+                    path: mp,
+                    reason: "is a workspace mounted with `rewind mount` by root; this command could not be handed to its command server (its owner's commands are; a REWIND_* variable in the environment keeps a command in its own process; or root's daemon stopped): run it as the workspace's owner without REWIND_* variables, or as root (`sudo rewind`)".into(),
+                }),
                 Some(mp) => Err(Error::InvalidPath {
                     path: mp,
                     reason: "is a workspace mounted with `rewind mount` by another user, whose daemon this user cannot reach: run rewind as that user, or have them unmount it and mount a view as yourself (`rewind mount DIR --at VIEW`)".into(),
@@ -523,6 +529,14 @@ pub(crate) fn mounted_by_another_user(path: &std::path::Path) -> Option<PathBuf>
         .find(|a| rewind_fuse::is_rewind_mount(a))
         .filter(|a| !rewind_fuse::socket_path(a).exists())
         .map(std::path::Path::to_path_buf)
+}
+
+/// Whether root's mount at `mp` opened its door for this user (D151).
+fn door_is_mine(mp: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    !rewind_platform::is_root()
+        && std::fs::metadata(rewind_fuse::door_path(mp))
+            .is_ok_and(|m| m.uid() == rewind_platform::euid())
 }
 
 /// Whether `dir` is the home directory or `/`, which only an explicit

@@ -278,9 +278,36 @@ pub fn forward(
             Ok(n) if n >= 1 && answer[0] == BUSY && door && waited.elapsed() < OWNER_WAIT => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
+            // Not runnable in this process either: say why, not "mounted
+            // by another user".
+            Ok(n) if n >= 1 && door => {
+                let why = if answer[0] == BUSY {
+                    format!(
+                        "root's command server stayed busy for {} s",
+                        OWNER_WAIT.as_secs()
+                    )
+                } else {
+                    "root's command server refused this command: it runs another rewind binary than this one (run the one root's mount was started from), or this user does not own the workspace".into()
+                };
+                let e = Error::InvalidPath {
+                    path: root,
+                    reason: format!(
+                        "is a workspace mounted by root; {why}; or run rewind as root (`sudo rewind`)"
+                    ),
+                };
+                let json = req_json(&req);
+                super::report(json, &e);
+                return Some(e.exit_code());
+            }
             _ => return None,
         }
     }
+}
+
+/// Whether an encoded request asks for `--json` (its error goes out in
+/// that form).
+fn req_json(encoded: &[u8]) -> bool {
+    Request::decode(&encoded[4..]).is_some_and(|r| r.args.iter().any(|a| a == "--json"))
 }
 
 /// The pid of the command server of the mount at `mountpoint`, if one
