@@ -39,7 +39,7 @@ pub const SCHEMA: &str =
 CREATE TABLE IF NOT EXISTS chunked(hash BLOB PRIMARY KEY, manifest BLOB NOT NULL) WITHOUT ROWID;";
 
 fn connect(path: &Path) -> Result<Connection> {
-    let conn = Connection::open(path).map_err(db_err(path))?;
+    let conn = crate::ledger::open_connection(path).map_err(db_err(path))?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(db_err(path))?;
     conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA mmap_size=268435456;")

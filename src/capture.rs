@@ -1442,7 +1442,7 @@ impl Walker<'_> {
         path: &[u8],
         meta: &Meta,
     ) -> Result<Option<(Entry, bool)>> {
-        let (mut file, _) = match dir.open_read(name) {
+        let (mut file, opened) = match dir.open_read(name) {
             Ok(v) => v,
             Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -1452,6 +1452,20 @@ impl Walker<'_> {
             Err(e) if e.kind() == std::io::ErrorKind::Other => return Ok(None), // swapped for a non-file
             Err(e) => return Err(Error::os(e)),
         };
+        // The file opened, not the one stat'ed: a name swapped between the
+        // two for root's file got past D152 (helper-20, D160).
+        if let Some(owner) = &self.owner
+            && (opened.ino != meta.ino || !owner.may_read(&opened))
+        {
+            self.skip(
+                path,
+                format!(
+                    "file not readable by the workspace's owner (uid {}), or swapped while read: root does not put it in their history",
+                    owner.uid()
+                ),
+            );
+            return Ok(None);
+        }
         let xattrs = Xattr::list_user(&file).map_err(|e| {
             Error::os(rewind_platform::Error::new(
                 "list xattrs",

@@ -205,7 +205,7 @@ impl Config {
     /// fails closed on it.
     pub fn load(root: &Path) -> Result<Config> {
         let path = root.join(CONFIG_FILE);
-        let text = match std::fs::read_to_string(&path) {
+        let text = match read_config(root, &path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Rules put beside the ledger were silently not read: a
@@ -257,4 +257,29 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// The text of `rewind.toml` at `path` in `root`. As root it is read
+/// through the workspace's directory, never through a symlink, and only
+/// as a regular file of at most 1 MiB: a user's `rewind.toml` linked to a
+/// device, a FIFO or a file of root's made root's command read it
+/// (helper-20, D160).
+fn read_config(root: &Path, path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    const MAX: u64 = 1 << 20;
+    if !rewind_platform::is_root() {
+        return std::fs::read_to_string(path);
+    }
+    let (file, meta) = rewind_platform::Dir::open(root)
+        .and_then(|d| d.open_read(std::ffi::OsStr::new(CONFIG_FILE)))
+        .map_err(|e| e.source)?;
+    if meta.size > MAX {
+        return Err(std::io::Error::other(format!(
+            "is {} bytes: rewind.toml is read up to 1 MiB",
+            meta.size
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX).read_to_string(&mut text)?;
+    Ok(text)
 }

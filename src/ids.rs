@@ -54,12 +54,36 @@ fn encode(bytes: &[u8]) -> String {
 }
 
 /// Could `s` be (a prefix of) an id? Used to decide between id and label.
+/// Whether `s` is a whole checkpoint id: ids name snapshot directories,
+/// and one forged in a user's ledger as `lnk/ID` or `../x` led root's
+/// rewind to another user's snapshot (helper-20, D160).
+pub fn is_id(s: &str) -> bool {
+    s.len() == ID_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
+}
+
 pub fn looks_like_id_prefix(s: &str) -> bool {
     !s.is_empty() && s.len() <= ID_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_whole_id_names_a_snapshot() {
+        assert!(is_id("k3mz8qpa"));
+        for bad in [
+            "k3mz8qp",
+            "k3mz8qpaa",
+            "../k3mz8",
+            "lnk/k3mz",
+            "K3MZ8QPA",
+            "k3mz8qp/",
+        ] {
+            assert!(!is_id(bad), "{bad}");
+        }
+    }
+
     #[test]
     fn ids_are_short_and_typable() {
         let id = super::make_id("ws", 1, &crate::hash::Hash::of(b"x"), 0);

@@ -117,6 +117,22 @@ impl CachedRow for Connection {
     }
 }
 
+/// A read-write connection to the SQLite file at `path`, made if
+/// missing, never through a symlink: a user's `.rewind/ledger.db` linked
+/// to another workspace's ledger (or any database) made root's commands
+/// read, append to and prune that one (helper-20, D160).
+pub(crate) fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
+    use rusqlite::OpenFlags;
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )
+}
+
 /// A read-only connection to the ledger at `path` on a read-only
 /// filesystem (see [`Ledger::open_read_only`]); the small-object reader
 /// opens its own the same way.
@@ -130,7 +146,8 @@ pub(crate) fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
     let uri = format!("file:{}?mode=ro{immutable}", uri_path(path));
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let conn = Connection::open_with_flags(&uri, flags)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(conn)
@@ -542,7 +559,7 @@ impl Ledger {
     /// back a creation left half done in a rollback journal). False when
     /// it is missing or unreadable: those are reported by [`Ledger::open`].
     pub fn never_finished(path: &Path) -> bool {
-        path.exists() && Connection::open(path).is_ok_and(|c| has_no_tables(&c))
+        path.exists() && open_connection(path).is_ok_and(|c| has_no_tables(&c))
     }
 
     /// Create a new ledger with a fresh workspace id. Idempotent: on a
@@ -590,7 +607,7 @@ impl Ledger {
         let new = new || std::fs::metadata(path).is_ok_and(|m| m.len() == 0);
         let wal = wal_path(path);
         let files_existed = path.exists() && wal.exists();
-        let conn = Connection::open(path).map_err(db_err(path))?;
+        let conn = open_connection(path).map_err(db_err(path))?;
         // Before SQLite first reads the file and maps its `-shm` (D97).
         if let Ok(m) = std::fs::metadata(path) {
             use std::os::unix::fs::MetadataExt;

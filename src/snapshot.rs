@@ -143,6 +143,9 @@ pub(crate) fn path_of(ws: &Workspace, id: &str) -> PathBuf {
 /// A checkpoint's snapshot, when it has one that can still be trusted
 /// (present and read-only): the source of its content.
 pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
+    if !crate::ids::is_id(id) {
+        return Ok(None);
+    }
     let Some(dir) = existing_snapshots_dir(ws)? else {
         return Ok(None);
     };
@@ -183,6 +186,9 @@ pub(crate) fn holds(ws: &Workspace, snap: &Dir, root: &crate::hash::Hash) -> Res
 
 /// Delete a checkpoint's snapshot; false when it had none.
 pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
+    if !crate::ids::is_id(id) {
+        return Ok(false);
+    }
     let Some(dir) = existing_snapshots_dir(ws)? else {
         return Ok(false);
     };
@@ -376,7 +382,9 @@ fn wait_for_builder(ws: &Workspace) -> Result<Option<LockFile>> {
     let mut last = (usize::MAX, std::time::Instant::now());
     let mut said = false;
     loop {
-        match LockFile::acquire(&path, Duration::from_secs(1)).map_err(Error::os)? {
+        match LockFile::acquire_in(ws.meta_dir(), MANIFEST_LOCK, Duration::from_secs(1))
+            .map_err(Error::os)?
+        {
             Ok(l) => return Ok(Some(l)),
             Err(pid) => {
                 let n = ws.ledger().pending()?.len();
@@ -486,8 +494,8 @@ fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
 /// stderr to `finisher.log` beside the ledger. Returns false when this
 /// process is not the `rewind` binary (the library embedded elsewhere,
 /// tests): then the caller builds the manifest itself.
-pub(crate) fn spawn_finisher(root: &Path, meta: &Path) -> bool {
-    spawn_detached(root, "finish-manifests", Some(&meta.join(FINISHER_LOG)))
+pub(crate) fn spawn_finisher(root: &Path, meta: &Dir) -> bool {
+    spawn_detached(root, "finish-manifests", Some((meta, FINISHER_LOG)))
 }
 
 /// Start `rewind writeback` for the workspace at `root`, detached, when it
@@ -557,7 +565,7 @@ pub fn writeback_enabled() -> bool {
 /// stdout (an agent waiting for our stdout to close must not wait for
 /// it), stderr appended to `log` or nowhere. False when this process is
 /// not the `rewind` binary or the spawn failed.
-fn spawn_detached(root: &Path, verb: &str, log: Option<&Path>) -> bool {
+fn spawn_detached(root: &Path, verb: &str, log: Option<(&Dir, &str)>) -> bool {
     use std::os::unix::process::CommandExt;
     let Some(exe) = std::env::current_exe()
         .ok()
@@ -565,15 +573,13 @@ fn spawn_detached(root: &Path, verb: &str, log: Option<&Path>) -> bool {
     else {
         return false;
     };
-    let log = log.and_then(|p| {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
+    let log = log.and_then(|(dir, name)| {
+        let f = dir
+            .open_or_create(std::ffi::OsStr::new(name), 0o644, true)
             .ok()?;
         // Root's in a user's history: theirs (D148). A log is best effort.
-        if let Some(h) = rewind_platform::Heir::of_parent(p) {
-            let _ = h.give_fd(&f, p);
+        if let Ok(Some(h)) = rewind_platform::Heir::of(dir) {
+            let _ = h.give_fd(&f, &dir.path().join(name));
         }
         Some(f)
     });

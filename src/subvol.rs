@@ -398,10 +398,10 @@ fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
 
 fn lock_history(dir: &Path) -> Result<Option<rewind_platform::LockFile>> {
     let path = dir.join(STATE_DIR).join("lock");
-    if !dir.join(STATE_DIR).is_dir() {
+    let Ok(state) = Dir::open(dir).and_then(|d| d.open_dir(std::ffi::OsStr::new(STATE_DIR))) else {
         return Ok(None);
-    }
-    match rewind_platform::LockFile::acquire(&path, std::time::Duration::from_secs(10))
+    };
+    match rewind_platform::LockFile::acquire_in(&state, "lock", std::time::Duration::from_secs(10))
         .map_err(Error::os)?
     {
         Ok(l) => Ok(Some(l)),

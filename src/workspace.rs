@@ -735,7 +735,7 @@ impl Workspace {
             return Ok(());
         }
         let path = self.meta_path.join("lock");
-        match LockFile::acquire(&path, LOCK_TIMEOUT).map_err(Error::os)? {
+        match LockFile::acquire_in(&self.meta, "lock", LOCK_TIMEOUT).map_err(Error::os)? {
             Ok(l) => self.lock = Some(l),
             Err(pid) => return Err(Error::Locked { path, pid }),
         }
@@ -1366,7 +1366,7 @@ impl Workspace {
             snapshot::ManifestMode::Deferred => false,
             snapshot::ManifestMode::Background => {
                 let _t = crate::trace::span("start manifest builder");
-                !snapshot::spawn_finisher(&self.root_path, &self.meta_path)
+                !snapshot::spawn_finisher(&self.root_path, &self.meta)
             }
         };
         if inline {

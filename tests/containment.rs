@@ -509,6 +509,59 @@ fn root_keeps_out_of_a_users_history_what_the_user_could_not_read() {
     );
 }
 
+/// Root's commands in a user's workspace never follow the user's
+/// symlinks in `.rewind/` (helper-20, D160): `.rewind/lock` linked to a
+/// file of root's made root's checkpoint chown that file to the user and
+/// write its pid into it (`/etc/ld.so.preload` would have given the user
+/// root); `.rewind/ledger.db` linked to another workspace's ledger made
+/// root's commands read, append to and prune that one.
+#[test]
+fn root_never_follows_a_users_symlinks_in_the_history() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = tmp_others_can_enter() else {
+        return;
+    };
+    let root = dir.path().join("ws");
+    write(&root.join("a.txt"), b"a\n");
+    common::give_to_nobody(&root);
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    as_nobody(&root, &format!("{bin} checkpoint -q"));
+    let victim = dir.path().join("victim");
+    write(&victim, b"root's own\n");
+    as_nobody(
+        &root,
+        &format!("rm .rewind/lock; ln -s {} .rewind/lock", victim.display()),
+    );
+    let out = common::rewind(&root, &["checkpoint", "-q"]);
+    assert!(!out.status.success(), "{out:?}");
+    let md = std::fs::metadata(&victim).expect("stat");
+    assert_eq!((md.uid(), md.gid()), (0, 0), "the victim was given away");
+    assert_eq!(std::fs::read(&victim).expect("read"), b"root's own\n");
+
+    // Another workspace's ledger behind the user's.
+    let other = dir.path().join("other");
+    write(&other.join("o.txt"), b"o\n");
+    common::checkpoint_id(&other, &["other's"]);
+    let before = std::fs::read(other.join(".rewind/ledger.db")).expect("read");
+    as_nobody(
+        &root,
+        &format!(
+            "rm .rewind/lock && mv .rewind/ledger.db .rewind/mine.db && ln -s {} .rewind/ledger.db",
+            other.join(".rewind/ledger.db").display()
+        ),
+    );
+    let out = common::rewind(&root, &["--json", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && !text.contains("other's"), "{text}");
+    let out = common::rewind(&root, &["checkpoint", "-q"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read(other.join(".rewind/ledger.db")).expect("read"),
+        before,
+        "the other ledger was written"
+    );
+}
+
 /// What a checkpoint skipped (a root-owned 0600 file, a root-owned 0700
 /// directory) is not in it; once it became readable (`sudo chown -R`), a
 /// rewind to that checkpoint deleted it, as if it had not existed then

@@ -1178,6 +1178,17 @@ fn the_owner_runs_rewind_in_roots_mount_through_its_door() {
         "{list}"
     );
 
+    // A client that connects and says nothing does not hold root's server
+    // (D160): every later command hung behind it.
+    let silent = std::os::unix::net::UnixStream::connect(rewind_fuse::command_socket_path(&ws))
+        .expect("connect");
+    let out = Command::new("timeout")
+        .args(["20", "su", "-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!("cd '{}' && exec '{bin}' status", ws.display()))
+        .output()
+        .expect("su");
+    assert!(out.status.success(), "{out:?}");
+    drop(silent);
     // The owner's command kept in its own process says why.
     let out = nobody(&format!("REWIND_TRACE=1 '{bin}' status"));
     let err = String::from_utf8_lossy(&out.stderr);

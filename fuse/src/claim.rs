@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rewind_platform::Heir;
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, flock};
+use rustix::fs::{FlockOperation, Mode, OFlags, flock};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
@@ -42,9 +42,22 @@ impl Claim {
         dir: &Path,
         mountpoint: &Path,
     ) -> Result<Option<Claim>> {
-        let fd = match rustix::fs::openat(
+        // `.rewind/` itself never through a symlink either: one planted
+        // there made root create and chown a `mount` anywhere (D160).
+        let state = match rustix::fs::openat(
             root,
-            CLAIM_FILE,
+            ".rewind",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::io("open", dir.join(".rewind"), e.into())),
+        };
+        let name = CLAIM_FILE.rsplit('/').next().unwrap_or(CLAIM_FILE);
+        let fd = match rustix::fs::openat(
+            &state,
+            name,
             OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o644),
         ) {
@@ -52,9 +65,22 @@ impl Claim {
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(Error::io("open", dir.join(CLAIM_FILE), e.into())),
         };
+        let st = rustix::fs::fstat(&fd)
+            .map_err(|e| Error::io("stat", dir.join(CLAIM_FILE), e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            || st.st_nlink != 1
+        {
+            return Err(Error::io(
+                "open",
+                dir.join(CLAIM_FILE),
+                std::io::Error::other(
+                    "is not a plain file (a hard link or a device): refusing to use it",
+                ),
+            ));
+        }
         // Made by root (`sudo rewind mount`) in a user's history: theirs,
         // or their own mount later cannot open it (D148).
-        if let Ok(st) = rustix::fs::statat(root, ".rewind", AtFlags::SYMLINK_NOFOLLOW)
+        if let Ok(st) = rustix::fs::fstat(&state)
             && let Some(h) = Heir::owning(st.st_uid, st.st_gid)
         {
             h.give_fd(&fd, &dir.join(CLAIM_FILE))

@@ -328,6 +328,25 @@ impl Dir {
         Ok((File::from(fd), meta))
     }
 
+    /// Open the file `name` for reading and writing (appending, with
+    /// `append`), made with `mode` if missing; never through a symlink.
+    /// For files root gives away (D148): followed by path, a symlink
+    /// planted there made root chown any file to the user (helper-20,
+    /// D160).
+    pub fn open_or_create(&self, name: &OsStr, mode: u32, append: bool) -> Result<File> {
+        let mut flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if append {
+            flags |= OFlags::APPEND;
+        }
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode as _))
+            .map_err(|e| Error::new("open", self.child(name), e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", self.child(name), e))?;
+        if FileType::from_raw_mode(st.st_mode as _) != FileType::RegularFile || st.st_nlink != 1 {
+            return Err(Error::new("open", self.child(name), Errno::PERM));
+        }
+        Ok(File::from(fd))
+    }
+
     /// Create a new file (O_EXCL) open for reading and writing.
     pub fn create_new(&self, name: &OsStr, mode: u32) -> Result<File> {
         let flags =

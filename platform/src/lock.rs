@@ -1,6 +1,5 @@
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,22 +16,21 @@ pub struct LockFile {
 }
 
 impl LockFile {
-    /// Take the lock, waiting up to `timeout`. On timeout the error names the
-    /// pid recorded by the current holder (written by the holder itself).
-    pub fn acquire(path: &Path, timeout: Duration) -> Result<Result<LockFile, Option<u32>>> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
-            .open(path)
-            .map_err(|e| Error::new("open lock", path, e))?;
+    /// Take the lock on the file `name` in `dir` (made if missing, never
+    /// through a symlink: D160), waiting up to `timeout`. On timeout the
+    /// error names the pid recorded by the current holder (written by the
+    /// holder itself).
+    pub fn acquire_in(
+        dir: &crate::Dir,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Result<LockFile, Option<u32>>> {
+        let path = dir.path().join(name);
+        let mut file = dir.open_or_create(std::ffi::OsStr::new(name), 0o644, false)?;
         // Made by root in a user's history: theirs, or their next command
         // cannot open it (D148).
-        if let Some(h) = crate::Heir::of_parent(path) {
-            h.give_fd(&file, path)?;
+        if let Some(h) = crate::Heir::of(dir)? {
+            h.give_fd(&file, &path)?;
         }
         let start = Instant::now();
         loop {
@@ -46,7 +44,7 @@ impl LockFile {
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) => return Err(Error::new("lock", path, e)),
+                Err(e) => return Err(Error::new("lock", &path, e)),
             }
         }
         // Record the holder for the "who holds it" message; best effort.
@@ -60,10 +58,7 @@ impl LockFile {
             let _ = file.rewind();
             let _ = file.write_all(me.as_bytes());
         }
-        Ok(Ok(LockFile {
-            _file: file,
-            path: path.to_owned(),
-        }))
+        Ok(Ok(LockFile { _file: file, path }))
     }
 
     pub fn path(&self) -> &Path {

@@ -93,7 +93,9 @@ pub(crate) fn list_where(
 
 /// Make the restored xattrs ([`is_restored`]) of `fd` exactly `want`: set
 /// what differs, remove what is extra. Other namespaces (security.*,
-/// trusted.*) are left alone.
+/// trusted.*) are left alone, and never set, whatever `want` holds: a
+/// manifest forged to carry `security.capability` made a rewind run as
+/// root give a file of the user's `cap_setuid` (helper-20, D160).
 pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()> {
     let have = list_user(fd)?;
     for x in &have {
@@ -105,10 +107,16 @@ pub(crate) fn set_user(fd: BorrowedFd<'_>, want: &[Xattr]) -> std::io::Result<()
             }
         }
     }
-    add(fd, want.iter().filter(|w| !have.contains(w)))
+    add(
+        fd,
+        want.iter()
+            .filter(|w| is_restored(&w.name) && !have.contains(w)),
+    )
 }
 
-/// Set each of `xs` on `fd` (nothing is removed): for a file just made.
+/// Set each of `xs` on `fd` (nothing is removed): for a file just made,
+/// with xattrs read from another file (`init --subvolume` carries every
+/// namespace root may). What a manifest holds goes through [`set_user`].
 pub(crate) fn add<'x>(
     fd: BorrowedFd<'_>,
     xs: impl IntoIterator<Item = &'x Xattr>,
@@ -123,4 +131,43 @@ pub(crate) fn add<'x>(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// Only names rewind restores are set, whatever a manifest holds
+    /// (D160): as root, a forged `security.capability` or `trusted.*` was
+    /// set on a file given to a user.
+    #[test]
+    fn only_restored_names_are_ever_set() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let file = std::fs::File::create(&path).expect("create");
+        let want = [
+            Xattr {
+                name: b"trusted.rewind-test".to_vec(),
+                value: b"x".to_vec(),
+            },
+            Xattr {
+                name: b"user.kept".to_vec(),
+                value: b"y".to_vec(),
+            },
+        ];
+        match set_user(file.as_fd(), &want) {
+            Ok(()) => {}
+            // No user xattrs here (tmpfs without them): nothing to check.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return,
+            Err(e) => panic!("add: {e}"),
+        }
+        let all = list_where(file.as_fd(), |_| true).expect("list");
+        let names: Vec<&[u8]> = all.iter().map(|x| x.name.as_slice()).collect();
+        assert!(names.contains(&b"user.kept".as_slice()), "{names:?}");
+        assert!(
+            !names.contains(&b"trusted.rewind-test".as_slice()),
+            "{names:?}"
+        );
+    }
 }

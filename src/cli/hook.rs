@@ -122,6 +122,12 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         ..Out::default()
     };
     let (config_root, workspace) = locate(start);
+    // Root's server running its owner's hook (D151): not another
+    // workspace's rules either.
+    if let Some(Err(e)) = workspace.as_deref().map(crate::workspace::check_confined) {
+        out.warning = Some(format!("no checkpoint before this call: {e}"));
+        return (out, 0);
+    }
     let config = match Config::load(&config_root) {
         Ok(c) => c,
         Err(e) => {
@@ -195,6 +201,9 @@ fn post(start: &Path, call: ToolCall, event: &'static str) -> (Out, i32) {
         ..Out::default()
     };
     let (config_root, workspace) = locate(start);
+    if let Some(Err(_)) = workspace.as_deref().map(crate::workspace::check_confined) {
+        return (out, 0);
+    }
     let (Ok(config), Some(root)) = (Config::load(&config_root), workspace) else {
         return (out, 0);
     };

@@ -157,15 +157,18 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         .map(|h| format!("{h} inside {} keeps using the directory under the mount: its changes bypass the dirty set until it cds back in (checkpoints stay correct only after `rewind unmount`)", root.display()))
         .collect();
     let log_path = root.join(STATE_DIR).join(LOG_FILE);
-    let log = match std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-    {
-        Ok(l) => {
+    // Through the open `.rewind/`, never a symlink (D160).
+    let opened = rewind_platform::Dir::open(&root)
+        .and_then(|r| r.open_dir(std::ffi::OsStr::new(STATE_DIR)))
+        .and_then(|state| {
+            let l = state.open_or_create(std::ffi::OsStr::new(LOG_FILE), 0o644, true)?;
+            Ok((state, l))
+        });
+    let log = match opened {
+        Ok((state, l)) => {
             // Made by root in a user's history: theirs, or their own
             // mount later cannot append to it (D148).
-            if let Some(h) = Heir::of_parent(&log_path) {
+            if let Some(h) = Heir::of(&state).map_err(Error::os)? {
                 h.give_fd(&l, &log_path).map_err(Error::os)?;
             }
             l
@@ -179,7 +182,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                     pid: c.daemon_pid(),
                 }));
             }
-            return Err(Error::os(rewind_platform::Error::new("open", &log_path, e)));
+            return Err(Error::os(e));
         }
     };
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);

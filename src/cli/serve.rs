@@ -209,6 +209,14 @@ impl Request {
     }
 }
 
+/// How long the server waits for a request once a client connected.
+const RECEIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// At most this many MCP servers run for the owner at once (rule 5):
+/// root's processes, which the owner's process limit does not count.
+const OWNER_MCP_MAX: usize = 4;
+static OWNER_MCP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Verbs the workspace's owner may hand to root's server (rule 5): the
 /// server's own (D93), and those that otherwise run in their own
 /// process but cannot for this user (`mcp` gets a process of its own).
@@ -498,7 +506,12 @@ struct Server {
 impl Server {
     fn serve_one(&mut self, mut conn: UnixStream) {
         let (warm, watcher) = (&self.warm, &self.watcher);
-        let (req, stdio, caller) = match receive(&conn, self.exe, self.door.as_ref()) {
+        // A client that connects and sends nothing must not hold the
+        // server (and every command after it) for ever (helper-20, D160).
+        let _ = conn.set_read_timeout(Some(RECEIVE_TIMEOUT));
+        let received = receive(&conn, self.exe, self.door.as_ref());
+        let _ = conn.set_read_timeout(None);
+        let (req, stdio, caller) = match received {
             Some(Received::Run(req, stdio, caller)) => (req, stdio, caller),
             Some(Received::OtherBuild(theirs)) => {
                 let _ = conn.write_all(&[REFUSED]);
@@ -572,6 +585,21 @@ impl Server {
             let _ = conn.write_all(&[REFUSED]);
             return;
         };
+        use std::sync::atomic::Ordering;
+        if OWNER_MCP.fetch_add(1, Ordering::SeqCst) >= OWNER_MCP_MAX {
+            OWNER_MCP.fetch_sub(1, Ordering::SeqCst);
+            let _ = conn.write_all(&[BUSY]);
+            return;
+        }
+        // Counted down however the session thread ends, or if it never
+        // starts.
+        struct Session;
+        impl Drop for Session {
+            fn drop(&mut self) {
+                OWNER_MCP.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let session = Session;
         let [stdin, stdout, stderr] = stdio;
         let mut cmd = std::process::Command::new(program);
         cmd.args(req.args.iter().skip(1))
@@ -586,6 +614,7 @@ impl Server {
         let _ = std::thread::Builder::new()
             .name("rewind-mcp".into())
             .spawn(move || {
+                let _session = session;
                 let mut child = match rewind_platform::spawn_tied(&mut cmd, umask) {
                     Ok(c) => c,
                     Err(e) => {
