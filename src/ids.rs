@@ -53,14 +53,14 @@ fn encode(bytes: &[u8]) -> String {
     out
 }
 
-/// Could `s` be (a prefix of) an id? Used to decide between id and label.
 /// Whether `s` is a whole checkpoint id: ids name snapshot directories,
 /// and one forged in a user's ledger as `lnk/ID` or `../x` led root's
 /// rewind to another user's snapshot (helper-20, D160).
 pub fn is_id(s: &str) -> bool {
-    s.len() == ID_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
+    s.len() == ID_LEN && looks_like_id_prefix(s)
 }
 
+/// Could `s` be (a prefix of) an id? Used to decide between id and label.
 pub fn looks_like_id_prefix(s: &str) -> bool {
     !s.is_empty() && s.len() <= ID_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
 }

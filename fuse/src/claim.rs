@@ -6,6 +6,7 @@
 //! same file, so the second daemon is refused whatever path it was given.
 //! A daemon that dies drops the lock with its last descriptor.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rewind_platform::Heir;
-use rustix::fs::{FlockOperation, Mode, OFlags, flock};
+use rustix::fs::{FlockOperation, flock};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
@@ -42,51 +43,30 @@ impl Claim {
         dir: &Path,
         mountpoint: &Path,
     ) -> Result<Option<Claim>> {
-        // `.rewind/` itself never through a symlink either: one planted
-        // there made root create and chown a `mount` anywhere (D160).
-        let state = match rustix::fs::openat(
-            root,
-            ".rewind",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(Error::io("open", dir.join(".rewind"), e.into())),
+        // `.rewind/` itself never through a symlink either, and the claim
+        // only a plain file: one planted there made root create and chown
+        // a `mount` anywhere (D160).
+        let platform = |e: rewind_platform::Error| Error::io(e.op, e.path, e.source);
+        let root = root
+            .try_clone_to_owned()
+            .map_err(|e| Error::io("dup", dir, e))?;
+        let state = match rewind_platform::Dir::from_fd(root, dir).open_dir(OsStr::new(".rewind")) {
+            Ok(d) => d,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(platform(e)),
         };
         let name = CLAIM_FILE.rsplit('/').next().unwrap_or(CLAIM_FILE);
-        let fd = match rustix::fs::openat(
-            &state,
-            name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o644),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(Error::io("open", dir.join(CLAIM_FILE), e.into())),
+        let fd = match state.open_or_create(OsStr::new(name), 0o644, false) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(platform(e)),
         };
-        let st = rustix::fs::fstat(&fd)
-            .map_err(|e| Error::io("stat", dir.join(CLAIM_FILE), e.into()))?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
-            || st.st_nlink != 1
-        {
-            return Err(Error::io(
-                "open",
-                dir.join(CLAIM_FILE),
-                std::io::Error::other(
-                    "is not a plain file (a hard link or a device): refusing to use it",
-                ),
-            ));
-        }
         // Made by root (`sudo rewind mount`) in a user's history: theirs,
         // or their own mount later cannot open it (D148).
-        if let Ok(st) = rustix::fs::fstat(&state)
-            && let Some(h) = Heir::owning(st.st_uid, st.st_gid)
-        {
-            h.give_fd(&fd, &dir.join(CLAIM_FILE))
-                .map_err(|e| Error::io("chown", dir.join(CLAIM_FILE), e.source))?;
+        if let Some(h) = Heir::of(&state).map_err(platform)? {
+            h.give_fd(&fd, &dir.join(CLAIM_FILE)).map_err(platform)?;
         }
-        let file = File::from(fd);
+        let file = fd;
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => {

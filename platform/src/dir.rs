@@ -151,6 +151,14 @@ impl Dir {
         })
     }
 
+    /// The directory open at `fd`, which `path` names (for messages).
+    pub fn from_fd(fd: OwnedFd, path: &Path) -> Dir {
+        Dir {
+            fd,
+            path: path.to_owned(),
+        }
+    }
+
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -342,7 +350,14 @@ impl Dir {
             .map_err(|e| Error::new("open", self.child(name), e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", self.child(name), e))?;
         if FileType::from_raw_mode(st.st_mode as _) != FileType::RegularFile || st.st_nlink != 1 {
-            return Err(Error::new("open", self.child(name), Errno::PERM));
+            return Err(Error::new(
+                "open",
+                self.child(name),
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "is not a plain file (a hard link, a device or a directory): refusing to use it",
+                ),
+            ));
         }
         Ok(File::from(fd))
     }

@@ -39,17 +39,6 @@ impl Heir {
         Some(Heir { uid, gid }).filter(|h| crate::is_root() && (h.uid, h.gid) != (0, 0))
     }
 
-    /// [`Heir::of`] the directory holding `path`; `None` also when it
-    /// cannot be read (the entry stays the maker's, as before).
-    pub fn of_parent(path: &std::path::Path) -> Option<Heir> {
-        use std::os::unix::fs::MetadataExt;
-        if !crate::is_root() {
-            return None;
-        }
-        let meta = std::fs::metadata(path.parent()?).ok()?;
-        Heir::owning(meta.uid(), meta.gid())
-    }
-
     /// Give the open file or directory `fd` to this heir, unless it is
     /// theirs already: a chown changes the ctime even when the owner
     /// stays, and a lock every command takes would be written each time.

@@ -35,8 +35,8 @@ pub use fsinfo::{
     FsInfo, FsKind, available_bytes, clone_support, mount_at, mounts_below, probe_clone,
 };
 pub use handoff::{
-    Ended, StdioSwap, Watched, child_or_hangup, peer_is_same_user, peer_pid, peer_uid, recv_all,
-    recv_with_fds, send_with_fds, send_with_stdio, set_umask, wait_readable, watch,
+    Ended, StdioSwap, Watched, child_or_hangup, peer_pid, peer_uid, recv_all, recv_with_fds,
+    send_with_fds, send_with_stdio, set_umask, wait_readable, watch,
 };
 pub use heir::{Heir, UserAccess};
 pub use lock::LockFile;

@@ -414,9 +414,12 @@ fn root_only(command: &Command) -> Option<(&'static str, &'static str)> {
         | Command::Hook(_)
         | Command::Du
         | Command::Gc(_) => None,
-        Command::Rewind(a) | Command::Replay(a) => a.allows_setuid().then_some(SETUID),
-        Command::Undo(a) => a.allows_setuid().then_some(SETUID),
-        Command::Restore(a) => a.allows_setuid().then_some(SETUID),
+        Command::Rewind(rewind::Args { common, .. })
+        | Command::Replay(rewind::Args { common, .. })
+        | Command::Undo(rewind::UndoArgs { common })
+        | Command::Restore(rewind::RestoreArgs { common, .. }) => {
+            common.allow_setuid.then_some(SETUID)
+        }
         Command::Anchor(a) => a.writes_file().then_some((
             "`anchor FILE` would write FILE as root",
             "`rewind anchor > FILE` writes it as you; or run it with sudo",

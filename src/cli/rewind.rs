@@ -20,7 +20,7 @@ pub struct Common {
     exact_times: bool,
     /// Restore setuid/setgid bits too (stripped by default)
     #[arg(long)]
-    allow_setuid: bool,
+    pub(crate) allow_setuid: bool,
 }
 
 impl Common {
@@ -41,13 +41,13 @@ pub struct Args {
     /// Checkpoint id, unique id prefix, label, HEAD or HEAD~N
     id: String,
     #[command(flatten)]
-    common: Common,
+    pub(crate) common: Common,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct UndoArgs {
     #[command(flatten)]
-    common: Common,
+    pub(crate) common: Common,
 }
 
 #[derive(clap::Args, Debug)]
@@ -55,30 +55,10 @@ pub struct RestoreArgs {
     /// Checkpoint to restore from
     id: String,
     #[command(flatten)]
-    common: Common,
+    pub(crate) common: Common,
     /// Paths to restore (after --)
     #[arg(last = true, required = true)]
     paths: Vec<PathBuf>,
-}
-
-impl Args {
-    /// Whether it restores setuid/setgid bits (D151 refuses that to an
-    /// owner in root's mount).
-    pub(crate) fn allows_setuid(&self) -> bool {
-        self.common.allow_setuid
-    }
-}
-
-impl UndoArgs {
-    pub(crate) fn allows_setuid(&self) -> bool {
-        self.common.allow_setuid
-    }
-}
-
-impl RestoreArgs {
-    pub(crate) fn allows_setuid(&self) -> bool {
-        self.common.allow_setuid
-    }
 }
 
 pub fn run(ctx: &Ctx, op: Op, args: Args) -> Result<()> {

@@ -254,6 +254,7 @@ pub fn forward(
     };
     let umask = rewind_platform::set_umask(0o022);
     rewind_platform::set_umask(umask);
+    let json = args.iter().any(|a| a == "--json");
     let req = Request {
         exe: exe_identity(),
         umask,
@@ -303,19 +304,12 @@ pub fn forward(
                         "is a workspace mounted by root; {why}; or run rewind as root (`sudo rewind`)"
                     ),
                 };
-                let json = req_json(&req);
                 super::report(json, &e);
                 return Some(e.exit_code());
             }
             _ => return None,
         }
     }
-}
-
-/// Whether an encoded request asks for `--json` (its error goes out in
-/// that form).
-fn req_json(encoded: &[u8]) -> bool {
-    Request::decode(&encoded[4..]).is_some_and(|r| r.args.iter().any(|a| a == "--json"))
 }
 
 /// The pid of the command server of the mount at `mountpoint`, if one
