@@ -50,7 +50,30 @@ pub struct Request {
     pub call: Option<String>,
 }
 
+/// The longest key or scope the ledger stores. A hook's key is the whole
+/// command: a 5 MB `curl -d …` grew the ledger by 5 MB at every decision
+/// (D163). Longer derived keys are cut and named by their hash
+/// ([`Request::bounded_key`]); longer typed ones are refused.
+pub const KEY_MAX: usize = 4096;
+
 impl Request {
+    /// `key` itself up to [`KEY_MAX`] bytes, else its first 256 bytes (to
+    /// a character boundary), an ellipsis and the SHA-256 of the whole
+    /// key: still exact (two commands that differ anywhere get two keys),
+    /// and short enough to record at every decision and to type into
+    /// `effects resolve`.
+    pub fn bounded_key(key: String) -> String {
+        if key.len() <= KEY_MAX {
+            return key;
+        }
+        let mut cut = 256;
+        while !key.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let digest = Hash::of(key.as_bytes()).to_hex();
+        format!("{}… sha256:{digest}", &key[..cut])
+    }
+
     /// Why a key or scope a caller typed (`guard`, the MCP tool) cannot
     /// name an effect: empty, or holding a control character (a NUL or a
     /// newline made two effects print alike in `effects` while the
@@ -60,6 +83,12 @@ impl Request {
         if value.trim().is_empty() {
             return Some(format!(
                 "the effect's {field} is empty: name the effect, e.g. charge-order-1234"
+            ));
+        }
+        if value.len() > KEY_MAX {
+            return Some(format!(
+                "the effect's {field} is {} bytes, more than {KEY_MAX}: name the effect by a short id, e.g. charge-order-1234",
+                value.len()
             ));
         }
         value.chars().find(|c| c.is_control()).map(|c| {
@@ -523,7 +552,26 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use super::{Code, Decision, payload_hash};
+    use super::{Code, Decision, Request, payload_hash};
+
+    #[test]
+    fn a_derived_key_past_the_bound_is_cut_and_named_by_its_hash() {
+        let long = |tail: &str| format!("Bash:curl -d {}{tail}", "é".repeat(3_000));
+        let (a, b) = (long("1"), long("2"));
+        let (ka, kb) = (Request::bounded_key(a.clone()), Request::bounded_key(b));
+        assert!(ka.len() < 400, "{} bytes", ka.len());
+        assert_ne!(ka, kb, "keys differing only at the end stay apart");
+        assert_eq!(ka, Request::bounded_key(a.clone()), "and are stable");
+        assert!(
+            ka.starts_with("Bash:curl -d é") && ka.contains(" sha256:"),
+            "{ka}"
+        );
+        assert!(Request::unfit_name("key", &ka).is_none(), "{ka}");
+        let why = Request::unfit_name("key", &a).expect("a typed 9 KB key is refused");
+        assert!(why.contains("more than 4096"), "{why}");
+        let short = "Bash:git push origin main".to_string();
+        assert_eq!(Request::bounded_key(short.clone()), short);
+    }
 
     #[test]
     fn a_refusal_line_cuts_a_huge_key_and_says_its_length() {

@@ -140,7 +140,7 @@ impl ToolCall {
         };
         Request {
             scope: "hook".into(),
-            key,
+            key: Request::bounded_key(key),
             kind: rule.kind.clone().unwrap_or_else(|| "effect".into()),
             payload: payload_hash(Some(&payload)),
             call: self.tool_use_id.clone().filter(|c| !c.is_empty()),

@@ -1084,6 +1084,17 @@ impl Ledger {
             .map_err(self.err())
     }
 
+    /// The checkpoint made last, whatever HEAD points at.
+    pub fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints c LEFT JOIN checkpoints p ON p.seq = c.parent WHERE c.seq = (SELECT max(seq) FROM checkpoints)"
+        );
+        self.conn
+            .cached_row(&sql, [], checkpoint_from_row)
+            .optional()
+            .map_err(self.err())
+    }
+
     /// The paths checkpoint `id` skipped (none recorded before D143).
     pub fn skipped(&self, id: &str) -> Result<Vec<Vec<u8>>> {
         let mut stmt = self
@@ -1821,6 +1832,28 @@ impl Tx<'_> {
     pub fn clear_intent(&self) -> Result<()> {
         self.tx
             .execute("DELETE FROM intent", [])
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Write a row of `operations` and take it back, in this transaction.
+    /// A rewind's intent commit does it so that a damaged page of the one
+    /// table only its finishing commit writes stops the rewind before the
+    /// tree changes (D161): otherwise the apply ran, the finish failed
+    /// LEDGER_CORRUPT, and every later command retried it. The rowid is
+    /// not AUTOINCREMENT, so the next insert takes the same seq.
+    pub fn probe_operations(&self) -> Result<()> {
+        self.record_operation(
+            &Operation {
+                op: String::new(),
+                target: 0,
+                safety: 0,
+            },
+            0,
+            0,
+        )?;
+        self.tx
+            .execute("DELETE FROM operations WHERE seq = last_insert_rowid()", [])
             .map_err(self.err())?;
         Ok(())
     }

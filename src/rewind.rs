@@ -474,6 +474,7 @@ fn run_to(
             options: intent_options.clone(),
         })?;
         tx.set_meta("head", &safety.to_string())?;
+        tx.probe_operations()?;
         Ok(safety)
     })?;
     new_objects.keep();
@@ -976,7 +977,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .unwrap_or_default();
     let frozen = ws.freeze()?;
     let op = Op::parse(&intent.op);
-    let kept = checkpoint_before_recovery(ws, op, &target, intent.to_root, intent.safety)?;
+    let kept = checkpoint_before_recovery(ws, op, &target, &intent, &paths, dopts)?;
     let report = match reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts) {
         Ok(r) => r,
         Err(e) => {
@@ -1027,14 +1028,31 @@ fn checkpoint_before_recovery(
     ws: &mut Workspace,
     op: Op,
     target_id: &str,
-    to_root: Hash,
-    safety: i64,
+    intent: &Intent,
+    paths: &[Vec<u8>],
+    dopts: DiffOptions,
 ) -> Result<Option<String>> {
     let new_objects = ws.store().track_new()?;
     let mut cap = ws.capture_live()?;
-    let safety_root = ws.ledger().checkpoint_by_seq(safety)?.map(|c| c.root);
-    if cap.root == to_root || Some(cap.root) == safety_root {
-        // Whatever it stored again is content those checkpoints name.
+    let safety_root = ws
+        .ledger()
+        .checkpoint_by_seq(intent.safety)?
+        .map(|c| c.root);
+    // The newest checkpoint: a recovery whose finish failed made it from
+    // this same tree, and each later command would add one more (D161).
+    let newest_root = ws.ledger().newest_checkpoint()?.map(|c| c.root);
+    // Rolling forward overwrites nothing: a restore's paths already hold
+    // the target's content (its tree is neither checkpoint's), or a
+    // rewind's whole tree is the target's.
+    let overwrites_nothing = || -> Result<bool> {
+        let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(intent.to_root);
+        let kept = ws.ledger().skipped(target_id)?;
+        Ok(plan(&trees, &cap.root, &intent.to_root, paths, &kept, dopts)?.is_empty())
+    };
+    if [safety_root, newest_root].contains(&Some(cap.root)) || overwrites_nothing().unwrap_or(false)
+    {
+        // Whatever it stored again is content those checkpoints name, or
+        // stays live.
         new_objects.keep();
         return Ok(None);
     }

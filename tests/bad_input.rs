@@ -217,6 +217,74 @@ fn a_corrupt_or_missing_ledger_is_reported_and_the_tree_is_untouched() {
     assert_same("missing ledger: tree untouched", &before, &snapshot(root));
 }
 
+/// D161: a damaged page of `operations`, the one table only a rewind's
+/// finishing commit writes, used to be met after the apply: `restore`
+/// overwrote the live file, then failed LEDGER_CORRUPT, and every later
+/// command, `list` included, took another "before finishing" checkpoint
+/// and failed the same way. The intent's commit now meets it first.
+#[test]
+fn a_damaged_page_stops_a_restore_before_the_tree_changes() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let id = workspace_with_checkpoint(root);
+    write(&root.join("a.txt"), b"second");
+    common::checkpoint_id(root, &["second"]);
+    write(&root.join("a.txt"), b"live work, never checkpointed");
+    let ledger = root.join(".rewind/ledger.db");
+    let (page, page_size) = {
+        let c = rusqlite::Connection::open(&ledger).expect("open ledger");
+        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .expect("fold the WAL");
+        let page: i64 = c
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'operations'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("operations root page");
+        let size: i64 = c
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .expect("page size");
+        (page as usize, size as usize)
+    };
+    let mut bytes = std::fs::read(&ledger).expect("read ledger");
+    let at = (page - 1) * page_size;
+    for (i, b) in bytes[at..at + page_size].iter_mut().enumerate() {
+        *b = (i * 151 % 251) as u8;
+    }
+    std::fs::write(&ledger, &bytes).expect("damage one page");
+    let before = snapshot(root);
+    let checkpoints = || -> i64 {
+        let c = rusqlite::Connection::open(&ledger).expect("open ledger");
+        c.query_row("SELECT count(*) FROM checkpoints", [], |r| r.get(0))
+            .expect("count")
+    };
+    let count = checkpoints();
+    for verb in [
+        &["restore", &id, "--", "a.txt"][..],
+        &["rewind", &id],
+        &["undo"],
+    ] {
+        let out = rewind(root, verb);
+        assert_clear_error(&out, "corrupt");
+        assert_same(
+            &format!("{verb:?} with a damaged page"),
+            &before,
+            &snapshot(root),
+        );
+    }
+    // Nothing pending: reading verbs work, and add nothing.
+    for verb in [&["status"][..], &["list"], &["status"]] {
+        let out = rewind(root, verb);
+        assert!(out.status.success(), "{verb:?}: {out:?}");
+    }
+    assert_eq!(checkpoints(), count, "no checkpoint was added");
+    assert_eq!(
+        std::fs::read(root.join("a.txt")).expect("read"),
+        b"live work, never checkpointed"
+    );
+}
+
 /// D119: on a filesystem mounted read-only (ext4's `errors=remount-ro`
 /// after a disk error, say) the reading verbs still show the history, from
 /// the persisted WAL or, once folded, from the main file alone; every

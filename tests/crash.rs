@@ -499,6 +499,33 @@ fn work_after_a_crash_in(root: &Path) {
         before.map(|n| n + 1),
         "only the rewind's own safety checkpoint is new"
     );
+    // Nor does a restore killed after its apply (D161): the live tree is
+    // the finished restore, neither checkpoint's tree, and it used to be
+    // checkpointed again as "before finishing".
+    let out = rewind_env(
+        &root,
+        &["restore", &a, "--", "d0/f0.txt"],
+        &[("REWIND_FAILPOINT", "rewind:before-commit")],
+    );
+    assert!(killed(&out), "not killed before the restore's commit");
+    let restored = snapshot(&root);
+    assert_eq!(
+        restored[&b"d0/f0.txt".to_vec()],
+        snap_a[&b"d0/f0.txt".to_vec()]
+    );
+    let out = rewind(&root, &["status"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("finished an interrupted restore"), "{err}");
+    assert!(!err.contains("the tree as it was"), "{err}");
+    assert_same("the restore, finished", &restored, &snapshot(&root));
+    let last = rewind_json(&root, &["list"])["checkpoints"]
+        .as_array()
+        .map(Vec::len);
+    assert_eq!(
+        last, after,
+        "nothing new: HEAD held the live tree and was the restore's safety checkpoint"
+    );
 }
 
 /// `deep/` and 30 directories of 200-byte names below it, then `leaf`

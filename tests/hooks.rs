@@ -675,3 +675,52 @@ fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
         );
     }
 }
+
+/// D163: a hook's key is the whole command, and a 5 MB `git push` line
+/// (a heredoc, a `-d` payload) grew the ledger by 5 MB at every decision.
+/// Past 4 KiB the key is cut and named by its SHA-256: the same command
+/// is still refused, one that differs only at its end is another effect,
+/// and the ledger records kilobytes, not the command.
+#[test]
+fn a_huge_command_is_guarded_by_its_hash_without_storing_it() {
+    let dir = project(true);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint"]);
+    let ledger_bytes = || -> u64 {
+        ["ledger.db", "ledger.db-wal"]
+            .iter()
+            .filter_map(|f| std::fs::metadata(ws.join(".rewind").join(f)).ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let body = "A".repeat(2_000_000);
+    let call = |tail: &str| {
+        let command = format!("git push origin main # {body}{tail}");
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
+            .to_string()
+    };
+    let before = ledger_bytes();
+    assert_eq!(hook("pre-tool-use", &call("1")).status.code(), Some(0));
+    let again = hook("pre-tool-use", &call("1"));
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(stderr(&again).len() < 1000, "{}", stderr(&again));
+    let other = hook("pre-tool-use", &call("2"));
+    assert_eq!(other.status.code(), Some(0), "{}", stderr(&other));
+    let grown = ledger_bytes().saturating_sub(before);
+    assert!(
+        grown < 1_000_000,
+        "three decisions on a 2 MB command grew the ledger by {grown} bytes"
+    );
+    let effects = rewind_json(ws, &["effects"]);
+    let keys: Vec<&str> = effects["effects"]
+        .as_array()
+        .expect("effects")
+        .iter()
+        .filter_map(|e| e["key"].as_str())
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(
+        keys.iter().all(|k| k.len() < 400 && k.contains(" sha256:")),
+        "{keys:?}"
+    );
+}

@@ -586,6 +586,40 @@ fn the_home_directory_is_never_integrated_or_made_a_workspace_by_accident() {
     assert!(!home.join(".mcp.json").exists());
 }
 
+/// D162: `rewind checkpoint` run in /tmp (an agent's `cd /tmp`, a
+/// `-C /tmp`) made all of /tmp a workspace, every user's scratch files
+/// captured (6.9 GiB here). A sticky, world-writable directory is now a
+/// workspace only by an explicit `rewind init`; a project below it is not
+/// affected.
+#[test]
+fn a_shared_scratch_directory_like_tmp_is_never_made_a_workspace_by_accident() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = common::tmp();
+    let shared = tmp.path().join("scratch");
+    std::fs::create_dir_all(shared.join("proj")).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    write(&shared.join("someone-elses.txt"), b"not yours\n");
+    let out = rewind(&shared, &["--json", "checkpoint"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("like /tmp") && err.contains("rewind init"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(v["error"]["code"], "INVALID_PATH", "{v}");
+    assert!(!shared.join(".rewind").exists(), "/tmp made a workspace");
+    // A project below it is an ordinary workspace.
+    write(&shared.join("proj/a.txt"), b"a\n");
+    let id = common::checkpoint_id(&shared.join("proj"), &[]);
+    assert!(!id.is_empty());
+    assert!(shared.join("proj/.rewind").is_dir());
+    assert!(!shared.join(".rewind").exists());
+    // An explicit init is obeyed.
+    let out = rewind(&shared, &["init"]);
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// Inline tables are tables to TOML: `mcp_servers = { … }` and
 /// `hooks = { PreToolUse = [] }` were refused as "not a table"
 /// (helper-14). They are merged, the user's server kept, and a second

@@ -542,13 +542,20 @@ fn door_is_mine(mp: &Path) -> bool {
             .is_ok_and(|m| m.uid() == rewind_platform::euid())
 }
 
-/// Whether `dir` is the home directory or `/`, which only an explicit
-/// `rewind init` makes a workspace, and then what it is.
+/// Whether `dir` is the home directory, `/`, or a shared scratch
+/// directory like `/tmp`, which only an explicit `rewind init` makes a
+/// workspace, and then what it is.
 pub(crate) fn too_broad_for_a_workspace(dir: &std::path::Path) -> Option<&'static str> {
+    use std::os::unix::fs::PermissionsExt;
     let canonical = |p: &std::path::Path| std::fs::canonicalize(p).ok();
     let here = canonical(dir)?;
     if here == std::path::Path::new("/") {
         return Some("the filesystem root");
+    }
+    // Sticky and world-writable: every user's scratch files (D162). A
+    // checkpoint run there by mistake captured all of /tmp (6.9 GiB).
+    if std::fs::metadata(&here).is_ok_and(|m| m.permissions().mode() & 0o1002 == 0o1002) {
+        return Some("a directory every user writes into (sticky and world-writable, like /tmp)");
     }
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
     (canonical(std::path::Path::new(&home)) == Some(here)).then_some("your home directory")
