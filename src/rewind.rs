@@ -9,6 +9,8 @@
 //! the workspace re-captures the live tree and applies diff(live, target)
 //! again. Applying is idempotent, so recovery always ends at the target.
 
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Instant;
 
@@ -294,6 +296,7 @@ fn run_to(
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
         let kept = ws.ledger().skipped(&target.id)?;
         let changes = plan(&trees, &cap.root, &target.root, &opts.paths, &kept, dopts)?;
+        let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
         let counts = diff::count(&changes);
         return Ok(RewindReport {
             op: op.as_str(),
@@ -307,7 +310,7 @@ fn run_to(
                 deleted: counts.deleted,
             },
             plan: ChangeJson::from_changes(&changes),
-            kept: Vec::new(),
+            kept: not_theirs,
             setuid_stripped: Vec::new(),
             effects_not_undone: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
@@ -349,6 +352,7 @@ fn run_to(
         let _t = crate::trace::span("plan");
         let kept = ws.ledger().skipped(&target.id)?;
         let changes = plan(&trees, &cap.root, &target.root, &opts.paths, &kept, dopts)?;
+        let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
         let here: Vec<Skipped> = kept
             .iter()
             .filter(|p| trees.entry_at(&cap.root, p).ok().flatten().is_some())
@@ -361,6 +365,7 @@ fn run_to(
                     ),
                 )
             })
+            .chain(not_theirs)
             .collect();
         (changes, here)
     };
@@ -555,6 +560,89 @@ fn run_to(
     })
 }
 
+/// As root running a workspace owner's command (through root's door, or
+/// their `rewind mcp`, D151), the changes that user could not make
+/// themselves are kept and reported, as D152 keeps out of the capture what
+/// they could not read (D164). Before, root's apply created and deleted
+/// entries in root's own directories inside their tree at their request.
+/// `sudo rewind` is root's own command, and restores root's files (D147).
+fn keep_what_the_owner_could_not_change(
+    ws: &Workspace,
+    changes: Vec<Change>,
+) -> Result<(Vec<Change>, Vec<Skipped>)> {
+    use rewind_platform::{Dir, Meta, UserAccess};
+    if !crate::workspace::is_confined() {
+        return Ok((changes, Vec::new()));
+    }
+    let root = Dir::open(ws.io_path())?;
+    let root_meta = root.meta()?;
+    let Some(owner) = UserAccess::owner_of(&root_meta) else {
+        return Ok((changes, Vec::new()));
+    };
+    // Each directory on the plan's paths, opened once; `None` where the
+    // live tree has none (the plan makes it in its nearest existing one).
+    let mut dirs: HashMap<Vec<u8>, Option<(Dir, Meta)>> = HashMap::new();
+    dirs.insert(Vec::new(), Some((root, root_meta)));
+    let (mut out, mut kept) = (Vec::new(), Vec::new());
+    for c in changes {
+        let (parent, name) = match c.path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&c.path[..i], &c.path[i + 1..]),
+            None => (&[][..], &c.path[..]),
+        };
+        let mut at: Vec<u8> = Vec::new();
+        let mut whole = true;
+        for comp in parent.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            let mut next = at.clone();
+            if !next.is_empty() {
+                next.push(b'/');
+            }
+            next.extend_from_slice(comp);
+            if !dirs.contains_key(&next) {
+                let opened = match dirs.get(&at) {
+                    Some(Some((d, _))) => d
+                        .open_dir(OsStr::from_bytes(comp))
+                        .ok()
+                        .and_then(|d| d.meta().ok().map(|m| (d, m))),
+                    _ => None,
+                };
+                dirs.insert(next.clone(), opened);
+            }
+            if matches!(dirs.get(&next), Some(None)) {
+                whole = false;
+                break;
+            }
+            at = next;
+        }
+        let Some(Some((dir, dir_meta))) = dirs.get(&at) else {
+            out.push(c);
+            continue;
+        };
+        let entry = whole
+            .then(|| dir.stat_at(OsStr::from_bytes(name)).ok())
+            .flatten();
+        // A directory is changed in place (mode, times): only its owner can.
+        let in_place_not_theirs = entry.as_ref().is_some_and(|e| {
+            e.kind == rewind_platform::EntryKind::Dir
+                && e.uid != owner.uid()
+                && c.new
+                    .as_ref()
+                    .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
+        });
+        if owner.may_change_in(dir_meta, entry.as_ref()) && !in_place_not_theirs {
+            out.push(c);
+        } else {
+            kept.push(Skipped::new(
+                &c.path,
+                format!(
+                    "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
+                    owner.uid()
+                ),
+            ));
+        }
+    }
+    Ok((out, kept))
+}
+
 /// Where clones are impossible, restored files take real space: refuse
 /// before touching anything rather than fail half-way on a full disk.
 fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
@@ -711,7 +799,9 @@ fn reapply_from_live(
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
     let kept = ws.ledger().skipped(target_id)?;
     let changes = plan(&trees, &cap.root, &to_root, paths, &kept, dopts)?;
+    let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
     let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
+    report.kept.extend(not_theirs);
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
     report.touched.needs_syncfs();

@@ -305,6 +305,15 @@ pub fn confine(root: Option<PathBuf>) {
     *CONFINED_TO.lock().unwrap_or_else(|p| p.into_inner()) = root;
 }
 
+/// Whether this process runs commands for a workspace's owner (D151):
+/// then root changes for them only what they could (D164).
+pub(crate) fn is_confined() -> bool {
+    CONFINED_TO
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some()
+}
+
 /// Refuse `root` (canonical) when this process is confined to another
 /// workspace.
 pub(crate) fn check_confined(root: &Path) -> Result<()> {

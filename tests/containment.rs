@@ -509,6 +509,65 @@ fn root_keeps_out_of_a_users_history_what_the_user_could_not_read() {
     );
 }
 
+/// Root's rewind for a workspace's owner (their command through root's
+/// door, or their `rewind mcp`, confined to the workspace, D151) changes
+/// only what the user could have changed themselves (helper-20 #7, D164):
+/// before, it reverted, created and deleted root's entries in root's
+/// directory inside the user's tree, and root's file in a sticky
+/// directory. Those are kept and reported; the user's own entries, in
+/// the sticky directory too, are rewound. Root's own `sudo rewind` still
+/// restores root's files (D147, the test above).
+#[test]
+fn root_rewinds_for_a_user_only_what_the_user_could_change() {
+    let Some(dir) = tmp_others_can_enter() else {
+        return;
+    };
+    let root = dir.path().join("ws");
+    write(&root.join("mine.txt"), b"mine v1\n");
+    common::give_to_nobody(&root);
+    write(&root.join("system/conf"), b"root's conf v1\n");
+    common::chmod(&root.join("system"), 0o755);
+    write(&root.join("drop/roots.txt"), b"root's v1\n");
+    common::chmod(&root.join("drop"), 0o1777);
+    as_nobody(&root, "echo 'nobody v1' > drop/nobodys.txt");
+    common::rewind_json(&root, &["checkpoint", "A"]);
+    write(&root.join("system/conf"), b"root's conf v2\n");
+    write(&root.join("system/new"), b"root's new file\n");
+    write(&root.join("drop/roots.txt"), b"root's v2\n");
+    as_nobody(
+        &root,
+        "echo 'mine v2' > mine.txt && echo 'nobody v2' > drop/nobodys.txt",
+    );
+    // Confined as root's server confines the owner's `rewind mcp`.
+    let canonical = root.canonicalize().expect("canonical");
+    let confined = [("REWIND_CONFINE", canonical.to_str().expect("utf8"))];
+    let for_owner = |args: &[&str]| -> serde_json::Value {
+        let out = common::rewind_env(&root, &[&["--json"][..], args].concat(), &confined);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let plan = for_owner(&["rewind", "A", "--dry-run"]);
+    let out = for_owner(&["rewind", "A"]);
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).expect(p);
+    assert_eq!(read("mine.txt"), "mine v1\n", "{out}");
+    assert_eq!(read("drop/nobodys.txt"), "nobody v1\n", "{out}");
+    assert_eq!(read("system/conf"), "root's conf v2\n", "{out}");
+    assert_eq!(read("system/new"), "root's new file\n", "{out}");
+    assert_eq!(read("drop/roots.txt"), "root's v2\n", "{out}");
+    for report in [&plan, &out] {
+        let kept: Vec<&str> = report["kept"]
+            .as_array()
+            .expect("kept")
+            .iter()
+            .filter_map(|k| k["path"].as_str())
+            .collect();
+        for p in ["system/conf", "system/new", "drop/roots.txt"] {
+            assert!(kept.contains(&p), "{p} not reported kept: {report}");
+        }
+        assert!(!kept.contains(&"mine.txt"), "{report}");
+    }
+}
+
 /// Root's commands in a user's workspace never follow the user's
 /// symlinks in `.rewind/` (helper-20, D160): `.rewind/lock` linked to a
 /// file of root's made root's checkpoint chown that file to the user and

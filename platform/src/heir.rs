@@ -135,14 +135,31 @@ impl UserAccess {
             crate::EntryKind::Dir => 0o5,
             _ => 0o4,
         };
-        let bits = if meta.uid == self.uid {
+        self.bits(meta) & need == need
+    }
+
+    /// Whether this user may create, remove or replace `entry` (`None`:
+    /// a new name) in the directory `dir` describes: write and search on
+    /// it, and in a sticky directory (/tmp) only their own entries unless
+    /// the directory is theirs. Root's rewind for a user changes only what
+    /// they could (D164).
+    pub fn may_change_in(&self, dir: &crate::Meta, entry: Option<&crate::Meta>) -> bool {
+        let sticky_blocks = dir.mode & 0o1000 != 0
+            && dir.uid != self.uid
+            && entry.is_some_and(|e| e.uid != self.uid);
+        dir.kind == crate::EntryKind::Dir && self.bits(dir) & 0o3 == 0o3 && !sticky_blocks
+    }
+
+    /// The owner's, group's or others' permission bits, as the kernel
+    /// picks them for this user.
+    fn bits(&self, meta: &crate::Meta) -> u32 {
+        if meta.uid == self.uid {
             meta.mode >> 6
         } else if self.gids.contains(&meta.gid) {
             meta.mode >> 3
         } else {
             meta.mode
-        };
-        bits & need == need
+        }
     }
 
     pub fn uid(&self) -> u32 {
@@ -192,5 +209,31 @@ mod tests {
         let ghost = UserAccess::from_files(4242, passwd, groups);
         assert!(ghost.gids.is_empty());
         assert!(!ghost.may_read(&meta(File, 0o640, 0, 50)));
+    }
+
+    #[test]
+    fn a_user_changes_entries_where_they_may_write_and_search() {
+        let passwd = "alice:x:1000:1000::/home/alice:/bin/sh
+";
+        let groups = "dev:x:50:alice
+";
+        let alice = UserAccess::from_files(1000, passwd, groups);
+        use crate::EntryKind::{Dir, File};
+        let (hers, roots) = (meta(File, 0o644, 1000, 1000), meta(File, 0o644, 0, 0));
+        assert!(alice.may_change_in(&meta(Dir, 0o755, 1000, 1000), Some(&roots)));
+        assert!(!alice.may_change_in(&meta(Dir, 0o755, 0, 0), None));
+        assert!(!alice.may_change_in(&meta(Dir, 0o755, 0, 0), Some(&hers)));
+        assert!(alice.may_change_in(&meta(Dir, 0o775, 0, 50), None));
+        assert!(
+            !alice.may_change_in(&meta(Dir, 0o765, 0, 50), None),
+            "w without x"
+        );
+        assert!(!alice.may_change_in(&meta(File, 0o777, 1000, 1000), None));
+        // Sticky: her own entries and new names, not root's.
+        let tmp = meta(Dir, 0o1777, 0, 0);
+        assert!(alice.may_change_in(&tmp, None));
+        assert!(alice.may_change_in(&tmp, Some(&hers)));
+        assert!(!alice.may_change_in(&tmp, Some(&roots)));
+        assert!(alice.may_change_in(&meta(Dir, 0o1755, 1000, 1000), Some(&roots)));
     }
 }
