@@ -731,10 +731,10 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
 /// by hand, a partial copy of `.rewind/`) was overwritten with no copy
 /// anywhere, and even a checkpoint did not store it again (helper-19,
 /// D154). It is stored again from the live file, which must still hash
-/// to what the capture recorded, and synced. Small files live in the
-/// ledger's rows and a removed directory's files are not looked at: only
-/// a damaged ledger loses the one, and the other were stored when first
-/// seen unless their objects went too.
+/// to what the capture recorded, and synced. A removed directory's files
+/// are in the plan one by one (`diff_entries` lists them), so they are
+/// looked at too. Small files live in the ledger's rows: only a damaged
+/// ledger loses them.
 fn store_what_the_plan_replaces(
     ws: &Workspace,
     cap: &crate::capture::Capture,
