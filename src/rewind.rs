@@ -294,9 +294,19 @@ fn run_to(
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-        let kept = ws.ledger().skipped(&target.id)?;
-        let changes = plan(&trees, &cap.root, &target.root, &opts.paths, &kept, dopts)?;
-        let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
+        let Planned {
+            changes,
+            not_theirs,
+            ..
+        } = plan_in(
+            ws,
+            &trees,
+            &cap.root,
+            &target.root,
+            &target.id,
+            &opts.paths,
+            dopts,
+        )?;
         let counts = diff::count(&changes);
         return Ok(RewindReport {
             op: op.as_str(),
@@ -350,10 +360,20 @@ fn run_to(
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
     let (changes, kept_skipped) = {
         let _t = crate::trace::span("plan");
-        let kept = ws.ledger().skipped(&target.id)?;
-        let changes = plan(&trees, &cap.root, &target.root, &opts.paths, &kept, dopts)?;
-        let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
-        let here: Vec<Skipped> = kept
+        let Planned {
+            changes,
+            skipped,
+            not_theirs,
+        } = plan_in(
+            ws,
+            &trees,
+            &cap.root,
+            &target.root,
+            &target.id,
+            &opts.paths,
+            dopts,
+        )?;
+        let here: Vec<Skipped> = skipped
             .iter()
             .filter(|p| trees.entry_at(&cap.root, p).ok().flatten().is_some())
             .map(|p| {
@@ -560,6 +580,35 @@ fn run_to(
     })
 }
 
+/// A rewind's plan in this workspace: what `target_id`'s checkpoint
+/// skipped is left alone (D143; `skipped`, for the report), and, as root
+/// for the workspace's owner, what they could not change is set apart
+/// (`not_theirs`, D164).
+struct Planned {
+    changes: Vec<Change>,
+    skipped: Vec<Vec<u8>>,
+    not_theirs: Vec<Skipped>,
+}
+
+fn plan_in(
+    ws: &Workspace,
+    trees: &Trees<'_>,
+    from: &Hash,
+    to: &Hash,
+    target_id: &str,
+    paths: &[Vec<u8>],
+    dopts: DiffOptions,
+) -> Result<Planned> {
+    let skipped = ws.ledger().skipped(target_id)?;
+    let changes = plan(trees, from, to, paths, &skipped, dopts)?;
+    let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
+    Ok(Planned {
+        changes,
+        skipped,
+        not_theirs,
+    })
+}
+
 /// As root running a workspace owner's command (through root's door, or
 /// their `rewind mcp`, D151), the changes that user could not make
 /// themselves are kept and reported, as D152 keeps out of the capture what
@@ -575,49 +624,35 @@ fn keep_what_the_owner_could_not_change(
         return Ok((changes, Vec::new()));
     }
     let root = Dir::open(ws.io_path())?;
-    let root_meta = root.meta()?;
-    let Some(owner) = UserAccess::owner_of(&root_meta) else {
+    let Some(owner) = UserAccess::owner_of(&root.meta()?) else {
         return Ok((changes, Vec::new()));
     };
     // Each directory on the plan's paths, opened once; `None` where the
     // live tree has none (the plan makes it in its nearest existing one).
     let mut dirs: HashMap<Vec<u8>, Option<(Dir, Meta)>> = HashMap::new();
-    dirs.insert(Vec::new(), Some((root, root_meta)));
     let (mut out, mut kept) = (Vec::new(), Vec::new());
-    for c in changes {
-        let (parent, name) = match c.path.iter().rposition(|&b| b == b'/') {
-            Some(i) => (&c.path[..i], &c.path[i + 1..]),
-            None => (&[][..], &c.path[..]),
+    'changes: for c in changes {
+        let cut = c.path.iter().rposition(|&b| b == b'/');
+        let parent = &c.path[..cut.unwrap_or(0)];
+        let name = &c.path[cut.map_or(0, |i| i + 1)..];
+        let mut at = parent;
+        let (dir, dir_meta) = loop {
+            let opened = dirs.entry(at.to_vec()).or_insert_with(|| {
+                let d = root
+                    .open_beneath(std::path::Path::new(OsStr::from_bytes(at)))
+                    .ok()?;
+                d.meta().ok().map(|m| (d, m))
+            });
+            match opened {
+                Some((d, m)) => break (&*d, &*m),
+                None if at.is_empty() => {
+                    out.push(c);
+                    continue 'changes;
+                }
+                None => at = &at[..at.iter().rposition(|&b| b == b'/').unwrap_or(0)],
+            }
         };
-        let mut at: Vec<u8> = Vec::new();
-        let mut whole = true;
-        for comp in parent.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-            let mut next = at.clone();
-            if !next.is_empty() {
-                next.push(b'/');
-            }
-            next.extend_from_slice(comp);
-            if !dirs.contains_key(&next) {
-                let opened = match dirs.get(&at) {
-                    Some(Some((d, _))) => d
-                        .open_dir(OsStr::from_bytes(comp))
-                        .ok()
-                        .and_then(|d| d.meta().ok().map(|m| (d, m))),
-                    _ => None,
-                };
-                dirs.insert(next.clone(), opened);
-            }
-            if matches!(dirs.get(&next), Some(None)) {
-                whole = false;
-                break;
-            }
-            at = next;
-        }
-        let Some(Some((dir, dir_meta))) = dirs.get(&at) else {
-            out.push(c);
-            continue;
-        };
-        let entry = whole
+        let entry = (at.len() == parent.len())
             .then(|| dir.stat_at(OsStr::from_bytes(name)).ok())
             .flatten();
         // A directory is changed in place (mode, times): only its owner can.
@@ -797,9 +832,11 @@ fn reapply_from_live(
 ) -> Result<ApplyReport> {
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
-    let kept = ws.ledger().skipped(target_id)?;
-    let changes = plan(&trees, &cap.root, &to_root, paths, &kept, dopts)?;
-    let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
+    let Planned {
+        changes,
+        not_theirs,
+        ..
+    } = plan_in(ws, &trees, &cap.root, &to_root, target_id, paths, dopts)?;
     let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
     report.kept.extend(not_theirs);
     // An earlier apply (interrupted, or by a crashed process) changed

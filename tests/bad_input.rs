@@ -228,7 +228,7 @@ fn a_damaged_page_stops_a_restore_before_the_tree_changes() {
     let root = dir.path();
     let id = workspace_with_checkpoint(root);
     write(&root.join("a.txt"), b"second");
-    common::checkpoint_id(root, &["second"]);
+    checkpoint_id(root, &["second"]);
     write(&root.join("a.txt"), b"live work, never checkpointed");
     let ledger = root.join(".rewind/ledger.db");
     let (page, page_size) = {

@@ -63,6 +63,16 @@ fn project(with_rules: bool) -> tempfile::TempDir {
     dir
 }
 
+/// The keys `rewind effects` lists, in its order.
+fn effect_keys(ws: &Path) -> Vec<String> {
+    rewind_json(ws, &["effects"])["effects"]
+        .as_array()
+        .expect("effects")
+        .iter()
+        .filter_map(|e| e["key"].as_str().map(str::to_string))
+        .collect()
+}
+
 fn checkpoints(ws: &Path) -> Vec<serde_json::Value> {
     rewind_json(ws, &["list"])["checkpoints"]
         .as_array()
@@ -223,13 +233,7 @@ fn a_matching_effect_is_admitted_once_then_refused_with_exit_2() {
         "{}",
         stderr(&out)
     );
-    let effects = rewind_json(ws, &["effects"]);
-    let keys: Vec<&str> = effects["effects"]
-        .as_array()
-        .expect("effects")
-        .iter()
-        .filter_map(|e| e["key"].as_str())
-        .collect();
+    let keys = effect_keys(ws);
     assert_eq!(
         keys,
         [
@@ -711,13 +715,7 @@ fn a_huge_command_is_guarded_by_its_hash_without_storing_it() {
         grown < 1_000_000,
         "three decisions on a 2 MB command grew the ledger by {grown} bytes"
     );
-    let effects = rewind_json(ws, &["effects"]);
-    let keys: Vec<&str> = effects["effects"]
-        .as_array()
-        .expect("effects")
-        .iter()
-        .filter_map(|e| e["key"].as_str())
-        .collect();
+    let keys = effect_keys(ws);
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert!(
         keys.iter().all(|k| k.len() < 400 && k.contains(" sha256:")),
