@@ -654,7 +654,8 @@ mod tests {
 
     /// The ledger's metadata per checkpoint is mostly changed directories'
     /// nodes (D49): a T1 directory must store in at most 72% of its
-    /// canonical size, so that three share a 16 KiB page.
+    /// canonical size: one 4 KiB page and one overflow page (D165); in a
+    /// ledger made before D165, three share a 16 KiB page.
     #[test]
     fn a_t1_directory_stores_in_under_three_quarters_of_its_canonical_size() {
         let n = t1_dir();
