@@ -693,7 +693,7 @@ fn allowed_mode(entry: &Entry, opts: ApplyOptions, path: &[u8], report: &mut App
 }
 
 /// "a/b/c" → "a/b", "a".
-fn ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
     path.iter()
         .enumerate()
         .rev()
@@ -732,7 +732,7 @@ fn remove_guided(
     }
     let Target::Tree(h) = old.target else {
         // Captured as a file but now a directory: remove it only if empty.
-        return rmdir_or_keep(dir, name, path, report);
+        return rmdir_or_keep(dir, name, path, report, false);
     };
     let sub = match dir.open_dir(name) {
         Ok(d) => d,
@@ -748,6 +748,7 @@ fn remove_guided(
             .map_err(Error::os)?;
     }
     let node = trees.node(&h)?;
+    let kept_before = report.kept.len();
     for child in &node.entries {
         let mut child_path = path.to_vec();
         child_path.push(b'/');
@@ -761,16 +762,28 @@ fn remove_guided(
             report,
         )?;
     }
-    rmdir_or_keep(dir, name, path, report)
+    // Kept because something below it was kept: that entry says why, and
+    // a chain of 1,000 parents would bury it (D166).
+    let below_kept = report.kept.len() > kept_before;
+    rmdir_or_keep(dir, name, path, report, below_kept)
 }
 
-fn rmdir_or_keep(dir: &Dir, name: &OsStr, path: &[u8], report: &mut ApplyReport) -> Result<()> {
+/// `below_kept`: an entry below it is already reported as kept, which
+/// explains this directory too.
+fn rmdir_or_keep(
+    dir: &Dir,
+    name: &OsStr,
+    path: &[u8],
+    report: &mut ApplyReport,
+    below_kept: bool,
+) -> Result<()> {
     match dir.rmdir(name) {
         Ok(()) => {
             report.deleted += 1;
             Ok(())
         }
         Err(e) if e.is_not_found() => Ok(()),
+        Err(e) if e.raw_os_error() == Some(39) && below_kept => Ok(()),
         Err(e) if e.raw_os_error() == Some(39) => {
             report.kept.push(Skipped::new(
                 path,

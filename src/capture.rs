@@ -35,6 +35,44 @@ pub const STATE_DIR: &str = ".rewind";
 pub const CONFIG_FILE: &str = "rewind.toml";
 pub const IGNORE_FILE: &str = ".rewindignore";
 
+/// Directories nested deeper than this below the workspace root are not
+/// captured: each is skipped and reported, and a rewind keeps it (D143).
+/// A runaway script makes a tree thousands of levels deep in a second; the
+/// walk recurses once per level, and past ~600 levels it overflowed a
+/// 2 MiB thread stack, so `status`, `checkpoint` and the rewind that would
+/// undo the damage all aborted (D166). No real project nests this deep
+/// (a path of 1,024 one-letter directories is already half of PATH_MAX).
+pub const MAX_DEPTH: usize = 1024;
+
+/// Stack of each thread a capture runs on: the walk at [`MAX_DEPTH`] uses
+/// ~4 MiB (measured ~3.5 KiB a level). Reserved address space; only the
+/// pages a deep walk touches are ever backed by memory.
+const WALK_STACK: usize = 64 << 20;
+
+/// The threads every capture runs on (its calling thread's stack, 2 MiB
+/// for a spawned thread, is not the walk's to assume), made at the first
+/// capture of a process so a command that captures nothing starts none.
+fn walk_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .stack_size(WALK_STACK)
+            .thread_name(|i| format!("rewind-walk-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// How many directories deep `rel` (workspace-relative, `a/b` is 2) is.
+fn depth_of(rel: &[u8]) -> usize {
+    if rel.is_empty() {
+        0
+    } else {
+        rel.iter().filter(|&&c| c == b'/').count() + 1
+    }
+}
+
 /// One record of the stat cache: the tree entry as last captured plus the
 /// stat fields that vouch for it. Self-sufficient, so an unchanged entry
 /// (and an unchanged directory) costs one `fstatat` and no node decoding.
@@ -704,7 +742,45 @@ pub enum Sink<'a> {
     HashOnly,
 }
 
-type IgnoreStack = Vec<(usize, Arc<ignore::gitignore::Gitignore>)>;
+/// The ignore rules in force in one directory: each rule file from the
+/// root down, with the offset in a workspace-relative path where the
+/// directory holding it ends (its patterns are anchored there).
+pub(crate) type IgnoreStack = Vec<(usize, Arc<ignore::gitignore::Gitignore>)>;
+
+/// `parent` with the rules of `dir_rel`'s rule file (`text`) added on top.
+pub(crate) fn with_rules(
+    parent: &IgnoreStack,
+    dir_rel: &[u8],
+    text: &str,
+    path: &Path,
+) -> Result<IgnoreStack> {
+    let matcher = ignore_matcher(text, path)?;
+    let mut stack = parent.clone();
+    stack.push((
+        if dir_rel.is_empty() {
+            0
+        } else {
+            dir_rel.len() + 1
+        },
+        Arc::new(matcher),
+    ));
+    Ok(stack)
+}
+
+/// Whether the rules in `stack` exclude `rel`; the nearest rule file that
+/// says anything decides, as in git.
+pub(crate) fn is_ignored(stack: &IgnoreStack, rel: &[u8], is_dir: bool) -> bool {
+    for (base, m) in stack.iter().rev() {
+        let sub = &rel[(*base).min(rel.len())..];
+        let path = std::path::Path::new("/").join(OsStr::from_bytes(sub));
+        match m.matched(&path, is_dir) {
+            ignore::Match::Ignore(_) => return true,
+            ignore::Match::Whitelist(_) => return false,
+            ignore::Match::None => {}
+        }
+    }
+    false
+}
 
 /// What one entry of a directory needs, decided from its stat alone.
 enum Slot<'c> {
@@ -853,7 +929,13 @@ pub fn capture(
         base.push((0, Arc::new(ignore_matcher(text, path)?)));
     }
     let mirror = mirror.and_then(|m| m.try_clone().ok());
-    let root_hash = walker.walk_dir(root_dir, mirror, Vec::new(), &base, scope.is_some())?;
+    let walk = || walker.walk_dir(root_dir, mirror, Vec::new(), &base, scope.is_some());
+    // Without the pool (no thread could be started), on this thread: as
+    // deep as its stack allows.
+    let root_hash = match walk_pool() {
+        Some(pool) => pool.install(walk)?,
+        None => walk()?,
+    };
     let stats = walker.counters.snapshot();
     let out = walker.out.into_inner().unwrap_or_else(|p| p.into_inner());
     let kept = |k: &[u8]| {
@@ -899,7 +981,7 @@ fn ancestors(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
         .map(move |(i, _)| &rel[..i])
 }
 
-fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
+pub(crate) fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
     if rel.is_empty() {
         name.to_vec()
     } else {
@@ -957,26 +1039,7 @@ impl Walker<'_> {
             path: path.clone(),
             reason: format!("cannot read ignore rules: {e}"),
         })?;
-        let matcher = ignore_matcher(&text, &path)?;
-        let mut stack = parent.clone();
-        stack.push((
-            if rel.is_empty() { 0 } else { rel.len() + 1 },
-            Arc::new(matcher),
-        ));
-        Ok(stack)
-    }
-
-    fn ignored(stack: &IgnoreStack, rel: &[u8], is_dir: bool) -> bool {
-        for (base, m) in stack.iter().rev() {
-            let sub = &rel[(*base).min(rel.len())..];
-            let path = std::path::Path::new("/").join(OsStr::from_bytes(sub));
-            match m.matched(&path, is_dir) {
-                ignore::Match::Ignore(_) => return true,
-                ignore::Match::Whitelist(_) => return false,
-                ignore::Match::None => {}
-            }
-        }
-        false
+        with_rules(parent, rel, &text, &path)
     }
 
     /// Capture one directory: stat every entry here (cheap, sequential),
@@ -1220,9 +1283,7 @@ impl Walker<'_> {
             );
             return Ok(None);
         }
-        if !ignores.is_empty()
-            && Self::ignored(ignores, &join(rel, nb), meta.kind == EntryKind::Dir)
-        {
+        if !ignores.is_empty() && is_ignored(ignores, &join(rel, nb), meta.kind == EntryKind::Dir) {
             return Ok(None);
         }
         if let Some(why) = self
@@ -1364,6 +1425,13 @@ impl Walker<'_> {
             }
             Slot::Dir(name, meta, prev, rows) => {
                 let path = join(rel, name.as_bytes());
+                if depth_of(&path) > MAX_DEPTH {
+                    self.skip(
+                        &path,
+                        format!("directory nested more than {MAX_DEPTH} levels deep: not captured, and a rewind keeps it"),
+                    );
+                    return Ok(None);
+                }
                 // Outside the scope, a directory the cache vouches for is
                 // unchanged below too: the tracker saw every change.
                 if let Some(p) = prev

@@ -294,11 +294,7 @@ fn run_to(
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-        let Planned {
-            changes,
-            not_theirs,
-            ..
-        } = plan_in(
+        let Planned { changes, kept, .. } = plan_in(
             ws,
             &trees,
             &cap.root,
@@ -320,7 +316,7 @@ fn run_to(
                 deleted: counts.deleted,
             },
             plan: ChangeJson::from_changes(&changes),
-            kept: not_theirs,
+            kept,
             setuid_stripped: Vec::new(),
             effects_not_undone: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
@@ -363,7 +359,7 @@ fn run_to(
         let Planned {
             changes,
             skipped,
-            not_theirs,
+            kept,
         } = plan_in(
             ws,
             &trees,
@@ -385,7 +381,7 @@ fn run_to(
                     ),
                 )
             })
-            .chain(not_theirs)
+            .chain(kept)
             .collect();
         (changes, here)
     };
@@ -581,13 +577,14 @@ fn run_to(
 }
 
 /// A rewind's plan in this workspace: what `target_id`'s checkpoint
-/// skipped is left alone (D143; `skipped`, for the report), and, as root
-/// for the workspace's owner, what they could not change is set apart
-/// (`not_theirs`, D164).
+/// skipped is left alone (D143; `skipped`, for the report); what its own
+/// ignore rules excluded (D167) and, as root for the workspace's owner,
+/// what they could not change (D164) are set apart, each with its reason
+/// (`kept`).
 struct Planned {
     changes: Vec<Change>,
     skipped: Vec<Vec<u8>>,
-    not_theirs: Vec<Skipped>,
+    kept: Vec<Skipped>,
 }
 
 fn plan_in(
@@ -601,12 +598,170 @@ fn plan_in(
 ) -> Result<Planned> {
     let skipped = ws.ledger().skipped(target_id)?;
     let changes = plan(trees, from, to, paths, &skipped, dopts)?;
+    let (changes, mut kept) = keep_what_the_target_ignores(ws, trees, to, target_id, changes)?;
     let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
+    kept.extend(not_theirs);
     Ok(Planned {
         changes,
         skipped,
-        not_theirs,
+        kept,
     })
+}
+
+/// A rewind deletes nothing the target's own `.rewindignore` files
+/// exclude: that checkpoint holds nothing for such a path, as for one it
+/// skipped (D143), so the live one is kept and reported (D167). Before,
+/// `undo` after a rewind that brought back an older rule file captured
+/// the tree under the older rules and deleted what the newer ones had set
+/// aside (`node_modules/`, a data directory). Directories that hold a
+/// kept path stay, emptied of the rest one entry at a time.
+fn keep_what_the_target_ignores(
+    ws: &Workspace,
+    trees: &Trees<'_>,
+    to: &Hash,
+    target_id: &str,
+    changes: Vec<Change>,
+) -> Result<(Vec<Change>, Vec<Skipped>)> {
+    use crate::capture::{IGNORE_FILE, IgnoreStack, is_ignored, with_rules};
+    use std::collections::HashSet;
+    if !changes.iter().any(|c| c.new.is_none()) {
+        return Ok((changes, Vec::new()));
+    }
+    let mut target = TargetRules {
+        ws,
+        trees,
+        to,
+        target_id,
+        snapshot: None,
+        rules: HashMap::new(),
+    };
+    let mut verdicts: HashMap<Vec<u8>, bool> = HashMap::new();
+    let mut ignored: HashSet<Vec<u8>> = HashSet::new();
+    for c in changes.iter().filter(|c| c.new.is_none()) {
+        let Some(old) = &c.old else { continue };
+        // The nearest prefix the target's rules exclude, from the top:
+        // below an excluded directory the capture never looked.
+        let ends = c.path.iter().enumerate().filter(|(_, b)| **b == b'/');
+        for end in ends.map(|(i, _)| i).chain([c.path.len()]) {
+            let prefix = &c.path[..end];
+            let verdict = match verdicts.get(prefix) {
+                Some(v) => *v,
+                None => {
+                    let v = trees.entry_at(to, prefix)?.is_none() && {
+                        let parent =
+                            &prefix[..prefix.iter().rposition(|&b| b == b'/').unwrap_or(0)];
+                        let is_dir = end < c.path.len() || old.kind() == crate::tree::Kind::Dir;
+                        is_ignored(target.rules_in(parent)?, prefix, is_dir)
+                    };
+                    verdicts.insert(prefix.to_vec(), v);
+                    v
+                }
+            };
+            if verdict {
+                ignored.insert(prefix.to_vec());
+                break;
+            }
+        }
+    }
+    if ignored.is_empty() {
+        return Ok((changes, Vec::new()));
+    }
+    // A directory holding a kept path is not removed or replaced: its
+    // other entries are in the plan one by one and go.
+    let holders: HashSet<&[u8]> = ignored.iter().flat_map(|p| apply::ancestors(p)).collect();
+    let changes = changes
+        .into_iter()
+        .filter(|c| {
+            let holds_kept = holders.contains(c.path.as_slice())
+                && c.old
+                    .as_ref()
+                    .is_some_and(|o| o.kind() == crate::tree::Kind::Dir)
+                && c.new
+                    .as_ref()
+                    .is_none_or(|n| n.kind() != crate::tree::Kind::Dir);
+            !holds_kept && !apply::is_at_or_below(&c.path, &ignored)
+        })
+        .collect();
+    let mut kept: Vec<Vec<u8>> = ignored.into_iter().collect();
+    kept.sort();
+    let kept = kept
+        .iter()
+        .map(|p| {
+            Skipped::new(
+                p,
+                format!(
+                    "kept: checkpoint {target_id}'s {IGNORE_FILE} excludes it, so that checkpoint holds nothing for it"
+                ),
+            )
+        })
+        .collect();
+    return Ok((changes, kept));
+
+    /// The target's rule files, read from its stored objects (or its
+    /// btrfs snapshot), one stack per directory asked about.
+    struct TargetRules<'a> {
+        ws: &'a Workspace,
+        trees: &'a Trees<'a>,
+        to: &'a Hash,
+        target_id: &'a str,
+        snapshot: Option<Option<rewind_platform::Dir>>,
+        rules: HashMap<Vec<u8>, IgnoreStack>,
+    }
+
+    impl TargetRules<'_> {
+        fn rules_in(&mut self, dir: &[u8]) -> Result<&IgnoreStack> {
+            if !self.rules.contains_key(dir) {
+                let parent = match dir.iter().rposition(|&b| b == b'/') {
+                    Some(i) => self.rules_in(&dir[..i])?.clone(),
+                    None if dir.is_empty() => IgnoreStack::new(),
+                    None => self.rules_in(b"")?.clone(),
+                };
+                let file = crate::capture::join(dir, IGNORE_FILE.as_bytes());
+                let stack = match self.trees.entry_at(self.to, &file)? {
+                    Some(e) => match &e.target {
+                        crate::tree::Target::Object(h) => {
+                            let text = self.read(&file, h, e.size)?;
+                            let path = std::path::Path::new(OsStr::from_bytes(&file));
+                            with_rules(&parent, dir, &text, path)?
+                        }
+                        _ => parent,
+                    },
+                    None => parent,
+                };
+                self.rules.insert(dir.to_vec(), stack);
+            }
+            Ok(&self.rules[dir])
+        }
+
+        fn read(&mut self, file: &[u8], hash: &Hash, size: u64) -> Result<String> {
+            let bytes = if self.ws.store().contains(hash, size)? {
+                self.ws.store().read_prefix(hash, size, size)?
+            } else {
+                if self.snapshot.is_none() {
+                    self.snapshot = Some(snapshot::open(self.ws, self.target_id)?);
+                }
+                let path = std::path::Path::new(OsStr::from_bytes(file));
+                let missing = || Error::ObjectMissing {
+                    hash: hash.to_hex(),
+                    path: path.to_path_buf(),
+                };
+                let Some(Some(snap)) = &self.snapshot else {
+                    return Err(missing());
+                };
+                let dir = snap
+                    .open_beneath(path.parent().unwrap_or(std::path::Path::new("")))
+                    .map_err(Error::os)?;
+                let (f, _) = dir
+                    .open_read(path.file_name().unwrap_or_default())
+                    .map_err(Error::os)?;
+                let mut buf = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, size), &mut buf)
+                    .map_err(|e| Error::os(rewind_platform::Error::new("read", path, e)))?;
+                buf
+            };
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        }
+    }
 }
 
 /// As root running a workspace owner's command (through root's door, or
@@ -832,13 +987,10 @@ fn reapply_from_live(
 ) -> Result<ApplyReport> {
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
-    let Planned {
-        changes,
-        not_theirs,
-        ..
-    } = plan_in(ws, &trees, &cap.root, &to_root, target_id, paths, dopts)?;
+    let Planned { changes, kept, .. } =
+        plan_in(ws, &trees, &cap.root, &to_root, target_id, paths, dopts)?;
     let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
-    report.kept.extend(not_theirs);
+    report.kept.extend(kept);
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
     report.touched.needs_syncfs();

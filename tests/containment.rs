@@ -555,12 +555,7 @@ fn root_rewinds_for_a_user_only_what_the_user_could_change() {
     assert_eq!(read("system/new"), "root's new file\n", "{out}");
     assert_eq!(read("drop/roots.txt"), "root's v2\n", "{out}");
     for report in [&plan, &out] {
-        let kept: Vec<&str> = report["kept"]
-            .as_array()
-            .expect("kept")
-            .iter()
-            .filter_map(|k| k["path"].as_str())
-            .collect();
+        let kept = common::paths_in(report, "kept");
         for p in ["system/conf", "system/new", "drop/roots.txt"] {
             assert!(kept.contains(&p), "{p} not reported kept: {report}");
         }
@@ -668,12 +663,7 @@ fn what_a_checkpoint_could_not_read_is_kept_by_a_rewind_to_it() {
         b"built as root\n",
         "{v}"
     );
-    let kept: Vec<&str> = v["kept"]
-        .as_array()
-        .expect("kept")
-        .iter()
-        .filter_map(|k| k["path"].as_str())
-        .collect();
+    let kept = common::paths_in(&v, "kept");
     assert!(kept.contains(&"secret.js") && kept.contains(&"dist"), "{v}");
     // The same plan for a dry run and for a rewind finished after a crash.
     let out = nobody(&format!("{bin} --json rewind a --dry-run"));
@@ -848,14 +838,76 @@ fn a_rewind_never_replaces_what_no_checkpoint_captured() {
         std::fs::read(root.join("out/inside")).expect("out"),
         b"out is an ignored directory now"
     );
-    let kept: Vec<&str> = v["kept"]
-        .as_array()
-        .expect("kept")
-        .iter()
-        .filter_map(|k| k["path"].as_str())
-        .collect();
+    let kept = common::paths_in(&v, "kept");
     assert!(kept.contains(&"out"), "{v}");
     assert!(kept.iter().any(|k| k.starts_with("data")), "{v}");
+}
+
+/// D167: a rewind deletes nothing its target's own `.rewindignore`
+/// excludes. A rewind to a checkpoint taken before `data/` and `*.csv`
+/// were ignored brings the older, empty rule file back and leaves both
+/// alone (no side holds them); `undo` then captured under the empty rules
+/// and deleted them, though the tree it goes back to had set them aside.
+/// A directory the target lacks that holds such a file stays, emptied of
+/// the rest.
+#[test]
+fn an_undo_keeps_what_its_target_ignores_though_the_live_rules_do_not() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join(".rewindignore"), b"");
+    write(&root.join("main.c"), b"v1");
+    write(&root.join("src/lib.c"), b"lib");
+    let c1 = checkpoint_id(root, &["c1"]);
+    write(&root.join(".rewindignore"), b"data/\n*.csv\n");
+    write(&root.join("data/big.bin"), b"a data set");
+    write(&root.join("src/table.csv"), b"generated");
+    write(&root.join("main.c"), b"v2");
+    rewind_json(root, &["rewind", &c1]);
+    assert_eq!(std::fs::read(root.join("main.c")).expect("main"), b"v1");
+    assert_eq!(
+        std::fs::read(root.join(".rewindignore")).expect("rules"),
+        b""
+    );
+    // Made under c1's rules, which ignore nothing.
+    write(&root.join("out/report.csv"), b"a report");
+    write(&root.join("out/notes.txt"), b"notes");
+
+    let plan = rewind_json(root, &["undo", "--dry-run"]);
+    let planned = common::paths_in(&plan, "plan");
+    assert!(planned.contains(&"main.c"), "{plan}");
+    assert!(
+        !planned
+            .iter()
+            .any(|p| p.starts_with("data") || p.ends_with(".csv") || *p == "out"),
+        "{plan}"
+    );
+    let v = rewind_json(root, &["undo"]);
+    assert_eq!(std::fs::read(root.join("main.c")).expect("main"), b"v2");
+    assert_eq!(
+        std::fs::read(root.join(".rewindignore")).expect("rules"),
+        b"data/\n*.csv\n"
+    );
+    assert_eq!(
+        std::fs::read(root.join("data/big.bin")).expect("data was deleted"),
+        b"a data set"
+    );
+    assert_eq!(
+        std::fs::read(root.join("src/table.csv")).expect("csv was deleted"),
+        b"generated"
+    );
+    assert_eq!(
+        std::fs::read(root.join("out/report.csv")).expect("report was deleted"),
+        b"a report"
+    );
+    assert!(
+        !root.join("out/notes.txt").exists(),
+        "what the target does not ignore still goes"
+    );
+    let kept = common::paths_in(&v, "kept");
+    for p in ["data", "src/table.csv", "out/report.csv"] {
+        assert!(kept.contains(&p), "{p} not reported kept: {v}");
+    }
+    assert_eq!(std::fs::read(root.join("src/lib.c")).expect("lib"), b"lib");
 }
 
 /// A file the capture cannot read (another user's output in the
@@ -1041,12 +1093,7 @@ fn a_file_written_during_the_rewind_is_kept_not_lost() {
         b"appended during the rewind"
     );
     assert_eq!(std::fs::read(root.join("G")).expect("G"), b"v1");
-    let kept: Vec<&str> = v["kept"]
-        .as_array()
-        .expect("kept")
-        .iter()
-        .filter_map(|k| k["path"].as_str())
-        .collect();
+    let kept = common::paths_in(&v, "kept");
     assert!(kept.contains(&"F") && kept.contains(&"new.log"), "{v}");
 }
 

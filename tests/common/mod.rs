@@ -932,9 +932,15 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 
 /// The paths of a `status` or `diff` JSON's `changes`, in its order.
 pub fn changed_paths(v: &serde_json::Value) -> Vec<&str> {
-    v["changes"]
+    paths_in(v, "changes")
+}
+
+/// The `path` of each item of the array `v[key]` (a report's `kept`, a
+/// dry run's `plan`).
+pub fn paths_in<'a>(v: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
+    v[key]
         .as_array()
-        .expect("changes")
+        .unwrap_or_else(|| panic!("no array {key:?} in {v}"))
         .iter()
         .filter_map(|c| c["path"].as_str())
         .collect()
