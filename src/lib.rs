@@ -30,6 +30,7 @@ pub mod progress;
 pub mod rewind;
 pub mod snapshot;
 pub mod subvol;
+pub mod target_ignores;
 pub mod threads;
 pub mod time;
 pub mod trace;
