@@ -18,7 +18,7 @@ use std::path::Path;
 use rewind_platform::{Dir, EntryKind, Heir, Meta, RenameMode, Xattr};
 use serde::Serialize;
 
-use crate::capture::{Skipped, display_path};
+use crate::capture::{Skipped, ancestors, display_path, is_at_or_below};
 use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -671,11 +671,6 @@ fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut 
     ));
 }
 
-/// Whether `path` is one of `set` or below one.
-pub(crate) fn is_at_or_below(path: &[u8], set: &HashSet<Vec<u8>>) -> bool {
-    !set.is_empty() && (set.contains(path) || ancestors(path).any(|a| set.contains(a)))
-}
-
 /// The target-side entry of a parent directory that is not itself a change
 /// (only needed for `--exact-times`).
 fn lookup_target(trees: &Trees<'_>, path: &[u8]) -> Option<Entry> {
@@ -690,15 +685,6 @@ fn allowed_mode(entry: &Entry, opts: ApplyOptions, path: &[u8], report: &mut App
     } else {
         entry.mode
     }
-}
-
-/// "a/b/c" → "a/b", "a".
-pub(crate) fn ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
-    path.iter()
-        .enumerate()
-        .rev()
-        .filter(|(_, c)| **c == b'/')
-        .map(move |(i, _)| &path[..i])
 }
 
 /// Remove what the capture saw at `name`, and only that. A directory that
@@ -792,19 +778,5 @@ fn rmdir_or_keep(
             Ok(())
         }
         Err(e) => Err(Error::os(e)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ancestors;
-
-    #[test]
-    fn ancestors_are_listed_deepest_first_without_the_path_itself() {
-        assert_eq!(
-            ancestors(b"a/b/c").collect::<Vec<_>>(),
-            vec![&b"a/b"[..], &b"a"[..]]
-        );
-        assert_eq!(ancestors(b"top").count(), 0);
     }
 }

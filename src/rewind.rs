@@ -154,7 +154,7 @@ fn plan(
     let mut out = plan_all(trees, from, to, paths, opts)?;
     if !kept.is_empty() {
         let kept: std::collections::HashSet<Vec<u8>> = kept.iter().cloned().collect();
-        out.retain(|c| !crate::apply::is_at_or_below(&c.path, &kept));
+        out.retain(|c| !crate::capture::is_at_or_below(&c.path, &kept));
     }
     // A nested workspace's state is not ours to write or delete, even
     // where a checkpoint from before D82 holds it.

@@ -62,7 +62,7 @@ pub(crate) fn keep_what_the_target_ignores(
     tops.sort();
     let holders: HashSet<&[u8]> = tops
         .iter()
-        .flat_map(|p| crate::apply::ancestors(p))
+        .flat_map(|p| crate::capture::ancestors(p))
         .collect();
     let changes = changes
         .into_iter()
