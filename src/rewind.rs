@@ -9,8 +9,6 @@
 //! the workspace re-captures the live tree and applies diff(live, target)
 //! again. Applying is idempotent, so recovery always ends at the target.
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Instant;
 
@@ -24,6 +22,7 @@ use crate::durable::{self, Before, Synced};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::hash::{Hash, Hasher};
+use crate::keep;
 use crate::ledger::{Checkpoint, Intent, Operation};
 use crate::snapshot::{self, Engine};
 use crate::workspace::{
@@ -577,10 +576,10 @@ fn run_to(
 }
 
 /// A rewind's plan in this workspace: what `target_id`'s checkpoint
-/// skipped is left alone (D143; `skipped`, for the report); what its own
-/// ignore rules excluded (D167) and, as root for the workspace's owner,
-/// what they could not change (D164) are set apart, each with its reason
-/// (`kept`).
+/// skipped is left alone (D143; `skipped`, for the report); what the
+/// live capture did not see (D168), what the target's own ignore rules
+/// excluded (D167) and, as root for the workspace's owner, what they
+/// could not change (D164) are set apart, each with its reason (`kept`).
 struct Planned {
     changes: Vec<Change>,
     skipped: Vec<Vec<u8>>,
@@ -598,84 +597,15 @@ fn plan_in(
 ) -> Result<Planned> {
     let skipped = ws.ledger().skipped(target_id)?;
     let changes = plan(trees, from, to, paths, &skipped, dopts)?;
-    let (changes, mut kept) =
-        crate::target_ignores::keep_what_the_target_ignores(ws, trees, to, target_id, changes)?;
-    let (changes, not_theirs) = keep_what_the_owner_could_not_change(ws, changes)?;
-    kept.extend(not_theirs);
+    let mut kept = Vec::new();
+    let changes = keep::what_the_capture_did_not_see(ws, trees, from, changes, &mut kept)?;
+    let changes = keep::what_the_target_ignores(ws, trees, to, target_id, changes, &mut kept)?;
+    let changes = keep::what_the_owner_could_not_change(ws, changes, &mut kept)?;
     Ok(Planned {
         changes,
         skipped,
         kept,
     })
-}
-
-/// As root running a workspace owner's command (through root's door, or
-/// their `rewind mcp`, D151), the changes that user could not make
-/// themselves are kept and reported, as D152 keeps out of the capture what
-/// they could not read (D164). Before, root's apply created and deleted
-/// entries in root's own directories inside their tree at their request.
-/// `sudo rewind` is root's own command, and restores root's files (D147).
-fn keep_what_the_owner_could_not_change(
-    ws: &Workspace,
-    changes: Vec<Change>,
-) -> Result<(Vec<Change>, Vec<Skipped>)> {
-    use rewind_platform::{Dir, Meta, UserAccess};
-    if !crate::workspace::is_confined() {
-        return Ok((changes, Vec::new()));
-    }
-    let root = Dir::open(ws.io_path())?;
-    let Some(owner) = UserAccess::owner_of(&root.meta()?) else {
-        return Ok((changes, Vec::new()));
-    };
-    // Each directory on the plan's paths, opened once; `None` where the
-    // live tree has none (the plan makes it in its nearest existing one).
-    let mut dirs: HashMap<Vec<u8>, Option<(Dir, Meta)>> = HashMap::new();
-    let (mut out, mut kept) = (Vec::new(), Vec::new());
-    'changes: for c in changes {
-        let cut = c.path.iter().rposition(|&b| b == b'/');
-        let parent = &c.path[..cut.unwrap_or(0)];
-        let name = &c.path[cut.map_or(0, |i| i + 1)..];
-        let mut at = parent;
-        let (dir, dir_meta) = loop {
-            let opened = dirs.entry(at.to_vec()).or_insert_with(|| {
-                let d = root
-                    .open_beneath(std::path::Path::new(OsStr::from_bytes(at)))
-                    .ok()?;
-                d.meta().ok().map(|m| (d, m))
-            });
-            match opened {
-                Some((d, m)) => break (&*d, &*m),
-                None if at.is_empty() => {
-                    out.push(c);
-                    continue 'changes;
-                }
-                None => at = &at[..at.iter().rposition(|&b| b == b'/').unwrap_or(0)],
-            }
-        };
-        let entry = (at.len() == parent.len())
-            .then(|| dir.stat_at(OsStr::from_bytes(name)).ok())
-            .flatten();
-        // A directory is changed in place (mode, times): only its owner can.
-        let in_place_not_theirs = entry.as_ref().is_some_and(|e| {
-            e.kind == rewind_platform::EntryKind::Dir
-                && e.uid != owner.uid()
-                && c.new
-                    .as_ref()
-                    .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
-        });
-        if owner.may_change_in(dir_meta, entry.as_ref()) && !in_place_not_theirs {
-            out.push(c);
-        } else {
-            kept.push(Skipped::new(
-                &c.path,
-                format!(
-                    "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
-                    owner.uid()
-                ),
-            ));
-        }
-    }
-    Ok((out, kept))
 }
 
 /// Where clones are impossible, restored files take real space: refuse

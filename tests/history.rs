@@ -118,6 +118,56 @@ fn a_repeated_rewind_leaves_undo_and_gc_with_the_work_it_saved() {
     );
 }
 
+/// D168: what the live capture did not see is kept at planning, not only
+/// when the apply finds it (D111). A checkpoint holds the user's own
+/// `.claude/settings.json`; `integrate` then puts `.claude/` in
+/// `.rewind/ignore`, so every rewind to that checkpoint plans to write it
+/// and keeps it. A repeated rewind (or a restore of just that file) was
+/// a plan of only that: it recorded a safety checkpoint and an operation
+/// though it wrote nothing, `undo` led to the same tree, and gc could
+/// prune the first rewind's saved work.
+#[test]
+fn a_rewind_that_only_meets_what_no_capture_saw_records_nothing() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(
+        &root.join(".claude/settings.json"),
+        b"{\"permissions\":{}}\n",
+    );
+    write(&root.join("f"), b"1\n");
+    let a = checkpoint_id(root, &["A"]);
+    write(&root.join(".rewind/ignore"), b".claude/\n");
+    write(&root.join(".claude/settings.json"), b"{\"hooks\":{}}\n");
+    write(&root.join("f"), b"the agent's unsaved work\n");
+    let first = rewind_json(root, &["rewind", &a]);
+    assert_eq!(first["changes"]["written"], 1, "{first}");
+    // The capture saw no `.claude` at all: the directory is what is kept.
+    assert_eq!(common::paths_in(&first, "kept"), [".claude"]);
+    for again in [
+        vec!["rewind", a.as_str(), "--dry-run"],
+        vec!["rewind", a.as_str()],
+        vec!["restore", a.as_str(), "--", ".claude/settings.json"],
+    ] {
+        let r = rewind_json(root, &again);
+        assert_eq!(
+            r["safety_checkpoint"],
+            serde_json::Value::Null,
+            "{again:?}: {r}"
+        );
+        assert_eq!(common::paths_in(&r, "plan"), Vec::<&str>::new(), "{r}");
+        assert_eq!(common::paths_in(&r, "kept"), [".claude"], "{r}");
+    }
+    assert_eq!(
+        std::fs::read(root.join(".claude/settings.json")).expect("read"),
+        b"{\"hooks\":{}}\n"
+    );
+    rewind_json(root, &["undo"]);
+    assert_eq!(
+        std::fs::read(root.join("f")).expect("read"),
+        b"the agent's unsaved work\n"
+    );
+}
+
 #[test]
 fn dry_run_prints_a_fingerprint_and_expect_refuses_a_changed_plan() {
     let dir = common::tmp();

@@ -1,0 +1,353 @@
+//! What a rewind's plan keeps instead of changing, each with its reason.
+//!
+//! A rewind plans from the live tree as captured to the target as
+//! captured; what either capture did not hold, and what the owner of the
+//! workspace could not change, is left as it is and reported (`kept`),
+//! before anything is recorded, so `--dry-run` shows it and a plan of
+//! nothing but such paths records nothing (D155).
+//!
+//! - What the live capture did not see (ignored by the live rules,
+//!   unreadable, made since): D168.
+//! - What the target's own `.rewindignore` files excluded: after a rewind
+//!   brought back an older rule file, the live capture holds paths the
+//!   target set aside, and holds nothing for (D167).
+//! - As root for the workspace's owner, what they could not change: D164.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::rc::Rc;
+
+use crate::capture::{
+    IGNORE_FILE, IgnoreStack, Skipped, is_at_or_below, is_ignored, join, with_rules,
+};
+use crate::diff::{Change, Trees};
+use crate::error::{Error, Result};
+use crate::hash::Hash;
+use crate::tree::{Entry, Kind, Node, Target};
+use crate::workspace::Workspace;
+
+/// A rewind writes nothing where the live tree holds something its
+/// capture did not see (D168): a path the live rules ignore (`.claude/`
+/// once `integrate` put it in `.rewind/ignore`), a file it could not
+/// read, one made since. The apply finds such an entry too and keeps it
+/// (D111), but only after the safety checkpoint and the operation were
+/// recorded: a plan of nothing else then took over `undo` and the
+/// protection gc gives the last rewind's saved work. Only the top-most
+/// missing entry of each subtree is looked at, in a directory the capture
+/// holds: below a missing one, nothing can be.
+pub(crate) fn what_the_capture_did_not_see(
+    ws: &Workspace,
+    trees: &Trees<'_>,
+    from: &Hash,
+    changes: Vec<Change>,
+    kept: &mut Vec<Skipped>,
+) -> Result<Vec<Change>> {
+    if !changes.iter().any(|c| c.old.is_none()) {
+        return Ok(changes);
+    }
+    let root = ws.root_dir();
+    // Each parent the plan adds into: opened when the capture holds it as
+    // a directory (`None` otherwise, or when it is gone since).
+    let mut dirs: HashMap<Vec<u8>, Option<rewind_platform::Dir>> = HashMap::new();
+    let mut found: HashSet<Vec<u8>> = HashSet::new();
+    let mut out = Vec::with_capacity(changes.len());
+    for c in changes {
+        if c.old.is_some() || c.new.is_none() {
+            out.push(c);
+            continue;
+        }
+        if is_at_or_below(&c.path, &found) {
+            continue;
+        }
+        let parent = parent_of(&c.path);
+        if !dirs.contains_key(parent) {
+            let held = parent.is_empty()
+                || trees
+                    .entry_at(from, parent)?
+                    .is_some_and(|e| e.kind() == Kind::Dir);
+            let dir = held
+                .then(|| root.open_beneath(Path::new(OsStr::from_bytes(parent))).ok())
+                .flatten();
+            dirs.insert(parent.to_vec(), dir);
+        }
+        let name = &c.path[if parent.is_empty() {
+            0
+        } else {
+            parent.len() + 1
+        }..];
+        let there = dirs[parent]
+            .as_ref()
+            .is_some_and(|d| d.stat_at(OsStr::from_bytes(name)).is_ok());
+        if there {
+            kept.push(Skipped::new(
+                &c.path,
+                "kept: something no checkpoint captured is there (ignored, unreadable, or made since the capture)",
+            ));
+            found.insert(c.path);
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// A rewind deletes nothing the target checkpoint's own `.rewindignore`
+/// files exclude (D167): `changes` without those deletions; the paths
+/// (the top-most of each excluded subtree) go to `kept`, each with why. Directories that hold a kept path are not removed or
+/// replaced: their other entries are in the plan one by one and go.
+pub(crate) fn what_the_target_ignores(
+    ws: &Workspace,
+    trees: &Trees<'_>,
+    to: &Hash,
+    target_id: &str,
+    changes: Vec<Change>,
+    kept: &mut Vec<Skipped>,
+) -> Result<Vec<Change>> {
+    if !changes.iter().any(|c| c.new.is_none()) {
+        return Ok(changes);
+    }
+    let mut target = TargetView {
+        ws,
+        trees,
+        to,
+        target_id,
+        snapshot: None,
+        dirs: HashMap::new(),
+        rules: HashMap::new(),
+        excluded: HashMap::new(),
+    };
+    for c in &changes {
+        if let (Some(old), None) = (&c.old, &c.new) {
+            target.excludes(&c.path, old.kind() == Kind::Dir)?;
+        }
+    }
+    let excluded = |p: &[u8]| target.excluded.get(p).copied().unwrap_or(false);
+    let mut tops: Vec<Vec<u8>> = target
+        .excluded
+        .iter()
+        .filter(|(p, v)| **v && !excluded(parent_of(p)))
+        .map(|(p, _)| p.clone())
+        .collect();
+    if tops.is_empty() {
+        return Ok(changes);
+    }
+    tops.sort();
+    let holders: HashSet<&[u8]> = tops
+        .iter()
+        .flat_map(|p| crate::capture::ancestors(p))
+        .collect();
+    let changes = changes
+        .into_iter()
+        .filter(|c| {
+            let holds_kept = holders.contains(c.path.as_slice())
+                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
+                && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
+            let is_excluded = c.new.is_none() && excluded(&c.path);
+            !holds_kept && !is_excluded
+        })
+        .collect();
+    kept.extend(tops.iter().map(|p| {
+        Skipped::new(
+            p,
+            format!(
+                "kept: checkpoint {target_id}'s {IGNORE_FILE} excludes it, so that checkpoint holds nothing for it"
+            ),
+        )
+    }));
+    Ok(changes)
+}
+
+/// As root running a workspace owner's command (through root's door, or
+/// their `rewind mcp`, D151), the changes that user could not make
+/// themselves are kept and reported, as D152 keeps out of the capture what
+/// they could not read (D164). Before, root's apply created and deleted
+/// entries in root's own directories inside their tree at their request.
+/// `sudo rewind` is root's own command, and restores root's files (D147).
+pub(crate) fn what_the_owner_could_not_change(
+    ws: &Workspace,
+    changes: Vec<Change>,
+    kept: &mut Vec<Skipped>,
+) -> Result<Vec<Change>> {
+    use rewind_platform::{Dir, Meta, UserAccess};
+    if !crate::workspace::is_confined() {
+        return Ok(changes);
+    }
+    let root = Dir::open(ws.io_path())?;
+    let Some(owner) = UserAccess::owner_of(&root.meta()?) else {
+        return Ok(changes);
+    };
+    // Each directory on the plan's paths, opened once; `None` where the
+    // live tree has none (the plan makes it in its nearest existing one).
+    let mut dirs: HashMap<Vec<u8>, Option<(Dir, Meta)>> = HashMap::new();
+    let mut out = Vec::new();
+    'changes: for c in changes {
+        let cut = c.path.iter().rposition(|&b| b == b'/');
+        let parent = &c.path[..cut.unwrap_or(0)];
+        let name = &c.path[cut.map_or(0, |i| i + 1)..];
+        let mut at = parent;
+        let (dir, dir_meta) = loop {
+            let opened = dirs.entry(at.to_vec()).or_insert_with(|| {
+                let d = root
+                    .open_beneath(std::path::Path::new(OsStr::from_bytes(at)))
+                    .ok()?;
+                d.meta().ok().map(|m| (d, m))
+            });
+            match opened {
+                Some((d, m)) => break (&*d, &*m),
+                None if at.is_empty() => {
+                    out.push(c);
+                    continue 'changes;
+                }
+                None => at = &at[..at.iter().rposition(|&b| b == b'/').unwrap_or(0)],
+            }
+        };
+        let entry = (at.len() == parent.len())
+            .then(|| dir.stat_at(OsStr::from_bytes(name)).ok())
+            .flatten();
+        // A directory is changed in place (mode, times): only its owner can.
+        let in_place_not_theirs = entry.as_ref().is_some_and(|e| {
+            e.kind == rewind_platform::EntryKind::Dir
+                && e.uid != owner.uid()
+                && c.new
+                    .as_ref()
+                    .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
+        });
+        if owner.may_change_in(dir_meta, entry.as_ref()) && !in_place_not_theirs {
+            out.push(c);
+        } else {
+            kept.push(Skipped::new(
+                &c.path,
+                format!(
+                    "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
+                    owner.uid()
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// "a/b" → "a"; "a" → "".
+fn parent_of(path: &[u8]) -> &[u8] {
+    &path[..path.iter().rposition(|&b| b == b'/').unwrap_or(0)]
+}
+
+/// The target's tree as the rules see it, each directory node, rule
+/// stack and verdict looked up once: a plan deleting a tree 1,000 levels
+/// deep asks about every level.
+struct TargetView<'a> {
+    ws: &'a Workspace,
+    trees: &'a Trees<'a>,
+    to: &'a Hash,
+    target_id: &'a str,
+    /// The target's btrfs snapshot, opened when a rule file is not stored.
+    snapshot: Option<Option<rewind_platform::Dir>>,
+    /// The target's directory at each path; `None`: it has none there.
+    dirs: HashMap<Vec<u8>, Option<Rc<Node>>>,
+    /// The rules in force in each of the target's directories.
+    rules: HashMap<Vec<u8>, IgnoreStack>,
+    /// Whether the target's rules exclude a path or a directory above it.
+    excluded: HashMap<Vec<u8>, bool>,
+}
+
+impl TargetView<'_> {
+    /// Whether the capture of the target, under its own rules, would have
+    /// left `path` out: it, or a directory above it, is excluded and the
+    /// target holds nothing there.
+    fn excludes(&mut self, path: &[u8], is_dir: bool) -> Result<bool> {
+        if let Some(v) = self.excluded.get(path) {
+            return Ok(*v);
+        }
+        let parent = parent_of(path);
+        let v = (!parent.is_empty() && self.excludes(parent, true)?)
+            || (self.entry(path)?.is_none() && {
+                let rules = self.rules_in(parent)?;
+                is_ignored(rules, path, is_dir)
+            });
+        self.excluded.insert(path.to_vec(), v);
+        Ok(v)
+    }
+
+    fn entry(&mut self, path: &[u8]) -> Result<Option<Entry>> {
+        let parent = parent_of(path);
+        let name = &path[if parent.is_empty() {
+            0
+        } else {
+            parent.len() + 1
+        }..];
+        Ok(self.dir(parent)?.and_then(|n| n.get(name).cloned()))
+    }
+
+    fn dir(&mut self, path: &[u8]) -> Result<Option<Rc<Node>>> {
+        if let Some(d) = self.dirs.get(path) {
+            return Ok(d.clone());
+        }
+        let node = if path.is_empty() {
+            Some(Rc::new(self.trees.node(self.to)?))
+        } else {
+            match self.entry(path)?.map(|e| e.target) {
+                Some(Target::Tree(h)) => Some(Rc::new(self.trees.node(&h)?)),
+                _ => None,
+            }
+        };
+        self.dirs.insert(path.to_vec(), node.clone());
+        Ok(node)
+    }
+
+    fn rules_in(&mut self, dir: &[u8]) -> Result<&IgnoreStack> {
+        if !self.rules.contains_key(dir) {
+            let parent = if dir.is_empty() {
+                IgnoreStack::new()
+            } else {
+                self.rules_in(parent_of(dir))?.clone()
+            };
+            let file = join(dir, IGNORE_FILE.as_bytes());
+            let stack = match self.entry(&file)? {
+                Some(Entry {
+                    target: Target::Object(h),
+                    size,
+                    ..
+                }) => {
+                    let text = self.read(&file, &h, size)?;
+                    with_rules(&parent, dir, &text, Path::new(OsStr::from_bytes(&file)))?
+                }
+                _ => parent,
+            };
+            self.rules.insert(dir.to_vec(), stack);
+        }
+        Ok(&self.rules[dir])
+    }
+
+    /// A rule file's text: from the store, or from the target's btrfs
+    /// snapshot, which holds what a btrfs checkpoint did not store.
+    fn read(&mut self, file: &[u8], hash: &Hash, size: u64) -> Result<String> {
+        let store = self.ws.store();
+        let bytes = if store.contains(hash, size)? {
+            store.read_prefix(hash, size, size)?
+        } else {
+            if self.snapshot.is_none() {
+                self.snapshot = Some(crate::snapshot::open(self.ws, self.target_id)?);
+            }
+            let path = Path::new(OsStr::from_bytes(file));
+            let Some(Some(snap)) = &self.snapshot else {
+                return Err(Error::ObjectMissing {
+                    hash: hash.to_hex(),
+                    path: path.to_path_buf(),
+                });
+            };
+            let dir = snap
+                .open_beneath(path.parent().unwrap_or(Path::new("")))
+                .map_err(Error::os)?;
+            let (f, _) = dir
+                .open_read(path.file_name().unwrap_or_default())
+                .map_err(Error::os)?;
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, size), &mut buf)
+                .map_err(|e| Error::os(rewind_platform::Error::new("read", path, e)))?;
+            buf
+        };
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
