@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -210,6 +211,55 @@ fn a_call_from_outside_the_project_is_checkpointed_in_the_project() {
         2,
         "the process's own directory is the last resort"
     );
+}
+
+/// The agent's shell removed the directory it was in (`rm -rf ../sub`
+/// from inside it): the payload's `cwd` and the hook's own directory are
+/// both gone, and no `CLAUDE_PROJECT_DIR` says where the project is (Codex
+/// sets none). The hook judges the call by the nearest directory that
+/// exists, inside the workspace, so the barrier still refuses the repeat.
+/// Before, every push got exit 1, a non-blocking error: it ran unguarded.
+#[test]
+fn a_push_from_a_removed_directory_is_guarded_all_the_same() {
+    let dir = project(true);
+    let ws = dir.path();
+    let sub = ws.join("sub");
+    let payload = payload("bash_push.json", &sub);
+    let run = || {
+        std::fs::create_dir_all(&sub).expect("mkdir sub");
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "cd \"$1\" && rmdir \"$1\" && exec \"$2\" hook pre-tool-use",
+            ])
+            .arg("sh")
+            .arg(&sub)
+            .arg(env!("CARGO_BIN_EXE_rewind"))
+            .env_remove("CLAUDE_PROJECT_DIR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(payload.as_bytes())
+            .expect("payload");
+        child.wait_with_output().expect("hook")
+    };
+    let first = run();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let second = run();
+    assert_eq!(
+        second.status.code(),
+        Some(2),
+        "the repeat was not refused: {}",
+        stderr(&second)
+    );
+    assert!(stderr(&second).contains("SPENT"), "{}", stderr(&second));
+    assert_eq!(effect_keys(ws), ["Bash:git push origin main"]);
 }
 
 #[test]

@@ -91,10 +91,12 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
 /// command runs), else the project the agent was started in
 /// (`CLAUDE_PROJECT_DIR`), else this process's directory; the first that
 /// is in a workspace. A `cwd` outside the project (the agent's shell in
-/// /tmp) took no checkpoint and skipped the barrier.
+/// /tmp) took no checkpoint and skipped the barrier. A `cwd` that is gone
+/// (the agent's shell removed it) is judged by its nearest existing
+/// directory: it was inside the workspace, and its rules still apply.
 fn hook_start(ctx: &Ctx, payload_cwd: Option<&str>) -> PathBuf {
     let candidates: Vec<PathBuf> = payload_cwd
-        .map(|c| ctx.cwd.join(c))
+        .map(|c| super::nearest_existing(&ctx.cwd.join(c)))
         .into_iter()
         .chain(std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
         .chain(std::iter::once(ctx.start_dir()))

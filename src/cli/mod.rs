@@ -331,6 +331,13 @@ pub fn main() -> i32 {
         // Relative to a directory that is gone, every path would fail
         // with a bare ENOENT or ENOTCONN naming ".".
         Err(e) => match scanned {
+            // A hook's payload names where the call runs (its `cwd`); the
+            // directory the agent started the hook in may be gone (its
+            // shell removed it) and the barrier must still find the
+            // workspace's rules, not fail open with exit 1.
+            Some((verb, None)) if verb == "hook" => std::env::var_os("PWD")
+                .map(|p| nearest_existing(Path::new(&p)))
+                .unwrap_or_else(|| PathBuf::from("/")),
             Some((verb, dir))
                 if verb != "help"
                     && !dir.is_some_and(|d| std::path::Path::new(d).is_absolute()) =>
