@@ -340,6 +340,8 @@ impl PageIn {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Change {
     path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_hex: Option<String>,
     /// added, modified, deleted or type
     status: String,
 }
@@ -348,9 +350,20 @@ fn changes(c: Vec<ChangeJson>) -> Vec<Change> {
     c.into_iter()
         .map(|c| Change {
             path: c.path,
+            path_hex: c.path_hex,
             status: c.status.into(),
         })
         .collect()
+}
+
+// A path a rewind left as it is (the tree differs from the target
+// there), and why. Not a doc comment: it would go into every schema.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Kept {
+    path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_hex: Option<String>,
+    reason: String,
 }
 
 // ---- checkpoint ----
@@ -371,8 +384,9 @@ pub struct CheckpointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
     unchanged: bool,
-    /// btrfs engine: acknowledged once its snapshot exists; the change
-    /// counts are known when its manifest is built (see `list`)
+    // btrfs engine: acknowledged once its snapshot exists; the change
+    // counts are known when its manifest is built (see `list`).
+    /// Counts follow in `list`
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     manifest_pending: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -453,6 +467,9 @@ pub struct RewindOut {
     /// dry_run: the first 200 changes
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     plan: Vec<Change>,
+    /// Left as they were
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    kept: Vec<Kept>,
     /// Done effects no rewind undoes
     effects_not_undone: Vec<String>,
     duration_ms: u64,
@@ -468,6 +485,16 @@ impl From<RewindReport> for RewindOut {
             dry_run: r.dry_run,
             plan_fingerprint: r.plan_fingerprint,
             plan: changes(r.plan.into_iter().take(MAX_LIMIT).collect()),
+            kept: r
+                .kept
+                .into_iter()
+                .take(MAX_LIMIT)
+                .map(|k| Kept {
+                    path: k.path,
+                    path_hex: k.path_hex,
+                    reason: k.reason,
+                })
+                .collect(),
             effects_not_undone: r
                 .effects_not_undone
                 .into_iter()

@@ -111,6 +111,7 @@ async def session(binary, workdir, profile, mode):
     for i in range(5):
         write(os.path.join(workdir, "src", f"m{i}.py"), f"print({i})\n")
     write(os.path.join(workdir, "README"), "v1\n")
+    write(os.path.join(workdir, "cache", "blob"), "v1\n")
     async with client(binary, workdir, "all", mode) as c:
         k = Checked(c, (await c.list_tools()).tools)
         # Before any checkpoint: an empty history, not an error.
@@ -149,6 +150,22 @@ async def session(binary, workdir, profile, mode):
         cands = await k.ok("backtrack_candidates", {"limit": 1})
         notes = [a["note"] for a in cands["candidates"][0]["failed_attempts"]]
         assert "rm -rf src was a dead end" in notes and "second try failed too" in notes, notes
+        # What a rewind leaves as it is is listed with why (D168): here a
+        # directory the base holds that `.rewind/ignore` now excludes.
+        write(os.path.join(workdir, ".rewind", "ignore"), "cache/\n")
+        write(os.path.join(workdir, "cache", "blob"), "the live cache\n")
+        write(os.path.join(workdir, "README"), "v3\n")
+        # A name that is not UTF-8 is given by its bytes too (D128).
+        with open(os.path.join(os.fsencode(workdir), b"bad\xffname"), "w") as f:
+            f.write("x")
+        st = await k.ok("status", {})
+        hexes = [ch.get("path_hex") for ch in st["changes"]]
+        assert "626164ff6e616d65" in hexes, st
+        r = await k.ok("rewind", {"id": base["id"]})
+        assert [kp["path"] for kp in r["kept"]] == ["cache"] and r["kept"][0]["reason"], r
+        assert read(os.path.join(workdir, "cache", "blob")) == "the live cache\n"
+        assert read(os.path.join(workdir, "README")) == "v1\n"
+        os.remove(os.path.join(workdir, ".rewind", "ignore"))
         # The effect barrier: the first firing is admitted, the second refused.
         g1 = await k.ok("guard_effect", {"key": "charge-order-1", "kind": "payment", "payload": {"amount": 100}})
         assert g1["decision"] == "admitted" and g1["code"] == "FIRST_FIRING", g1
