@@ -191,6 +191,14 @@ impl<'a> Pattern<'a> {
         if s.is_empty() {
             return Err("an [[effect]] has an empty `match`: write e.g. \"Bash(git push*)\" or \"mcp__stripe__*\"".into());
         }
+        // Only `*` and `?` are wildcards: a `[main]` or `{a,b}` a user
+        // meant as a class or a choice is literal here, and the rule would
+        // never fire, letting the effect through unguarded.
+        if let Some(c) = s.chars().find(|c| matches!(c, '[' | ']' | '{' | '}')) {
+            return Err(format!(
+                "the effect pattern '{s}' holds '{c}': only `*` (any run of characters) and `?` (one character) are wildcards, so `[…]` and `{{…}}` would be matched literally and the rule would never fire; write one rule per alternative, e.g. \"Bash(git push*)\""
+            ));
+        }
         match s.find('(') {
             None => Ok(Pattern {
                 tool: s,
@@ -489,6 +497,19 @@ mod tests {
             error: None,
             hook_event_name: None,
         }
+    }
+
+    #[test]
+    fn a_pattern_with_brackets_or_braces_is_refused_not_silently_literal() {
+        for bad in [
+            "Bash(git push[)",
+            "Bash(git push origin [main])",
+            "Bash(git push {origin,up})",
+        ] {
+            let e = validate_pattern(bad).expect_err(bad);
+            assert!(e.contains("wildcards") && e.contains(bad), "{e}");
+        }
+        assert!(validate_pattern("Bash(git push*)").is_ok());
     }
 
     #[test]
