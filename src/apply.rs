@@ -393,7 +393,10 @@ pub fn apply(
     removals.sort_by_key(|c| std::cmp::Reverse(c.depth()));
     for ch in removals {
         let (parent, name) = split_parent(&ch.path);
-        let dir = parents.get(parent)?;
+        // Its directory removed meanwhile by another program: so is it.
+        let Some(dir) = unless_vanished(parents.get(parent))? else {
+            continue;
+        };
         let old = ch
             .old
             .as_ref()
@@ -436,12 +439,22 @@ pub fn apply(
         match new.kind() {
             Kind::Dir => {
                 if ch.old.as_ref().is_none_or(|o| o.kind() != Kind::Dir) {
-                    let heir = parents.heir(parent)?;
-                    let dir = parents.get(parent)?;
+                    let Some(heir) = unless_vanished(parents.heir(parent))? else {
+                        keep_vanished(parent, &mut uncaptured, &mut report);
+                        continue;
+                    };
+                    let Some(dir) = unless_vanished(parents.get(parent))? else {
+                        keep_vanished(parent, &mut uncaptured, &mut report);
+                        continue;
+                    };
                     match dir.mkdir(name, 0o700) {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                             keep_uncaptured(&ch.path, &mut uncaptured, &mut report);
+                            continue;
+                        }
+                        Err(e) if e.is_not_found() => {
+                            keep_vanished(parent, &mut uncaptured, &mut report);
                             continue;
                         }
                         Err(e) => return Err(Error::os(e)),
@@ -476,7 +489,12 @@ pub fn apply(
                 // nothing to the user whose filesystem cannot store an
                 // xattr or a mode).
                 let failed = |op, e| Error::os(rewind_platform::Error::new(op, dest(&ch.path), e));
-                if let Some(h) = parents.heir(parent)? {
+                let Some(heir) = unless_vanished(parents.heir(parent))? else {
+                    let _ = store.tmp_dir().unlink(&tmp_name);
+                    keep_vanished(parent, &mut uncaptured, &mut report);
+                    continue;
+                };
+                if let Some(h) = heir {
                     h.give_fd(&file, &dest(&ch.path)).map_err(Error::os)?;
                 }
                 rewind_platform::file_set_mode(&file, mode)
@@ -490,7 +508,11 @@ pub fn apply(
                         .map_err(|e| failed("restore: set the mtime of", e))?;
                 }
                 drop(file);
-                let dir = parents.get(parent)?;
+                let Some(dir) = unless_vanished(parents.get(parent))? else {
+                    let _ = store.tmp_dir().unlink(&tmp_name);
+                    keep_vanished(parent, &mut uncaptured, &mut report);
+                    continue;
+                };
                 if let Some(old) = ch.old.as_ref().filter(|o| o.kind() == Kind::File)
                     && written_since_capture(dir, name, old)
                 {
@@ -506,6 +528,10 @@ pub fn apply(
                     let _ = store.tmp_dir().unlink(&tmp_name);
                     if e.kind() == std::io::ErrorKind::AlreadyExists {
                         keep_uncaptured(&ch.path, &mut uncaptured, &mut report);
+                        continue;
+                    }
+                    if e.is_not_found() {
+                        keep_vanished(parent, &mut uncaptured, &mut report);
                         continue;
                     }
                     return Err(Error::os(e));
@@ -542,7 +568,12 @@ pub fn apply(
                 e.source,
             ))
         })?;
-        if let Some(h) = parents.heir(parent)? {
+        let Some(heir) = unless_vanished(parents.heir(parent))? else {
+            let _ = store.tmp_dir().unlink(&tmp_name);
+            keep_vanished(parent, &mut uncaptured, &mut report);
+            continue;
+        };
+        if let Some(h) = heir {
             h.give_at(store.tmp_dir(), &tmp_name).map_err(|e| {
                 let _ = store.tmp_dir().unlink(&tmp_name);
                 Error::os(rewind_platform::Error::new(
@@ -552,7 +583,11 @@ pub fn apply(
                 ))
             })?;
         }
-        let dir = parents.get(parent)?;
+        let Some(dir) = unless_vanished(parents.get(parent))? else {
+            let _ = store.tmp_dir().unlink(&tmp_name);
+            keep_vanished(parent, &mut uncaptured, &mut report);
+            continue;
+        };
         if let Err(e) = store.tmp_dir().rename(
             &tmp_name,
             dir,
@@ -562,6 +597,10 @@ pub fn apply(
             let _ = store.tmp_dir().unlink(&tmp_name);
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 keep_uncaptured(&ch.path, &mut uncaptured, &mut report);
+                continue;
+            }
+            if e.is_not_found() {
+                keep_vanished(parent, &mut uncaptured, &mut report);
                 continue;
             }
             return Err(Error::os(e));
@@ -603,16 +642,26 @@ pub fn apply(
         }
         let mode = allowed_mode(&entry, opts, &path, &mut report);
         let (parent, name) = split_parent(&path);
-        let dir = parents.get(parent)?;
+        let Some(dir) = unless_vanished(parents.get(parent))? else {
+            keep_vanished(parent, &mut uncaptured, &mut report);
+            continue;
+        };
         let name = OsStr::from_bytes(name);
-        dir.set_user_xattrs(name, EntryKind::Dir, &entry.xattrs)
-            .map_err(Error::os)?;
-        if opts.exact_times {
-            dir.set_mtime(name, EntryKind::Dir, entry.mtime_ns)
-                .map_err(Error::os)?;
+        let set = || -> rewind_platform::Result<()> {
+            dir.set_user_xattrs(name, EntryKind::Dir, &entry.xattrs)?;
+            if opts.exact_times {
+                dir.set_mtime(name, EntryKind::Dir, entry.mtime_ns)?;
+            }
+            dir.set_mode(name, EntryKind::Dir, mode)
+        };
+        match set() {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {
+                keep_vanished(&path, &mut uncaptured, &mut report);
+                continue;
+            }
+            Err(e) => return Err(Error::os(e)),
         }
-        dir.set_mode(name, EntryKind::Dir, mode)
-            .map_err(Error::os)?;
         report.touched.dir(&path);
         fixed.insert(path);
         failpoint::hit("apply:meta-fixed");
@@ -659,6 +708,30 @@ fn report_written_during(path: &[u8], report: &mut ApplyReport) {
         path,
         "kept: written during the rewind, after it was captured",
     ));
+}
+
+/// `Ok(None)` where `r` failed because a directory of the plan is no
+/// longer there: another program removed it, or put a file in its place,
+/// while the rewind ran (a watcher, a build, `npm install`). Such an
+/// error was fatal, and its retry and roll-back met it again, leaving
+/// the rewind pending behind a bare IO error (D172).
+fn unless_vanished<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Os(e)) if e.is_not_found() || e.raw_os_error() == Some(20) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Leave what another program removed during the rewind as it is now,
+/// with everything the plan would put below it, and say so (D172).
+fn keep_vanished(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
+    if uncaptured.insert(path.to_vec()) {
+        report.kept.push(Skipped::new(
+            path,
+            "kept: another program removed or replaced it while the rewind ran",
+        ));
+    }
 }
 
 /// Leave an entry the capture never saw, and everything the plan would
@@ -722,6 +795,8 @@ fn remove_guided(
     };
     let sub = match dir.open_dir(name) {
         Ok(d) => d,
+        // Removed meanwhile by another program: nothing left to remove.
+        Err(e) if e.is_not_found() => return Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             dir.set_mode(name, EntryKind::Dir, 0o700)
                 .map_err(Error::os)?;

@@ -1097,6 +1097,62 @@ fn a_file_written_during_the_rewind_is_kept_not_lost() {
     assert!(kept.contains(&"F") && kept.contains(&"new.log"), "{v}");
 }
 
+/// D172: a directory the rewind just made, removed by another program
+/// before the rewind wrote into it (a watcher, a build, `npm install`
+/// churning the tree), is left removed and listed as kept; the rest of the
+/// plan reaches the target and nothing is left pending. Before, the write
+/// failed with a bare IO error, the retry and the roll-back met the same
+/// ENOENT, and the next command, even `status`, finished the rewind.
+#[test]
+fn a_directory_removed_during_the_rewind_is_kept_removed_and_the_rest_rewinds() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for d in ["d1", "d2", "d3"] {
+        write(&root.join(d).join("x"), d.as_bytes());
+    }
+    write(&root.join("F"), b"v1");
+    let a = checkpoint_id(root, &[]);
+    for d in ["d1", "d2", "d3"] {
+        std::fs::remove_dir_all(root.join(d)).expect("rm");
+    }
+    write(&root.join("F"), b"v2");
+    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(root)
+        .args(["--json", "rewind", &a])
+        .env("REWIND_FAILPOINT", "apply:dir-created")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_stopped(child.id());
+    // The first directory made (plans are in path order): d1, still empty.
+    std::fs::remove_dir(root.join("d1")).expect("another program removes d1");
+    Command::new("kill")
+        .arg("-CONT")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill -CONT");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(common::paths_in(&v, "kept"), ["d1"], "{v}");
+    assert!(!root.join("d1").exists());
+    assert_eq!(std::fs::read(root.join("d2/x")).expect("d2"), b"d2");
+    assert_eq!(std::fs::read(root.join("d3/x")).expect("d3"), b"d3");
+    assert_eq!(std::fs::read(root.join("F")).expect("F"), b"v1");
+    // Nothing pending: the next command finishes no rewind.
+    let st = rewind(root, &["status"]);
+    let said =
+        String::from_utf8_lossy(&st.stderr).into_owned() + &String::from_utf8_lossy(&st.stdout);
+    assert!(!said.contains("interrupted"), "{said}");
+    assert_eq!(std::fs::read(root.join("F")).expect("F"), b"v1");
+}
+
 /// A directory its owner can open but not search (mode 400: read without
 /// execute) stopped every checkpoint and rewind with "read directory:
 /// Permission denied" and no remedy (listing it reopens "." inside it). It is skipped and reported, like a file that cannot be read,
