@@ -711,14 +711,15 @@ fn report_written_during(path: &[u8], report: &mut ApplyReport) {
 }
 
 /// `Ok(None)` where `r` failed because a directory of the plan is no
-/// longer there: another program removed it, or put a file in its place,
-/// while the rewind ran (a watcher, a build, `npm install`). Such an
+/// longer there: another program removed it while the rewind ran (a watcher, a build, `npm install`). Such an
 /// error was fatal, and its retry and roll-back met it again, leaving
 /// the rewind pending behind a bare IO error (D172).
 fn unless_vanished<T>(r: Result<T>) -> Result<Option<T>> {
     match r {
         Ok(v) => Ok(Some(v)),
-        Err(Error::Os(e)) if e.is_not_found() || e.raw_os_error() == Some(20) => Ok(None),
+        // Only "gone": a symlink or file put in its place (ENOTDIR, ELOOP)
+        // is an error, and D96's retry from a fresh capture replaces it.
+        Err(Error::Os(e)) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -729,7 +730,7 @@ fn keep_vanished(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut Ap
     if uncaptured.insert(path.to_vec()) {
         report.kept.push(Skipped::new(
             path,
-            "kept: another program removed or replaced it while the rewind ran",
+            "kept: another program removed it while the rewind ran",
         ));
     }
 }

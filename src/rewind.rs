@@ -699,12 +699,19 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
 /// to what the capture recorded, and synced. A removed directory's files
 /// are in the plan one by one (`diff_entries` lists them), so they are
 /// looked at too. Small files live in the ledger's rows: only a damaged
-/// ledger loses them.
+/// ledger loses them. A capture of the btrfs engine's safety snapshot
+/// needs none of this: the snapshot holds every file it saw. Looking
+/// anyway re-read each replaced file from the live tree, and one another
+/// program had changed since the snapshot no longer hashed to it: a false
+/// `OBJECT_MISSING` that sent the user hunting for damage (D173).
 fn store_what_the_plan_replaces(
     ws: &Workspace,
     cap: &crate::capture::Capture,
     changes: &[Change],
 ) -> Result<()> {
+    if cap.from_snapshot {
+        return Ok(());
+    }
     let mut stored = Vec::new();
     for c in changes {
         let Some(e) = c.old.as_ref() else { continue };

@@ -155,6 +155,62 @@ fn rewind_clones_from_the_snapshot_and_undo_returns_exactly() {
     assert_eq!(v["ok"], true, "{v}");
 }
 
+/// D173: the btrfs engine's safety snapshot holds every file it saw, so a
+/// rewind stores none of them (D154's check is for the walk engine) and
+/// does not read them again from the live tree. Reading them again, a
+/// file another program changed after the snapshot no longer hashed to
+/// what it held: the rewind failed with a false `OBJECT_MISSING` ("the
+/// history is incomplete") while `verify --deep` found nothing wrong.
+/// Now the file written during the rewind is kept (D116) and the rest
+/// rewinds.
+#[test]
+fn a_file_changed_during_a_btrfs_rewind_is_kept_not_a_false_object_missing() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("big.bin"), &[b'a'; 100 << 10]);
+    write(&ws.join("g"), b"v1");
+    let a = common::checkpoint_id(&ws, &["a"]);
+    write(&ws.join("big.bin"), &[b'b'; 100 << 10]);
+    write(&ws.join("g"), b"v2");
+    let objects = common::object_files(&ws);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(&ws)
+        .args(["--json", "rewind", &a])
+        .env("REWIND_FAILPOINT", "rewind:captured")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    common::wait_stopped(child.id());
+    write(&ws.join("big.bin"), b"written during the rewind");
+    std::process::Command::new("kill")
+        .arg("-CONT")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill -CONT");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(common::paths_in(&v, "kept"), ["big.bin"], "{v}");
+    assert_eq!(
+        std::fs::read(ws.join("big.bin")).expect("big"),
+        b"written during the rewind"
+    );
+    assert_eq!(std::fs::read(ws.join("g")).expect("g"), b"v1");
+    assert_eq!(
+        common::object_files(&ws),
+        objects,
+        "the rewind stored what its snapshot holds"
+    );
+}
+
 #[test]
 fn identical_automatic_checkpoints_fold_into_their_parent_and_keep_their_id() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {

@@ -34,25 +34,6 @@ fn a_directory_swapped_for_a_symlink_before_the_rewind_is_replaced_not_followed(
     assert_same("outside", &outside_before, &snapshot(&outside));
 }
 
-fn wait_stopped(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('T'))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} never stopped at the failpoint"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn a_directory_swapped_for_a_symlink_mid_rewind_never_redirects_a_write() {
     let dir = common::tmp();
@@ -81,7 +62,7 @@ fn a_directory_swapped_for_a_symlink_mid_rewind_never_redirects_a_write() {
         .env("REWIND_FAILPOINT_ACTION", "stop")
         .spawn()
         .expect("spawn");
-    wait_stopped(child.id());
+    common::wait_stopped(child.id());
     // ...swap the directory it is about to write into for a symlink out...
     std::fs::rename(root.join("d"), dir.path().join("d.moved")).expect("move d away");
     std::os::unix::fs::symlink(&outside, root.join("d")).expect("symlink");
@@ -1072,7 +1053,7 @@ fn a_file_written_during_the_rewind_is_kept_not_lost() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    wait_stopped(child.id());
+    common::wait_stopped(child.id());
     // Written after the capture: one to be replaced, one to be deleted.
     write(&root.join("F"), b"v3 IMPORTANT, written during the rewind");
     write(&root.join("new.log"), b"appended during the rewind");
@@ -1125,7 +1106,7 @@ fn a_directory_removed_during_the_rewind_is_kept_removed_and_the_rest_rewinds() 
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    wait_stopped(child.id());
+    common::wait_stopped(child.id());
     // The first directory made (plans are in path order): d1, still empty.
     std::fs::remove_dir(root.join("d1")).expect("another program removes d1");
     Command::new("kill")

@@ -969,3 +969,24 @@ pub fn object_files(ws: &Path) -> std::collections::BTreeSet<String> {
     }
     out
 }
+
+/// Wait until process `pid` is stopped (at a failpoint with
+/// `REWIND_FAILPOINT_ACTION=stop`).
+pub fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('T'))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} never stopped at the failpoint"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
