@@ -152,6 +152,59 @@ fn an_unknown_profile_fails_at_startup() {
 /// -32700 and id null), nothing is changed, and the session goes on. rmcp
 /// alone skipped the unparseable line and answered some requests without
 /// their id, so a client waiting on that id waited for ever.
+/// D174: a server started in a subdirectory of the workspace (an agent
+/// launched in one package of a monorepo) goes on serving once that
+/// directory is removed, from its nearest existing ancestor: the agent
+/// can rewind the very `rm -rf` that removed it. Before, every call,
+/// `rewind` included, failed with "does not exist: name the workspace's
+/// directory (-C DIR)".
+#[test]
+fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
+    use std::io::{BufRead, Write};
+    let dir = common::tmp();
+    let ws = dir.path();
+    common::write(&ws.join("pkg/a"), b"a\n");
+    common::rewind_json(ws, &["init"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(ws.join("pkg"))
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rewind mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut call = |id: u32, line: String| -> serde_json::Value {
+        writeln!(stdin, "{line}").expect("write");
+        loop {
+            let mut l = String::new();
+            assert!(stdout.read_line(&mut l).expect("read") > 0, "server closed");
+            let v: serde_json::Value = serde_json::from_str(&l).expect("json");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    let tool = |id: u32, name: &str, args: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
+        )
+    };
+    call(1, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#.into());
+    let made = call(2, tool(2, "checkpoint", r#"{"label":"good"}"#));
+    assert!(
+        made["result"]["structuredContent"]["id"].is_string(),
+        "{made}"
+    );
+    std::fs::remove_dir_all(ws.join("pkg")).expect("the agent's rm -rf");
+    let back = call(3, tool(3, "rewind", r#"{"id":"good"}"#));
+    assert_ne!(back["result"]["isError"], true, "{back}");
+    assert_eq!(back["result"]["structuredContent"]["written"], 2, "{back}");
+    assert_eq!(std::fs::read(ws.join("pkg/a")).expect("restored"), b"a\n");
+    drop(stdin);
+    let _ = child.wait();
+}
+
 #[test]
 fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     use std::io::Write;

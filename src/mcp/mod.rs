@@ -58,6 +58,25 @@ impl Server {
         }
     }
 
+    /// Where a call starts looking for its workspace: the server's
+    /// directory, or, once that is gone (the agent's `rm -rf` of the
+    /// subdirectory it started the server in, or a rewind that removed
+    /// it), its nearest existing ancestor, still inside the workspace.
+    /// Every call failed with "does not exist: name the workspace's
+    /// directory (-C DIR)", which a model cannot do, so the damage could
+    /// not be rewound over MCP (D174).
+    fn start(&self) -> (Option<PathBuf>, PathBuf) {
+        let start = match &self.dir {
+            Some(d) => self.cwd.join(d),
+            None => self.cwd.clone(),
+        };
+        if start.exists() {
+            (self.dir.clone(), self.cwd.clone())
+        } else {
+            (None, crate::cli::nearest_existing(&start))
+        }
+    }
+
     /// The tool definitions this server's profile offers.
     pub fn tools(&self) -> Vec<Tool> {
         TOOLS
@@ -156,12 +175,8 @@ impl ServerHandler for Server {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let cancel = Arc::new(AtomicBool::new(false));
         let observer = progress_observer(&context, tool.name, cancel.clone());
-        let ctx = Ctx::for_tool(
-            self.dir.clone(),
-            self.cwd.clone(),
-            Some(observer),
-            Some(self.warm.clone()),
-        );
+        let (dir, cwd) = self.start();
+        let ctx = Ctx::for_tool(dir, cwd, Some(observer), Some(self.warm.clone()));
 
         let _turn = tokio::select! {
             turn = self.queue.lock() => turn,
