@@ -219,6 +219,32 @@ fn the_users_settings_survive_and_the_merge_is_idempotent() {
         );
     }
     assert_eq!(read_all(ws), before);
+
+    // The user's own arguments to our server (a profile) survive a rerun;
+    // they were reset to `["mcp"]` (helper-24).
+    let mut m = json_file(ws, ".mcp.json");
+    m["mcpServers"]["rewind"]["args"] = json!(["mcp", "--profile", "lean"]);
+    write(&ws.join(".mcp.json"), m.to_string().as_bytes());
+    let mut doc = toml_file(ws, ".codex/config.toml");
+    let mut args = toml_edit::Array::new();
+    for a in ["mcp", "--profile", "recovery"] {
+        args.push(a);
+    }
+    doc["mcp_servers"]["rewind"]["args"] = toml_edit::value(args);
+    write(&ws.join(".codex/config.toml"), doc.to_string().as_bytes());
+    let before = read_all(ws);
+    for agent in ["claude", "codex"] {
+        let out = integrate(ws, agent, &[]);
+        assert!(
+            actions(&out).iter().all(|a| a.ends_with(" unchanged")),
+            "{agent}: {out}"
+        );
+    }
+    assert_eq!(read_all(ws), before);
+    assert_eq!(
+        json_file(ws, ".mcp.json")["mcpServers"]["rewind"]["args"],
+        json!(["mcp", "--profile", "lean"])
+    );
 }
 
 #[test]

@@ -307,7 +307,17 @@ fn mcp_entry(map: &mut Map<String, Value>, cmd: &str) -> Result<()> {
     match servers.get_mut("rewind").and_then(Value::as_object_mut) {
         Some(existing) => {
             existing.insert("command".into(), ours["command"].clone());
-            existing.insert("args".into(), ours["args"].clone());
+            // `mcp --profile lean` and the like are the user's choice; only
+            // args that do not start our server are replaced.
+            let serves = existing
+                .get("args")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .and_then(Value::as_str)
+                == Some("mcp");
+            if !serves {
+                existing.insert("args".into(), ours["args"].clone());
+            }
         }
         None => {
             servers.insert("rewind".into(), ours);
@@ -460,7 +470,7 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
     let args_ok = entry
         .get("args")
         .and_then(Item::as_array)
-        .is_some_and(|a| a.len() == 1 && a.get(0).and_then(|v| v.as_str()) == Some("mcp"));
+        .is_some_and(|a| a.get(0).and_then(|v| v.as_str()) == Some("mcp"));
     if !args_ok {
         let mut a = toml_edit::Array::new();
         a.push("mcp");
