@@ -716,7 +716,10 @@ fn anchors_symlinked_paths_and_non_utf8_patches_are_refused_or_shown_plainly() {
     let out = rewind(&ws, &["diff", "--patch", "--", "bin"]);
     let patch = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(patch.contains("Binary files differ"), "{patch}");
+    assert!(
+        patch.contains("Binary files a/bin and b/bin differ"),
+        "{patch}"
+    );
     assert!(!patch.contains('\u{fffd}'), "{patch}");
 }
 

@@ -366,8 +366,12 @@ fn a_patch_shows_type_changes_and_mode_changes() {
         patch.contains("old mode 100644") && patch.contains("new mode 100755"),
         "{patch}"
     );
-    // git's mode for a symlink (D158): it was printed as 120777.
-    assert!(patch.contains("new mode 120000"), "{patch}");
+    // git's mode for a symlink (D158): it was printed as 120777; a file
+    // that became one is a deletion and an addition, as git writes it (D176).
+    assert!(
+        patch.contains("deleted file mode 100644") && patch.contains("new file mode 120000"),
+        "{patch}"
+    );
     let back = rewind_json(root, &["diff", &b, &a, "--patch"]);
     let patch = back["patch"].as_str().expect("patch");
     assert!(
@@ -420,6 +424,60 @@ fn a_patch_with_strange_names_applies_with_git() {
     for n in names {
         assert_eq!(after.get(n), want.get(n), "{}", String::from_utf8_lossy(n));
     }
+}
+
+/// D176: a patch `git apply` takes whole, symlinks and empty files
+/// included: a retargeted link (was a text hunk `-> d1`, which failed),
+/// a new link (was made a regular file holding `-> d1`), a new empty file
+/// (was dropped), a deleted one, a file that became a link, and a mode
+/// change. `git apply -R` of the patch from the old tree to the new one
+/// gives the old tree back, exactly.
+#[test]
+fn a_patch_of_links_empty_files_and_modes_applies_with_git() {
+    use std::os::unix::fs::symlink;
+    let dir = common::tmp();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("d1")).expect("d1");
+    std::fs::create_dir_all(root.join("d2")).expect("d2");
+    symlink("d1", root.join("lnk")).expect("lnk");
+    write(&root.join("gone"), b"");
+    write(&root.join("becomes-link"), b"text\n");
+    write(&root.join("run.sh"), b"echo hi\n");
+    common::chmod(&root.join("run.sh"), 0o644);
+    common::chmod(&root.join("becomes-link"), 0o644);
+    common::chmod(&root.join("gone"), 0o644);
+    let old = checkpoint_id(root, &["old"]);
+    let mut before = snapshot(root);
+    std::fs::remove_file(root.join("lnk")).expect("rm");
+    symlink("d2", root.join("lnk")).expect("lnk");
+    symlink("d1", root.join("newlink")).expect("newlink");
+    write(&root.join("newempty"), b"");
+    std::fs::remove_file(root.join("gone")).expect("rm");
+    std::fs::remove_file(root.join("becomes-link")).expect("rm");
+    symlink("run.sh", root.join("becomes-link")).expect("link");
+    common::chmod(&root.join("run.sh"), 0o755);
+    let out = rewind(root, &["diff", "--patch", &old]);
+    assert!(out.status.success(), "{out:?}");
+    let patch = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(patch.contains("new file mode 120000"), "{patch}");
+    let file = dir.path().join("..").join(format!("{old}.diff"));
+    std::fs::write(&file, &out.stdout).expect("write patch");
+    let apply = Command::new("git")
+        .args(["apply", "-R"])
+        .arg(&file)
+        .current_dir(root)
+        .output()
+        .expect("git apply");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        apply.status.success(),
+        "git apply -R: {}\n{patch}",
+        String::from_utf8_lossy(&apply.stderr)
+    );
+    let mut after = snapshot(root);
+    after.retain(|k, _| !k.starts_with(b".rewind"));
+    before.retain(|k, _| !k.starts_with(b".rewind"));
+    common::assert_same("git apply -R of the patch", &before, &after);
 }
 
 #[test]

@@ -184,74 +184,109 @@ fn render_patch(
 ) -> Result<String> {
     let mut out = String::new();
     for c in changes {
-        let (a_name, b_name) = (git_path("a/", &c.path), git_path("b/", &c.path));
-        let side = |e: &Option<crate::tree::Entry>,
-                    tree: Option<&rewind_platform::Dir>|
-         -> Result<Option<Vec<u8>>> {
-            match e.as_ref().map(|e| &e.target) {
-                Some(Target::Object(h)) => {
-                    content(ws, &c.path, h, e.as_ref().map_or(0, |e| e.size), tree)
-                }
-                Some(Target::Link(t)) => Ok(Some([b"-> ".as_slice(), t].concat())),
-                _ => Ok(Some(Vec::new())),
-            }
-        };
         // A directory has no content of its own (its files are changes of
         // their own): a file that replaced one, or that one replaced, is
-        // shown against /dev/null. Before, the file's content was missing.
+        // shown as added or deleted. Before, the file's content was missing.
         let not_dir = |e: &Option<crate::tree::Entry>| e.clone().filter(|e| e.subtree().is_none());
         let (old, new) = (not_dir(&c.old), not_dir(&c.new));
-        if old.is_none() && new.is_none() {
-            continue;
+        let sides = Sides {
+            ws,
+            path: &c.path,
+            from_tree,
+            to_tree,
+        };
+        match (&old, &new) {
+            (None, None) => {}
+            // git writes a file that became a symlink (or back) as a
+            // deletion and an addition; one diff cannot change the type.
+            (Some(o), Some(n)) if o.kind() != n.kind() => {
+                sides.patch(&mut out, Some(o), None)?;
+                sides.patch(&mut out, None, Some(n))?;
+            }
+            _ => sides.patch(&mut out, old.as_ref(), new.as_ref())?,
         }
-        let (a, b) = (
-            side(&old, from_tree)?.unwrap_or_default(),
-            side(&new, to_tree)?.unwrap_or_default(),
-        );
-        out.push_str(&format!("diff --rewind {a_name} {b_name}\n"));
-        if let (Some(o), Some(n)) = (&old, &new)
-            && o.mode != n.mode
-        {
-            out.push_str(&format!(
+    }
+    Ok(out)
+}
+
+/// One path of a patch, with where each side's content is read from.
+struct Sides<'a> {
+    ws: &'a Workspace,
+    path: &'a [u8],
+    from_tree: Option<&'a rewind_platform::Dir>,
+    to_tree: Option<&'a rewind_platform::Dir>,
+}
+
+impl Sides<'_> {
+    /// A file's or symlink's content as git diffs it: a symlink's is its
+    /// target, with no newline (it was written `-> target`, and `git
+    /// apply` then failed on a retargeted link and made a new one a
+    /// regular file).
+    fn content(
+        &self,
+        e: Option<&crate::tree::Entry>,
+        tree: Option<&rewind_platform::Dir>,
+    ) -> Result<Vec<u8>> {
+        Ok(match e.map(|e| (&e.target, e.size)) {
+            Some((Target::Object(h), size)) => {
+                content(self.ws, self.path, h, size, tree)?.unwrap_or_default()
+            }
+            Some((Target::Link(t), _)) => t.clone(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// One `diff --git` section, as `git apply` takes it (D176): `new
+    /// file mode` and `deleted file mode` lines make an empty file and a
+    /// symlink come out as what they are.
+    fn patch(
+        &self,
+        out: &mut String,
+        old: Option<&crate::tree::Entry>,
+        new: Option<&crate::tree::Entry>,
+    ) -> Result<()> {
+        let (a_name, b_name) = (git_path("a/", self.path), git_path("b/", self.path));
+        let a = self.content(old, self.from_tree)?;
+        let b = self.content(new, self.to_tree)?;
+        out.push_str(&format!("diff --git {a_name} {b_name}\n"));
+        match (old, new) {
+            (None, Some(n)) => out.push_str(&format!("new file mode {}\n", git_mode(n))),
+            (Some(o), None) => out.push_str(&format!("deleted file mode {}\n", git_mode(o))),
+            (Some(o), Some(n)) if git_mode(o) != git_mode(n) => out.push_str(&format!(
                 "old mode {}\nnew mode {}\n",
                 git_mode(o),
                 git_mode(n)
-            ));
+            )),
+            _ => {}
+        }
+        if a == b {
+            return Ok(()); // a mode change, or an empty file made or deleted
         }
         if a.len() as u64 > PATCH_LIMIT || b.len() as u64 > PATCH_LIMIT {
             out.push_str("Large file, not shown\n");
-            continue;
+            return Ok(());
         }
         // Not UTF-8 is shown as binary too: a patch of replacement
         // characters would not apply, and would read as a different file.
         let (Ok(ta), Ok(tb)) = (std::str::from_utf8(&a), std::str::from_utf8(&b)) else {
-            out.push_str("Binary files differ\n");
-            continue;
+            out.push_str(&format!("Binary files {a_name} and {b_name} differ\n"));
+            return Ok(());
         };
         if ta.contains('\0') || tb.contains('\0') {
-            out.push_str("Binary files differ\n");
-            continue;
+            out.push_str(&format!("Binary files {a_name} and {b_name} differ\n"));
+            return Ok(());
         }
-        let text = similar::TextDiff::from_lines(ta, tb);
-        let old_name = if old.is_some() {
-            a_name.clone()
-        } else {
-            "/dev/null".into()
-        };
-        let new_name = if new.is_some() {
-            b_name.clone()
-        } else {
-            "/dev/null".into()
-        };
+        let old_name = if old.is_some() { &a_name } else { "/dev/null" };
+        let new_name = if new.is_some() { &b_name } else { "/dev/null" };
         out.push_str(
-            &text
+            &similar::TextDiff::from_lines(ta, tb)
                 .unified_diff()
                 .context_radius(3)
-                .header(&old_name, &new_name)
+                .header(old_name, new_name)
                 .to_string(),
         );
+        Ok(())
     }
-    Ok(out)
 }
 
 /// A mode as git's patches print it: the type bits, then the permissions
