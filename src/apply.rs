@@ -551,6 +551,7 @@ pub fn apply(
     for ch in links {
         let Some(Entry {
             target: Target::Link(target),
+            mtime_ns,
             ..
         }) = &ch.new
         else {
@@ -604,6 +605,13 @@ pub fn apply(
                 continue;
             }
             return Err(Error::os(e));
+        }
+        // The link's own time: it was left at "now", so `--exact-times`
+        // saw it differ at every rewind, which then recorded an
+        // operation each time (D177).
+        if opts.exact_times {
+            dir.set_mtime(OsStr::from_bytes(name), EntryKind::Symlink, *mtime_ns)
+                .map_err(Error::os)?;
         }
         report.written += 1;
         report.touched.needs_syncfs();

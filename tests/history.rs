@@ -650,6 +650,35 @@ fn exact_times_restores_recorded_mtimes_and_the_default_uses_now() {
         recorded_dir,
         "directory mtime restored after its children changed"
     );
+
+    // A symlink's own mtime too (D177): it was left at "now", so every
+    // repeat of the rewind found it changed and recorded an operation.
+    std::os::unix::fs::symlink("f.txt", root.join("d/l")).expect("link");
+    let t = std::process::Command::new("touch")
+        .args(["-h", "-d", "2001-01-01"])
+        .arg(root.join("d/l"))
+        .status()
+        .expect("touch -h");
+    assert!(t.success());
+    let link_mtime = || {
+        std::fs::symlink_metadata(root.join("d/l"))
+            .expect("lstat")
+            .modified()
+            .expect("mtime")
+    };
+    let recorded_link = link_mtime();
+    let b = checkpoint_id(root, &[]);
+    std::fs::remove_file(root.join("d/l")).expect("rm");
+    std::os::unix::fs::symlink("f.txt", root.join("d/l")).expect("link");
+    let first = rewind_json(root, &["rewind", &b, "--exact-times"]);
+    assert!(first["safety_checkpoint"].is_string(), "{first}");
+    assert_eq!(link_mtime(), recorded_link, "symlink mtime restored");
+    let again = rewind_json(root, &["rewind", &b, "--exact-times"]);
+    assert_eq!(
+        again["safety_checkpoint"],
+        serde_json::Value::Null,
+        "{again}"
+    );
 }
 
 #[test]
