@@ -143,6 +143,7 @@ fn fingerprint(op: Op, to: &Hash, changes: &[Change], opts: &RewindOptions) -> S
 /// Nothing at or below a path `to`'s checkpoint skipped (`kept`) is
 /// touched: that checkpoint holds nothing for it (D143).
 fn plan(
+    live: &rewind_platform::Dir,
     trees: &Trees<'_>,
     from: &Hash,
     to: &Hash,
@@ -150,7 +151,7 @@ fn plan(
     kept: &[Vec<u8>],
     opts: DiffOptions,
 ) -> Result<Vec<Change>> {
-    let mut out = plan_all(trees, from, to, paths, opts)?;
+    let mut out = plan_all(live, trees, from, to, paths, opts)?;
     if !kept.is_empty() {
         let kept: std::collections::HashSet<Vec<u8>> = kept.iter().cloned().collect();
         out.retain(|c| !crate::capture::is_at_or_below(&c.path, &kept));
@@ -167,7 +168,20 @@ fn plan(
     Ok(out)
 }
 
+/// Whether something is at `rel` in the live tree (not following a
+/// symlink on the way or at the end).
+fn live_entry_exists(live: &rewind_platform::Dir, rel: &[u8]) -> bool {
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(rel));
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    live.open_beneath(parent)
+        .and_then(|d| d.stat_at(name))
+        .is_ok()
+}
+
 fn plan_all(
+    live: &rewind_platform::Dir,
     trees: &Trees<'_>,
     from: &Hash,
     to: &Hash,
@@ -204,6 +218,8 @@ fn plan_all(
                     "is below {}, a symlink: rewind restores the link itself; name the path its target leads to",
                     String::from_utf8_lossy(l)
                 ),
+                // There, but in neither tree: the capture left it out.
+                None if live_entry_exists(live, p) => "is in the workspace but in no capture: the ignore rules exclude it (`.rewindignore`, `.rewind/ignore`) or it could not be read, so that checkpoint holds nothing to restore".into(),
                 None => "exists neither in that checkpoint nor in the workspace (check the path with `rewind diff`)".into(),
             };
             return Err(Error::InvalidPath {
@@ -596,7 +612,7 @@ fn plan_in(
     dopts: DiffOptions,
 ) -> Result<Planned> {
     let skipped = ws.ledger().skipped(target_id)?;
-    let changes = plan(trees, from, to, paths, &skipped, dopts)?;
+    let changes = plan(ws.root_dir(), trees, from, to, paths, &skipped, dopts)?;
     let mut kept = Vec::new();
     let changes = keep::what_the_capture_did_not_see(ws, trees, from, changes, &mut kept)?;
     let changes = keep::what_the_target_ignores(ws, trees, to, target_id, changes, &mut kept)?;
@@ -1108,7 +1124,16 @@ fn checkpoint_before_recovery(
     let overwrites_nothing = || -> Result<bool> {
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(intent.to_root);
         let kept = ws.ledger().skipped(target_id)?;
-        Ok(plan(&trees, &cap.root, &intent.to_root, paths, &kept, dopts)?.is_empty())
+        Ok(plan(
+            ws.root_dir(),
+            &trees,
+            &cap.root,
+            &intent.to_root,
+            paths,
+            &kept,
+            dopts,
+        )?
+        .is_empty())
     };
     if [safety_root, newest_root].contains(&Some(cap.root)) || overwrites_nothing().unwrap_or(false)
     {

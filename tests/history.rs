@@ -295,6 +295,15 @@ fn restore_brings_back_only_the_named_paths() {
     let out = rewind(root, &["restore", &a, "--", "rewind.toml"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is never captured"), "{err}");
+    // An ignored file that is there: said so, not "exists neither" (D178).
+    write(&root.join(".rewind/ignore"), b"*.log\n");
+    write(&root.join("keep/run.log"), b"log");
+    let out = rewind(root, &["restore", &a, "--", "keep/run.log"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("ignore rules exclude it"),
+        "{err}"
+    );
 }
 
 #[test]
