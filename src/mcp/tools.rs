@@ -402,6 +402,12 @@ pub struct CheckpointOut {
 fn checkpoint(ctx: &Ctx, input: CheckpointIn) -> Result<CheckpointOut> {
     let mut ws = ctx.workspace_or_init()?;
     let r = ws.checkpoint(input.label.as_deref(), "manual", false)?;
+    // As the CLI does (a broken rewind.toml turns the size budget off):
+    // the client's log shows the server's stderr. Not in the result, which
+    // the lean profile's token budget has no room for (D170).
+    for w in &r.warnings {
+        eprintln!("rewind: warning: {w}");
+    }
     Ok(CheckpointOut {
         id: r.id,
         label: r.label,
