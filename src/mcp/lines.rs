@@ -128,13 +128,21 @@ fn answer(line: &[u8]) -> Option<Vec<u8>> {
         );
     };
     let id = object.get("id")?;
-    // An id must be a string, a number or null; rmcp answered others, and
-    // a wrong `jsonrpc`, with no id at all.
-    if !(id.is_string() || id.is_number() || id.is_null()) {
+    // An id must be a string or a number; rmcp answered others, and a
+    // wrong `jsonrpc`, with no id at all, and dropped without a word the
+    // ids it cannot hold (null, a fraction, past i64: helper-24).
+    // Those it could not decode get their own id back with the error.
+    let fits_rmcp = id.is_string() || id.is_i64();
+    if !fits_rmcp {
+        let echo = if id.is_number() || id.is_null() {
+            id.clone()
+        } else {
+            Value::Null
+        };
         return error(
-            Value::Null,
+            echo,
             -32600,
-            "invalid request: an id is a string or a number".into(),
+            "invalid request: an id is a string or an integer".into(),
         );
     }
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -227,6 +235,17 @@ mod tests {
         assert_eq!(code(line), Some((Value::Null, -32600)));
         let line = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
         assert_eq!(code(line), Some((Value::Null, -32600)));
+        // rmcp dropped these without an answer (helper-24).
+        let line = r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#;
+        assert_eq!(code(line), Some((json!(1.5), -32600)));
+        let line = r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#;
+        assert_eq!(code(line), Some((Value::Null, -32600)));
+        let line = r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}"#;
+        assert_eq!(code(line).map(|(_, c)| c), Some(-32600));
+        let line = r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#;
+        assert_eq!(code(line), Some((json!(9223372036854775808u64), -32600)));
+        let line = r#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"ping"}"#;
+        assert_eq!(code(line), None, "an i64 id is rmcp's to answer");
         for args in ["[]", "\"x\"", "3"] {
             let line = format!(
                 r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"list","arguments":{args}}}}}"#
