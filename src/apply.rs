@@ -18,7 +18,7 @@ use std::path::Path;
 use rewind_platform::{Dir, EntryKind, Heir, Meta, RenameMode, Xattr};
 use serde::Serialize;
 
-use crate::capture::{Skipped, ancestors, display_path, is_at_or_below};
+use crate::capture::{Skipped, ancestors, display_path, is_at_or_below, split_parent};
 use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -232,13 +232,6 @@ fn from_snapshot(
         )));
     }
     Ok(Some((tmp_name, file)))
-}
-
-fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|&c| c == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&[], path),
-    }
 }
 
 /// Opens parent directories beneath the root, reusing the last one (a plan

@@ -519,10 +519,7 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
             continue;
         };
         if !rel.is_empty() {
-            let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
-                Some(i) => (&rel[..i], &rel[i + 1..]),
-                None => (&[][..], &rel[..]),
-            };
+            let (parent, name) = split_parent(rel);
             let own = cache
                 .get(parent)
                 .and_then(LazyDir::get)
@@ -981,6 +978,15 @@ pub(crate) fn ancestors(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
         .enumerate()
         .filter(|&(_, &c)| c == b'/')
         .map(move |(i, _)| &rel[..i])
+}
+
+/// A workspace-relative path's parent and name: `a/b/c` gives `a/b` and
+/// `c`, `c` gives `""` and `c`.
+pub(crate) fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|&c| c == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[], path),
+    }
 }
 
 /// Whether `path` is one of `set` or below one.

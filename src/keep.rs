@@ -20,7 +20,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use crate::capture::{
-    IGNORE_FILE, IgnoreStack, Skipped, is_at_or_below, is_ignored, join, with_rules,
+    IGNORE_FILE, IgnoreStack, Skipped, is_at_or_below, is_ignored, join, split_parent, with_rules,
 };
 use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
@@ -61,7 +61,7 @@ pub(crate) fn what_the_capture_did_not_see(
         if is_at_or_below(&c.path, &found) {
             continue;
         }
-        let parent = parent_of(&c.path);
+        let (parent, name) = split_parent(&c.path);
         if !dirs.contains_key(parent) {
             let held = parent.is_empty()
                 || trees
@@ -72,11 +72,6 @@ pub(crate) fn what_the_capture_did_not_see(
                 .flatten();
             dirs.insert(parent.to_vec(), dir);
         }
-        let name = &c.path[if parent.is_empty() {
-            0
-        } else {
-            parent.len() + 1
-        }..];
         let there = dirs[parent]
             .as_ref()
             .is_some_and(|d| d.stat_at(OsStr::from_bytes(name)).is_ok());
@@ -127,7 +122,7 @@ pub(crate) fn what_the_target_ignores(
     let mut tops: Vec<Vec<u8>> = target
         .excluded
         .iter()
-        .filter(|(p, v)| **v && !excluded(parent_of(p)))
+        .filter(|(p, v)| **v && !excluded(split_parent(p).0))
         .map(|(p, _)| p.clone())
         .collect();
     if tops.is_empty() {
@@ -183,9 +178,7 @@ pub(crate) fn what_the_owner_could_not_change(
     let mut dirs: HashMap<Vec<u8>, Option<(Dir, Meta)>> = HashMap::new();
     let mut out = Vec::new();
     'changes: for c in changes {
-        let cut = c.path.iter().rposition(|&b| b == b'/');
-        let parent = &c.path[..cut.unwrap_or(0)];
-        let name = &c.path[cut.map_or(0, |i| i + 1)..];
+        let (parent, name) = split_parent(&c.path);
         let mut at = parent;
         let (dir, dir_meta) = loop {
             let opened = dirs.entry(at.to_vec()).or_insert_with(|| {
@@ -200,7 +193,7 @@ pub(crate) fn what_the_owner_could_not_change(
                     out.push(c);
                     continue 'changes;
                 }
-                None => at = &at[..at.iter().rposition(|&b| b == b'/').unwrap_or(0)],
+                None => at = split_parent(at).0,
             }
         };
         let entry = (at.len() == parent.len())
@@ -229,11 +222,6 @@ pub(crate) fn what_the_owner_could_not_change(
     Ok(out)
 }
 
-/// "a/b" → "a"; "a" → "".
-fn parent_of(path: &[u8]) -> &[u8] {
-    &path[..path.iter().rposition(|&b| b == b'/').unwrap_or(0)]
-}
-
 /// The target's tree as the rules see it, each directory node, rule
 /// stack and verdict looked up once: a plan deleting a tree 1,000 levels
 /// deep asks about every level.
@@ -260,7 +248,7 @@ impl TargetView<'_> {
         if let Some(v) = self.excluded.get(path) {
             return Ok(*v);
         }
-        let parent = parent_of(path);
+        let parent = split_parent(path).0;
         let v = (!parent.is_empty() && self.excludes(parent, true)?)
             || (self.entry(path)?.is_none() && {
                 let rules = self.rules_in(parent)?;
@@ -271,12 +259,7 @@ impl TargetView<'_> {
     }
 
     fn entry(&mut self, path: &[u8]) -> Result<Option<Entry>> {
-        let parent = parent_of(path);
-        let name = &path[if parent.is_empty() {
-            0
-        } else {
-            parent.len() + 1
-        }..];
+        let (parent, name) = split_parent(path);
         Ok(self.dir(parent)?.and_then(|n| n.get(name).cloned()))
     }
 
@@ -301,7 +284,7 @@ impl TargetView<'_> {
             let parent = if dir.is_empty() {
                 IgnoreStack::new()
             } else {
-                self.rules_in(parent_of(dir))?.clone()
+                self.rules_in(split_parent(dir).0)?.clone()
             };
             let file = join(dir, IGNORE_FILE.as_bytes());
             let stack = match self.entry(&file)? {
