@@ -326,6 +326,15 @@ impl<'a> Parents<'a> {
         Ok(self.last_heir)
     }
 
+    /// `parent`, to make an entry in, with its heir; `None` when another
+    /// program removed it while the rewind ran (D172).
+    fn enter(&mut self, parent: &[u8]) -> Result<Option<(&Dir, Option<Heir>)>> {
+        let Some(heir) = unless_vanished(self.heir(parent))? else {
+            return Ok(None);
+        };
+        Ok(unless_vanished(self.get(parent))?.map(|dir| (dir, heir)))
+    }
+
     /// Give the directories made writable their modes back, deepest
     /// first, except those the apply set a mode on itself (`done`).
     fn restore(&mut self, done: &HashSet<Vec<u8>>) -> Result<()> {
@@ -432,11 +441,7 @@ pub fn apply(
         match new.kind() {
             Kind::Dir => {
                 if ch.old.as_ref().is_none_or(|o| o.kind() != Kind::Dir) {
-                    let Some(heir) = unless_vanished(parents.heir(parent))? else {
-                        keep_vanished(parent, &mut uncaptured, &mut report);
-                        continue;
-                    };
-                    let Some(dir) = unless_vanished(parents.get(parent))? else {
+                    let Some((dir, heir)) = parents.enter(parent)? else {
                         keep_vanished(parent, &mut uncaptured, &mut report);
                         continue;
                     };
@@ -482,7 +487,7 @@ pub fn apply(
                 // nothing to the user whose filesystem cannot store an
                 // xattr or a mode).
                 let failed = |op, e| Error::os(rewind_platform::Error::new(op, dest(&ch.path), e));
-                let Some(heir) = unless_vanished(parents.heir(parent))? else {
+                let Some((dir, heir)) = parents.enter(parent)? else {
                     let _ = store.tmp_dir().unlink(&tmp_name);
                     keep_vanished(parent, &mut uncaptured, &mut report);
                     continue;
@@ -501,11 +506,6 @@ pub fn apply(
                         .map_err(|e| failed("restore: set the mtime of", e))?;
                 }
                 drop(file);
-                let Some(dir) = unless_vanished(parents.get(parent))? else {
-                    let _ = store.tmp_dir().unlink(&tmp_name);
-                    keep_vanished(parent, &mut uncaptured, &mut report);
-                    continue;
-                };
                 if let Some(old) = ch.old.as_ref().filter(|o| o.kind() == Kind::File)
                     && written_since_capture(dir, name, old)
                 {
@@ -562,7 +562,7 @@ pub fn apply(
                 e.source,
             ))
         })?;
-        let Some(heir) = unless_vanished(parents.heir(parent))? else {
+        let Some((dir, heir)) = parents.enter(parent)? else {
             let _ = store.tmp_dir().unlink(&tmp_name);
             keep_vanished(parent, &mut uncaptured, &mut report);
             continue;
@@ -577,11 +577,6 @@ pub fn apply(
                 ))
             })?;
         }
-        let Some(dir) = unless_vanished(parents.get(parent))? else {
-            let _ = store.tmp_dir().unlink(&tmp_name);
-            keep_vanished(parent, &mut uncaptured, &mut report);
-            continue;
-        };
         if let Err(e) = store.tmp_dir().rename(
             &tmp_name,
             dir,
@@ -726,24 +721,35 @@ fn unless_vanished<T>(r: Result<T>) -> Result<Option<T>> {
 }
 
 /// Leave what another program removed during the rewind as it is now,
-/// with everything the plan would put below it, and say so (D172).
+/// with everything the plan would put below it, and say so (D172). A
+/// parent met gone by several entries is reported once.
 fn keep_vanished(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
-    if uncaptured.insert(path.to_vec()) {
-        report.kept.push(Skipped::new(
+    if !uncaptured.contains(path) {
+        keep_as_is(
             path,
+            uncaptured,
+            report,
             "kept: another program removed it while the rewind ran",
-        ));
+        );
     }
 }
 
 /// Leave an entry the capture never saw, and everything the plan would
 /// put below it, as it is, and say so.
 fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
-    uncaptured.insert(path.to_vec());
-    report.kept.push(Skipped::new(
+    keep_as_is(
         path,
+        uncaptured,
+        report,
         "kept: something no checkpoint captured is there (ignored, unreadable, or made during the rewind)",
-    ));
+    );
+}
+
+/// Leave `path`, and everything the plan would put below it, as it is,
+/// and report why.
+fn keep_as_is(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport, why: &str) {
+    uncaptured.insert(path.to_vec());
+    report.kept.push(Skipped::new(path, why));
 }
 
 /// The target-side entry of a parent directory that is not itself a change
