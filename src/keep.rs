@@ -306,31 +306,17 @@ impl TargetView<'_> {
     /// A rule file's text: from the store, or from the target's btrfs
     /// snapshot, which holds what a btrfs checkpoint did not store.
     fn read(&mut self, file: &[u8], hash: &Hash, size: u64) -> Result<String> {
-        let store = self.ws.store();
-        let bytes = if store.contains(hash, size)? {
-            store.read_prefix(hash, size, size)?
-        } else {
-            if self.snapshot.is_none() {
-                self.snapshot = Some(crate::snapshot::open(self.ws, self.target_id)?);
-            }
-            let path = Path::new(OsStr::from_bytes(file));
-            let Some(Some(snap)) = &self.snapshot else {
-                return Err(Error::ObjectMissing {
-                    hash: hash.to_hex(),
-                    path: path.to_path_buf(),
-                });
-            };
-            let dir = snap
-                .open_beneath(path.parent().unwrap_or(Path::new("")))
-                .map_err(Error::os)?;
-            let (f, _) = dir
-                .open_read(path.file_name().unwrap_or_default())
-                .map_err(Error::os)?;
-            let mut buf = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(f, size), &mut buf)
-                .map_err(|e| Error::os(rewind_platform::Error::new("read", path, e)))?;
-            buf
-        };
+        if self.snapshot.is_none() {
+            self.snapshot = Some(crate::snapshot::open(self.ws, self.target_id)?);
+        }
+        let snapshot = self.snapshot.as_ref().and_then(Option::as_ref);
+        let bytes = self
+            .ws
+            .read_content(file, hash, size, snapshot, size)?
+            .ok_or_else(|| Error::ObjectMissing {
+                hash: hash.to_hex(),
+                path: Path::new(OsStr::from_bytes(file)).to_path_buf(),
+            })?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 }

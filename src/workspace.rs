@@ -714,6 +714,38 @@ impl Workspace {
         &self.store
     }
 
+    /// Up to `limit` bytes of a file's content as a checkpoint recorded
+    /// it: its stored object, or, where none is stored (a hash-only
+    /// capture, a btrfs checkpoint), the file at `path` under `tree` (the
+    /// live tree, or a btrfs checkpoint's snapshot). `None`: not stored,
+    /// and no tree to read it from.
+    pub(crate) fn read_content(
+        &self,
+        path: &[u8],
+        hash: &Hash,
+        size: u64,
+        tree: Option<&Dir>,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        if self.store.contains(hash, size)? {
+            return self.store.read_prefix(hash, size, limit).map(Some);
+        }
+        let Some(tree) = tree else {
+            return Ok(None);
+        };
+        let p = Path::new(OsStr::from_bytes(path));
+        let dir = tree
+            .open_beneath(p.parent().unwrap_or(Path::new("")))
+            .map_err(Error::os)?;
+        let (file, _) = dir
+            .open_read(p.file_name().unwrap_or_default())
+            .map_err(Error::os)?;
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut buf)
+            .map_err(|e| Error::os(rewind_platform::Error::new("read", p, e)))?;
+        Ok(Some(buf))
+    }
+
     pub(crate) fn root_dir(&self) -> &Dir {
         &self.root
     }

@@ -1,7 +1,4 @@
-use std::ffi::OsStr;
-use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -10,7 +7,6 @@ use super::status::status_letter;
 use crate::capture::Sink;
 use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::error::{Error, Result};
-use crate::hash::Hash;
 use crate::tree::Target;
 use crate::workspace::{ChangeJson, Workspace};
 
@@ -136,44 +132,6 @@ pub(crate) fn compute_patching(
     })
 }
 
-/// Content of one side of a change: a stored object, or the file at
-/// `path` under `tree` (the live tree, or a btrfs checkpoint's snapshot).
-fn content(
-    ws: &Workspace,
-    path: &[u8],
-    hash: &Hash,
-    size: u64,
-    tree: Option<&rewind_platform::Dir>,
-) -> Result<Option<Vec<u8>>> {
-    if ws.store().contains(hash, size)? {
-        return ws
-            .store()
-            .read_prefix(hash, size, PATCH_LIMIT + 1)
-            .map(Some);
-    }
-    let Some(tree) = tree else {
-        return Ok(None);
-    };
-    // Not stored (a status-style hash-only capture, or a btrfs
-    // checkpoint): read the file itself.
-    let p = Path::new(OsStr::from_bytes(path));
-    let dir = tree
-        .open_beneath(p.parent().unwrap_or(Path::new("")))
-        .map_err(Error::os)?;
-    let (file, _) = dir
-        .open_read(p.file_name().unwrap_or_default())
-        .map_err(Error::os)?;
-    let mut buf = Vec::new();
-    file.take(PATCH_LIMIT + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::os(rewind_platform::Error::new("read", p_lossy(path), e)))?;
-    Ok(Some(buf))
-}
-
-fn p_lossy(path: &[u8]) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(path))
-}
-
 /// `from_tree`/`to_tree`: where content not in the store is read (a btrfs
 /// checkpoint's snapshot, or the live tree for TO).
 fn render_patch(
@@ -228,9 +186,10 @@ impl Sides<'_> {
         tree: Option<&rewind_platform::Dir>,
     ) -> Result<Vec<u8>> {
         Ok(match e.map(|e| (&e.target, e.size)) {
-            Some((Target::Object(h), size)) => {
-                content(self.ws, self.path, h, size, tree)?.unwrap_or_default()
-            }
+            Some((Target::Object(h), size)) => self
+                .ws
+                .read_content(self.path, h, size, tree, PATCH_LIMIT + 1)?
+                .unwrap_or_default(),
             Some((Target::Link(t), _)) => t.clone(),
             _ => Vec::new(),
         })
