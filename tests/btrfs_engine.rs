@@ -175,29 +175,9 @@ fn a_file_changed_during_a_btrfs_rewind_is_kept_not_a_false_object_missing() {
     write(&ws.join("big.bin"), &[b'b'; 100 << 10]);
     write(&ws.join("g"), b"v2");
     let objects = common::object_files(&ws);
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(&ws)
-        .args(["--json", "rewind", &a])
-        .env("REWIND_FAILPOINT", "rewind:captured")
-        .env("REWIND_FAILPOINT_ACTION", "stop")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    common::wait_stopped(child.id());
-    write(&ws.join("big.bin"), b"written during the rewind");
-    std::process::Command::new("kill")
-        .arg("-CONT")
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill -CONT");
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = common::rewind_json_stopped_at(&ws, &["rewind", &a], "rewind:captured", || {
+        write(&ws.join("big.bin"), b"written during the rewind");
+    });
     assert_eq!(common::paths_in(&v, "kept"), ["big.bin"], "{v}");
     assert_eq!(
         std::fs::read(ws.join("big.bin")).expect("big"),

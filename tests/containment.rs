@@ -1045,26 +1045,11 @@ fn a_file_written_during_the_rewind_is_kept_not_lost() {
     write(&root.join("F"), b"v2 agent work");
     write(&root.join("G"), b"v2");
     write(&root.join("new.log"), b"created after a");
-    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(root)
-        .args(["--json", "rewind", &a])
-        .env("REWIND_FAILPOINT", "rewind:after-intent")
-        .env("REWIND_FAILPOINT_ACTION", "stop")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    common::wait_stopped(child.id());
-    // Written after the capture: one to be replaced, one to be deleted.
-    write(&root.join("F"), b"v3 IMPORTANT, written during the rewind");
-    write(&root.join("new.log"), b"appended during the rewind");
-    Command::new("kill")
-        .arg("-CONT")
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill -CONT");
-    let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = common::rewind_json_stopped_at(root, &["rewind", &a], "rewind:after-intent", || {
+        // Written after the capture: one to be replaced, one to be deleted.
+        write(&root.join("F"), b"v3 IMPORTANT, written during the rewind");
+        write(&root.join("new.log"), b"appended during the rewind");
+    });
     assert_eq!(
         std::fs::read(root.join("F")).expect("F"),
         b"v3 IMPORTANT, written during the rewind"
@@ -1097,30 +1082,10 @@ fn a_directory_removed_during_the_rewind_is_kept_removed_and_the_rest_rewinds() 
         std::fs::remove_dir_all(root.join(d)).expect("rm");
     }
     write(&root.join("F"), b"v2");
-    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(root)
-        .args(["--json", "rewind", &a])
-        .env("REWIND_FAILPOINT", "apply:dir-created")
-        .env("REWIND_FAILPOINT_ACTION", "stop")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    common::wait_stopped(child.id());
-    // The first directory made (plans are in path order): d1, still empty.
-    std::fs::remove_dir(root.join("d1")).expect("another program removes d1");
-    Command::new("kill")
-        .arg("-CONT")
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill -CONT");
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = common::rewind_json_stopped_at(root, &["rewind", &a], "apply:dir-created", || {
+        // The first directory made (plans are in path order): d1, still empty.
+        std::fs::remove_dir(root.join("d1")).expect("another program removes d1");
+    });
     assert_eq!(common::paths_in(&v, "kept"), ["d1"], "{v}");
     assert!(!root.join("d1").exists());
     assert_eq!(std::fs::read(root.join("d2/x")).expect("d2"), b"d2");

@@ -990,3 +990,39 @@ pub fn wait_stopped(pid: u32) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// `rewind --json ARGS` in `cwd`, stopped at `failpoint` while `during`
+/// changes the tree (another program at work mid-rewind), then let go on;
+/// its JSON answer, once it has succeeded.
+pub fn rewind_json_stopped_at(
+    cwd: &Path,
+    args: &[&str],
+    failpoint: &str,
+    during: impl FnOnce(),
+) -> serde_json::Value {
+    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(cwd)
+        .arg("--json")
+        .args(args)
+        .env("REWIND_FAILPOINT", failpoint)
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_stopped(child.id());
+    during();
+    let cont = Command::new("kill")
+        .arg("-CONT")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill -CONT");
+    assert!(cont.success(), "kill -CONT failed");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "rewind {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
