@@ -412,24 +412,10 @@ fn a_patch_with_strange_names_applies_with_git() {
     let patch = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(patch.contains("--- \"a/new\\nline\""), "{patch}");
     assert!(patch.contains("+++ \"b/caf\\351\""), "{patch}");
-    let file = dir.path().join("..").join(format!("{}.diff", c1));
-    std::fs::write(&file, &out.stdout).expect("write patch");
-    let apply = std::process::Command::new("git")
-        .args(["apply", "-R"])
-        .arg(&file)
-        .current_dir(root)
-        .output()
-        .expect("git apply");
-    let _ = std::fs::remove_file(&file);
-    assert!(
-        apply.status.success(),
-        "git apply -R: {}\n{patch}",
-        String::from_utf8_lossy(&apply.stderr)
+    let (after, want) = (
+        git_apply_reverse(root, &out.stdout),
+        outside_history(before),
     );
-    let mut after = snapshot(root);
-    after.retain(|k, _| !k.starts_with(b".rewind"));
-    let mut want = before;
-    want.retain(|k, _| !k.starts_with(b".rewind"));
     for n in names {
         assert_eq!(after.get(n), want.get(n), "{}", String::from_utf8_lossy(n));
     }
@@ -456,7 +442,7 @@ fn a_patch_of_links_empty_files_and_modes_applies_with_git() {
     common::chmod(&root.join("becomes-link"), 0o644);
     common::chmod(&root.join("gone"), 0o644);
     let old = checkpoint_id(root, &["old"]);
-    let mut before = snapshot(root);
+    let before = snapshot(root);
     std::fs::remove_file(root.join("lnk")).expect("rm");
     symlink("d2", root.join("lnk")).expect("lnk");
     symlink("d1", root.join("newlink")).expect("newlink");
@@ -469,8 +455,19 @@ fn a_patch_of_links_empty_files_and_modes_applies_with_git() {
     assert!(out.status.success(), "{out:?}");
     let patch = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(patch.contains("new file mode 120000"), "{patch}");
-    let file = dir.path().join("..").join(format!("{old}.diff"));
-    std::fs::write(&file, &out.stdout).expect("write patch");
+    let after = git_apply_reverse(root, &out.stdout);
+    common::assert_same(
+        "git apply -R of the patch",
+        &outside_history(before),
+        &after,
+    );
+}
+
+/// Apply `patch` in reverse to the tree at `root` with `git apply -R`
+/// (which must take it whole); the tree after, outside `.rewind/`.
+fn git_apply_reverse(root: &std::path::Path, patch: &[u8]) -> Tree {
+    let file = root.with_extension("diff");
+    std::fs::write(&file, patch).expect("write patch");
     let apply = Command::new("git")
         .args(["apply", "-R"])
         .arg(&file)
@@ -480,13 +477,19 @@ fn a_patch_of_links_empty_files_and_modes_applies_with_git() {
     let _ = std::fs::remove_file(&file);
     assert!(
         apply.status.success(),
-        "git apply -R: {}\n{patch}",
-        String::from_utf8_lossy(&apply.stderr)
+        "git apply -R: {}\n{}",
+        String::from_utf8_lossy(&apply.stderr),
+        String::from_utf8_lossy(patch)
     );
-    let mut after = snapshot(root);
-    after.retain(|k, _| !k.starts_with(b".rewind"));
-    before.retain(|k, _| !k.starts_with(b".rewind"));
-    common::assert_same("git apply -R of the patch", &before, &after);
+    outside_history(snapshot(root))
+}
+
+type Tree = std::collections::BTreeMap<Vec<u8>, common::Snap>;
+
+/// A tree snapshot without the history in `.rewind/`.
+fn outside_history(mut tree: Tree) -> Tree {
+    tree.retain(|k, _| !k.starts_with(b".rewind"));
+    tree
 }
 
 #[test]
