@@ -152,6 +152,20 @@ fn an_unknown_profile_fails_at_startup() {
 /// -32700 and id null), nothing is changed, and the session goes on. rmcp
 /// alone skipped the unparseable line and answered some requests without
 /// their id, so a client waiting on that id waited for ever.
+/// The first request of a session, as id 1.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// `rewind mcp` in `cwd`, spoken to line by line over its stdin and stdout.
+fn raw_mcp(cwd: &std::path::Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(cwd)
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rewind mcp")
+}
+
 /// D174: a server started in a subdirectory of the workspace (an agent
 /// launched in one package of a monorepo) goes on serving once that
 /// directory is removed, from its nearest existing ancestor: the agent
@@ -165,13 +179,7 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
     let ws = dir.path();
     common::write(&ws.join("pkg/a"), b"a\n");
     common::rewind_json(ws, &["init"]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(ws.join("pkg"))
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run rewind mcp");
+    let mut child = raw_mcp(&ws.join("pkg"));
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut call = |id: u32, line: String| -> serde_json::Value {
@@ -190,7 +198,7 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
         )
     };
-    call(1, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#.into());
+    call(1, INITIALIZE.into());
     let made = call(2, tool(2, "checkpoint", r#"{"label":"good"}"#));
     assert!(
         made["result"]["structuredContent"]["id"].is_string(),
@@ -211,7 +219,7 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     let dir = common::tmp();
     common::rewind_json(dir.path(), &["init"]);
     let lines = [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        INITIALIZE,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"label":"x"}}}"#,
@@ -221,13 +229,7 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"checkpoint","arguments":{"label":"after the bad lines"}}}"#,
         r#"{"jsonrpc":"2.0","id":12,"method":"ping"}"#,
     ];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(dir.path())
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run rewind mcp");
+    let mut child = raw_mcp(dir.path());
     let mut stdin = child.stdin.take().expect("stdin");
     for l in lines {
         writeln!(stdin, "{l}").expect("write a line");
