@@ -3,7 +3,9 @@
 //!
 //! The stat cache is git-index-like: per directory, the (ino, mode, size,
 //! mtime, ctime) of each entry when it was last hashed, aligned with the
-//! tree node that holds its hash. The device is not compared: a walk never
+//! tree node that holds its hash. A row stores only the inode, ctime and
+//! racy flag per entry; the rest is the node's, read from `trees` with the
+//! row (D180). The device is not compared: a walk never
 //! crosses into another filesystem, and a btrfs snapshot of the workspace
 //! has its own device number but the same inodes and ctimes, so the cache
 //! built from one snapshot vouches for the next (and for the live tree). An entry whose ctime is not older than
@@ -28,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::hash::Hash;
 use crate::objects::{ObjectStore, Stored, hash_reader};
 use crate::progress::Progress;
-use crate::tree::{Entry, Kind, Node, Reader, Target};
+use crate::tree::{Entry, Kind, Node, Reader, Target, put_varint, unzigzag, zigzag};
 
 pub const STATE_DIR: &str = ".rewind";
 /// `rewind.toml` at the workspace root: hook and effect rules (`crate::hooks`).
@@ -74,23 +76,25 @@ fn depth_of(rel: &[u8]) -> usize {
 }
 
 /// One record of the stat cache: the tree entry as last captured plus the
-/// stat fields that vouch for it. Self-sufficient, so an unchanged entry
-/// (and an unchanged directory) costs one `fstatat` and no node decoding.
+/// stat fields that vouch for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheRec {
     pub entry: Entry,
-    /// Kept for diagnostics; never compared (see the module docs).
-    pub dev: u64,
     pub ino: u64,
     pub ctime_ns: i64,
     pub racy: bool,
 }
 
+/// A stat-cache row written since D180 starts with this, then holds per
+/// entry of its node, in the node's order, only the fields that vouch for
+/// it: the entries themselves are the node's, read from `trees` with the
+/// row. Rows without it hold the entries too (D23's format) and still read.
+const STATS_MAGIC: &[u8; 4] = b"RWS2";
+
 impl CacheRec {
     fn new(entry: Entry, m: &Meta, clock_ns: i64) -> CacheRec {
         CacheRec {
             entry,
-            dev: m.dev,
             ino: m.ino,
             ctime_ns: m.ctime_ns,
             racy: m.ctime_ns >= clock_ns,
@@ -124,19 +128,60 @@ impl CacheRec {
             && self.ctime_ns == m.ctime_ns
     }
 
+    /// A row's stats: [`STATS_MAGIC`], then per record its inode, its
+    /// ctime as a distance from its mtime (0 for a file written and not
+    /// touched since: one byte) and its racy flag. A T1 directory of 100
+    /// files is ~1 KiB, where the entries repeated were ~9 KiB: three pages
+    /// rewritten per changed directory per checkpoint, now one.
     fn encode_all<'r>(recs: impl ExactSizeIterator<Item = &'r CacheRec>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(recs.len() * 96);
+        let mut out = Vec::with_capacity(4 + recs.len() * 12);
+        out.extend_from_slice(STATS_MAGIC);
         for r in recs {
-            r.entry.encode_into(&mut out);
-            out.extend_from_slice(&r.dev.to_be_bytes());
-            out.extend_from_slice(&r.ino.to_be_bytes());
-            out.extend_from_slice(&r.ctime_ns.to_be_bytes());
+            put_varint(&mut out, r.ino);
+            put_varint(&mut out, zigzag(r.ctime_ns.wrapping_sub(r.entry.mtime_ns)));
             out.push(r.racy as u8);
         }
         out
     }
 
-    fn decode_all(bytes: &[u8]) -> Option<Vec<CacheRec>> {
+    /// The records of a row: `stats` zipped with the entries of `node`
+    /// (the row's node as stored in `trees`, which must hash to
+    /// `node_hash`), or a D23 row's self-contained records. `None` for
+    /// anything that does not decode or does not match its node.
+    fn decode_all(node_hash: &Hash, node: &[u8], stats: &[u8]) -> Option<Vec<CacheRec>> {
+        let Some(stats) = stats.strip_prefix(STATS_MAGIC) else {
+            let recs = Self::decode_self_contained(stats)?;
+            let encoded = Node::encode_entries(recs.iter().map(|r| &r.entry));
+            return (Node::hash_of_encoding(&encoded) == *node_hash).then_some(recs);
+        };
+        let canonical = Node::canonical_from_stored(node).ok()?;
+        if Node::hash_of_encoding(&canonical) != *node_hash {
+            return None;
+        }
+        let entries = Node::decode(&canonical).ok()?.entries;
+        let mut r = Reader { b: stats };
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let ino = r.varint().ok()?;
+            let ctime_ns = entry.mtime_ns.wrapping_add(unzigzag(r.varint().ok()?));
+            let racy = match r.u8().ok()? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            };
+            out.push(CacheRec {
+                entry,
+                ino,
+                ctime_ns,
+                racy,
+            });
+        }
+        r.b.is_empty().then_some(out)
+    }
+
+    /// A row in D23's format: each record the full entry, then the device
+    /// (no longer used), inode, ctime and racy flag.
+    fn decode_self_contained(bytes: &[u8]) -> Option<Vec<CacheRec>> {
         let mut r = Reader { b: bytes };
         let mut out: Vec<CacheRec> = Vec::new();
         while !r.b.is_empty() {
@@ -144,13 +189,12 @@ impl CacheRec {
             if out.last().is_some_and(|p| p.entry.name >= entry.name) {
                 return None;
             }
-            let dev = r.u64().ok()?;
+            let _dev = r.u64().ok()?;
             let ino = r.u64().ok()?;
             let ctime_ns = r.u64().ok()? as i64;
             let racy = r.u8().ok()? != 0;
             out.push(CacheRec {
                 entry,
-                dev,
                 ino,
                 ctime_ns,
                 racy,
@@ -190,7 +234,8 @@ impl CachedDir {
 /// directories that are gone.
 pub struct LazyDir {
     node_hash: Hash,
-    raw: Vec<u8>,
+    node: Vec<u8>,
+    stats: Vec<u8>,
     decoded: OnceLock<Option<CachedDir>>,
 }
 
@@ -201,9 +246,9 @@ impl LazyDir {
     fn get(&self) -> Option<&CachedDir> {
         self.decoded
             .get_or_init(|| {
-                let recs = CacheRec::decode_all(&self.raw)?;
-                let encoded = Node::encode_entries(recs.iter().map(|r| &r.entry));
-                (Node::hash_of_encoding(&encoded) == self.node_hash).then_some(CachedDir {
+                let recs =
+                    CacheRec::decode_all(&self.node_hash, &self.node, &self.stats)?;
+                Some(CachedDir {
                     node_hash: self.node_hash,
                     recs,
                 })
@@ -214,17 +259,24 @@ impl LazyDir {
 
 pub type StatCache = HashMap<Vec<u8>, LazyDir>;
 
-/// A stat-cache row as stored: (dir path, node hash, records).
-pub type StatCacheRow = (Vec<u8>, Hash, Vec<u8>);
+/// A stat-cache row as the ledger gives it, with its node.
+pub struct StatCacheRow {
+    pub dir: Vec<u8>,
+    pub node_hash: Hash,
+    /// The node as `trees` stores it.
+    pub node: Vec<u8>,
+    pub stats: Vec<u8>,
+}
 
 pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
     rows.into_iter()
-        .map(|(dir, node_hash, raw)| {
+        .map(|row| {
             (
-                dir,
+                row.dir,
                 LazyDir {
-                    node_hash,
-                    raw,
+                    node_hash: row.node_hash,
+                    node: row.node,
+                    stats: row.stats,
                     decoded: OnceLock::new(),
                 },
             )
@@ -1650,11 +1702,85 @@ mod tests {
                 target: Target::Link(to.as_bytes().to_vec()),
                 xattrs: Vec::new(),
             },
-            dev: 1,
             ino: 2,
             ctime_ns: 3,
             racy: false,
         }
+    }
+
+    fn file(name: &str, ino: u64, mtime_ns: i64, ctime_ns: i64, racy: bool) -> CacheRec {
+        CacheRec {
+            entry: Entry {
+                name: name.as_bytes().to_vec(),
+                mode: 0o100644,
+                size: 3000,
+                mtime_ns,
+                target: Target::Object(Hash([ino as u8; 32])),
+                xattrs: Vec::new(),
+            },
+            ino,
+            ctime_ns,
+            racy,
+        }
+    }
+
+    /// A row's records are its node's entries plus their stat fields, so a
+    /// row read back with its node gives back exactly what was cached, and
+    /// costs a few bytes per entry rather than the entry again (three
+    /// pages rewritten per changed directory per checkpoint, D180).
+    #[test]
+    fn a_cache_row_holds_only_stat_fields_and_reads_back_with_its_node() {
+        let recs: Vec<CacheRec> = (0..100)
+            .map(|i| {
+                let mtime = 1_700_000_000_000_000_000 + i * 1_000;
+                let ctime = if i % 7 == 0 { mtime + 5_000_000 } else { mtime };
+                file(&format!("f{i:03}.txt"), 10_000 + i as u64, mtime, ctime, i == 99)
+            })
+            .collect();
+        let node = Node {
+            entries: recs.iter().map(|r| r.entry.clone()).collect(),
+        };
+        let hash = Node::hash_of_encoding(&node.encode());
+        let stats = CacheRec::encode_all(recs.iter());
+        assert!(stats.len() < 100 * 12, "{} bytes for 100 records", stats.len());
+        let stored = node.encode_stored();
+        assert_eq!(CacheRec::decode_all(&hash, &stored, &stats), Some(recs.clone()));
+        // Canonical node rows (written before D49) serve as well.
+        assert_eq!(CacheRec::decode_all(&hash, &node.encode(), &stats), Some(recs.clone()));
+        // Another node, a record too many or too few: not trusted.
+        let other = Node {
+            entries: node.entries[1..].to_vec(),
+        };
+        assert_eq!(CacheRec::decode_all(&hash, &other.encode_stored(), &stats), None);
+        let other_hash = Node::hash_of_encoding(&other.encode());
+        assert_eq!(CacheRec::decode_all(&other_hash, &other.encode_stored(), &stats), None);
+        assert_eq!(CacheRec::decode_all(&hash, &stored, &stats[..stats.len() - 1]), None);
+        let mut longer = stats.clone();
+        longer.extend_from_slice(&[1, 0, 0]);
+        assert_eq!(CacheRec::decode_all(&hash, &stored, &longer), None);
+    }
+
+    /// Rows written before D180 hold the entries themselves and keep
+    /// vouching after an upgrade, so the first checkpoint after it does
+    /// not re-read every file.
+    #[test]
+    fn a_cache_row_in_the_self_contained_format_still_reads() {
+        let recs = vec![file("a", 7, 100, 100, false), file("b", 8, 200, 250, true)];
+        let mut old = Vec::new();
+        for r in &recs {
+            r.entry.encode_into(&mut old);
+            old.extend_from_slice(&42u64.to_be_bytes());
+            old.extend_from_slice(&r.ino.to_be_bytes());
+            old.extend_from_slice(&r.ctime_ns.to_be_bytes());
+            old.push(r.racy as u8);
+        }
+        let node = Node {
+            entries: recs.iter().map(|r| r.entry.clone()).collect(),
+        };
+        let hash = Node::hash_of_encoding(&node.encode());
+        assert_eq!(CacheRec::decode_all(&hash, &node.encode_stored(), &old), Some(recs.clone()));
+        let other = Node::hash_of_encoding(&Node { entries: Vec::new() }.encode());
+        assert_eq!(CacheRec::decode_all(&other, &node.encode_stored(), &old), None);
     }
 
     /// The replaced node serves a diff in place of the ledger's, so a row

@@ -1395,7 +1395,7 @@ impl Ledger {
     pub fn stat_cache(&self) -> Result<Vec<crate::capture::StatCacheRow>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT s.dir, s.node, s.stats FROM stat_cache s WHERE EXISTS (SELECT 1 FROM trees t WHERE t.hash = s.node)")
+            .prepare("SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node")
             .map_err(self.err())?;
         let rows = stmt.query_map([], stat_cache_row).map_err(self.err())?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
@@ -1410,12 +1410,12 @@ impl Ledger {
         dirs: &[Vec<u8>],
         trees: &[Vec<u8>],
     ) -> Result<Vec<crate::capture::StatCacheRow>> {
-        const ROW: &str = "SELECT s.dir, s.node, s.stats FROM stat_cache s WHERE ";
-        const LIVE: &str = " AND EXISTS (SELECT 1 FROM trees t WHERE t.hash = s.node)";
+        const ROW: &str =
+            "SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node WHERE ";
         let mut out = Vec::new();
         let mut one = self
             .conn
-            .prepare_cached(&format!("{ROW}s.dir = ?1{LIVE}"))
+            .prepare_cached(&format!("{ROW}s.dir = ?1"))
             .map_err(self.err())?;
         for d in dirs {
             if let Some(r) = one
@@ -1428,7 +1428,7 @@ impl Ledger {
         }
         let mut below = self
             .conn
-            .prepare_cached(&format!("{ROW}s.dir >= ?1 AND s.dir < ?2{LIVE}"))
+            .prepare_cached(&format!("{ROW}s.dir >= ?1 AND s.dir < ?2"))
             .map_err(self.err())?;
         for t in trees {
             let (lo, hi) = subtree_bounds(t);
@@ -1872,14 +1872,15 @@ impl Tx<'_> {
     }
 }
 
-/// A `(dir, node, stats)` stat-cache row.
+/// A `(dir, node, stats, trees.data)` stat-cache row.
 fn stat_cache_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::capture::StatCacheRow> {
     let node: Vec<u8> = r.get(1)?;
-    Ok((
-        r.get(0)?,
-        Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
-        r.get(2)?,
-    ))
+    Ok(crate::capture::StatCacheRow {
+        dir: r.get(0)?,
+        node_hash: Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
+        stats: r.get(2)?,
+        node: r.get(3)?,
+    })
 }
 
 /// The byte range of the paths strictly below directory `dir` (BLOB
