@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::hash::Hash;
 use crate::objects::{ObjectStore, Stored, hash_reader};
 use crate::progress::Progress;
-use crate::tree::{Entry, Kind, Node, Reader, Target, put_varint, unzigzag, zigzag};
+use crate::tree::{Entry, Kind, Node, Reader, SharedNode, Target, put_varint, unzigzag, zigzag};
 
 pub const STATE_DIR: &str = ".rewind";
 /// `rewind.toml` at the workspace root: hook and effect rules (`crate::hooks`).
@@ -211,13 +211,11 @@ pub struct CachedDir {
 }
 
 impl CachedDir {
-    /// The node the row was written for, if its entries still hash to it
-    /// (a row that does not is ignored, never trusted).
-    fn node(&self) -> Option<(Hash, Node)> {
-        let node = Node {
-            entries: self.recs.iter().map(|r| r.entry.clone()).collect(),
-        };
-        (Node::hash_of_encoding(&node.encode()) == self.node_hash).then_some((self.node_hash, node))
+    /// The node the row describes: its records' entries, which
+    /// [`CacheRec::decode_all`] checked hash to it.
+    fn node(&self) -> (Hash, SharedNode) {
+        let entries = self.recs.iter().map(|r| r.entry.clone()).collect();
+        (self.node_hash, SharedNode::new(Node { entries }))
     }
 
     fn lookup(&self, name: &[u8]) -> Option<&CacheRec> {
@@ -246,8 +244,7 @@ impl LazyDir {
     fn get(&self) -> Option<&CachedDir> {
         self.decoded
             .get_or_init(|| {
-                let recs =
-                    CacheRec::decode_all(&self.node_hash, &self.node, &self.stats)?;
+                let recs = CacheRec::decode_all(&self.node_hash, &self.node, &self.stats)?;
                 Some(CachedDir {
                     node_hash: self.node_hash,
                     recs,
@@ -660,13 +657,13 @@ pub struct CaptureStats {
 #[derive(Default)]
 pub struct Capture {
     pub root: Hash,
-    /// Nodes that may not be in the ledger yet (encoded, with their hash).
-    pub new_nodes: Vec<(Hash, Vec<u8>)>,
+    /// Nodes that may not be in the ledger yet, with their hash.
+    pub new_nodes: Vec<(Hash, SharedNode)>,
     /// The nodes the new ones replace, rebuilt from the stat-cache rows the
     /// capture read and checked against their hash: the other side of the
     /// diff against the tree the cache described (HEAD, after a
     /// checkpoint), which then reads none of them from the ledger.
-    pub replaced_nodes: Vec<(Hash, Node)>,
+    pub replaced_nodes: Vec<(Hash, SharedNode)>,
     /// Stat-cache rows to write: (dir, node, stats).
     pub cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     /// Stat-cache rows of directories that are gone.
@@ -725,19 +722,19 @@ pub struct Clock {
 impl Capture {
     /// Decoded new nodes, for reading a tree that is not persisted (status),
     /// and the replaced ones, for reading the tree before it.
-    pub fn overlay(&self) -> HashMap<Hash, Node> {
+    pub fn overlay(&self) -> HashMap<Hash, SharedNode> {
         self.new_nodes
             .iter()
-            .filter_map(|(h, d)| Node::decode(d).ok().map(|n| (*h, n)))
-            .chain(self.replaced_nodes.iter().cloned())
+            .chain(&self.replaced_nodes)
+            .cloned()
             .collect()
     }
 }
 
 #[derive(Default)]
 struct Outputs {
-    new_nodes: Vec<(Hash, Vec<u8>)>,
-    replaced_nodes: Vec<(Hash, Node)>,
+    new_nodes: Vec<(Hash, SharedNode)>,
+    replaced_nodes: Vec<(Hash, SharedNode)>,
     cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
     visited: HashSet<Vec<u8>>,
     /// Directories a scoped capture kept without opening: their stat-cache
@@ -1246,10 +1243,12 @@ impl Walker<'_> {
         let hash = Node::hash_of_encoding(&encoded);
         let stats = CacheRec::encode_all(recs.iter().map(Resolved::rec));
         let changed = cached.is_none_or(|c| c.node_hash != hash);
-        let replaced = cached.filter(|_| changed).and_then(CachedDir::node);
+        let replaced = cached.filter(|_| changed).map(CachedDir::node);
         let mut out = self.lock_out();
         if changed {
-            out.new_nodes.push((hash, encoded));
+            let entries = recs.iter().map(|r| r.rec().entry.clone()).collect();
+            out.new_nodes
+                .push((hash, SharedNode::new(Node { entries })));
         }
         out.replaced_nodes.extend(replaced);
         out.cache_updates.push((rel.clone(), hash, stats));
@@ -1734,7 +1733,13 @@ mod tests {
             .map(|i| {
                 let mtime = 1_700_000_000_000_000_000 + i * 1_000;
                 let ctime = if i % 7 == 0 { mtime + 5_000_000 } else { mtime };
-                file(&format!("f{i:03}.txt"), 10_000 + i as u64, mtime, ctime, i == 99)
+                file(
+                    &format!("f{i:03}.txt"),
+                    10_000 + i as u64,
+                    mtime,
+                    ctime,
+                    i == 99,
+                )
             })
             .collect();
         let node = Node {
@@ -1742,19 +1747,38 @@ mod tests {
         };
         let hash = Node::hash_of_encoding(&node.encode());
         let stats = CacheRec::encode_all(recs.iter());
-        assert!(stats.len() < 100 * 12, "{} bytes for 100 records", stats.len());
+        assert!(
+            stats.len() < 100 * 12,
+            "{} bytes for 100 records",
+            stats.len()
+        );
         let stored = node.encode_stored();
-        assert_eq!(CacheRec::decode_all(&hash, &stored, &stats), Some(recs.clone()));
+        assert_eq!(
+            CacheRec::decode_all(&hash, &stored, &stats),
+            Some(recs.clone())
+        );
         // Canonical node rows (written before D49) serve as well.
-        assert_eq!(CacheRec::decode_all(&hash, &node.encode(), &stats), Some(recs.clone()));
+        assert_eq!(
+            CacheRec::decode_all(&hash, &node.encode(), &stats),
+            Some(recs.clone())
+        );
         // Another node, a record too many or too few: not trusted.
         let other = Node {
             entries: node.entries[1..].to_vec(),
         };
-        assert_eq!(CacheRec::decode_all(&hash, &other.encode_stored(), &stats), None);
+        assert_eq!(
+            CacheRec::decode_all(&hash, &other.encode_stored(), &stats),
+            None
+        );
         let other_hash = Node::hash_of_encoding(&other.encode());
-        assert_eq!(CacheRec::decode_all(&other_hash, &other.encode_stored(), &stats), None);
-        assert_eq!(CacheRec::decode_all(&hash, &stored, &stats[..stats.len() - 1]), None);
+        assert_eq!(
+            CacheRec::decode_all(&other_hash, &other.encode_stored(), &stats),
+            None
+        );
+        assert_eq!(
+            CacheRec::decode_all(&hash, &stored, &stats[..stats.len() - 1]),
+            None
+        );
         let mut longer = stats.clone();
         longer.extend_from_slice(&[1, 0, 0]);
         assert_eq!(CacheRec::decode_all(&hash, &stored, &longer), None);
@@ -1778,32 +1802,20 @@ mod tests {
             entries: recs.iter().map(|r| r.entry.clone()).collect(),
         };
         let hash = Node::hash_of_encoding(&node.encode());
-        assert_eq!(CacheRec::decode_all(&hash, &node.encode_stored(), &old), Some(recs.clone()));
-        let other = Node::hash_of_encoding(&Node { entries: Vec::new() }.encode());
-        assert_eq!(CacheRec::decode_all(&other, &node.encode_stored(), &old), None);
-    }
-
-    /// The replaced node serves a diff in place of the ledger's, so a row
-    /// whose entries do not hash to the node it names is never used.
-    #[test]
-    fn a_cache_row_gives_back_its_node_only_if_its_entries_hash_to_it() {
-        let recs = vec![link("a", "x"), link("b", "y")];
-        let node = Node {
-            entries: recs.iter().map(|r| r.entry.clone()).collect(),
-        };
-        let hash = Node::hash_of_encoding(&node.encode());
-        let row = CachedDir {
-            node_hash: hash,
-            recs: recs.clone(),
-        };
-        assert_eq!(row.node(), Some((hash, node)));
-        let mut stale = recs;
-        stale[1] = link("b", "changed behind the row's back");
-        let row = CachedDir {
-            node_hash: hash,
-            recs: stale,
-        };
-        assert_eq!(row.node(), None);
+        assert_eq!(
+            CacheRec::decode_all(&hash, &node.encode_stored(), &old),
+            Some(recs.clone())
+        );
+        let other = Node::hash_of_encoding(
+            &Node {
+                entries: Vec::new(),
+            }
+            .encode(),
+        );
+        assert_eq!(
+            CacheRec::decode_all(&other, &node.encode_stored(), &old),
+            None
+        );
     }
 
     /// A small scope runs on the calling thread; one that walks a

@@ -8,13 +8,13 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::hash::Hash;
 use crate::ledger::Ledger;
-use crate::tree::{Entry, Node, Target};
+use crate::tree::{Entry, Node, SharedNode, Target};
 
 /// Reads tree nodes from the ledger, or from an in-memory overlay of nodes
 /// that were captured but not persisted (status, dry runs).
 pub struct Trees<'a> {
     ledger: &'a Ledger,
-    overlay: HashMap<Hash, Node>,
+    overlay: HashMap<Hash, SharedNode>,
     target: Option<Hash>,
 }
 
@@ -27,7 +27,7 @@ impl<'a> Trees<'a> {
         }
     }
 
-    pub fn with_overlay(ledger: &'a Ledger, overlay: HashMap<Hash, Node>) -> Trees<'a> {
+    pub fn with_overlay(ledger: &'a Ledger, overlay: HashMap<Hash, SharedNode>) -> Trees<'a> {
         Trees {
             ledger,
             overlay,
@@ -37,7 +37,7 @@ impl<'a> Trees<'a> {
 
     /// Give the overlay back, to build a new `Trees` after the ledger was
     /// written (the borrow of the ledger must end first).
-    pub fn into_overlay(self) -> HashMap<Hash, Node> {
+    pub fn into_overlay(self) -> HashMap<Hash, SharedNode> {
         self.overlay
     }
 
@@ -51,14 +51,14 @@ impl<'a> Trees<'a> {
         self.target
     }
 
-    pub fn node(&self, hash: &Hash) -> Result<Node> {
+    pub fn node(&self, hash: &Hash) -> Result<SharedNode> {
         if let Some(n) = self.overlay.get(hash) {
             return Ok(n.clone());
         }
         // The empty tree needs no storage: it is the "before" of a first
         // checkpoint.
         if *hash == Node::empty_hash() {
-            return Ok(Node::default());
+            return Ok(SharedNode::default());
         }
         self.ledger.tree(hash)?.ok_or_else(|| Error::LedgerCorrupt {
             path: self.ledger.path().to_owned(),
@@ -252,10 +252,10 @@ pub fn diff_entries(
             // List what disappears below an old directory and what appears
             // below a new one.
             if let Some(h) = old.and_then(Entry::subtree) {
-                diff_nodes(trees, &trees.node(&h)?, &Node::default(), path, opts, out)?;
+                diff_nodes(trees, &*trees.node(&h)?, &Node::default(), path, opts, out)?;
             }
             if let Some(h) = new.and_then(Entry::subtree) {
-                diff_nodes(trees, &Node::default(), &trees.node(&h)?, path, opts, out)?;
+                diff_nodes(trees, &Node::default(), &*trees.node(&h)?, path, opts, out)?;
             }
         }
     }

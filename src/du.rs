@@ -19,7 +19,6 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::rc::Rc;
 
 use serde::Serialize;
 
@@ -27,7 +26,7 @@ use crate::blobs::INLINE_MAX;
 use crate::error::Result;
 use crate::hash::Hash;
 use crate::ledger::Checkpoint;
-use crate::tree::{Node, Target};
+use crate::tree::{SharedNode, Target};
 use crate::workspace::Workspace;
 
 #[derive(Debug, Serialize)]
@@ -88,15 +87,15 @@ pub struct Usage {
 
 struct Nodes<'a> {
     ws: &'a Workspace,
-    cache: HashMap<Hash, Option<Rc<Node>>>,
+    cache: HashMap<Hash, Option<SharedNode>>,
 }
 
 impl Nodes<'_> {
-    fn get(&mut self, h: &Hash) -> Result<Option<Rc<Node>>> {
+    fn get(&mut self, h: &Hash) -> Result<Option<SharedNode>> {
         if let Some(n) = self.cache.get(h) {
             return Ok(n.clone());
         }
-        let n = self.ws.ledger().tree(h)?.map(Rc::new);
+        let n = self.ws.ledger().tree(h)?;
         self.cache.insert(*h, n.clone());
         Ok(n)
     }
@@ -407,7 +406,7 @@ fn for_each_file(
         let Some(node) = ws.ledger().tree(&h)? else {
             continue;
         };
-        for e in node.entries {
+        for e in &node.entries {
             let path = if dir.is_empty() {
                 e.name.clone()
             } else {

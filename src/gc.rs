@@ -270,7 +270,7 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
         let Some(node) = ledger.tree(&h)? else {
             continue;
         };
-        for e in node.entries {
+        for e in &node.entries {
             match e.target {
                 Target::Tree(t) => stack.push(t),
                 Target::Object(o) => {
@@ -414,7 +414,7 @@ fn held_only_by_snapshots(
         let Some(node) = ws.ledger().tree(h)? else {
             continue;
         };
-        for e in node.entries {
+        for e in &node.entries {
             if let Target::Object(o) = e.target
                 && !live_objects.contains(&o)
                 && seen.insert(o)
@@ -649,7 +649,7 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
             out.push(format!("tree node {h} of checkpoint {owner} is missing"));
             continue;
         };
-        for e in node.entries {
+        for e in &node.entries {
             match e.target {
                 Target::Tree(t) => stack.push((t, owner.clone())),
                 Target::Object(o) => {

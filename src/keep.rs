@@ -17,7 +17,6 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::rc::Rc;
 
 use crate::capture::{
     IGNORE_FILE, IgnoreStack, Skipped, is_at_or_below, is_ignored, join, split_parent, with_rules,
@@ -25,7 +24,7 @@ use crate::capture::{
 use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
 use crate::hash::Hash;
-use crate::tree::{Entry, Kind, Node, Target};
+use crate::tree::{Entry, Kind, SharedNode, Target};
 use crate::workspace::Workspace;
 
 /// A rewind writes nothing where the live tree holds something its
@@ -233,7 +232,7 @@ struct TargetView<'a> {
     /// The target's btrfs snapshot, opened when a rule file is not stored.
     snapshot: Option<Option<rewind_platform::Dir>>,
     /// The target's directory at each path; `None`: it has none there.
-    dirs: HashMap<Vec<u8>, Option<Rc<Node>>>,
+    dirs: HashMap<Vec<u8>, Option<SharedNode>>,
     /// The rules in force in each of the target's directories.
     rules: HashMap<Vec<u8>, IgnoreStack>,
     /// Whether the target's rules exclude a path or a directory above it.
@@ -263,15 +262,15 @@ impl TargetView<'_> {
         Ok(self.dir(parent)?.and_then(|n| n.get(name).cloned()))
     }
 
-    fn dir(&mut self, path: &[u8]) -> Result<Option<Rc<Node>>> {
+    fn dir(&mut self, path: &[u8]) -> Result<Option<SharedNode>> {
         if let Some(d) = self.dirs.get(path) {
             return Ok(d.clone());
         }
         let node = if path.is_empty() {
-            Some(Rc::new(self.trees.node(self.to)?))
+            Some(self.trees.node(self.to)?)
         } else {
             match self.entry(path)?.map(|e| e.target) {
-                Some(Target::Tree(h)) => Some(Rc::new(self.trees.node(&h)?)),
+                Some(Target::Tree(h)) => Some(self.trees.node(&h)?),
                 _ => None,
             }
         };

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result, db_err};
 use crate::hash::Hash;
-use crate::tree::Node;
+use crate::tree::{Node, SharedNode};
 use std::collections::HashMap;
 
 /// The ledger's format. 2: tree nodes may be stored compactly (D49),
@@ -349,7 +349,7 @@ pub struct Ledger {
     /// holds only nodes read from, or committed to, this ledger. A process
     /// that keeps the ledger open (D63) diffs the next capture against
     /// the last one's nodes without reading and verifying them again.
-    nodes: std::cell::RefCell<HashMap<Hash, Node>>,
+    nodes: std::cell::RefCell<HashMap<Hash, SharedNode>>,
     /// Opened on a read-only filesystem ([`Ledger::open_read_only`]).
     read_only: bool,
 }
@@ -1325,7 +1325,7 @@ impl Ledger {
     /// `nodes`).
     pub fn remember_nodes<I>(&self, nodes: I)
     where
-        I: IntoIterator<Item = (Hash, Node)>,
+        I: IntoIterator<Item = (Hash, SharedNode)>,
         I::IntoIter: ExactSizeIterator,
     {
         let nodes = nodes.into_iter();
@@ -1345,11 +1345,11 @@ impl Ledger {
 
     /// A node as the ledger holds it now, verified, never from the cache
     /// (what `verify --deep` must check).
-    pub fn tree_uncached(&self, hash: &Hash) -> Result<Option<Node>> {
+    pub fn tree_uncached(&self, hash: &Hash) -> Result<Option<SharedNode>> {
         self.read_tree(hash)
     }
 
-    pub fn tree(&self, hash: &Hash) -> Result<Option<Node>> {
+    pub fn tree(&self, hash: &Hash) -> Result<Option<SharedNode>> {
         if let Some(n) = self.nodes.borrow().get(hash) {
             return Ok(Some(n.clone()));
         }
@@ -1360,7 +1360,7 @@ impl Ledger {
         Ok(node)
     }
 
-    fn read_tree(&self, hash: &Hash) -> Result<Option<Node>> {
+    fn read_tree(&self, hash: &Hash) -> Result<Option<SharedNode>> {
         let data: Option<Vec<u8>> = self
             .conn
             .cached_row(
@@ -1385,7 +1385,7 @@ impl Ledger {
                     return Err(corrupt(format!("tree node {hash} does not match its hash")));
                 }
                 Node::decode(&canonical)
-                    .map(Some)
+                    .map(|n| Some(SharedNode::new(n)))
                     .map_err(|e| corrupt(format!("tree node {hash}: {e}")))
             }
         }
@@ -1410,8 +1410,7 @@ impl Ledger {
         dirs: &[Vec<u8>],
         trees: &[Vec<u8>],
     ) -> Result<Vec<crate::capture::StatCacheRow>> {
-        const ROW: &str =
-            "SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node WHERE ";
+        const ROW: &str = "SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node WHERE ";
         let mut out = Vec::new();
         let mut one = self
             .conn
@@ -1593,14 +1592,10 @@ impl Tx<'_> {
 
     /// Store a tree node given its canonical encoding (`data`); the row
     /// holds the compact stored form (`Node::encode_stored`, D49).
-    pub fn put_tree(&self, hash: &Hash, data: &[u8]) -> Result<()> {
-        let stored = Node::stored_from_canonical(data).map_err(|e| Error::LedgerCorrupt {
-            path: self.path.to_path_buf(),
-            detail: format!("tree node {hash} to store: {e}"),
-        })?;
+    pub fn put_tree(&self, hash: &Hash, node: &Node) -> Result<()> {
         self.tx
             .prepare_cached("INSERT OR IGNORE INTO trees(hash, data) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![&hash.0[..], stored]))
+            .and_then(|mut s| s.execute(params![&hash.0[..], node.encode_stored()]))
             .map_err(self.err())?;
         Ok(())
     }
@@ -2189,8 +2184,9 @@ mod tests {
         let mut ledger = Ledger::create(&dir.path().join("ledger.db"), "test").expect("ledger");
         let (hash, node) = one_link_node(b"somewhere");
         ledger
-            .write(|tx| tx.put_tree(&hash, &node.encode()))
+            .write(|tx| tx.put_tree(&hash, &node))
             .expect("store the node");
+        let node = SharedNode::new(node);
         assert_eq!(ledger.tree(&hash).expect("read"), Some(node.clone()));
         ledger
             .conn
@@ -2209,10 +2205,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let ledger = Ledger::create(&dir.path().join("ledger.db"), "test").expect("ledger");
         let (hash, node) = one_link_node(b"first");
+        let node = SharedNode::new(node);
         ledger.remember_nodes(HashMap::from([(hash, node.clone())]));
         assert_eq!(ledger.tree(&hash).expect("read"), Some(node));
-        let many: HashMap<Hash, Node> = (0..NODE_CACHE_MAX)
+        let many: HashMap<Hash, SharedNode> = (0..NODE_CACHE_MAX)
             .map(|i| one_link_node(format!("t{i}").as_bytes()))
+            .map(|(h, n)| (h, SharedNode::new(n)))
             .collect();
         ledger.remember_nodes(many);
         assert!(ledger.nodes.borrow().len() <= NODE_CACHE_MAX);

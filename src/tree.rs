@@ -186,6 +186,11 @@ pub struct Node {
     pub entries: Vec<Entry>,
 }
 
+/// A decoded node as the ledger's cache, a capture and a diff pass it
+/// between them: one decode or build per node, shared, never copied entry
+/// by entry (a copy of 100 entries is 200 allocations).
+pub type SharedNode = std::sync::Arc<Node>;
+
 const MAGIC: &[u8; 4] = b"RWT1";
 const STORED_MAGIC: &[u8; 4] = b"RWTc";
 

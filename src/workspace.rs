@@ -23,7 +23,6 @@ use crate::mount::{Frozen, MountLink};
 use crate::objects::ObjectStore;
 use crate::progress::{Observer, Progress};
 use crate::snapshot::{self, Engine};
-use crate::tree::Node;
 use crate::{failpoint, time};
 
 /// On btrfs, up to this many fsyncs cost less than a `syncfs` (D68).
@@ -1494,7 +1493,7 @@ impl Workspace {
         &self,
         head: Option<&Checkpoint>,
         cap: &Capture,
-    ) -> Result<(Counts, HashMap<Hash, Node>)> {
+    ) -> Result<(Counts, HashMap<Hash, crate::tree::SharedNode>)> {
         let trees = Trees::with_overlay(&self.ledger, cap.overlay());
         let counts = content_changes(&trees, head, &cap.root)?;
         Ok((counts, trees.into_overlay()))
