@@ -1691,22 +1691,6 @@ mod tests {
         assert!(scope.at(b"x/y").looks_at(b"anything", 1, 1));
     }
 
-    fn link(name: &str, to: &str) -> CacheRec {
-        CacheRec {
-            entry: Entry {
-                name: name.as_bytes().to_vec(),
-                mode: 0o120777,
-                size: to.len() as u64,
-                mtime_ns: 0,
-                target: Target::Link(to.as_bytes().to_vec()),
-                xattrs: Vec::new(),
-            },
-            ino: 2,
-            ctime_ns: 3,
-            racy: false,
-        }
-    }
-
     fn file(name: &str, ino: u64, mtime_ns: i64, ctime_ns: i64, racy: bool) -> CacheRec {
         CacheRec {
             entry: Entry {

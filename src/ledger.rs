@@ -380,7 +380,73 @@ impl Drop for Ledger {
     }
 }
 
+/// SQLite folds the WAL into the main file inside the commit that takes
+/// it past this many frames (its default, 1,000). A server holding the
+/// ledger between commands leaves that fold to a thread after the reply
+/// instead ([`Ledger::defer_wal_folds`], D181).
+const FOLD_AT_FRAMES: i32 = 1000;
+
+/// A deferred fold that never got through (always busy) is made by the
+/// commit again past this, as without D181, so the WAL stays bounded.
+const FOLD_IN_COMMIT_AT_FRAMES: i32 = 4 * FOLD_AT_FRAMES;
+
+/// Frames in the WAL after the last commit through a connection whose
+/// folds are deferred. One per process: SQLite's hook is a plain
+/// function. A process serving two ledgers may fold the other one (a
+/// cheap no-op); the bound above still holds for each.
+static WAL_FRAMES: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// A deferred fold is running (at most one per process).
+static FOLDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Replaces SQLite's automatic fold (which is itself a WAL hook) on a
+/// connection whose folds are deferred.
+fn count_wal_frames(wal: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.store(frames, std::sync::atomic::Ordering::Relaxed);
+    if frames >= FOLD_IN_COMMIT_AT_FRAMES {
+        // Busy (a reader or another fold) is not an error of the commit.
+        let _ = wal.checkpoint_v2(rusqlite::hooks::CheckpointMode::PASSIVE);
+    }
+    Ok(())
+}
+
 impl Ledger {
+    /// For a process that keeps this ledger open between commands (the
+    /// command server, `rewind mcp`): the commit that takes the WAL past
+    /// [`FOLD_AT_FRAMES`] no longer folds it (28–38 ms, every ~14th FUSE
+    /// checkpoint); [`Ledger::fold_wal_later`] does, after the reply.
+    pub fn defer_wal_folds(&self) {
+        self.conn.wal_hook(Some(count_wal_frames));
+    }
+
+    /// Fold the WAL on a thread of its own if a commit left it past
+    /// [`FOLD_AT_FRAMES`]. The thread's connection folds what is there
+    /// without waiting for anyone (`PASSIVE`): a command arriving
+    /// meanwhile reads and commits as usual, and the next commit after a
+    /// complete fold starts the WAL over.
+    pub fn fold_wal_later(&self) {
+        use std::sync::atomic::Ordering;
+        if WAL_FRAMES.load(Ordering::Relaxed) < FOLD_AT_FRAMES
+            || FOLDING.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        WAL_FRAMES.store(0, Ordering::Relaxed);
+        let path = self.path.clone();
+        let started = std::thread::Builder::new()
+            .name("rewind-fold-wal".into())
+            .spawn(move || {
+                if let Ok(conn) = open_connection(&path) {
+                    let _ = conn.busy_timeout(Duration::ZERO);
+                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                }
+                FOLDING.store(false, Ordering::Release);
+            });
+        if started.is_err() {
+            FOLDING.store(false, Ordering::Release);
+        }
+    }
+
     /// Fold the WAL into the main file and start a new one, for a command
     /// off the agent's path (the detached manifest builder): the next
     /// command then indexes one frame on open instead of up to
@@ -2031,6 +2097,66 @@ mod tests {
             }],
         };
         (Node::hash_of_encoding(&node.encode()), node)
+    }
+
+    /// D181: a server's commit never folds the WAL itself, however far
+    /// past SQLite's 1,000 frames it goes; the fold after the reply does,
+    /// and the next commit starts the WAL over.
+    #[test]
+    fn a_deferred_fold_runs_after_the_commit_and_the_wal_starts_over() {
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::create(&path, "test").expect("ledger");
+        ledger.defer_wal_folds();
+        let frames_in_wal = || -> i64 {
+            let probe = open_connection(&path).expect("probe connection");
+            // A fold on a probe that gives up at once: it reports the
+            // WAL's frames (column 1) whether or not it copies any.
+            let _ = probe.busy_timeout(Duration::ZERO);
+            probe
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+                .expect("wal_checkpoint")
+        };
+        let mut n = 0u32;
+        while WAL_FRAMES.load(Ordering::Relaxed) < FOLD_AT_FRAMES + 200 {
+            ledger
+                .write(|tx| {
+                    for _ in 0..20 {
+                        n += 1;
+                        let data = vec![n as u8; 3000];
+                        tx.put_blob(&crate::hash::Hash::of(&n.to_be_bytes()), &data)?;
+                    }
+                    Ok(())
+                })
+                .expect("commit");
+            assert!(
+                n < 200_000,
+                "the WAL never grew past {FOLD_AT_FRAMES} frames"
+            );
+        }
+        let before = WAL_FRAMES.load(Ordering::Relaxed);
+        assert!(
+            before > FOLD_AT_FRAMES + 100,
+            "{before} frames: folded and started over in a commit"
+        );
+        ledger.fold_wal_later();
+        let waited = std::time::Instant::now();
+        while FOLDING.load(Ordering::Acquire) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "the fold never finished"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ledger
+            .write(|tx| tx.put_blob(&crate::hash::Hash::of(b"after"), b"after"))
+            .expect("commit after the fold");
+        let after = frames_in_wal();
+        assert!(
+            after < 50,
+            "{after} frames after the fold: the WAL did not start over"
+        );
     }
 
     /// D70: a small WAL outlives the last close unfolded (one flush per

@@ -46,6 +46,9 @@ pub struct Held<'a> {
 
 impl<'a> Held<'a> {
     pub(crate) fn new(ws: Workspace, slot: Option<&'a WarmSlot>) -> Held<'a> {
+        if slot.is_some() {
+            ws.ledger().defer_wal_folds();
+        }
         Held { ws: Some(ws), slot }
     }
 }
@@ -71,6 +74,8 @@ impl Drop for Held<'_> {
     fn drop(&mut self) {
         if let (Some(mut ws), Some(slot)) = (self.ws.take(), self.slot) {
             ws.release();
+            // The command is done; its reply goes out as the fold starts.
+            ws.ledger().fold_wal_later();
             slot.put(ws);
         }
     }
