@@ -434,7 +434,7 @@ pub struct Effect {
 }
 
 pub fn list(conn: &Connection) -> rusqlite::Result<Vec<Effect>> {
-    let mut stmt = conn.prepare(
+    let mut stmt = conn.prepare_cached(
         "SELECT e.scope, e.key, e.kind, e.status, e.payload, e.admitted_at, c.id, e.first_seq, e.attempts
          FROM effects e LEFT JOIN checkpoints c ON c.seq = e.head ORDER BY e.first_seq",
     )?;
