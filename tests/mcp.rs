@@ -277,6 +277,49 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     assert_eq!(labels, [serde_json::json!("after the bad lines")]);
 }
 
+/// D183: a request line past rmcp's 16 MiB limit, which it dropped
+/// without a word (the client waited on its id for ever), is answered
+/// -32600 with id null, and the session goes on.
+#[test]
+fn a_request_line_past_the_limit_is_answered_and_the_session_goes_on() {
+    use std::io::Write;
+    let dir = common::tmp();
+    common::rewind_json(dir.path(), &["init"]);
+    let pad = "x".repeat(17 << 20);
+    let huge = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"ping","params":{{"pad":"{pad}"}}}}"#);
+    let mut child = raw_mcp(dir.path());
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in [
+        INITIALIZE,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        &huge,
+        r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#,
+    ] {
+        writeln!(stdin, "{l}").expect("write a line");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("rewind mcp");
+    assert!(out.status.success(), "rewind mcp exited {:?}", out.status);
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let too_long: Vec<_> = answers.iter().filter(|a| a["id"].is_null()).collect();
+    assert_eq!(too_long.len(), 1, "{answers:#?}");
+    assert_eq!(too_long[0]["error"]["code"], -32600, "{}", too_long[0]);
+    assert!(
+        too_long[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("16 MiB")),
+        "{}",
+        too_long[0]
+    );
+    assert!(answers.iter().all(|a| a["id"] != 5), "{answers:#?}");
+    let ping: Vec<_> = answers.iter().filter(|a| a["id"] == 6).collect();
+    assert_eq!(ping.len(), 1, "{answers:#?}");
+    assert_eq!(ping[0]["result"], serde_json::json!({}));
+}
+
 /// The MCP Inspector CLI, if installed (it needs Node; `.ci/run` installs it).
 fn inspector() -> Option<PathBuf> {
     let p = std::env::var_os("REWIND_TEST_INSPECTOR")

@@ -10,10 +10,12 @@
 //! -32602 with their id and what is wrong; a batch, an id that is neither
 //! a string nor a number, or a `jsonrpc` other than "2.0" get -32600
 //! (with the id when it is one), and a notification before the first
-//! request, which made rmcp end the session, is dropped (D130).
+//! request, which made rmcp end the session, is dropped (D130). A line
+//! longer than [`MAX_LINE`], which rmcp would drop without a word, is
+//! never held in memory: it gets -32600 with id null (D183).
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 /// Serve `rmcp_io`'s far ends on stdin/stdout, filtering as above, until
@@ -56,6 +58,58 @@ where
     stdout.flush().await
 }
 
+/// The longest request line passed on: rmcp's own limit
+/// (`DEFAULT_MAX_LINE_LENGTH`), past which it drops a line unanswered.
+const MAX_LINE: usize = 16 << 20;
+
+/// Read one line (with its newline) into `line`, holding at most `max`
+/// bytes of it: a longer line is read to its end and dropped, and its
+/// length returned as `Err`. `Ok(0)` at the end of the input.
+async fn read_line_capped<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Result<usize, usize>> {
+    let mut total = 0usize;
+    loop {
+        let buf = input.fill_buf().await?;
+        if buf.is_empty() {
+            break;
+        }
+        let (n, end) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        if total + n <= max {
+            line.extend_from_slice(&buf[..n]);
+        } else {
+            line.clear();
+        }
+        total += n;
+        input.consume(n);
+        if end {
+            break;
+        }
+    }
+    Ok(if total > max { Err(total) } else { Ok(total) })
+}
+
+/// The answer to a line longer than [`MAX_LINE`]: its id is somewhere in
+/// bytes not kept, so it is null, as JSON-RPC says for an id that cannot
+/// be read.
+fn too_long(len: usize) -> Vec<u8> {
+    let message = format!(
+        "a request is one line of at most {} MiB; this one was {len} bytes and was not read",
+        MAX_LINE >> 20
+    );
+    let mut v =
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message}})
+            .to_string()
+            .into_bytes();
+    v.push(b'\n');
+    v
+}
+
 /// Copy stdin's lines to rmcp, answering the ones it would mishandle.
 async fn forward_requests<I: AsyncRead + Unpin>(
     stdin: I,
@@ -70,8 +124,13 @@ async fn forward_requests<I: AsyncRead + Unpin>(
     let mut requested = false;
     loop {
         line.clear();
-        if stdin.read_until(b'\n', &mut line).await? == 0 {
-            break;
+        match read_line_capped(&mut stdin, &mut line, MAX_LINE).await? {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(len) => {
+                let _ = answers.send(too_long(len));
+                continue;
+            }
         }
         match answer(&line) {
             Some(a) => {
@@ -252,6 +311,51 @@ mod tests {
             );
             assert_eq!(code(&line), Some((json!(4), -32602)), "{line}");
         }
+    }
+
+    /// A line past rmcp's limit is answered, not dropped, and the lines
+    /// around it are read as usual; it is never held whole.
+    #[test]
+    fn a_line_too_long_is_answered_and_the_next_one_is_read() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let mut input = Vec::new();
+        input.extend_from_slice(b"{\"id\":1}\n");
+        input.extend_from_slice(&[b'x'; 100]);
+        input.extend_from_slice(b"\n{\"id\":2}\n{\"id\":3}");
+        // A 7-byte buffer: lines arrive in pieces, as from a pipe.
+        let mut reader = BufReader::with_capacity(7, &input[..]);
+        let mut line = Vec::new();
+        let mut read = Vec::new();
+        runtime.block_on(async {
+            loop {
+                line.clear();
+                match read_line_capped(&mut reader, &mut line, 50)
+                    .await
+                    .expect("read")
+                {
+                    Ok(0) => break,
+                    Ok(_) => read.push(Ok(String::from_utf8(line.clone()).expect("utf-8"))),
+                    Err(len) => {
+                        assert!(line.capacity() <= 64, "held {} bytes", line.capacity());
+                        read.push(Err(len))
+                    }
+                }
+            }
+        });
+        assert_eq!(
+            read,
+            vec![
+                Ok("{\"id\":1}\n".to_string()),
+                Err(101),
+                Ok("{\"id\":2}\n".to_string()),
+                Ok("{\"id\":3}".to_string()),
+            ]
+        );
+        let answer: Value = serde_json::from_slice(&too_long(101)).expect("JSON");
+        assert_eq!(answer["error"]["code"], -32600);
+        assert_eq!(answer["id"], Value::Null);
     }
 
     #[test]
