@@ -316,6 +316,48 @@ impl PageIn {
         ))
     }
 
+    /// The page of `items`, which are in descending order of `key` (newest
+    /// checkpoint first), and the next page's cursor: the key of the last
+    /// item shown, so the next page starts below it however many items
+    /// were added above meanwhile (an offset would show one twice).
+    fn page_below<T>(
+        &self,
+        items: Vec<T>,
+        key: impl Fn(&T) -> i64,
+    ) -> Result<(Vec<T>, Option<String>)> {
+        let start = match self.cursor.as_deref().and_then(|c| c.strip_prefix('k')) {
+            Some(k) => {
+                let below: i64 = k.parse().map_err(|_| self.unknown_cursor())?;
+                items
+                    .iter()
+                    .position(|i| key(i) < below)
+                    .unwrap_or(items.len())
+            }
+            None => self.range(items.len())?.0.start,
+        };
+        let end = (start + self.limit()).min(items.len());
+        let next = (end < items.len()).then(|| match end.checked_sub(1).filter(|&l| l >= start) {
+            Some(last) => format!("k{}", key(&items[last])),
+            None => format!("o{start}"),
+        });
+        Ok((
+            items.into_iter().skip(start).take(end - start).collect(),
+            next,
+        ))
+    }
+
+    /// Items per page: 0 gives none (a count, with `total`).
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT)
+    }
+
+    fn unknown_cursor(&self) -> Error {
+        Error::Usage(format!(
+            "cursor '{}' is not one this server gave out: pass `next_cursor` from the previous page, or omit it to start over",
+            self.cursor.as_deref().unwrap_or_default()
+        ))
+    }
+
     /// Which of `total` items this page holds, and the next page's cursor.
     fn range(&self, total: usize) -> Result<(std::ops::Range<usize>, Option<String>)> {
         let start = match &self.cursor {
@@ -324,14 +366,9 @@ impl PageIn {
                 .strip_prefix("o")
                 .and_then(|n| n.parse::<usize>().ok())
                 .filter(|&n| n <= total)
-                .ok_or_else(|| {
-                    Error::Usage(format!(
-                        "cursor '{c}' is not one this server gave out: pass `next_cursor` from the previous page, or omit it to start over"
-                    ))
-                })?,
+                .ok_or_else(|| self.unknown_cursor())?,
         };
-        let limit = self.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-        let end = (start + limit).min(total);
+        let end = (start + self.limit()).min(total);
         let next = (end < total).then(|| format!("o{end}"));
         Ok((start..end, next))
     }
@@ -659,13 +696,14 @@ pub struct ListOut {
 fn list(ctx: &Ctx, input: ListIn) -> Result<ListOut> {
     let out = crate::cli::list::compute(ctx)?;
     let total = out.checkpoints.len();
-    let newest_first: Vec<CheckpointItem> = out
+    let newest_first: Vec<(i64, CheckpointItem)> = out
         .checkpoints
         .into_iter()
         .rev()
-        .map(CheckpointItem::from)
+        .map(|c| (c.seq, CheckpointItem::from(c)))
         .collect();
-    let (checkpoints, next_cursor) = input.page.page(newest_first)?;
+    let (checkpoints, next_cursor) = input.page.page_below(newest_first, |(seq, _)| *seq)?;
+    let checkpoints = checkpoints.into_iter().map(|(_, c)| c).collect();
     Ok(ListOut {
         head: out.head,
         total,

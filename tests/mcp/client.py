@@ -185,6 +185,17 @@ async def session(binary, workdir, profile, mode):
             if not cursor:
                 break
         assert seen == [ck["id"] for ck in whole["checkpoints"]] and len(seen) == whole["total"], (seen, whole)
+        # A checkpoint made between two pages neither repeats an item on
+        # the next page nor hides one: a cursor is a place in the history,
+        # not an offset (D184). A limit of 0 gives the count only.
+        first = await k.ok("list", {"limit": 1})
+        between = await k.ok("checkpoint", {"label": "between pages"})
+        rest = await k.ok("list", {"limit": 200, "cursor": first["next_cursor"]})
+        ids = [ck["id"] for ck in first["checkpoints"] + rest["checkpoints"]]
+        assert ids == [ck["id"] for ck in whole["checkpoints"]], (ids, whole)
+        assert between["id"] not in ids, (between, ids)
+        none = await k.ok("list", {"limit": 0})
+        assert none["checkpoints"] == [] and none["total"] == whole["total"] + 1, none
         # Errors a model can act on; none changes anything.
         before = await k.ok("list", {"limit": 200})
         await k.err("rewind", {"id": "nosuchid"}, "call `list`")
