@@ -413,8 +413,12 @@ fn run_to(
     // safety checkpoint, no operation. Recorded, it became the last
     // operation, so `undo` led only to the tree it already was, and the
     // safety checkpoint of the rewind before it, where the agent's work
-    // was, lost the protection gc gives the last one (helper-19).
-    if changes.is_empty() {
+    // was, lost the protection gc gives the last one (helper-19). A
+    // rewind to another checkpoint whose tree the live one already is
+    // still has HEAD to move, and a note to keep (D185): it goes on, and
+    // writes no file.
+    let head_is_target = head.as_ref().is_some_and(|h| h.seq == target.seq);
+    if changes.is_empty() && (op == Op::Restore || head_is_target) {
         return Ok(RewindReport {
             op: op.as_str(),
             rewound_to: target.id.clone(),

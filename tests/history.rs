@@ -118,6 +118,50 @@ fn a_repeated_rewind_leaves_undo_and_gc_with_the_work_it_saved() {
     );
 }
 
+/// D185: a rewind to another checkpoint whose tree the workspace already
+/// is (the agent put the file back by hand) still moves HEAD there and
+/// keeps its `--report` note, writing nothing; D155's no-op is for a
+/// rewind to HEAD itself. Before, it answered "rewound to A" with HEAD
+/// still at B, dropped the note, and `status` went on listing the
+/// change against B.
+#[test]
+fn a_rewind_to_the_tree_the_workspace_already_is_moves_head_and_keeps_the_note() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f"), b"one\n");
+    let a = checkpoint_id(root, &["A"]);
+    write(&root.join("f"), b"two\n");
+    let b = checkpoint_id(root, &["B"]);
+    write(&root.join("f"), b"one\n");
+    let r = rewind_json(root, &["rewind", &a, "--report", "went nowhere"]);
+    assert_eq!(r["head"], a.as_str(), "{r}");
+    assert_eq!(r["changes"]["written"], 0, "{r}");
+    let saved = r["safety_checkpoint"]
+        .as_str()
+        .expect("a safety checkpoint")
+        .to_string();
+    assert_ne!(saved, b);
+    let list = rewind_json(root, &["list"]);
+    let note = list["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .find(|c| c["id"] == saved.as_str())
+        .map(|c| c["note"].clone());
+    assert_eq!(note, Some(serde_json::json!("went nowhere")), "{list}");
+    let status = rewind_json(root, &["status"]);
+    assert_eq!(status["head"], a.as_str(), "{status}");
+    assert_eq!(status["changes"], serde_json::json!([]), "{status}");
+    // Once there, the same rewind is D155's no-op.
+    let again = rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        again["safety_checkpoint"],
+        serde_json::Value::Null,
+        "{again}"
+    );
+    assert_eq!(std::fs::read(root.join("f")).expect("read"), b"one\n");
+}
+
 /// D168: what the live capture did not see is kept at planning, not only
 /// when the apply finds it (D111). A checkpoint holds the user's own
 /// `.claude/settings.json`; `integrate` then puts `.claude/` in
