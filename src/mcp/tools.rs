@@ -622,6 +622,16 @@ pub struct GuardOut {
 }
 
 fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
+    // The schema says so, and a client need not check it (D186).
+    if let Some(p) = input
+        .payload
+        .as_ref()
+        .filter(|p| !p.is_object() && !p.is_string())
+    {
+        return Err(Error::Usage(format!(
+            "payload is what will be sent, as a JSON object or a string; got {p}: wrap it, e.g. {{\"value\": {p}}}"
+        )));
+    }
     let req = Request {
         scope: input.scope.unwrap_or_else(|| "default".into()),
         key: input.key,

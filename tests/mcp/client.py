@@ -203,6 +203,8 @@ async def session(binary, workdir, profile, mode):
         await k.err("rewind", {}, "missing field `id`")
         await k.err("list", {"cursor": "garbage"}, "next_cursor")
         await k.err("guard_effect", {"key": ""}, "key")
+        await k.err("guard_effect", {"key": "charge-order-2", "payload": 5}, "JSON object or a string")
+        await k.err("guard_effect", {"key": "charge-order-2", "payload": [1, 2]}, "JSON object or a string")
         await k.err("guard_effect", {"key": "charge-order-1\u0000x"}, "control character")
         await k.err("diff", {"paths": ["../outside"]}, "outside")
         stale = await k.err("rewind", {"id": base["id"], "expect": "0000000000000000"}, "plan changed", "`dry_run`", "plan_fingerprint")
