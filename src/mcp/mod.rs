@@ -120,6 +120,12 @@ fn error_result(tool: &str, e: &Error, profile: Profile) -> CallToolResult {
         Error::UnknownId { id } => format!(
             "no checkpoint matches '{id}': use an id a `checkpoint` call returned, or `HEAD~N` (N checkpoints back from the current one)"
         ),
+        Error::Pruned { id } if lists => format!(
+            "checkpoint {id} was pruned by gc: its contents are gone (its history entry stays); call `list` (or `backtrack_candidates`) for the checkpoints you can still rewind to"
+        ),
+        Error::Pruned { id } => format!(
+            "checkpoint {id} was pruned by gc: its contents are gone (its history entry stays); rewind to an id a `checkpoint` call returned since, or `HEAD~N`"
+        ),
         Error::NotAWorkspace { .. } => {
             format!("{e} (or call `checkpoint`, which creates the workspace)")
         }

@@ -213,6 +213,14 @@ async def session(binary, workdir, profile, mode):
         assert before == after, "a failed call changed the history"
         missing = PROFILES["all"] - k.called
         assert not missing, f"tools never called: {missing}"
+        # A pruned checkpoint: the error names the tools this model has,
+        # not a CLI command it cannot run (D187).
+        gc = subprocess.run([binary, "gc", "--keep-last", "1", "--force", "--json"],
+                            cwd=workdir, capture_output=True, text=True, check=True)
+        gone = json.loads(gc.stdout)["pruned"][0]
+        gone = gone["id"] if isinstance(gone, dict) else gone
+        text = await k.err("rewind", {"id": gone}, "PRUNED", "call `list`")
+        assert "`rewind " not in text, text
         print(json.dumps({"session": "ok", "checkpoints": after["total"]}))
 
 
