@@ -725,9 +725,10 @@ fn anchors_symlinked_paths_and_non_utf8_patches_are_refused_or_shown_plainly() {
 
 /// D128: two names that differ only in bytes that are not UTF-8 printed
 /// the same in JSON (`bad\u{fffd}x` twice): an agent could not tell them
-/// apart. `path_hex` carries the exact bytes of such a name.
+/// apart. `path_hex` carries the exact bytes of such a name. D188: the
+/// text output printed them alike too.
 #[test]
-fn names_that_are_not_utf8_stay_distinct_in_json() {
+fn names_that_are_not_utf8_stay_distinct_in_json_and_text() {
     use std::os::unix::ffi::OsStrExt;
     let tmp = common::tmp();
     let ws = tmp.path();
@@ -746,6 +747,13 @@ fn names_that_are_not_utf8_stay_distinct_in_json() {
         .collect();
     hex.sort();
     assert_eq!(hex, ["626164fe78", "626164ff78"], "{st}");
+    // D188: and in the text, each byte that is not UTF-8 is escaped, so
+    // the two lines differ and either name can be typed back.
+    let out = rewind(ws, &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("M \"bad\\xffx\""), "{text}");
+    assert!(text.contains("A \"bad\\xfex\""), "{text}");
+    assert!(!text.contains('\u{fffd}'), "{text}");
     write(&ws.join("plain.txt"), b"p");
     let st = rewind_json(ws, &["status"]);
     let plain = st["changes"]

@@ -76,7 +76,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         for sk in &r.skipped {
             s.push_str(&format!(
                 "\n  skipped {}: {}",
-                super::human_path(&sk.path),
+                super::human_name(&sk.path, sk.path_hex.as_deref()),
                 sk.reason
             ));
         }

@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             s.push_str(&format!(
                 "{} {}\n",
                 status_letter(c.status),
-                super::human_path(&c.path)
+                super::human_name(&c.path, c.path_hex.as_deref())
             ));
         }
         s

@@ -599,25 +599,50 @@ pub(crate) fn json_error(code: &str, message: &str) -> serde_json::Value {
 
 /// A path as a human line shows it: as is, or, when it holds a control
 /// character (a newline would read as two entries), a backslash or a
-/// double quote, quoted C-style as git does (`"a\nb"`).
+/// double quote, quoted C-style as git does (`"a\nb"`, `\xNN` for other
+/// control characters).
 pub fn human_path(p: &str) -> std::borrow::Cow<'_, str> {
-    if !p.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+    if !p.chars().any(needs_escape) {
         return std::borrow::Cow::Borrowed(p);
     }
-    let mut q = String::with_capacity(p.len() + 2);
+    std::borrow::Cow::Owned(quoted(p.as_bytes()))
+}
+
+/// A path as [`human_path`] prints it, from the lossy `path` and, when
+/// the name is not UTF-8, its exact bytes in `path_hex`: each byte that is
+/// not UTF-8 prints as `\xNN` inside quotes, so two such names never print
+/// alike (the lossy form turned every one into U+FFFD, D188).
+pub fn human_name<'a>(path: &'a str, path_hex: Option<&str>) -> std::borrow::Cow<'a, str> {
+    match path_hex.and_then(crate::hash::unhex) {
+        Some(bytes) => std::borrow::Cow::Owned(quoted(&bytes)),
+        None => human_path(path),
+    }
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || c == '"' || c == '\\'
+}
+
+fn quoted(name: &[u8]) -> String {
+    let mut q = String::with_capacity(name.len() + 2);
     q.push('"');
-    for c in p.chars() {
-        match c {
-            '\n' => q.push_str("\\n"),
-            '\t' => q.push_str("\\t"),
-            '"' => q.push_str("\\\""),
-            '\\' => q.push_str("\\\\"),
-            c if c.is_control() => q.push_str(&format!("\\x{:02x}", c as u32)),
-            c => q.push(c),
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\n' => q.push_str("\\n"),
+                '\t' => q.push_str("\\t"),
+                '"' => q.push_str("\\\""),
+                '\\' => q.push_str("\\\\"),
+                c if c.is_control() => q.push_str(&format!("\\x{:02x}", c as u32)),
+                c => q.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            q.push_str(&format!("\\x{b:02x}"));
         }
     }
     q.push('"');
-    std::borrow::Cow::Owned(q)
+    q
 }
 
 pub use crate::progress::human_bytes;
@@ -684,6 +709,14 @@ mod tests {
         assert_eq!(super::human_path("nl\nx"), "\"nl\\nx\"");
         assert_eq!(super::human_path("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\x01\"");
         assert_eq!(super::human_path("café"), "café");
+        // Not UTF-8: exact from path_hex, one escape per byte.
+        assert_eq!(super::human_name("a\u{fffd}", Some("61ff")), "\"a\\xff\"");
+        assert_eq!(super::human_name("a\u{fffd}", Some("61fe")), "\"a\\xfe\"");
+        assert_eq!(
+            super::human_name("caf\u{e9}\n", Some("636166c3a90a")),
+            "\"café\\n\""
+        );
+        assert_eq!(super::human_name("plain", None), "plain");
     }
 
     use super::*;

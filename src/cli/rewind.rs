@@ -113,7 +113,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
                 s.push_str(&format!(
                     "  {} {}\n",
                     super::status::status_letter(c.status),
-                    super::human_path(&c.path)
+                    super::human_name(&c.path, c.path_hex.as_deref())
                 ));
             }
             s.push_str(&format!(
@@ -139,7 +139,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             ));
         }
         for k in &r.kept {
-            s.push_str(&format!("\n  {}: {}", super::human_path(&k.path), k.reason));
+            s.push_str(&format!("\n  {}: {}", super::human_name(&k.path, k.path_hex.as_deref()), k.reason));
         }
         for e in &r.effects_not_undone {
             s.push_str(&format!("\n  NOT UNDONE: effect {}:{} ({}) was admitted on the timeline you left; `guard` will refuse it again", e.scope, e.key, e.kind));

@@ -26,7 +26,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         for sk in &out.skipped {
             s.push_str(&format!(
                 "skipped {}: {}\n",
-                super::human_path(&sk.path),
+                super::human_name(&sk.path, sk.path_hex.as_deref()),
                 sk.reason
             ));
         }
@@ -34,7 +34,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             s.push_str(&format!(
                 "{} {}{}\n",
                 status_letter(c.status),
-                super::human_path(&c.path),
+                super::human_name(&c.path, c.path_hex.as_deref()),
                 c.uncaptured.as_ref().map_or(String::new(), |why| format!(
                     " (still there, but not captured: {why})"
                 ))
