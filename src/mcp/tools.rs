@@ -336,10 +336,8 @@ impl PageIn {
             None => self.range(items.len())?.0.start,
         };
         let end = (start + self.limit()).min(items.len());
-        let next = (end < items.len()).then(|| match end.checked_sub(1).filter(|&l| l >= start) {
-            Some(last) => format!("k{}", key(&items[last])),
-            None => format!("o{start}"),
-        });
+        // No cursor after an empty page: a pager looping on it never ends.
+        let next = (end > start && end < items.len()).then(|| format!("k{}", key(&items[end - 1])));
         Ok((
             items.into_iter().skip(start).take(end - start).collect(),
             next,
@@ -369,7 +367,7 @@ impl PageIn {
                 .ok_or_else(|| self.unknown_cursor())?,
         };
         let end = (start + self.limit()).min(total);
-        let next = (end < total).then(|| format!("o{end}"));
+        let next = (end > start && end < total).then(|| format!("o{end}"));
         Ok((start..end, next))
     }
 }

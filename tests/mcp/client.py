@@ -196,6 +196,7 @@ async def session(binary, workdir, profile, mode):
         assert between["id"] not in ids, (between, ids)
         none = await k.ok("list", {"limit": 0})
         assert none["checkpoints"] == [] and none["total"] == whole["total"] + 1, none
+        assert "next_cursor" not in none, f"a cursor a pager with limit 0 loops on: {none}"
         # Errors a model can act on; none changes anything.
         before = await k.ok("list", {"limit": 200})
         await k.err("rewind", {"id": "nosuchid"}, "call `list`")
