@@ -444,6 +444,9 @@ impl Ledger {
             .name("rewind-fold-wal".into())
             .spawn(move || {
                 if let Ok(conn) = open_connection(&path) {
+                    // Closed last (the server's own connection went
+                    // first), it must leave the WAL file as ours do.
+                    persist_wal(&conn);
                     let _ = conn.busy_timeout(Duration::ZERO);
                     let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
                 }
