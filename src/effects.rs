@@ -80,14 +80,19 @@ impl Request {
     /// barrier kept them apart). Hook keys are derived from the tool call
     /// and are not checked: the hook decides on whatever the agent ran.
     pub fn unfit_name(field: &str, value: &str) -> Option<String> {
+        let example = match field {
+            "scope" => "billing",
+            "kind" => "payment",
+            _ => "charge-order-1234",
+        };
         if value.trim().is_empty() {
             return Some(format!(
-                "the effect's {field} is empty: name the effect, e.g. charge-order-1234"
+                "the effect's {field} is empty: name it, e.g. {example}"
             ));
         }
         if value.len() > KEY_MAX {
             return Some(format!(
-                "the effect's {field} is {} bytes, more than {KEY_MAX}: name the effect by a short id, e.g. charge-order-1234",
+                "the effect's {field} is {} bytes, more than {KEY_MAX}: name it by a short word or id, e.g. {example}",
                 value.len()
             ));
         }
@@ -99,11 +104,17 @@ impl Request {
         })
     }
 
-    /// [`Request::unfit_name`] for this request's key and scope.
+    /// [`Request::unfit_name`] for this request's key, scope and kind (a
+    /// kind may be left out, but one given is printed by `effects` as the
+    /// others are: a newline in it forged a line there, D189).
     pub fn check_names(&self) -> std::result::Result<(), String> {
         match Request::unfit_name("key", &self.key)
             .or_else(|| Request::unfit_name("scope", &self.scope))
-        {
+            .or_else(|| {
+                (!self.kind.is_empty())
+                    .then(|| Request::unfit_name("kind", &self.kind))
+                    .flatten()
+            }) {
             Some(why) => Err(why),
             None => Ok(()),
         }

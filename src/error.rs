@@ -73,7 +73,10 @@ pub enum Error {
         source: rusqlite::Error,
     },
 
-    #[error("no checkpoint matches '{id}': run `rewind list` to see the ids and labels")]
+    #[error(
+        "no checkpoint matches '{}': run `rewind list` to see the ids and labels",
+        crate::names::cut(id, 64)
+    )]
     UnknownId { id: String },
 
     #[error("'{id}' is ambiguous: it matches {}; type more characters of the id", candidates.join(", "))]
@@ -90,7 +93,7 @@ pub enum Error {
     #[error("{} is outside the workspace {}: name a path inside it", path.display(), workspace.display())]
     OutsideWorkspace { path: PathBuf, workspace: PathBuf },
 
-    #[error("{}: {reason}", path.display())]
+    #[error("{}: {reason}", crate::names::human_os_path(path))]
     InvalidPath { path: PathBuf, reason: String },
 
     #[error("nothing to undo: no rewind, replay or restore has been done in this workspace")]

@@ -26,6 +26,7 @@ pub mod keep;
 pub mod ledger;
 pub mod mcp;
 pub mod mount;
+pub mod names;
 pub mod objects;
 pub mod progress;
 pub mod rewind;

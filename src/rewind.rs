@@ -216,7 +216,7 @@ fn plan_all(
                 }
                 Some(l) => format!(
                     "is below {}, a symlink: rewind restores the link itself; name the path its target leads to",
-                    String::from_utf8_lossy(l)
+                    crate::names::human_bytes_name(l)
                 ),
                 // There, but in neither tree: the capture left it out.
                 None if live_entry_exists(live, p) => "is in the workspace but in no capture: the ignore rules exclude it (`.rewindignore`, `.rewind/ignore`) or it could not be read, so that checkpoint holds nothing to restore".into(),

@@ -116,9 +116,9 @@ fn outside_a_workspace_says_run_init() {
     assert_clear_error(&out, "key is empty");
 }
 
-/// An effect key or scope with a control character in it printed like
-/// another effect in `effects` while the barrier kept the two apart; it
-/// is refused as a usage error and nothing is recorded.
+/// An effect key, scope or kind (D189) with a control character in it
+/// printed like another effect in `effects` while the barrier kept the
+/// two apart; it is refused as a usage error and nothing is recorded.
 #[test]
 fn an_effect_named_with_a_control_character_is_refused_and_not_recorded() {
     let dir = common::tmp();
@@ -129,6 +129,8 @@ fn an_effect_named_with_a_control_character_is_refused_and_not_recorded() {
         r#"{"key": "deploy\nprod"}"#,
         r#"{"key": "deploy", "scope": "ops\u0007"}"#,
         r#"{"key": "   "}"#,
+        r#"{"key": "deploy", "kind": "pay\nFAKE   default:evil  payment"}"#,
+        r#"{"key": "deploy", "kind": "   "}"#,
     ] {
         let out = rewind(&root, &["guard", effect]);
         assert_clear_error(&out, "the effect's");
@@ -761,6 +763,63 @@ fn names_that_are_not_utf8_stay_distinct_in_json_and_text() {
         .and_then(|c| c.iter().find(|c| c["path"] == "plain.txt"))
         .expect("plain.txt");
     assert!(plain.get("path_hex").is_none(), "{st}");
+}
+
+/// D189: an error naming a path that is not UTF-8 escapes its bytes as
+/// the text output does (D188): two such names gave the same message,
+/// `nope�`.
+#[test]
+fn an_error_names_a_path_that_is_not_utf8_exactly() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    let id = workspace_with_checkpoint(ws);
+    for (name, shown) in [
+        (&b"nope\xfe"[..], "\"nope\\xfe\""),
+        (&b"nope\xff"[..], "\"nope\\xff\""),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(ws)
+            .args(["restore", &id, "--"])
+            .arg(std::ffi::OsStr::from_bytes(name))
+            .output()
+            .expect("run rewind");
+        assert_clear_error(&out, &format!("{shown}: exists neither"));
+    }
+}
+
+/// D189: a label prints escaped alike in `checkpoint` and `list`; the
+/// checkpoint line printed `"say "hi" \ there"`.
+#[test]
+fn a_label_prints_escaped_the_same_in_checkpoint_and_list() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    write(&ws.join("a"), b"a");
+    let label = r#"say "hi" \ there"#;
+    let shown = r#""say \"hi\" \\ there""#;
+    let out = rewind(ws, &["checkpoint", label]);
+    assert_eq!(out.status.code(), Some(0));
+    let made = String::from_utf8_lossy(&out.stdout);
+    assert!(made.contains(shown), "{made}");
+    let listed = String::from_utf8_lossy(&rewind(ws, &["list"]).stdout).into_owned();
+    assert!(listed.contains(shown), "{listed}");
+}
+
+/// D189: an unknown id is echoed cut short: a 1 MiB id came back whole.
+#[test]
+fn an_unknown_id_is_echoed_cut_short() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    workspace_with_checkpoint(ws);
+    let id = "z".repeat(100_000);
+    let out = rewind(ws, &["rewind", &id]);
+    assert_clear_error(&out, "no checkpoint matches 'zzzz");
+    assert!(
+        out.stderr.len() < 1_000,
+        "{} bytes of error",
+        out.stderr.len()
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("(100000 bytes)"));
 }
 
 /// `unmount` of a typo or of a directory that is no workspace says which,

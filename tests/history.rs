@@ -162,6 +162,28 @@ fn a_rewind_to_the_tree_the_workspace_already_is_moves_head_and_keeps_the_note()
     assert_eq!(std::fs::read(root.join("f")).expect("read"), b"one\n");
 }
 
+/// D189: a blank `--report` is no note, as over MCP; it was stored and
+/// listed as `note:    `.
+#[test]
+fn a_blank_report_leaves_no_note() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f"), b"one\n");
+    let a = checkpoint_id(root, &["A"]);
+    write(&root.join("f"), b"two\n");
+    let r = rewind_json(root, &["rewind", &a, "--report", "  \t "]);
+    let saved = r["safety_checkpoint"].as_str().expect("saved").to_string();
+    let list = rewind_json(root, &["list"]);
+    let c = list["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .find(|c| c["id"] == saved.as_str())
+        .cloned()
+        .expect("the safety checkpoint");
+    assert!(c.get("note").is_none_or(|n| n.is_null()), "{c}");
+}
+
 /// D168: what the live capture did not see is kept at planning, not only
 /// when the apply finds it (D111). A checkpoint holds the user's own
 /// `.claude/settings.json`; `integrate` then puts `.claude/` in

@@ -68,7 +68,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             r.id,
             r.label
                 .as_ref()
-                .map(|l| format!(" \"{l}\""))
+                .map(|l| format!(" {}", crate::names::quoted_label(l)))
                 .unwrap_or_default(),
             human_bytes(r.bytes_new),
             r.duration_ms

@@ -130,10 +130,7 @@ fn draw(
             c.kind,
             c.label
                 .as_ref()
-                .map(|l| match super::human_path(l) {
-                    std::borrow::Cow::Borrowed(l) => format!("  \"{l}\""),
-                    quoted => format!("  {quoted}"),
-                })
+                .map(|l| format!("  {}", crate::names::quoted_label(l)))
                 .unwrap_or_default(),
             c.note
                 .as_ref()

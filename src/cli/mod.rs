@@ -597,54 +597,7 @@ pub(crate) fn json_error(code: &str, message: &str) -> serde_json::Value {
     serde_json::json!({"version": JSON_VERSION, "error": {"code": code, "message": message}})
 }
 
-/// A path as a human line shows it: as is, or, when it holds a control
-/// character (a newline would read as two entries), a backslash or a
-/// double quote, quoted C-style as git does (`"a\nb"`, `\xNN` for other
-/// control characters).
-pub fn human_path(p: &str) -> std::borrow::Cow<'_, str> {
-    if !p.chars().any(needs_escape) {
-        return std::borrow::Cow::Borrowed(p);
-    }
-    std::borrow::Cow::Owned(quoted(p.as_bytes()))
-}
-
-/// A path as [`human_path`] prints it, from the lossy `path` and, when
-/// the name is not UTF-8, its exact bytes in `path_hex`: each byte that is
-/// not UTF-8 prints as `\xNN` inside quotes, so two such names never print
-/// alike (the lossy form turned every one into U+FFFD, D188).
-pub fn human_name<'a>(path: &'a str, path_hex: Option<&str>) -> std::borrow::Cow<'a, str> {
-    match path_hex.and_then(crate::hash::unhex) {
-        Some(bytes) => std::borrow::Cow::Owned(quoted(&bytes)),
-        None => human_path(path),
-    }
-}
-
-fn needs_escape(c: char) -> bool {
-    c.is_control() || c == '"' || c == '\\'
-}
-
-fn quoted(name: &[u8]) -> String {
-    let mut q = String::with_capacity(name.len() + 2);
-    q.push('"');
-    for chunk in name.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\n' => q.push_str("\\n"),
-                '\t' => q.push_str("\\t"),
-                '"' => q.push_str("\\\""),
-                '\\' => q.push_str("\\\\"),
-                c if c.is_control() => q.push_str(&format!("\\x{:02x}", c as u32)),
-                c => q.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            q.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    q.push('"');
-    q
-}
-
+pub use crate::names::{human_name, human_path};
 pub use crate::progress::human_bytes;
 
 /// Temp file beside the target, fsync, rename: a crash leaves the old file

@@ -28,7 +28,8 @@ impl Common {
         RewindOptions {
             dry_run: self.dry_run,
             expect: self.expect,
-            report: self.report,
+            // As over MCP: a blank note is no note.
+            report: self.report.filter(|r| !r.trim().is_empty()),
             exact_times: self.exact_times,
             allow_setuid: self.allow_setuid,
             paths: Vec::new(),

@@ -115,10 +115,12 @@ fn error_result(tool: &str, e: &Error, profile: Profile) -> CallToolResult {
         .any(|t| t.name == "list" && t.offered_in(profile));
     let hint = match e {
         Error::UnknownId { id } if lists => format!(
-            "no checkpoint matches '{id}': call `list` (or `backtrack_candidates`) to see the ids and labels"
+            "no checkpoint matches '{}': call `list` (or `backtrack_candidates`) to see the ids and labels",
+            crate::names::cut(id, 64)
         ),
         Error::UnknownId { id } => format!(
-            "no checkpoint matches '{id}': use an id a `checkpoint` call returned, or `HEAD~N` (N checkpoints back from the current one)"
+            "no checkpoint matches '{}': use an id a `checkpoint` call returned, or `HEAD~N` (N checkpoints back from the current one)",
+            crate::names::cut(id, 64)
         ),
         Error::Pruned { id } if lists => format!(
             "checkpoint {id} was pruned by gc: its contents are gone (its history entry stays); call `list` (or `backtrack_candidates`) for the checkpoints you can still rewind to"

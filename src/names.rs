@@ -1,0 +1,88 @@
+//! How names (paths, labels, notes) are shown to people: as they are
+//! when plain; else quoted C-style as git does, so that a newline never
+//! reads as two entries and two names never print alike (D188, D189).
+
+use std::borrow::Cow;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// A path as a human line shows it: as is, or, when it holds a control
+/// character (a newline would read as two entries), a backslash or a
+/// double quote, quoted C-style as git does (`"a\nb"`, `\xNN` for other
+/// control characters).
+pub fn human_path(p: &str) -> Cow<'_, str> {
+    if !p.chars().any(needs_escape) {
+        return Cow::Borrowed(p);
+    }
+    Cow::Owned(quoted(p.as_bytes()))
+}
+
+/// A path as [`human_path`] prints it, from the lossy `path` and, when
+/// the name is not UTF-8, its exact bytes in `path_hex`: each byte that is
+/// not UTF-8 prints as `\xNN` inside quotes, so two such names never print
+/// alike (the lossy form turned every one into U+FFFD, D188).
+pub fn human_name<'a>(path: &'a str, path_hex: Option<&str>) -> Cow<'a, str> {
+    match path_hex.and_then(crate::hash::unhex) {
+        Some(bytes) => Cow::Owned(quoted(&bytes)),
+        None => human_path(path),
+    }
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || c == '"' || c == '\\'
+}
+
+fn quoted(name: &[u8]) -> String {
+    let mut q = String::with_capacity(name.len() + 2);
+    q.push('"');
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\n' => q.push_str("\\n"),
+                '\t' => q.push_str("\\t"),
+                '"' => q.push_str("\\\""),
+                '\\' => q.push_str("\\\\"),
+                c if c.is_control() => q.push_str(&format!("\\x{:02x}", c as u32)),
+                c => q.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            q.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    q.push('"');
+    q
+}
+
+/// A label always in quotes (it may hold spaces), escaped as
+/// [`human_path`] escapes: `say "hi"` shows as `"say \"hi\""`.
+pub fn quoted_label(label: &str) -> String {
+    match human_path(label) {
+        Cow::Borrowed(plain) => format!("\"{plain}\""),
+        quoted => quoted.into_owned(),
+    }
+}
+
+/// What a user typed, cut to `max` characters for an error that echoes
+/// it: a 1 MiB id came back whole in "no checkpoint matches".
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len())),
+        None => Cow::Borrowed(text),
+    }
+}
+
+/// Raw bytes (a path as the filesystem gives it) as [`human_path`] shows
+/// text: each byte that is not UTF-8 as `\xNN` inside quotes, never as
+/// U+FFFD.
+pub fn human_bytes_name(name: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(name) {
+        Ok(text) => human_path(text),
+        Err(_) => Cow::Owned(quoted(name)),
+    }
+}
+
+/// A path for an error message, shown as [`human_bytes_name`] shows it.
+pub fn human_os_path(path: &Path) -> Cow<'_, str> {
+    human_bytes_name(path.as_os_str().as_bytes())
+}
