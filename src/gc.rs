@@ -256,7 +256,6 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
     let ledger = ws.ledger();
     let mut stack: Vec<Hash> = roots.to_vec();
     let manifests: HashMap<Hash, Vec<Hash>> = ledger.chunk_manifests()?.into_iter().collect();
-    stack.extend(ledger.stat_cache_nodes()?);
     if let Some(intent) = ledger.intent()? {
         stack.push(intent.to_root);
     }
@@ -315,6 +314,18 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         }
         crate::failpoint::hit("gc:snapshot-deleted");
     }
+    // A stat-cache row describing only what was pruned (the tree a rewind
+    // left, whose checkpoint went) is dropped, not kept alive: it held the
+    // pruned content on disk (D190). Dropping a row costs the next capture
+    // a re-hash of that directory; keeping its node without its objects
+    // would let the capture vouch for content no longer stored.
+    let stale_rows: Vec<Vec<u8>> = ws
+        .ledger()
+        .stat_cache_nodes()?
+        .into_iter()
+        .filter(|(_, node)| !nodes.contains(node))
+        .map(|(dir, _)| dir)
+        .collect();
     let (dead_trees, dead_tree_sizes): (Vec<Hash>, Vec<u64>) = ws
         .ledger()
         .tree_sizes()?
@@ -341,9 +352,16 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
     freed.tree_bytes = dead_tree_sizes.iter().sum();
     freed.small_objects = dead_blobs.len() as u64;
     freed.bytes = dead_blobs.iter().map(|(_, n)| n).sum();
-    if !dry_run && (!dead_trees.is_empty() || !dead_blobs.is_empty() || !dead_manifests.is_empty())
+    if !dry_run
+        && (!dead_trees.is_empty()
+            || !dead_blobs.is_empty()
+            || !dead_manifests.is_empty()
+            || !stale_rows.is_empty())
     {
         ws.ledger_mut().write(|tx| {
+            for dir in &stale_rows {
+                tx.delete_stat_cache(dir)?;
+            }
             for h in &dead_trees {
                 tx.delete_tree(h)?;
             }

@@ -1333,21 +1333,21 @@ impl Ledger {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
-    fn hashes(&self, sql: &str) -> Result<Vec<Hash>> {
-        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
+    /// Node hashes the stat cache points at: they are reused by the next
+    /// capture without being re-read, so `gc` must keep them.
+    /// Each stat-cache row's directory and node, for `gc` (D190).
+    pub fn stat_cache_nodes(&self) -> Result<Vec<(Vec<u8>, Hash)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT dir, node FROM stat_cache")
+            .map_err(self.err())?;
         let rows = stmt
             .query_map([], |r| {
-                let h: Vec<u8> = r.get(0)?;
-                Ok(Hash::from_slice(&h).unwrap_or(Hash([0; 32])))
+                let node: Vec<u8> = r.get(1)?;
+                Ok((r.get(0)?, Hash::from_slice(&node).unwrap_or(Hash([0; 32]))))
             })
             .map_err(self.err())?;
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
-    }
-
-    /// Node hashes the stat cache points at: they are reused by the next
-    /// capture without being re-read, so `gc` must keep them.
-    pub fn stat_cache_nodes(&self) -> Result<Vec<Hash>> {
-        self.hashes("SELECT node FROM stat_cache")
     }
 
     /// Bytes the ledger file uses, and the bytes of its free pages.

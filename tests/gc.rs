@@ -269,6 +269,70 @@ fn keep_within_keeps_young_checkpoints_and_protected_ones_need_force() {
     assert_eq!(bad.status.code(), Some(1));
 }
 
+/// D190: content only a pruned checkpoint held is freed even when that
+/// checkpoint was the last tree the stat cache described (a secret
+/// checkpointed by mistake, then a rewind away from it): its cache rows
+/// kept it alive, so `gc` said "freed 0 B" and the secret stayed in
+/// `.rewind/` until some later checkpoint. The next checkpoint after the
+/// sweep still captures exactly.
+#[test]
+fn a_pruned_checkpoint_leaves_no_content_behind_through_the_stat_cache() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(&ws.join("f"), b"base\n");
+    let a = common::checkpoint_id(ws, &["a"]);
+    let secret = b"AWS_SECRET=hunter2-supersecret\n";
+    write(&ws.join(".env"), secret);
+    let big: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    write(&ws.join("secret.bin"), &big);
+    common::checkpoint_id(ws, &["oops"]);
+    rewind_json(ws, &["rewind", &a]);
+    let r = rewind_json(ws, &["gc", "--keep-last", "0", "--force"]);
+    assert_eq!(strs(&r["pruned"]).len(), 1, "{r}");
+    assert_eq!(r["freed"]["small_objects"], 1, "{r}");
+    assert_eq!(r["freed"]["object_files"], 1, "{r}");
+    let left: Vec<_> = walkdir(&ws.join(".rewind/objects"))
+        .into_iter()
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == big.len() as u64))
+        .collect();
+    assert!(left.is_empty(), "the pruned file is still stored: {left:?}");
+    let db = rusqlite::Connection::open(ws.join(".rewind/ledger.db")).expect("ledger");
+    let rows: i64 = db
+        .query_row(
+            "SELECT count(*) FROM blobs WHERE data = ?1",
+            [&secret[..]],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(rows, 0, "the pruned secret is still a stored object");
+    drop(db);
+    write(&ws.join("g"), b"g\n");
+    common::checkpoint_id(ws, &[]);
+    let st = rewind_json(ws, &["status"]);
+    assert_eq!(st["changes"], serde_json::json!([]), "{st}");
+    let v = rewind_json(ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
+}
+
+/// Every file below `dir`.
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// Six checkpoints, each holding a different 100 KiB file (so gc has object
 /// files to delete) and a small one.
 fn objects_history(ws: &Path) -> Vec<(String, Tree)> {
