@@ -72,8 +72,10 @@ impl ToolCall {
             let words: Option<Vec<&str>> = words.iter().map(Value::as_str).collect();
             Some(words?.join(" "))
         };
+        // A shell line's blanks outside quotes are squeezed: `git  push`
+        // is the same command, and must be the same effect (D191).
         field("command")
-            .map(str::to_string)
+            .map(squeeze_blanks)
             .or_else(argv)
             .or_else(|| {
                 ["file_path", "notebook_path", "path"]
@@ -271,7 +273,7 @@ fn simple_commands(line: &str) -> Vec<String> {
     parts.push(cur);
     let mut out = Vec::new();
     for p in &parts {
-        let cmd = strip_prefixes(p.trim());
+        let cmd = strip_prefixes(squeeze_blanks(p).trim());
         // `bash -c 'git push'`: the commands of the string too.
         if let Some(inner) = shell_string(&cmd) {
             out.extend(simple_commands(&inner));
@@ -279,6 +281,45 @@ fn simple_commands(line: &str) -> Vec<String> {
         if !cmd.is_empty() {
             out.push(cmd);
         }
+    }
+    out
+}
+
+/// A shell line with each run of blanks (spaces, tabs) outside quotes
+/// made one space: the shell splits words at any run, so `git  push`
+/// and `git\tpush` are `git push`, which a `Bash(git push*)` rule missed
+/// and which recorded as another effect than `git push` (helper-28,
+/// D191). Quoted and backslash-escaped blanks are kept.
+fn squeeze_blanks(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut quote: Option<char> = None;
+    // The last character written separates words (an escaped or quoted
+    // blank does not: `e\  f` is the words `e ` and `f`).
+    let mut separated = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None | Some('"'), '\\') => {
+                out.push(c);
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+                separated = false;
+                continue;
+            }
+            (None, '\'' | '"') => quote = Some(c),
+            (None, ' ' | '\t') => {
+                if !separated {
+                    out.push(' ');
+                    separated = true;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+        separated = false;
     }
     out
 }
@@ -598,6 +639,31 @@ mod tests {
             serde_json::json!({"order": 7, "amount": 5}),
         );
         assert_eq!(c.effect(&charge).unwrap().0.key, "mcp__stripe__charge:7");
+    }
+
+    /// D191: the shell splits words at any run of blanks, so a push
+    /// written with two spaces or a tab is the same command and the same
+    /// effect; quoted blanks are not squeezed.
+    #[test]
+    fn blanks_between_words_do_not_hide_or_split_an_effect() {
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
+        let key = |line: &str| {
+            c.effect(&call("Bash", serde_json::json!({ "command": line })))
+                .map(|(r, _)| (r.key, r.payload))
+        };
+        let plain = key("git push origin main").expect("matched");
+        for line in [
+            "git  push origin main",
+            "git\tpush  origin\t main",
+            "  git push origin main ",
+        ] {
+            assert_eq!(key(line).as_ref(), Some(&plain), "{line:?}");
+        }
+        assert!(key("cd repo &&  git   push").is_some());
+        assert_eq!(
+            squeeze_blanks("echo 'a  b'  \"c\t d\"  e\\  f"),
+            "echo 'a  b' \"c\t d\" e\\  f"
+        );
     }
 
     #[test]
