@@ -224,6 +224,28 @@ fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
         &ws,
         "a directory moved to where one was moved away, then written in",
     );
+    // A directory moved away, changed there, and moved back: the inode
+    // at its path is the one the cache holds, but the changes were named
+    // at a path that is gone; with a change named at its own path too,
+    // the capture took its names from the row and missed the rest
+    // (helper-27, D192).
+    write(&ws.join("d28/named-here.txt"), b"named at d28\n");
+    std::fs::rename(ws.join("d28"), ws.join("d24/d28-away")).expect("mv away");
+    write(&ws.join("d24/d28-away/f00.txt"), b"changed while away\n");
+    write(&ws.join("d24/d28-away/sub/deeper/x"), b"made while away\n");
+    std::fs::rename(ws.join("d24/d28-away"), ws.join("d28")).expect("mv back");
+    checkpoint_matches_a_walk(&ws, "a directory moved away, changed there, and moved back");
+    write(&ws.join("d28/sub/deeper/x"), b"changed at home\n");
+    std::fs::rename(ws.join("d28/sub"), ws.join("d29/sub-away")).expect("mv away");
+    write(
+        &ws.join("d29/sub-away/deeper/x"),
+        b"changed away, one level down\n",
+    );
+    std::fs::rename(ws.join("d29/sub-away"), ws.join("d28/sub")).expect("mv back");
+    checkpoint_matches_a_walk(
+        &ws,
+        "a subdirectory moved away, changed below, and moved back",
+    );
 
     // A file open for writing across a checkpoint stays dirty: writes
     // after it (through kernel passthrough, unseen by the daemon) are in

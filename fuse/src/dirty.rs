@@ -83,13 +83,14 @@ pub struct Tracker {
 enum Mark {
     Entry(Option<Vec<u8>>, Vec<u8>),
     Dir(Option<Vec<u8>>),
+    Deep(Option<Vec<u8>>),
     All,
 }
 
 impl Mark {
     fn apply(&self, set: &mut DirtySet) {
         match self {
-            Mark::Entry(None, _) | Mark::Dir(None) | Mark::All => set.all = true,
+            Mark::Entry(None, _) | Mark::Dir(None) | Mark::Deep(None) | Mark::All => set.all = true,
             Mark::Entry(Some(p), name) => {
                 if name == IGNORE_FILE {
                     set.deep.insert(p.clone());
@@ -98,6 +99,9 @@ impl Mark {
             }
             Mark::Dir(Some(d)) => {
                 set.dirs.insert(d.clone(), None);
+            }
+            Mark::Deep(Some(d)) => {
+                set.deep.insert(d.clone());
             }
         }
     }
@@ -126,6 +130,12 @@ impl Mutation<'_> {
     /// Any entry of directory `dir` may change.
     pub fn mark_dir(&mut self, dir: Option<&[u8]>) {
         self.add(Mark::Dir(dir.map(<[u8]>::to_vec)));
+    }
+
+    /// Anything below directory `dir` may differ from what was captured
+    /// at that path: a directory renamed there (D192).
+    pub fn mark_deep(&mut self, dir: Option<&[u8]>) {
+        self.add(Mark::Deep(dir.map(<[u8]>::to_vec)));
     }
 
     pub fn mark_all(&mut self) {

@@ -186,14 +186,22 @@ impl Shared {
 
     /// Every entry of directory `name` in `parent` may have changed.
     fn mark_dir(&self, m: &mut Mutation<'_>, parent: u64, name: &OsStr) {
-        let path = self.inodes.path(parent).map(|mut path| {
+        m.mark_dir(self.child_path(parent, name).as_deref());
+    }
+
+    /// Anything below directory `name` in `parent` may have changed (D192).
+    fn mark_deep(&self, m: &mut Mutation<'_>, parent: u64, name: &OsStr) {
+        m.mark_deep(self.child_path(parent, name).as_deref());
+    }
+
+    fn child_path(&self, parent: u64, name: &OsStr) -> Option<Vec<u8>> {
+        self.inodes.path(parent).map(|mut path| {
             if !path.is_empty() {
                 path.push(b'/');
             }
             path.extend_from_slice(name.as_bytes());
             path
-        });
-        m.mark_dir(path.as_deref());
+        })
     }
 
     /// Inode `ino` changed (content, mode, times, xattrs): its entries in
@@ -905,12 +913,28 @@ impl Filesystem for OverlayFs {
             }
             let p = self.inode(parent)?;
             let np = self.inode(newparent)?;
+            let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
+            let is_dir = |dir: &rustix::fd::OwnedFd, name: &OsStr| {
+                rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                    rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        == rustix::fs::FileType::Directory
+                })
+            };
             let mut m = self.sh.mutation();
             self.sh.mark_entry(&mut m, parent.0, name);
             self.sh.mark_entry(&mut m, newparent.0, newname);
+            // A directory renamed to a path holds what it gathered
+            // elsewhere, named at paths that are gone: the cached rows at
+            // its new path (the same inode, if it was moved away and
+            // back) do not list it (helper-27, D192).
+            if is_dir(&p.fd, name) {
+                self.sh.mark_deep(&mut m, newparent.0, newname);
+            }
+            if rf.contains(rustix::fs::RenameFlags::EXCHANGE) && is_dir(&np.fd, newname) {
+                self.sh.mark_deep(&mut m, parent.0, name);
+            }
             // A replaced target keeps its inode for whoever has it open.
             self.sh.inodes.hold(newparent.0, newname);
-            let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
             rustix::fs::renameat_with(&p.fd, name, &np.fd, newname, rf).map_err(errno)?;
             self.sh.inodes.renamed(
                 parent.0,
