@@ -589,6 +589,44 @@ fn a_killed_daemon_loses_nothing_and_the_next_command_walks() {
     m.unmount();
 }
 
+/// D192: the command right after a SIGKILL of a daemon that holds many
+/// inodes (it takes a moment to die) connected to its socket, was reset,
+/// and failed with "Connection reset by peer" (helper-27: 4 runs of 4);
+/// it now sees the daemon gone, detaches the mount and walks.
+#[test]
+fn a_command_right_after_a_busy_daemon_is_killed_walks() {
+    let Some((_lfs, ws)) = workspace(20, 500) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    common::checkpoint_id(&ws, &["base"]);
+    for d in 0..20 {
+        for f in 0..500 {
+            let _ = std::fs::read(ws.join(format!("d{d:02}/f{f:02}.txt")));
+        }
+    }
+    let pid = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let out = rewind(
+        &ws.parent().expect("parent"),
+        &["-C", &ws.display().to_string(), "--json", "status"],
+    );
+    assert!(
+        out.status.success(),
+        "status right after the kill: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("had died"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::mem::forget(m); // nothing left to unmount
+}
+
 /// A request marks its entry dirty before its syscall. A checkpoint that
 /// took the dirty set between the two captured the old entry and cleared
 /// the mark: the change (an `rm` waiting for the inode lock behind a long

@@ -255,6 +255,35 @@ fn connect_within(path: &Path, limit: Duration) -> std::io::Result<UnixStream> {
     }
 }
 
+/// The other end closed the connection instead of answering.
+fn hung_up(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), ConnectionReset | BrokenPipe | UnexpectedEof)
+}
+
+/// Process `pid` is gone, or a zombie, within a few seconds.
+fn exits_soon(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rfind(')')
+                    .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
+            });
+        if state.is_none_or(|st| st == "Z" || st == "X") {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The process is stopped (SIGSTOP, a debugger): `T` or `t` in its stat.
 fn is_stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -307,8 +336,19 @@ impl Client {
             .set_read_timeout(Some(ANSWER_TIMEOUT))
             .and_then(|()| stream.set_write_timeout(Some(ANSWER_TIMEOUT)))
             .map_err(io)?;
-        write_frame(&mut &stream, HELLO, &[]).map_err(io)?;
-        let (status, payload) = read_frame(&mut &stream).map_err(io)?;
+        let hello = write_frame(&mut &stream, HELLO, &[]).and_then(|()| read_frame(&mut &stream));
+        let (status, payload) = match hello {
+            Ok(answer) => answer,
+            // Killed as we connected: its socket took the connection, then
+            // the process went (a daemon with many inodes takes a moment to
+            // die). Gone is gone, as when the connect is refused (D192).
+            Err(e) if hung_up(&e) && exits_soon(peer) => {
+                return Err(Error::DaemonGone {
+                    path: mountpoint.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(io(e)),
+        };
         let text = String::from_utf8_lossy(&payload).into_owned();
         let mut lines = text.split('\n');
         let (pid, mp, backing) = (
