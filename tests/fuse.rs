@@ -611,7 +611,7 @@ fn a_command_right_after_a_busy_daemon_is_killed_walks() {
     // SAFETY: plain kill(2).
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
     let out = rewind(
-        &ws.parent().expect("parent"),
+        ws.parent().expect("parent"),
         &["-C", &ws.display().to_string(), "--json", "status"],
     );
     assert!(
