@@ -822,6 +822,57 @@ fn an_unknown_id_is_echoed_cut_short() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("(100000 bytes)"));
 }
 
+/// D193: a ledger page damaged behind SQLite's back: `doctor` printed
+/// SQLite's integrity report and exited 0, so a script checking it saw a
+/// healthy workspace. It now exits 1 and says what to do first.
+#[test]
+fn doctor_exits_1_on_a_ledger_that_fails_its_integrity_check() {
+    let sqlite = |db: &Path, sql: &str| {
+        std::process::Command::new("sqlite3")
+            .arg(db)
+            .arg(sql)
+            .output()
+    };
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    for i in 0..300 {
+        write(&ws.join(format!("d/{i}")), format!("{i}\n").as_bytes());
+    }
+    common::checkpoint_id(ws, &["a"]);
+    let db = ws.join(".rewind/ledger.db");
+    let page = match sqlite(
+        &db,
+        "PRAGMA wal_checkpoint(TRUNCATE); SELECT pageno FROM dbstat WHERE name = 'blobs' AND pagetype = 'leaf' LIMIT 1 OFFSET 1;",
+    ) {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse::<u64>().ok())
+            .expect("a leaf page of blobs"),
+        _ => {
+            common::skip_or_fail(
+                "the sqlite3 CLI is needed to find a page to damage (apt-get install sqlite3)",
+            );
+            return;
+        }
+    };
+    let healthy = rewind(ws, &["doctor"]);
+    assert_eq!(healthy.status.code(), Some(0));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .expect("open ledger");
+    use std::io::{Seek, Write};
+    f.seek(std::io::SeekFrom::Start((page - 1) * 4096 + 1000))
+        .expect("seek");
+    f.write_all(&[0xa5; 64]).expect("damage");
+    drop(f);
+    let out = rewind(ws, &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("DAMAGED"), "{text}");
+}
+
 /// `unmount` of a typo or of a directory that is no workspace says which,
 /// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
 #[test]

@@ -105,7 +105,21 @@ struct Ledger {
     snapshots: usize,
 }
 
-pub fn run(ctx: &Ctx) -> Result<()> {
+/// Exit 0 when the ledger passes SQLite's integrity check, 1 when it is
+/// damaged (the report still printed: the rest of it helps), as `verify`
+/// exits 1 on a damaged history (helper-28, D193).
+pub fn run(ctx: &Ctx) -> i32 {
+    match report(ctx) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            super::report_error(ctx, &e);
+            e.exit_code()
+        }
+    }
+}
+
+fn report(ctx: &Ctx) -> Result<bool> {
     // A daemon that does not answer is reported, not waited for: the
     // workspace is opened beside it, through its backing tree.
     let mut silent = None;
@@ -123,7 +137,9 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             Held::new(ws, None)
         }
         // Before `init`: what this directory's filesystem can do.
-        Err(Error::NotAWorkspace { path }) if path.is_dir() => return before_init(ctx, &path),
+        Err(Error::NotAWorkspace { path }) if path.is_dir() => {
+            return before_init(ctx, &path).map(|()| true);
+        }
         Err(e) => return Err(e),
     };
     let fs = ws.fs();
@@ -324,8 +340,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             out.ledger.snapshots,
             if out.ledger.pending_manifests > 0 { format!(", {} manifests being built", out.ledger.pending_manifests) } else { String::new() },
             if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
-        )
-    })
+        ) + if out.ledger.integrity == "ok" { "" } else {
+            "\nDAMAGED: the ledger fails SQLite's integrity check; copy .rewind/ aside before anything else writes to it, then `rewind verify --deep` lists what the damage reaches"
+        }
+    })?;
+    Ok(out.ledger.integrity == "ok")
 }
 
 fn durability(

@@ -484,7 +484,7 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
         Command::Replay(a) => rewind::run(&ctx, crate::rewind::Op::Replay, a),
         Command::Undo(a) => rewind::undo(&ctx, a),
         Command::Restore(a) => rewind::restore(&ctx, a),
-        Command::Doctor => doctor::run(&ctx),
+        Command::Doctor => return doctor::run(&ctx),
         Command::Anchor(a) => anchor::run(&ctx, a),
         Command::Verify(a) => return verify::run(&ctx, a),
         Command::Guard(a) => return guard::run(&ctx, a),
