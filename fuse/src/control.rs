@@ -268,13 +268,7 @@ fn exits_soon(pid: u32) -> bool {
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rfind(')')
-                    .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
-            });
-        if state.is_none_or(|st| st == "Z" || st == "X") {
+        if process_state(pid).is_none_or(|st| st == "Z" || st == "X") {
             return true;
         }
         if std::time::Instant::now() >= deadline {
@@ -284,13 +278,17 @@ fn exits_soon(pid: u32) -> bool {
     }
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T`, `Z`, ...), from its
+/// stat line after the command name; `None` when there is no such process.
+fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().next().map(str::to_string)
+}
+
 /// The process is stopped (SIGSTOP, a debugger): `T` or `t` in its stat.
 fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rfind(')')
-            .and_then(|i| s[i + 1..].split_whitespace().next())
-            .is_some_and(|st| st == "T" || st == "t")
-    })
+    process_state(pid).is_some_and(|st| st == "T" || st == "t")
 }
 
 /// A connection to the daemon of one mount.
