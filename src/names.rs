@@ -1,6 +1,7 @@
 //! How names (paths, labels, notes) are shown to people: as they are
 //! when plain; else quoted C-style as git does, so that a newline never
-//! reads as two entries and two names never print alike (D188, D189).
+//! reads as two entries and two names never print alike (D188, D189);
+//! `diff --patch` writes its paths the same way with git's octal escapes.
 
 use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
@@ -32,9 +33,40 @@ fn needs_escape(c: char) -> bool {
     c.is_control() || c == '"' || c == '\\'
 }
 
+/// How a quoted name writes what it cannot show as is.
+#[derive(Clone, Copy)]
+pub enum Escapes {
+    /// For people: `\xNN` for a control character's code point and for
+    /// each byte that is not UTF-8.
+    Hex,
+    /// As git's patch headers do, which `git apply` reads back: `\NNN`
+    /// in octal for each byte of a control character and each byte that
+    /// is not UTF-8.
+    Octal,
+}
+
+/// `prefix` and `name` as one C-style token: as they are when plain
+/// (valid UTF-8 with no control character, quote or backslash), else in
+/// quotes with `\n`, `\t`, `\"`, `\\` and `escapes` for the rest.
+pub fn c_style(prefix: &str, name: &[u8], escapes: Escapes) -> String {
+    match std::str::from_utf8(name) {
+        Ok(text) if !text.chars().any(needs_escape) => format!("{prefix}{text}"),
+        _ => quoted_with(prefix, name, escapes),
+    }
+}
+
 fn quoted(name: &[u8]) -> String {
-    let mut q = String::with_capacity(name.len() + 2);
+    quoted_with("", name, Escapes::Hex)
+}
+
+fn quoted_with(prefix: &str, name: &[u8], escapes: Escapes) -> String {
+    let mut q = String::with_capacity(prefix.len() + name.len() + 2);
     q.push('"');
+    q.push_str(prefix);
+    let byte = |q: &mut String, b: u8| match escapes {
+        Escapes::Hex => q.push_str(&format!("\\x{b:02x}")),
+        Escapes::Octal => q.push_str(&format!("\\{b:03o}")),
+    };
     for chunk in name.utf8_chunks() {
         for c in chunk.valid().chars() {
             match c {
@@ -42,12 +74,19 @@ fn quoted(name: &[u8]) -> String {
                 '\t' => q.push_str("\\t"),
                 '"' => q.push_str("\\\""),
                 '\\' => q.push_str("\\\\"),
-                c if c.is_control() => q.push_str(&format!("\\x{:02x}", c as u32)),
+                c if c.is_control() => match escapes {
+                    Escapes::Hex => q.push_str(&format!("\\x{:02x}", c as u32)),
+                    Escapes::Octal => {
+                        for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                            byte(&mut q, b);
+                        }
+                    }
+                },
                 c => q.push(c),
             }
         }
-        for b in chunk.invalid() {
-            q.push_str(&format!("\\x{b:02x}"));
+        for &b in chunk.invalid() {
+            byte(&mut q, b);
         }
     }
     q.push('"');

@@ -263,31 +263,5 @@ fn git_mode(e: &crate::tree::Entry) -> String {
 /// name split the header and `git apply` rejected the whole patch
 /// (helper-19, D158).
 fn git_path(prefix: &str, path: &[u8]) -> String {
-    let plain = std::str::from_utf8(path)
-        .is_ok_and(|p| !p.chars().any(|c| c.is_control() || c == '"' || c == '\\'));
-    if plain {
-        return format!("{prefix}{}", String::from_utf8_lossy(path));
-    }
-    let mut q = format!("\"{prefix}");
-    for chunk in path.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\n' => q.push_str("\\n"),
-                '\t' => q.push_str("\\t"),
-                '"' => q.push_str("\\\""),
-                '\\' => q.push_str("\\\\"),
-                c if c.is_control() => {
-                    for b in c.encode_utf8(&mut [0; 4]).bytes() {
-                        q.push_str(&format!("\\{b:03o}"));
-                    }
-                }
-                c => q.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            q.push_str(&format!("\\{b:03o}"));
-        }
-    }
-    q.push('"');
-    q
+    crate::names::c_style(prefix, path, crate::names::Escapes::Octal)
 }
