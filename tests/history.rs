@@ -141,14 +141,8 @@ fn a_rewind_to_the_tree_the_workspace_already_is_moves_head_and_keeps_the_note()
         .expect("a safety checkpoint")
         .to_string();
     assert_ne!(saved, b);
-    let list = rewind_json(root, &["list"]);
-    let note = list["checkpoints"]
-        .as_array()
-        .expect("checkpoints")
-        .iter()
-        .find(|c| c["id"] == saved.as_str())
-        .map(|c| c["note"].clone());
-    assert_eq!(note, Some(serde_json::json!("went nowhere")), "{list}");
+    let listed = listed(root, &saved);
+    assert_eq!(listed["note"], "went nowhere", "{listed}");
     let status = rewind_json(root, &["status"]);
     assert_eq!(status["head"], a.as_str(), "{status}");
     assert_eq!(status["changes"], serde_json::json!([]), "{status}");
@@ -173,15 +167,20 @@ fn a_blank_report_leaves_no_note() {
     write(&root.join("f"), b"two\n");
     let r = rewind_json(root, &["rewind", &a, "--report", "  \t "]);
     let saved = r["safety_checkpoint"].as_str().expect("saved").to_string();
+    let c = listed(root, &saved);
+    assert!(c.get("note").is_none_or(|n| n.is_null()), "{c}");
+}
+
+/// Checkpoint `id` as `list --json` shows it.
+fn listed(root: &std::path::Path, id: &str) -> serde_json::Value {
     let list = rewind_json(root, &["list"]);
-    let c = list["checkpoints"]
+    list["checkpoints"]
         .as_array()
         .expect("checkpoints")
         .iter()
-        .find(|c| c["id"] == saved.as_str())
+        .find(|c| c["id"] == id)
         .cloned()
-        .expect("the safety checkpoint");
-    assert!(c.get("note").is_none_or(|n| n.is_null()), "{c}");
+        .unwrap_or_else(|| panic!("{id} not listed: {list}"))
 }
 
 /// D168: what the live capture did not see is kept at planning, not only
