@@ -205,7 +205,16 @@ impl Config {
     /// fails closed on it.
     pub fn load(root: &Path) -> Result<Config> {
         let path = root.join(CONFIG_FILE);
-        let text = match read_config(root, &path) {
+        let read = match read_config(root, &path) {
+            // `root` is a mount whose daemon died (since this command
+            // found it: D194): detached, it shows the backing tree.
+            Err(e) if crate::mount::is_dead_mount(&e) => {
+                crate::mount::detach_dead_above(root)?;
+                read_config(root, &path)
+            }
+            r => r,
+        };
+        let text = match read {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Rules put beside the ledger were silently not read: a

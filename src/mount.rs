@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewind_fuse::{Client, MountStatus};
@@ -40,6 +41,10 @@ pub struct MountLink {
     view: bool,
     /// Where the mount is (the workspace, or its view).
     point: PathBuf,
+    /// The daemon died after this link connected: its dead mount is
+    /// detached, captures walk, and the private bind of the backing tree
+    /// (which this command still works through) goes when the link does.
+    gone: AtomicBool,
 }
 
 fn lock(c: &Mutex<Client>) -> MutexGuard<'_, Client> {
@@ -60,15 +65,29 @@ impl MountLink {
                     access,
                     view,
                     point: root.to_path_buf(),
+                    gone: AtomicBool::new(false),
                 }))
             }
             Ok(None) => Ok(None),
             Err(rewind_fuse::Error::DaemonGone { .. }) => {
                 rewind_fuse::detach_dead(root)?;
-                eprintln!(
-                    "rewind: the mount daemon for {} had died; its dead mount is detached and this command walks the tree instead",
-                    root.display()
-                );
+                say_walks(root);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `r` is the answer to a request; a daemon that died since connect
+    /// is detached once (D194), and `r` becomes `Ok(None)`.
+    fn unless_gone<T>(&self, r: rewind_fuse::Result<T>) -> Result<Option<T>> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(rewind_fuse::Error::DaemonGone { .. }) => {
+                if !self.gone.swap(true, Ordering::SeqCst) {
+                    rewind_fuse::detach_dead_mount(&self.point)?;
+                    say_walks(&self.point);
+                }
                 Ok(None)
             }
             Err(e) => Err(e.into()),
@@ -97,18 +116,21 @@ impl MountLink {
     /// The daemon still holds this link's connection (a process that keeps
     /// the link between commands asks before reusing it).
     pub fn is_alive(&self) -> bool {
-        lock(&self.client).is_alive()
+        !self.gone.load(Ordering::SeqCst) && lock(&self.client).is_alive()
     }
 
     /// What the next capture must look at; `None`: everything. With
     /// `take`, the capture promises to [`MountLink::commit`] after
     /// persisting, and its set is given back if it never does.
     pub fn scope(&self, take: bool) -> Result<Option<Scope>> {
+        if self.gone.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
         let mut c = lock(&self.client);
-        let d = if take {
-            c.take_dirty()?
-        } else {
-            c.peek_dirty()?
+        let d = if take { c.take_dirty() } else { c.peek_dirty() };
+        drop(c);
+        let Some(d) = self.unless_gone(d)? else {
+            return Ok(None);
         };
         // A changed ignore file at the root changes everything.
         if d.all || d.deep.contains(b"".as_slice()) {
@@ -118,14 +140,24 @@ impl MountLink {
     }
 
     pub fn commit(&self) -> Result<()> {
-        Ok(lock(&self.client).commit()?)
+        if self.gone.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let r = lock(&self.client).commit();
+        self.unless_gone(r).map(|_| ())
     }
 
-    /// Block the mount until the returned guard is dropped.
+    /// Block the mount until the returned guard is dropped. A daemon that
+    /// died serves nobody: there is nothing to block.
     pub fn freeze(&self) -> Result<Frozen> {
-        lock(&self.client).freeze()?;
+        let client = if self.gone.load(Ordering::SeqCst) {
+            None
+        } else {
+            let r = lock(&self.client).freeze();
+            self.unless_gone(r)?.map(|()| Arc::clone(&self.client))
+        };
         Ok(Frozen {
-            client: Arc::clone(&self.client),
+            client,
             changed: None,
         })
     }
@@ -142,7 +174,7 @@ impl MountLink {
 /// A frozen mount. Dropping it thaws the mount and invalidates the paths
 /// given to [`Frozen::changed`] (everything if none were).
 pub struct Frozen {
-    client: Arc<Mutex<Client>>,
+    client: Option<Arc<Mutex<Client>>>,
     changed: Option<Vec<Vec<u8>>>,
 }
 
@@ -157,7 +189,24 @@ impl Drop for Frozen {
     fn drop(&mut self) {
         // A failure here is a daemon that died: its connection drop
         // already thawed and invalidated everything.
-        let _t = crate::trace::span("thaw + invalidate");
-        let _ = lock(&self.client).thaw(self.changed.as_deref());
+        if let Some(c) = &self.client {
+            let _t = crate::trace::span("thaw + invalidate");
+            let _ = lock(c).thaw(self.changed.as_deref());
+        }
     }
+}
+
+impl Drop for MountLink {
+    fn drop(&mut self) {
+        if self.gone.load(Ordering::SeqCst) {
+            rewind_fuse::release_dead_backing(&self.point);
+        }
+    }
+}
+
+fn say_walks(mountpoint: &Path) {
+    eprintln!(
+        "rewind: the mount daemon for {} had died; its dead mount is detached and this command walks the tree instead",
+        mountpoint.display()
+    );
 }

@@ -1844,6 +1844,94 @@ fn a_command_whose_client_is_killed_dies_with_it_and_the_server_comes_back() {
     m.unmount();
 }
 
+/// D194: a command the server accepted runs to its end when the daemon
+/// dies under it. The server died with its daemon (SIGKILL by
+/// `PR_SET_PDEATHSIG`) and the command failed as "stopped while running
+/// this command", though nothing had stopped it (CI, stop 33). It now
+/// finishes, walking the tree, and the server exits after it.
+#[test]
+fn a_command_the_server_accepted_finishes_when_the_daemon_dies() {
+    let Some((_lfs, ws)) = workspace(4, 4) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let server = server_pid_after_a_checkpoint(&m, &ws);
+    let backing = m.backing();
+    write(&ws.join("d01/before-the-tool.txt"), b"kept\n");
+    // A hook waiting for its payload: accepted, and running.
+    let mut client = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "hook", "pre-tool-use"])
+        .current_dir(&ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the hook");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(client.try_wait().expect("poll").is_none(), "the hook waits");
+    assert_eq!(lock_holder(&m), server, "the server runs the hook");
+    let daemon = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGKILL) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Path::new(&format!("/proc/{daemon}")).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !Path::new(&format!("/proc/{daemon}")).exists(),
+        "the daemon is gone"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(is_command_server(server), "the server still runs the hook");
+
+    let payload = serde_json::json!({
+        "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf d01"}, "cwd": ws.display().to_string(),
+    });
+    let mut stdin = client.stdin.take().expect("stdin");
+    stdin
+        .write_all(payload.to_string().as_bytes())
+        .expect("send the payload");
+    drop(stdin);
+    let out = client.wait_with_output().expect("the hook ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "hook: {stderr}");
+    assert!(stderr.contains("had died"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hook json");
+    let id = v["checkpoint"]
+        .as_str()
+        .expect("the hook checkpointed")
+        .to_string();
+
+    // The server ends after the command, releasing what the daemon left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while is_command_server(server) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!is_command_server(server), "the server exits after it");
+    assert!(
+        !backing.exists(),
+        "the bind of the backing tree is released"
+    );
+    std::mem::forget(m); // nothing left to unmount
+
+    // HEAD is the hook's checkpoint and equals the tree, which holds the
+    // edit made before the hook.
+    assert_eq!(rewind_json(&ws, &["list"])["head"], id.as_str());
+    assert_eq!(
+        rewind_json(&ws, &["status"])["changes"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        std::fs::read(ws.join("d01/before-the-tool.txt")).expect("the edit"),
+        b"kept\n"
+    );
+    let v = common::rewind(&ws, &["verify"]);
+    assert!(v.status.success(), "verify");
+}
+
 #[test]
 fn a_replaced_binary_takes_over_from_the_server_it_replaced() {
     let Some((_lfs, ws)) = workspace(2, 2) else {
@@ -1854,7 +1942,15 @@ fn a_replaced_binary_takes_over_from_the_server_it_replaced() {
     }
     let dir = common::tmp();
     let bin = dir.path().join("rewind");
-    std::fs::copy(env!("CARGO_BIN_EXE_rewind"), &bin).expect("copy the binary");
+    // Copied by `cp`: a file this process held open for writing would be
+    // inherited by whatever another test forks meanwhile, and running it
+    // would fail ETXTBSY while that child lives.
+    let cp = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .arg(&bin)
+        .status()
+        .expect("run cp");
+    assert!(cp.success(), "copy the binary");
     let run = |args: &[&str], cwd: &Path| {
         let out = Command::new(&bin)
             .args(args)

@@ -1,8 +1,8 @@
 //! A process the daemon keeps running beside the mount (rewind's command
 //! server): started once the mount answers, started again when it exits,
-//! and killed before the mount ends. It dies with the daemon
-//! (`PR_SET_PDEATHSIG`), so a killed daemon leaves no orphan holding the
-//! backing tree.
+//! and killed before the mount ends. It ends with the daemon
+//! (`PR_SET_PDEATHSIG`, SIGTERM: it finishes the command it runs first),
+//! so a killed daemon leaves no orphan holding the backing tree.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -129,8 +129,9 @@ fn command(c: &Companion) -> Command {
     // the closure touches no memory the parent shares.
     unsafe {
         cmd.pre_exec(move || {
-            // Dies with the thread that started it: the daemon's keeper.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            // Told when the thread that started it (the daemon's keeper)
+            // dies; it finishes the command it runs, then exits (D194).
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // The daemon died before the line above: no one would kill it.

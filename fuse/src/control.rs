@@ -420,11 +420,20 @@ impl Client {
                 Error::io("talk to the rewind daemon at", &sock, e)
             }
         };
-        write_frame(&mut self.stream, op, payload).map_err(io)?;
+        // Killed after it answered HELLO (on a busy machine a SIGKILL
+        // lands a moment after kill(2) returns): gone, as at connect.
+        let gone = |e: std::io::Error| {
+            if hung_up(&e) && exits_soon(pid) {
+                Error::DaemonGone { path: path.clone() }
+            } else {
+                io(e)
+            }
+        };
+        write_frame(&mut self.stream, op, payload).map_err(gone)?;
         if matches!(op, FREEZE | THAW | UNMOUNT) {
             self.wait_while_running()?;
         }
-        let (status, answer) = read_frame(&mut self.stream).map_err(io)?;
+        let (status, answer) = read_frame(&mut self.stream).map_err(gone)?;
         if status != 0 {
             return Err(Error::Daemon {
                 path: self.mountpoint.clone(),
@@ -551,6 +560,8 @@ impl Client {
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
                 Ok(())
             }
+            // Gone before or while it unmounted: clear what it left.
+            Err(Error::DaemonGone { .. }) => crate::daemon::detach_dead(&self.mountpoint),
             Err(Error::Daemon { message, .. }) if message.starts_with("busy: ") => {
                 Err(Error::Busy {
                     path: self.mountpoint.clone(),

@@ -500,6 +500,15 @@ pub fn is_rewind_mount(path: &Path) -> bool {
 /// requests fail with ENOTCONN) and remove its socket, so the directory
 /// shows the backing tree again.
 pub fn detach_dead(mp: &Path) -> Result<()> {
+    detach_dead_mount(mp)?;
+    release_backing(&control::backing_path(mp));
+    Ok(())
+}
+
+/// [`detach_dead`] but for the private bind of the backing tree, which a
+/// command that found the daemon dead midway still works through; it
+/// calls [`release_dead_backing`] when done.
+pub fn detach_dead_mount(mp: &Path) -> Result<()> {
     let r = if rustix::process::geteuid().is_root() {
         rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH)
             .map_err(std::io::Error::from)
@@ -517,6 +526,10 @@ pub fn detach_dead(mp: &Path) -> Result<()> {
         Err(e) => return Err(Error::io("detach the dead mount at", mp, e)),
     }
     control::remove_sockets(mp);
-    release_backing(&control::backing_path(mp));
     Ok(())
+}
+
+/// The rest of [`detach_dead`], after [`detach_dead_mount`].
+pub fn release_dead_backing(mp: &Path) {
+    release_backing(&control::backing_path(mp));
 }

@@ -14,7 +14,7 @@ pub enum Error {
         "{path} is already mounted by rewind (daemon pid {pid}); `rewind unmount {path}` first"
     )]
     AlreadyMounted { path: PathBuf, pid: u32 },
-    #[error("the rewind daemon for {path} is gone (its control socket refuses connections)")]
+    #[error("the rewind daemon for {path} is gone (its process exited)")]
     DaemonGone { path: PathBuf },
     #[error("{}", unresponsive(path, *pid, *secs))]
     Unresponsive { path: PathBuf, pid: u32, secs: u64 },

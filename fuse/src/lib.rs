@@ -34,6 +34,9 @@ pub use control::{
     ANSWER_TIMEOUT, Client, DOORS_DIR, MountStatus, backing_path, command_socket_path, door_path,
     runtime_dir, socket_path,
 };
-pub use daemon::{ServeOptions, detach_dead, dev_fuse_usable, holders, is_rewind_mount, serve};
+pub use daemon::{
+    ServeOptions, detach_dead, detach_dead_mount, dev_fuse_usable, holders, is_rewind_mount,
+    release_dead_backing, serve,
+};
 pub use dirty::{DirtySet, Names};
 pub use error::{Error, Result};

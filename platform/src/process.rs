@@ -1,3 +1,5 @@
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
 use rustix::process::{Signal, getpid, kill_process};
 
 /// SIGKILL this process. Used by test failpoints to simulate a crash at a
@@ -138,6 +140,48 @@ extern "C" fn on_sigbus(_: libc::c_int) {
     }
     // SAFETY: _exit skips atexit handlers and destructors, as a kill would.
     unsafe { libc::_exit(1) }
+}
+
+/// After this, SIGTERM ends the process at once between jobs, and after
+/// [`job_ends`] when a job runs: a server whose parent died (it asked for
+/// SIGTERM then, `PR_SET_PDEATHSIG`) finishes what it accepted instead of
+/// leaving it half done (D194). The handler only touches two atomics and
+/// calls `_exit(2)` (async-signal-safe).
+pub fn terminate_between_jobs() {
+    // SAFETY: installs a handler that only uses atomics and _exit(2).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_sigterm as *const () as usize;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGTERM, &act, std::ptr::null_mut());
+    }
+}
+
+/// A job begins: a SIGTERM from now on waits for [`job_ends`].
+pub fn job_begins() {
+    IN_JOB.store(true, SeqCst);
+}
+
+/// The job ended; `true`: a SIGTERM came meanwhile, and the caller should
+/// exit now.
+pub fn job_ends() -> bool {
+    IN_JOB.store(false, SeqCst);
+    TERMINATED.load(SeqCst)
+}
+
+// Each side stores its flag, then loads the other's (SeqCst): either the
+// handler sees no job and exits, or `job_ends` sees the signal.
+static IN_JOB: AtomicBool = AtomicBool::new(false);
+static TERMINATED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    TERMINATED.store(true, SeqCst);
+    if !IN_JOB.load(SeqCst) {
+        // SAFETY: _exit skips destructors; between jobs there is nothing
+        // half done to finish.
+        unsafe { libc::_exit(0) }
+    }
 }
 
 /// Start `cmd` with umask `umask`, dying with the thread that calls this

@@ -38,6 +38,12 @@
 //!    (`--allow-setuid`). Their `rewind mcp` is started as a process of
 //!    its own, confined the same way and killed when they hang up, and a
 //!    busy server makes their command wait instead of running alone.
+//! 6. A command the server accepted is finished even if the daemon dies
+//!    meanwhile (D194): the server learns of it by SIGTERM
+//!    (`PR_SET_PDEATHSIG`), which waits for the command to end; the
+//!    command finds the daemon gone and walks. With SIGKILL, a `status`
+//!    run just after a daemon was killed failed as "stopped while
+//!    running" though nothing had stopped it.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -346,10 +352,20 @@ pub fn run(a: Args) -> Result<()> {
         watcher,
         door,
     };
+    // Rule 6: a daemon's death (SIGTERM) ends this server between
+    // commands only.
+    rewind_platform::terminate_between_jobs();
     loop {
         rewind_platform::wait_readable(listener.as_fd()).map_err(|e| os("listen on", e))?;
+        rewind_platform::job_begins();
         if let Ok((conn, _)) = listener.accept() {
             server.serve_one(conn);
+        }
+        if rewind_platform::job_ends() {
+            // Its workspace goes first: a daemon found dead midway leaves
+            // the bind of the backing tree to the link's drop.
+            drop(server);
+            return Ok(());
         }
     }
 }
