@@ -222,7 +222,8 @@ impl<'a> Pattern<'a> {
     /// the forms agents actually run, and the barrier let them through
     /// (D129). Matching more only refuses more.
     fn matches(&self, call: &ToolCall) -> bool {
-        if !glob(self.tool, &call.tool_name) {
+        let both_shells = is_shell_tool(self.tool) && is_shell_tool(&call.tool_name);
+        if !glob(self.tool, &call.tool_name) && !both_shells {
             return false;
         }
         let Some(a) = self.argument else {
@@ -231,6 +232,17 @@ impl<'a> Pattern<'a> {
         let arg = call.argument();
         glob(a, &arg) || simple_commands(&arg).iter().any(|c| glob(a, c))
     }
+}
+
+/// Each agent's tool that runs a shell line: Claude Code's (and Codex's)
+/// `Bash`, Gemini CLI's `run_shell_command`. A rule naming one names them
+/// all: `Bash(git push*)` let a push through from Gemini (helper-28,
+/// D195). The effect's key keeps the call's own tool name, as recorded
+/// before.
+const SHELL_TOOLS: &[&str] = &["Bash", "run_shell_command"];
+
+fn is_shell_tool(name: &str) -> bool {
+    SHELL_TOOLS.contains(&name)
 }
 
 /// The simple commands of a shell line, each without its leading variable
@@ -690,6 +702,25 @@ mod tests {
         assert!(Config::parse("[unknown]\n").is_err());
         let d = Config::parse("").unwrap();
         assert!(d.checkpoints("Bash") && d.checkpoints("Edit") && !d.checkpoints("Read"));
+    }
+
+    /// D195: a rule naming one agent's shell tool guards every agent's.
+    #[test]
+    fn a_shell_rule_guards_every_agents_shell_tool() {
+        let push = serde_json::json!({ "command": "git push origin main" });
+        for rule in ["Bash(git push*)", "run_shell_command(git push*)"] {
+            let c = Config::parse(&format!("[[effect]]\nmatch = \"{rule}\"\n")).unwrap();
+            for tool in ["Bash", "run_shell_command"] {
+                let (req, _) = c
+                    .effect(&call(tool, push.clone()))
+                    .unwrap_or_else(|| panic!("{rule} lets {tool} push"));
+                assert_eq!(req.key, format!("{tool}:git push origin main"));
+            }
+            assert!(c.effect(&call("write_file", push.clone())).is_none());
+        }
+        // Only the exact name stands for the shell: a glob stays a glob.
+        let c = Config::parse("[[effect]]\nmatch = \"Ba*(git push*)\"\n").unwrap();
+        assert!(c.effect(&call("run_shell_command", push)).is_none());
     }
 
     #[test]

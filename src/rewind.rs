@@ -90,6 +90,9 @@ pub struct RewindReport {
     /// rewind can undo (DESIGN §5): `guard` refuses them again.
     pub effects_not_undone: Vec<crate::effects::Effect>,
     pub duration_ms: u64,
+    /// Something asked for that was not done, said rather than dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// The fingerprint `--expect` compares: the plan itself, what it writes
@@ -335,6 +338,7 @@ fn run_to(
             setuid_stripped: Vec::new(),
             effects_not_undone: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
+            warning: None,
         });
     }
 
@@ -432,6 +436,14 @@ fn run_to(
             setuid_stripped: Vec::new(),
             effects_not_undone: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
+            // The note is about a branch being left, and none is: the
+            // agent must know it was not kept (helper-26).
+            warning: opts.report.as_ref().map(|_| {
+                format!(
+                    "the report was not stored: the tree already equals {}, so there is no branch to leave it on",
+                    target.id
+                )
+            }),
         });
     }
     let safety_changes = content_changes(&trees, head.as_ref(), &cap.root)?;
@@ -592,6 +604,7 @@ fn run_to(
         setuid_stripped: report.setuid_stripped,
         effects_not_undone,
         duration_ms: started.elapsed().as_millis() as u64,
+        warning: None,
     })
 }
 

@@ -205,8 +205,13 @@ pub struct CheckpointReport {
     pub cloned: u64,
     pub copied: u64,
     pub inlined: u64,
-    pub entries: u64,
-    pub skipped: Vec<Skipped>,
+    /// `None` while the manifest is pending (btrfs engine): not known
+    /// yet. A `0` and `[]` there said "empty, nothing skipped" of a tree
+    /// with a skipped nested subvolume (helper-28, D198).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<Vec<Skipped>>,
     /// True when nothing changed and an existing checkpoint was reused.
     pub unchanged: bool,
     pub duration_ms: u64,
@@ -1448,8 +1453,8 @@ impl Workspace {
             cloned: 0,
             copied: 0,
             inlined: 0,
-            entries: 0,
-            skipped: Vec::new(),
+            entries: None,
+            skipped: None,
             unchanged: false,
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
@@ -1525,8 +1530,8 @@ impl Workspace {
             cloned: cap.stats.cloned,
             copied: cap.stats.copied,
             inlined: cap.stats.inlined,
-            entries: cap.stats.entries,
-            skipped: cap.skipped.clone(),
+            entries: Some(cap.stats.entries),
+            skipped: Some(cap.skipped.clone()),
             unchanged,
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),

@@ -126,6 +126,52 @@ fn a_checkpoint_is_acknowledged_from_its_snapshot_and_its_manifest_equals_a_walk
     );
 }
 
+/// D198: a checkpoint acknowledged before its manifest does not know
+/// what it skipped. It said `"entries": 0, "skipped": []` of a tree with a
+/// nested subvolume that `status` lists as skipped (helper-28); both are
+/// now absent until the manifest is built, as `root` is. The subvolume
+/// is skipped by the manifest, and a rewind leaves its content alone.
+#[test]
+fn a_pending_checkpoint_claims_no_skips_and_a_nested_subvolume_is_kept() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("a.txt"), b"a\n");
+    let inner = rewind_platform::Dir::open(&ws).expect("open ws");
+    rewind_platform::create_subvolume(&inner, std::ffi::OsStr::new("inner"))
+        .expect("nested subvolume");
+    write(&ws.join("inner/precious"), b"p\n");
+    let c = rewind_json(&ws, &["checkpoint", "one"]);
+    assert_eq!(c["manifest_pending"], true, "{c}");
+    assert!(
+        c.get("skipped").is_none() && c.get("entries").is_none(),
+        "{c}"
+    );
+    let id = c["id"].as_str().expect("id").to_string();
+    let st = rewind_json(&ws, &["status"]);
+    assert_eq!(st["changes"], serde_json::json!([]), "{st}");
+    assert_eq!(st["skipped"][0]["path"], "inner", "{st}");
+    // The walk engine knows at once.
+    let walked = rewind_env(
+        &ws,
+        &["--json", "checkpoint", "walked"],
+        &[("REWIND_ENGINE", "walk")],
+    );
+    let walked: serde_json::Value = serde_json::from_slice(&walked.stdout).expect("json");
+    assert_eq!(walked["skipped"][0]["path"], "inner", "{walked}");
+    assert!(walked["entries"].as_u64().is_some(), "{walked}");
+    write(&ws.join("a.txt"), b"damaged\n");
+    write(&ws.join("inner/precious"), b"changed inside\n");
+    rewind_json(&ws, &["rewind", &id]);
+    assert_eq!(std::fs::read(ws.join("a.txt")).expect("a"), b"a\n");
+    assert_eq!(
+        std::fs::read(ws.join("inner/precious")).expect("inner"),
+        b"changed inside\n",
+        "not part of the workspace: left alone"
+    );
+}
+
 #[test]
 fn rewind_clones_from_the_snapshot_and_undo_returns_exactly() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {

@@ -153,7 +153,24 @@ fn a_rewind_to_the_tree_the_workspace_already_is_moves_head_and_keeps_the_note()
         serde_json::Value::Null,
         "{again}"
     );
+    assert!(again.get("warning").is_none(), "{again}");
     assert_eq!(std::fs::read(root.join("f")).expect("read"), b"one\n");
+    // D196: its report has no branch to go on, and says so instead of
+    // vanishing.
+    let noted = rewind_json(root, &["rewind", &a, "--report", "tried z"]);
+    assert_eq!(noted["safety_checkpoint"], serde_json::Value::Null);
+    assert!(
+        noted["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("report was not stored")),
+        "{noted}"
+    );
+    let human = String::from_utf8_lossy(&rewind(root, &["rewind", &a, "--report", "z"]).stdout)
+        .into_owned();
+    assert!(
+        human.contains("warning: the report was not stored"),
+        "{human}"
+    );
 }
 
 /// D189: a blank `--report` is no note, as over MCP; it was stored and

@@ -459,6 +459,43 @@ fn a_command_path_with_a_quote_and_spaces_runs_through_the_shell() {
     );
 }
 
+/// D197: a `--command` no agent could start (a typo, a binary not built
+/// yet) is said, with the file still written (the config may be meant
+/// for another machine); the real binary draws no word.
+#[test]
+fn a_command_the_agent_could_not_start_is_warned_about() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    for (cmd, warned) in [
+        (
+            "/nonexistent/bin/rewind",
+            Some("is not an executable file here"),
+        ),
+        ("bin/rewind", Some("is a relative path")),
+        (
+            "no-such-rewind-binary",
+            Some("is not an executable on this PATH"),
+        ),
+        (env!("CARGO_BIN_EXE_rewind"), None),
+    ] {
+        let out = rewind_json(ws, &["integrate", "claude", "--command", cmd]);
+        let notes = out["notes"].to_string();
+        match warned {
+            Some(w) => assert!(
+                notes.contains(w) && notes.contains("unguarded"),
+                "{cmd}: {out}"
+            ),
+            None => assert!(!notes.contains("--command"), "{cmd}: {out}"),
+        }
+        assert!(
+            claude_hooks(ws, "PreToolUse")
+                .iter()
+                .any(|h| h.contains(cmd)),
+            "{cmd}: written anyway"
+        );
+    }
+}
+
 /// Re-running with another `--command` (the binary moved) points the hooks
 /// integrate installed at it instead of leaving them on the old path; a
 /// hook the user wrapped around `rewind hook` is theirs and kept.

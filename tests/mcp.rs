@@ -227,6 +227,18 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
     assert_ne!(back["result"]["isError"], true, "{back}");
     assert_eq!(back["result"]["structuredContent"]["written"], 2, "{back}");
     assert_eq!(std::fs::read(ws.join("pkg/a")).expect("restored"), b"a\n");
+    // D196: a report on a rewind with nothing to leave is not dropped
+    // silently (helper-26).
+    let again = call(
+        4,
+        tool(4, "rewind", r#"{"id":"good","report":"tried the rm"}"#),
+    );
+    assert!(
+        again["result"]["structuredContent"]["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("report was not stored")),
+        "{again}"
+    );
     drop(stdin);
     let _ = child.wait();
 }

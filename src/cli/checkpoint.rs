@@ -73,7 +73,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             human_bytes(r.bytes_new),
             r.duration_ms
         );
-        for sk in &r.skipped {
+        for sk in r.skipped.iter().flatten() {
             s.push_str(&format!(
                 "\n  skipped {}: {}",
                 super::human_name(&sk.path, sk.path_hex.as_deref()),

@@ -84,7 +84,13 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             start.display()
         ));
     }
-    let cmd = args.command.clone().unwrap_or_else(default_command);
+    let cmd = match &args.command {
+        Some(c) => {
+            notes.extend(command_warning(c));
+            c.clone()
+        }
+        None => default_command(),
+    };
     let plans = match args.agent.as_str() {
         "claude" => vec![
             json_plan(&root.join(".mcp.json"), |v| mcp_entry(v, &cmd))?,
@@ -221,6 +227,41 @@ fn default_command() -> String {
         Some(p) if p == me => "rewind".into(),
         _ => me.display().to_string(),
     }
+}
+
+/// A `--command` the agent could not start fails every hook, and a hook
+/// that fails to start lets the call through: effect rules would guard
+/// nothing (helper-28, D197). Said, not refused: the config may be meant
+/// for another machine (a team's `.mcp.json`) where the binary exists.
+fn command_warning(cmd: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let path = Path::new(cmd);
+    let problem = if cmd.contains('/') {
+        if !path.is_absolute() {
+            "is a relative path, which the agent resolves from its own working directory"
+        } else if !executable(path) {
+            "is not an executable file here"
+        } else {
+            return None;
+        }
+    } else {
+        let on_path = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .any(|d| executable(&d.join(cmd)));
+        if on_path {
+            return None;
+        }
+        "is not an executable on this PATH"
+    };
+    Some(format!(
+        "--command {} {problem}: an agent that cannot start it runs every tool call unguarded and unchecked; give the absolute path of the rewind binary unless this config is for another machine",
+        crate::names::human_os_path(path)
+    ))
 }
 
 fn hook_command(cmd: &str, verb: &str) -> String {

@@ -150,6 +150,9 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
                 "\n  {p}: setuid/setgid bits not restored (use --allow-setuid)"
             ));
         }
+        if let Some(w) = &r.warning {
+            s.push_str(&format!("\nwarning: {w}"));
+        }
         s
     })
 }

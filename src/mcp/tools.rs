@@ -514,6 +514,11 @@ pub struct RewindOut {
     /// Done effects no rewind undoes
     effects_not_undone: Vec<String>,
     duration_ms: u64,
+    // What was asked and not done (a report with nothing to leave). No
+    // doc comment: it would be the schema's description, and the lean
+    // profile has no room for it (D170).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
 }
 
 impl From<RewindReport> for RewindOut {
@@ -546,6 +551,7 @@ impl From<RewindReport> for RewindOut {
                 })
                 .collect(),
             duration_ms: r.duration_ms,
+            warning: r.warning,
         }
     }
 }
