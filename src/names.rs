@@ -2,10 +2,23 @@
 //! when plain; else quoted C-style as git does, so that a newline never
 //! reads as two entries and two names never print alike (D188, D189);
 //! `diff --patch` writes its paths the same way with git's octal escapes.
+//! A name inside a command people are told to run is a shell word.
 
 use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+/// `s` as one POSIX shell word: as is when nothing in it is special to
+/// the shell, else single-quoted (a `'` inside becomes `'\''`). For the
+/// commands rewind writes (agent hooks) or tells people to paste.
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./,:=+@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
 
 /// A path as a human line shows it: as is, or, when it holds a control
 /// character (a newline would read as two entries), a backslash or a

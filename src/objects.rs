@@ -659,7 +659,12 @@ impl ObjectStore {
             ObjectData::Chunked(chunks) => self.concat_chunks(chunks, size, &file),
         };
         match outcome {
-            Ok(o) => Ok((name, file, o)),
+            Ok(o) => {
+                if o == CloneOutcome::Copied {
+                    rewind_platform::start_writeback(&file);
+                }
+                Ok((name, file, o))
+            }
             Err(e) => {
                 let _ = self.tmp.unlink(&name);
                 Err(Error::os(rewind_platform::Error::new(

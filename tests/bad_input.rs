@@ -880,6 +880,56 @@ fn doctor_exits_1_on_a_ledger_that_fails_its_integrity_check() {
     assert!(text.contains("DAMAGED"), "{text}{err}");
 }
 
+/// D199: a ledger SQLite cannot open answers `LEDGER_CORRUPT` everywhere,
+/// and the message sends the user to `doctor`, which answered the same
+/// error (helper-28). It now says what is damaged, that the files are
+/// untouched and the three ways out, exits 1, and writes nothing.
+#[test]
+fn doctor_on_a_ledger_that_cannot_be_opened_says_the_ways_out() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    write(&ws.join("work.txt"), b"the agent's work\n");
+    common::checkpoint_id(ws, &["a"]);
+    let db = ws.join(".rewind/ledger.db");
+    let mut bytes = std::fs::read(&db).expect("read ledger");
+    bytes[..100].fill(0x5a);
+    std::fs::write(&db, &bytes).expect("damage the header");
+    // Without its WAL, whose copy of page 1 would stand in for the header.
+    for side in ["ledger.db-wal", "ledger.db-shm"] {
+        let _ = std::fs::remove_file(ws.join(".rewind").join(side));
+    }
+    let status = rewind(ws, &["--json", "status"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "LEDGER_CORRUPT", "{v}");
+    assert!(v["error"]["message"].to_string().contains("rewind doctor"));
+
+    let out = rewind(ws, &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("cannot be opened") && text.contains("DAMAGED"),
+        "{text}"
+    );
+    let out = rewind(ws, &["--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ledger"]["opens"], false, "{v}");
+    assert_eq!(v["ledger"]["bytes"], bytes.len() as u64, "{v}");
+    let damaged = v["damaged"].as_str().expect("damaged");
+    for way in [".recover", "rewind init", "backup", "untouched"] {
+        assert!(damaged.contains(way), "{way}: {damaged}");
+    }
+    assert_eq!(
+        std::fs::read(&db).expect("read"),
+        bytes,
+        "doctor wrote nothing"
+    );
+    assert_eq!(
+        std::fs::read(ws.join("work.txt")).expect("work"),
+        b"the agent's work\n"
+    );
+}
+
 /// `unmount` of a typo or of a directory that is no workspace says which,
 /// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
 #[test]

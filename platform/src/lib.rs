@@ -24,7 +24,9 @@ pub use btrfs::{
     inode_path, is_readonly_subvolume, is_subvolume, snapshot, subvolume_otransid,
     subvolume_written_since_creation,
 };
-pub use clone::{CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io};
+pub use clone::{
+    CloneOutcome, advise_sequential, clone_or_copy, copy_with, set_direct_io, start_writeback,
+};
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
     file_set_mtime,

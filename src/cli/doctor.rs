@@ -140,6 +140,11 @@ fn report(ctx: &Ctx) -> Result<bool> {
         Err(Error::NotAWorkspace { path }) if path.is_dir() => {
             return before_init(ctx, &path).map(|()| true);
         }
+        // The error every other command gives sends the user here: say
+        // what is damaged and the ways out, instead of the same error.
+        Err(Error::LedgerCorrupt { path, detail }) => {
+            return unopenable(ctx, &path, &detail).map(|()| false);
+        }
         Err(e) => return Err(e),
     };
     let fs = ws.fs();
@@ -411,6 +416,57 @@ fn clone_note(kind: rewind_platform::FsKind, reflink: bool) -> String {
 /// `doctor` in a directory that is no workspace yet: what its filesystem
 /// can do and which engine `init` would give it, so the choice of where
 /// to put a workspace is made before one exists.
+/// A ledger SQLite cannot open (truncated, overwritten): what `doctor`
+/// can still say. Every other command answers `LEDGER_CORRUPT`, whose
+/// message names `doctor`; `doctor` answered the same error (helper-28,
+/// D199). The workspace's files are not in the ledger, and are fine.
+fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
+    #[derive(Serialize)]
+    struct Unopenable {
+        workspace: String,
+        ledger: Ledger,
+        damaged: String,
+    }
+    #[derive(Serialize)]
+    struct Ledger {
+        path: String,
+        bytes: Option<u64>,
+        opens: bool,
+        integrity: String,
+    }
+    let state = ledger.parent().unwrap_or(ledger);
+    let root = state.parent().unwrap_or(state);
+    let name = |p: &Path| crate::names::human_os_path(p).into_owned();
+    // Pasted into a shell: each path one word, whatever it holds.
+    let word = |p: &Path| crate::names::shell_word(&p.to_string_lossy());
+    let out = Unopenable {
+        workspace: name(root),
+        ledger: Ledger {
+            path: name(ledger),
+            bytes: std::fs::metadata(ledger).ok().map(|m| m.len()),
+            opens: false,
+            integrity: detail.to_string(),
+        },
+        damaged: format!(
+            "the ledger cannot be opened, so no checkpoint can be read or taken; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {state}.damaged`), then: restore {ledger} from a backup; or salvage the rows SQLite can still read (`sqlite3 {ledger} .recover | sqlite3 ledger-recovered.db`, then put that file in its place and run `rewind verify --deep`); or start a new history from the tree as it is (`mv {state} {state}.damaged && rewind init`)",
+            state = word(state),
+            ledger = word(ledger),
+        ),
+    };
+    ctx.emit(&out, || {
+        format!(
+            "workspace   {}\nledger      {} ({}): cannot be opened ({})\nDAMAGED: {}",
+            out.workspace,
+            out.ledger.path,
+            out.ledger
+                .bytes
+                .map_or("size unknown".into(), crate::progress::human_bytes),
+            out.ledger.integrity,
+            out.damaged
+        )
+    })
+}
+
 fn before_init(ctx: &Ctx, dir: &Path) -> Result<()> {
     #[derive(Serialize)]
     struct BeforeInit {

@@ -265,18 +265,7 @@ fn command_warning(cmd: &str) -> Option<String> {
 }
 
 fn hook_command(cmd: &str, verb: &str) -> String {
-    format!("{} hook {verb}", shell_word(cmd))
-}
-
-/// `s` as one POSIX shell word: as is when nothing in it is special to
-/// the shell, else single-quoted (a `'` inside becomes `'\''`).
-fn shell_word(s: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./,:=+@%".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
+    format!("{} hook {verb}", crate::names::shell_word(cmd))
 }
 
 /// A config file we cannot merge into: named, with the fix; nothing is
