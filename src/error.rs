@@ -1,7 +1,7 @@
 //! The one error type of the `rewind` crate. Every variant renders as one
 //! line that names the path or id at fault and what to do about it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -28,8 +28,13 @@ pub enum Error {
         shortfall: Option<(u64, u64)>,
     },
 
-    #[error("{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry; nothing was changed (list, status, diff, du and verify work read-only)", path.display())]
-    ReadOnly { path: PathBuf },
+    #[error("{}: nothing was changed (list, status, diff, du and verify work read-only)", read_only_fix(path, subvolume.as_deref()))]
+    ReadOnly {
+        path: PathBuf,
+        /// The read-only btrfs subvolume `path` is in, when that is why
+        /// (the filesystem is mounted read-write): D201.
+        subvolume: Option<PathBuf>,
+    },
 
     #[error("{}: permission denied: it belongs to {}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner", path.display(), owner_name(*owner), state.display())]
     NotOwner {
@@ -182,7 +187,7 @@ impl Error {
                 shortfall: None,
             }
         } else if e.raw_os_error() == Some(30) {
-            Error::ReadOnly { path: e.path } // EROFS
+            Error::read_only(e.path) // EROFS
         } else if e.raw_os_error() == Some(1)
             && let Some(locked) = locked_entry(&e.path)
         {
@@ -257,9 +262,7 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
                 shortfall: None,
             },
             // A write to a ledger opened on a read-only filesystem (D119).
-            Some(rusqlite::ErrorCode::ReadOnly) => Error::ReadOnly {
-                path: path.to_owned(),
-            },
+            Some(rusqlite::ErrorCode::ReadOnly) => Error::read_only(path.to_owned()),
             // A write SQLite could not make is "disk I/O error" to it, ENOSPC
             // included (a copy-on-write `-shm` page, say): say so when the
             // filesystem is in fact full (under 1 MiB left).
@@ -277,6 +280,45 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
                 source,
             },
         }
+    }
+}
+
+/// What to do about a read-only `path`: make its btrfs subvolume
+/// writable, or remount its filesystem. A subvolume with the `ro`
+/// property on a read-write mount was told to remount (helper-28).
+fn read_only_fix(path: &Path, subvolume: Option<&Path>) -> String {
+    match subvolume {
+        Some(sub) => format!(
+            "{} is in a read-only btrfs subvolume: make it writable (`btrfs property set {} ro false`), then retry",
+            path.display(),
+            crate::names::shell_word(&sub.to_string_lossy())
+        ),
+        None => format!(
+            "{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry",
+            path.display()
+        ),
+    }
+}
+
+impl Error {
+    /// `READ_ONLY` for `path`, naming the read-only btrfs subvolume it is
+    /// in when the filesystem itself is mounted read-write. Rewind's own
+    /// snapshots are read-only by design and never named.
+    pub fn read_only(path: PathBuf) -> Error {
+        let subvolume = path
+            .ancestors()
+            .filter_map(|a| rewind_platform::Dir::open(a).ok().map(|d| (a, d)))
+            .find(|(_, d)| rewind_platform::is_subvolume(d).unwrap_or(false))
+            .filter(|(_, d)| {
+                rewind_platform::FsInfo::of(d).is_ok_and(|fs| !fs.read_only)
+                    && rewind_platform::is_readonly_subvolume(d).unwrap_or(false)
+            })
+            .map(|(a, _)| a.to_path_buf())
+            .filter(|a| {
+                !a.components()
+                    .any(|c| c.as_os_str() == crate::capture::STATE_DIR)
+            });
+        Error::ReadOnly { path, subvolume }
     }
 }
 

@@ -598,9 +598,7 @@ impl Ledger {
                 path: path.to_owned(),
             });
         }
-        let read_only = || Error::ReadOnly {
-            path: path.to_owned(),
-        };
+        let read_only = || Error::read_only(path.to_owned());
         let conn = connect_read_only(path).map_err(|_| read_only())?;
         conn.set_prepared_statement_cache_capacity(64);
         let ledger = Ledger {

@@ -450,6 +450,7 @@ fn run_to(
     let overlay = trees.into_overlay();
     {
         let _t = crate::trace::span("check space, sync state");
+        ws.check_writable_subvolume()?;
         check_space(ws, &changes)?;
         check_objects(ws, &target, &changes)?;
         store_what_the_plan_replaces(ws, &cap, &changes)?;

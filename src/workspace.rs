@@ -544,9 +544,7 @@ impl Workspace {
             if fs.read_only {
                 // Reading verbs work; the first write says READ_ONLY.
                 Ledger::open_read_only(&path).map_err(|e| match e {
-                    Error::ReadOnly { .. } => Error::ReadOnly {
-                        path: root_path.clone(),
-                    },
+                    Error::ReadOnly { .. } => Error::read_only(root_path.clone()),
                     e => e,
                 })?
             } else {
@@ -693,6 +691,19 @@ impl Workspace {
     /// The workspace root is a btrfs subvolume.
     pub fn is_subvolume(&self) -> bool {
         rewind_platform::is_subvolume(&self.root).unwrap_or(false)
+    }
+
+    /// `READ_ONLY` when the root is a btrfs subvolume with the `ro`
+    /// property: every write in it fails, so a rewind says so before its
+    /// safety checkpoint instead of rolling back from its first write
+    /// (D201).
+    pub(crate) fn check_writable_subvolume(&self) -> Result<()> {
+        if self.is_subvolume()
+            && rewind_platform::is_readonly_subvolume(&self.root).unwrap_or(false)
+        {
+            return Err(Error::read_only(self.root_path.clone()));
+        }
+        Ok(())
     }
 
     /// The change-detection engine, and why it was chosen.

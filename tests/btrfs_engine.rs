@@ -172,6 +172,54 @@ fn a_pending_checkpoint_claims_no_skips_and_a_nested_subvolume_is_kept() {
     );
 }
 
+/// D201: a workspace subvolume with btrfs's `ro` property, on a
+/// filesystem mounted read-write, was told to `mount -o remount,rw`,
+/// which changes nothing (helper-28). The error names the subvolume and
+/// `btrfs property set … ro false`; nothing is changed.
+#[test]
+fn a_read_only_subvolume_is_named_with_its_own_fix() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("a"), b"one\n");
+    let one = common::checkpoint_id(&ws, &["one"]);
+    write(&ws.join("a"), b"two\n");
+    common::checkpoint_id(&ws, &["two"]);
+    let property = |value: &str| {
+        let out = std::process::Command::new("btrfs")
+            .args(["property", "set"])
+            .arg(&ws)
+            .args(["ro", value])
+            .output();
+        out.is_ok_and(|o| o.status.success())
+    };
+    if !property("true") {
+        common::skip_or_fail(
+            "btrfs-progs is needed to set the ro property (apt-get install btrfs-progs)",
+        );
+        return;
+    }
+    let out = rewind(&ws, &["--json", "rewind", &one]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    property("false");
+    assert_eq!(v["error"]["code"], "READ_ONLY", "{v}");
+    let msg = v["error"]["message"].as_str().expect("message");
+    assert!(
+        msg.contains("btrfs property set") && msg.contains(&*ws.to_string_lossy()),
+        "{msg}"
+    );
+    assert!(!msg.contains("remount"), "{msg}");
+    assert_eq!(std::fs::read(ws.join("a")).expect("a"), b"two\n");
+    // Refused before anything was recorded: no safety checkpoint.
+    let list = rewind_json(&ws, &["list"]);
+    assert_eq!(
+        list["checkpoints"].as_array().map(Vec::len),
+        Some(2),
+        "{list}"
+    );
+}
+
 #[test]
 fn rewind_clones_from_the_snapshot_and_undo_returns_exactly() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
