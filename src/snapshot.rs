@@ -195,10 +195,22 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     match rewind_platform::delete_subvolume(&dir, OsStr::new(id)) {
         Ok(()) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(Error::Btrfs {
-            path: dir.path().join(id),
-            reason: "deleting a snapshot was refused: as a non-root user btrfs needs the `user_subvol_rm_allowed` mount option (or run `rewind gc` as root)".into(),
-        }),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let path = dir.path().join(id);
+            // Root was told to get root rights, and `chattr -i` alone
+            // fails on a read-only snapshot (helper-28, D202).
+            let reason = if dir.is_locked_at(OsStr::new(id)).unwrap_or(false) {
+                let p = crate::names::shell_word(&path.to_string_lossy());
+                format!(
+                    "deleting a snapshot was refused: it is immutable or append-only (`lsattr -d {p}`), which not even root can delete; `sudo btrfs property set {p} ro false && sudo chattr -i -a {p}`, then run `rewind gc` again"
+                )
+            } else if rewind_platform::is_root() {
+                format!("deleting a snapshot was refused ({e})")
+            } else {
+                "deleting a snapshot was refused: as a non-root user btrfs needs the `user_subvol_rm_allowed` mount option (or run `rewind gc` as root)".into()
+            };
+            Err(Error::Btrfs { path, reason })
+        }
         Err(e) => Err(Error::os(e)),
     }
 }

@@ -686,6 +686,71 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
     assert_eq!(g["freed"]["snapshots"], left.len(), "{g}");
 }
 
+/// D202: root's gc, refused the deletion of a snapshot someone made
+/// immutable, blamed missing root rights (`user_subvol_rm_allowed`, "run
+/// as root"); it names the flag and the commands that clear it on a
+/// read-only snapshot, and the next gc deletes it.
+#[test]
+fn gc_names_an_immutable_snapshot_not_missing_rights() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    if !common::is_root() {
+        return;
+    }
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("f"), b"1\n");
+    let first = common::checkpoint_id(&ws, &["one"]);
+    for i in 2..5 {
+        write(&ws.join("f"), format!("{i}\n").as_bytes());
+        common::checkpoint_id(&ws, &[]);
+    }
+    listed(&ws); // every manifest built
+    let snap = ws.join(".rewind/state/snapshots").join(&first);
+    let run = |args: &[&str]| {
+        std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let s = snap.to_string_lossy().into_owned();
+    if !(run(&["btrfs", "property", "set", &s, "ro", "false"])
+        && run(&["chattr", "+i", &s])
+        && run(&["btrfs", "property", "set", &s, "ro", "true"]))
+    {
+        common::skip_or_fail(
+            "btrfs-progs and chattr are needed (apt-get install btrfs-progs e2fsprogs)",
+        );
+        return;
+    }
+    let out = rewind(
+        &ws,
+        &[
+            "--json",
+            "gc",
+            "--keep-last",
+            "1",
+            "--keep-within",
+            "0s",
+            "--force",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let g: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    // Undone before any assertion, so the loop filesystem unmounts.
+    run(&["btrfs", "property", "set", &s, "ro", "false"]);
+    run(&["chattr", "-i", &s]);
+    run(&["btrfs", "property", "set", &s, "ro", "true"]);
+    let text = format!("{g}{err}");
+    assert!(
+        text.contains("immutable") && text.contains("chattr -i"),
+        "{text}"
+    );
+    assert!(!text.contains("user_subvol_rm_allowed"), "{text}");
+    let g = rewind_json(&ws, &["gc"]);
+    assert!(!snap.exists(), "the next gc deletes it: {g}");
+}
+
 /// Root's first checkpoint in a user's subvolume makes a history that is
 /// the user's, its state subvolume and ledger, snapshot directory and
 /// snapshots included: made root's, every later command of the user's
