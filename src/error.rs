@@ -117,12 +117,14 @@ pub enum Error {
     )]
     Pruned { id: String },
 
-    #[error("{}", over_budget(*budget, *used, *checkpoints))]
+    #[error("{}", over_budget(*budget, *used, *checkpoints, *force_frees))]
     OverBudget {
         budget: u64,
         used: u64,
         /// Checkpoints left (all protected); none: the ledger alone is over.
         checkpoints: usize,
+        /// What `gc --force` would free now, when measured (D203).
+        force_frees: Option<u64>,
     },
 
     #[error("btrfs: {}: {reason}", path.display())]
@@ -324,8 +326,17 @@ impl Error {
 
 /// `OVER_BUDGET`'s message. With no checkpoint left, `gc --force` frees
 /// nothing: what is over the budget is the ledger itself.
-fn over_budget(budget: u64, used: u64, checkpoints: usize) -> String {
+fn over_budget(budget: u64, used: u64, checkpoints: usize, force_frees: Option<u64>) -> String {
     use crate::progress::human_bytes;
+    if let Some(f) = force_frees.filter(|f| checkpoints > 0 && used.saturating_sub(*f) > budget) {
+        return format!(
+            "the store uses {}, over its budget (max_store_bytes = {}), and every remaining checkpoint ({checkpoints}) is protected; `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml above {}; no checkpoint was taken",
+            human_bytes(used),
+            human_bytes(budget),
+            human_bytes(f),
+            human_bytes(used),
+        );
+    }
     if checkpoints == 0 {
         format!(
             "the ledger alone uses {}, over the store's budget (max_store_bytes = {}): raise max_store_bytes in rewind.toml (a few MiB is the least that works); no checkpoint was taken",

@@ -519,9 +519,34 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
             budget,
             used,
             checkpoints: ws.ledger().live_checkpoints()?,
+            force_frees: force_would_free(ws, policy).ok(),
         });
     }
     Ok(pruned)
+}
+
+/// What `gc --force` would free now (a dry run of its sweep): advice to
+/// run it when it frees nothing sent users round in a circle, refused
+/// again after it (helper-28, D203). Tree nodes, the extents only pruned
+/// objects map, and what only pruned snapshots held.
+fn force_would_free(ws: &mut Workspace, policy: &Retention) -> Result<u64> {
+    let checkpoints = ws.ledger().checkpoints()?;
+    let protected = protections(ws, &checkpoints)?;
+    let prune: HashSet<i64> = select(
+        &checkpoints,
+        &protected,
+        policy,
+        crate::time::now_ms(),
+        true,
+    )
+    .into_iter()
+    .collect();
+    let live: Vec<Checkpoint> = checkpoints
+        .into_iter()
+        .filter(|c| !c.pruned && !prune.contains(&c.seq))
+        .collect();
+    let f = sweep(ws, &live, true)?;
+    Ok(f.tree_bytes + f.unshared + f.snapshot_bytes)
 }
 
 /// Meta key: the store's size when the last retention run found it over
@@ -531,7 +556,7 @@ pub const OVER_BUDGET: &str = "over_budget";
 /// A btrfs checkpoint is acknowledged before any retention runs (that
 /// happens after its manifest): refuse it when the last run left the store
 /// over budget, as the walk engine's `before_checkpoint` would.
-pub fn refuse_if_over_budget(ws: &Workspace, policy: &Retention) -> Result<()> {
+pub fn refuse_if_over_budget(ws: &mut Workspace, policy: &Retention) -> Result<()> {
     let (Some(budget), Some(used)) = (policy.max_store_bytes, ws.ledger().meta(OVER_BUDGET)?)
     else {
         return Ok(());
@@ -542,6 +567,7 @@ pub fn refuse_if_over_budget(ws: &Workspace, policy: &Retention) -> Result<()> {
             budget,
             used,
             checkpoints: ws.ledger().live_checkpoints()?,
+            force_frees: force_would_free(ws, policy).ok(),
         });
     }
     Ok(())
@@ -619,8 +645,17 @@ pub fn after_checkpoint(
             })?;
         }
         if used > budget {
+            let frees = force_would_free(ws, policy).ok();
+            let way_out = match frees {
+                Some(f) if used.saturating_sub(f) > budget => format!(
+                    "raise the budget above {} (`rewind gc --force` would free only {})",
+                    crate::progress::human_bytes(used),
+                    crate::progress::human_bytes(f)
+                ),
+                _ => "raise the budget or run `rewind gc --force`".into(),
+            };
             warning = Some(format!(
-                "the store uses {}, over max_store_bytes = {}, and every remaining checkpoint is protected: the next checkpoint will be refused; raise the budget or run `rewind gc --force`",
+                "the store uses {}, over max_store_bytes = {}, and every remaining checkpoint is protected: the next checkpoint will be refused; {way_out}",
                 crate::progress::human_bytes(used),
                 crate::progress::human_bytes(budget)
             ));

@@ -587,6 +587,59 @@ fn the_budget_prunes_unprotected_checkpoints_then_refuses_clearly() {
     assert!(err.contains("max_store_bytes = 64.0 KiB"), "{err}");
 }
 
+/// D203: over the budget because of what HEAD itself holds, the refusal
+/// said to run `gc --force`, which freed nothing (helper-28); it now
+/// says what `gc --force` would free and how high the budget must go,
+/// and one raised that high lets the checkpoint through.
+#[test]
+fn over_budget_by_heads_own_content_the_advice_is_the_budget_it_needs() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    write(
+        &ws.join("rewind.toml"),
+        b"[retention]\nkeep_last = 2\nkeep_within = \"0s\"\nkeep_labeled = false\nmax_store_bytes = \"1MiB\"\n",
+    );
+    let mut rng = Rng(7);
+    let mut refused = None;
+    for i in 1..=6 {
+        let data: Vec<u8> = (0..300_000).map(|_| rng.next() as u8).collect();
+        write(&ws.join(format!("f{i}")), &data);
+        let out = rewind(ws, &["checkpoint"]);
+        if !out.status.success() {
+            refused = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+            break;
+        }
+    }
+    let err = refused.expect("the budget refuses a checkpoint");
+    assert!(err.contains("would free only"), "{err}");
+    let above = err
+        .split("max_store_bytes in rewind.toml above ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .expect("the budget it needs")
+        .to_string();
+    assert!(!err.contains("run `rewind gc --force`"), "{err}");
+    // The figure is the way out: a budget above it takes the checkpoint.
+    let mib: f64 = above
+        .trim_end_matches(" MiB")
+        .parse()
+        .unwrap_or_else(|_| panic!("a MiB figure: {above}"));
+    write(
+        &ws.join("rewind.toml"),
+        format!(
+            "[retention]\nkeep_last = 2\nkeep_within = \"0s\"\nkeep_labeled = false\nmax_store_bytes = \"{}KiB\"\n",
+            (mib * 1024.0) as u64 + 400
+        )
+        .as_bytes(),
+    );
+    let out = rewind(ws, &["checkpoint"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Hook and safety checkpoints label themselves ("before Bash: …"): with
 /// the default `keep_labeled` they were all kept for ever, so a size budget
 /// once reached stopped every hook checkpoint, with advice that freed
