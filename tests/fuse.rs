@@ -1844,6 +1844,57 @@ fn a_command_whose_client_is_killed_dies_with_it_and_the_server_comes_back() {
     m.unmount();
 }
 
+/// D204: `rewind unmount` answered by the daemon's exit (EOF) now reads
+/// as a daemon gone (D194), and a connect refused by a daemon's stale
+/// socket always did; either detached "its dead mount". With the FUSE
+/// mount already gone, that lazily unmounted what was under it: here the
+/// workspace's own filesystem. Only rewind's own mount is detached.
+#[test]
+fn unmounting_a_workspace_that_is_a_mount_point_keeps_its_filesystem() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let ws = lfs.mnt.clone();
+    write(&ws.join("kept.txt"), b"kept\n");
+    let out = rewind(&ws, &["init", "-q"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for round in 0..5 {
+        let Some(m) = MountGuard::new(&ws, &[]) else {
+            return;
+        };
+        write(&ws.join(format!("r{round}.txt")), b"x\n");
+        m.unmount();
+        let top = rewind_platform::mount_at(&ws).map(|(kind, _)| kind);
+        assert_eq!(
+            top.as_deref(),
+            Some(b"xfs".as_slice()),
+            "round {round}: the filesystem was detached"
+        );
+        assert_eq!(std::fs::read(ws.join("kept.txt")).expect("kept"), b"kept\n");
+    }
+    // A daemon that unmounted and died before removing its socket: the
+    // next command's connect is refused, which means "gone, detach it".
+    let sock = rewind_fuse::socket_path(&ws);
+    drop(std::os::unix::net::UnixListener::bind(&sock).expect("a stale socket"));
+    let out = rewind(&ws, &["--json", "status"]);
+    let top = rewind_platform::mount_at(&ws).map(|(kind, _)| kind);
+    assert_eq!(
+        top.as_deref(),
+        Some(b"xfs".as_slice()),
+        "a stale socket detached the filesystem"
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!sock.exists(), "the stale socket is cleared");
+}
+
 /// D194: a command the server accepted runs to its end when the daemon
 /// dies under it. The server died with its daemon (SIGKILL by
 /// `PR_SET_PDEATHSIG`) and the command failed as "stopped while running

@@ -509,7 +509,13 @@ pub fn detach_dead(mp: &Path) -> Result<()> {
 /// command that found the daemon dead midway still works through; it
 /// calls [`release_dead_backing`] when done.
 pub fn detach_dead_mount(mp: &Path) -> Result<()> {
-    let r = if rustix::process::geteuid().is_root() {
+    // Only rewind's own mount: a daemon that exited after it unmounted
+    // (`rewind unmount` answered by EOF, D194) leaves the path showing
+    // what was under it, perhaps a filesystem mounted there, which a
+    // lazy unmount would detach from under its users.
+    let r = if !is_rewind_mount(mp) {
+        Ok(())
+    } else if rustix::process::geteuid().is_root() {
         rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH)
             .map_err(std::io::Error::from)
     } else {
