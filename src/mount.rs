@@ -45,6 +45,9 @@ pub struct MountLink {
     /// detached, captures walk, and the private bind of the backing tree
     /// (which this command still works through) goes when the link does.
     gone: AtomicBool,
+    /// ... unless a new daemon mounted the same path meanwhile: its mount
+    /// and its bind (at the same path) are left alone.
+    replaced: AtomicBool,
 }
 
 fn lock(c: &Mutex<Client>) -> MutexGuard<'_, Client> {
@@ -58,6 +61,7 @@ impl MountLink {
     pub fn connect(root: &Path) -> Result<Option<MountLink>> {
         match Client::connect(root) {
             Ok(Some(client)) => {
+                crate::failpoint::hit("mount:connected");
                 let access = client.backing_path().to_path_buf();
                 let view = client.is_view();
                 Ok(Some(MountLink {
@@ -66,6 +70,7 @@ impl MountLink {
                     view,
                     point: root.to_path_buf(),
                     gone: AtomicBool::new(false),
+                    replaced: AtomicBool::new(false),
                 }))
             }
             Ok(None) => Ok(None),
@@ -85,8 +90,18 @@ impl MountLink {
             Ok(v) => Ok(Some(v)),
             Err(rewind_fuse::Error::DaemonGone { .. }) => {
                 if !self.gone.swap(true, Ordering::SeqCst) {
-                    rewind_fuse::detach_dead_mount(&self.point)?;
-                    say_walks(&self.point);
+                    let old = self.daemon_pid();
+                    let new = matches!(Client::connect(&self.point), Ok(Some(c)) if c.daemon_pid() != old);
+                    self.replaced.store(new, Ordering::SeqCst);
+                    if new {
+                        eprintln!(
+                            "rewind: the mount daemon for {} died during this command (another one serves it now); this command walks the tree instead",
+                            self.point.display()
+                        );
+                    } else {
+                        rewind_fuse::detach_dead_mount(&self.point)?;
+                        say_walks(&self.point);
+                    }
                 }
                 Ok(None)
             }
@@ -198,7 +213,7 @@ impl Drop for Frozen {
 
 impl Drop for MountLink {
     fn drop(&mut self) {
-        if self.gone.load(Ordering::SeqCst) {
+        if self.gone.load(Ordering::SeqCst) && !self.replaced.load(Ordering::SeqCst) {
             rewind_fuse::release_dead_backing(&self.point);
         }
     }

@@ -1983,6 +1983,61 @@ fn a_command_the_server_accepted_finishes_when_the_daemon_dies() {
     assert!(v.status.success(), "verify");
 }
 
+/// D205: a command that finds its daemon dead after a new `rewind mount`
+/// of the same path leaves the new mount alone. It detached "the dead
+/// mount" at the path, which was the new one, and released the new
+/// daemon's bind of the backing tree when it ended. The failpoint stops
+/// the command right after it connected to the first daemon.
+#[test]
+fn a_command_whose_daemon_died_leaves_a_new_mount_alone() {
+    let Some((_lfs, ws)) = workspace(4, 4) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("d00/before.txt"), b"before the kill\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "checkpoint", "across"])
+        .current_dir(&ws)
+        .env("REWIND_FAILPOINT", "mount:connected")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the checkpoint");
+    common::wait_stopped(child.id());
+    let daemon = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGKILL) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Path::new(&format!("/proc/{daemon}")).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::mem::forget(m);
+    let again = MountGuard::new(&ws, &[]).expect("mount again over the dead one");
+    let new_daemon = again.status().pid;
+    assert_ne!(new_daemon, daemon);
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGCONT) }, 0);
+    let out = child.wait_with_output().expect("the checkpoint ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "checkpoint: {stderr}");
+    assert!(stderr.contains("another one serves it now"), "{stderr}");
+    // The new mount still serves, through its own daemon and backing.
+    assert_eq!(again.status().pid, new_daemon, "the new daemon serves");
+    write(&ws.join("d00/after.txt"), b"through the new mount\n");
+    let ck = rewind_json(&ws, &["checkpoint", "after"]);
+    assert_eq!(ck["engine"], "fuse", "{ck}");
+    let st = rewind_json(&ws, &["status"]);
+    assert_eq!(st["changes"], serde_json::json!([]), "{st}");
+    again.unmount();
+    assert_eq!(
+        std::fs::read(ws.join("d00/before.txt")).expect("before"),
+        b"before the kill\n"
+    );
+}
+
 #[test]
 fn a_replaced_binary_takes_over_from_the_server_it_replaced() {
     let Some((_lfs, ws)) = workspace(2, 2) else {

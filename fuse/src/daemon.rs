@@ -535,7 +535,13 @@ pub fn detach_dead_mount(mp: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The rest of [`detach_dead`], after [`detach_dead_mount`].
+/// The rest of [`detach_dead`], after [`detach_dead_mount`]. Called when
+/// the command that found the daemon dead is done, which may be after a
+/// new `rewind mount` of the same path bound its own backing tree there:
+/// that one is left alone.
 pub fn release_dead_backing(mp: &Path) {
+    if is_rewind_mount(mp) || control::socket_path(mp).exists() {
+        return;
+    }
     release_backing(&control::backing_path(mp));
 }
