@@ -1997,7 +1997,7 @@ fn a_command_whose_daemon_died_leaves_a_new_mount_alone() {
         return;
     };
     write(&ws.join("d00/before.txt"), b"before the kill\n");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
         .args(["--json", "checkpoint", "across"])
         .current_dir(&ws)
         .env("REWIND_FAILPOINT", "mount:connected")
