@@ -330,11 +330,11 @@ fn over_budget(budget: u64, used: u64, checkpoints: usize, force_frees: Option<u
     use crate::progress::human_bytes;
     if let Some(f) = force_frees.filter(|f| checkpoints > 0 && used.saturating_sub(*f) > budget) {
         return format!(
-            "the store uses {}, over its budget (max_store_bytes = {}), and every remaining checkpoint ({checkpoints}) is protected; `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml above {}; no checkpoint was taken",
+            "the store uses {}, over its budget (max_store_bytes = {}), and every remaining checkpoint ({checkpoints}) is protected; `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml to {} or more; no checkpoint was taken",
             human_bytes(used),
             human_bytes(budget),
             human_bytes(f),
-            human_bytes(used),
+            crate::progress::human_bytes_above(used),
         );
     }
     if checkpoints == 0 {

@@ -648,8 +648,8 @@ pub fn after_checkpoint(
             let frees = force_would_free(ws, policy).ok();
             let way_out = match frees {
                 Some(f) if used.saturating_sub(f) > budget => format!(
-                    "raise the budget above {} (`rewind gc --force` would free only {})",
-                    crate::progress::human_bytes(used),
+                    "raise the budget to {} or more (`rewind gc --force` would free only {})",
+                    crate::progress::human_bytes_above(used),
                     crate::progress::human_bytes(f)
                 ),
                 _ => "raise the budget or run `rewind gc --force`".into(),

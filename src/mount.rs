@@ -14,9 +14,11 @@ use rewind_fuse::{Client, MountStatus};
 use crate::capture::Scope;
 use crate::error::Result;
 
-/// The error a path inside the mount of a dead daemon gives (ENOTCONN).
+/// The error a path inside the mount of a dead daemon gives: ENOTCONN,
+/// or ECONNABORTED for a request already in flight when it died (a hook
+/// that read `rewind.toml` then failed closed on it: helper-29, D206).
 pub fn is_dead_mount(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(107)
+    matches!(e.raw_os_error(), Some(107) | Some(103))
 }
 
 /// Detach the dead mounts `path` is inside (connecting to their daemon

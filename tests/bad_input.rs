@@ -916,8 +916,17 @@ fn doctor_on_a_ledger_that_cannot_be_opened_says_the_ways_out() {
     assert_eq!(v["ledger"]["opens"], false, "{v}");
     assert_eq!(v["ledger"]["bytes"], bytes.len() as u64, "{v}");
     let damaged = v["damaged"].as_str().expect("damaged");
-    for way in [".recover", "rewind init", "backup", "untouched"] {
-        assert!(damaged.contains(way), "{way}: {damaged}");
+    // The new history goes to this workspace whatever the shell's cwd,
+    // and the copy aside is not where the damaged state is then moved.
+    let root = ws.display().to_string();
+    for way in [
+        ".recover".to_string(),
+        format!("rewind -C {root} init"),
+        "backup".into(),
+        "untouched".into(),
+        ".rewind.copy".into(),
+    ] {
+        assert!(damaged.contains(&way), "{way}: {damaged}");
     }
     assert_eq!(
         std::fs::read(&db).expect("read"),

@@ -1983,6 +1983,60 @@ fn a_command_the_server_accepted_finishes_when_the_daemon_dies() {
     assert!(v.status.success(), "verify");
 }
 
+/// D206: a request already in flight when the daemon dies fails
+/// ECONNABORTED, not ENOTCONN. A hook whose read of `rewind.toml` was
+/// caught so failed closed and refused the agent's call (helper-29, every
+/// time); it now detaches the dead mount and goes on.
+#[test]
+fn a_hook_caught_in_flight_by_a_daemon_kill_goes_on() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    common::checkpoint_id(&ws, &["base"]);
+    write(&ws.join("d00/edit.txt"), b"before the tool\n");
+    let daemon = m.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGSTOP) }, 0);
+    let payload = serde_json::json!({
+        "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "ls"}, "cwd": ws.display().to_string(),
+    });
+    // Started outside the mount: its working directory would wait too.
+    let mut hook = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "hook", "pre-tool-use"])
+        .current_dir(ws.parent().expect("parent"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the hook");
+    hook.stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.to_string().as_bytes())
+        .expect("payload");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // SAFETY: plain kill(2).
+    unsafe {
+        libc::kill(daemon as i32, libc::SIGKILL);
+        libc::kill(daemon as i32, libc::SIGCONT);
+    }
+    let out = hook.wait_with_output().expect("the hook ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the call was refused: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hook json");
+    assert!(v["checkpoint"].is_string(), "{v}");
+    std::mem::forget(m); // nothing left to unmount
+    assert_eq!(
+        rewind_json(&ws, &["status"])["changes"],
+        serde_json::json!([])
+    );
+    assert!(common::rewind(&ws, &["verify"]).status.success());
+}
+
 /// D205: a command that finds its daemon dead after a new `rewind mount`
 /// of the same path leaves the new mount alone. It detached "the dead
 /// mount" at the path, which was the new one, and released the new

@@ -590,7 +590,7 @@ fn the_budget_prunes_unprotected_checkpoints_then_refuses_clearly() {
 /// D203: over the budget because of what HEAD itself holds, the refusal
 /// said to run `gc --force`, which freed nothing (helper-28); it now
 /// says what `gc --force` would free and how high the budget must go,
-/// and one raised that high lets the checkpoint through.
+/// and one raised exactly that high lets the checkpoint through.
 #[test]
 fn over_budget_by_heads_own_content_the_advice_is_the_budget_it_needs() {
     let dir = common::tmp();
@@ -612,23 +612,21 @@ fn over_budget_by_heads_own_content_the_advice_is_the_budget_it_needs() {
     }
     let err = refused.expect("the budget refuses a checkpoint");
     assert!(err.contains("would free only"), "{err}");
-    let above = err
-        .split("max_store_bytes in rewind.toml above ")
+    let needed = err
+        .split("max_store_bytes in rewind.toml to ")
         .nth(1)
-        .and_then(|r| r.split(';').next())
+        .and_then(|r| r.split(" or more").next())
         .expect("the budget it needs")
         .to_string();
     assert!(!err.contains("run `rewind gc --force`"), "{err}");
-    // The figure is the way out: a budget above it takes the checkpoint.
-    let mib: f64 = above
-        .trim_end_matches(" MiB")
-        .parse()
-        .unwrap_or_else(|_| panic!("a MiB figure: {above}"));
+    // The figure is the way out, as written: a budget of exactly it takes
+    // the checkpoint (D206: "above 3.0 MiB" was rounded down, and 3 MiB
+    // was refused again).
     write(
         &ws.join("rewind.toml"),
         format!(
-            "[retention]\nkeep_last = 2\nkeep_within = \"0s\"\nkeep_labeled = false\nmax_store_bytes = \"{}KiB\"\n",
-            (mib * 1024.0) as u64 + 400
+            "[retention]\nkeep_last = 2\nkeep_within = \"0s\"\nkeep_labeled = false\nmax_store_bytes = \"{}\"\n",
+            needed.replace(' ', "")
         )
         .as_bytes(),
     );

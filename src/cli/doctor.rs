@@ -448,9 +448,12 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             integrity: detail.to_string(),
         },
         damaged: format!(
-            "the ledger cannot be opened, so no checkpoint can be read or taken; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {state}.damaged`), then: restore {ledger} from a backup; or salvage the rows SQLite can still read (`sqlite3 {ledger} .recover | sqlite3 ledger-recovered.db`, then put that file in its place and run `rewind verify --deep`); or start a new history from the tree as it is (`mv {state} {state}.damaged && rewind init`)",
+            "the ledger cannot be opened, so no checkpoint can be read or taken; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {copy}`), then: restore {ledger} from a backup; or salvage the rows SQLite can still read (`sqlite3 {ledger} .recover | sqlite3 ledger-recovered.db`, then put that file in its place and run `rewind verify --deep`); or start a new history from the tree as it is (`mv {state} {damaged} && rewind -C {root} init`)",
             state = word(state),
+            copy = word(&suffixed(state, ".copy")),
+            damaged = word(&suffixed(state, ".damaged")),
             ledger = word(ledger),
+            root = word(root),
         ),
     };
     ctx.emit(&out, || {
@@ -465,6 +468,13 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             out.damaged
         )
     })
+}
+
+/// `p` with `suffix` added to its last component (`.rewind.copy`).
+fn suffixed(p: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut s = p.as_os_str().to_os_string();
+    s.push(suffix);
+    s.into()
 }
 
 fn before_init(ctx: &Ctx, dir: &Path) -> Result<()> {
