@@ -188,35 +188,34 @@ impl Drop for Progress {
     }
 }
 
+/// `n` in the largest binary unit it fills (under 1024 of it): the value
+/// and its unit's index in [`UNITS`].
+fn scaled(n: u64) -> (f64, usize) {
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    (v, u)
+}
+
+const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+
 /// Human-readable byte counts (`1.5 MiB`; below a KiB, `912 B`).
+pub fn human_bytes(n: u64) -> String {
+    match scaled(n) {
+        (_, 0) => format!("{n} B"),
+        (v, u) => format!("{v:.1} {}", UNITS[u]),
+    }
+}
+
 /// The smallest figure as [`human_bytes`] writes it (one decimal) that is
 /// more than `n`: a budget to raise "above" `n`, which a rounded figure
 /// could leave still under it (helper-29, D206).
 pub fn human_bytes_above(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        return format!("{} B", n + 1);
-    }
-    format!("{:.1} {}", ((v * 10.0).floor() + 1.0) / 10.0, UNITS[u])
-}
-
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
+    match scaled(n) {
+        (_, 0) => format!("{} B", n + 1),
+        (v, u) => format!("{:.1} {}", ((v * 10.0).floor() + 1.0) / 10.0, UNITS[u]),
     }
 }
