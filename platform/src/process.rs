@@ -109,13 +109,21 @@ pub fn credentials() -> (u32, Vec<u32>) {
 /// fail: the handler only writes bytes and exits (async-signal-safe).
 pub fn report_sigbus(human: &'static [u8], json: &'static [u8]) {
     let _ = SIGBUS_TEXT.set((human, json));
-    // SAFETY: installs a handler that only calls write(2) and _exit(2).
+    // The handler only calls write(2) and _exit(2).
+    install_handler(libc::SIGBUS, on_sigbus, libc::SA_RESETHAND);
+}
+
+/// Install `handler` for `signal` with `flags`. The handlers given here
+/// are async-signal-safe (atomics, write(2), _exit(2)), as they must be.
+fn install_handler(signal: libc::c_int, handler: extern "C" fn(libc::c_int), flags: libc::c_int) {
+    // SAFETY: a zeroed sigaction is valid; the handler is an extern "C"
+    // fn that lives for the whole program.
     unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_sigbus as *const () as usize;
-        act.sa_flags = libc::SA_RESETHAND;
+        act.sa_sigaction = handler as *const () as usize;
+        act.sa_flags = flags;
         libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut());
+        libc::sigaction(signal, &act, std::ptr::null_mut());
     }
 }
 
@@ -148,14 +156,7 @@ extern "C" fn on_sigbus(_: libc::c_int) {
 /// leaving it half done (D194). The handler only touches two atomics and
 /// calls `_exit(2)` (async-signal-safe).
 pub fn terminate_between_jobs() {
-    // SAFETY: installs a handler that only uses atomics and _exit(2).
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_sigterm as *const () as usize;
-        act.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(libc::SIGTERM, &act, std::ptr::null_mut());
-    }
+    install_handler(libc::SIGTERM, on_sigterm, libc::SA_RESTART);
 }
 
 /// A job begins: a SIGTERM from now on waits for [`job_ends`].
