@@ -185,30 +185,20 @@ fn labeled_by_someone(c: &Checkpoint) -> bool {
 pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
     let start = Instant::now();
     ws.lock()?;
-    let checkpoints = ws.ledger().checkpoints()?;
-    let protected = protections(ws, &checkpoints)?;
-    let prune = select(
-        &checkpoints,
-        &protected,
-        &opts.policy,
-        crate::time::now_ms(),
-        opts.force,
-    );
-    let by_seq: HashMap<i64, &Checkpoint> = checkpoints.iter().map(|c| (c.seq, c)).collect();
-    let pruned: Vec<String> = prune
+    let sel = selection(ws, &opts.policy, opts.force)?;
+    let by_seq: HashMap<i64, &Checkpoint> = sel.checkpoints.iter().map(|c| (c.seq, c)).collect();
+    let pruned: Vec<String> = sel
+        .prune
         .iter()
         .filter_map(|s| by_seq.get(s).map(|c| c.id.clone()))
         .collect();
-    let prune_set: HashSet<i64> = prune.iter().copied().collect();
-    let kept = checkpoints
+    let kept = sel.checkpoints.iter().filter(|c| sel.survives(c)).count();
+    let mut protected_list: Vec<Protected> = sel
+        .checkpoints
         .iter()
-        .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
-        .count();
-    let mut protected_list: Vec<Protected> = checkpoints
-        .iter()
-        .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
+        .filter(|c| sel.survives(c))
         .filter_map(|c| {
-            protected.get(&c.seq).map(|&reason| Protected {
+            sel.protected.get(&c.seq).map(|&reason| Protected {
                 id: c.id.clone(),
                 reason,
             })
@@ -216,15 +206,15 @@ pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
         .collect();
     protected_list.sort_by(|a, b| a.id.cmp(&b.id));
 
-    if !opts.dry_run && !prune.is_empty() {
+    if !opts.dry_run && !sel.prune.is_empty() {
         ws.ledger_mut().write(|tx| {
-            for seq in &prune {
+            for seq in &sel.prune {
                 tx.mark_pruned(*seq)?;
             }
             tx.event(
                 "gc",
                 crate::chain::Fields::new()
-                    .num("count", prune.len() as u64)
+                    .num("count", sel.prune.len() as u64)
                     .str("pruned", &pruned.join(",")),
             )?;
             Ok(())
@@ -235,10 +225,7 @@ pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
         // Re-evaluated after the next checkpoint's manifest.
         ws.ledger_mut().write(|tx| tx.delete_meta(OVER_BUDGET))?;
     }
-    let live: Vec<Checkpoint> = checkpoints
-        .into_iter()
-        .filter(|c| !c.pruned && !prune_set.contains(&c.seq))
-        .collect();
+    let live = sel.into_live();
     let freed = sweep(ws, &live, opts.dry_run)?;
     Ok(Report {
         dry_run: opts.dry_run,
@@ -530,23 +517,52 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
 /// again after it (helper-28, D203). Tree nodes, the extents only pruned
 /// objects map, and what only pruned snapshots held.
 fn force_would_free(ws: &mut Workspace, policy: &Retention) -> Result<u64> {
+    let live = selection(ws, policy, true)?.into_live();
+    let f = sweep(ws, &live, true)?;
+    Ok(f.tree_bytes + f.unshared + f.snapshot_bytes)
+}
+
+/// What a gc with `policy` (and `force`) would prune now: the
+/// checkpoints, their protections, and the seqs to prune, in order and
+/// as a set. One computation for `gc` itself and for what `gc --force`
+/// would free (D203).
+struct Selection {
+    checkpoints: Vec<Checkpoint>,
+    protected: HashMap<i64, Protection>,
+    prune: Vec<i64>,
+    prune_set: HashSet<i64>,
+}
+
+impl Selection {
+    /// Not pruned before, and not to be pruned now.
+    fn survives(&self, c: &Checkpoint) -> bool {
+        !c.pruned && !self.prune_set.contains(&c.seq)
+    }
+
+    /// The checkpoints left once the selection is pruned.
+    fn into_live(mut self) -> Vec<Checkpoint> {
+        let all = std::mem::take(&mut self.checkpoints);
+        all.into_iter().filter(|c| self.survives(c)).collect()
+    }
+}
+
+fn selection(ws: &Workspace, policy: &Retention, force: bool) -> Result<Selection> {
     let checkpoints = ws.ledger().checkpoints()?;
     let protected = protections(ws, &checkpoints)?;
-    let prune: HashSet<i64> = select(
+    let prune = select(
         &checkpoints,
         &protected,
         policy,
         crate::time::now_ms(),
-        true,
-    )
-    .into_iter()
-    .collect();
-    let live: Vec<Checkpoint> = checkpoints
-        .into_iter()
-        .filter(|c| !c.pruned && !prune.contains(&c.seq))
-        .collect();
-    let f = sweep(ws, &live, true)?;
-    Ok(f.tree_bytes + f.unshared + f.snapshot_bytes)
+        force,
+    );
+    let prune_set = prune.iter().copied().collect();
+    Ok(Selection {
+        checkpoints,
+        protected,
+        prune,
+        prune_set,
+    })
 }
 
 /// Meta key: the store's size when the last retention run found it over
