@@ -212,17 +212,21 @@ fn rel(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
+/// `name` in each directory of PATH, in order: where a shell would look.
+fn on_path(name: &str) -> impl Iterator<Item = PathBuf> + '_ {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(move |d| d.join(name))
+}
+
 /// `rewind` when the `rewind` on PATH is this binary, else our absolute path.
 fn default_command() -> String {
     let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else {
         return "rewind".into();
     };
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.join("rewind"))
-        .find(|c| c.is_file());
+    let on_path = on_path("rewind").find(|c| c.is_file());
     match on_path.and_then(|p| p.canonicalize().ok()) {
         Some(p) if p == me => "rewind".into(),
         _ => me.display().to_string(),
@@ -248,12 +252,7 @@ fn command_warning(cmd: &str) -> Option<String> {
             return None;
         }
     } else {
-        let on_path = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .any(|d| executable(&d.join(cmd)));
-        if on_path {
+        if on_path(cmd).any(|c| executable(&c)) {
             return None;
         }
         "is not an executable on this PATH"
