@@ -27,6 +27,14 @@ fn snapshot_names(ws: &Path) -> Vec<String> {
     v
 }
 
+/// Run `args[0]` with the rest; whether it ran and exited 0.
+fn succeeds(args: &[&str]) -> bool {
+    std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Ids and roots of the listed checkpoints (this finishes pending ones).
 fn listed(ws: &Path) -> Vec<(String, String, bool)> {
     let l = rewind_json(ws, &["list"]);
@@ -138,9 +146,7 @@ fn a_pending_checkpoint_claims_no_skips_and_a_nested_subvolume_is_kept() {
     };
     let ws = lfs.subvolume("ws");
     write(&ws.join("a.txt"), b"a\n");
-    let inner = rewind_platform::Dir::open(&ws).expect("open ws");
-    rewind_platform::create_subvolume(&inner, std::ffi::OsStr::new("inner"))
-        .expect("nested subvolume");
+    common::subvolume_in(&ws, "inner");
     write(&ws.join("inner/precious"), b"p\n");
     let c = rewind_json(&ws, &["checkpoint", "one"]);
     assert_eq!(c["manifest_pending"], true, "{c}");
@@ -186,14 +192,8 @@ fn a_read_only_subvolume_is_named_with_its_own_fix() {
     let one = common::checkpoint_id(&ws, &["one"]);
     write(&ws.join("a"), b"two\n");
     common::checkpoint_id(&ws, &["two"]);
-    let property = |value: &str| {
-        let out = std::process::Command::new("btrfs")
-            .args(["property", "set"])
-            .arg(&ws)
-            .args(["ro", value])
-            .output();
-        out.is_ok_and(|o| o.status.success())
-    };
+    let w = ws.to_string_lossy().into_owned();
+    let property = |value: &str| succeeds(&["btrfs", "property", "set", &w, "ro", value]);
     if !property("true") {
         common::skip_or_fail(
             "btrfs-progs is needed to set the ro property (apt-get install btrfs-progs)",
@@ -707,16 +707,10 @@ fn gc_names_an_immutable_snapshot_not_missing_rights() {
     }
     listed(&ws); // every manifest built
     let snap = ws.join(".rewind/state/snapshots").join(&first);
-    let run = |args: &[&str]| {
-        std::process::Command::new(args[0])
-            .args(&args[1..])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
     let s = snap.to_string_lossy().into_owned();
-    if !(run(&["btrfs", "property", "set", &s, "ro", "false"])
-        && run(&["chattr", "+i", &s])
-        && run(&["btrfs", "property", "set", &s, "ro", "true"]))
+    if !(succeeds(&["btrfs", "property", "set", &s, "ro", "false"])
+        && succeeds(&["chattr", "+i", &s])
+        && succeeds(&["btrfs", "property", "set", &s, "ro", "true"]))
     {
         common::skip_or_fail(
             "btrfs-progs and chattr are needed (apt-get install btrfs-progs e2fsprogs)",
@@ -738,9 +732,9 @@ fn gc_names_an_immutable_snapshot_not_missing_rights() {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let g: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     // Undone before any assertion, so the loop filesystem unmounts.
-    run(&["btrfs", "property", "set", &s, "ro", "false"]);
-    run(&["chattr", "-i", &s]);
-    run(&["btrfs", "property", "set", &s, "ro", "true"]);
+    succeeds(&["btrfs", "property", "set", &s, "ro", "false"]);
+    succeeds(&["chattr", "-i", &s]);
+    succeeds(&["btrfs", "property", "set", &s, "ro", "true"]);
     let text = format!("{g}{err}");
     assert!(
         text.contains("immutable") && text.contains("chattr -i"),

@@ -1678,6 +1678,19 @@ fn lock_holder(m: &MountGuard) -> u32 {
     text.trim().parse().expect("a pid in the lock file")
 }
 
+/// SIGKILL process `pid` and wait (10 s at most) until it is gone,
+/// reaped by whoever is its parent.
+fn kill_and_reap(pid: u32) {
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while proc.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!proc.exists(), "process {pid} is gone");
+}
+
 fn is_command_server(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"serve-commands"))
@@ -1923,17 +1936,7 @@ fn a_command_the_server_accepted_finishes_when_the_daemon_dies() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(client.try_wait().expect("poll").is_none(), "the hook waits");
     assert_eq!(lock_holder(&m), server, "the server runs the hook");
-    let daemon = m.status().pid;
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGKILL) }, 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while Path::new(&format!("/proc/{daemon}")).exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(
-        !Path::new(&format!("/proc/{daemon}")).exists(),
-        "the daemon is gone"
-    );
+    kill_and_reap(m.status().pid);
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(is_command_server(server), "the server still runs the hook");
 
@@ -2062,12 +2065,7 @@ fn a_command_whose_daemon_died_leaves_a_new_mount_alone() {
         .expect("spawn the checkpoint");
     common::wait_stopped(child.id());
     let daemon = m.status().pid;
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGKILL) }, 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while Path::new(&format!("/proc/{daemon}")).exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    kill_and_reap(daemon);
     std::mem::forget(m);
     let again = MountGuard::new(&ws, &[]).expect("mount again over the dead one");
     let new_daemon = again.status().pid;

@@ -201,10 +201,7 @@ impl LoopFs {
     /// A fresh btrfs subvolume on this filesystem (the btrfs engine's
     /// workspace root).
     pub fn subvolume(&self, name: &str) -> PathBuf {
-        let parent = rewind_platform::Dir::open(&self.mnt).expect("open mnt");
-        rewind_platform::create_subvolume(&parent, std::ffi::OsStr::new(name))
-            .expect("create subvolume");
-        self.mnt.join(name)
+        subvolume_in(&self.mnt, name)
     }
 
     /// Bytes used on the filesystem (statfs), after flushing it.
@@ -215,6 +212,13 @@ impl LoopFs {
             .expect("statfs")
             .used_bytes()
     }
+}
+
+/// A fresh btrfs subvolume `name` in the directory `parent`.
+pub fn subvolume_in(parent: &Path, name: &str) -> PathBuf {
+    let dir = rewind_platform::Dir::open(parent).expect("open the parent");
+    rewind_platform::create_subvolume(&dir, std::ffi::OsStr::new(name)).expect("create subvolume");
+    parent.join(name)
 }
 
 impl Drop for LoopFs {
