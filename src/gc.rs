@@ -621,27 +621,17 @@ pub fn after_checkpoint(
     let mut pruned = Vec::new();
     if policy.auto {
         let batch = (policy.keep_last / 10).max(10);
-        if enough_to_prune(ws, policy)? {
-            let checkpoints = ws.ledger().checkpoints()?;
-            let protected = protections(ws, &checkpoints)?;
-            let prunable = select(
-                &checkpoints,
-                &protected,
-                policy,
-                crate::time::now_ms(),
-                false,
-            );
-            if prunable.len() >= batch {
-                let r = run(
-                    ws,
-                    &Options {
-                        policy: policy.clone(),
-                        dry_run: false,
-                        force: false,
-                    },
-                )?;
-                pruned.extend(r.pruned);
-            }
+        // Two cheap counts first; the selection only when they pass.
+        if enough_to_prune(ws, policy)? && selection(ws, policy, false)?.prune.len() >= batch {
+            let r = run(
+                ws,
+                &Options {
+                    policy: policy.clone(),
+                    dry_run: false,
+                    force: false,
+                },
+            )?;
+            pruned.extend(r.pruned);
         }
     }
     let mut warning = None;
