@@ -178,8 +178,13 @@ fn uri_path(path: &Path) -> String {
 
 /// `ledger.db-wal` beside `ledger.db`.
 fn wal_path(db: &Path) -> PathBuf {
+    sidecar(db, "-wal")
+}
+
+/// `ledger.db{suffix}` beside `ledger.db`: its `-wal` or `-shm`.
+fn sidecar(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
-    name.push("-wal");
+    name.push(suffix);
     PathBuf::from(name)
 }
 
@@ -531,6 +536,23 @@ impl Ledger {
                 path: path.to_owned(),
             });
         }
+        let sidecars = ["-wal", "-shm"].map(|s| sidecar(path, s));
+        let made = sidecars.clone().map(|p| !p.exists());
+        let r = Self::open_existing(path);
+        // A ledger that cannot be read was written nothing: the empty
+        // sidecars this open made are not left beside it, where they
+        // would be one more thing to copy aside (helper-29, D207).
+        if let Err(Error::LedgerCorrupt { .. }) = r {
+            for (p, made) in sidecars.iter().zip(made) {
+                if made && std::fs::metadata(p).is_ok_and(|m| m.len() == 0) {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+        r
+    }
+
+    fn open_existing(path: &Path) -> Result<Ledger> {
         let ledger = Self::connect(path, false)?;
         let version: Option<String> = ledger
             .conn
@@ -686,10 +708,8 @@ impl Ledger {
         // Before SQLite first reads the file and maps its `-shm` (D97).
         if let Ok(m) = std::fs::metadata(path) {
             use std::os::unix::fs::MetadataExt;
-            let mut shm = path.as_os_str().to_owned();
-            shm.push("-shm");
             let _ = rewind_platform::create_in_place_file(
-                Path::new(&shm),
+                &sidecar(path, "-shm"),
                 m.mode() & 0o777,
                 m.uid(),
                 m.gid(),

@@ -78,7 +78,17 @@ impl MountLink {
             Ok(None) => Ok(None),
             Err(rewind_fuse::Error::DaemonGone { .. }) => {
                 rewind_fuse::detach_dead(root)?;
-                say_walks(root);
+                if root.join(crate::capture::STATE_DIR).is_dir() {
+                    say_walks(root);
+                } else {
+                    // A view: nothing here to walk, and the workspace it
+                    // showed is elsewhere (helper-29, D207).
+                    eprintln!(
+                        "rewind: the mount daemon for {} had died; its dead mount is detached. It was a view of a workspace elsewhere (`rewind mount WORKSPACE --at {}`): mount it again from there, or run rewind in the workspace",
+                        root.display(),
+                        crate::names::shell_word(&root.to_string_lossy())
+                    );
+                }
                 Ok(None)
             }
             Err(e) => Err(e.into()),

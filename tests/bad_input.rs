@@ -933,6 +933,14 @@ fn doctor_on_a_ledger_that_cannot_be_opened_says_the_ways_out() {
         bytes,
         "doctor wrote nothing"
     );
+    // Nor left an empty -shm or -wal beside it (D207).
+    let mut state: Vec<_> = std::fs::read_dir(ws.join(".rewind"))
+        .expect("list .rewind")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| n.to_string_lossy().starts_with("ledger.db"))
+        .collect();
+    state.sort();
+    assert_eq!(state, ["ledger.db"], "nothing beside the ledger");
     assert_eq!(
         std::fs::read(ws.join("work.txt")).expect("work"),
         b"the agent's work\n"

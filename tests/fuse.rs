@@ -994,6 +994,83 @@ fn a_view_whose_daemon_was_killed_mounts_again() {
     m.unmount();
 }
 
+/// A command in a view whose daemon died said it would walk the tree,
+/// then that the view was no workspace: there was nothing to walk. It
+/// now says the view was one, and how to mount it again (helper-29,
+/// D207).
+#[test]
+fn a_command_in_a_view_whose_daemon_died_says_it_was_a_view() {
+    let Some((lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    let m = mount_view(&ws, &view);
+    kill_and_reap(m.status().pid);
+    let out = rewind(&view, &["status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("was a view of a workspace elsewhere") && err.contains("--at"),
+        "{err}"
+    );
+    assert!(!err.contains("walks the tree"), "{err}");
+    assert!(
+        std::fs::read_dir(&view).is_ok(),
+        "the dead mount is detached"
+    );
+    // The workspace itself is untouched and still answers.
+    let st = rewind_json(&ws, &["status"]);
+    assert!(st["changes"].to_string().contains("d00/f00.txt"), "{st}");
+    drop(m);
+}
+
+/// A mount point whose path holds a newline or is not UTF-8 could not
+/// be mounted: the client read the daemon's greeting as text split at
+/// newlines, so the mount point it named never matched (helper-29,
+/// D207). Both now mount, checkpoint through the dirty set, and unmount.
+#[test]
+fn a_workspace_whose_path_holds_a_newline_or_no_utf8_mounts() {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    if !common::is_root() || !Path::new("/dev/fuse").exists() {
+        return;
+    }
+    let run = |dir: &Path, args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("run rewind")
+    };
+    for name in [&b"a\nb"[..], b"caf\xe9"] {
+        let ws = lfs.mnt.join(std::ffi::OsStr::from_bytes(name));
+        write(&ws.join("d/f.txt"), b"one\n");
+        let init = run(&ws, &["init".as_ref(), "-q".as_ref()]);
+        assert!(init.status.success(), "{init:?}");
+        let out = run(Path::new("/"), &["mount".as_ref(), ws.as_os_str()]);
+        assert!(out.status.success(), "mount {ws:?}: {out:?}");
+        let m = MountGuard { dir: ws.clone() };
+        write(&ws.join("d/f.txt"), b"two\n");
+        let ck = run(
+            &ws,
+            &["--json".as_ref(), "checkpoint".as_ref(), "two".as_ref()],
+        );
+        let ck: serde_json::Value = serde_json::from_slice(&ck.stdout).expect("checkpoint json");
+        assert_eq!(ck["engine"], "fuse", "{ws:?}: {ck}");
+        assert!(
+            ck["entries"].as_u64().is_some_and(|n| n < 4),
+            "{ws:?}: {ck}"
+        );
+        let out = run(Path::new("/"), &["unmount".as_ref(), ws.as_os_str()]);
+        assert!(out.status.success(), "unmount {ws:?}: {out:?}");
+        std::mem::forget(m);
+        // The mount hides `.rewind/`: seen again, it is gone.
+        assert!(ws.join(".rewind").is_dir(), "{ws:?} is unmounted");
+    }
+}
+
 /// `sudo rewind mount .` over a user's workspace locked that user out:
 /// without `allow_other` only root could reach the mount point. The mount
 /// over the workspace itself now lets everyone in under the usual

@@ -496,6 +496,29 @@ fn a_command_the_agent_could_not_start_is_warned_about() {
     }
 }
 
+/// An empty `--command` would install hooks that run nothing: a usage
+/// error, and no file is written (helper-29, D207).
+#[test]
+fn an_empty_command_is_refused_and_writes_nothing() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    for cmd in ["", "  "] {
+        let out = rewind(ws, &["--json", "integrate", "claude", "--command", cmd]);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {out:?}");
+        let err: Value = serde_json::from_slice(&out.stdout).expect("json error");
+        assert_eq!(err["error"]["code"], "USAGE", "{err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("--command is empty")),
+            "{err}"
+        );
+        assert!(!ws.join(".mcp.json").exists(), "{cmd:?}");
+        assert!(!ws.join(".claude").exists(), "{cmd:?}");
+        assert!(!ws.join(".rewind").exists(), "{cmd:?}");
+    }
+}
+
 /// Re-running with another `--command` (the binary moved) points the hooks
 /// integrate installed at it instead of leaving them on the old path; a
 /// hook the user wrapped around `rewind hook` is theirs and kept.

@@ -119,22 +119,28 @@ fn holder_of(file: &File) -> Option<Holder> {
         let mut buf = vec![0u8; 4096 + 16];
         let n = file.read_at(&mut buf, 0).unwrap_or(0);
         buf.truncate(n);
-        let mut lines = buf.split(|&b| b == b'\n');
-        if let (Some(pid), Some(mp), Some(_)) = (lines.next(), lines.next(), lines.next())
-            && let Some(pid) = std::str::from_utf8(pid).ok().and_then(|p| p.parse().ok())
-        {
-            return Some(Holder {
-                pid,
-                mountpoint: PathBuf::from(
-                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(mp),
-                ),
-            });
+        if let Some(h) = parse_claim(&buf) {
+            return Some(h);
         }
         if start.elapsed() > Duration::from_secs(1) {
             return None;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// A claim as [`Claim::take`] writes it, `PID\nMOUNTPOINT\n`; `None`
+/// until the final newline is there. The mount point is everything
+/// between the first and that last newline: it may hold newlines itself
+/// (helper-29, D207).
+fn parse_claim(buf: &[u8]) -> Option<Holder> {
+    let nl = buf.iter().position(|&b| b == b'\n')?;
+    let pid = std::str::from_utf8(&buf[..nl]).ok()?.parse().ok()?;
+    let mp = buf[nl + 1..].strip_suffix(b"\n")?;
+    Some(Holder {
+        pid,
+        mountpoint: PathBuf::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(mp)),
+    })
 }
 
 /// The workspace a live daemon serves, from the claim it holds open
@@ -145,4 +151,20 @@ pub fn claimed_workspace(pid: u32) -> Option<PathBuf> {
         .filter_map(|fd| std::fs::read_link(fd.path()).ok())
         .find(|l| l.ends_with(CLAIM_FILE))
         .and_then(|l| l.parent()?.parent().map(Path::to_path_buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claims_mount_point_keeps_its_newlines_and_a_half_written_claim_is_none() {
+        let h = parse_claim(b"7\n/w/a\nb\n").expect("whole claim");
+        assert_eq!(h.pid, 7);
+        assert_eq!(h.mountpoint, Path::new("/w/a\nb"));
+        assert_eq!(parse_claim(b"7\n/w/a"), None);
+        assert_eq!(parse_claim(b"7"), None);
+        assert_eq!(parse_claim(b""), None);
+        assert_eq!(parse_claim(b"x\n/w\n"), None);
+    }
 }

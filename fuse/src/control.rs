@@ -11,6 +11,7 @@
 //! closes while holding a taken dirty set or a frozen mount gives both
 //! back: a killed client loses no change and blocks nobody.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
@@ -291,6 +292,25 @@ fn is_stopped(pid: u32) -> bool {
     process_state(pid).is_some_and(|st| st == "T" || st == "t")
 }
 
+/// The daemon's answer to HELLO, `pid\nMOUNTPOINT\nBACKING`, when it is
+/// the daemon of `mountpoint`: its pid (if it reads as one) and backing
+/// path. Matched as bytes against the mount point the client expects,
+/// not split at newlines or read as UTF-8: a path holding either is a
+/// path, and the mount at it was unreachable (helper-29, D207). The
+/// format itself is unchanged, so daemons and clients of other builds
+/// still understand each other. (The check guards against another mount
+/// point hashing to the same socket; the backing path is absolute.)
+fn parse_hello(payload: &[u8], mountpoint: &Path) -> Option<(Option<u32>, PathBuf)> {
+    let nl = payload.iter().position(|&b| b == b'\n')?;
+    let (pid, rest) = (&payload[..nl], &payload[nl + 1..]);
+    let backing = rest
+        .strip_prefix(mountpoint.as_os_str().as_bytes())?
+        .strip_prefix(b"\n")
+        .filter(|b| b.starts_with(b"/"))?;
+    let pid = std::str::from_utf8(pid).ok().and_then(|p| p.parse().ok());
+    Some((pid, PathBuf::from(OsStr::from_bytes(backing))))
+}
+
 /// A connection to the daemon of one mount.
 pub struct Client {
     stream: UnixStream,
@@ -347,22 +367,18 @@ impl Client {
             }
             Err(e) => return Err(io(e)),
         };
-        let text = String::from_utf8_lossy(&payload).into_owned();
-        let mut lines = text.split('\n');
-        let (pid, mp, backing) = (
-            lines.next().unwrap_or("0"),
-            lines.next().unwrap_or(""),
-            lines.next().unwrap_or(""),
-        );
-        if status != 0 || Path::new(mp) != mountpoint {
-            // Another mount hashed to the same socket name, or an error.
+        // Another mount hashed to the same socket name, or an error.
+        let Some((pid, backing)) = (status == 0)
+            .then(|| parse_hello(&payload, mountpoint))
+            .flatten()
+        else {
             return Ok(None);
-        }
+        };
         Ok(Some(Client {
             stream,
             mountpoint: mountpoint.to_path_buf(),
-            backing: PathBuf::from(backing),
-            pid: pid.parse().unwrap_or(peer),
+            backing,
+            pid: pid.unwrap_or(peer),
         }))
     }
 
@@ -570,5 +586,35 @@ impl Client {
             }
             r => r.map(|_| ()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(pid: &str, mp: &[u8], backing: &[u8]) -> Vec<u8> {
+        [pid.as_bytes(), b"\n", mp, b"\n", backing].concat()
+    }
+
+    #[test]
+    fn a_mount_point_with_a_newline_or_no_utf8_is_still_its_daemons() {
+        for mp in [&b"/w/a\nb"[..], b"/w/caf\xe9", b"/w/plain"] {
+            let path = Path::new(OsStr::from_bytes(mp));
+            let got = parse_hello(&hello("42", mp, b"/run/b\nx"), path);
+            assert_eq!(
+                got,
+                Some((Some(42), PathBuf::from(OsStr::from_bytes(b"/run/b\nx"))))
+            );
+        }
+    }
+
+    #[test]
+    fn another_mount_points_daemon_is_not_this_ones() {
+        let path = Path::new("/w/a");
+        assert_eq!(parse_hello(&hello("42", b"/w/a\nb", b"/b"), path), None);
+        assert_eq!(parse_hello(&hello("42", b"/w/ab", b"/b"), path), None);
+        assert_eq!(parse_hello(b"42", path), None);
+        assert_eq!(parse_hello(b"", path), None);
     }
 }

@@ -85,6 +85,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ));
     }
     let cmd = match &args.command {
+        // Every hook and server entry would run nothing at all.
+        Some(c) if c.trim().is_empty() => {
+            return Err(Error::Usage(
+                "--command is empty: give the rewind binary the agent should run (an absolute path, or `rewind` if it is on the agent's PATH), or leave --command out for this one; nothing was written".into(),
+            ));
+        }
         Some(c) => {
             notes.extend(command_warning(c));
             c.clone()
