@@ -1789,6 +1789,35 @@ fn server_pid_after_a_checkpoint(m: &MountGuard, ws: &Path) -> u32 {
     panic!("no command server took a checkpoint within 5 s");
 }
 
+/// A command server killed between binding its socket under a temporary
+/// name and renaming it into place left that name in the runtime
+/// directory for good. The next server sweeps those of dead processes,
+/// and leaves a live one's alone (D208).
+#[test]
+fn a_dead_servers_temporary_socket_is_swept_by_the_next_one() {
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let sock = rewind_fuse::command_socket_path(&ws);
+    std::fs::create_dir_all(sock.parent().expect("runtime dir")).expect("runtime dir");
+    // Above any pid_max: no process has it.
+    let dead = sock.with_extension("cmd.4194399");
+    let live = sock.with_extension("cmd.1");
+    for p in [&dead, &live] {
+        std::fs::write(p, b"").expect("plant a temporary name");
+    }
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        let _ = std::fs::remove_file(&dead);
+        let _ = std::fs::remove_file(&live);
+        return;
+    };
+    server_pid_after_a_checkpoint(&m, &ws);
+    assert!(!dead.exists(), "a dead server's name is swept");
+    assert!(live.exists(), "a live process's name is left");
+    std::fs::remove_file(&live).expect("remove the planted name");
+    m.unmount();
+}
+
 #[test]
 fn commands_inside_a_mount_run_in_its_server_with_the_callers_streams_cwd_and_exit_code() {
     let Some((_lfs, ws)) = workspace(4, 4) else {

@@ -417,8 +417,8 @@ fn watch_one(client: &UnixStream, woken: &UnixStream, listener: &UnixListener) {
 /// connects to a socket nobody listens on yet.
 fn listen(path: &Path, door: Option<&Door>) -> Result<UnixListener> {
     let os = |op, p: &Path, e| Error::Os(rewind_platform::Error::new(op, p, e));
-    let tmp = path.with_extension(format!("cmd.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = temp_name(path);
+    sweep_dead_temps(path);
     let l = UnixListener::bind(&tmp).map_err(|e| os("listen on", &tmp, e))?;
     std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(|e| os("chmod", &tmp, e))?;
@@ -433,6 +433,38 @@ fn listen(path: &Path, door: Option<&Door>) -> Result<UnixListener> {
     }
     std::fs::rename(&tmp, path).map_err(|e| os("listen on", path, e))?;
     Ok(l)
+}
+
+/// `KEY.cmd.PID`: where this server binds or links its socket before
+/// renaming it to `KEY.cmd`.
+fn temp_name(path: &Path) -> PathBuf {
+    path.with_extension(format!("cmd.{}", std::process::id()))
+}
+
+/// Remove the temporary names beside `path` left by servers killed
+/// between bind and rename (a daemon killed while starting its server):
+/// each stayed in the runtime directory for good. A live server's is
+/// its own, and this one's is about to be made again.
+fn sweep_dead_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let pid = n
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && (pid == std::process::id() || !Path::new(&format!("/proc/{pid}")).exists())
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Give the socket at `sock` to the workspace's owner (connecting needs
@@ -460,8 +492,8 @@ fn open_door(sock: &Path, d: &Door) -> Result<()> {
         .map_err(|e| os("chmod", dir, e))?;
     std::os::unix::fs::chown(sock, Some(d.owner), None).map_err(|e| os("chown", sock, e))?;
     let door = rewind_fuse::door_path(&d.workspace);
-    let tmp = door.with_extension(format!("cmd.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = temp_name(&door);
+    sweep_dead_temps(&door);
     std::fs::hard_link(sock, &tmp).map_err(|e| os("link", &tmp, e))?;
     std::fs::rename(&tmp, &door).map_err(|e| os("open the door at", &door, e))
 }
