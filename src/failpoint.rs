@@ -10,8 +10,10 @@
 //! rmdir marked dirty, its syscall not yet made). Also outside it, each
 //! with its own test: `subvol:ledger-moved` (tests/btrfs.rs) and
 //! `ledger:created-empty` (a new ledger's file made, its tables not yet:
-//! tests/crash.rs), and `mount:connected` (a command connected to its
-//! mount daemon, nothing asked of it yet: tests/fuse.rs).
+//! tests/crash.rs), `mount:connected` (a command connected to its
+//! mount daemon, nothing asked of it yet: tests/fuse.rs) and
+//! `mount:found-dead` (a command found its daemon dead and has not yet
+//! detached the dead mount: tests/fuse.rs).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

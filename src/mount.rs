@@ -62,22 +62,17 @@ impl MountLink {
     /// engine (the dirty set is an accelerator, never the source of truth).
     pub fn connect(root: &Path) -> Result<Option<MountLink>> {
         match Client::connect(root) {
-            Ok(Some(client)) => {
-                crate::failpoint::hit("mount:connected");
-                let access = client.backing_path().to_path_buf();
-                let view = client.is_view();
-                Ok(Some(MountLink {
-                    client: Arc::new(Mutex::new(client)),
-                    access,
-                    view,
-                    point: root.to_path_buf(),
-                    gone: AtomicBool::new(false),
-                    replaced: AtomicBool::new(false),
-                }))
-            }
+            Ok(Some(client)) => Ok(Some(Self::linked(root, client))),
             Ok(None) => Ok(None),
             Err(rewind_fuse::Error::DaemonGone { .. }) => {
+                crate::failpoint::hit("mount:found-dead");
                 rewind_fuse::detach_dead(root)?;
+                // Mounted again since this command found it dead: the
+                // dead mount is gone already, and the new daemon serves
+                // this command too (D209).
+                if let Ok(Some(client)) = Client::connect(root) {
+                    return Ok(Some(Self::linked(root, client)));
+                }
                 if root.join(crate::capture::STATE_DIR).is_dir() {
                     say_walks(root);
                 } else {
@@ -95,6 +90,20 @@ impl MountLink {
         }
     }
 
+    fn linked(root: &Path, client: Client) -> MountLink {
+        crate::failpoint::hit("mount:connected");
+        let access = client.backing_path().to_path_buf();
+        let view = client.is_view();
+        MountLink {
+            client: Arc::new(Mutex::new(client)),
+            access,
+            view,
+            point: root.to_path_buf(),
+            gone: AtomicBool::new(false),
+            replaced: AtomicBool::new(false),
+        }
+    }
+
     /// `r` is the answer to a request; a daemon that died since connect
     /// is detached once (D194), and `r` becomes `Ok(None)`.
     fn unless_gone<T>(&self, r: rewind_fuse::Result<T>) -> Result<Option<T>> {
@@ -103,7 +112,14 @@ impl MountLink {
             Err(rewind_fuse::Error::DaemonGone { .. }) => {
                 if !self.gone.swap(true, Ordering::SeqCst) {
                     let old = self.daemon_pid();
-                    let new = matches!(Client::connect(&self.point), Ok(Some(c)) if c.daemon_pid() != old);
+                    let mut new = matches!(Client::connect(&self.point), Ok(Some(c)) if c.daemon_pid() != old);
+                    if !new {
+                        crate::failpoint::hit("mount:found-dead");
+                        rewind_fuse::detach_dead_mount(&self.point)?;
+                        // Only a dead mount is detached: one still there
+                        // was mounted since the check above (D209).
+                        new = rewind_fuse::is_rewind_mount(&self.point);
+                    }
                     self.replaced.store(new, Ordering::SeqCst);
                     if new {
                         eprintln!(
@@ -111,7 +127,6 @@ impl MountLink {
                             self.point.display()
                         );
                     } else {
-                        rewind_fuse::detach_dead_mount(&self.point)?;
                         say_walks(&self.point);
                     }
                 }

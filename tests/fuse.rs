@@ -2196,6 +2196,54 @@ fn a_command_whose_daemon_died_leaves_a_new_mount_alone() {
     );
 }
 
+/// D205 checked for a new daemon before detaching a dead one, but a
+/// `rewind mount` of the path between that check and the detach still
+/// had its live mount detached and its sockets removed. Now only a dead
+/// mount is detached and only sockets nobody listens on are removed,
+/// and a command that found the daemon dead goes through the new one
+/// (D209). The command stops after finding the daemon dead (failpoint
+/// `mount:found-dead`), the path is mounted again, the command goes on.
+#[test]
+fn a_mount_made_while_a_command_clears_the_dead_one_survives() {
+    let Some((_lfs, ws)) = workspace(4, 4) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let daemon = m.status().pid;
+    kill_and_reap(daemon);
+    std::mem::forget(m);
+    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "checkpoint", "across"])
+        .current_dir(&ws)
+        .env("REWIND_FAILPOINT", "mount:found-dead")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the checkpoint");
+    common::wait_stopped(child.id());
+    let again = MountGuard::new(&ws, &[]).expect("mount again over the dead one");
+    let new_daemon = again.status().pid;
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGCONT) }, 0);
+    let out = child.wait_with_output().expect("the checkpoint ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "checkpoint: {stderr}");
+    let ck: serde_json::Value = serde_json::from_slice(&out.stdout).expect("checkpoint json");
+    assert_eq!(ck["engine"], "fuse", "through the new daemon: {ck}");
+    assert_eq!(again.status().pid, new_daemon, "the new daemon serves");
+    assert!(
+        !ws.join(".rewind").exists(),
+        "the new mount still hides the history"
+    );
+    write(&ws.join("d00/after.txt"), b"through the new mount\n");
+    let ck = rewind_json(&ws, &["checkpoint", "after"]);
+    assert_eq!(ck["engine"], "fuse", "{ck}");
+    again.unmount();
+}
+
 #[test]
 fn a_replaced_binary_takes_over_from_the_server_it_replaced() {
     let Some((_lfs, ws)) = workspace(2, 2) else {

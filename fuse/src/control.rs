@@ -91,6 +91,25 @@ pub(crate) fn remove_sockets(mountpoint: &Path) {
     }
 }
 
+/// [`remove_sockets`] for a daemon found dead: only the sockets nobody
+/// listens on. A new daemon of the same mount point (and its command
+/// server) may have bound theirs since (D209).
+pub(crate) fn remove_dead_sockets(mountpoint: &Path) {
+    let mut socks = vec![socket_path(mountpoint), command_socket_path(mountpoint)];
+    if rustix::process::geteuid().is_root() {
+        socks.push(door_path(mountpoint));
+    }
+    for s in socks {
+        let refused = matches!(
+            connect_within(&s, Duration::ZERO),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if refused {
+            let _ = std::fs::remove_file(&s);
+        }
+    }
+}
+
 /// Where a mount over the workspace itself keeps the backing tree
 /// reachable by path: a private bind mount (SQLite resolves symlinks, so
 /// `/proc/self/fd/N` paths lead it back into the mount).

@@ -481,10 +481,16 @@ pub fn dev_fuse_usable() -> bool {
     .is_ok()
 }
 
-/// A rewind mount whose daemon is gone (its socket too): every access
-/// fails ENOTCONN.
+/// A rewind mount whose daemon is gone: every request fails ENOTCONN.
 fn is_dead_rewind_mount(path: &Path) -> bool {
-    rustix::fs::stat(path).err() == Some(rustix::io::Errno::NOTCONN) && is_rewind_mount(path)
+    // statfs, not stat: the kernel answers a stat of the mount's root
+    // from its attribute cache for the TTL, dead daemon or not; a statfs
+    // always asks. ECONNABORTED: a request in flight when the daemon
+    // died (D206).
+    matches!(
+        rustix::fs::statfs(path).err(),
+        Some(rustix::io::Errno::NOTCONN | rustix::io::Errno::CONNABORTED)
+    ) && is_rewind_mount(path)
 }
 
 /// Whether a rewind daemon's FUSE filesystem is mounted at `path`, live or
@@ -501,7 +507,7 @@ pub fn is_rewind_mount(path: &Path) -> bool {
 /// shows the backing tree again.
 pub fn detach_dead(mp: &Path) -> Result<()> {
     detach_dead_mount(mp)?;
-    release_backing(&control::backing_path(mp));
+    release_dead_backing(mp);
     Ok(())
 }
 
@@ -509,11 +515,13 @@ pub fn detach_dead(mp: &Path) -> Result<()> {
 /// command that found the daemon dead midway still works through; it
 /// calls [`release_dead_backing`] when done.
 pub fn detach_dead_mount(mp: &Path) -> Result<()> {
-    // Only rewind's own mount: a daemon that exited after it unmounted
-    // (`rewind unmount` answered by EOF, D194) leaves the path showing
-    // what was under it, perhaps a filesystem mounted there, which a
-    // lazy unmount would detach from under its users.
-    let r = if !is_rewind_mount(mp) {
+    // Only rewind's own mount, and only a dead one: a daemon that exited
+    // after it unmounted (`rewind unmount` answered by EOF, D194) leaves
+    // the path showing what was under it, perhaps a filesystem mounted
+    // there, which a lazy unmount would detach from under its users; and
+    // a `rewind mount` of the path since the caller found its daemon
+    // dead put a live one there, with its own sockets (D209).
+    let r = if !is_dead_rewind_mount(mp) {
         Ok(())
     } else if rustix::process::geteuid().is_root() {
         rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH)
@@ -531,7 +539,7 @@ pub fn detach_dead_mount(mp: &Path) -> Result<()> {
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
         Err(e) => return Err(Error::io("detach the dead mount at", mp, e)),
     }
-    control::remove_sockets(mp);
+    control::remove_dead_sockets(mp);
     Ok(())
 }
 
