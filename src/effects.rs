@@ -48,6 +48,10 @@ pub struct Request {
     /// The agent's id for the call asking (a hook's `tool_use_id`): the
     /// outcome of another call never resolves this one (D108).
     pub call: Option<String>,
+    /// Keys the same effect was recorded under by earlier builds, asked
+    /// when `key` has no row: a shell line's key named the agent's own
+    /// tool before D210 (`run_shell_command:git push`).
+    pub former_keys: Vec<String>,
 }
 
 /// The longest key or scope the ledger stores. A hook's key is the whole
@@ -340,13 +344,19 @@ impl Timeline {
 
 /// Decide and record, inside an open `BEGIN IMMEDIATE` transaction.
 pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
-    let existing: Option<Row> = conn
-        .cached_row(
-            "SELECT payload, status, head, max_checkpoint, max_operation, first_seq FROM effects WHERE scope = ?1 AND key = ?2",
-            params![req.scope, req.key],
-            |r| Ok(Row { payload: r.get(0)?, status: r.get(1)?, head: r.get(2)?, max_checkpoint: r.get(3)?, max_operation: r.get(4)?, first_seq: r.get(5)? }),
-        )
-        .optional()?;
+    let mut existing: Option<Row> = None;
+    for key in std::iter::once(&req.key).chain(&req.former_keys) {
+        existing = conn
+            .cached_row(
+                "SELECT payload, status, head, max_checkpoint, max_operation, first_seq FROM effects WHERE scope = ?1 AND key = ?2",
+                params![req.scope, key],
+                |r| Ok(Row { payload: r.get(0)?, status: r.get(1)?, head: r.get(2)?, max_checkpoint: r.get(3)?, max_operation: r.get(4)?, first_seq: r.get(5)? }),
+            )
+            .optional()?;
+        if existing.is_some() {
+            break;
+        }
+    }
     let now = head_seq(conn)?;
     let timeline = match &existing {
         Some(row) => Some(Timeline::read(conn, row.max_checkpoint)?),

@@ -125,27 +125,37 @@ impl ToolCall {
             });
         // A shell command is its own identity and payload: the description
         // the agent attaches changes between identical runs.
-        let (key, payload) = match named {
-            Some(k) => (
-                format!("{}:{k}", self.tool_name),
-                self.tool_input.to_string(),
-            ),
+        let (what, payload) = match named {
+            Some(k) => (k, self.tool_input.to_string()),
             None if self.tool_input.get("command").is_some() => {
                 let arg = self.argument();
-                (format!("{}:{arg}", self.tool_name), arg)
+                (arg.clone(), arg)
             }
             None => {
                 let payload = self.tool_input.to_string();
                 let digest = payload_hash(Some(&payload)).to_hex();
-                (format!("{}:{}", self.tool_name, &digest[..16]), payload)
+                (digest[..16].to_string(), payload)
             }
         };
+        // The same shell line is the same effect whichever agent runs it:
+        // its key names the first shell tool (D210).
+        let tool = if is_shell_tool(&self.tool_name) {
+            SHELL_TOOLS[0]
+        } else {
+            &self.tool_name
+        };
+        let former_keys = SHELL_TOOLS
+            .iter()
+            .filter(|t| **t != tool)
+            .map(|t| Request::bounded_key(format!("{t}:{what}")))
+            .collect();
         Request {
             scope: "hook".into(),
-            key: Request::bounded_key(key),
+            key: Request::bounded_key(format!("{tool}:{what}")),
             kind: rule.kind.clone().unwrap_or_else(|| "effect".into()),
             payload: payload_hash(Some(&payload)),
             call: self.tool_use_id.clone().filter(|c| !c.is_empty()),
+            former_keys,
         }
     }
 
@@ -237,8 +247,8 @@ impl<'a> Pattern<'a> {
 /// Each agent's tool that runs a shell line: Claude Code's (and Codex's)
 /// `Bash`, Gemini CLI's `run_shell_command`. A rule naming one names them
 /// all: `Bash(git push*)` let a push through from Gemini (helper-28,
-/// D195). The effect's key keeps the call's own tool name, as recorded
-/// before.
+/// D195). The effect's key names the first of them whichever agent ran
+/// the line (D210): a push from one agent is the same push from another.
 const SHELL_TOOLS: &[&str] = &["Bash", "run_shell_command"];
 
 fn is_shell_tool(name: &str) -> bool {
@@ -714,7 +724,10 @@ mod tests {
                 let (req, _) = c
                     .effect(&call(tool, push.clone()))
                     .unwrap_or_else(|| panic!("{rule} lets {tool} push"));
-                assert_eq!(req.key, format!("{tool}:git push origin main"));
+                // One effect whichever agent runs it (D210), found also
+                // under the other agent's former key.
+                assert_eq!(req.key, "Bash:git push origin main");
+                assert_eq!(req.former_keys, ["run_shell_command:git push origin main"]);
             }
             assert!(c.effect(&call("write_file", push.clone())).is_none());
         }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{rewind_json, snapshot, write};
+use common::{rewind, rewind_json, snapshot, write};
 
 const RULES: &str = r#"
 [[effect]]
@@ -728,6 +728,53 @@ fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
             stderr(&again)
         );
     }
+}
+
+/// D210: the same push is the same effect whichever agent runs it. Its
+/// key named the agent's shell tool (`Bash:` or `run_shell_command:`),
+/// so a push Claude Code made, rewound past, was admitted again when
+/// Gemini CLI ran it. A push an earlier build recorded under Gemini's
+/// key is found too.
+#[test]
+fn a_push_from_one_agent_is_refused_from_another_after_a_rewind() {
+    let dir = project(true);
+    let ws = dir.path();
+    let before = common::checkpoint_id(ws, &["before the push"]);
+    let call = |tool: &str, branch: &str| {
+        serde_json::json!({"tool_name": tool, "tool_input": {"command": format!("git push origin {branch}")}, "cwd": ws})
+            .to_string()
+    };
+    let first = hook("pre-tool-use", &call("Bash", "main"));
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    rewind_json(ws, &["rewind", &before]);
+    let again = hook("pre-tool-use", &call("run_shell_command", "main"));
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(stderr(&again).contains("SPENT"), "{}", stderr(&again));
+    // Recorded by an earlier build under Gemini's own key.
+    let out = rewind(
+        ws,
+        &[
+            "guard",
+            "--scope",
+            "hook",
+            "--key",
+            "run_shell_command:git push origin dev",
+            "--payload",
+            "git push origin dev",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    for tool in ["Bash", "run_shell_command"] {
+        let out = hook("pre-tool-use", &call(tool, "dev"));
+        assert_eq!(out.status.code(), Some(2), "{tool}: {}", stderr(&out));
+    }
+    assert_eq!(
+        effect_keys(ws),
+        [
+            "Bash:git push origin main",
+            "run_shell_command:git push origin dev"
+        ]
+    );
 }
 
 /// D163: a hook's key is the whole command, and a 5 MB `git push` line

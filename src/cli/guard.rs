@@ -105,6 +105,7 @@ fn request(args: Args) -> Result<Request> {
             kind: args.kind.unwrap_or_default(),
             payload: payload_hash(args.payload.as_deref()),
             call: None,
+            former_keys: Vec::new(),
         });
     };
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
@@ -154,5 +155,6 @@ fn request(args: Args) -> Result<Request> {
             None => payload_hash_value(obj.get("payload")),
         },
         call: None,
+        former_keys: Vec::new(),
     })
 }

@@ -645,6 +645,7 @@ fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
             other => payload_hash_value(other.as_ref()),
         },
         call: None,
+        former_keys: Vec::new(),
     };
     req.check_names().map_err(Error::Usage)?;
     let d = crate::cli::guard::decide(ctx, &req);
