@@ -90,6 +90,7 @@ impl MountLink {
         }
     }
 
+    /// The link to `client`, the daemon answering for `root`.
     fn linked(root: &Path, client: Client) -> MountLink {
         crate::failpoint::hit("mount:connected");
         let access = client.backing_path().to_path_buf();
