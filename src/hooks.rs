@@ -46,11 +46,11 @@ pub struct ToolCall {
     pub tool_name: String,
     #[serde(default)]
     pub tool_input: Value,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_text")]
     pub cwd: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_text")]
     pub session_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_text")]
     pub tool_use_id: Option<String>,
     #[serde(default)]
     pub tool_response: Option<Value>,
@@ -58,8 +58,23 @@ pub struct ToolCall {
     /// sending a `tool_response`.
     #[serde(default)]
     pub error: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_text")]
     pub hook_event_name: Option<String>,
+}
+
+/// A field the hook only reads along: a number is its text, anything
+/// else but a string is absent. Typed strictly, `"session_id": 123`
+/// made the whole payload unreadable, and the hook's exit 1 let a
+/// repeated push through that `tool_name` and `tool_input` named
+/// plainly (helper-31, D211).
+fn lenient_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    Ok(match <Value as serde::Deserialize>::deserialize(d)? {
+        Value::String(s) => Some(s),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    })
 }
 
 impl ToolCall {

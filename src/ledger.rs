@@ -181,6 +181,36 @@ fn wal_path(db: &Path) -> PathBuf {
     sidecar(db, "-wal")
 }
 
+/// The size of a non-empty `-wal` beside `db`: commits of a history
+/// whose main file is missing or empty are still in it, and must not be
+/// overwritten by a new ledger (D212).
+pub(crate) fn stranded_wal(db: &Path) -> Option<u64> {
+    let wal = std::fs::read(wal_path(db)).ok()?;
+    wal_has_commit(&wal).then_some(wal.len() as u64)
+}
+
+/// Whether a WAL holds a commit: a frame of its current generation (the
+/// header's salts) that ends a transaction. One whose only frames were
+/// never committed is what a killed creation leaves (helper-15), and is
+/// no history.
+fn wal_has_commit(wal: &[u8]) -> bool {
+    let be32 = |b: &[u8], at: usize| {
+        b.get(at..at + 4)
+            .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+    };
+    let (Some(magic), Some(page)) = (be32(wal, 0), be32(wal, 8)) else {
+        return false;
+    };
+    if magic & !1 != 0x377f_0682 || !(512..=65536).contains(&page) || !page.is_power_of_two() {
+        return false;
+    }
+    let salts = &wal[16..24];
+    let frame = 24 + page as usize;
+    wal[32..]
+        .chunks_exact(frame)
+        .any(|f| &f[8..16] == salts && be32(f, 4).is_some_and(|n| n > 0))
+}
+
 /// `ledger.db{suffix}` beside `ledger.db`: its `-wal` or `-shm`.
 fn sidecar(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -656,7 +686,9 @@ impl Ledger {
     /// back a creation left half done in a rollback journal). False when
     /// it is missing or unreadable: those are reported by [`Ledger::open`].
     pub fn never_finished(path: &Path) -> bool {
-        path.exists() && open_connection(path).is_ok_and(|c| has_no_tables(&c))
+        path.exists()
+            && stranded_wal(path).is_none()
+            && open_connection(path).is_ok_and(|c| has_no_tables(&c))
     }
 
     /// Create a new ledger with a fresh workspace id. Idempotent: on a
@@ -700,8 +732,20 @@ impl Ledger {
 
     fn connect(path: &Path, new: bool) -> Result<Ledger> {
         // A file an interrupted creation left empty is still new: it takes
-        // the page size a ledger is made with.
-        let new = new || std::fs::metadata(path).is_ok_and(|m| m.len() == 0);
+        // the page size a ledger is made with. Not one beside a WAL that
+        // holds commits: that is a history whose main file was lost, and
+        // making it new reset the WAL (helper-31, D212).
+        let empty = std::fs::metadata(path).is_ok_and(|m| m.len() == 0);
+        if empty && let Some(bytes) = stranded_wal(path) {
+            return Err(Error::LedgerCorrupt {
+                path: path.to_owned(),
+                detail: format!(
+                    "the file is empty while {} holds {bytes} bytes of its history; nothing was written: restore the ledger from a backup or copy (with its -wal), or move the state directory aside to start a new history",
+                    wal_path(path).display()
+                ),
+            });
+        }
+        let new = new || empty;
         let wal = wal_path(path);
         let files_existed = path.exists() && wal.exists();
         let conn = open_connection(path).map_err(db_err(path))?;
@@ -2125,6 +2169,33 @@ mod tests {
             }],
         };
         (Node::hash_of_encoding(&node.encode()), node)
+    }
+
+    /// D212: a WAL with a commit of its generation is history; one cut
+    /// to its header, one whose frames are of an older generation (other
+    /// salts) or were never committed is not.
+    #[test]
+    fn only_a_wal_holding_a_commit_is_history() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("ledger.db");
+        let ledger = Ledger::create(&path, "test").expect("ledger");
+        let wal = std::fs::read(wal_path(&path)).expect("read the WAL");
+        drop(ledger);
+        assert!(
+            wal_has_commit(&wal),
+            "a new ledger's WAL holds its creation"
+        );
+        assert!(!wal_has_commit(&wal[..32]), "the header alone");
+        assert!(!wal_has_commit(&[]), "nothing");
+        let mut other = wal.clone();
+        other[16] ^= 0xff;
+        assert!(!wal_has_commit(&other), "frames of another generation");
+        let page = u32::from_be_bytes([wal[8], wal[9], wal[10], wal[11]]) as usize;
+        let mut uncommitted = wal.clone();
+        for f in uncommitted[32..].chunks_exact_mut(24 + page) {
+            f[4..8].fill(0);
+        }
+        assert!(!wal_has_commit(&uncommitted), "frames never committed");
     }
 
     /// D181: a server's commit never folds the WAL itself, however far

@@ -399,13 +399,14 @@ impl Workspace {
         if created || unfinished || !ledger_path.exists() {
             if !created {
                 // .rewind/ without a ledger: refuse rather than start a new
-                // history next to objects of an old one.
+                // history next to objects of an old one, or over the WAL
+                // that still holds its last commits (D212).
                 let has_objects = state
                     .open_dir(OsStr::new("objects"))
                     .and_then(|d| d.entries())
                     .map(|e| !e.is_empty())
                     .unwrap_or(false);
-                if has_objects {
+                if has_objects || crate::ledger::stranded_wal(&ledger_path).is_some() {
                     return Err(Error::LedgerMissing { path: ledger_path });
                 }
             }

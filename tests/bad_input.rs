@@ -947,6 +947,56 @@ fn doctor_on_a_ledger_that_cannot_be_opened_says_the_ways_out() {
     );
 }
 
+/// D212: with `ledger.db` lost and its `-wal` still holding the
+/// history's last commits, `init` said "already a workspace" and made a
+/// new empty ledger over that WAL; with `ledger.db` emptied, even `list`
+/// reset the WAL. Both now refuse, and the WAL is left as it was.
+#[test]
+fn a_lost_ledgers_wal_is_never_overwritten() {
+    for emptied in [false, true] {
+        let tmp = common::tmp();
+        let ws = tmp.path();
+        write(&ws.join("a"), b"one\n");
+        common::checkpoint_id(ws, &["first-label"]);
+        write(&ws.join("a"), b"two\n");
+        common::checkpoint_id(ws, &["second-label"]);
+        let db = ws.join(".rewind/ledger.db");
+        let wal = ws.join(".rewind/ledger.db-wal");
+        let kept = std::fs::read(&wal).expect("read the WAL");
+        assert!(!kept.is_empty(), "the commits are in the WAL");
+        if emptied {
+            std::fs::write(&db, b"").expect("empty the ledger");
+        } else {
+            std::fs::remove_file(&db).expect("remove the ledger");
+        }
+        for args in [
+            &["--json", "list"][..],
+            &["--json", "status"],
+            &["--json", "init"],
+        ] {
+            let out = rewind(ws, args);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            assert_eq!(out.status.code(), Some(1), "{emptied} {args:?}: {v}");
+            let want = if emptied {
+                "LEDGER_CORRUPT"
+            } else {
+                "LEDGER_MISSING"
+            };
+            assert_eq!(v["error"]["code"], want, "{emptied} {args:?}: {v}");
+            assert_eq!(
+                std::fs::read(&wal).expect("WAL"),
+                kept,
+                "{emptied} {args:?}"
+            );
+        }
+        assert_eq!(
+            std::fs::metadata(&db).map(|m| m.len()).ok(),
+            emptied.then_some(0),
+            "the ledger is left as it was"
+        );
+    }
+}
+
 /// `unmount` of a typo or of a directory that is no workspace says which,
 /// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
 #[test]

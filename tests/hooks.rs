@@ -777,6 +777,51 @@ fn a_push_from_one_agent_is_refused_from_another_after_a_rewind() {
     );
 }
 
+/// D211: a payload whose side fields had another JSON type than the
+/// hook expected (`"session_id": 123`, `"tool_use_id": 42`, `"cwd": 1`,
+/// `"hook_event_name": 7`) was unreadable as a whole: exit 1, which
+/// Claude Code takes as a non-blocking error, so the repeated push ran.
+/// The tool and its input are plain: the push is refused.
+#[test]
+fn a_push_is_refused_whatever_type_the_payloads_side_fields_have() {
+    let dir = project(true);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint"]);
+    let call = |extra: &str| {
+        format!(
+            r#"{{"tool_name":"Bash","tool_input":{{"command":"git push origin main"}},"cwd":{},{extra}}}"#,
+            serde_json::json!(ws)
+        )
+    };
+    let first = hook("pre-tool-use", &call(r#""session_id":"s1""#));
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    for extra in [
+        r#""session_id":123"#,
+        r#""tool_use_id":42"#,
+        r#""hook_event_name":7"#,
+        r#""session_id":{"a":1},"tool_use_id":[1]"#,
+    ] {
+        let out = hook("pre-tool-use", &call(extra));
+        assert_eq!(out.status.code(), Some(2), "{extra}: {}", stderr(&out));
+    }
+    // A `cwd` that is no path: the hook's own directory stands in.
+    let p = r#"{"tool_name":"Bash","tool_input":{"command":"git push origin main"},"cwd":1}"#;
+    let out = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["hook", "pre-tool-use"])
+        .current_dir(ws)
+        .env_remove("CLAUDE_PROJECT_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().expect("stdin").write_all(p.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("run the hook");
+    assert_eq!(out.status.code(), Some(2), "cwd 1: {}", stderr(&out));
+}
+
 /// D163: a hook's key is the whole command, and a 5 MB `git push` line
 /// (a heredoc, a `-d` payload) grew the ledger by 5 MB at every decision.
 /// Past 4 KiB the key is cut and named by its SHA-256: the same command
