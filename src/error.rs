@@ -12,12 +12,16 @@ pub enum Error {
     Mount(#[from] rewind_fuse::Error),
 
     #[error(
-        "{cause}; the {op} to {target} could not finish and was rolled back: the tree is as it was before it (checkpoint {safety}); fix the cause and run it again"
+        "{cause}; the {op} to {target} could not finish and was rolled back: the tree is as it was before it (checkpoint {safety}){}; fix the cause and run it again",
+        saved.as_ref().map(|id| format!(", and what was made in it while the {op} ran is checkpoint {id}")).unwrap_or_default()
     )]
     RolledBack {
         op: &'static str,
         target: String,
         safety: String,
+        /// What the tree held when the apply failed, made after the
+        /// safety checkpoint (D213).
+        saved: Option<String>,
         cause: Box<Error>,
     },
 

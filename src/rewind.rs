@@ -546,6 +546,7 @@ fn run_to(
 
     // 4. Apply in place. If the tree changed under us (a directory swapped
     //    for a symlink), finish from a fresh capture instead.
+    let mut retried_from = None;
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
         let report = apply_plan(ws, &target.id, &trees, &changes, aopts);
@@ -561,7 +562,17 @@ fn run_to(
             Ok(r)
         }
         Err(Error::Os(e)) if e.is_redirected() || e.is_not_found() => {
-            reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)
+            // What was made in the tree since the safety capture is in no
+            // checkpoint, and the plan from a fresh capture removes it:
+            // saved first (helper-30, D213).
+            let label = format!("before retrying a {} to {}", op.as_str(), target.id);
+            let to = (target.id.as_str(), target.root);
+            checkpoint_live_before(ws, &label, to, safety_seq, &opts.paths, dopts).and_then(
+                |saved| {
+                    retried_from = saved;
+                    reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)
+                },
+            )
         }
         Err(e) => Err(e),
     };
@@ -605,7 +616,11 @@ fn run_to(
         setuid_stripped: report.setuid_stripped,
         effects_not_undone,
         duration_ms: started.elapsed().as_millis() as u64,
-        warning: None,
+        warning: retried_from.map(|id| {
+            format!(
+                "the tree changed while the rewind applied its plan, so it finished from a fresh capture; what the tree held then, made after the safety checkpoint, is checkpoint {id}"
+            )
+        }),
     })
 }
 
@@ -963,16 +978,20 @@ fn roll_back(
     dopts: DiffOptions,
     cause: Error,
 ) -> Error {
-    let back = || -> Result<String> {
-        let safety = ws
+    let mut back = || -> Result<(String, Option<String>)> {
+        let to = ws
             .ledger()
             .checkpoint_by_seq(safety)?
             .ok_or_else(|| Error::UnknownId {
                 id: format!("#{safety}"),
             })?;
-        let report = reapply_from_live(ws, &safety.id, safety.root, paths, aopts, dopts)?;
+        // What was made during the failed apply is in no checkpoint, and
+        // going back removes it: saved first (helper-30, D213).
+        let label = format!("before rolling back a {} to {target_id}", op.as_str());
+        let saved = checkpoint_live_before(ws, &label, (&to.id, to.root), safety, paths, dopts)?;
+        let report = reapply_from_live(ws, &to.id, to.root, paths, aopts, dopts)?;
         ws.sync_applied(&report.touched, Before::Unknown, true)?;
-        Ok(safety.id)
+        Ok((to.id, saved))
     };
     // A mount point in the way says only "Invalid cross-device link".
     let cause = match cause {
@@ -982,8 +1001,8 @@ fn roll_back(
         },
         e => e,
     };
-    let safety_id = match back() {
-        Ok(id) => id,
+    let (safety_id, saved) = match back() {
+        Ok(r) => r,
         Err(_) => return cause,
     };
     let committed = ws.ledger_mut().write(|tx| {
@@ -1004,6 +1023,7 @@ fn roll_back(
             op: op.as_str(),
             target: target_id.to_string(),
             safety: safety_id,
+            saved,
             cause: Box::new(cause),
         },
         Err(_) => cause,
@@ -1127,12 +1147,30 @@ fn checkpoint_before_recovery(
     paths: &[Vec<u8>],
     dopts: DiffOptions,
 ) -> Result<Option<String>> {
+    let label = format!(
+        "before finishing an interrupted {} to {target_id}",
+        op.as_str()
+    );
+    let to = (target_id, intent.to_root);
+    checkpoint_live_before(ws, &label, to, intent.safety, paths, dopts)
+}
+
+/// [`checkpoint_before_recovery`] for a plan made again from a fresh
+/// capture, towards `to` (an id and its root), in a rewind whose safety
+/// checkpoint is `safety`: what the live tree holds that neither that
+/// checkpoint nor the newest one does is saved first, with `label`
+/// (D213).
+fn checkpoint_live_before(
+    ws: &mut Workspace,
+    label: &str,
+    (target_id, to_root): (&str, Hash),
+    safety: i64,
+    paths: &[Vec<u8>],
+    dopts: DiffOptions,
+) -> Result<Option<String>> {
     let new_objects = ws.store().track_new()?;
     let mut cap = ws.capture_live()?;
-    let safety_root = ws
-        .ledger()
-        .checkpoint_by_seq(intent.safety)?
-        .map(|c| c.root);
+    let safety_root = ws.ledger().checkpoint_by_seq(safety)?.map(|c| c.root);
     // The newest checkpoint: a recovery whose finish failed made it from
     // this same tree, and each later command would add one more (D161).
     let newest_root = ws.ledger().newest_checkpoint()?.map(|c| c.root);
@@ -1140,13 +1178,13 @@ fn checkpoint_before_recovery(
     // the target's content (its tree is neither checkpoint's), or a
     // rewind's whole tree is the target's.
     let overwrites_nothing = || -> Result<bool> {
-        let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(intent.to_root);
+        let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
         let kept = ws.ledger().skipped(target_id)?;
         Ok(plan(
             ws.root_dir(),
             &trees,
             &cap.root,
-            &intent.to_root,
+            &to_root,
             paths,
             &kept,
             dopts,
@@ -1172,10 +1210,6 @@ fn checkpoint_before_recovery(
         Engine::Btrfs => Engine::Walk,
         other => other,
     };
-    let label = format!(
-        "before finishing an interrupted {} to {target_id}",
-        op.as_str()
-    );
     let seq = ws.ledger_mut().write(|tx| {
         write_capture(tx, &cap)?;
         insert_checkpoint(
@@ -1183,7 +1217,7 @@ fn checkpoint_before_recovery(
             &workspace_id,
             &cap,
             &NewCheckpoint {
-                label: Some(&label),
+                label: Some(label),
                 kind: "pre-rewind",
                 parent: head.as_ref().map(|h| h.seq),
                 changes,

@@ -1063,6 +1063,51 @@ fn a_file_written_during_the_rewind_is_kept_not_lost() {
     assert!(kept.contains(&"F") && kept.contains(&"new.log"), "{v}");
 }
 
+/// D213: a rewind whose apply met a directory swapped for a symlink
+/// finished from a fresh capture that stored nothing, and its plan
+/// deleted what had been made in the tree meanwhile: a log written
+/// during the rewind and the moved directory's new file were in no
+/// checkpoint (helper-30). They are now saved in a checkpoint before
+/// the plan is made again, and the report says which.
+#[test]
+fn what_is_made_during_a_retried_rewind_is_saved_first() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for i in 1..=5 {
+        write(&root.join(format!("a/{i}")), format!("a{i}\n").as_bytes());
+        write(&root.join(format!("b/{i}")), format!("b{i}\n").as_bytes());
+    }
+    let a = checkpoint_id(root, &[]);
+    for i in 1..=5 {
+        write(&root.join(format!("a/{i}")), b"edited\n");
+        write(&root.join(format!("b/{i}")), b"edited\n");
+    }
+    let v = common::rewind_json_stopped_at(root, &["rewind", &a], "apply:file-written:1", || {
+        write(&root.join("logs/server.log"), b"PRECIOUS log line\n");
+        std::fs::rename(root.join("b"), root.join("b.moved")).expect("move b");
+        std::os::unix::fs::symlink("b.moved", root.join("b")).expect("symlink b");
+        write(&root.join("b.moved/new"), b"PRECIOUS new file\n");
+    });
+    let warning = v["warning"].as_str().unwrap_or_else(|| panic!("{v}"));
+    let saved = warning
+        .rsplit("checkpoint ")
+        .next()
+        .expect("the saved checkpoint")
+        .to_string();
+    assert_eq!(std::fs::read(root.join("b/1")).expect("b/1"), b"b1\n");
+    // Everything made during the rewind comes back from that checkpoint.
+    rewind_json(root, &["rewind", &saved]);
+    assert_eq!(
+        std::fs::read(root.join("logs/server.log")).expect("the log"),
+        b"PRECIOUS log line\n"
+    );
+    assert_eq!(
+        std::fs::read(root.join("b.moved/new")).expect("the new file"),
+        b"PRECIOUS new file\n"
+    );
+    assert!(root.join("b").is_symlink());
+}
+
 /// D172: a directory the rewind just made, removed by another program
 /// before the rewind wrote into it (a watcher, a build, `npm install`
 /// churning the tree), is left removed and listed as kept; the rest of the

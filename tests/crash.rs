@@ -422,6 +422,61 @@ fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
     }
 }
 
+/// D213: going back from a rewind that could not finish removed what was
+/// made in the tree while it ran (a file saved meanwhile), and no
+/// checkpoint held it (helper-30). It is saved first, and the error
+/// names the checkpoint that holds it.
+#[test]
+fn what_is_made_during_a_rewind_that_is_rolled_back_is_saved_first() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let root = lfs.subdir("rolled");
+    for i in 1..=3 {
+        write(
+            &root.join(format!("src/{i}")),
+            format!("v1-{i}\n").as_bytes(),
+        );
+    }
+    let a = checkpoint_id(&root, &["A"]);
+    for i in 1..=3 {
+        write(&root.join(format!("src/{i}")), b"v2\n");
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(&root)
+        .args(["--json", "rewind", &a])
+        .env("REWIND_FAILPOINT", "apply:file-written:1")
+        .env("REWIND_FAILPOINT_ACTION", "stop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the rewind");
+    common::wait_stopped(child.id());
+    write(
+        &root.join("notes.txt"),
+        b"PRECIOUS, saved while the rewind ran\n",
+    );
+    let immutable = Immutable::on(&root.join("src/3"));
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGCONT) }, 0);
+    let out = child.wait_with_output().expect("the rewind ends");
+    drop(immutable);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
+    let msg = v["error"]["message"].as_str().expect("message");
+    let saved = msg
+        .split("while the rewind ran is checkpoint ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap_or_else(|| panic!("no saved checkpoint named: {msg}"))
+        .to_string();
+    rewind_json(&root, &["rewind", &saved]);
+    assert_eq!(
+        std::fs::read(root.join("notes.txt")).expect("notes.txt"),
+        b"PRECIOUS, saved while the rewind ran\n"
+    );
+}
+
 /// D110: a rewind killed mid-apply, then the agent's next edit and a new
 /// file, then any command (here `list`): the interrupted rewind is rolled
 /// forward, and what was written after the crash is kept in a checkpoint
