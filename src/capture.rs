@@ -1333,6 +1333,22 @@ impl Walker<'_> {
         // history is its own. Captured here, a rewind of this workspace
         // would roll it back or delete it (D82).
         if meta.kind == EntryKind::Dir && nb == STATE_DIR.as_bytes() {
+            // Said, not silent: a `.rewind/` that holds no ledger is most
+            // likely someone's files under that name, which no checkpoint
+            // will hold (helper-30, D214).
+            let holds_ledger = dir.open_dir(&name).is_ok_and(|d| {
+                ["ledger.db", "state"]
+                    .iter()
+                    .any(|n| d.stat_at(OsStr::new(n)).is_ok())
+            });
+            self.skip(
+                &join(rel, nb),
+                if holds_ledger {
+                    "another workspace's history (a `rewind init` in this subdirectory): it has its own checkpoints; never captured or rewound here"
+                } else {
+                    "a directory named .rewind is never captured or rewound (it is where a nested workspace keeps its history): rename it if it holds your files"
+                },
+            );
             return Ok(None);
         }
         self.progress.inc(1);

@@ -553,7 +553,9 @@ pub fn resolve(
     }
     if status == "succeeded" && !reopen {
         return Ok(Resolution::Refused(format!(
-            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, a person runs `rewind effects resolve {scope}:{key} --outcome failed --reopen`)"
+            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, a person runs `rewind effects resolve {} --outcome failed --reopen`)",
+            // Pasted as written: a shell line's key holds spaces (D214).
+            crate::names::shell_word(&format!("{scope}:{key}"))
         )));
     }
     conn.execute(

@@ -95,6 +95,18 @@ pub struct RewindReport {
     pub warning: Option<String>,
 }
 
+/// `PLAN_CHANGED` unless the plan's fingerprint `fp` is the one
+/// `--expect` names (when it names one).
+fn check_expected(opts: &RewindOptions, fp: &str) -> Result<()> {
+    match &opts.expect {
+        Some(expected) if expected != fp => Err(Error::PlanChanged {
+            expected: expected.clone(),
+            actual: fp.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The fingerprint `--expect` compares: the plan itself, what it writes
 /// and deletes and what it replaces there, not the whole live tree. A
 /// fingerprint of the live tree's root changed with any change anywhere,
@@ -322,13 +334,17 @@ fn run_to(
             dopts,
         )?;
         let counts = diff::count(&changes);
+        let fp = fingerprint(op, &target.root, &changes, opts);
+        // `--dry-run --expect` asks whether the plan is still that one:
+        // answered as the real run would, not ignored (helper-31, D214).
+        check_expected(opts, &fp)?;
         return Ok(RewindReport {
             op: op.as_str(),
             rewound_to: target.id.clone(),
             safety_checkpoint: None,
             head: ws.head()?.map(|h| h.id),
             dry_run: true,
-            plan_fingerprint: fingerprint(op, &target.root, &changes, opts),
+            plan_fingerprint: fp,
             changes: Written {
                 written: counts.added + counts.modified,
                 deleted: counts.deleted,
@@ -405,14 +421,7 @@ fn run_to(
         (changes, here)
     };
     let fp = fingerprint(op, &target.root, &changes, opts);
-    if let Some(expected) = &opts.expect
-        && *expected != fp
-    {
-        return Err(Error::PlanChanged {
-            expected: expected.clone(),
-            actual: fp,
-        });
-    }
+    check_expected(opts, &fp)?;
     // Nothing to do (a retried rewind, a second `undo` of nothing): no
     // safety checkpoint, no operation. Recorded, it became the last
     // operation, so `undo` led only to the tree it already was, and the

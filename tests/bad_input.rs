@@ -997,6 +997,72 @@ fn a_lost_ledgers_wal_is_never_overwritten() {
     }
 }
 
+/// D214, from helper-31's hunt: bad input that changed something or was
+/// silently overridden. A view refused for being inside the workspace had
+/// made its directories there first (and `--at` made missing parents
+/// anywhere); `--dry-run --expect` ignored a wrong fingerprint; `guard`
+/// dropped the JSON's key when `--key` named another, and a top-level
+/// key beside a peer descriptor.
+#[test]
+fn refused_or_conflicting_input_changes_nothing_and_is_not_overridden() {
+    let tmp = common::tmp();
+    let root = tmp.path().join("ws");
+    let a = workspace_with_checkpoint(&root);
+    let out = rewind(&root, &["mount", "--at", "inside/deep/view"]);
+    assert_clear_error(&out, "a view must be outside the workspace");
+    assert!(
+        !root.join("inside").exists(),
+        "nothing made in the workspace"
+    );
+    let far = tmp.path().join("no/such/parent/view");
+    let out = rewind(&root, &["mount", "--at", &far.display().to_string()]);
+    assert_clear_error(&out, "does not exist");
+    assert!(!tmp.path().join("no").exists(), "no parents made");
+
+    write(&root.join("a.txt"), b"changed");
+    let out = rewind(
+        &root,
+        &["--json", "rewind", &a, "--dry-run", "--expect", "0000"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "PLAN_CHANGED", "{v}");
+    let plan = rewind_json(&root, &["rewind", &a, "--dry-run"]);
+    let fp = plan["plan_fingerprint"].as_str().expect("fingerprint");
+    rewind_json(&root, &["rewind", &a, "--dry-run", "--expect", fp]);
+
+    for args in [
+        &[
+            "guard",
+            r#"{"key":"charge-A","payload":{"amt":1}}"#,
+            "--key",
+            "charge-B",
+        ][..],
+        &[
+            "guard",
+            r#"{"key":"k","payload":{"amt":1}}"#,
+            "--payload",
+            r#"{"amt":2}"#,
+        ],
+        &["guard", r#"{"descriptor":{"effectKey":"d-1"},"key":"k-1"}"#],
+    ] {
+        let out = rewind(&root, &[&["--json"][..], args].concat());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "USAGE", "{args:?}: {v}");
+    }
+    let effects = rewind_json(&root, &["effects"]);
+    assert_eq!(effects["effects"], serde_json::json!([]), "{effects}");
+    // The same value given twice is one value.
+    rewind_json(
+        &root,
+        &[
+            "guard",
+            r#"{"key":"charge-A","payload":{"amt":1}}"#,
+            "--key",
+            "charge-A",
+        ],
+    );
+}
+
 /// `unmount` of a typo or of a directory that is no workspace says which,
 /// not "`rewind mount X` mounts it" (advice to mount a non-workspace).
 #[test]

@@ -945,6 +945,31 @@ fn a_nested_workspaces_history_is_never_captured_or_rewound_by_the_outer_one() {
     );
 }
 
+/// D214: a subdirectory's `.rewind/` is never captured (D82), but that
+/// was silent: one holding someone's files, no ledger, was in no
+/// checkpoint and nothing said so (helper-30). Each is now listed under
+/// `skipped`, a nested workspace's history as such, any other with the
+/// advice to rename it.
+#[test]
+fn a_nested_rewind_directory_is_reported_as_skipped() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("tools/.rewind/cache.bin"), b"someone's files\n");
+    write(&root.join("pkg/p.txt"), b"package\n");
+    rewind_json(&root.join("pkg"), &["init"]);
+    let ck = rewind_json(root, &["checkpoint"]);
+    let skipped = |path: &str| {
+        ck["skipped"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["path"] == path))
+            .and_then(|s| s["reason"].as_str())
+            .unwrap_or_else(|| panic!("{path} not skipped: {ck}"))
+            .to_string()
+    };
+    assert!(skipped("tools/.rewind").contains("rename it"), "{ck}");
+    assert!(skipped("pkg/.rewind").contains("own checkpoints"), "{ck}");
+}
+
 /// `list` shows the newest 50 checkpoints and says how many it left out
 /// (hooks make one per tool call: thousands buried the recent ones and
 /// flooded an agent's shell); HEAD is always shown, however old; `--all`

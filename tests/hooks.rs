@@ -401,10 +401,20 @@ fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
     assert_eq!(out.status.code(), Some(1), "reopened without --reopen");
     assert!(stderr(&out).contains("--reopen"), "{}", stderr(&out));
     assert_eq!(status(ws), "succeeded");
-    rewind_json(
-        ws,
-        &["effects", "resolve", key, "--outcome", "failed", "--reopen"],
-    );
+    // The command the error gives runs as pasted: the key is quoted
+    // (helper-31, D214).
+    let err = stderr(&out);
+    let fix = err
+        .split('`')
+        .find(|s| s.starts_with("rewind effects resolve"))
+        .unwrap_or_else(|| panic!("no command in: {err}"));
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(fix.replacen("rewind", env!("CARGO_BIN_EXE_rewind"), 1))
+        .current_dir(ws)
+        .output()
+        .expect("run the fix");
+    assert!(sh.status.success(), "{fix}: {}", stderr(&sh));
     assert_eq!(status(ws), "failed");
     assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(0));
 }

@@ -117,6 +117,17 @@ fn request(args: Args) -> Result<Request> {
         Some(d) => (d, "effectKey", "scopeLabel"),
         None => (&v, "key", "scope"),
     };
+    // Beside a descriptor, our own fields were dropped without a word
+    // (helper-31, D214): one shape or the other.
+    if v.get("descriptor").is_some()
+        && let Some(other) = v
+            .as_object()
+            .and_then(|m| m.keys().find(|k| *k != "descriptor"))
+    {
+        return Err(Error::Usage(format!(
+            "the effect has both a \"descriptor\" and \"{other}\": give the peer tool's descriptor alone, or {{\"key\", \"payload\", \"scope\", \"kind\"}} without it"
+        )));
+    }
     // Our own shape is closed: a misspelt "paylod" dropped the payload,
     // and every later payload then matched the first. The peer tool's
     // descriptor may carry fields of its own.
@@ -138,6 +149,28 @@ fn request(args: Args) -> Result<Request> {
         }
     }
     let text_of = |name: &str| obj.get(name).and_then(|x| x.as_str()).map(str::to_string);
+    // A flag and the JSON naming the same field differently: which one
+    // was meant cannot be known, and the JSON's was dropped (D214).
+    for (flag, field, given) in [
+        ("--key", key_field, &args.key),
+        ("--scope", scope_field, &args.scope),
+        ("--kind", "kind", &args.kind),
+    ] {
+        if let (Some(f), Some(j)) = (given, text_of(field))
+            && *f != j
+        {
+            return Err(Error::Usage(format!(
+                "{flag} {f:?} and the effect's \"{field}\": {j:?} disagree: give it once"
+            )));
+        }
+    }
+    if let (Some(p), Some(j)) = (&args.payload, obj.get("payload"))
+        && payload_hash(Some(p)) != payload_hash_value(Some(j))
+    {
+        return Err(Error::Usage(
+            "--payload and the effect's \"payload\" disagree: give it once".into(),
+        ));
+    }
     let key = args
         .key
         .or_else(|| text_of(key_field))

@@ -28,7 +28,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Args {
     /// The workspace directory to mount over (default: the current workspace)
     dir: Option<PathBuf>,
-    /// Mount a view of the workspace here instead of over it (needed as a non-root user)
+    /// Mount a view of the workspace here instead of over it (needed as a non-root user); made if missing, in a directory that exists
     #[arg(long, value_name = "VIEW")]
     at: Option<PathBuf>,
     /// Run the daemon in this process until unmounted
@@ -104,20 +104,50 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let view = match &a.at {
         Some(v) => {
             let v = ctx.cwd.join(v);
-            std::fs::create_dir_all(&v)
-                .map_err(|e| Error::Os(rewind_platform::Error::new("create", &v, e)))?;
-            let v = std::fs::canonicalize(&v)
-                .map_err(|e| Error::Os(rewind_platform::Error::new("open", &v, e)))?;
-            if v.starts_with(&root) || root.starts_with(&v) {
+            // Checked before anything is made: a refused view left its
+            // directories in the workspace (helper-31, D214). Only the
+            // view itself is made, as `mkdir` would. `existing`: the
+            // deepest part of it that exists, resolved; `missing`: what
+            // is below that.
+            let mut base = v.as_path();
+            let mut missing = Vec::new();
+            let existing = loop {
+                match std::fs::canonicalize(base) {
+                    Ok(c) => break c,
+                    Err(e) => match (base.parent(), base.file_name()) {
+                        (Some(parent), Some(name)) => {
+                            missing.push(name.to_os_string());
+                            base = parent;
+                        }
+                        _ => return Err(Error::Os(rewind_platform::Error::new("open", base, e))),
+                    },
+                }
+            };
+            let resolved = missing.iter().rev().fold(existing, |p, n| p.join(n));
+            if resolved.starts_with(&root) || root.starts_with(&resolved) {
                 return Err(Error::InvalidPath {
-                    path: v,
+                    path: resolved,
                     reason: format!(
-                        "a view must be outside the workspace {} (and not contain it)",
+                        "a view must be outside the workspace {} (and not contain it); nothing was made",
                         root.display()
                     ),
                 });
             }
-            Some(v)
+            if missing.len() > 1 {
+                let parent = resolved.parent().unwrap_or(&resolved);
+                return Err(Error::InvalidPath {
+                    path: parent.to_path_buf(),
+                    reason: format!(
+                        "does not exist: make it first (`mkdir -p {}`), or give --at a directory whose parent exists; nothing was made",
+                        crate::names::shell_word(&parent.to_string_lossy())
+                    ),
+                });
+            }
+            if !missing.is_empty() {
+                std::fs::create_dir(&resolved)
+                    .map_err(|e| Error::Os(rewind_platform::Error::new("create", &resolved, e)))?;
+            }
+            Some(resolved)
         }
         None => None,
     };

@@ -186,7 +186,19 @@ fn answer(line: &[u8]) -> Option<Vec<u8>> {
             "invalid request: send one JSON-RPC request object per line (batches are not supported)".into(),
         );
     };
-    let id = object.get("id")?;
+    let Some(id) = object.get("id") else {
+        // A notification passes; an object that is neither that nor a
+        // request got rmcp's "Invalid request" with no id member, which
+        // JSON-RPC 2.0 requires as null (helper-31, D214).
+        if object.get("method").is_some_and(Value::is_string) {
+            return None;
+        }
+        return error(
+            Value::Null,
+            -32600,
+            "invalid request: a request needs a \"method\" and an \"id\" (a notification, a \"method\" alone)".into(),
+        );
+    };
     // An id must be a string or a number; rmcp answered others, and a
     // wrong `jsonrpc`, with no id at all, and dropped without a word the
     // ids it cannot hold (null, a fraction, past i64: helper-24).
@@ -282,6 +294,21 @@ mod tests {
         assert_eq!(code(line), Some((json!(11), -32602)));
         let line = r#"{"jsonrpc":"2.0","id":9}"#;
         assert_eq!(code(line), Some((json!(9), -32600)));
+    }
+
+    /// helper-31: an object with neither an id nor a method got rmcp's
+    /// -32600 with no id member; JSON-RPC 2.0 wants `"id": null`. A
+    /// notification (a method, no id) still passes.
+    #[test]
+    fn neither_a_request_nor_a_notification_gets_a_null_id() {
+        for line in ["{}", r#"{"foo":1}"#, r#"{"jsonrpc":"2.0"}"#] {
+            assert_eq!(code(line), Some((Value::Null, -32600)), "{line}");
+            let a = answer(line.as_bytes()).expect("an answer");
+            let v: Value = serde_json::from_slice(&a).expect("JSON");
+            assert_eq!(v.get("id"), Some(&Value::Null), "{line}: {v}");
+        }
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(code(note), None);
     }
 
     /// helper-14: these got -32600 with no id member at all (a client
