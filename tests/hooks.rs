@@ -832,6 +832,55 @@ fn a_push_is_refused_whatever_type_the_payloads_side_fields_have() {
     assert_eq!(out.status.code(), Some(2), "cwd 1: {}", stderr(&out));
 }
 
+/// D215: in a workspace nested in the project (`rewind init` in
+/// `vendor-lib/`), the project's rules did not apply: one `cd
+/// vendor-lib` and every push was admitted, recorded nowhere. The
+/// enclosing workspace's rules apply there, decided in its ledger, so a
+/// push from either directory is the same effect.
+#[test]
+fn a_nested_workspace_is_guarded_by_the_projects_rules() {
+    let dir = project(true);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint"]);
+    let nested = ws.join("vendor-lib");
+    write(&nested.join("lib.rs"), b"// vendored\n");
+    rewind_json(&nested, &["init"]);
+    let call = |cwd: &Path, branch: &str| {
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": format!("git push origin {branch}")}, "cwd": cwd})
+            .to_string()
+    };
+    assert_eq!(
+        hook("pre-tool-use", &call(ws, "main")).status.code(),
+        Some(0)
+    );
+    let again = hook("pre-tool-use", &call(&nested, "main"));
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    let first = hook("pre-tool-use", &call(&nested, "dev"));
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let post = serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "git push origin dev"}, "cwd": nested, "tool_response": {"exit_code": 0}})
+        .to_string();
+    assert_eq!(hook("post-tool-use", &post).status.code(), Some(0));
+    let twice = hook("pre-tool-use", &call(ws, "dev"));
+    assert_eq!(twice.status.code(), Some(2), "{}", stderr(&twice));
+    assert_eq!(
+        effect_keys(ws),
+        ["Bash:git push origin main", "Bash:git push origin dev"]
+    );
+    let outcome = rewind_json(ws, &["effects"])["effects"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|e| e["key"] == "Bash:git push origin dev")
+                .cloned()
+        })
+        .expect("the dev push");
+    assert_eq!(outcome["status"], "succeeded", "{outcome}");
+    assert!(
+        effect_keys(&nested).is_empty(),
+        "nothing in the nested ledger"
+    );
+}
+
 /// D163: a hook's key is the whole command, and a 5 MB `git push` line
 /// (a heredoc, a `-d` payload) grew the ledger by 5 MB at every decision.
 /// Past 4 KiB the key is cut and named by its SHA-256: the same command

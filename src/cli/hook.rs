@@ -109,6 +109,27 @@ fn hook_start(ctx: &Ctx, payload_cwd: Option<&str>) -> PathBuf {
         .unwrap_or_else(|| ctx.start_dir())
 }
 
+/// A call no rule of its own workspace matches, in a workspace nested in
+/// another (`rewind init` in a subdirectory, D82): the enclosing
+/// workspaces' rules, nearest first, still apply there. Without them,
+/// one `cd vendor-lib` in the agent's shell let every push through
+/// unrecorded (helper-31, D215). The request and the workspace whose
+/// rule matched, which decides; an enclosing rule file that cannot be
+/// read is an error (fail closed, as one's own is).
+fn enclosing_effect(
+    root: &Path,
+    call: &crate::hooks::ToolCall,
+) -> crate::error::Result<Option<(crate::effects::Request, PathBuf)>> {
+    let mut inner = root.to_path_buf();
+    while let Some(outer) = inner.parent().and_then(Workspace::discover) {
+        if let Some((req, _)) = Config::load(&outer)?.effect(call) {
+            return Ok(Some((req, outer)));
+        }
+        inner = outer;
+    }
+    Ok(None)
+}
+
 /// Where the workspace and its rewind.toml are, if anywhere.
 fn locate(start: &Path) -> (PathBuf, Option<PathBuf>) {
     match Workspace::discover(start) {
@@ -138,7 +159,18 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
             return (out, BLOCK);
         }
     };
-    let effect = config.effect(&call);
+    let mut effect = config.effect(&call).map(|(req, _)| (req, None));
+    if effect.is_none()
+        && let Some(root) = &workspace
+    {
+        match enclosing_effect(root, &call) {
+            Ok(found) => effect = found.map(|(req, outer)| (req, Some(outer))),
+            Err(e) => {
+                eprintln!("rewind hook: refused, fail closed: {e}");
+                return (out, BLOCK);
+            }
+        }
+    }
     let Some(root) = workspace else {
         if let Some((req, _)) = effect {
             eprintln!(
@@ -174,13 +206,21 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
             Err(e) => out.warning = Some(format!("no checkpoint before this call: {e}")),
         }
     }
-    let Some((req, _rule)) = effect else {
+    let Some((req, outer)) = effect else {
         let code = if out.warning.is_some() { 1 } else { 0 };
         return (out, code);
     };
-    let decision = match ws.as_mut() {
-        Some(ws) => super::guard::decide_in(ws, &req),
-        None => Decision::unavailable(&req, open_error),
+    let decision = match outer {
+        // Decided in the workspace whose rule matched, where the same
+        // call from its own directory is recorded.
+        Some(outer) => match Workspace::open(&outer, false) {
+            Ok(mut ows) => super::guard::decide_in(&mut ows, &req),
+            Err(e) => Decision::unavailable(&req, e.to_string()),
+        },
+        None => match ws.as_mut() {
+            Some(ws) => super::guard::decide_in(ws, &req),
+            None => Decision::unavailable(&req, open_error),
+        },
     };
     let admitted = decision.code.admitted();
     if !admitted {
@@ -212,12 +252,16 @@ fn post(start: &Path, call: ToolCall, event: &'static str) -> (Out, i32) {
     if config.checkpoints(&call.tool_name) {
         out.writeback = crate::snapshot::spawn_writeback(&root);
     }
-    let Some((req, _)) = config.effect(&call) else {
-        return (out, 0);
+    let (req, guard_root) = match config.effect(&call) {
+        Some((req, _)) => (req, root),
+        None => match enclosing_effect(&root, &call) {
+            Ok(Some(found)) => found,
+            _ => return (out, 0),
+        },
     };
     let failed = event == "post-tool-use-failure" || call.failed();
     let outcome = if failed { "failed" } else { "succeeded" };
-    let result = Workspace::open(&root, false).and_then(|mut ws| {
+    let result = Workspace::open(&guard_root, false).and_then(|mut ws| {
         ws.ledger_mut().resolve_effect(
             &req.scope,
             &req.key,
