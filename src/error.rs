@@ -32,12 +32,15 @@ pub enum Error {
         shortfall: Option<(u64, u64)>,
     },
 
-    #[error("{}: nothing was changed (list, status, diff, du and verify work read-only)", read_only_fix(path, subvolume.as_deref()))]
+    #[error("{}: nothing was changed (list, status, diff, du and verify work read-only)", read_only_fix(path, subvolume.as_deref(), *denied))]
     ReadOnly {
         path: PathBuf,
         /// The read-only btrfs subvolume `path` is in, when that is why
         /// (the filesystem is mounted read-write): D201.
         subvolume: Option<PathBuf>,
+        /// Neither: the filesystem is writable, and this user may not
+        /// write `path` (its owner or mode): D216.
+        denied: bool,
     },
 
     #[error("{}: permission denied: it belongs to {}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner", path.display(), owner_name(*owner), state.display())]
@@ -292,8 +295,13 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
 /// What to do about a read-only `path`: make its btrfs subvolume
 /// writable, or remount its filesystem. A subvolume with the `ro`
 /// property on a read-write mount was told to remount (helper-28).
-fn read_only_fix(path: &Path, subvolume: Option<&Path>) -> String {
+fn read_only_fix(path: &Path, subvolume: Option<&Path>, denied: bool) -> String {
     match subvolume {
+        None if denied => format!(
+            "{} is not writable by this user (uid {}), though its filesystem is: its owner or mode keeps this user out; fix them (`ls -ld` shows them; `chown`/`chmod`), or run rewind as its owner, then retry",
+            path.display(),
+            rewind_platform::euid()
+        ),
         Some(sub) => format!(
             "{} is in a read-only btrfs subvolume: make it writable (`btrfs property set {} ro false`), then retry",
             path.display(),
@@ -324,7 +332,20 @@ impl Error {
                 !a.components()
                     .any(|c| c.as_os_str() == crate::capture::STATE_DIR)
             });
-        Error::ReadOnly { path, subvolume }
+        // A writable filesystem and no read-only subvolume: permissions
+        // (SQLite says "readonly" for both; "remount it read-write" sent
+        // the user the wrong way, helper-31).
+        let denied = subvolume.is_none()
+            && path
+                .ancestors()
+                .find_map(|a| rewind_platform::Dir::open(a).ok())
+                .and_then(|d| rewind_platform::FsInfo::of(&d).ok())
+                .is_some_and(|fs| !fs.read_only);
+        Error::ReadOnly {
+            path,
+            subvolume,
+            denied,
+        }
     }
 }
 

@@ -378,6 +378,42 @@ fn a_rewind_run_as_root_gives_the_user_back_their_files() {
     );
 }
 
+/// D216: a ledger its user may not write, on a filesystem mounted
+/// read-write, was `READ_ONLY` "on a read-only filesystem: remount it
+/// read-write", which fixes nothing (helper-31). It now says the user
+/// may not write it, and how to fix that; nothing changes.
+#[test]
+fn a_ledger_its_user_may_not_write_is_named_as_such_not_as_a_read_only_filesystem() {
+    let Some(dir) = tmp_others_can_enter() else {
+        return;
+    };
+    let root = dir.path().join("ws");
+    write(&root.join("a"), b"one\n");
+    common::give_to_nobody(&root);
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    as_nobody(&root, &format!("{bin} checkpoint -q one && echo two > a"));
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!(
+            "chmod a-w .rewind/ledger.db* && {bin} --json checkpoint two"
+        ))
+        .current_dir(&root)
+        .output()
+        .expect("su");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "READ_ONLY", "{v}");
+    let msg = v["error"]["message"].as_str().expect("message");
+    assert!(msg.contains("not writable by this user"), "{msg}");
+    assert!(!msg.contains("remount"), "{msg}");
+    as_nobody(&root, "chmod u+w .rewind/ledger.db*");
+    let list = rewind_json(&root, &["list"]);
+    assert_eq!(
+        list["checkpoints"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+}
+
 /// Root's commands in a user's workspace leave the history the user's:
 /// one made by root's first checkpoint there (every later command of the
 /// user's was `NOT_OWNER`), and the object shard directories and lock
