@@ -1363,7 +1363,13 @@ impl Walker<'_> {
             );
             return Ok(None);
         }
-        if !ignores.is_empty() && is_ignored(ignores, &join(rel, nb), meta.kind == EntryKind::Dir) {
+        // A rule file is always captured, whatever the rules say: one
+        // that ignored itself (`*`) was left in place by every rewind,
+        // which then could restore nothing it hid (helper-30, D217).
+        if nb != IGNORE_FILE.as_bytes()
+            && !ignores.is_empty()
+            && is_ignored(ignores, &join(rel, nb), meta.kind == EntryKind::Dir)
+        {
             return Ok(None);
         }
         if let Some(why) = self

@@ -73,11 +73,19 @@ pub(crate) fn what_the_capture_did_not_see(
         }
         let there = dirs[parent]
             .as_ref()
-            .is_some_and(|d| d.stat_at(OsStr::from_bytes(name)).is_ok());
-        if there {
+            .and_then(|d| d.stat_at(OsStr::from_bytes(name)).ok());
+        if let Some(meta) = there {
+            let is_dir = meta.kind == rewind_platform::EntryKind::Dir;
             kept.push(Skipped::new(
                 &c.path,
-                "kept: something no checkpoint captured is there (ignored, unreadable, or made since the capture)",
+                if live_rule_files_exclude(root, &c.path, is_dir) {
+                    // A rule file newer than the target hides what the
+                    // target holds (helper-30, D217): the rewind brings
+                    // the target's rule files back, and the next sees it.
+                    "kept: a .rewindignore in the tree now excludes it, so the capture before this rewind did not save what is there; once the rule files are the target's (this rewind restores them), the same rewind again restores it"
+                } else {
+                    "kept: something no checkpoint captured is there (ignored, unreadable, or made since the capture)"
+                },
             ));
             found.insert(c.path);
         } else {
@@ -85,6 +93,45 @@ pub(crate) fn what_the_capture_did_not_see(
         }
     }
     Ok(out)
+}
+
+/// Whether the `.rewindignore` files now in the tree, from the root down
+/// to `path`'s directory, exclude `path`.
+fn live_rule_files_exclude(root: &rewind_platform::Dir, path: &[u8], is_dir: bool) -> bool {
+    let mut stack = IgnoreStack::new();
+    let mut dir_rel: &[u8] = b"";
+    loop {
+        let read = |d: &rewind_platform::Dir| {
+            let (mut f, _) = d.open_read(OsStr::new(IGNORE_FILE)).ok()?;
+            let mut t = String::new();
+            std::io::Read::read_to_string(&mut f, &mut t).ok()?;
+            Some(t)
+        };
+        let text = if dir_rel.is_empty() {
+            read(root)
+        } else {
+            root.open_beneath(Path::new(OsStr::from_bytes(dir_rel)))
+                .ok()
+                .and_then(|d| read(&d))
+        };
+        if let Some(t) = text {
+            let at = join(dir_rel, IGNORE_FILE.as_bytes());
+            match with_rules(&stack, dir_rel, &t, Path::new(OsStr::from_bytes(&at))) {
+                Ok(s) => stack = s,
+                Err(_) => return false,
+            }
+        }
+        let rest = &path[if dir_rel.is_empty() {
+            0
+        } else {
+            dir_rel.len() + 1
+        }..];
+        match rest.iter().position(|&b| b == b'/') {
+            Some(i) => dir_rel = &path[..path.len() - rest.len() + i],
+            None => break,
+        }
+    }
+    is_ignored(&stack, path, is_dir)
 }
 
 /// A rewind deletes nothing the target checkpoint's own `.rewindignore`

@@ -1144,6 +1144,47 @@ fn what_is_made_during_a_retried_rewind_is_saved_first() {
     assert!(root.join("b").is_symlink());
 }
 
+/// D217: a `.rewindignore` written after checkpoint A (by the agent being
+/// rewound) hid what A holds from the rewind's capture, so `rewind A`
+/// kept the wrecked file, saying only "ignored, unreadable, or made
+/// since"; with `*`, the rule file hid itself too, was never removed,
+/// and no rewind restored anything. A rule file is now always captured,
+/// so the first rewind removes it and says why it kept the rest, and the
+/// same rewind again restores it; the wrecked file stays in a safety
+/// checkpoint.
+#[test]
+fn a_rewindignore_written_after_the_target_cannot_stop_its_rewind() {
+    for rule in ["src/\n", "*\n"] {
+        let dir = common::tmp();
+        let root = dir.path();
+        write(&root.join("src/main.c"), b"int main() { return 0; }\n");
+        let a = checkpoint_id(root, &[]);
+        write(&root.join(".rewindignore"), rule.as_bytes());
+        write(&root.join("src/main.c"), b"WRECKED\n");
+        let first = rewind_json(root, &["rewind", &a]);
+        assert!(!root.join(".rewindignore").exists(), "{rule:?}: {first}");
+        assert!(
+            first["kept"]
+                .to_string()
+                .contains("a .rewindignore in the tree now excludes it"),
+            "{rule:?}: {first}"
+        );
+        let second = rewind_json(root, &["rewind", &a]);
+        assert_eq!(
+            std::fs::read(root.join("src/main.c")).expect("main.c"),
+            b"int main() { return 0; }\n",
+            "{rule:?}: {second}"
+        );
+        // The wrecked file is the second rewind's safety checkpoint's.
+        rewind_json(root, &["undo"]);
+        assert_eq!(
+            std::fs::read(root.join("src/main.c")).expect("main.c"),
+            b"WRECKED\n",
+            "{rule:?}"
+        );
+    }
+}
+
 /// D172: a directory the rewind just made, removed by another program
 /// before the rewind wrote into it (a watcher, a build, `npm install`
 /// churning the tree), is left removed and listed as kept; the rest of the
