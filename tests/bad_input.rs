@@ -94,6 +94,22 @@ fn outside_a_workspace_says_run_init() {
     write(&file, b"x");
     let out = rewind(dir.path(), &["-C", file.to_str().expect("utf8"), "status"]);
     assert_clear_error(&out, "is not a directory");
+    // Every verb says the same (D218): `checkpoint` and `init` gave a
+    // bare OS error.
+    for verb in ["checkpoint", "init", "list"] {
+        let out = rewind(dir.path(), &["-C", missing.to_str().expect("utf8"), verb]);
+        assert_clear_error(&out, "does not exist: name the workspace's directory");
+        let out = rewind(dir.path(), &["-C", file.to_str().expect("utf8"), verb]);
+        assert_clear_error(&out, "is not a directory: name the workspace's directory");
+    }
+    assert!(!missing.exists(), "nothing made");
+    // A parser's multi-line error is one line too (D218).
+    write(
+        &dir.path().join("p/.codex/config.toml"),
+        b"[mcp_servers\nx=1\n",
+    );
+    let out = rewind(&dir.path().join("p"), &["integrate", "codex"]);
+    assert_clear_error(&out, "not valid TOML");
     // Usage errors in JSON name what is missing; a hook payload that is
     // not JSON answers in JSON too; an empty effect key is refused.
     let out = rewind(dir.path(), &["--json", "rewind"]);
@@ -994,6 +1010,22 @@ fn a_lost_ledgers_wal_is_never_overwritten() {
             emptied.then_some(0),
             "the ledger is left as it was"
         );
+        // `doctor` says what is wrong and the ways out, for a missing
+        // ledger as for a damaged one (D218), and writes nothing.
+        let out = rewind(ws, &["doctor"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{emptied}: {text}");
+        let said = if emptied {
+            "cannot be opened"
+        } else {
+            "missing"
+        };
+        assert!(text.contains(said) && text.contains("DAMAGED"), "{text}");
+        assert!(
+            text.contains(&format!("rewind -C {} init", ws.display())),
+            "{text}"
+        );
+        assert_eq!(std::fs::read(&wal).expect("WAL"), kept, "{emptied}: doctor");
     }
 }
 

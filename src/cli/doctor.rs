@@ -145,6 +145,11 @@ fn report(ctx: &Ctx) -> Result<bool> {
         Err(Error::LedgerCorrupt { path, detail }) => {
             return unopenable(ctx, &path, &detail).map(|()| false);
         }
+        // Missing, the same: it printed the error that sent the user
+        // here and nothing else (helper-31, D218).
+        Err(Error::LedgerMissing { path }) => {
+            return unopenable(ctx, &path, "the file is missing").map(|()| false);
+        }
         Err(e) => return Err(e),
     };
     let fs = ws.fs();
@@ -434,8 +439,13 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
         opens: bool,
         integrity: String,
     }
-    let state = ledger.parent().unwrap_or(ledger);
+    // `.rewind/`, also for a subvolume's ledger in `.rewind/state/`.
+    let state = ledger
+        .ancestors()
+        .find(|a| a.file_name() == Some(std::ffi::OsStr::new(crate::capture::STATE_DIR)))
+        .unwrap_or(ledger.parent().unwrap_or(ledger));
     let root = state.parent().unwrap_or(state);
+    let missing = !ledger.exists();
     let name = |p: &Path| crate::names::human_os_path(p).into_owned();
     // Pasted into a shell: each path one word, whatever it holds.
     let word = |p: &Path| crate::names::shell_word(&p.to_string_lossy());
@@ -448,7 +458,20 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             integrity: detail.to_string(),
         },
         damaged: format!(
-            "the ledger cannot be opened, so no checkpoint can be read or taken; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {copy}`), then: restore {ledger} from a backup; or salvage the rows SQLite can still read (`sqlite3 {ledger} .recover | sqlite3 ledger-recovered.db`, then put that file in its place and run `rewind verify --deep`); or start a new history from the tree as it is (`mv {state} {damaged} && rewind -C {root} init`)",
+            "the ledger {}, so no checkpoint can be read or taken; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {copy}`), then: restore {ledger} from a backup{}; or start a new history from the tree as it is (`mv {state} {damaged} && rewind -C {root} init`)",
+            if missing {
+                "is missing"
+            } else {
+                "cannot be opened"
+            },
+            if missing {
+                " (with its -wal beside it, if there was one)".to_string()
+            } else {
+                format!(
+                    "; or salvage the rows SQLite can still read (`sqlite3 {ledger} .recover | sqlite3 ledger-recovered.db`, then put that file in its place and run `rewind verify --deep`)",
+                    ledger = word(ledger)
+                )
+            },
             state = word(state),
             copy = word(&suffixed(state, ".copy")),
             damaged = word(&suffixed(state, ".damaged")),
@@ -458,12 +481,17 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
     };
     ctx.emit(&out, || {
         format!(
-            "workspace   {}\nledger      {} ({}): cannot be opened ({})\nDAMAGED: {}",
+            "workspace   {}\nledger      {} ({}): {} ({})\nDAMAGED: {}",
             out.workspace,
             out.ledger.path,
             out.ledger
                 .bytes
                 .map_or("size unknown".into(), crate::progress::human_bytes),
+            if missing {
+                "missing"
+            } else {
+                "cannot be opened"
+            },
             out.ledger.integrity,
             out.damaged
         )

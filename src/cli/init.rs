@@ -35,6 +35,9 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         Some(d) => ctx.cwd.join(d),
         None => ctx.start_dir(),
     };
+    if !dir.is_dir() {
+        return Err(super::not_a_directory(dir));
+    }
     let subvolume = if args.subvolume {
         Some(crate::subvol::convert(&dir)?)
     } else {

@@ -219,16 +219,7 @@ impl Ctx {
         let start = self.start_dir();
         match Workspace::discover(&start) {
             Some(root) => self.observed(self.reuse_or_open(&root)?),
-            None if !start.exists() => Err(Error::InvalidPath {
-                path: start,
-                reason:
-                    "does not exist: name the workspace's directory (-C DIR) or run from inside it"
-                        .into(),
-            }),
-            None if !start.is_dir() => Err(Error::InvalidPath {
-                path: start,
-                reason: "is not a directory: name the workspace's directory (-C DIR)".into(),
-            }),
+            None if !start.is_dir() => Err(not_a_directory(start)),
             None => match mounted_by_another_user(&start) {
                 // Root's door is there, for the owner (D151): this command
                 // was not handed to it.
@@ -257,6 +248,9 @@ impl Ctx {
                 r => r?,
             },
             None => {
+                if !start.is_dir() {
+                    return Err(not_a_directory(start));
+                }
                 if let Some(what) = too_broad_for_a_workspace(&start) {
                     return Err(Error::InvalidPath {
                         path: start,
@@ -568,6 +562,21 @@ pub(crate) fn too_broad_for_a_workspace(dir: &std::path::Path) -> Option<&'stati
     (canonical(std::path::Path::new(&home)) == Some(here)).then_some("your home directory")
 }
 
+/// The error for a `-C` (or `init DIR`) that names no directory: every
+/// verb says the same, where `checkpoint` and `init` gave a bare OS
+/// error (helper-31, D218).
+pub(crate) fn not_a_directory(path: PathBuf) -> Error {
+    let reason = if path.exists() {
+        "is not a directory: name the workspace's directory (-C DIR)"
+    } else {
+        "does not exist: name the workspace's directory (-C DIR) or run from inside it (`mkdir` it first for a new workspace)"
+    };
+    Error::InvalidPath {
+        path,
+        reason: reason.into(),
+    }
+}
+
 /// `path` itself if it exists, else its nearest ancestor that does.
 pub(crate) fn nearest_existing(path: &std::path::Path) -> PathBuf {
     path.ancestors()
@@ -582,14 +591,27 @@ pub fn report_error(ctx: &Ctx, e: &Error) {
 
 /// One line on stderr; with `--json`, also the error object on stdout.
 fn report(json: bool, e: &Error) {
+    let message = one_line(&e.to_string());
     if json {
-        let _ = writeln!(
-            std::io::stdout(),
-            "{}",
-            json_error(e.code(), &e.to_string())
-        );
+        let _ = writeln!(std::io::stdout(), "{}", json_error(e.code(), &message));
     }
-    eprintln!("rewind: error: {e}");
+    eprintln!("rewind: error: {message}");
+}
+
+/// `message` as the one line the contract promises: a parser's error
+/// (TOML's, with its caret diagram) spanned five lines (helper-31,
+/// D218). Its lines are joined with "; ", without the diagram's
+/// gutter-only lines.
+fn one_line(message: &str) -> String {
+    if !message.contains('\n') {
+        return message.to_string();
+    }
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.chars().all(|c| matches!(c, '|' | '^' | ' ')))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The `--json` error object: `{"version", "error": {"code", "message"}}`.
