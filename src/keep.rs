@@ -78,13 +78,20 @@ pub(crate) fn what_the_capture_did_not_see(
             let is_dir = meta.kind == rewind_platform::EntryKind::Dir;
             kept.push(Skipped::new(
                 &c.path,
-                if live_rule_files_exclude(root, &c.path, is_dir) {
+                if meta.kind.is_special() {
+                    // Named for what it is: "ignored, unreadable, or made
+                    // since" sent the user looking elsewhere (helper-30).
+                    format!(
+                        "kept: a {} is there now, which is never captured or replaced; remove it and rewind again to restore what the checkpoint holds",
+                        meta.kind.as_str()
+                    )
+                } else if live_rule_files_exclude(root, &c.path, is_dir) {
                     // A rule file newer than the target hides what the
                     // target holds (helper-30, D217): the rewind brings
                     // the target's rule files back, and the next sees it.
-                    "kept: a .rewindignore in the tree now excludes it, so the capture before this rewind did not save what is there; once the rule files are the target's (this rewind restores them), the same rewind again restores it"
+                    "kept: a .rewindignore in the tree now excludes it, so the capture before this rewind did not save what is there; once the rule files are the target's (this rewind restores them), the same rewind again restores it".into()
                 } else {
-                    "kept: something no checkpoint captured is there (ignored, unreadable, or made since the capture)"
+                    "kept: something no checkpoint captured is there (ignored, unreadable, or made since the capture)".into()
                 },
             ));
             found.insert(c.path);

@@ -1185,6 +1185,41 @@ fn a_rewindignore_written_after_the_target_cannot_stop_its_rewind() {
     }
 }
 
+/// D219: a FIFO where the target has a file or directory is never
+/// replaced (it is never captured), but the rewind said the tree
+/// "already equals it" and the reason read "ignored, unreadable, or made
+/// since the capture" (helper-30). It now names the FIFO and what to do,
+/// and the headline says the tree differs where it keeps things.
+#[test]
+fn a_fifo_in_the_way_is_named_and_the_tree_is_not_said_to_equal_the_target() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("data/table.csv"), b"a,b\n");
+    let a = checkpoint_id(root, &[]);
+    std::fs::remove_dir_all(root.join("data")).expect("rm data");
+    let made = Command::new("mkfifo")
+        .arg(root.join("data"))
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let v = rewind_json(root, &["rewind", &a]);
+    assert!(v["kept"].to_string().contains("a fifo is there now"), "{v}");
+    let out = rewind(root, &["rewind", &a]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("already equals"), "{text}");
+    assert!(
+        text.contains("differs from it only where it keeps"),
+        "{text}"
+    );
+    std::fs::remove_file(root.join("data")).expect("rm the fifo");
+    rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        std::fs::read(root.join("data/table.csv")).expect("table"),
+        b"a,b\n"
+    );
+}
+
 /// D172: a directory the rewind just made, removed by another program
 /// before the rewind wrote into it (a watcher, a build, `npm install`
 /// churning the tree), is left removed and listed as kept; the rest of the

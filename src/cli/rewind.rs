@@ -123,7 +123,13 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             ));
             return s;
         }
-        if r.safety_checkpoint.is_none() && r.plan.is_empty() {
+        if r.safety_checkpoint.is_none() && r.plan.is_empty() && !r.kept.is_empty() {
+            // Not "already equals it": what is kept differs (helper-30).
+            s.push_str(&format!(
+                "{} to {}: nothing done, nothing recorded: the tree differs from it only where it keeps what is there now (below, each with its reason)",
+                r.op, r.rewound_to
+            ));
+        } else if r.safety_checkpoint.is_none() && r.plan.is_empty() {
             s.push_str(&format!(
                 "{} to {}: the tree already equals it; nothing done, nothing recorded (`rewind undo` still undoes the last change)",
                 r.op, r.rewound_to
