@@ -9,6 +9,7 @@
 //! the workspace re-captures the live tree and applies diff(live, target)
 //! again. Applying is idempotent, so recovery always ends at the target.
 
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Instant;
 
@@ -553,6 +554,7 @@ fn run_to(
     failpoint::hit("rewind:after-intent");
     let t = crate::trace::span("apply");
 
+    let held_open = open_for_writing(ws, &changes);
     // 4. Apply in place. If the tree changed under us (a directory swapped
     //    for a symlink), finish from a fresh capture instead.
     let mut retried_from = None;
@@ -625,12 +627,86 @@ fn run_to(
         setuid_stripped: report.setuid_stripped,
         effects_not_undone,
         duration_ms: started.elapsed().as_millis() as u64,
-        warning: retried_from.map(|id| {
-            format!(
-                "the tree changed while the rewind applied its plan, so it finished from a fresh capture; what the tree held then, made after the safety checkpoint, is checkpoint {id}"
-            )
-        }),
+        warning: join_warnings([
+            retried_from.map(|id| {
+                format!(
+                    "the tree changed while the rewind applied its plan, so it finished from a fresh capture; what the tree held then, made after the safety checkpoint, is checkpoint {id}"
+                )
+            }),
+            held_open,
+        ]),
     })
+}
+
+/// The warnings given, as one (`None` if none).
+fn join_warnings<const N: usize>(warnings: [Option<String>; N]) -> Option<String> {
+    let all: Vec<String> = warnings.into_iter().flatten().collect();
+    (!all.is_empty()).then(|| all.join("; "))
+}
+
+/// The most files a rewind checks for writers before it replaces them:
+/// an agent's rewind replaces a few; a huge one is not slowed by this.
+const WRITERS_CHECKED: usize = 256;
+
+/// The files the plan replaces or deletes that another process has open
+/// for writing, said: that process goes on writing into the file the
+/// rewind replaced, which no checkpoint sees, and its output is lost
+/// when it closes it (a dev server's log: helper-30, D220). Named with
+/// their holders. The kernel says it through a read lease, which is
+/// refused while a writer has the file open; the `/proc` walk that names
+/// the holders runs only when one is found.
+fn open_for_writing(ws: &Workspace, changes: &[Change]) -> Option<String> {
+    // Through a mount the daemon keeps backing files open read-write
+    // after their last close (passthrough), so every lease is refused:
+    // not asked there.
+    if ws.mount().is_some() {
+        return None;
+    }
+    let held: Vec<&Change> = changes
+        .iter()
+        .filter(|c| {
+            c.old
+                .as_ref()
+                .is_some_and(|e| e.kind() == crate::tree::Kind::File)
+        })
+        .take(WRITERS_CHECKED)
+        .filter(|c| {
+            let (parent, name) = crate::capture::split_parent(&c.path);
+            let name = OsStr::from_bytes(name);
+            let root = ws.root_dir();
+            let held = if parent.is_empty() {
+                root.open_for_writing_elsewhere(name)
+            } else {
+                let sub = std::path::Path::new(OsStr::from_bytes(parent));
+                root.open_beneath(sub)
+                    .ok()
+                    .and_then(|d| d.open_for_writing_elsewhere(name))
+            };
+            held.unwrap_or(false)
+        })
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    let me = std::process::id();
+    let named: Vec<String> = held
+        .iter()
+        .map(|c| {
+            let abs = ws.root_path().join(OsStr::from_bytes(&c.path));
+            let by = rewind_platform::holders(&abs, |pid, _| pid == me);
+            let path =
+                crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(&c.path)));
+            if by.is_empty() {
+                path.into_owned()
+            } else {
+                format!("{path} ({})", by.join(", "))
+            }
+        })
+        .collect();
+    Some(format!(
+        "open for writing by another process when the rewind replaced it: {}; such a process goes on writing into the replaced file, which no checkpoint holds: restart it (or have it reopen the file)",
+        named.join("; ")
+    ))
 }
 
 /// A rewind's plan in this workspace: what `target_id`'s checkpoint

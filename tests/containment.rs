@@ -1220,6 +1220,51 @@ fn a_fifo_in_the_way_is_named_and_the_tree_is_not_said_to_equal_the_target() {
     );
 }
 
+/// D220: a file another process held open for writing was replaced by
+/// the rewind without a word; that process went on writing into the
+/// replaced file, which no checkpoint holds (helper-30: a server's log
+/// lost every line after the rewind). The rewind now says which files
+/// and which process, and says nothing when no writer holds one.
+#[test]
+fn a_file_held_open_for_writing_is_named_when_a_rewind_replaces_it() {
+    let Some(lfs) = common::LoopFs::new(common::Fs::Xfs, 512) else {
+        return;
+    };
+    let root = lfs.subdir("held");
+    write(&root.join("server.log"), b"line 1\n");
+    write(&root.join("other.txt"), b"one\n");
+    let a = checkpoint_id(&root, &[]);
+    write(&root.join("other.txt"), b"two\n");
+    let mut writer = Command::new("sh")
+        .args(["-c", "exec 3>>server.log; echo line 2 >&3; exec sleep 60"])
+        .current_dir(&root)
+        .spawn()
+        .expect("start the writer");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read(root.join("server.log")).expect("log") == b"line 1\n" {
+        assert!(Instant::now() < deadline, "the writer never wrote");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let v = rewind_json(&root, &["rewind", &a]);
+    let warning = v["warning"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no warning: {v}"));
+    assert!(
+        warning.contains("open for writing") && warning.contains("server.log"),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(&format!("pid {}", writer.id())),
+        "{warning}"
+    );
+    assert!(!warning.contains("other.txt"), "{warning}");
+    let _ = writer.kill();
+    let _ = writer.wait();
+    write(&root.join("server.log"), b"line 3\n");
+    let v = rewind_json(&root, &["rewind", &a]);
+    assert!(v.get("warning").is_none(), "no writer, no warning: {v}");
+}
+
 /// D172: a directory the rewind just made, removed by another program
 /// before the rewind wrote into it (a watcher, a build, `npm install`
 /// churning the tree), is left removed and listed as kept; the rest of the

@@ -336,6 +336,40 @@ impl Dir {
         Ok((File::from(fd), meta))
     }
 
+    /// Whether another process has the regular file `name` open for
+    /// writing, when the kernel can say: a read lease is refused while
+    /// any writer holds it. `None`: it cannot say (not the file's owner
+    /// without CAP_LEASE, a filesystem without leases, not a file). The
+    /// lease is dropped at once; a writer opening it meanwhile waits
+    /// that long, and the break signal (SIGIO) is ignored.
+    pub fn open_for_writing_elsewhere(&self, name: &OsStr) -> Option<bool> {
+        use std::os::fd::AsRawFd;
+        static IGNORE_SIGIO: std::sync::Once = std::sync::Once::new();
+        // SAFETY: setting a disposition; rewind uses SIGIO for nothing
+        // else, and its default would end the process on a lease break.
+        IGNORE_SIGIO.call_once(|| unsafe {
+            libc::signal(libc::SIGIO, libc::SIG_IGN);
+        });
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if Meta::from_stat(&st).kind != EntryKind::File {
+            return None;
+        }
+        // SAFETY: plain fcntl(2) on a descriptor this function owns.
+        let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+        if r == 0 {
+            // SAFETY: as above.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+            return Some(false);
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EBUSY) => Some(true),
+            _ => None,
+        }
+    }
+
     /// Open the file `name` for reading and writing (appending, with
     /// `append`), made with `mode` if missing; never through a symlink.
     /// For files root gives away (D148): followed by path, a symlink
