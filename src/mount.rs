@@ -65,8 +65,12 @@ impl MountLink {
             Ok(Some(client)) => Ok(Some(Self::linked(root, client))),
             Ok(None) => Ok(None),
             Err(rewind_fuse::Error::DaemonGone { .. }) => {
+                // Held from here to the detach: a `rewind mount` of the
+                // path waits, and then finds nothing dead (D222).
+                let lock = rewind_fuse::MountLock::take(root);
                 crate::failpoint::hit("mount:found-dead");
                 rewind_fuse::detach_dead(root)?;
+                drop(lock);
                 // Mounted again since this command found it dead: the
                 // dead mount is gone already, and the new daemon serves
                 // this command too (D209).
@@ -115,8 +119,10 @@ impl MountLink {
                     let old = self.daemon_pid();
                     let mut new = matches!(Client::connect(&self.point), Ok(Some(c)) if c.daemon_pid() != old);
                     if !new {
+                        let lock = rewind_fuse::MountLock::take(&self.point);
                         crate::failpoint::hit("mount:found-dead");
                         rewind_fuse::detach_dead_mount(&self.point)?;
+                        drop(lock);
                         // Only a dead mount is detached: one still there
                         // was mounted since the check above (D209).
                         new = rewind_fuse::is_rewind_mount(&self.point);

@@ -576,6 +576,7 @@ fn run_to(
             // What was made in the tree since the safety capture is in no
             // checkpoint, and the plan from a fresh capture removes it:
             // saved first (helper-30, D213).
+            ws.walk_in_full();
             let label = format!("before retrying a {} to {}", op.as_str(), target.id);
             let to = (target.id.as_str(), target.root);
             checkpoint_live_before(ws, &label, to, safety_seq, &opts.paths, dopts).and_then(
@@ -1063,6 +1064,7 @@ fn roll_back(
     dopts: DiffOptions,
     cause: Error,
 ) -> Error {
+    ws.walk_in_full();
     let mut back = || -> Result<(String, Option<String>)> {
         let to = ws
             .ledger()
@@ -1176,6 +1178,8 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .map(|c| c.id)
         .unwrap_or_default();
     let frozen = ws.freeze()?;
+    // What the interrupted apply wrote is in no dirty set (D221).
+    ws.walk_in_full();
     let op = Op::parse(&intent.op);
     let kept = checkpoint_before_recovery(ws, op, &target, &intent, &paths, dopts)?;
     let report = match reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts) {

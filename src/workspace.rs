@@ -151,6 +151,8 @@ pub struct Workspace {
     lock: Option<LockFile>,
     /// What this workspace was opened on; see [`Workspace::is_current`].
     identity: Identity,
+    /// Captures walk the whole tree: see [`Workspace::walk_in_full`].
+    in_full: std::cell::Cell<bool>,
 }
 
 /// The files an open workspace stands for, by (device, inode). A process
@@ -612,7 +614,18 @@ impl Workspace {
             observer: None,
             lock: None,
             identity,
+            in_full: std::cell::Cell::new(false),
         })
+    }
+
+    /// From now on, captures walk the whole tree, as `REWIND_ENGINE=walk`
+    /// does: for a rewind that plans again after its apply wrote, whose
+    /// writes go to the backing tree, where a mount's dirty set never
+    /// sees them. Scoped by that set, its retry and roll-back captured
+    /// the tree as it was before the apply, planned nothing, and said
+    /// "rolled back" over a half-rewound tree (helper-32, D221).
+    pub(crate) fn walk_in_full(&self) {
+        self.in_full.set(true);
     }
 
     /// Whether this open workspace still stands for what its path names:
@@ -629,6 +642,7 @@ impl Workspace {
     pub fn release(&mut self) {
         self.lock = None;
         self.observer = None;
+        self.in_full.set(false);
     }
 
     /// Whether clones work here, probed once per filesystem (device) and
@@ -923,7 +937,8 @@ impl Workspace {
         // Mounted: the daemon says which directories changed. A storing
         // capture takes the set (and commits it once persisted).
         // `REWIND_ENGINE=walk` walks anyway (tests compare the two).
-        let walk_anyway = std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk");
+        let walk_anyway =
+            self.in_full.get() || std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk");
         let rules = self.state_ignores()?;
         let rules_key = capture::rules_key(rules.as_deref());
         // Every scope below says what changed in the tree, not in the rules

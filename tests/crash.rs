@@ -442,23 +442,13 @@ fn what_is_made_during_a_rewind_that_is_rolled_back_is_saved_first() {
     for i in 1..=3 {
         write(&root.join(format!("src/{i}")), b"v2\n");
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(&root)
-        .args(["--json", "rewind", &a])
-        .env("REWIND_FAILPOINT", "apply:file-written:1")
-        .env("REWIND_FAILPOINT_ACTION", "stop")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn the rewind");
-    common::wait_stopped(child.id());
+    let child = common::spawn_stopped_at(&root, &["--json", "rewind", &a], "apply:file-written:1");
     write(
         &root.join("notes.txt"),
         b"PRECIOUS, saved while the rewind ran\n",
     );
     let immutable = Immutable::on(&root.join("src/3"));
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGCONT) }, 0);
+    common::resume(&child);
     let out = child.wait_with_output().expect("the rewind ends");
     drop(immutable);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");

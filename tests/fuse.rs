@@ -2160,24 +2160,15 @@ fn a_command_whose_daemon_died_leaves_a_new_mount_alone() {
         return;
     };
     write(&ws.join("d00/before.txt"), b"before the kill\n");
-    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(["--json", "checkpoint", "across"])
-        .current_dir(&ws)
-        .env("REWIND_FAILPOINT", "mount:connected")
-        .env("REWIND_FAILPOINT_ACTION", "stop")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the checkpoint");
-    common::wait_stopped(child.id());
+    let child =
+        common::spawn_stopped_at(&ws, &["--json", "checkpoint", "across"], "mount:connected");
     let daemon = m.status().pid;
     kill_and_reap(daemon);
     std::mem::forget(m);
     let again = MountGuard::new(&ws, &[]).expect("mount again over the dead one");
     let new_daemon = again.status().pid;
     assert_ne!(new_daemon, daemon);
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGCONT) }, 0);
+    common::resume(&child);
     let out = child.wait_with_output().expect("the checkpoint ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "checkpoint: {stderr}");
@@ -2197,14 +2188,17 @@ fn a_command_whose_daemon_died_leaves_a_new_mount_alone() {
 }
 
 /// D205 checked for a new daemon before detaching a dead one, but a
-/// `rewind mount` of the path between that check and the detach still
-/// had its live mount detached and its sockets removed. Now only a dead
-/// mount is detached and only sockets nobody listens on are removed,
-/// and a command that found the daemon dead goes through the new one
-/// (D209). The command stops after finding the daemon dead (failpoint
-/// `mount:found-dead`), the path is mounted again, the command goes on.
+/// `rewind mount` of the path between that check and the detach had its
+/// live mount detached and its sockets removed. D209 detached only a
+/// dead mount (`statfs`) and removed only dead sockets, which left the
+/// moment between that check and the detach (helper-32). Now a command
+/// holds the mount point's lock from the check to the detach, and a
+/// daemon holds it from its own check to its mount (D222): a `rewind
+/// mount` made while a command clears the dead mount waits for it, then
+/// mounts. The command stops inside the lock (failpoint
+/// `mount:found-dead`); the mount must not happen until it goes on.
 #[test]
-fn a_mount_made_while_a_command_clears_the_dead_one_survives() {
+fn a_mount_made_while_a_command_clears_the_dead_one_waits_and_survives() {
     let Some((_lfs, ws)) = workspace(4, 4) else {
         return;
     };
@@ -2214,34 +2208,91 @@ fn a_mount_made_while_a_command_clears_the_dead_one_survives() {
     let daemon = m.status().pid;
     kill_and_reap(daemon);
     std::mem::forget(m);
-    let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .args(["--json", "checkpoint", "across"])
-        .current_dir(&ws)
-        .env("REWIND_FAILPOINT", "mount:found-dead")
-        .env("REWIND_FAILPOINT_ACTION", "stop")
+    let child =
+        common::spawn_stopped_at(&ws, &["--json", "checkpoint", "across"], "mount:found-dead");
+    let mut mount = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["mount", &ws.display().to_string()])
+        .current_dir("/")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn the checkpoint");
-    common::wait_stopped(child.id());
-    let again = MountGuard::new(&ws, &[]).expect("mount again over the dead one");
-    let new_daemon = again.status().pid;
-    // SAFETY: plain kill(2).
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGCONT) }, 0);
+        .expect("spawn the mount");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let waited = mount.try_wait().expect("poll the mount").is_none();
+    common::resume(&child);
     let out = child.wait_with_output().expect("the checkpoint ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "checkpoint: {stderr}");
-    let ck: serde_json::Value = serde_json::from_slice(&out.stdout).expect("checkpoint json");
-    assert_eq!(ck["engine"], "fuse", "through the new daemon: {ck}");
-    assert_eq!(again.status().pid, new_daemon, "the new daemon serves");
+    let mounted = mount.wait_with_output().expect("the mount ends");
+    assert!(
+        mounted.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&mounted.stderr)
+    );
+    let again = MountGuard { dir: ws.clone() };
+    assert!(
+        waited,
+        "the mount waited for the command clearing the dead one"
+    );
+    let new_daemon = again.status().pid;
+    assert_ne!(new_daemon, daemon);
     assert!(
         !ws.join(".rewind").exists(),
-        "the new mount still hides the history"
+        "the new mount is there and hides the history"
     );
     write(&ws.join("d00/after.txt"), b"through the new mount\n");
     let ck = rewind_json(&ws, &["checkpoint", "after"]);
     assert_eq!(ck["engine"], "fuse", "{ck}");
+    assert_eq!(again.status().pid, new_daemon, "the new daemon serves");
     again.unmount();
+}
+
+/// D221: through a mount, a rewind whose apply failed was "rolled back"
+/// by a capture scoped by the daemon's dirty set, which never sees the
+/// apply's writes (they go to the backing tree): it planned nothing, and
+/// the tree stayed half rewound under a message saying it was as before
+/// (helper-32). Its captures now walk the whole tree.
+#[test]
+fn a_rewind_rolled_back_through_the_mount_leaves_the_tree_as_it_was() {
+    let Some((_lfs, ws)) = workspace(0, 0) else {
+        return;
+    };
+    for i in 1..=10 {
+        write(&ws.join(format!("d/f{i}")), format!("a{i}\n").as_bytes());
+        write(&ws.join(format!("e/f{i}")), format!("a{i}\n").as_bytes());
+    }
+    let a = common::checkpoint_id(&ws, &["A"]);
+    for i in 1..=10 {
+        write(&ws.join(format!("d/f{i}")), format!("b{i}\n").as_bytes());
+        write(&ws.join(format!("e/f{i}")), format!("b{i}\n").as_bytes());
+    }
+    write(&ws.join("notes.txt"), b"mine\n");
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let blocked = rewind_fuse::backing_path(&ws).join("e/f5");
+    let chattr = |flag: &str| {
+        let ok = Command::new("chattr")
+            .arg(flag)
+            .arg(&blocked)
+            .status()
+            .expect("chattr");
+        assert!(ok.success(), "chattr {flag}");
+    };
+    chattr("+i");
+    let out = rewind(&ws, &["--json", "rewind", &a]);
+    chattr("-i");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
+    assert_eq!(std::fs::read(ws.join("d/f1")).expect("d/f1"), b"b1\n");
+    assert_eq!(
+        std::fs::read(ws.join("notes.txt")).expect("notes"),
+        b"mine\n"
+    );
+    let st = rewind_env(&ws, &["--json", "status"], &[("REWIND_ENGINE", "walk")]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).expect("status json");
+    assert_eq!(st["changes"], serde_json::json!([]), "{st}");
+    m.unmount();
 }
 
 #[test]

@@ -91,6 +91,34 @@ pub(crate) fn remove_sockets(mountpoint: &Path) {
     }
 }
 
+/// Held while a mount point's mount changes hands: by a daemon from its
+/// check for a dead mount there to its own mount, and by a command from
+/// its check that the mount is dead to the detach. Without it, a `rewind
+/// mount` between a command's check and its detach had its live mount
+/// detached (helper-32, D222). An advisory `flock` on `KEY.lock` in the
+/// runtime directory, dropped with the value; `None` when that file
+/// cannot be made (the caller goes on unguarded, as before).
+pub struct MountLock {
+    _file: std::fs::File,
+}
+
+impl MountLock {
+    pub fn take(mountpoint: &Path) -> Option<MountLock> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = runtime_dir().join(format!("{}.lock", key(mountpoint)));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .ok()?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).ok()?;
+        Some(MountLock { _file: file })
+    }
+}
+
 /// [`remove_sockets`] for a daemon found dead: only the sockets nobody
 /// listens on. A new daemon of the same mount point (and its command
 /// server) may have bound theirs since (D209).
@@ -596,7 +624,10 @@ impl Client {
                 Ok(())
             }
             // Gone before or while it unmounted: clear what it left.
-            Err(Error::DaemonGone { .. }) => crate::daemon::detach_dead(&self.mountpoint),
+            Err(Error::DaemonGone { .. }) => {
+                let _lock = MountLock::take(&self.mountpoint);
+                crate::daemon::detach_dead(&self.mountpoint)
+            }
             Err(Error::Daemon { message, .. }) if message.starts_with("busy: ") => {
                 Err(Error::Busy {
                     path: self.mountpoint.clone(),

@@ -94,6 +94,8 @@ fn release_backing(b: &Path) {
 /// mount and the control socket answer.
 pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()> {
     let mountpoint = opts.view.clone().unwrap_or_else(|| dir.to_path_buf());
+    // From the check for a dead mount to this one's mount (D222).
+    let lock = control::MountLock::take(&mountpoint);
     match Client::connect(&mountpoint) {
         Ok(Some(c)) => {
             return Err(Error::AlreadyMounted {
@@ -214,6 +216,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             return Err(Error::io("mount FUSE at", &mountpoint, e));
         }
     };
+    drop(lock);
     let _ = sh.notifier.set(session.notifier());
     let ctx = Arc::new(Ctx {
         sh,
@@ -504,7 +507,8 @@ pub fn is_rewind_mount(path: &Path) -> bool {
 
 /// Clear the mount of a daemon that died: detach the dead mount (its
 /// requests fail with ENOTCONN) and remove its socket, so the directory
-/// shows the backing tree again.
+/// shows the backing tree again. The caller holds the mount point's
+/// [`control::MountLock`] (D222).
 pub fn detach_dead(mp: &Path) -> Result<()> {
     detach_dead_mount(mp)?;
     release_dead_backing(mp);

@@ -31,8 +31,8 @@ pub mod wire;
 pub use claim::{CLAIM_FILE, Holder, claimed_workspace, holder};
 pub use companion::Companion;
 pub use control::{
-    ANSWER_TIMEOUT, Client, DOORS_DIR, MountStatus, backing_path, command_socket_path, door_path,
-    runtime_dir, socket_path,
+    ANSWER_TIMEOUT, Client, DOORS_DIR, MountLock, MountStatus, backing_path, command_socket_path,
+    door_path, runtime_dir, socket_path,
 };
 pub use daemon::{
     ServeOptions, detach_dead, detach_dead_mount, dev_fuse_usable, holders, is_rewind_mount,

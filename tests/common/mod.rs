@@ -998,30 +998,41 @@ pub fn wait_stopped(pid: u32) {
 /// `rewind --json ARGS` in `cwd`, stopped at `failpoint` while `during`
 /// changes the tree (another program at work mid-rewind), then let go on;
 /// its JSON answer, once it has succeeded.
-pub fn rewind_json_stopped_at(
-    cwd: &Path,
-    args: &[&str],
-    failpoint: &str,
-    during: impl FnOnce(),
-) -> serde_json::Value {
+/// `rewind ARGS` in `cwd`, its output piped, stopped (SIGSTOP) at the
+/// named failpoint: returned once it is. [`resume`] lets it go on.
+pub fn spawn_stopped_at(cwd: &Path, args: &[&str], failpoint: &str) -> std::process::Child {
     let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
         .current_dir(cwd)
-        .arg("--json")
         .args(args)
         .env("REWIND_FAILPOINT", failpoint)
         .env("REWIND_FAILPOINT_ACTION", "stop")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("spawn");
+        .expect("spawn rewind");
     wait_stopped(child.id());
-    during();
+    child
+}
+
+/// SIGCONT to a process [`spawn_stopped_at`] stopped.
+pub fn resume(child: &std::process::Child) {
     let cont = Command::new("kill")
         .arg("-CONT")
         .arg(child.id().to_string())
         .status()
         .expect("kill -CONT");
     assert!(cont.success(), "kill -CONT failed");
+}
+
+pub fn rewind_json_stopped_at(
+    cwd: &Path,
+    args: &[&str],
+    failpoint: &str,
+    during: impl FnOnce(),
+) -> serde_json::Value {
+    let child = spawn_stopped_at(cwd, &[&["--json"][..], args].concat(), failpoint);
+    during();
+    resume(&child);
     let out = child.wait_with_output().expect("wait");
     assert!(
         out.status.success(),
