@@ -1095,13 +1095,17 @@ impl Walker<'_> {
             Ok(v) => v,
             Err(_) => return Ok(parent.clone()), // not a regular file: not a rule file
         };
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         let path = PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes())));
-        std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| Error::InvalidPath {
+        std::io::Read::read_to_end(&mut f, &mut bytes).map_err(|e| Error::InvalidPath {
             path: path.clone(),
             reason: format!("cannot read ignore rules: {e}"),
         })?;
-        with_rules(parent, rel, &text, &path)
+        // Not UTF-8 (a byte an agent wrote): read as far as it is text.
+        // Refused, it stopped every checkpoint and every rewind, even
+        // the one that would have put the target's rules back (helper-32,
+        // D223); the target's own rules are read the same way.
+        with_rules(parent, rel, &String::from_utf8_lossy(&bytes), &path)
     }
 
     /// Capture one directory: stat every entry here (cheap, sequential),

@@ -319,6 +319,22 @@ impl Error {
     /// in when the filesystem itself is mounted read-write. Rewind's own
     /// snapshots are read-only by design and never named.
     pub fn read_only(path: PathBuf) -> Error {
+        // An immutable ledger (or its -wal or -shm) reads to SQLite as
+        // "readonly" too: named with the `chattr` that frees it, not as
+        // a permission problem chmod cannot fix (helper-32, D223).
+        let sidecar = |suffix: &str| {
+            let mut p = path.as_os_str().to_os_string();
+            p.push(suffix);
+            PathBuf::from(p)
+        };
+        if let Some(locked) = [path.clone(), sidecar("-wal"), sidecar("-shm")]
+            .iter()
+            .find_map(|p| locked_entry(p).filter(|l| l == p))
+        {
+            let source =
+                rewind_platform::Error::new("write", &locked, std::io::Error::from_raw_os_error(1));
+            return Error::Immutable { locked, source };
+        }
         let subvolume = path
             .ancestors()
             .filter_map(|a| rewind_platform::Dir::open(a).ok().map(|d| (a, d)))

@@ -110,9 +110,9 @@ fn live_rule_files_exclude(root: &rewind_platform::Dir, path: &[u8], is_dir: boo
     loop {
         let read = |d: &rewind_platform::Dir| {
             let (mut f, _) = d.open_read(OsStr::new(IGNORE_FILE)).ok()?;
-            let mut t = String::new();
-            std::io::Read::read_to_string(&mut f, &mut t).ok()?;
-            Some(t)
+            let mut t = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut t).ok()?;
+            Some(String::from_utf8_lossy(&t).into_owned())
         };
         let text = if dir_rel.is_empty() {
             read(root)

@@ -1065,6 +1065,7 @@ fn roll_back(
     cause: Error,
 ) -> Error {
     ws.walk_in_full();
+    let mut saved_first = None;
     let mut back = || -> Result<(String, Option<String>)> {
         let to = ws
             .ledger()
@@ -1076,6 +1077,7 @@ fn roll_back(
         // going back removes it: saved first (helper-30, D213).
         let label = format!("before rolling back a {} to {target_id}", op.as_str());
         let saved = checkpoint_live_before(ws, &label, (&to.id, to.root), safety, paths, dopts)?;
+        saved_first.clone_from(&saved);
         let report = reapply_from_live(ws, &to.id, to.root, paths, aopts, dopts)?;
         ws.sync_applied(&report.touched, Before::Unknown, true)?;
         Ok((to.id, saved))
@@ -1090,7 +1092,18 @@ fn roll_back(
     };
     let (safety_id, saved) = match back() {
         Ok(r) => r,
-        Err(_) => return cause,
+        Err(_) => {
+            // Going back failed too: the cause is the answer, and the
+            // next command finishes the rewind; what the tree held is
+            // still named (helper-32, D223).
+            if let Some(id) = saved_first {
+                eprintln!(
+                    "rewind: what was made in the tree while the {} ran is checkpoint {id}",
+                    op.as_str()
+                );
+            }
+            return cause;
+        }
     };
     let committed = ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &safety.to_string())?;

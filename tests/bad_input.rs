@@ -1050,6 +1050,24 @@ fn refused_or_conflicting_input_changes_nothing_and_is_not_overridden() {
     let out = rewind(&root, &["mount", "--at", &far.display().to_string()]);
     assert_clear_error(&out, "does not exist");
     assert!(!tmp.path().join("no").exists(), "no parents made");
+    // D223: a FIFO there hung the daemon for good; a file, a path below
+    // one, and a symlink to nothing got errors that named none of them.
+    let fifo = tmp.path().join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    write(&tmp.path().join("afile"), b"x");
+    std::os::unix::fs::symlink("nowhere", tmp.path().join("dangling")).expect("symlink");
+    for at in ["fifo", "afile", "afile/x", "dangling"] {
+        let at = tmp.path().join(at).display().to_string();
+        let out = rewind(&root, &["mount", "--at", &at]);
+        assert_clear_error(&out, "is not a directory");
+    }
+    assert!(rewind_fuse_free(&root), "no claim left in the workspace");
 
     write(&root.join("a.txt"), b"changed");
     let out = rewind(
@@ -1092,6 +1110,46 @@ fn refused_or_conflicting_input_changes_nothing_and_is_not_overridden() {
             "--key",
             "charge-A",
         ],
+    );
+}
+
+/// Nothing holds the workspace's mount claim: a refused mount left no
+/// daemon behind.
+fn rewind_fuse_free(root: &Path) -> bool {
+    let out = rewind(root, &["--json", "status"]);
+    out.status.success()
+}
+
+/// D223: an immutable ledger (`chattr +i`) reads to SQLite as
+/// "readonly", and D216 then gave chown/chmod advice that cannot work.
+/// It is `IMMUTABLE`, with the `chattr` that frees it.
+#[test]
+fn an_immutable_ledger_is_named_with_the_chattr_that_frees_it() {
+    let Some(lfs) = common::LoopFs::new(common::Fs::Xfs, 512) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    workspace_with_checkpoint(&root);
+    let db = root.join(".rewind/ledger.db");
+    let chattr = |flag: &str| {
+        assert!(
+            Command::new("chattr")
+                .arg(flag)
+                .arg(&db)
+                .status()
+                .expect("chattr")
+                .success()
+        );
+    };
+    chattr("+i");
+    write(&root.join("a.txt"), b"changed");
+    let out = rewind(&root, &["--json", "checkpoint"]);
+    chattr("-i");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "IMMUTABLE", "{v}");
+    assert!(
+        v["error"]["message"].to_string().contains("chattr -i"),
+        "{v}"
     );
 }
 

@@ -1806,16 +1806,24 @@ fn a_dead_servers_temporary_socket_is_swept_by_the_next_one() {
     for p in [&dead, &live] {
         std::fs::write(p, b"").expect("plant a temporary name");
     }
+    // D223: an idle lock file, at a mount point no command came back to.
+    let rt = sock.parent().expect("runtime dir");
+    let idle_lock = rt.join("0000000000000000.lock");
+    std::fs::write(&idle_lock, b"").expect("plant a lock file");
     let Some(m) = MountGuard::new(&ws, &[]) else {
-        let _ = std::fs::remove_file(&dead);
-        let _ = std::fs::remove_file(&live);
+        for p in [&dead, &live, &idle_lock] {
+            let _ = std::fs::remove_file(p);
+        }
         return;
     };
     server_pid_after_a_checkpoint(&m, &ws);
     assert!(!dead.exists(), "a dead server's name is swept");
     assert!(live.exists(), "a live process's name is left");
+    assert!(!idle_lock.exists(), "an idle lock file is swept");
     std::fs::remove_file(&live).expect("remove the planted name");
     m.unmount();
+    let lock = sock.with_extension("lock");
+    assert!(!lock.exists(), "the mount point's lock file goes with it");
 }
 
 #[test]
@@ -2074,6 +2082,12 @@ fn a_command_the_server_accepted_finishes_when_the_daemon_dies() {
     assert!(
         !backing.exists(),
         "the bind of the backing tree is released"
+    );
+    // And its socket, which the command clearing the dead mount saw
+    // still listening, and left (D223).
+    assert!(
+        !rewind_fuse::command_socket_path(&ws).exists(),
+        "the server's socket goes with it"
     );
     std::mem::forget(m); // nothing left to unmount
 

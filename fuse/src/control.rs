@@ -99,23 +99,78 @@ pub(crate) fn remove_sockets(mountpoint: &Path) {
 /// runtime directory, dropped with the value; `None` when that file
 /// cannot be made (the caller goes on unguarded, as before).
 pub struct MountLock {
-    _file: std::fs::File,
+    file: std::fs::File,
+    path: PathBuf,
 }
 
 impl MountLock {
     pub fn take(mountpoint: &Path) -> Option<MountLock> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = runtime_dir().join(format!("{}.lock", key(mountpoint)));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .ok()?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).ok()?;
-        Some(MountLock { _file: file })
+        Self::take_at(Self::path(mountpoint), true)
+    }
+
+    /// [`MountLock::take`] unless another holds it.
+    pub(crate) fn try_take(mountpoint: &Path) -> Option<MountLock> {
+        Self::take_at(Self::path(mountpoint), false)
+    }
+
+    fn path(mountpoint: &Path) -> PathBuf {
+        runtime_dir().join(format!("{}.lock", key(mountpoint)))
+    }
+
+    /// The lock at `path`; without `wait`, `None` when it is held.
+    fn take_at(path: PathBuf, wait: bool) -> Option<MountLock> {
+        use rustix::fs::FlockOperation::{LockExclusive, NonBlockingLockExclusive};
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        loop {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+                .ok()?;
+            let how = if wait {
+                LockExclusive
+            } else {
+                NonBlockingLockExclusive
+            };
+            rustix::fs::flock(&file, how).ok()?;
+            // Its last holder may have removed the file meanwhile
+            // ([`MountLock::remove`]): a lock on that one guards nothing.
+            let held = file.metadata().ok()?;
+            if std::fs::metadata(&path)
+                .is_ok_and(|m| (m.dev(), m.ino()) == (held.dev(), held.ino()))
+            {
+                return Some(MountLock { file, path });
+            }
+        }
+    }
+
+    /// Drop the lock and its file: nothing at the mount point is changing
+    /// hands (a daemon that unmounted, a dead mount cleared). Kept, one
+    /// file stayed per mount point ever used.
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+/// Remove the lock files nobody holds from the runtime directory (D223):
+/// one stayed per mount point whose daemon was killed. Run by each
+/// daemon as it starts. A dead daemon's socket is not swept with them:
+/// it is how the next command at its path knows the mount there is
+/// dead, and clears it (swept, that command failed on the dead mount).
+pub(crate) fn sweep_runtime_dir() {
+    let Ok(entries) = std::fs::read_dir(runtime_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".lock")
+            && let Some(lock) = MountLock::take_at(e.path(), false)
+        {
+            lock.remove();
+        }
     }
 }
 

@@ -94,6 +94,12 @@ fn release_backing(b: &Path) {
 /// mount and the control socket answer.
 pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()> {
     let mountpoint = opts.view.clone().unwrap_or_else(|| dir.to_path_buf());
+    // Made here, before anything is put in it: it holds the backing
+    // trees' binds, closed to other users.
+    let rt = control::runtime_dir();
+    std::fs::create_dir_all(&rt).map_err(|e| Error::io("create", &rt, e))?;
+    let _ = rustix::fs::chmod(&rt, Mode::from_raw_mode(0o700));
+    control::sweep_runtime_dir();
     // From the check for a dead mount to this one's mount (D222).
     let lock = control::MountLock::take(&mountpoint);
     match Client::connect(&mountpoint) {
@@ -159,9 +165,6 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     sh.inodes.set_keep_budget(fd_limit / 8);
 
     let sock = control::socket_path(&mountpoint);
-    let rt = control::runtime_dir();
-    std::fs::create_dir_all(&rt).map_err(|e| Error::io("create", &rt, e))?;
-    let _ = rustix::fs::chmod(&rt, Mode::from_raw_mode(0o700));
     let bound = opts.view.is_none();
     let backing = if bound {
         bind_backing(dir, &mountpoint)?
@@ -172,6 +175,11 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         control::remove_sockets(&mountpoint);
         if bound {
             release_backing(&backing);
+        }
+        // Not waited for: a command clearing this path holds it briefly,
+        // and its own file then stays for the next one.
+        if let Some(lock) = control::MountLock::try_take(&mountpoint) {
+            lock.remove();
         }
     };
     // Bound under a temporary name and renamed into place: between bind

@@ -475,7 +475,17 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
             .unwrap_or("")
             .parse()
             .map_err(|e: toml_edit::TomlError| {
-                invalid(format!("not valid TOML ({})", e.to_string().trim()))
+                // The message and its line, not the caret diagram: an
+                // error is one line (D218).
+                let line = e.span().map(|s| {
+                    let text = old.as_deref().unwrap_or("");
+                    text[..s.start.min(text.len())].matches('\n').count() + 1
+                });
+                invalid(format!(
+                    "not valid TOML ({}{})",
+                    e.message().trim(),
+                    line.map(|l| format!(", line {l}")).unwrap_or_default()
+                ))
             })?;
     let implicit = || {
         let mut t = Table::new();

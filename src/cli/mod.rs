@@ -598,20 +598,12 @@ fn report(json: bool, e: &Error) {
     eprintln!("rewind: error: {message}");
 }
 
-/// `message` as the one line the contract promises: a parser's error
-/// (TOML's, with its caret diagram) spanned five lines (helper-31,
-/// D218). Its lines are joined with "; ", without the diagram's
-/// gutter-only lines.
+/// `message` as the one line the contract promises (helper-31, D218):
+/// a newline is written `\n`. Not joined with "; ": a newline inside a
+/// path in the message (a name an agent chose) then read as the end of
+/// a pasted command (helper-32, D223).
 fn one_line(message: &str) -> String {
-    if !message.contains('\n') {
-        return message.to_string();
-    }
-    message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.chars().all(|c| matches!(c, '|' | '^' | ' ')))
-        .collect::<Vec<_>>()
-        .join("; ")
+    message.replace('\n', "\\n")
 }
 
 /// The `--json` error object: `{"version", "error": {"code", "message"}}`.

@@ -123,6 +123,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                     },
                 }
             };
+            let existing_is_dir = existing.is_dir();
             let resolved = missing.iter().rev().fold(existing, |p, n| p.join(n));
             if resolved.starts_with(&root) || root.starts_with(&resolved) {
                 return Err(Error::InvalidPath {
@@ -131,6 +132,20 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                         "a view must be outside the workspace {} (and not contain it); nothing was made",
                         root.display()
                     ),
+                });
+            }
+            // A FIFO there hung the daemon in its open for good, the
+            // workspace claimed (helper-32, D223); a file, or a symlink
+            // to nothing, got errors that named neither.
+            let not_a_dir = if missing.is_empty() {
+                !resolved.is_dir()
+            } else {
+                !existing_is_dir || std::fs::symlink_metadata(&resolved).is_ok()
+            };
+            if not_a_dir {
+                return Err(Error::InvalidPath {
+                    path: resolved,
+                    reason: "is not a directory (or is a symlink to nothing): give --at a directory, or a path to make one at; nothing was made".into(),
                 });
             }
             if missing.len() > 1 {

@@ -337,6 +337,13 @@ pub fn run(a: Args) -> Result<()> {
         _ => None,
     };
     let listener = listen(&a.socket, door.as_ref())?;
+    let ours = std::fs::metadata(&a.socket)
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
+    // The owner's door is a second name for the same socket.
+    let names: Vec<PathBuf> = std::iter::once(a.socket.clone())
+        .chain(door.as_ref().map(|d| rewind_fuse::door_path(&d.workspace)))
+        .collect();
     // Both threads wait with poll and accept without blocking: whichever
     // loses the race for a connection just waits again.
     listener
@@ -365,6 +372,14 @@ pub fn run(a: Args) -> Result<()> {
             // Its workspace goes first: a daemon found dead midway leaves
             // the bind of the backing tree to the link's drop.
             drop(server);
+            // Its socket too, unless a new server's replaced it: the
+            // command that cleared the dead mount saw this one still
+            // listening, and left it (D223).
+            for name in &names {
+                if std::fs::metadata(name).ok().map(|m| (m.dev(), m.ino())) == ours {
+                    let _ = std::fs::remove_file(name);
+                }
+            }
             return Ok(());
         }
     }
