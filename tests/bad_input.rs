@@ -103,6 +103,20 @@ fn outside_a_workspace_says_run_init() {
         assert_clear_error(&out, "is not a directory: name the workspace's directory");
     }
     assert!(!missing.exists(), "nothing made");
+    // `-C` after `init`, `mount` and `unmount` too (D224): it was a usage
+    // error there, the global option's name taken by their own argument.
+    let fresh = dir.path().join("fresh");
+    std::fs::create_dir(&fresh).expect("mkdir");
+    let fresh_arg = fresh.to_str().expect("utf8");
+    let out = rewind(dir.path(), &["init", "-C", fresh_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(fresh.join(".rewind").is_dir());
+    let out = rewind(dir.path(), &["unmount", "-C", fresh_arg]);
+    assert_clear_error(&out, "is not mounted by rewind");
     // A parser's multi-line error is one line too (D218).
     write(
         &dir.path().join("p/.codex/config.toml"),

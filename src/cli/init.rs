@@ -15,6 +15,9 @@ pub struct Args {
     #[arg(long)]
     subvolume: bool,
     /// The directory (default: -C, else the current directory)
+    // Its own id: named `dir` like the global -C, it made clap refuse
+    // `-C` after this verb (helper-31, D224).
+    #[arg(id = "directory", value_name = "DIR")]
     dir: Option<PathBuf>,
 }
 

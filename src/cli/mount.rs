@@ -27,6 +27,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The workspace directory to mount over (default: the current workspace)
+    // Its own id: named `dir` like the global -C, it made clap refuse
+    // `-C` after this verb (helper-31, D224).
+    #[arg(id = "directory", value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Mount a view of the workspace here instead of over it (needed as a non-root user); made if missing, in a directory that exists
     #[arg(long, value_name = "VIEW")]
@@ -42,6 +45,9 @@ pub struct Args {
 #[derive(clap::Args, Debug)]
 pub struct UnmountArgs {
     /// The mounted workspace directory (default: the current workspace)
+    // Its own id: named `dir` like the global -C, it made clap refuse
+    // `-C` after this verb (helper-31, D224).
+    #[arg(id = "directory", value_name = "DIR")]
     dir: Option<PathBuf>,
 }
 
