@@ -815,7 +815,11 @@ pub(crate) fn with_rules(
 
 /// Whether the rules in `stack` exclude `rel`; the nearest rule file that
 /// says anything decides, as in git.
-pub(crate) fn is_ignored(stack: &IgnoreStack, rel: &[u8], is_dir: bool) -> bool {
+pub(crate) fn is_ignored(
+    stack: &[(usize, Arc<ignore::gitignore::Gitignore>)],
+    rel: &[u8],
+    is_dir: bool,
+) -> bool {
     for (base, m) in stack.iter().rev() {
         let sub = &rel[(*base).min(rel.len())..];
         let path = std::path::Path::new("/").join(OsStr::from_bytes(sub));
@@ -902,6 +906,9 @@ struct Walker<'a> {
     /// As root in another user's workspace: that user, whose history this
     /// is; what they could not read is left out (D152).
     owner: Option<rewind_platform::UserAccess>,
+    /// How many rules at the bottom of every ignore stack are the ones
+    /// kept outside the tree (`.rewind/ignore`): 0 or 1.
+    state_rules: usize,
 }
 
 /// Gitignore-syntax rules, anchored at the directory holding them.
@@ -968,6 +975,7 @@ pub fn capture(
         counters: Counters::default(),
         progress,
         owner: rewind_platform::UserAccess::owner_of(&root_meta),
+        state_rules: usize::from(state_ignores.is_some()),
     };
     let root_dir = root.try_clone().map_err(Error::os)?;
     let mut base = IgnoreStack::new();
@@ -1367,13 +1375,16 @@ impl Walker<'_> {
             );
             return Ok(None);
         }
-        // A rule file is always captured, whatever the rules say: one
+        // A rule file is captured whatever the rules in the tree say: one
         // that ignored itself (`*`) was left in place by every rewind,
         // which then could restore nothing it hid (helper-30, D217).
-        if nb != IGNORE_FILE.as_bytes()
-            && !ignores.is_empty()
-            && is_ignored(ignores, &join(rel, nb), meta.kind == EntryKind::Dir)
-        {
+        // Those kept outside the tree (`.rewind/ignore`) still decide.
+        let rules = if nb == IGNORE_FILE.as_bytes() {
+            &ignores[..self.state_rules.min(ignores.len())]
+        } else {
+            &ignores[..]
+        };
+        if !rules.is_empty() && is_ignored(rules, &join(rel, nb), meta.kind == EntryKind::Dir) {
             return Ok(None);
         }
         if let Some(why) = self

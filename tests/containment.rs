@@ -1184,6 +1184,20 @@ fn a_rewindignore_written_after_the_target_cannot_stop_its_rewind() {
             "{rule:?}"
         );
     }
+    // Rules kept outside the tree still decide for a rule file: one named
+    // in `.rewind/ignore` is never captured, so no rewind touches it.
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("src/main.c"), b"v1\n");
+    let a = checkpoint_id(root, &[]);
+    std::fs::write(root.join(".rewind/ignore"), b".rewindignore\n").expect("state rules");
+    write(&root.join(".rewindignore"), b"build/\n");
+    let r = rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        std::fs::read(root.join(".rewindignore")).expect("kept"),
+        b"build/\n",
+        "{r}"
+    );
 }
 
 /// D219: a FIFO where the target has a file or directory is never
