@@ -94,7 +94,7 @@ pub enum Error {
     #[error("'{id}' is ambiguous: it matches {}; type more characters of the id", candidates.join(", "))]
     AmbiguousId { id: String, candidates: Vec<String> },
 
-    #[error("the workspace is busy: another rewind process{} holds {}; wait for it, or retry", pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
+    #[error("the workspace is busy: {} holds {}; wait for it, or retry", locked_by(*pid, path), path.display())]
     Locked { path: PathBuf, pid: Option<u32> },
 
     #[error(
@@ -178,6 +178,23 @@ fn locked_entry(path: &std::path::Path) -> Option<PathBuf> {
             .then(|| p.to_path_buf())
     };
     locked(path).or_else(|| locked(path.parent()?))
+}
+
+/// Who holds a workspace's lock, by the pid the holder wrote in it. A
+/// pid that no longer runs was named all the same, while another
+/// program held the file (helper-31, D225): then that is said, with the
+/// command that names the holder.
+fn locked_by(pid: Option<u32>, path: &Path) -> String {
+    match pid {
+        Some(p) if Path::new(&format!("/proc/{p}")).exists() => {
+            format!("another rewind process (pid {p})")
+        }
+        Some(p) => format!(
+            "a process other than the one recorded in it (pid {p}, which has exited; `fuser -v {}` names the holder)",
+            crate::names::shell_word(&path.to_string_lossy())
+        ),
+        None => "another rewind process".into(),
+    }
 }
 
 fn owner_name(uid: u32) -> String {
@@ -390,5 +407,28 @@ fn over_budget(budget: u64, used: u64, checkpoints: usize, force_frees: Option<u
             human_bytes(used),
             human_bytes(budget)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// D225: a lock whose recorded pid has exited is not blamed on it.
+    #[test]
+    fn a_lock_holders_pid_is_named_only_while_it_runs() {
+        let path = Path::new("/w/.rewind/lock");
+        let me = std::process::id();
+        assert_eq!(
+            locked_by(Some(me), path),
+            format!("another rewind process (pid {me})")
+        );
+        // Above any pid_max: no process has it.
+        let gone = locked_by(Some(4_194_399), path);
+        assert!(
+            gone.contains("has exited") && gone.contains("fuser -v /w/.rewind/lock"),
+            "{gone}"
+        );
+        assert_eq!(locked_by(None, path), "another rewind process");
     }
 }

@@ -288,10 +288,16 @@ pub fn check_label(label: &str) -> Result<()> {
     } else {
         return Ok(());
     };
-    Err(Error::Usage(format!(
-        "the label {} {why}: {fix}",
-        crate::cli::human_path(&label.chars().take(40).collect::<String>())
-    )))
+    // An empty one is not quoted: "the label  is empty" (helper-31).
+    let shown = if label.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " {}",
+            crate::cli::human_path(&label.chars().take(40).collect::<String>())
+        )
+    };
+    Err(Error::Usage(format!("the label{shown} {why}: {fix}")))
 }
 
 /// The one workspace this process may open, while it runs commands for a
@@ -1610,6 +1616,12 @@ impl Workspace {
     /// Like [`Workspace::resolve`], pruned checkpoints included. Pending
     /// manifests are finished first: the id may name one.
     pub fn resolve_any(&mut self, spec: &str) -> Result<Checkpoint> {
+        // A usage error, not "no checkpoint matches ''" (helper-31, D225).
+        if spec.trim().is_empty() {
+            return Err(Error::Usage(
+                "the checkpoint is empty: name one by id, label, HEAD or HEAD~N (`rewind list` shows them)".into(),
+            ));
+        }
         self.recover_if_needed()?;
         let unknown = || Error::UnknownId {
             id: spec.to_string(),

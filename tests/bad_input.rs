@@ -103,6 +103,17 @@ fn outside_a_workspace_says_run_init() {
         assert_clear_error(&out, "is not a directory: name the workspace's directory");
     }
     assert!(!missing.exists(), "nothing made");
+    // An empty checkpoint is a usage error, not "no checkpoint matches
+    // ''", and an empty label is said without a stray space (D225).
+    let ws = dir.path().join("ws-empty");
+    workspace_with_checkpoint(&ws);
+    for verb in ["rewind", "diff"] {
+        let out = rewind(&ws, &["--json", verb, ""]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "USAGE", "{verb}: {v}");
+    }
+    let out = rewind(&ws, &["checkpoint", ""]);
+    assert_clear_error(&out, "the label is empty");
     // `-C` after `init`, `mount` and `unmount` too (D224): it was a usage
     // error there, the global option's name taken by their own argument.
     let fresh = dir.path().join("fresh");
