@@ -339,11 +339,7 @@ impl Error {
         // An immutable ledger (or its -wal or -shm) reads to SQLite as
         // "readonly" too: named with the `chattr` that frees it, not as
         // a permission problem chmod cannot fix (helper-32, D223).
-        let sidecar = |suffix: &str| {
-            let mut p = path.as_os_str().to_os_string();
-            p.push(suffix);
-            PathBuf::from(p)
-        };
+        let sidecar = |suffix| crate::names::with_suffix(&path, suffix);
         if let Some(locked) = [path.clone(), sidecar("-wal"), sidecar("-shm")]
             .iter()
             .find_map(|p| locked_entry(p).filter(|l| l == p))

@@ -178,7 +178,7 @@ fn uri_path(path: &Path) -> String {
 
 /// `ledger.db-wal` beside `ledger.db`.
 fn wal_path(db: &Path) -> PathBuf {
-    sidecar(db, "-wal")
+    crate::names::with_suffix(db, "-wal")
 }
 
 /// The size of a non-empty `-wal` beside `db`: commits of a history
@@ -209,13 +209,6 @@ fn wal_has_commit(wal: &[u8]) -> bool {
     wal[32..]
         .chunks_exact(frame)
         .any(|f| &f[8..16] == salts && be32(f, 4).is_some_and(|n| n > 0))
-}
-
-/// `ledger.db{suffix}` beside `ledger.db`: its `-wal` or `-shm`.
-fn sidecar(db: &Path, suffix: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// fsync the directory holding `path`, so a file created in it survives a
@@ -566,7 +559,7 @@ impl Ledger {
                 path: path.to_owned(),
             });
         }
-        let sidecars = ["-wal", "-shm"].map(|s| sidecar(path, s));
+        let sidecars = ["-wal", "-shm"].map(|s| crate::names::with_suffix(path, s));
         let made = sidecars.clone().map(|p| !p.exists());
         let r = Self::open_existing(path);
         // A ledger that cannot be read was written nothing: the empty
@@ -753,7 +746,7 @@ impl Ledger {
         if let Ok(m) = std::fs::metadata(path) {
             use std::os::unix::fs::MetadataExt;
             let _ = rewind_platform::create_in_place_file(
-                &sidecar(path, "-shm"),
+                &crate::names::with_suffix(path, "-shm"),
                 m.mode() & 0o777,
                 m.uid(),
                 m.gid(),

@@ -134,6 +134,14 @@ pub fn human_bytes_name(name: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// `path` with `suffix` added to its last component: a ledger's `-wal`
+/// or `-shm` beside it, `.rewind.copy` beside `.rewind`.
+pub fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    name.into()
+}
+
 /// A path for an error message, shown as [`human_bytes_name`] shows it.
 pub fn human_os_path(path: &Path) -> Cow<'_, str> {
     human_bytes_name(path.as_os_str().as_bytes())

@@ -473,8 +473,8 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
                 )
             },
             state = word(state),
-            copy = word(&suffixed(state, ".copy")),
-            damaged = word(&suffixed(state, ".damaged")),
+            copy = word(&crate::names::with_suffix(state, ".copy")),
+            damaged = word(&crate::names::with_suffix(state, ".damaged")),
             ledger = word(ledger),
             root = word(root),
         ),
@@ -496,13 +496,6 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             out.damaged
         )
     })
-}
-
-/// `p` with `suffix` added to its last component (`.rewind.copy`).
-fn suffixed(p: &Path, suffix: &str) -> std::path::PathBuf {
-    let mut s = p.as_os_str().to_os_string();
-    s.push(suffix);
-    s.into()
 }
 
 fn before_init(ctx: &Ctx, dir: &Path) -> Result<()> {
