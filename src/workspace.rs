@@ -168,8 +168,7 @@ struct Identity {
 
 impl Identity {
     fn of(root_path: &Path, ledger: &Path) -> Option<Identity> {
-        use std::os::unix::fs::MetadataExt;
-        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let id = rewind_platform::file_id;
         Some(Identity {
             root: id(root_path)?,
             ledger: id(ledger)?,

@@ -139,9 +139,7 @@ impl MountLock {
             // Its last holder may have removed the file meanwhile
             // ([`MountLock::remove`]): a lock on that one guards nothing.
             let held = file.metadata().ok()?;
-            if std::fs::metadata(&path)
-                .is_ok_and(|m| (m.dev(), m.ino()) == (held.dev(), held.ino()))
-            {
+            if rewind_platform::file_id(&path) == Some((held.dev(), held.ino())) {
                 return Some(MountLock { file, path });
             }
         }

@@ -210,6 +210,13 @@ fn unescape_octal(s: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The (device, inode) `path` names now, following symlinks: whether a
+/// name still stands for the file a process opened or bound earlier.
+pub fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Bytes an unprivileged writer may still allocate on the filesystem
 /// holding `path` (`f_bavail`), if statvfs answers.
 pub fn available_bytes(path: &std::path::Path) -> Option<u64> {

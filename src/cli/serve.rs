@@ -337,9 +337,7 @@ pub fn run(a: Args) -> Result<()> {
         _ => None,
     };
     let listener = listen(&a.socket, door.as_ref())?;
-    let ours = std::fs::metadata(&a.socket)
-        .ok()
-        .map(|m| (m.dev(), m.ino()));
+    let ours = rewind_platform::file_id(&a.socket);
     // The owner's door is a second name for the same socket.
     let names: Vec<PathBuf> = std::iter::once(a.socket.clone())
         .chain(door.as_ref().map(|d| rewind_fuse::door_path(&d.workspace)))
@@ -376,7 +374,7 @@ pub fn run(a: Args) -> Result<()> {
             // command that cleared the dead mount saw this one still
             // listening, and left it (D223).
             for name in &names {
-                if std::fs::metadata(name).ok().map(|m| (m.dev(), m.ino())) == ours {
+                if rewind_platform::file_id(name) == ours {
                     let _ = std::fs::remove_file(name);
                 }
             }
