@@ -813,6 +813,26 @@ pub(crate) fn with_rules(
     Ok(stack)
 }
 
+/// `parent` with the rules of the `.rewindignore` in `dir` (at `rel`) on
+/// top, when it holds one as a regular file.
+pub(crate) fn with_rules_in(dir: &Dir, rel: &[u8], parent: &IgnoreStack) -> Result<IgnoreStack> {
+    let (mut f, _) = match dir.open_read(OsStr::new(IGNORE_FILE)) {
+        Ok(v) => v,
+        Err(_) => return Ok(parent.clone()), // not a regular file: not a rule file
+    };
+    let mut bytes = Vec::new();
+    let path = PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes())));
+    std::io::Read::read_to_end(&mut f, &mut bytes).map_err(|e| Error::InvalidPath {
+        path: path.clone(),
+        reason: format!("cannot read ignore rules: {e}"),
+    })?;
+    // Not UTF-8 (a byte an agent wrote): read as far as it is text.
+    // Refused, it stopped every checkpoint and every rewind, even the one
+    // that would have put the target's rules back (helper-32, D223); the
+    // target's own rules are read the same way.
+    with_rules(parent, rel, &String::from_utf8_lossy(&bytes), &path)
+}
+
 /// Whether the rules in `stack` exclude `rel`; the nearest rule file that
 /// says anything decides, as in git.
 pub(crate) fn is_ignored(
@@ -1099,21 +1119,7 @@ impl Walker<'_> {
         if !has_rules {
             return Ok(parent.clone());
         }
-        let (mut f, _) = match dir.open_read(OsStr::new(IGNORE_FILE)) {
-            Ok(v) => v,
-            Err(_) => return Ok(parent.clone()), // not a regular file: not a rule file
-        };
-        let mut bytes = Vec::new();
-        let path = PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes())));
-        std::io::Read::read_to_end(&mut f, &mut bytes).map_err(|e| Error::InvalidPath {
-            path: path.clone(),
-            reason: format!("cannot read ignore rules: {e}"),
-        })?;
-        // Not UTF-8 (a byte an agent wrote): read as far as it is text.
-        // Refused, it stopped every checkpoint and every rewind, even
-        // the one that would have put the target's rules back (helper-32,
-        // D223); the target's own rules are read the same way.
-        with_rules(parent, rel, &String::from_utf8_lossy(&bytes), &path)
+        with_rules_in(dir, rel, parent)
     }
 
     /// Capture one directory: stat every entry here (cheap, sequential),

@@ -20,6 +20,7 @@ use std::path::Path;
 
 use crate::capture::{
     IGNORE_FILE, IgnoreStack, Skipped, is_at_or_below, is_ignored, join, split_parent, with_rules,
+    with_rules_in,
 };
 use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
@@ -105,37 +106,22 @@ pub(crate) fn what_the_capture_did_not_see(
 /// Whether the `.rewindignore` files now in the tree, from the root down
 /// to `path`'s directory, exclude `path`.
 fn live_rule_files_exclude(root: &rewind_platform::Dir, path: &[u8], is_dir: bool) -> bool {
+    // Each directory above `path`, the root first: its prefix before a `/`.
+    let ends = std::iter::once(0).chain(
+        path.iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| i),
+    );
     let mut stack = IgnoreStack::new();
-    let mut dir_rel: &[u8] = b"";
-    loop {
-        let read = |d: &rewind_platform::Dir| {
-            let (mut f, _) = d.open_read(OsStr::new(IGNORE_FILE)).ok()?;
-            let mut t = Vec::new();
-            std::io::Read::read_to_end(&mut f, &mut t).ok()?;
-            Some(String::from_utf8_lossy(&t).into_owned())
+    for end in ends {
+        let rel = &path[..end];
+        let Ok(dir) = root.open_beneath(Path::new(OsStr::from_bytes(rel))) else {
+            continue;
         };
-        let text = if dir_rel.is_empty() {
-            read(root)
-        } else {
-            root.open_beneath(Path::new(OsStr::from_bytes(dir_rel)))
-                .ok()
-                .and_then(|d| read(&d))
-        };
-        if let Some(t) = text {
-            let at = join(dir_rel, IGNORE_FILE.as_bytes());
-            match with_rules(&stack, dir_rel, &t, Path::new(OsStr::from_bytes(&at))) {
-                Ok(s) => stack = s,
-                Err(_) => return false,
-            }
-        }
-        let rest = &path[if dir_rel.is_empty() {
-            0
-        } else {
-            dir_rel.len() + 1
-        }..];
-        match rest.iter().position(|&b| b == b'/') {
-            Some(i) => dir_rel = &path[..path.len() - rest.len() + i],
-            None => break,
+        match with_rules_in(&dir, rel, &stack) {
+            Ok(s) => stack = s,
+            Err(_) => return false,
         }
     }
     is_ignored(&stack, path, is_dir)
