@@ -576,7 +576,6 @@ fn run_to(
             // What was made in the tree since the safety capture is in no
             // checkpoint, and the plan from a fresh capture removes it:
             // saved first (helper-30, D213).
-            ws.walk_in_full();
             let label = format!("before retrying a {} to {}", op.as_str(), target.id);
             let to = (target.id.as_str(), target.root);
             checkpoint_live_before(ws, &label, to, safety_seq, &opts.paths, dopts).and_then(
@@ -673,17 +672,11 @@ fn open_for_writing(ws: &Workspace, changes: &[Change]) -> Option<String> {
         .take(WRITERS_CHECKED)
         .filter(|c| {
             let (parent, name) = crate::capture::split_parent(&c.path);
-            let name = OsStr::from_bytes(name);
-            let root = ws.root_dir();
-            let held = if parent.is_empty() {
-                root.open_for_writing_elsewhere(name)
-            } else {
-                let sub = std::path::Path::new(OsStr::from_bytes(parent));
-                root.open_beneath(sub)
-                    .ok()
-                    .and_then(|d| d.open_for_writing_elsewhere(name))
-            };
-            held.unwrap_or(false)
+            ws.root_dir()
+                .open_beneath(std::path::Path::new(OsStr::from_bytes(parent)))
+                .ok()
+                .and_then(|d| d.open_for_writing_elsewhere(OsStr::from_bytes(name)))
+                .unwrap_or(false)
         })
         .collect();
     if held.is_empty() {
@@ -1064,9 +1057,9 @@ fn roll_back(
     dopts: DiffOptions,
     cause: Error,
 ) -> Error {
-    ws.walk_in_full();
-    let mut saved_first = None;
-    let mut back = || -> Result<(String, Option<String>)> {
+    // Set once the tree is saved: named whether going back succeeds.
+    let mut saved = None;
+    let mut back = || -> Result<String> {
         let to = ws
             .ledger()
             .checkpoint_by_seq(safety)?
@@ -1076,11 +1069,10 @@ fn roll_back(
         // What was made during the failed apply is in no checkpoint, and
         // going back removes it: saved first (helper-30, D213).
         let label = format!("before rolling back a {} to {target_id}", op.as_str());
-        let saved = checkpoint_live_before(ws, &label, (&to.id, to.root), safety, paths, dopts)?;
-        saved_first.clone_from(&saved);
+        saved = checkpoint_live_before(ws, &label, (&to.id, to.root), safety, paths, dopts)?;
         let report = reapply_from_live(ws, &to.id, to.root, paths, aopts, dopts)?;
         ws.sync_applied(&report.touched, Before::Unknown, true)?;
-        Ok((to.id, saved))
+        Ok(to.id)
     };
     // A mount point in the way says only "Invalid cross-device link".
     let cause = match cause {
@@ -1090,13 +1082,13 @@ fn roll_back(
         },
         e => e,
     };
-    let (safety_id, saved) = match back() {
-        Ok(r) => r,
+    let safety_id = match back() {
+        Ok(id) => id,
         Err(_) => {
             // Going back failed too: the cause is the answer, and the
             // next command finishes the rewind; what the tree held is
             // still named (helper-32, D223).
-            if let Some(id) = saved_first {
+            if let Some(id) = saved {
                 eprintln!(
                     "rewind: what was made in the tree while the {} ran is checkpoint {id}",
                     op.as_str()
@@ -1191,10 +1183,13 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
         .map(|c| c.id)
         .unwrap_or_default();
     let frozen = ws.freeze()?;
-    // What the interrupted apply wrote is in no dirty set (D221).
-    ws.walk_in_full();
     let op = Op::parse(&intent.op);
-    let kept = checkpoint_before_recovery(ws, op, &target, &intent, &paths, dopts)?;
+    let label = format!(
+        "before finishing an interrupted {} to {target}",
+        op.as_str()
+    );
+    let to = (target.as_str(), intent.to_root);
+    let kept = checkpoint_live_before(ws, &label, to, intent.safety, &paths, dopts)?;
     let report = match reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts) {
         Ok(r) => r,
         Err(e) => {
@@ -1236,32 +1231,17 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     Ok(true)
 }
 
-/// Save the live tree before an interrupted rewind is rolled forward over
-/// it, unless it is the safety checkpoint's or the target's (D110). What
-/// was changed after the crash (the agent's next edit, a new file) is in
-/// neither, and rolling forward overwrote it: the next command of any
-/// kind, `list` included, lost it. Returns the new checkpoint's id.
-fn checkpoint_before_recovery(
-    ws: &mut Workspace,
-    op: Op,
-    target_id: &str,
-    intent: &Intent,
-    paths: &[Vec<u8>],
-    dopts: DiffOptions,
-) -> Result<Option<String>> {
-    let label = format!(
-        "before finishing an interrupted {} to {target_id}",
-        op.as_str()
-    );
-    let to = (target_id, intent.to_root);
-    checkpoint_live_before(ws, &label, to, intent.safety, paths, dopts)
-}
-
-/// [`checkpoint_before_recovery`] for a plan made again from a fresh
-/// capture, towards `to` (an id and its root), in a rewind whose safety
-/// checkpoint is `safety`: what the live tree holds that neither that
-/// checkpoint nor the newest one does is saved first, with `label`
-/// (D213).
+/// Save the live tree before a plan made again from a fresh capture,
+/// towards `to` (an id and its root), in a rewind whose safety
+/// checkpoint is `safety`, unless it is that checkpoint's tree or the
+/// newest one's, or the plan would overwrite nothing; `label` names the
+/// new checkpoint, whose id is returned. Finishing an interrupted rewind
+/// (D110): what was changed after the crash (the agent's next edit, a
+/// new file) was in neither checkpoint, and rolling forward overwrote
+/// it. A retry or a roll-back after a failed apply (D213): what was made
+/// while the rewind ran. Each of these captures walks the whole tree, as
+/// does the plan after it: the apply's writes are in no mount's dirty
+/// set (D221).
 fn checkpoint_live_before(
     ws: &mut Workspace,
     label: &str,
@@ -1270,6 +1250,7 @@ fn checkpoint_live_before(
     paths: &[Vec<u8>],
     dopts: DiffOptions,
 ) -> Result<Option<String>> {
+    ws.walk_in_full();
     let new_objects = ws.store().track_new()?;
     let mut cap = ws.capture_live()?;
     let safety_root = ws.ledger().checkpoint_by_seq(safety)?.map(|c| c.root);
