@@ -84,11 +84,19 @@ pub fn door_path(mountpoint: &Path) -> PathBuf {
 /// Remove the sockets a mount point's daemon leaves in the runtime
 /// directory (its own and its command server's, and the owner's door).
 pub(crate) fn remove_sockets(mountpoint: &Path) {
-    let _ = std::fs::remove_file(socket_path(mountpoint));
-    let _ = std::fs::remove_file(command_socket_path(mountpoint));
-    if rustix::process::geteuid().is_root() {
-        let _ = std::fs::remove_file(door_path(mountpoint));
+    for s in sockets(mountpoint) {
+        let _ = std::fs::remove_file(s);
     }
+}
+
+/// The sockets a mount point's daemon makes: its own, its command
+/// server's, and root's door for the owner.
+fn sockets(mountpoint: &Path) -> Vec<PathBuf> {
+    let mut socks = vec![socket_path(mountpoint), command_socket_path(mountpoint)];
+    if rustix::process::geteuid().is_root() {
+        socks.push(door_path(mountpoint));
+    }
+    socks
 }
 
 /// Held while a mount point's mount changes hands: by a daemon from its
@@ -176,11 +184,7 @@ pub(crate) fn sweep_runtime_dir() {
 /// listens on. A new daemon of the same mount point (and its command
 /// server) may have bound theirs since (D209).
 pub(crate) fn remove_dead_sockets(mountpoint: &Path) {
-    let mut socks = vec![socket_path(mountpoint), command_socket_path(mountpoint)];
-    if rustix::process::geteuid().is_root() {
-        socks.push(door_path(mountpoint));
-    }
-    for s in socks {
+    for s in sockets(mountpoint) {
         let refused = matches!(
             connect_within(&s, Duration::ZERO),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
