@@ -345,10 +345,10 @@ impl Dir {
     pub fn open_for_writing_elsewhere(&self, name: &OsStr) -> Option<bool> {
         use std::os::fd::AsRawFd;
         static IGNORE_SIGIO: std::sync::Once = std::sync::Once::new();
-        // SAFETY: setting a disposition; rewind uses SIGIO for nothing
-        // else, and its default would end the process on a lease break.
-        IGNORE_SIGIO.call_once(|| unsafe {
-            libc::signal(libc::SIGIO, libc::SIG_IGN);
+        // Rewind uses SIGIO for nothing else, and its default would end
+        // the process on a lease break.
+        IGNORE_SIGIO.call_once(|| {
+            crate::process::install_handler(libc::SIGIO, libc::SIG_IGN, 0);
         });
         let flags =
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;

@@ -110,17 +110,26 @@ pub fn credentials() -> (u32, Vec<u32>) {
 pub fn report_sigbus(human: &'static [u8], json: &'static [u8]) {
     let _ = SIGBUS_TEXT.set((human, json));
     // The handler only calls write(2) and _exit(2).
-    install_handler(libc::SIGBUS, on_sigbus, libc::SA_RESETHAND);
+    install_handler(
+        libc::SIGBUS,
+        on_sigbus as *const () as usize,
+        libc::SA_RESETHAND,
+    );
 }
 
-/// Install `handler` for `signal` with `flags`. The handlers given here
-/// are async-signal-safe (atomics, write(2), _exit(2)), as they must be.
-fn install_handler(signal: libc::c_int, handler: extern "C" fn(libc::c_int), flags: libc::c_int) {
-    // SAFETY: a zeroed sigaction is valid; the handler is an extern "C"
-    // fn that lives for the whole program.
+/// Install `handler` for `signal` with `flags`: an `extern "C"` fn's
+/// address, or `SIG_IGN`. The handlers given here are async-signal-safe
+/// (atomics, write(2), _exit(2)), as they must be.
+pub(crate) fn install_handler(
+    signal: libc::c_int,
+    handler: libc::sighandler_t,
+    flags: libc::c_int,
+) {
+    // SAFETY: a zeroed sigaction is valid; the handler is SIG_IGN or an
+    // extern "C" fn that lives for the whole program.
     unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = handler as *const () as usize;
+        act.sa_sigaction = handler;
         act.sa_flags = flags;
         libc::sigemptyset(&mut act.sa_mask);
         libc::sigaction(signal, &act, std::ptr::null_mut());
@@ -156,7 +165,11 @@ extern "C" fn on_sigbus(_: libc::c_int) {
 /// leaving it half done (D194). The handler only touches two atomics and
 /// calls `_exit(2)` (async-signal-safe).
 pub fn terminate_between_jobs() {
-    install_handler(libc::SIGTERM, on_sigterm, libc::SA_RESTART);
+    install_handler(
+        libc::SIGTERM,
+        on_sigterm as *const () as usize,
+        libc::SA_RESTART,
+    );
 }
 
 /// A job begins: a SIGTERM from now on waits for [`job_ends`].
