@@ -1354,8 +1354,9 @@ impl Walker<'_> {
             // Said, not silent: a `.rewind/` that holds no ledger is most
             // likely someone's files under that name, which no checkpoint
             // will hold (helper-30, D214).
+            use crate::workspace::{LEDGER_FILE, STATE_SUBVOLUME};
             let holds_ledger = dir.open_dir(&name).is_ok_and(|d| {
-                ["ledger.db", "state"]
+                [LEDGER_FILE, STATE_SUBVOLUME]
                     .iter()
                     .any(|n| d.stat_at(OsStr::new(n)).is_ok())
             });
