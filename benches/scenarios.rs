@@ -1817,6 +1817,115 @@ fn scenario_alone(args: &Args, template: &Path, tree: &Tree, rng: &mut Rng) -> O
     })
 }
 
+/// How deep b3's chain of directories goes, and how long each name is:
+/// paths reach 128 KiB, 32 times PATH_MAX.
+const DEEP_LEVELS: usize = 500;
+const DEEP_NAME_BYTES: usize = 255;
+
+/// b3: `status` with nothing changed on a chain of [`DEEP_LEVELS`]
+/// directories with [`DEEP_NAME_BYTES`]-byte names, alone on an XFS, with
+/// the bulk stat (D60) against `REWIND_BULKSTAT=0` (a stat per path).
+/// Before D226 the bulk stat's scope re-hashed every ancestor of every
+/// path: 1.57 s against the walk's 0.21 s here. Skipped unless the main
+/// filesystem is XFS.
+fn scenario_deep_chain(args: &Args) -> Option<Scenario> {
+    let (scratch, info) = setup_fs(FsKind::Xfs, false, 512 * MIB);
+    if info.fs_type != "xfs" {
+        eprintln!("bench: [b3] SKIPPED: needs an XFS filesystem of its own");
+        return None;
+    }
+    let ws = scratch.work.join("ws-deep");
+    fs::create_dir(&ws).unwrap_or_else(|e| panic!("create {}: {e}", ws.display()));
+    // Below PATH_MAX only by file descriptor: mkdirat and openat, one
+    // level at a time.
+    let name = std::ffi::CString::new(vec![b'd'; DEEP_NAME_BYTES]).expect("no NUL");
+    let mut dir = fs::File::open(&ws).unwrap_or_else(|e| panic!("open {}: {e}", ws.display()));
+    for level in 0..DEEP_LEVELS {
+        // SAFETY: `dir` is an open directory and `name` a C string.
+        let fd = unsafe {
+            if libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) != 0 {
+                panic!(
+                    "b3: mkdir at level {level}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        assert!(
+            fd >= 0,
+            "b3: open level {level}: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        dir = unsafe { std::os::unix::io::FromRawFd::from_raw_fd(fd) };
+    }
+    let bottom = dir;
+    fs::write(ws.join("top"), b"top\n").unwrap_or_else(|e| panic!("write top: {e}"));
+    run(rewind_cmd(&ws).args(["checkpoint", "bench-b3-base", "--json"]));
+    let status = |env: Option<(&str, &str)>| {
+        let mut c = rewind_cmd(&ws);
+        c.args(["status", "--json"]);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        c
+    };
+    let (bulk, walk) = paired(
+        args.runs,
+        || status(None),
+        || status(Some(("REWIND_BULKSTAT", "0"))),
+    );
+    // Fast because right: nothing changed is clean, and one new file at
+    // the bottom is found.
+    let clean = run(status(None)).json();
+    let changes = |st: &Value| st["changes"].as_array().map_or(usize::MAX, Vec::len);
+    assert_eq!(
+        changes(&clean),
+        0,
+        "b3: status of the unchanged chain: {clean}"
+    );
+    let file = std::ffi::CString::new("bottom").expect("no NUL");
+    // SAFETY: `bottom` is an open directory and `file` a C string.
+    let fd = unsafe {
+        libc::openat(
+            bottom.as_raw_fd(),
+            file.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "b3: create bottom: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `fd` was just opened and is closed only here.
+    unsafe { libc::close(fd) };
+    let found = run(status(None)).json();
+    assert_eq!(
+        changes(&found),
+        1,
+        "b3: status after one new file at the bottom: {found}"
+    );
+    drop(scratch);
+    Some(Scenario {
+        id: "b3",
+        name: format!(
+            "b3. status with nothing changed, a chain of {DEEP_LEVELS} directories with {DEEP_NAME_BYTES}-byte names alone on its XFS (bulk stat, D60)"
+        ),
+        rewind: bulk,
+        baselines: vec![Baseline {
+            name: "the same with `REWIND_BULKSTAT=0` (a stat per path)".into(),
+            series: walk,
+        }],
+        detail: Value::Null,
+    })
+}
+
 /// c2: `--successive` checkpoints in a row, each after one 4 KiB write into
 /// the big file and nothing else, on a fresh copy of the tree: the
 /// filesystem's growth over all of them (statvfs after `syncfs`) against
@@ -5086,6 +5195,7 @@ fn main() {
             ));
             if fsinfo.fs_type == "xfs" {
                 scenarios.extend(scenario_alone(&args, &template, &tree, &mut rng));
+                scenarios.extend(scenario_deep_chain(&args));
             }
         }
         if args.wants('c') {
