@@ -271,6 +271,18 @@ fn names_head(spec: &str) -> bool {
     base == "HEAD" || base == "@"
 }
 
+/// The one checkpoint an id prefix matched, `None` for none, and
+/// `AMBIGUOUS_ID` naming them for more.
+fn only_one(spec: &str, found: Vec<Checkpoint>) -> Result<Option<Checkpoint>> {
+    if found.len() > 1 {
+        return Err(Error::AmbiguousId {
+            id: spec.to_string(),
+            candidates: found.iter().map(|c| c.id.clone()).collect(),
+        });
+    }
+    Ok(found.into_iter().next())
+}
+
 pub fn check_label(label: &str) -> Result<()> {
     let one_line = format!("give one line of text of at most {LABEL_MAX} bytes");
     let (why, fix) = if label.trim().is_empty() {
@@ -282,6 +294,11 @@ pub fn check_label(label: &str) -> Result<()> {
     } else if names_head(label) {
         (
             "could never be named: HEAD, @, HEAD~N and @~N mean the current checkpoint and its ancestors",
+            "choose another label".to_string(),
+        )
+    } else if label == "live" {
+        (
+            "is what `diff` calls the live tree",
             "choose another label".to_string(),
         )
     } else {
@@ -1639,14 +1656,9 @@ impl Workspace {
             return Ok(ck);
         }
         if ids::looks_like_id_prefix(spec) {
-            // An automatic checkpoint identical to its parent was folded
-            // into it; its id keeps naming that checkpoint.
-            if let Some(seq) = self.ledger.alias(spec)? {
-                return self.ledger.checkpoint_by_seq(seq)?.ok_or_else(unknown);
-            }
-            let found = self.ledger.checkpoints_by_prefix(spec, 6)?;
-            if let Some(exact) = found.iter().find(|c| c.id == spec) {
-                return Ok(exact.clone());
+            let (exact, found) = self.by_id_prefix(spec)?;
+            if let Some(ck) = exact {
+                return Ok(ck);
             }
             // A label is a name someone gave; a prefix is a shortcut. A
             // label `x4` must not lose to an id that happens to start
@@ -1659,18 +1671,41 @@ impl Workspace {
             {
                 return Ok(labelled);
             }
-            if found.len() == 1 {
-                return found.into_iter().next().ok_or_else(unknown);
-            }
-            if found.len() > 1 {
-                return Err(Error::AmbiguousId {
-                    id: spec.to_string(),
-                    candidates: found.iter().map(|c| c.id.clone()).collect(),
-                });
+            if let Some(ck) = only_one(spec, found)? {
+                return Ok(ck);
             }
         }
-        let by_label = self.ledger.checkpoints_by_label(spec, 2)?;
-        by_label.into_iter().next().ok_or_else(unknown)
+        if let Some(labelled) = self
+            .ledger
+            .checkpoints_by_label(spec, 2)?
+            .into_iter()
+            .next()
+        {
+            return Ok(labelled);
+        }
+        // Ids are lowercase; one typed or pasted in capitals names the
+        // same checkpoint (helper-31). Labels stay exact.
+        let lower = spec.to_ascii_lowercase();
+        if lower != spec && ids::looks_like_id_prefix(&lower) {
+            let (exact, found) = self.by_id_prefix(&lower)?;
+            if let Some(ck) = exact.map_or_else(|| only_one(spec, found), |ck| Ok(Some(ck)))? {
+                return Ok(ck);
+            }
+        }
+        Err(unknown())
+    }
+
+    /// The checkpoint whose id is `prefix` (or was, for an automatic
+    /// checkpoint identical to its parent and folded into it: its id keeps
+    /// naming that checkpoint), and up to six whose id starts with it.
+    fn by_id_prefix(&self, prefix: &str) -> Result<(Option<Checkpoint>, Vec<Checkpoint>)> {
+        if let Some(seq) = self.ledger.alias(prefix)? {
+            let ck = self.ledger.checkpoint_by_seq(seq)?;
+            return Ok((ck, Vec::new()));
+        }
+        let found = self.ledger.checkpoints_by_prefix(prefix, 6)?;
+        let exact = found.iter().find(|c| c.id == prefix).cloned();
+        Ok((exact, found))
     }
 
     /// A command-line path (relative to `base` or absolute) as a

@@ -73,6 +73,53 @@ fn an_ambiguous_prefix_lists_the_candidates() {
     assert_same("ambiguous prefix changes nothing", &before, &snapshot(root));
 }
 
+/// Checkpoints are named as the output shows them (helper-31, D227): an
+/// id or its prefix typed in capitals names the same checkpoint (labels
+/// stay exact), and `live`, which `diff` prints as its TO, is accepted as
+/// TO; as FROM, or as a label, it is a usage error that changes nothing.
+#[test]
+fn checkpoints_are_named_as_the_output_shows_them() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let mut id = workspace_with_checkpoint(root);
+    // One id in ~11,000 is all digits, with no case to change.
+    while !id.bytes().any(|b| b.is_ascii_lowercase()) {
+        write(&root.join("a.txt"), id.as_bytes());
+        id = checkpoint_id(root, &["base"]);
+    }
+    write(&root.join("a.txt"), b"changed");
+    let upper = id.to_ascii_uppercase();
+    for spec in [upper.as_str(), &upper[..5]] {
+        let v = rewind_json(root, &["diff", spec]);
+        assert_eq!(v["from"], id.as_str(), "{spec}: {v}");
+    }
+    // A label is exact: `BASE` does not name `base`.
+    let out = rewind(root, &["diff", "BASE"]);
+    assert_clear_error(&out, "rewind list");
+    let implicit = rewind_json(root, &["diff"]);
+    let named = rewind_json(root, &["diff", "HEAD", "live"]);
+    assert_eq!(named, implicit, "`live` as TO is the live tree");
+    assert_eq!(named["to"], "live");
+    assert_eq!(
+        named["changes"].as_array().map(Vec::len),
+        Some(1),
+        "{named}"
+    );
+    let before = snapshot(root);
+    let out = rewind(root, &["diff", "live", "HEAD"]);
+    assert_clear_error(&out, "rewind diff HEAD live");
+    let out = rewind(root, &["checkpoint", "live"]);
+    assert_clear_error(&out, "the live tree");
+    assert_same("refused names change nothing", &before, &snapshot(root));
+    assert_eq!(
+        rewind_json(root, &["list"])["checkpoints"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "a refused label stored a checkpoint"
+    );
+}
+
 #[test]
 fn outside_a_workspace_says_run_init() {
     let dir = common::tmp();
@@ -1258,6 +1305,7 @@ fn labels_are_one_short_line_of_text() {
         "@",
         "HEAD~2",
         "@~",
+        "live",
     ] {
         let out = rewind(ws, &["--json", "checkpoint", bad]);
         assert_eq!(out.status.code(), Some(1), "{bad:?}");

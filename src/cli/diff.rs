@@ -14,7 +14,7 @@ use crate::workspace::{ChangeJson, Workspace};
 pub struct Args {
     /// From this checkpoint (default: HEAD)
     pub from: Option<String>,
-    /// To this checkpoint (default: the live tree)
+    /// To this checkpoint, or `live` (default: the live tree)
     pub to: Option<String>,
     /// Show a unified text diff of changed files
     #[arg(long)]
@@ -34,6 +34,9 @@ pub(crate) struct Out {
 }
 
 const PATCH_LIMIT: u64 = 1 << 20;
+
+/// How a diff names the live tree, in its output and as TO.
+const LIVE: &str = "live";
 
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let out = compute(ctx, &args)?;
@@ -67,11 +70,22 @@ pub(crate) fn compute_patching(
 ) -> Result<Out> {
     let mut ws = ctx.workspace()?;
     ws.recover_if_needed()?;
-    let from = match &args.from {
+    let from = match args.from.as_deref() {
+        Some(LIVE) => {
+            return Err(Error::Usage(format!(
+                "the live tree can only be TO: `rewind diff {} live` shows the same changes the other way round",
+                args.to.as_deref().unwrap_or("HEAD")
+            )));
+        }
         Some(spec) => Some(ws.resolve(spec)?),
         None => ws.head()?,
     };
-    let to = args.to.as_deref().map(|s| ws.resolve(s)).transpose()?;
+    // `live` is what the output calls the live tree (helper-31); a
+    // checkpoint labelled `live` is named by its id here.
+    let to = match args.to.as_deref() {
+        Some(LIVE) | None => None,
+        Some(spec) => Some(ws.resolve(spec)?),
+    };
     let filters: Vec<Vec<u8>> = args
         .paths
         .iter()
@@ -126,7 +140,7 @@ pub(crate) fn compute_patching(
     };
     Ok(Out {
         from: from.map(|c| c.id),
-        to: to.map(|c| c.id).unwrap_or_else(|| "live".into()),
+        to: to.map(|c| c.id).unwrap_or_else(|| LIVE.into()),
         changes: ChangeJson::from_changes(&changes),
         patch,
     })
