@@ -338,7 +338,9 @@ impl ObjectStore {
                 unsynced.found(h, meta.ctime_ns, durable_below_ns);
             } else {
                 let (tmp_name, tmp) = self.temp_file("ch", 0o444)?;
-                if let Err(e) = std::io::Write::write_all(&mut &tmp, chunk) {
+                let written = rewind_platform::write_sparse(tmp.as_fd(), chunk, 0)
+                    .and_then(|()| tmp.set_len(n as u64));
+                if let Err(e) = written {
                     let _ = self.tmp.unlink(&tmp_name);
                     return Err(Error::os(rewind_platform::Error::new(
                         "write",
@@ -676,7 +678,10 @@ impl ObjectStore {
         }
     }
 
-    /// Write a chunked object's chunks, in order, into `dst`.
+    /// Write a chunked object's chunks, in order, into `dst`, a new file,
+    /// leaving its zeros holes ([`rewind_platform::write_sparse`]): what
+    /// is skipped reads back as zeros and takes no space, as in the sparse
+    /// file it came from.
     /// A chunk file of the wrong length (damaged by a crash before its
     /// sync, or by hand) is refused: a restore never writes other bytes
     /// than the checkpoint's without saying so.
@@ -686,20 +691,16 @@ impl ObjectStore {
         size: u64,
         dst: &File,
     ) -> std::io::Result<CloneOutcome> {
-        use std::io::{Seek, SeekFrom};
         let zeros = zero_chunk_hash();
         let mut len = 0u64;
+        let mut buf = Vec::with_capacity(CHUNK_SIZE);
         for (i, c) in chunks.iter().enumerate() {
             let want = chunk_len(size, i);
-            // A whole chunk of zeros is left a hole: `dst` is new, so what
-            // is skipped reads back as zeros and takes no space, as in the
-            // sparse file it came from.
             if *c == zeros {
-                len += CHUNK_SIZE as u64;
-                (&*dst).seek(SeekFrom::Start(len))?;
+                len += want;
                 continue;
             }
-            let src = self
+            let mut src = self
                 .open_file(c)
                 .map_err(|e| std::io::Error::other(e.to_string()))?
                 .ok_or_else(|| {
@@ -708,15 +709,23 @@ impl ObjectStore {
                         format!("chunk {c} of a stored file is missing"),
                     )
                 })?;
-            let copied = copy_with(src.as_fd(), dst.as_fd(), |_| {})?;
+            buf.clear();
+            // One byte past the chunk's length tells a long chunk file.
+            let copied = (&mut src).take(want + 1).read_to_end(&mut buf)? as u64;
             if copied != want {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!(
-                        "chunk {c} of a stored file holds {copied} bytes, not {want}: the store is damaged (`rewind verify --deep` lists what; a checkpoint of a file holding that content stores the chunk again)"
+                        "chunk {c} of a stored file holds {} bytes, not {want}: the store is damaged (`rewind verify --deep` lists what; a checkpoint of a file holding that content stores the chunk again)",
+                        if copied > want {
+                            "more".to_string()
+                        } else {
+                            copied.to_string()
+                        }
                     ),
                 ));
             }
+            rewind_platform::write_sparse(dst.as_fd(), &buf, len)?;
             len += copied;
         }
         dst.set_len(len)?;

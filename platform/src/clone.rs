@@ -64,6 +64,45 @@ pub fn copy_with(
     }
 }
 
+/// The granule [`write_sparse`] leaves unwritten: a filesystem block.
+const SPARSE_BLOCK: usize = 4096;
+
+/// Write `buf` at offset `at` of `file`, a new file, leaving each
+/// [`SPARSE_BLOCK`] of zeros (counted from `at`) unwritten: a hole there
+/// reads back as zeros and takes no space. Where a filesystem cannot
+/// clone, a sparse file's data islands came back as whole 1 MiB chunks,
+/// zeros included (helper-30). The caller sets the file's length: a hole
+/// at the end is not written either.
+pub fn write_sparse(file: BorrowedFd<'_>, buf: &[u8], at: u64) -> std::io::Result<()> {
+    // memcmp against zeros: a byte loop ran at a tenth of its speed.
+    static ZEROS: [u8; SPARSE_BLOCK] = [0; SPARSE_BLOCK];
+    let is_zero = |b: &[u8]| b == &ZEROS[..b.len()];
+    let blocks: Vec<&[u8]> = buf.chunks(SPARSE_BLOCK).collect();
+    let mut i = 0;
+    while i < blocks.len() {
+        if is_zero(blocks[i]) {
+            i += 1;
+            continue;
+        }
+        // One write for a run of blocks with data.
+        let start = i * SPARSE_BLOCK;
+        while i < blocks.len() && !is_zero(blocks[i]) {
+            i += 1;
+        }
+        let end = (i * SPARSE_BLOCK).min(buf.len());
+        let mut done = start;
+        while done < end {
+            match rustix::io::pwrite(file, &buf[done..end], at + done as u64) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(w) => done += w,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Tell the kernel a file will be read front to back (bigger readahead).
 /// Advisory: failures are ignored.
 pub fn advise_sequential(file: &impl AsFd) {
@@ -100,4 +139,35 @@ pub fn set_direct_io(file: &impl AsFd, on: bool) -> bool {
         flags - rustix::fs::OFlags::DIRECT
     };
     rustix::fs::fcntl_setfl(file.as_fd(), want).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    /// What `write_sparse` leaves out reads back as zeros: data in the
+    /// first and last block, a run across two blocks, a short tail block,
+    /// all at an offset, come back exactly.
+    #[test]
+    fn a_sparse_write_reads_back_exactly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let f = std::fs::File::create_new(&path).expect("create");
+        let mut buf = vec![0u8; 10 * SPARSE_BLOCK + 123];
+        buf[0] = 1;
+        buf[3 * SPARSE_BLOCK - 1] = 2;
+        buf[3 * SPARSE_BLOCK] = 3;
+        let last = buf.len() - 1;
+        buf[last] = 4;
+        let at = 1 << 20;
+        write_sparse(f.as_fd(), &buf, at).expect("write");
+        f.set_len(at + buf.len() as u64).expect("set_len");
+        let mut got = vec![9u8; buf.len()];
+        f.read_exact_at(&mut got, at).expect("read");
+        assert!(got == buf, "the bytes differ");
+        let mut head = vec![9u8; at as usize];
+        f.read_exact_at(&mut head, 0).expect("read");
+        assert!(head.iter().all(|&b| b == 0), "before `at` is not zeros");
+    }
 }

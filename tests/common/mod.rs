@@ -614,6 +614,23 @@ pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
         .expect("set xattr");
 }
 
+/// The bytes allocated to the files below `dir` (`st_blocks`), as `du`
+/// counts them.
+pub fn allocated_below(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+        let e = e.expect("entry");
+        let m = e.metadata().expect("stat");
+        total += if m.is_dir() {
+            allocated_below(&e.path())
+        } else {
+            m.blocks() * 512
+        };
+    }
+    total
+}
+
 pub fn os(b: &[u8]) -> &OsStr {
     OsStr::from_bytes(b)
 }
