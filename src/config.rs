@@ -14,7 +14,8 @@ pub use crate::capture::CONFIG_FILE;
 
 /// Tools whose calls change files, checkpointed before they run by default:
 /// Claude Code's, then Gemini CLI's (`integrate gemini` installs the same
-/// hooks, whose calls name its own tools).
+/// hooks, whose calls name its own tools), then Codex's file edits (its
+/// shell calls are `Bash`).
 pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &[
     "Bash",
     "Write",
@@ -24,6 +25,7 @@ pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &[
     "run_shell_command",
     "write_file",
     "replace",
+    "apply_patch",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -281,7 +283,17 @@ fn read_config(root: &Path, path: &Path) -> std::io::Result<String> {
     }
     let (file, meta) = rewind_platform::Dir::open(root)
         .and_then(|d| d.open_read(std::ffi::OsStr::new(CONFIG_FILE)))
-        .map_err(|e| e.source)?;
+        .map_err(|e| {
+            // "Too many levels of symbolic links" named neither the link
+            // nor the fix (helper-33, D234).
+            if e.is_redirected() {
+                std::io::Error::other(
+                    "is a symbolic link, which rewind does not follow as root (D160): put the file itself there",
+                )
+            } else {
+                e.source
+            }
+        })?;
     if meta.size > MAX {
         return Err(std::io::Error::other(format!(
             "is {} bytes: rewind.toml is read up to 1 MiB",

@@ -7,7 +7,8 @@
 //! ```toml
 //! [hook]
 //! checkpoint = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit",
-//!               "run_shell_command", "write_file", "replace"]  # the default
+//!               "run_shell_command", "write_file", "replace",
+//!               "apply_patch"]  # the default
 //!
 //! [[effect]]
 //! match = "Bash(git push*)"   # Tool(glob over the command) or a glob over the tool name

@@ -103,6 +103,22 @@ fn keep_private(state: &Dir) {
 
 /// Where the workspace's mutable state is: `.rewind/state/` when that
 /// subvolume holds the ledger, else `.rewind/` itself.
+/// Whether `.rewind/` (without a ledger) is what an `init` killed before
+/// making its ledger leaves: nothing, or an empty state subvolume.
+fn killed_before_its_ledger(state: &Dir) -> Result<bool> {
+    for name in state.entries().map_err(Error::os)? {
+        let empty_subvolume = name == STATE_SUBVOLUME
+            && state
+                .open_dir(&name)
+                .and_then(|d| d.entries())
+                .is_ok_and(|e| e.is_empty());
+        if !empty_subvolume {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 fn meta_path(root_path: &Path) -> PathBuf {
     let state = root_path.join(STATE_DIR);
     let nested = state.join(STATE_SUBVOLUME);
@@ -405,32 +421,34 @@ impl Workspace {
         let state = root_dir
             .open_dir(OsStr::new(STATE_DIR))
             .map_err(Error::os)?;
-        for sub in ["objects", "tmp"] {
-            match state.mkdir(OsStr::new(sub), 0o755) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::os(e)),
-            }
-        }
-        let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
-        crate::git_guard::ensure(&state, &tmp)?;
+        // The ledger is made first: a `.rewind/` holding anything else
+        // had one, and one missing there is lost history, never the trace
+        // of an `init` killed early. Made after `objects/` and `tmp/`, the
+        // two looked alike, and `init` started a new history in place of
+        // one holding only effects: a spent payment was admitted again
+        // (helper-33, D230).
         let mut ledger_path = meta_path(&root_path).join(LEDGER_FILE);
         // A ledger file without tables is one whose creation was killed
         // (helper-15: 56 of 60 `init`s killed in their first 40 ms left
         // one, and every later command called it corrupt): nothing was
         // ever recorded in it, so it is created again, in place.
         let unfinished = !created && Ledger::never_finished(&ledger_path);
-        if created || unfinished || !ledger_path.exists() {
+        let new_ledger = created || unfinished || !ledger_path.exists();
+        if new_ledger {
             if !created {
-                // .rewind/ without a ledger: refuse rather than start a new
-                // history next to objects of an old one, or over the WAL
-                // that still holds its last commits (D212).
-                let has_objects = state
-                    .open_dir(OsStr::new("objects"))
-                    .and_then(|d| d.entries())
-                    .map(|e| !e.is_empty())
-                    .unwrap_or(false);
-                if has_objects || crate::ledger::stranded_wal(&ledger_path).is_some() {
+                // Nor over the WAL that still holds its last commits, or
+                // next to objects of an old history (D212).
+                let lost = if unfinished {
+                    let has_objects = state
+                        .open_dir(OsStr::new("objects"))
+                        .and_then(|d| d.entries())
+                        .map(|e| !e.is_empty())
+                        .unwrap_or(false);
+                    has_objects || crate::ledger::stranded_wal(&ledger_path).is_some()
+                } else {
+                    !killed_before_its_ledger(&state)?
+                };
+                if lost {
                     return Err(Error::LedgerMissing { path: ledger_path });
                 }
             }
@@ -450,6 +468,17 @@ impl Workspace {
                     .join(LEDGER_FILE);
             }
             Ledger::create(&ledger_path, &ids::make_workspace_id())?;
+        }
+        for sub in ["objects", "tmp"] {
+            match state.mkdir(OsStr::new(sub), 0o755) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::os(e)),
+            }
+        }
+        let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
+        crate::git_guard::ensure(&state, &tmp)?;
+        if new_ledger {
             bequeath_history(&root_dir, &state)?;
             state.fsync().map_err(Error::os)?;
         }

@@ -1101,6 +1101,41 @@ fn a_lost_ledgers_wal_is_never_overwritten() {
     }
 }
 
+/// A history of effects alone has no objects, and with its ledger and
+/// WAL deleted it looked like an `init` killed before making its ledger:
+/// `init` said "already a workspace" and started a new history, and a
+/// spent payment was admitted again (helper-33, D230). `init` now makes
+/// the ledger before anything else in `.rewind/`, so only an empty one
+/// is started over.
+#[test]
+fn init_never_starts_a_new_history_where_one_was_lost() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    rewind_json(ws, &["init"]);
+    let charge = ["guard", "--scope", "pay", "--key", "charge-1"];
+    assert_eq!(rewind_json(ws, &charge)["code"], "FIRST_FIRING");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(ws.join(format!(".rewind/ledger.db{suffix}")));
+    }
+    let out = rewind(ws, &["--json", "init"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(v["error"]["code"], "LEDGER_MISSING", "{v}");
+    assert!(!ws.join(".rewind/ledger.db").exists(), "init made a ledger");
+    let out = rewind(ws, &charge);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the spent charge was admitted again"
+    );
+    // What an `init` killed before its ledger leaves: an empty `.rewind/`.
+    let fresh = common::tmp();
+    std::fs::create_dir(fresh.path().join(".rewind")).expect("mkdir");
+    let v = rewind_json(fresh.path(), &["init"]);
+    assert_eq!(v["created"], false, "{v}");
+    assert_eq!(rewind_json(fresh.path(), &charge)["code"], "FIRST_FIRING");
+}
+
 /// D214, from helper-31's hunt: bad input that changed something or was
 /// silently overridden. A view refused for being inside the workspace had
 /// made its directories there first (and `--at` made missing parents

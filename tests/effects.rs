@@ -156,6 +156,66 @@ fn a_failed_effect_may_be_retried_once_resolved() {
     );
 }
 
+/// Scopes and keys may hold `:`, so `a:x:y` as `rewind effects` prints it
+/// can be scope `a`, key `x:y` or scope `a:x`, key `y`: `resolve` took the
+/// first split that matched, silently, and `failed` made the wrong one
+/// retryable (helper-33, D233). Refused naming both, nothing recorded;
+/// with `--scope` each is resolved.
+#[test]
+fn a_scope_key_that_names_two_effects_is_refused_naming_both() {
+    let dir = common::tmp();
+    let root = dir.path();
+    workspace(root);
+    assert_eq!(guard(root, &["--scope", "a", "--key", "x:y"]).0, 0);
+    assert_eq!(guard(root, &["--scope", "a:x", "--key", "y"]).0, 0);
+    let entries = chain_effect_entries(root);
+    let out = rewind(
+        root,
+        &[
+            "--json",
+            "effects",
+            "resolve",
+            "a:x:y",
+            "--outcome",
+            "failed",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "USAGE", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("--scope a x:y") && msg.contains("--scope a:x y"),
+        "{msg}"
+    );
+    assert_eq!(
+        chain_effect_entries(root),
+        entries,
+        "something was recorded"
+    );
+    let r = rewind_json(
+        root,
+        &[
+            "effects",
+            "resolve",
+            "y",
+            "--scope",
+            "a:x",
+            "--outcome",
+            "failed",
+        ],
+    );
+    assert_eq!(
+        (r["scope"].as_str(), r["key"].as_str()),
+        (Some("a:x"), Some("y")),
+        "{r}"
+    );
+    assert_eq!(
+        guard(root, &["--scope", "a", "--key", "x:y"]).1["code"],
+        "SPENT"
+    );
+}
+
 /// A field of the effect `key` as `rewind effects --json` lists it.
 fn list_effect(dir: &std::path::Path, key: &str, field: &str) -> String {
     let list = rewind_json(dir, &["effects"]);

@@ -189,6 +189,30 @@ fn a_blank_report_leaves_no_note() {
 }
 
 /// Checkpoint `id` as `list --json` shows it.
+/// An automatic checkpoint with nothing changed reuses HEAD, and HEAD
+/// keeps its own label: the label given was dropped with exit 0 and no
+/// word, and a later `rewind LABEL` was UNKNOWN_ID (helper-33, D231). It
+/// is still not recorded (a hook's label on every reuse would bury the
+/// history), but the warning says so and how to record it.
+#[test]
+fn a_label_an_unchanged_automatic_checkpoint_cannot_keep_is_said() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a"), b"a\n");
+    let head = checkpoint_id(root, &["first"]);
+    let v = rewind_json(root, &["checkpoint", "before deploy", "--kind", "auto"]);
+    assert_eq!(v["unchanged"], true, "{v}");
+    assert_eq!(v["id"], head.as_str());
+    let warnings = v["warnings"].to_string();
+    assert!(
+        warnings.contains("before deploy") && warnings.contains("was not recorded"),
+        "{v}"
+    );
+    // The same label HEAD has: nothing to say.
+    let v = rewind_json(root, &["checkpoint", "first", "--kind", "hook"]);
+    assert!(v.get("warnings").is_none(), "{v}");
+}
+
 fn listed(root: &std::path::Path, id: &str) -> serde_json::Value {
     let list = rewind_json(root, &["list"]);
     list["checkpoints"]

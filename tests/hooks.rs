@@ -183,6 +183,27 @@ fn gemini_clis_shell_and_file_tools_are_checkpointed() {
     }
 }
 
+/// Codex edits files through `apply_patch` (the patch in
+/// `tool_input.command`), which its hooks name as such: no checkpoint came
+/// before any Codex edit (helper-33, D234).
+#[test]
+fn codexs_apply_patch_is_checkpointed() {
+    let dir = project(false);
+    let ws = dir.path();
+    write(&ws.join("src/main.py"), b"print(2)\n");
+    let stdin = format!(
+        r#"{{"hook_event_name":"PreToolUse","tool_name":"apply_patch","tool_input":{{"command":"*** Begin Patch\n*** Update File: src/main.py\n@@\n-print(2)\n+print(3)\n*** End Patch\n"}},"cwd":"{}"}}"#,
+        ws.display()
+    );
+    let out = hook("pre-tool-use", &stdin);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let cks = checkpoints(ws);
+    assert_eq!(cks.len(), 1, "no checkpoint before apply_patch");
+    let label = cks[0]["label"].as_str().unwrap_or_default();
+    assert!(label.starts_with("before apply_patch: "), "{label}");
+    assert!(!label.chars().any(char::is_control), "{label:?}");
+}
+
 /// The agent's shell may sit outside the project (`cd /tmp`): its calls
 /// still change the project, so the hook falls back to the project the
 /// agent was started in (`CLAUDE_PROJECT_DIR`), then to its own directory.
@@ -476,6 +497,57 @@ fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
     assert!(stderr(&out).contains("no checkpoint"), "{}", stderr(&out));
 }
 
+/// With `.rewind/` gone (`git clean -x`), a push from the project root
+/// was refused (no ledger to decide), but the same push from `src/`, or
+/// from a shell outside the project with `CLAUDE_PROJECT_DIR` set, went
+/// through again: only the `cwd`'s own `rewind.toml` was read (helper-33,
+/// D229). A call no rule matches still runs.
+#[test]
+fn a_lost_ledger_fails_closed_from_every_directory_of_the_project() {
+    let dir = project(true);
+    let ws = dir.path();
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    std::fs::remove_dir_all(ws.join(".rewind")).expect("rm .rewind");
+    let elsewhere = common::tmp();
+    for (cwd, project_dir) in [
+        (ws.to_path_buf(), None),
+        (ws.join("src"), None),
+        (ws.join("src/lib"), Some(ws)),
+        (elsewhere.path().to_path_buf(), Some(ws)),
+    ] {
+        let env: Vec<(&str, &Path)> = project_dir
+            .map(|p| ("CLAUDE_PROJECT_DIR", p))
+            .into_iter()
+            .collect();
+        let push = payload("bash_push.json", &cwd);
+        let (_, out) = rewind_with_stdin_env(&["hook", "pre-tool-use"], &push, &env);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "a push from {} ran again: {}",
+            cwd.display(),
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("LEDGER_UNAVAILABLE"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(&ws.display().to_string()),
+            "{}",
+            stderr(&out)
+        );
+        let test = payload("bash_npm_test.json", &cwd);
+        let (_, out) = rewind_with_stdin_env(&["hook", "pre-tool-use"], &test, &env);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    assert!(
+        !ws.join(".rewind").exists(),
+        "a refused hook made a workspace"
+    );
+}
+
 #[test]
 fn an_invalid_rewind_toml_fails_closed_naming_the_file() {
     let dir = project(false);
@@ -492,6 +564,22 @@ fn an_invalid_rewind_toml_fails_closed_naming_the_file() {
         checkpoints(ws).is_empty(),
         "a refused call took a checkpoint"
     );
+    // As root a link is not followed (D160): the message says so and
+    // what to do, not "Too many levels of symbolic links" (helper-33, D234).
+    if common::is_root() {
+        let shared = common::tmp();
+        write(&shared.path().join("rules.toml"), RULES.as_bytes());
+        std::fs::remove_file(ws.join("rewind.toml")).expect("rm");
+        std::os::unix::fs::symlink(shared.path().join("rules.toml"), ws.join("rewind.toml"))
+            .expect("symlink");
+        let out = pre("bash_npm_test.json", ws);
+        assert_eq!(out.status.code(), Some(2));
+        let err = stderr(&out);
+        assert!(
+            err.contains("rewind.toml: is a symbolic link") && err.contains("put the file itself"),
+            "{err}"
+        );
+    }
 }
 
 /// Rules written to `.rewind/rewind.toml` (beside the ledger) were never

@@ -561,6 +561,43 @@ fn a_rerun_with_a_new_command_moves_our_hooks_and_keeps_wrapped_ones() {
     assert_eq!(codex(ws), ["/new/bin/rewind hook pre-tool-use"]);
 }
 
+/// A wrapped hook is kept as the user wrote it, so a rerun after the
+/// binary moved leaves it on the old path: it then fails on every call
+/// (exit 127), which the agent does not treat as a block, and every push
+/// runs unguarded. Integrate said "updated" and nothing else (helper-33,
+/// D232); it now names the hook and the binary it cannot start. A
+/// wrapped hook whose binary is there draws no note.
+#[test]
+fn a_wrapped_hook_whose_binary_is_gone_is_named() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let live = env!("CARGO_BIN_EXE_rewind");
+    let dead = "timeout 10 /old/bin/rewind hook pre-tool-use";
+    for (wrapped, noted) in [
+        (dead.to_string(), true),
+        (format!("timeout 10 '{live}' hook pre-tool-use"), false),
+    ] {
+        write(
+            &ws.join(".claude/settings.json"),
+            json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": wrapped}]}]}})
+                .to_string()
+                .as_bytes(),
+        );
+        let v = rewind_json(ws, &["integrate", "claude", "--command", live]);
+        assert_eq!(
+            claude_hooks(ws, "PreToolUse"),
+            [wrapped.as_str()],
+            "kept as written"
+        );
+        let notes = v["notes"].to_string();
+        assert_eq!(
+            notes.contains("/old/bin/rewind") && notes.contains("unguarded"),
+            noted,
+            "{wrapped}: {v}"
+        );
+    }
+}
+
 /// A write that fails part-way puts back what was already written: MCP
 /// without its hooks is half an install the user would not notice.
 #[test]

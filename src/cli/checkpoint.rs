@@ -13,7 +13,21 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let mut ws = ctx.workspace_or_init()?;
     let reuse = args.kind != "manual";
-    let r = ws.checkpoint(args.label.as_deref(), &args.kind, reuse)?;
+    let mut r = ws.checkpoint(args.label.as_deref(), &args.kind, reuse)?;
+    // A reused HEAD keeps its own label: say that this one was not
+    // recorded, or a later `rewind LABEL` is UNKNOWN_ID (helper-33, D231).
+    if let Some(label) = args
+        .label
+        .as_deref()
+        .filter(|l| r.unchanged && r.label.as_deref() != Some(*l))
+    {
+        r.warnings.push(format!(
+            "nothing changed since {}, so no checkpoint was made and the label {} was not recorded: `rewind checkpoint {}` (kind manual) makes a labelled one",
+            r.id,
+            crate::names::quoted_label(label),
+            crate::names::shell_word(label)
+        ));
+    }
     {
         let _t = crate::trace::span("close workspace");
         drop(ws);

@@ -17,8 +17,10 @@ enum Sub {
         key: String,
         #[arg(long, value_parser = ["failed", "succeeded"])]
         outcome: String,
-        #[arg(long, default_value = "default")]
-        scope: String,
+        /// Scope of the key (default: "default"; without it, KEY may
+        /// also be SCOPE:KEY as `rewind effects` prints it)
+        #[arg(long)]
+        scope: Option<String>,
         /// Record `failed` for an effect that succeeded (it may then run
         /// again): only when it really did not happen
         #[arg(long)]
@@ -74,21 +76,13 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             scope,
             reopen,
         }) => {
-            let mut resolution = ws
+            let (scope, key) = match scope {
+                Some(scope) => (scope, key),
+                None => which_effect(&ws, key)?,
+            };
+            let resolution = ws
                 .ledger_mut()
                 .resolve_effect(&scope, &key, &outcome, None, reopen)?;
-            let (mut scope, mut key) = (scope, key);
-            // `rewind effects` prints SCOPE:KEY: take that form as well.
-            if resolution == Resolution::Unknown
-                && let Some((s, k)) = key.split_once(':')
-            {
-                resolution = ws
-                    .ledger_mut()
-                    .resolve_effect(s, k, &outcome, None, reopen)?;
-                if resolution != Resolution::Unknown {
-                    (scope, key) = (s.to_string(), k.to_string());
-                }
-            }
             let seq = match resolution {
                 Resolution::Recorded(seq) => Some(seq),
                 Resolution::Unchanged => None,
@@ -116,5 +110,41 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 ),
             })
         }
+    }
+}
+
+/// The (scope, key) a `resolve` without `--scope` names: KEY in the
+/// default scope, or SCOPE:KEY as `rewind effects` prints it, split at
+/// any `:`. Scopes and keys may hold `:` themselves (a hook's key always
+/// does), so `a:x:y` can be two effects; the first split that matched was
+/// taken, silently, and a `failed` made the wrong one retryable
+/// (helper-33, D233). More than one match is refused, naming each.
+fn which_effect(ws: &crate::workspace::Workspace, key: String) -> Result<(String, String)> {
+    let default = || ("default".to_string(), key.clone());
+    let splits = key
+        .match_indices(':')
+        .map(|(i, _)| (key[..i].to_string(), key[i + 1..].to_string()));
+    let effects = ws.ledger().effects()?;
+    let mut found: Vec<(String, String)> = std::iter::once(default())
+        .chain(splits)
+        .filter(|(s, k)| effects.iter().any(|e| &e.scope == s && &e.key == k))
+        .collect();
+    match found.len() {
+        0 => Ok(default()),
+        1 => Ok(found.remove(0)),
+        _ => Err(Error::Usage(format!(
+            "{} names {} effects: pass KEY with --scope SCOPE for the one you mean ({}); nothing was recorded",
+            crate::names::shell_word(&key),
+            found.len(),
+            found
+                .iter()
+                .map(|(s, k)| format!(
+                    "--scope {} {}",
+                    crate::names::shell_word(s),
+                    crate::names::shell_word(k)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
     }
 }

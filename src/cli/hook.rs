@@ -130,6 +130,34 @@ fn enclosing_effect(
     Ok(None)
 }
 
+/// A call outside every workspace that a `rewind.toml` above `start`, or
+/// above the agent's project (`CLAUDE_PROJECT_DIR`), has a rule for:
+/// the workspace there lost its `.rewind/` (`git clean -x`, `rm -rf`),
+/// and its rules still hold, so the call is refused (fail closed). Only
+/// `start`'s own file was read: the same push from `src/` went through
+/// again (helper-33, D229). The request and the directory of the rule
+/// file that matched; one that cannot be read is an error.
+fn orphan_effect(
+    start: &Path,
+    call: &crate::hooks::ToolCall,
+) -> crate::error::Result<Option<(crate::effects::Request, PathBuf)>> {
+    let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from);
+    let dirs = start
+        .ancestors()
+        .skip(1)
+        .chain(project.iter().flat_map(|p| p.ancestors()));
+    let mut seen = std::collections::HashSet::new();
+    // A link counts (as root it is refused, and so is the call).
+    for dir in dirs.filter(|d| d.join(crate::hooks::CONFIG_FILE).symlink_metadata().is_ok()) {
+        if seen.insert(dir.to_path_buf())
+            && let Some((req, _)) = Config::load(dir)?.effect(call)
+        {
+            return Ok(Some((req, dir.to_path_buf())));
+        }
+    }
+    Ok(None)
+}
+
 /// Where the workspace and its rewind.toml are, if anywhere.
 fn locate(start: &Path) -> (PathBuf, Option<PathBuf>) {
     match Workspace::discover(start) {
@@ -172,16 +200,26 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         }
     }
     let Some(root) = workspace else {
-        if let Some((req, _)) = effect {
-            eprintln!(
-                "rewind: LEDGER_UNAVAILABLE ({}:{}): refused, fail closed: {} is not a rewind workspace; run `rewind init` there",
-                req.scope,
-                req.key,
-                config_root.display()
-            );
-            return (out, BLOCK);
-        }
-        return (out, 0);
+        let orphan = match effect {
+            Some((req, _)) => Ok(Some((req, config_root.clone()))),
+            None => orphan_effect(&config_root, &call),
+        };
+        return match orphan {
+            Ok(Some((req, rules))) => {
+                eprintln!(
+                    "rewind: LEDGER_UNAVAILABLE ({}:{}): refused, fail closed: {} is not a rewind workspace; run `rewind init` there",
+                    req.scope,
+                    req.key,
+                    rules.display()
+                );
+                (out, BLOCK)
+            }
+            Ok(None) => (out, 0),
+            Err(e) => {
+                eprintln!("rewind hook: refused, fail closed: {e}");
+                (out, BLOCK)
+            }
+        };
     };
     let checkpoint = config.checkpoints(&call.tool_name);
     if !checkpoint && effect.is_none() {

@@ -101,12 +101,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         "claude" => vec![
             json_plan(&root.join(".mcp.json"), |v| mcp_entry(v, &cmd))?,
             json_plan(&root.join(".claude/settings.json"), |v| {
-                hooks_entry(v, &cmd, CLAUDE_HOOKS)
+                hooks_entry(v, &cmd, CLAUDE_HOOKS, &mut notes)
             })?,
         ],
         "gemini" => vec![json_plan(&root.join(".gemini/settings.json"), |v| {
             mcp_entry(v, &cmd)?;
-            hooks_entry(v, &cmd, GEMINI_HOOKS)
+            hooks_entry(v, &cmd, GEMINI_HOOKS, &mut notes)
         })?],
         "cursor" => {
             notes.push("cursor: MCP server only; Cursor's hooks use another protocol, so take checkpoints with the `checkpoint` tool".into());
@@ -114,7 +114,11 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 mcp_entry(v, &cmd)
             })?]
         }
-        _ => vec![codex_plan(&root.join(".codex/config.toml"), &cmd)?],
+        _ => vec![codex_plan(
+            &root.join(".codex/config.toml"),
+            &cmd,
+            &mut notes,
+        )?],
     };
     // The agent's config must not flip with rewinds (a rewind to before
     // the integration would switch the hooks off mid-session): the files we
@@ -244,28 +248,54 @@ fn default_command() -> String {
 /// nothing (helper-28, D197). Said, not refused: the config may be meant
 /// for another machine (a team's `.mcp.json`) where the binary exists.
 fn command_warning(cmd: &str) -> Option<String> {
+    let problem = cannot_start(cmd)?;
+    Some(format!(
+        "--command {} {problem}: an agent that cannot start it runs every tool call unguarded and unchecked; give the absolute path of the rewind binary unless this config is for another machine",
+        crate::names::human_os_path(Path::new(cmd))
+    ))
+}
+
+/// Why a program named `cmd` (a path, or a name looked up on PATH) could
+/// not be started here, if it could not.
+fn cannot_start(cmd: &str) -> Option<&'static str> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
     let path = Path::new(cmd);
-    let problem = if cmd.contains('/') {
+    if cmd.contains('/') {
         if !path.is_absolute() {
-            "is a relative path, which the agent resolves from its own working directory"
+            Some("is a relative path, which the agent resolves from its own working directory")
         } else if !executable(path) {
-            "is not an executable file here"
+            Some("is not an executable file here")
         } else {
-            return None;
+            None
         }
+    } else if on_path(cmd).any(|c| executable(&c)) {
+        None
     } else {
-        if on_path(cmd).any(|c| executable(&c)) {
-            return None;
-        }
-        "is not an executable on this PATH"
-    };
+        Some("is not an executable on this PATH")
+    }
+}
+
+/// A hook the user wrapped around `rewind hook VERB` is kept as it is
+/// (D104), so a rerun with a new `--command` does not update it. When
+/// the binary it runs is gone, every call runs unguarded: said, as for a
+/// `--command` (helper-33, D232). The binary is the word before `hook
+/// VERB`.
+fn wrapped_warning(command: &str, verb: &str, cmd: &str) -> Option<String> {
+    let at = command.find(&format!(" hook {verb}"))?;
+    let word = command[..at].split_whitespace().last()?;
+    let program = word.trim_matches(|c| c == '\'' || c == '"');
+    // A variable or a substitution is the shell's to expand.
+    if program.is_empty() || program.contains(['$', '`']) {
+        return None;
+    }
+    let problem = cannot_start(program)?;
     Some(format!(
-        "--command {} {problem}: an agent that cannot start it runs every tool call unguarded and unchecked; give the absolute path of the rewind binary unless this config is for another machine",
-        crate::names::human_os_path(path)
+        "the hook you wrapped, `{command}`, runs {} which {problem}: it fails, and the agent runs every call unguarded; integrate keeps wrapped hooks as they are, so point it at {} yourself",
+        crate::names::human_os_path(Path::new(program)),
+        crate::names::shell_word(cmd)
     ))
 }
 
@@ -423,17 +453,31 @@ fn existing(command: &str, verb: &str) -> Existing {
 /// An existing hook command against the one we would write (`wanted`):
 /// whether it already runs `hook VERB`, and whether it is ours but names
 /// another binary (then it is rewritten).
-fn reconcile(command: &str, verb: &str, wanted: &str) -> (bool, bool) {
+fn reconcile(
+    command: &str,
+    verb: &str,
+    wanted: &str,
+    cmd: &str,
+    notes: &mut Vec<String>,
+) -> (bool, bool) {
     match existing(command, verb) {
         Existing::Ours => (true, command != wanted),
-        Existing::Wrapped => (true, false),
+        Existing::Wrapped => {
+            notes.extend(wrapped_warning(command, verb, cmd));
+            (true, false)
+        }
         Existing::Other => (false, false),
     }
 }
 
 /// Add our hook groups, or point the ones we installed before at `cmd`; a
 /// hook the user wrapped around `rewind hook` is left alone.
-fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, events: &[(&str, &str)]) -> Result<()> {
+fn hooks_entry(
+    map: &mut Map<String, Value>,
+    cmd: &str,
+    events: &[(&str, &str)],
+    notes: &mut Vec<String>,
+) -> Result<()> {
     let hooks = object(map, "hooks")?;
     for &(event, verb) in events {
         let groups = hooks.entry(event.to_string()).or_insert_with(|| json!([]));
@@ -450,7 +494,7 @@ fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, events: &[(&str, &str)])
             let Some(command) = hook.get("command").and_then(Value::as_str) else {
                 continue;
             };
-            let (covers, stale) = reconcile(command, verb, &wanted);
+            let (covers, stale) = reconcile(command, verb, &wanted, cmd, notes);
             present |= covers;
             if stale {
                 hook["command"] = json!(wanted);
@@ -466,7 +510,7 @@ fn hooks_entry(map: &mut Map<String, Value>, cmd: &str, events: &[(&str, &str)])
     Ok(())
 }
 
-fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
+fn codex_plan(path: &Path, cmd: &str, notes: &mut Vec<String>) -> Result<Plan> {
     use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
     let old = read_existing(path)?;
     let invalid = |reason: String| unusable(path, reason);
@@ -540,7 +584,7 @@ fn codex_plan(path: &Path, cmd: &str) -> Result<Plan> {
             let Some(command) = hook.get("command").and_then(Item::as_str) else {
                 continue;
             };
-            let (covers, stale) = reconcile(command, verb, &wanted);
+            let (covers, stale) = reconcile(command, verb, &wanted, cmd, notes);
             present |= covers;
             if stale {
                 hook["command"] = value(wanted.as_str());
