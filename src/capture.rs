@@ -234,6 +234,8 @@ pub struct LazyDir {
     node_hash: Hash,
     node: Vec<u8>,
     stats: Vec<u8>,
+    /// Its listing skipped an entry, which no record holds (D235).
+    skips: bool,
     decoded: OnceLock<Option<CachedDir>>,
 }
 
@@ -252,6 +254,11 @@ impl LazyDir {
             })
             .as_ref()
     }
+
+    /// Whether the directory's last listing skipped an entry (D235).
+    pub(crate) fn skips(&self) -> bool {
+        self.skips
+    }
 }
 
 pub type StatCache = HashMap<Vec<u8>, LazyDir>;
@@ -263,6 +270,8 @@ pub struct StatCacheRow {
     /// The node as `trees` stores it.
     pub node: Vec<u8>,
     pub stats: Vec<u8>,
+    /// Its listing skipped an entry (D235).
+    pub skips: bool,
 }
 
 pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
@@ -274,6 +283,7 @@ pub fn load_stat_cache(rows: Vec<StatCacheRow>) -> StatCache {
                     node_hash: row.node_hash,
                     node: row.node,
                     stats: row.stats,
+                    skips: row.skips,
                     decoded: OnceLock::new(),
                 },
             )
@@ -301,6 +311,10 @@ pub struct Scope {
     /// listed is one lookup of its name, not a joined path hashed three
     /// times (a 4,700-entry ancestor did that for every entry).
     listed_children: Children,
+    /// Directories listed again whatever changed, their names not taken
+    /// from the cache: their last listing skipped an entry, which no
+    /// cached record holds, and which is reported only when seen (D235).
+    relist: HashSet<Vec<u8>>,
     /// Every inode that changed, where the source names them all (btrfs
     /// knows each inode item written since a transaction). Then an entry
     /// of a changed directory is unchanged if its inode is not among them
@@ -436,7 +450,33 @@ impl Scope {
             deep,
             spine,
             listed_children,
+            relist: HashSet::new(),
             inodes: None,
+        }
+    }
+
+    /// List `dirs` too, by `getdents`, each with its ancestors: what their
+    /// last listing skipped is seen, and reported, again. Without them, a
+    /// checkpoint whose scope left such a directory alone recorded no
+    /// skip, and a rewind to it deleted what had been skipped once it was
+    /// readable (D143's loss, through a scope; helper-30, D235).
+    pub fn relist(&mut self, dirs: impl IntoIterator<Item = Vec<u8>>) {
+        for d in dirs {
+            if !self.relist.insert(d.clone()) {
+                continue;
+            }
+            // Bottom up, as far as the first step already there (see
+            // `children_of`); the root is always in the spine.
+            let mut path = d.as_slice();
+            while !path.is_empty() {
+                self.spine.insert(path.to_vec());
+                let (parent, name) = split_parent(path);
+                let names = self.listed_children.entry(parent.to_vec()).or_default();
+                if !names.insert(name.to_vec()) {
+                    break;
+                }
+                path = parent;
+            }
         }
     }
 
@@ -463,6 +503,9 @@ impl Scope {
     /// stat and btrfs see the directory's own stat move), so such a
     /// directory needs no `getdents`: its cached row lists it.
     fn entries_known(&self, rel: &[u8]) -> bool {
+        if self.relist.contains(rel) {
+            return false;
+        }
         match self.dirty.get(rel) {
             Some(names) => names.is_some(),
             None => self.spine.contains(rel),
@@ -671,8 +714,9 @@ pub struct Capture {
     /// diff against the tree the cache described (HEAD, after a
     /// checkpoint), which then reads none of them from the ledger.
     pub replaced_nodes: Vec<(Hash, SharedNode)>,
-    /// Stat-cache rows to write: (dir, node, stats).
-    pub cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
+    /// Stat-cache rows to write: (dir, node, stats, whether its listing
+    /// skipped an entry).
+    pub cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>, bool)>,
     /// Stat-cache rows of directories that are gone.
     pub cache_removals: Vec<Vec<u8>>,
     /// Directories gone with everything below them: a scoped capture does
@@ -742,13 +786,15 @@ impl Capture {
 struct Outputs {
     new_nodes: Vec<(Hash, SharedNode)>,
     replaced_nodes: Vec<(Hash, SharedNode)>,
-    cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>)>,
+    cache_updates: Vec<(Vec<u8>, Hash, Vec<u8>, bool)>,
     visited: HashSet<Vec<u8>>,
     /// Directories a scoped capture kept without opening: their stat-cache
     /// rows, and those of everything below, stay.
     kept: HashSet<Vec<u8>>,
     removed_trees: Vec<Vec<u8>>,
     skipped: Vec<Skipped>,
+    /// The directories holding what `skipped` names.
+    skip_dirs: HashSet<Vec<u8>>,
     recent: Vec<(Vec<u8>, i64)>,
     new_objects: Vec<Hash>,
     /// Some stored object's durability is not known: only a `syncfs`
@@ -1111,9 +1157,9 @@ pub fn display_path(rel: &[u8]) -> String {
 
 impl Walker<'_> {
     fn skip(&self, rel: &[u8], reason: impl Into<String>) {
-        if let Ok(mut o) = self.out.lock() {
-            o.skipped.push(Skipped::new(rel, reason));
-        }
+        let mut o = self.lock_out();
+        o.skip_dirs.insert(split_parent(rel).0.to_vec());
+        o.skipped.push(Skipped::new(rel, reason));
     }
 
     fn ignore_stack(
@@ -1146,10 +1192,14 @@ impl Walker<'_> {
         if self.progress.cancelled() {
             return Err(Error::Cancelled);
         }
-        let cached = self.cache.get(&rel).and_then(LazyDir::get);
+        let row = self.cache.get(&rel);
+        let cached_skips = row.is_some_and(LazyDir::skips);
+        let cached = row.and_then(LazyDir::get);
+        // A listing that skipped an entry is never taken from the cache:
+        // the entry is in no record (D235).
         let listed_by_cache = cached
             .zip(self.scope)
-            .filter(|(_, s)| scoped && s.entries_known(&rel));
+            .filter(|(_, s)| scoped && !cached_skips && s.entries_known(&rel));
         // Each name with its inode and, if it has one, its cached row.
         let mut names: Vec<(Cow<'_, OsStr>, u64, Option<&CacheRec>)> = match listed_by_cache {
             Some((c, scope)) => {
@@ -1240,7 +1290,9 @@ impl Walker<'_> {
                 self.lock_out().recent.extend(recent);
             }
         }
+        let skips = self.lock_out().skip_dirs.contains(&rel);
         if let Some(c) = cached
+            && skips == cached_skips
             && recs.len() == c.recs.len()
             && recs.iter().all(|r| matches!(r, Resolved::Same(_)))
         {
@@ -1276,7 +1328,7 @@ impl Walker<'_> {
                 .push((hash, SharedNode::new(Node { entries })));
         }
         out.replaced_nodes.extend(replaced);
-        out.cache_updates.push((rel.clone(), hash, stats));
+        out.cache_updates.push((rel.clone(), hash, stats, skips));
         out.visited.insert(rel);
         Ok(hash)
     }

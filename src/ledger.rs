@@ -27,7 +27,7 @@ const FORMAT_V1: &str = "1";
 /// `user_version` (the file header: no query plan, no table). A ledger
 /// stamped with it skips the checks, eight statements parsed and run on
 /// every open. Bump it when `migrate` learns something new.
-const MIGRATED: i64 = 3;
+const MIGRATED: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS checkpoints(
     pruned_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS checkpoints_label ON checkpoints(label);
-CREATE TABLE IF NOT EXISTS stat_cache(dir BLOB NOT NULL UNIQUE, node BLOB NOT NULL, stats BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS stat_cache(dir BLOB NOT NULL UNIQUE, node BLOB NOT NULL, stats BLOB NOT NULL, skips INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS intent(
     id INTEGER PRIMARY KEY CHECK (id = 1),
     op TEXT NOT NULL,
@@ -357,6 +357,12 @@ fn next_seq(conn: &Connection) -> rusqlite::Result<i64> {
 const SKIPPED_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS skipped(checkpoint INTEGER NOT NULL, path BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS skipped_by_checkpoint ON skipped(checkpoint);
+";
+
+/// The stat cache's directories whose last listing skipped an entry
+/// (D235): few, and a scoped capture reads them on every run.
+const SKIPS_INDEX: &str = "
+CREATE INDEX IF NOT EXISTS stat_cache_skips ON stat_cache(dir) WHERE skips != 0;
 ";
 
 /// Notes left on abandoned branches, one row per rewind report.
@@ -698,6 +704,7 @@ impl Ledger {
         tx.execute_batch(SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(NOTES_SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(SKIPPED_SCHEMA).map_err(db_err(&p))?;
+        tx.execute_batch(SKIPS_INDEX).map_err(db_err(&p))?;
         tx.execute_batch(PENDING_SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::blobs::SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::chain::SCHEMA).map_err(db_err(&p))?;
@@ -832,6 +839,17 @@ impl Ledger {
         self.add_column_if_missing("checkpoints", "pruned_at", "INTEGER")?;
         // 2: the call an effect was admitted for (D108).
         self.add_column_if_missing("effects", "admitted_call", "TEXT")?;
+        // 4: which stat-cache rows skipped an entry (D235). Rows written
+        // before do not say: the cache is dropped, and the next capture
+        // walks and writes it again.
+        if self.add_column_if_missing("stat_cache", "skips", "INTEGER NOT NULL DEFAULT 0")? {
+            self.conn
+                .execute_batch("DELETE FROM stat_cache")
+                .map_err(db_err(&path))?;
+        }
+        self.conn
+            .execute_batch(SKIPS_INDEX)
+            .map_err(db_err(&path))?;
         if crate::chain::head(&self.conn, &path)?.is_none() {
             let id = self.workspace_id()?;
             let tx = self.conn.unchecked_transaction().map_err(db_err(&path))?;
@@ -846,7 +864,8 @@ impl Ledger {
 
     /// `ALTER TABLE table ADD COLUMN column decl`, unless a ledger written
     /// since has it.
-    fn add_column_if_missing(&self, table: &str, column: &str, decl: &str) -> Result<()> {
+    /// Whether it added the column.
+    fn add_column_if_missing(&self, table: &str, column: &str, decl: &str) -> Result<bool> {
         let has: i64 = self
             .conn
             .query_row(
@@ -860,7 +879,7 @@ impl Ledger {
                 .execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
                 .map_err(self.err())?;
         }
-        Ok(())
+        Ok(has == 0)
     }
 
     /// Tree nodes and stat-cache rows are a few KiB each: in a WITHOUT
@@ -1526,7 +1545,7 @@ impl Ledger {
     pub fn stat_cache(&self) -> Result<Vec<crate::capture::StatCacheRow>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node")
+            .prepare("SELECT s.dir, s.node, s.stats, t.data, s.skips FROM stat_cache s JOIN trees t ON t.hash = s.node")
             .map_err(self.err())?;
         let rows = stmt.query_map([], stat_cache_row).map_err(self.err())?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
@@ -1541,7 +1560,7 @@ impl Ledger {
         dirs: &[Vec<u8>],
         trees: &[Vec<u8>],
     ) -> Result<Vec<crate::capture::StatCacheRow>> {
-        const ROW: &str = "SELECT s.dir, s.node, s.stats, t.data FROM stat_cache s JOIN trees t ON t.hash = s.node WHERE ";
+        const ROW: &str = "SELECT s.dir, s.node, s.stats, t.data, s.skips FROM stat_cache s JOIN trees t ON t.hash = s.node WHERE ";
         let mut out = Vec::new();
         let mut one = self
             .conn
@@ -1570,6 +1589,18 @@ impl Ledger {
             }
         }
         Ok(out)
+    }
+
+    /// The directories whose last listing skipped an entry (a FIFO, an
+    /// unreadable file, a mount point): a scoped capture lists them again,
+    /// or what they skip would go unreported (D235).
+    pub fn stat_cache_dirs_with_skips(&self) -> Result<Vec<Vec<u8>>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT dir FROM stat_cache WHERE skips != 0")
+            .map_err(self.err())?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
     /// Checkpoints whose manifest is still to be built, oldest first.
@@ -1911,13 +1942,13 @@ impl Tx<'_> {
     /// instead of deleted and appended at the table's end (which also
     /// touched the table's index and free list: 12–16 stat-cache pages in
     /// the WAL for 10 changed directories, 11 now).
-    pub fn put_stat_cache(&self, dir: &[u8], node: &Hash, stats: &[u8]) -> Result<()> {
+    pub fn put_stat_cache(&self, dir: &[u8], node: &Hash, stats: &[u8], skips: bool) -> Result<()> {
         self.tx
             .prepare_cached(
-                "INSERT INTO stat_cache(dir, node, stats) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT(dir) DO UPDATE SET node = excluded.node, stats = excluded.stats",
+                "INSERT INTO stat_cache(dir, node, stats, skips) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT(dir) DO UPDATE SET node = excluded.node, stats = excluded.stats, skips = excluded.skips",
             )
-            .and_then(|mut s| s.execute(params![dir, &node.0[..], stats]))
+            .and_then(|mut s| s.execute(params![dir, &node.0[..], stats, i64::from(skips)]))
             .map_err(self.err())?;
         Ok(())
     }
@@ -2006,6 +2037,7 @@ fn stat_cache_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::capture::Sta
         node_hash: Hash::from_slice(&node).unwrap_or(Hash([0; 32])),
         stats: r.get(2)?,
         node: r.get(3)?,
+        skips: r.get::<_, i64>(4)? != 0,
     })
 }
 
@@ -2351,6 +2383,41 @@ mod tests {
         assert!(
             !tables(&ledger).iter().any(|t| t == "notes"),
             "a stamped ledger was checked again"
+        );
+    }
+
+    /// D235: a stat cache from before `skips` cannot say which listings
+    /// skipped an entry: migrating drops its rows (the next capture walks),
+    /// and a row written since says it.
+    #[test]
+    fn a_stat_cache_from_before_skips_is_dropped_and_rows_say_their_skips() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("ledger.db");
+        let ledger = Ledger::create(&db, "test").expect("ledger");
+        ledger
+            .conn
+            .execute_batch(
+                "DROP INDEX stat_cache_skips; ALTER TABLE stat_cache DROP COLUMN skips;
+                 INSERT INTO stat_cache(dir, node, stats) VALUES (x'', x'00', x'');
+                 PRAGMA user_version = 3;",
+            )
+            .expect("make it look older");
+        drop(ledger);
+        let mut ledger = Ledger::open(&db).expect("open");
+        let rows: i64 = ledger
+            .conn
+            .query_row("SELECT count(*) FROM stat_cache", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(rows, 0, "rows that cannot say their skips were kept");
+        ledger
+            .write(|tx| {
+                tx.put_stat_cache(b"a", &Hash([1; 32]), b"", true)?;
+                tx.put_stat_cache(b"b", &Hash([2; 32]), b"", false)
+            })
+            .expect("put");
+        assert_eq!(
+            ledger.stat_cache_dirs_with_skips().expect("dirs"),
+            vec![b"a".to_vec()]
         );
     }
 

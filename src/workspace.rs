@@ -1030,6 +1030,12 @@ impl Workspace {
             }
             s => s,
         };
+        // What a directory's last listing skipped is in no cached record:
+        // such directories are listed again (D235).
+        let mut scope = scope;
+        if let Some(s) = scope.as_mut() {
+            s.relist(self.ledger.stat_cache_dirs_with_skips()?);
+        }
         let cache = {
             let rows = {
                 let _t = crate::trace::span("read stat cache");
@@ -1159,7 +1165,13 @@ impl Workspace {
                 return Ok(None);
             }
         };
-        let scope = capture::scope_from_stats(cache, &stats);
+        let mut scope = capture::scope_from_stats(cache, &stats);
+        scope.relist(
+            cache
+                .iter()
+                .filter(|(_, row)| row.skips())
+                .map(|(dir, _)| dir.clone()),
+        );
         crate::trace::note(format_args!(
             "bulk stat: the capture is scoped to what changed ({} inodes read in {} ranges; {})",
             stats.len(),
@@ -1684,33 +1696,27 @@ impl Workspace {
             }
             return Ok(ck);
         }
-        if ids::looks_like_id_prefix(spec) {
-            let (exact, found) = self.by_id_prefix(spec)?;
-            if let Some(ck) = exact {
-                return Ok(ck);
-            }
-            // A label is a name someone gave; a prefix is a shortcut. A
-            // label `x4` must not lose to an id that happens to start
-            // with `x4` (a rewind to the wrong checkpoint, silently).
-            if let Some(labelled) = self
-                .ledger
-                .checkpoints_by_label(spec, 1)?
-                .into_iter()
-                .next()
-            {
-                return Ok(labelled);
-            }
-            if let Some(ck) = only_one(spec, found)? {
-                return Ok(ck);
-            }
+        let (exact, found) = if ids::looks_like_id_prefix(spec) {
+            self.by_id_prefix(spec)?
+        } else {
+            (None, Vec::new())
+        };
+        if let Some(ck) = exact {
+            return Ok(ck);
         }
+        // A label is a name someone gave; a prefix is a shortcut. A label
+        // `x4` must not lose to an id that happens to start with `x4` (a
+        // rewind to the wrong checkpoint, silently).
         if let Some(labelled) = self
             .ledger
-            .checkpoints_by_label(spec, 2)?
+            .checkpoints_by_label(spec, 1)?
             .into_iter()
             .next()
         {
             return Ok(labelled);
+        }
+        if let Some(ck) = only_one(spec, found)? {
+            return Ok(ck);
         }
         // Ids are lowercase; one typed or pasted in capitals names the
         // same checkpoint (helper-31). Labels stay exact.
@@ -1863,8 +1869,8 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
         }
         None => {}
     }
-    for (dir, node, stats) in &cap.cache_updates {
-        tx.put_stat_cache(dir, node, stats)?;
+    for (dir, node, stats, skips) in &cap.cache_updates {
+        tx.put_stat_cache(dir, node, stats, *skips)?;
     }
     for dir in &cap.cache_removals {
         tx.delete_stat_cache(dir)?;

@@ -880,6 +880,25 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
     assert_eq!(v["ok"], true, "{v}");
 }
 
+/// D235: what a directory's listing skipped is recorded by every
+/// manifest btrfs's changes scope, and kept by a rewind to it.
+#[test]
+fn a_skip_btrfs_changes_did_not_touch_is_still_recorded() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    let inline = [("REWIND_MANIFEST", "inline")];
+    let out = rewind_env(&ws, &["--json", "checkpoint", "base"], &inline);
+    assert!(out.status.success());
+    common::a_skip_the_scope_did_not_touch_is_still_recorded(
+        &ws,
+        &inline,
+        "btrfs changes: the capture is scoped",
+    );
+}
+
 /// D74: the manifest builder, off the agent's path, folds the WAL and
 /// starts a new one with one commit, so the next command indexes one
 /// frame on open instead of everything since the last fold; the ledger

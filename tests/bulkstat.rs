@@ -38,6 +38,20 @@ fn a_checkpoint_scoped_by_a_bulk_stat_misses_no_kind_of_change() {
     common::a_new_ignore_file_drops_what_it_names(&ws, &rounds[0].id, &[]);
 }
 
+/// D235: what a directory's listing skipped is recorded by every
+/// checkpoint the bulk stat scopes, and kept by a rewind to it.
+#[test]
+fn a_skip_the_bulk_stat_did_not_touch_is_still_recorded() {
+    let Some((_lfs, ws)) = alone_on_xfs() else {
+        return;
+    };
+    common::a_skip_the_scope_did_not_touch_is_still_recorded(
+        &ws,
+        &[],
+        "bulk stat: the capture is scoped",
+    );
+}
+
 /// The bulk stat is not used where it would not say the same as a walk or
 /// would cost more: the ignore rules kept outside the tree changed since
 /// the cache was written, or a filesystem is mounted inside the tree.

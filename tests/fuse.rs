@@ -104,6 +104,20 @@ fn exchange(a: &Path, b: &Path) {
     );
 }
 
+/// D235: what a directory's listing skipped is recorded by every
+/// checkpoint the dirty set scopes, and kept by a rewind to it.
+#[test]
+fn a_skip_the_dirty_set_did_not_touch_is_still_recorded() {
+    let Some((_lfs, ws)) = workspace(3, 3) else {
+        return;
+    };
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    rewind_json(&ws, &["checkpoint", "base"]);
+    common::a_skip_the_scope_did_not_touch_is_still_recorded(&ws, &[], "dirty set");
+}
+
 #[test]
 fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     let Some((_lfs, ws)) = workspace(40, 25) else {

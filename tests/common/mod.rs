@@ -898,6 +898,82 @@ pub fn checkpoint_every_kind_of_change(
     rounds
 }
 
+/// D235: a capture scoped to what changed (a bulk stat, btrfs's changes,
+/// the mount's dirty set) took a directory the change did not touch from
+/// the stat cache, which holds no record of what its listing skipped (a
+/// FIFO here). The checkpoint then recorded no skip, and once a regular
+/// file stood in the FIFO's place a rewind to it deleted that file (D143's
+/// loss, through a scope). With `env`, and `scoped` the trace note that
+/// says the scope under test was used.
+pub fn a_skip_the_scope_did_not_touch_is_still_recorded(
+    ws: &Path,
+    env: &[(&str, &str)],
+    scoped: &str,
+) {
+    let skipped = |v: &serde_json::Value| -> Vec<String> {
+        v["skipped"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["path"].as_str().map(str::to_string))
+            .collect()
+    };
+    write(&ws.join("skips/s"), b"s\n");
+    let fifo = ws.join("skips/p");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a valid C string; mkfifo keeps no pointer.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+    let out = rewind_env(ws, &["--json", "checkpoint", "with-fifo"], env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    // The btrfs engine acknowledges at the snapshot, before its manifest
+    // says what it skipped: there the rewind below is the test.
+    let reports_skips = v["engine"] != "btrfs";
+    if reports_skips {
+        assert_eq!(skipped(&v), ["skips/p"], "{v}");
+    }
+    write(&ws.join("elsewhere.txt"), b"a change outside skips/\n");
+    let mut traced = env.to_vec();
+    traced.push(("REWIND_TRACE", "1"));
+    let out = rewind_env(ws, &["--json", "checkpoint", "scoped"], &traced);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(scoped),
+        "the scope under test ({scoped}) was not used: {err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    if reports_skips {
+        assert_eq!(
+            skipped(&v),
+            ["skips/p"],
+            "the scoped checkpoint recorded no skip: {v}"
+        );
+    }
+    let id = v["id"].as_str().expect("id").to_string();
+    let out = rewind_env(ws, &["--json", "status"], env);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(skipped(&v), ["skips/p"], "status: {v}");
+    std::fs::remove_file(&fifo).expect("rm fifo");
+    write(&fifo, b"precious\n");
+    let out = rewind_env(ws, &["--json", "rewind", &id], env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&fifo).ok().as_deref(),
+        Some(&b"precious\n"[..]),
+        "the rewind deleted what its checkpoint skipped: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// Rewind to every round, newest first: each gives back exactly its tree.
 pub fn rewind_to_every_round(ws: &Path, rounds: &[Round]) {
     for r in rounds.iter().rev() {
