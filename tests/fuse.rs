@@ -118,6 +118,46 @@ fn a_skip_the_dirty_set_did_not_touch_is_still_recorded() {
     common::a_skip_the_scope_did_not_touch_is_still_recorded(&ws, &[], "dirty set");
 }
 
+/// An append that reaches the mount while a rewind holds it frozen runs
+/// after the rewind: it waited at the gate in its open, on the inode of a
+/// file the rewind removed, and then wrote into that file, which no name
+/// and no checkpoint held (helper-34, D236). It now meets the rewound
+/// tree: the file is made again and holds the appended line.
+#[test]
+fn an_append_that_waited_out_a_rewind_meets_the_rewound_tree() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let base = common::checkpoint_id(&ws, &["base"]);
+    let log = ws.join("log.txt");
+    sh(&ws, "echo 'line 1' >> log.txt; cat log.txt >/dev/null");
+    let rewind = common::spawn_stopped_at(&ws, &["--json", "rewind", &base], "rewind:captured");
+    let append = Command::new("sh")
+        .arg("-c")
+        .arg("echo 'line 2' >> log.txt")
+        .current_dir(&ws)
+        .spawn()
+        .expect("spawn the append");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    common::resume(&rewind);
+    let out = rewind.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let appended = append.wait_with_output().expect("wait");
+    assert!(appended.status.success(), "the append failed: {appended:?}");
+    assert_eq!(
+        std::fs::read_to_string(&log).ok().as_deref(),
+        Some("line 2\n"),
+        "the appended line is lost"
+    );
+}
+
 #[test]
 fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     let Some((_lfs, ws)) = workspace(40, 25) else {

@@ -522,10 +522,14 @@ impl OverlayFs {
             .map_err(errno)?;
         let x = inodes::statx_fd(&fd).map_err(errno)?;
         let kind = kind_of(u32::from(x.stx_mode));
-        let ino = self
-            .sh
-            .inodes
-            .learn(parent.0, name, fd, inodes::identity_of(&x), kind);
+        let ino = self.sh.inodes.learn(
+            parent.0,
+            name,
+            fd,
+            inodes::identity_of(&x),
+            kind,
+            self.sh.generation.load(Ordering::SeqCst),
+        );
         Ok(attr(ino, &x))
     }
 
@@ -977,6 +981,16 @@ impl Filesystem for OverlayFs {
         let _g = self.sh.gate.enter();
         let run = || -> Result<(u64, IoMode, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
+            // An open that waited at the gate while a rewind unlinked its
+            // file (`echo line >> log` during the rewind) wrote into that
+            // file, which no name and no checkpoint holds (helper-34,
+            // D236). ESTALE makes the kernel look the name up again: the
+            // open meets the rewound tree, as if it came after.
+            if i.inode.learned_in() != self.sh.generation.load(Ordering::SeqCst)
+                && self.nlink(&i) == 0
+            {
+                return Err(Errno::ESTALE);
+            }
             let writer = is_write(flags.0);
             // Held to the end of the open: an O_TRUNC open truncates.
             let mut m = self.sh.mutation();

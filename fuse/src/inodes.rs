@@ -40,9 +40,21 @@ pub struct Inode {
     /// then the fd is never evicted.
     born: Option<(i64, u32)>,
     lookups: AtomicU64,
+    /// The daemon's rewind generation when the kernel last learned this
+    /// inode by a name (see [`Inode::learned_in`]).
+    learned_in: AtomicU64,
     /// The passthrough backing file shared by every open of this inode
     /// (the kernel wants one per inode).
     pub backing: Mutex<Backing>,
+}
+
+impl Inode {
+    /// The rewind generation (`Shared::generation`) when the kernel last
+    /// learned this inode by a name. An open of an inode learned before a
+    /// rewind that unlinked it comes from a name the rewind took away.
+    pub fn learned_in(&self) -> u64 {
+        self.learned_in.load(Ordering::Relaxed)
+    }
 }
 
 /// An inode's passthrough backing file, and the I/O modes of its open
@@ -205,6 +217,7 @@ impl Inodes {
                 kind: FileType::Directory,
                 born: id.born,
                 lookups: AtomicU64::new(1),
+                learned_in: AtomicU64::new(0),
                 backing: Mutex::new(Backing::default()),
             }),
         );
@@ -243,6 +256,7 @@ impl Inodes {
         fd: OwnedFd,
         id: Identity,
         kind: FileType,
+        generation: u64,
     ) -> u64 {
         let key = id.key();
         let mut t = self.write();
@@ -256,6 +270,7 @@ impl Inodes {
             Some(ino) => {
                 if let Some(i) = t.by_ino.get(&ino) {
                     i.lookups.fetch_add(1, Ordering::Relaxed);
+                    i.learned_in.store(generation, Ordering::Relaxed);
                     let mut slot = lock(&i.fd);
                     if slot.is_none() {
                         *slot = Some(Arc::new(fd));
@@ -286,6 +301,7 @@ impl Inodes {
                         kind,
                         born: id.born,
                         lookups: AtomicU64::new(1),
+                        learned_in: AtomicU64::new(generation),
                         backing: Mutex::new(Backing::default()),
                     }),
                 );
@@ -686,7 +702,7 @@ mod tests {
             .map(|n| {
                 let fd = open_path(&root, n);
                 let id = identity(&fd).expect("id");
-                t.learn(ROOT, OsStr::new(n), fd, id, FileType::RegularFile)
+                t.learn(ROOT, OsStr::new(n), fd, id, FileType::RegularFile, 0)
             })
             .collect();
         (dir, root, t, inos)
@@ -755,7 +771,7 @@ mod tests {
         let mut id = identity(&fd).expect("id");
         // The same (dev, ino) born at another time: the number was reused.
         id.born = Some((id.born.map_or(1, |b| b.0 + 1), 0));
-        let again = t.learn(ROOT, OsStr::new("b"), fd, id, FileType::RegularFile);
+        let again = t.learn(ROOT, OsStr::new("b"), fd, id, FileType::RegularFile, 0);
         assert_ne!(again, inos[0], "a new FUSE inode");
         assert!(
             t.get(inos[0]).is_some(),
