@@ -60,9 +60,18 @@ impl<'a> Trees<'a> {
         if *hash == Node::empty_hash() {
             return Ok(SharedNode::default());
         }
-        self.ledger.tree(hash)?.ok_or_else(|| Error::LedgerCorrupt {
-            path: self.ledger.path().to_owned(),
-            detail: format!("tree node {hash} is missing"),
+        let path = self.ledger.path().to_owned();
+        self.ledger.tree(hash)?.ok_or_else(|| {
+            // A read without the lock, and a gc committed meanwhile: it
+            // swept the node, the ledger is whole (helper-34, D237).
+            if self.ledger.pruned_under_the_read() {
+                Error::HistoryChanged { path }
+            } else {
+                Error::LedgerCorrupt {
+                    path,
+                    detail: format!("tree node {hash} is missing"),
+                }
+            }
         })
     }
 

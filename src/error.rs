@@ -75,6 +75,9 @@ pub enum Error {
     #[error("the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more", path.display())]
     LedgerCorrupt { path: PathBuf, detail: String },
 
+    #[error("the history changed while this command read it: another process (`rewind gc`, or a rewind's retention) pruned what it was reading from {}; nothing was changed, run it again", path.display())]
+    HistoryChanged { path: PathBuf },
+
     #[error("the ledger {} was never finished: a `rewind init` or first checkpoint was interrupted before it recorded anything; `rewind init` (or `rewind checkpoint`) creates it again", path.display())]
     LedgerUnfinished { path: PathBuf },
 
@@ -254,6 +257,7 @@ impl Error {
             Error::ReadOnly { .. } => "READ_ONLY",
             Error::LedgerMissing { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
+            Error::HistoryChanged { .. } => "HISTORY_CHANGED",
             Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",
             Error::Db { .. } => "LEDGER",
             Error::UnknownId { .. } => "UNKNOWN_ID",

@@ -393,6 +393,10 @@ pub struct Ledger {
     nodes: std::cell::RefCell<HashMap<Hash, SharedNode>>,
     /// Opened on a read-only filesystem ([`Ledger::open_read_only`]).
     read_only: bool,
+    /// SQLite's `data_version` when a read that takes no lock began
+    /// ([`Ledger::begin_unlocked_read`]): other connections' commits since
+    /// move it.
+    read_from: std::cell::Cell<Option<i64>>,
 }
 
 /// How long a statement waits for another process's transaction.
@@ -657,6 +661,7 @@ impl Ledger {
             path: path.to_owned(),
             nodes: Default::default(),
             read_only: true,
+            read_from: Default::default(),
         };
         let (version, migrated): (Option<String>, i64) = ledger
             .conn
@@ -789,6 +794,7 @@ impl Ledger {
             path: path.to_owned(),
             nodes: Default::default(),
             read_only: false,
+            read_from: Default::default(),
         })
     }
 
@@ -803,6 +809,34 @@ impl Ledger {
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
         db_err(&self.path)
+    }
+
+    /// A read that takes no workspace lock (`status`, `diff`, a dry run)
+    /// begins: what another process commits from here on may prune what
+    /// it reads ([`Ledger::pruned_under_the_read`]).
+    pub fn begin_unlocked_read(&self) -> Result<()> {
+        let v = self.data_version()?;
+        self.read_from.set(Some(v));
+        Ok(())
+    }
+
+    /// The unlocked read is over: a missing node is corruption again.
+    pub fn end_unlocked_read(&self) {
+        self.read_from.set(None);
+    }
+
+    /// Whether another process committed since the unlocked read began: a
+    /// tree node missing then was pruned under it (D237), not lost.
+    pub fn pruned_under_the_read(&self) -> bool {
+        self.read_from
+            .get()
+            .is_some_and(|from| self.data_version().is_ok_and(|now| now != from))
+    }
+
+    fn data_version(&self) -> Result<i64> {
+        self.conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(self.err())
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {

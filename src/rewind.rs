@@ -279,23 +279,38 @@ fn plan_all(
 
 /// Rewind-like operations. `target` is a user-typed checkpoint name.
 pub fn run(ws: &mut Workspace, op: Op, target: &str, opts: &RewindOptions) -> Result<RewindReport> {
-    let target = {
-        let _t = crate::trace::span("resolve target");
-        ws.resolve(target)?
+    let run = |ws: &mut Workspace| {
+        let target = {
+            let _t = crate::trace::span("resolve target");
+            ws.resolve(target)?
+        };
+        run_to(ws, op, target, opts)
     };
-    run_to(ws, op, target, opts)
+    // A dry run takes no lock: a gc may prune what it reads (D237).
+    if opts.dry_run {
+        ws.read_unlocked(run)
+    } else {
+        run(ws)
+    }
 }
 
 /// Undo the last rewind, replay, undo or restore: go back to its safety
 /// checkpoint. Undoing twice is a redo.
 pub fn undo(ws: &mut Workspace, opts: &RewindOptions) -> Result<RewindReport> {
-    ws.recover_if_needed()?;
-    let last = ws.ledger().last_operation()?.ok_or(Error::NothingToUndo)?;
-    let target = ws
-        .ledger()
-        .checkpoint_by_seq(last.safety)?
-        .ok_or(Error::NothingToUndo)?;
-    run_to(ws, Op::Undo, target, opts)
+    let undo = |ws: &mut Workspace| {
+        ws.recover_if_needed()?;
+        let last = ws.ledger().last_operation()?.ok_or(Error::NothingToUndo)?;
+        let target = ws
+            .ledger()
+            .checkpoint_by_seq(last.safety)?
+            .ok_or(Error::NothingToUndo)?;
+        run_to(ws, Op::Undo, target, opts)
+    };
+    if opts.dry_run {
+        ws.read_unlocked(undo)
+    } else {
+        undo(ws)
+    }
 }
 
 fn run_to(

@@ -1659,6 +1659,27 @@ impl Workspace {
         Ok(seq)
     }
 
+    /// Run `read`, which takes no workspace lock (`status`, `diff`, a dry
+    /// run), again when a `gc` committed meanwhile pruned what it was
+    /// reading (`HISTORY_CHANGED`): it called a whole ledger corrupt and
+    /// said to restore it from a backup (helper-34, D237). Three tries; a
+    /// gc at each is the caller's to hear about.
+    pub fn read_unlocked<T>(
+        &mut self,
+        mut read: impl FnMut(&mut Workspace) -> Result<T>,
+    ) -> Result<T> {
+        let mut tries = 0;
+        loop {
+            self.ledger.begin_unlocked_read()?;
+            let r = read(self);
+            self.ledger.end_unlocked_read();
+            match r {
+                Err(Error::HistoryChanged { .. }) if tries < 2 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
     /// Resolve a user-typed checkpoint name: `HEAD`/`@` (optionally `~N`
     /// for the N-th parent), a full id, a label (the newest checkpoint
     /// with that label), or a unique id prefix, in that order.

@@ -933,3 +933,54 @@ fn gc_reports_the_bytes_of_the_tree_nodes_it_deletes() {
         "{dry}"
     );
 }
+
+/// `status`, `diff` and a dry run take no lock. A `gc` that pruned the
+/// checkpoint one of them was reading swept its tree nodes from under it,
+/// and it answered LEDGER_CORRUPT, "restore it from a backup", on a whole
+/// ledger (helper-34, D237). It now reads again, from the history as the
+/// gc left it.
+#[test]
+fn a_read_whose_checkpoint_a_gc_pruned_reads_again() {
+    for read in [&["status"][..], &["diff"], &["rewind", "--dry-run", "base"]] {
+        let dir = common::tmp();
+        let ws = dir.path();
+        // 500 files in 37 × 11 directories; a round rewrites one in
+        // twelve: most directories keep nodes only older checkpoints hold.
+        let edit = |round: u64| {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ round);
+            for i in 0..500u64 {
+                if round == 0 || rng.below(12) == 0 {
+                    write(
+                        &ws.join(format!("d{:02}/e{:02}/f{i:05}.txt", i % 37, i % 11)),
+                        format!("{round} {i}\n").as_bytes(),
+                    );
+                }
+            }
+        };
+        edit(0);
+        common::checkpoint_id(ws, &["base"]);
+        edit(1);
+        let one = common::checkpoint_id(ws, &["one"]);
+        edit(2);
+        let reader =
+            common::spawn_stopped_at(ws, &[&["--json"][..], read].concat(), "capture:dir:200");
+        for n in 3..7 {
+            edit(n);
+            common::checkpoint_id(ws, &[]);
+        }
+        rewind_json(ws, &["rewind", "base"]);
+        let gc = rewind_json(ws, &["gc", "--keep-last", "1"]);
+        common::resume(&reader);
+        // The checkpoint the reader started from (HEAD then) is gone.
+        assert!(strs(&gc["pruned"]).contains(&one), "{gc}");
+        let out = reader.wait_with_output().expect("wait");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{read:?} after a gc under it: {v} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deep = rewind_json(ws, &["verify", "--deep"]);
+        assert_eq!(deep["ok"], true, "{deep}");
+    }
+}

@@ -66,9 +66,19 @@ pub(crate) fn compute(ctx: &Ctx, args: &Args) -> Result<Out> {
 pub(crate) fn compute_patching(
     ctx: &Ctx,
     args: &Args,
-    patch_range: impl FnOnce(usize) -> Result<std::ops::Range<usize>>,
+    patch_range: impl Fn(usize) -> Result<std::ops::Range<usize>>,
 ) -> Result<Out> {
     let mut ws = ctx.workspace()?;
+    // No lock: a gc may prune what it reads (D237).
+    ws.read_unlocked(|ws| compute_in(ctx, ws, args, &patch_range))
+}
+
+fn compute_in(
+    ctx: &Ctx,
+    ws: &mut Workspace,
+    args: &Args,
+    patch_range: &impl Fn(usize) -> Result<std::ops::Range<usize>>,
+) -> Result<Out> {
     ws.recover_if_needed()?;
     let from = match args.from.as_deref() {
         Some(LIVE) => {
@@ -121,7 +131,7 @@ pub(crate) fn compute_patching(
     let patch = if args.patch {
         let range = patch_range(changes.len())?;
         let snapshot_of = |c: &Option<crate::ledger::Checkpoint>| match c {
-            Some(c) => crate::snapshot::open(&ws, &c.id),
+            Some(c) => crate::snapshot::open(ws, &c.id),
             None => Ok(None),
         };
         let from_tree = snapshot_of(&from)?;
@@ -130,7 +140,7 @@ pub(crate) fn compute_patching(
             None => Some(ws.root_dir().try_clone().map_err(Error::os)?),
         };
         Some(render_patch(
-            &ws,
+            ws,
             &changes[range],
             from_tree.as_ref(),
             to_tree.as_ref(),

@@ -46,6 +46,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
 
 pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
     let mut ws = ctx.workspace()?;
+    ws.read_unlocked(compute_in)
+}
+
+fn compute_in(ws: &mut crate::workspace::Workspace) -> Result<Out> {
     ws.recover_if_needed()?;
     let head = ws.head()?;
     let cap = ws.capture(Sink::HashOnly, "scanning")?;
