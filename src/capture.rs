@@ -1262,6 +1262,7 @@ impl Walker<'_> {
                 slots.push(slot);
             }
         }
+        crate::failpoint::hit("capture:stated");
         let resolved: Vec<Result<Option<Resolved<'_>>>> = if self.worth_the_pool(scoped, &slots) {
             slots
                 .into_par_iter()
@@ -1529,6 +1530,39 @@ impl Walker<'_> {
     }
 
     fn resolve<'c>(&self, here: &Here<'_, 'c>, slot: Slot<'c>) -> Result<Option<Resolved<'c>>> {
+        self.resolve_at(here, slot, 0)
+    }
+
+    /// An entry whose type changed between its stat and its read (an
+    /// editor's atomic save put a file where a symlink was): looked at
+    /// again as what it is now. A readlink of the file failed the whole
+    /// command with "Invalid argument" (helper-34, D238), and a file that
+    /// became a symlink was left out of the capture. `tries` bounds it: a
+    /// name that keeps changing is an error, and nothing was changed.
+    fn resolve_again<'c>(
+        &self,
+        here: &Here<'_, 'c>,
+        name: OsString,
+        tries: u8,
+    ) -> Result<Option<Resolved<'c>>> {
+        if tries >= 3 {
+            return Err(Error::InvalidPath {
+                path: PathBuf::from(OsStr::from_bytes(&join(here.rel, name.as_bytes()))),
+                reason: "changed type three times while it was read: nothing was changed; retry once what writes it has settled".into(),
+            });
+        }
+        match self.classify(here, name)? {
+            Some(slot) => self.resolve_at(here, slot, tries + 1),
+            None => Ok(None),
+        }
+    }
+
+    fn resolve_at<'c>(
+        &self,
+        here: &Here<'_, 'c>,
+        slot: Slot<'c>,
+        tries: u8,
+    ) -> Result<Option<Resolved<'c>>> {
         let Here {
             dir,
             mirror,
@@ -1541,18 +1575,24 @@ impl Walker<'_> {
             Slot::Same(prev) => Ok(Some(Resolved::Same(prev))),
             Slot::File(name, meta) => {
                 let path = join(rel, name.as_bytes());
-                Ok(self
-                    .hash_file(dir, &name, &path, &meta)?
-                    .map(|(entry, racy)| {
+                match self.hash_file(dir, &name, &path, &meta)? {
+                    Hashed::File(entry, racy) => {
                         let mut rec = CacheRec::new(entry, &meta, self.clock_ns);
                         rec.racy |= racy;
-                        Resolved::New(rec)
-                    }))
+                        Ok(Some(Resolved::New(rec)))
+                    }
+                    Hashed::Gone => Ok(None),
+                    Hashed::NotAFile => self.resolve_again(here, name, tries),
+                }
             }
             Slot::Link(name, meta) => {
                 let target = match dir.readlink(&name) {
                     Ok(t) => t,
                     Err(e) if e.is_not_found() => return Ok(None),
+                    // No longer a symlink.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                        return self.resolve_again(here, name, tries);
+                    }
                     Err(e) => return Err(Error::os(e)),
                 };
                 let entry = Entry {
@@ -1670,21 +1710,18 @@ impl Walker<'_> {
 
     /// Hash (and store) one regular file. Returns the entry and whether it
     /// changed while we read it (then its cache record is marked racy).
-    fn hash_file(
-        &self,
-        dir: &Dir,
-        name: &OsStr,
-        path: &[u8],
-        meta: &Meta,
-    ) -> Result<Option<(Entry, bool)>> {
+    fn hash_file(&self, dir: &Dir, name: &OsStr, path: &[u8], meta: &Meta) -> Result<Hashed> {
         let (mut file, opened) = match dir.open_read(name) {
             Ok(v) => v,
-            Err(e) if e.is_not_found() || e.is_redirected() => return Ok(None),
+            Err(e) if e.is_not_found() => return Ok(Hashed::Gone),
+            // Swapped for a symlink (O_NOFOLLOW) or another non-file.
+            Err(e) if e.is_redirected() || e.kind() == std::io::ErrorKind::Other => {
+                return Ok(Hashed::NotAFile);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 self.skip(path, "file not readable (permission denied)");
-                return Ok(None);
+                return Ok(Hashed::Gone);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Other => return Ok(None), // swapped for a non-file
             Err(e) => return Err(Error::os(e)),
         };
         // The file opened, not the one stat'ed: a name swapped between the
@@ -1699,7 +1736,7 @@ impl Walker<'_> {
                     owner.uid()
                 ),
             );
-            return Ok(None);
+            return Ok(Hashed::Gone);
         }
         let xattrs = Xattr::list_user(&file).map_err(|e| {
             Error::os(rewind_platform::Error::new(
@@ -1751,8 +1788,18 @@ impl Walker<'_> {
             target: Target::Object(hash),
             xattrs,
         };
-        Ok(Some((entry, changed_meanwhile)))
+        Ok(Hashed::File(entry, changed_meanwhile))
     }
+}
+
+/// What reading a file a stat called regular found.
+enum Hashed {
+    /// Its entry, and whether it changed while read (then racy).
+    File(Entry, bool),
+    /// Gone, or left out (skipped, with the reason recorded).
+    Gone,
+    /// No longer a regular file: to be looked at again.
+    NotAFile,
 }
 
 #[cfg(test)]

@@ -25,6 +25,19 @@ pub enum Error {
         cause: Box<Error>,
     },
 
+    #[error(
+        "{}; the {op} to {target} stopped half-way and could not go back: the tree is half-rewound (as it was before, it is checkpoint {safety}{}), and the next rewind command finishes the {op} once that is fixed",
+        without_nothing_changed(cause),
+        saved.as_ref().map(|id| format!("; what was made in it while the {op} ran is checkpoint {id}")).unwrap_or_default()
+    )]
+    Unfinished {
+        op: &'static str,
+        target: String,
+        safety: String,
+        saved: Option<String>,
+        cause: Box<Error>,
+    },
+
     #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display(), shortfall.map(|(need, free)| format!(" (this needs {} and {} are free)", crate::progress::human_bytes(need), crate::progress::human_bytes(free))).unwrap_or_default())]
     NoSpace {
         path: PathBuf,
@@ -208,6 +221,11 @@ fn owner_name(uid: u32) -> String {
 }
 
 impl Error {
+    /// Whether this error says what to do about it: the disk is full.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::NoSpace { .. })
+    }
+
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
     pub fn os(e: rewind_platform::Error) -> Error {
         if e.is_no_space() {
@@ -249,6 +267,8 @@ impl Error {
             Error::Mount(rewind_fuse::Error::Busy { .. }) => "BUSY",
             Error::Mount(_) => "MOUNT",
             Error::RolledBack { .. } => "ROLLED_BACK",
+            // The cause says what to fix (NO_SPACE: free space).
+            Error::Unfinished { cause, .. } => cause.code(),
             Error::NoSpace { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::NotOwner { .. } => "NOT_OWNER",
@@ -431,4 +451,16 @@ mod tests {
         );
         assert_eq!(locked_by(None, path), "another rewind process");
     }
+}
+
+/// `cause`'s message without its claim that nothing was changed: a rewind
+/// that stopped half-way changed the tree (helper-34, D239).
+pub(crate) fn without_nothing_changed(cause: &Error) -> String {
+    let text = cause.to_string();
+    for claim in ["; nothing was changed", ": nothing was changed"] {
+        if let Some(rest) = text.strip_suffix(claim) {
+            return rest.to_string();
+        }
+    }
+    text
 }

@@ -13,7 +13,8 @@
 //! tests/crash.rs), `mount:connected` (a command connected to its
 //! mount daemon, nothing asked of it yet: tests/fuse.rs) and
 //! `mount:found-dead` (a command found its daemon dead and has not yet
-//! detached the dead mount: tests/fuse.rs).
+//! detached the dead mount: tests/fuse.rs), and `capture:stated` (a
+//! directory's entries stat'ed, none read yet: tests/history.rs).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

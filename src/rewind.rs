@@ -1100,16 +1100,23 @@ fn roll_back(
     let safety_id = match back() {
         Ok(id) => id,
         Err(_) => {
-            // Going back failed too: the cause is the answer, and the
-            // next command finishes the rewind; what the tree held is
-            // still named (helper-32, D223).
-            if let Some(id) = saved {
-                eprintln!(
-                    "rewind: what was made in the tree while the {} ran is checkpoint {id}",
-                    op.as_str()
-                );
-            }
-            return cause;
+            // Going back failed too: the intent stays, and the next
+            // command finishes the rewind. The cause says what to fix,
+            // but not "nothing was changed": the tree is half-rewound
+            // (helper-34, D239); what it held is named (D223).
+            let safety = ws
+                .ledger()
+                .checkpoint_by_seq(safety)
+                .ok()
+                .flatten()
+                .map_or_else(|| format!("#{safety}"), |c| c.id);
+            return Error::Unfinished {
+                op: op.as_str(),
+                target: target_id.to_string(),
+                safety,
+                saved,
+                cause: Box::new(cause),
+            };
         }
     };
     let committed = ws.ledger_mut().write(|tx| {

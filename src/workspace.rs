@@ -894,7 +894,24 @@ impl Workspace {
             }
             return Ok(());
         }
-        self.lock()
+        match self.lock() {
+            // A full disk stops the finish as a read-only one does: a
+            // reader goes on, told the tree is half-rewound, instead of
+            // failing with "nothing was changed" (helper-34, D239).
+            Err(e) if e.is_no_space() && intent.is_some() => {
+                self.lock = None;
+                if let Some(i) = intent {
+                    eprintln!(
+                        "rewind: warning: a {} of {} was interrupted and cannot be finished: {}; the tree is half-rewound, and any rewind command finishes it once there is space",
+                        i.op,
+                        self.root_path.display(),
+                        crate::error::without_nothing_changed(&e)
+                    );
+                }
+                Ok(())
+            }
+            r => r,
+        }
     }
 
     /// The filesystem's clock, read by touching a file in `.rewind/`: the

@@ -542,6 +542,65 @@ fn a_rewind_that_needs_more_space_than_is_free_says_how_much() {
     assert_eq!(std::fs::read(root.join("big.bin")).expect("read"), big);
 }
 
+/// A rewind whose disk filled half-way, with no space left to go back
+/// either, said NO_SPACE "... nothing was changed" over a tree that
+/// matched neither checkpoint, and `status` failed the same way until
+/// space was freed (helper-34, D239). The error now says the tree is
+/// half-rewound and what finishes it; `status` shows that tree with a
+/// warning; once space is freed the next command finishes the rewind.
+#[test]
+fn a_rewind_the_disk_stopped_half_way_says_so() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 48) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let files = |round: u32| {
+        for i in 0..300u32 {
+            let bytes: Vec<u8> = (0..20_000u32)
+                .map(|j| (j.wrapping_mul(31) ^ i ^ round) as u8)
+                .collect();
+            write(&root.join(format!("d{}/f{i}.bin", i % 10)), &bytes);
+        }
+    };
+    files(1);
+    let c1 = checkpoint_id(&root, &["c1"]);
+    let want = snapshot(&root);
+    files(2);
+    checkpoint_id(&root, &["c2"]);
+    let rw = common::spawn_stopped_at(&root, &["--json", "rewind", &c1], "apply:file-written:5");
+    // Every block, root's reserve included, down to the last 4 KiB.
+    let filler = lfs.mnt.join("filler");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&filler).expect("create filler");
+        for chunk in [1 << 20, 64 << 10, 4 << 10] {
+            let block = vec![0x5a_u8; chunk];
+            while f.write_all(&block).and_then(|()| f.sync_data()).is_ok() {}
+        }
+    }
+    common::resume(&rw);
+    let out = rw.wait_with_output().expect("wait");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(out.status.code(), Some(1), "{}", v["changes"]);
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{}", v["error"]);
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("half-rewound") && !msg.contains("nothing was changed"),
+        "{msg}"
+    );
+    let out = rewind(&root, &["--json", "status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "status on the full disk: {err}");
+    assert!(err.contains("half-rewound"), "{err}");
+    std::fs::remove_file(&filler).expect("free the space");
+    rewind_json(&root, &["list"]);
+    assert_same(
+        "the rewind finished once there was space",
+        &want,
+        &snapshot(&root),
+    );
+}
+
 #[test]
 fn a_full_disk_fails_cleanly_and_changes_nothing() {
     // ext4 keeps 5% for root, which the test (as root) could use: 8 MB

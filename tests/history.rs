@@ -213,6 +213,50 @@ fn a_label_an_unchanged_automatic_checkpoint_cannot_keep_is_said() {
     assert!(v.get("warnings").is_none(), "{v}");
 }
 
+/// An entry whose type changes between the capture's stat and its read
+/// (an editor's atomic save of a symlinked config, a tool rewriting a
+/// link) is captured as what it is then: a symlink turned file failed
+/// checkpoint, status and rewind with "readlink: Invalid argument", and a
+/// file turned symlink was left out of the capture (helper-34, D238).
+#[test]
+fn an_entry_that_changes_type_while_captured_is_captured_as_it_is_then() {
+    use std::os::unix::fs::symlink;
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("target.txt"), b"target\n");
+    write(&root.join("file.txt"), b"a file\n");
+    symlink("target.txt", root.join("cfg")).expect("symlink");
+    checkpoint_id(root, &["base"]);
+    // Changed, so the next capture reads both again.
+    std::fs::remove_file(root.join("cfg")).expect("rm");
+    symlink("./target.txt", root.join("cfg")).expect("symlink");
+    write(&root.join("file.txt"), b"a file, edited\n");
+    let ck = common::spawn_stopped_at(root, &["--json", "checkpoint", "swapped"], "capture:stated");
+    // Both swapped by rename, as an atomic save does.
+    write(&root.join("cfg.new"), b"cfg is a file now\n");
+    std::fs::rename(root.join("cfg.new"), root.join("cfg")).expect("rename");
+    symlink("target.txt", root.join("file.new")).expect("symlink");
+    std::fs::rename(root.join("file.new"), root.join("file.txt")).expect("rename");
+    common::resume(&ck);
+    let out = ck.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = snapshot(root);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = v["id"].as_str().expect("id").to_string();
+    std::fs::remove_file(root.join("cfg")).expect("rm");
+    std::fs::remove_file(root.join("file.txt")).expect("rm");
+    rewind_json(root, &["rewind", &id]);
+    assert_same(
+        "the checkpoint holds each as it was when read",
+        &want,
+        &snapshot(root),
+    );
+}
+
 fn listed(root: &std::path::Path, id: &str) -> serde_json::Value {
     let list = rewind_json(root, &["list"]);
     list["checkpoints"]
