@@ -430,6 +430,18 @@ fn over_budget(budget: u64, used: u64, checkpoints: usize, force_frees: Option<u
     }
 }
 
+/// `cause`'s message without its claim that nothing was changed: a rewind
+/// that stopped half-way changed the tree (helper-34, D239).
+pub(crate) fn without_nothing_changed(cause: &Error) -> String {
+    let text = cause.to_string();
+    for claim in ["; nothing was changed", ": nothing was changed"] {
+        if let Some(rest) = text.strip_suffix(claim) {
+            return rest.to_string();
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,16 +463,4 @@ mod tests {
         );
         assert_eq!(locked_by(None, path), "another rewind process");
     }
-}
-
-/// `cause`'s message without its claim that nothing was changed: a rewind
-/// that stopped half-way changed the tree (helper-34, D239).
-pub(crate) fn without_nothing_changed(cause: &Error) -> String {
-    let text = cause.to_string();
-    for claim in ["; nothing was changed", ": nothing was changed"] {
-        if let Some(rest) = text.strip_suffix(claim) {
-            return rest.to_string();
-        }
-    }
-    text
 }
