@@ -56,6 +56,11 @@ pub struct Converted {
     /// The existing history was moved into `.rewind/state/`, where
     /// snapshots do not copy it (D126).
     pub history_moved: bool,
+    /// Something in the old tree changed after the copy was checked (a
+    /// write in the instant before the swap, or through a file held open
+    /// across it): the old tree is kept here instead of removed (D240).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_old_tree: Option<String>,
 }
 
 const TEMP_SUFFIX: &str = ".rewind-subvol";
@@ -120,28 +125,130 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;
 
-    rewind_platform::create_subvolume(&parent, &tmp).map_err(Error::os)?;
-    crate::failpoint::hit("subvol:created");
-    let filled = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
-        let mut links = HashMap::new();
-        copy_tree(&target, &new, &owner, &mut out, &mut links)?;
-        copy_meta_dir(&target, &parent, &tmp, &new, &root, &owner)?;
-        new.syncfs().map_err(Error::os)
-    });
-    if let Err(e) = filled {
-        // Nothing was changed: DIR is untouched; drop the half-made copy.
-        let _ = remove_subvolume(&parent, &tmp);
-        return Err(e);
-    }
-    crate::failpoint::hit("subvol:copied");
+    // What is written into DIR while it is copied would be lost with the
+    // old tree: a write the copy may have missed (its ctime at or past the
+    // new subvolume's) makes the copy start over, up to three times
+    // (helper-34, D240).
+    let mut tries = 0;
+    let since = loop {
+        rewind_platform::create_subvolume(&parent, &tmp).map_err(Error::os)?;
+        crate::failpoint::hit("subvol:created");
+        let copy = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
+            let since = new.meta().map_err(Error::os)?.ctime_ns;
+            let mut counts = Converted::default();
+            let mut links = HashMap::new();
+            copy_tree(&target, &new, &owner, &mut counts, &mut links)?;
+            copy_meta_dir(&target, &parent, &tmp, &new, &root, &owner)?;
+            new.syncfs().map_err(Error::os)?;
+            crate::failpoint::hit("subvol:copied");
+            Ok((since, counts, changed_since(&target, &dir, since)?))
+        });
+        match copy {
+            Ok((since, counts, None)) => {
+                (out.files, out.dirs, out.symlinks, out.hard_links, out.bytes) = (
+                    counts.files,
+                    counts.dirs,
+                    counts.symlinks,
+                    counts.hard_links,
+                    counts.bytes,
+                );
+                break since;
+            }
+            Ok((_, _, Some(changed))) => {
+                let _ = remove_subvolume(&parent, &tmp);
+                tries += 1;
+                if tries == 3 {
+                    return Err(refused(
+                        &changed,
+                        "changed while the directory was copied into the subvolume, three times over: stop what writes into it and retry",
+                    ));
+                }
+            }
+            Err(e) => {
+                // Nothing was changed: DIR is untouched; drop the half-made copy.
+                let _ = remove_subvolume(&parent, &tmp);
+                return Err(e);
+            }
+        }
+    };
     parent
         .rename(base, &parent, &tmp, RenameMode::Exchange)
         .map_err(Error::os)?;
     parent.fsync().map_err(Error::os)?;
     crate::failpoint::hit("subvol:swapped");
-    parent.remove_all(&tmp).map_err(Error::os)?;
+    // Written between the last check and the swap, or through a file held
+    // open across it: the old tree is kept, and named.
+    let old = parent.open_dir(&tmp).map_err(Error::os)?;
+    if changed_below(&old, &parent.path().join(&tmp), since)?.is_some() {
+        drop(old);
+        let mut n = 0;
+        let kept = loop {
+            let kept = kept_name(base, n);
+            match parent.rename(&tmp, &parent, &kept, RenameMode::NoReplace) {
+                Ok(()) => break kept,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+                Err(e) => return Err(Error::os(e)),
+            }
+        };
+        out.kept_old_tree = Some(parent.path().join(&kept).display().to_string());
+    } else {
+        drop(old);
+        parent.remove_all(&tmp).map_err(Error::os)?;
+    }
     out.history_moved = move_history_into_state_subvolume(&dir)?;
     Ok(out)
+}
+
+/// The first path at or below `dir` (the directory at `path`) whose
+/// ctime is at or past `since_ns`: changed from then on.
+fn changed_since(dir: &Dir, path: &Path, since_ns: i64) -> Result<Option<PathBuf>> {
+    if dir.meta().map_err(Error::os)?.ctime_ns >= since_ns {
+        return Ok(Some(path.to_path_buf()));
+    }
+    changed_below(dir, path, since_ns)
+}
+
+/// [`changed_since`] for what `dir` holds, not `dir` itself: after the
+/// swap the old tree's own ctime moved with its rename. A file made in it
+/// since has its own; one removed from it is in the new tree still.
+fn changed_below(dir: &Dir, path: &Path, since_ns: i64) -> Result<Option<PathBuf>> {
+    for name in dir.entries().map_err(Error::os)? {
+        let meta = match dir.stat_at(&name) {
+            Ok(m) => m,
+            // Gone since the listing: changed.
+            Err(e) if e.is_not_found() => return Ok(Some(path.join(&name))),
+            Err(e) => return Err(Error::os(e)),
+        };
+        if meta.ctime_ns >= since_ns {
+            return Ok(Some(path.join(&name)));
+        }
+        if meta.kind == EntryKind::Dir {
+            let sub = dir.open_dir(&name).map_err(Error::os)?;
+            if let Some(p) = changed_since(&sub, &path.join(&name), since_ns)? {
+                return Ok(Some(p));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Where the old tree is kept when it changed after the last check:
+/// `.DIR.rewind-before-subvolume` (then `-1`, `-2`, ... when taken), or a
+/// name derived from DIR's hash when that would be too long. Never the
+/// temporary name, which the next run removes as a crash's leftover.
+fn kept_name(base: &OsStr, n: u32) -> OsString {
+    const KEPT: &str = ".rewind-before-subvolume";
+    let mut name = OsString::from(".");
+    if base.len() + 1 + KEPT.len() + 4 <= NAME_MAX {
+        name.push(base);
+    } else {
+        name.push(&crate::hash::Hash::of(base.as_bytes()).to_hex()[..16]);
+    }
+    name.push(KEPT);
+    if n > 0 {
+        name.push(format!("-{n}"));
+    }
+    name
 }
 
 /// A workspace made before DIR was a subvolume keeps its ledger in

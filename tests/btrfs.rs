@@ -492,3 +492,67 @@ fn checkpoints_between_an_interrupted_conversion_and_its_rerun_stay_restorable()
         b"fn main() {}\n"
     );
 }
+
+/// What is written into DIR while `init --subvolume` copies it was
+/// removed with the old tree, and the conversion said it succeeded
+/// (helper-34, D240). A write the copy may have missed now makes it start
+/// over; one that lands in the old tree after the last check (the instant
+/// before the swap, or a file held open) keeps the old tree, named.
+#[test]
+fn work_written_during_a_conversion_is_never_removed_with_the_old_tree() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 1024) else {
+        return;
+    };
+    let ws = lfs.subdir("proj");
+    populate(&ws);
+    // Written while the copy ran: in the subvolume afterwards.
+    let conv = common::spawn_stopped_at(
+        &lfs.mnt,
+        &["--json", "init", "--subvolume", "proj"],
+        "subvol:copied",
+    );
+    write(&ws.join("new-during-init.txt"), b"new\n");
+    write(&ws.join("src/main.rs"), b"fn main() { edited(); }\n");
+    let want = snapshot(&ws);
+    common::resume(&conv);
+    let out = conv.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(inode(&ws), 256, "proj is a subvolume");
+    common::assert_same("the writes made during the copy", &want, &snapshot(&ws));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["subvolume"].get("kept_old_tree").is_none(), "{v}");
+
+    // Written into the old tree after the swap (a file held open there):
+    // the old tree is kept where the output says.
+    let ws2 = lfs.subdir("other");
+    populate(&ws2);
+    let conv = common::spawn_stopped_at(
+        &lfs.mnt,
+        &["--json", "init", "--subvolume", "other"],
+        "subvol:swapped",
+    );
+    write(&lfs.mnt.join(".other.rewind-subvol/late.txt"), b"late\n");
+    common::resume(&conv);
+    let out = conv.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let kept = v["subvolume"]["kept_old_tree"]
+        .as_str()
+        .expect("kept_old_tree");
+    assert_eq!(
+        std::fs::read(Path::new(kept).join("late.txt"))
+            .ok()
+            .as_deref(),
+        Some(&b"late\n"[..]),
+        "{v}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains(kept));
+}

@@ -46,6 +46,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     } else {
         None
     };
+    if let Some(kept) = subvolume.as_ref().and_then(|c| c.kept_old_tree.as_ref()) {
+        eprintln!(
+            "rewind: warning: something in {} changed after it was copied into the subvolume; the old tree is kept at {kept}: compare, copy what you need, then remove it",
+            dir.display()
+        );
+    }
     let (ws, created) = Workspace::init(&dir, false)?;
     let out = Out {
         workspace: ws.root_path().display().to_string(),
@@ -71,6 +77,11 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             }
             if c.history_moved {
                 s.push_str("the existing history moved into .rewind/state/, a nested subvolume that snapshots do not copy\n");
+            }
+            if let Some(kept) = &c.kept_old_tree {
+                s.push_str(&format!(
+                    "the old tree is kept at {kept}: something in it changed after it was copied; compare, copy what you need, then remove it\n"
+                ));
             }
         }
         s.push_str(&format!(
