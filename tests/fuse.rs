@@ -158,6 +158,45 @@ fn an_append_that_waited_out_a_rewind_meets_the_rewound_tree() {
     );
 }
 
+/// A tool that opened a file just before a rewind wrote into it after the
+/// rewind's safety capture (passthrough writes do not pass the gate), and
+/// the rewind then replaced the file: the line was in no file and no
+/// checkpoint (helper-34: 188 of 6,942 appended lines lost over 20 s of
+/// rewinds). The freeze now closes the mount to opens first and lets the
+/// files open for writing close (D241): the line is in the safety
+/// checkpoint, and `undo` gives it back. The daemon's drain is made long
+/// here so that the writer's pause, not the machine's speed, decides.
+#[test]
+fn a_write_through_a_file_opened_before_a_rewind_is_in_its_safety_checkpoint() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(_m) = MountGuard::with_env(&ws, &[("REWIND_MOUNT_DRAIN_MS", "5000")]) else {
+        return;
+    };
+    let base = common::checkpoint_id(&ws, &["base"]);
+    sh(&ws, "echo 'line 1' >> log.txt");
+    // Open before the rewind starts, written and closed while it drains.
+    let writer = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3>>log.txt; echo open; sleep 1; echo 'line 2' >&3; exec 3>&-")
+        .current_dir(&ws)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the writer");
+    let mut out = writer.stdout.expect("stdout");
+    let mut open = [0u8; 5];
+    std::io::Read::read_exact(&mut out, &mut open).expect("the writer opened log.txt");
+    let r = rewind_json(&ws, &["rewind", &base]);
+    assert!(!ws.join("log.txt").exists(), "{r}");
+    rewind_json(&ws, &["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("log.txt")).ok().as_deref(),
+        Some("line 1\nline 2\n"),
+        "the line written through the open file is lost"
+    );
+}
+
 #[test]
 fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     let Some((_lfs, ws)) = workspace(40, 25) else {

@@ -8,6 +8,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// How long a rewind's freeze lets files open for writing finish and
+/// close before it closes the mount to everything (D241). Short writers
+/// (a tool's append) close within it; one held open (a server's log) costs
+/// each rewind this much, and writes on into the file a rewind replaces
+/// (D220). `REWIND_MOUNT_DRAIN_MS` sets it for the daemon.
+const WRITERS_DRAIN_MS: u64 = 25;
+
+fn writers_drain() -> std::time::Duration {
+    std::time::Duration::from_millis(
+        std::env::var("REWIND_MOUNT_DRAIN_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(WRITERS_DRAIN_MS),
+    )
+}
+
 use fuser::{Config, MountOption, SessionACL};
 use rustix::fs::{Mode, OFlags};
 
@@ -56,6 +72,8 @@ struct Ctx {
     backing: PathBuf,
     /// The entry and attribute TTL the mount was given.
     ttl: std::time::Duration,
+    /// How long a freeze lets writers close ([`writers_drain`]).
+    drain: std::time::Duration,
 }
 
 /// Keep the workspace `dir` reachable by path once a mount covers it: a
@@ -231,6 +249,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         mountpoint: mountpoint.clone(),
         backing: backing.clone(),
         ttl,
+        drain: writers_drain(),
     });
     {
         let ctx = Arc::clone(&ctx);
@@ -380,7 +399,7 @@ fn handle(
                 ok(&[])?;
             }
             FREEZE => {
-                if *frozen || !sh.freeze() {
+                if *frozen || !sh.freeze(ctx.drain) {
                     err("another rewind holds the mount frozen")?;
                 } else {
                     *frozen = true;

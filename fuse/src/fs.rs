@@ -245,10 +245,30 @@ impl Shared {
         set
     }
 
-    /// Close the gate for a rewind.
-    pub fn freeze(&self) -> bool {
-        if !self.gate.freeze() {
+    /// Close the gate for a rewind: to opens first, until the files open
+    /// for writing are closed or `drain` has passed, then to everything.
+    /// A tool that opened a file just before the rewind wrote into it
+    /// after the safety capture, and the rewind then replaced the file:
+    /// its write was in no file and no checkpoint (helper-34, D241).
+    pub fn freeze(&self, drain: std::time::Duration) -> bool {
+        if !self.gate.close_to_opens() {
             return false;
+        }
+        let started = std::time::Instant::now();
+        loop {
+            while !self.tracker.writers().is_empty() && started.elapsed() < drain {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if !self.gate.freeze() {
+                self.gate.thaw();
+                return false;
+            }
+            // An open inside the gate when it closed to opens counts its
+            // writer only as it finishes, which the freeze waited for.
+            if self.tracker.writers().is_empty() || started.elapsed() >= drain {
+                break;
+            }
+            self.gate.unfreeze_to_opens_closed();
         }
         self.generation.fetch_add(1, Ordering::SeqCst);
         true
@@ -978,7 +998,7 @@ impl Filesystem for OverlayFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _g = self.sh.gate.enter();
+        let _g = self.sh.gate.enter_open();
         let run = || -> Result<(u64, IoMode, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
             // An open that waited at the gate while a rewind unlinked its
@@ -1368,7 +1388,7 @@ impl Filesystem for OverlayFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _g = self.sh.gate.enter();
+        let _g = self.sh.gate.enter_open();
         let run = || -> Result<(FileAttr, u64, Option<Arc<Passthrough>>), Errno> {
             if self.sh.hidden(parent, name) {
                 return Err(Errno::EACCES);
