@@ -184,10 +184,12 @@ fn a_write_through_a_file_opened_before_a_rewind_is_in_its_safety_checkpoint() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn the writer");
-    let mut out = writer.stdout.expect("stdout");
+    let mut writer = writer;
+    let mut out = writer.stdout.take().expect("stdout");
     let mut open = [0u8; 5];
     std::io::Read::read_exact(&mut out, &mut open).expect("the writer opened log.txt");
     let r = rewind_json(&ws, &["rewind", &base]);
+    assert!(writer.wait().expect("wait").success());
     assert!(!ws.join("log.txt").exists(), "{r}");
     rewind_json(&ws, &["undo"]);
     assert_eq!(
