@@ -506,24 +506,20 @@ fn work_written_during_a_conversion_is_never_removed_with_the_old_tree() {
     let ws = lfs.subdir("proj");
     populate(&ws);
     // Written while the copy ran: in the subvolume afterwards.
-    let conv = common::spawn_stopped_at(
+    let mut want = None;
+    let v = common::rewind_json_stopped_at(
         &lfs.mnt,
-        &["--json", "init", "--subvolume", "proj"],
+        &["init", "--subvolume", "proj"],
         "subvol:copied",
-    );
-    write(&ws.join("new-during-init.txt"), b"new\n");
-    write(&ws.join("src/main.rs"), b"fn main() { edited(); }\n");
-    let want = snapshot(&ws);
-    common::resume(&conv);
-    let out = conv.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        || {
+            write(&ws.join("new-during-init.txt"), b"new\n");
+            write(&ws.join("src/main.rs"), b"fn main() { edited(); }\n");
+            want = Some(snapshot(&ws));
+        },
     );
     assert_eq!(inode(&ws), 256, "proj is a subvolume");
+    let want = want.expect("written");
     common::assert_same("the writes made during the copy", &want, &snapshot(&ws));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(v["subvolume"].get("kept_old_tree").is_none(), "{v}");
 
     // Written into the old tree after the swap (a file held open there):

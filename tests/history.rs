@@ -231,21 +231,15 @@ fn an_entry_that_changes_type_while_captured_is_captured_as_it_is_then() {
     std::fs::remove_file(root.join("cfg")).expect("rm");
     symlink("./target.txt", root.join("cfg")).expect("symlink");
     write(&root.join("file.txt"), b"a file, edited\n");
-    let ck = common::spawn_stopped_at(root, &["--json", "checkpoint", "swapped"], "capture:stated");
-    // Both swapped by rename, as an atomic save does.
-    write(&root.join("cfg.new"), b"cfg is a file now\n");
-    std::fs::rename(root.join("cfg.new"), root.join("cfg")).expect("rename");
-    symlink("target.txt", root.join("file.new")).expect("symlink");
-    std::fs::rename(root.join("file.new"), root.join("file.txt")).expect("rename");
-    common::resume(&ck);
-    let out = ck.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let v =
+        common::rewind_json_stopped_at(root, &["checkpoint", "swapped"], "capture:stated", || {
+            // Both swapped by rename, as an atomic save does.
+            write(&root.join("cfg.new"), b"cfg is a file now\n");
+            std::fs::rename(root.join("cfg.new"), root.join("cfg")).expect("rename");
+            symlink("target.txt", root.join("file.new")).expect("symlink");
+            std::fs::rename(root.join("file.new"), root.join("file.txt")).expect("rename");
+        });
     let want = snapshot(root);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let id = v["id"].as_str().expect("id").to_string();
     std::fs::remove_file(root.join("cfg")).expect("rm");
     std::fs::remove_file(root.join("file.txt")).expect("rm");
