@@ -338,24 +338,28 @@ type Children = HashMap<Vec<u8>, HashSet<Vec<u8>>>;
 fn children_of<'p>(paths: impl Iterator<Item = &'p [u8]>) -> Children {
     let mut out = Children::new();
     for p in paths {
-        // Bottom up, stopping at the first step already known: every step
-        // above it was added with it. Top down, each path re-hashed all its
-        // ancestors, cubic in a deep chain's path length (500 levels of
-        // 255-byte names: 1.4 s of a no-change `status`).
-        let mut path = p;
-        while !path.is_empty() {
-            let (parent, name) = split_parent(path);
-            let names = match out.get_mut(parent) {
-                Some(names) => names,
-                None => out.entry(parent.to_vec()).or_default(),
-            };
-            if !names.insert(name.to_vec()) {
-                break;
-            }
-            path = parent;
-        }
+        add_steps(&mut out, p);
     }
     out
+}
+
+/// Put every step of `path` under its parent in `children`, bottom up,
+/// stopping at the first step already there: every step above it was
+/// added with it. Top down, each path re-hashed all its ancestors, cubic
+/// in a deep chain's path length (500 levels of 255-byte names: 1.4 s of
+/// a no-change `status`, D226).
+fn add_steps(children: &mut Children, mut path: &[u8]) {
+    while !path.is_empty() {
+        let (parent, name) = split_parent(path);
+        let names = match children.get_mut(parent) {
+            Some(names) => names,
+            None => children.entry(parent.to_vec()).or_default(),
+        };
+        if !names.insert(name.to_vec()) {
+            break;
+        }
+        path = parent;
+    }
 }
 
 /// A [`Scope`] seen from one directory ([`Scope::at`]).
@@ -465,18 +469,13 @@ impl Scope {
             if !self.relist.insert(d.clone()) {
                 continue;
             }
-            // Bottom up, as far as the first step already there (see
-            // `children_of`); the root is always in the spine.
+            // Bottom up, as far as the first one already there; the root
+            // is always in the spine.
             let mut path = d.as_slice();
-            while !path.is_empty() {
-                self.spine.insert(path.to_vec());
-                let (parent, name) = split_parent(path);
-                let names = self.listed_children.entry(parent.to_vec()).or_default();
-                if !names.insert(name.to_vec()) {
-                    break;
-                }
-                path = parent;
+            while !path.is_empty() && self.spine.insert(path.to_vec()) {
+                path = split_parent(path).0;
             }
+            add_steps(&mut self.listed_children, &d);
         }
     }
 

@@ -101,8 +101,6 @@ fn keep_private(state: &Dir) {
     }
 }
 
-/// Where the workspace's mutable state is: `.rewind/state/` when that
-/// subvolume holds the ledger, else `.rewind/` itself.
 /// Whether `.rewind/` (without a ledger) is what an `init` killed before
 /// making its ledger leaves: nothing, or an empty state subvolume.
 fn killed_before_its_ledger(state: &Dir) -> Result<bool> {
@@ -119,6 +117,8 @@ fn killed_before_its_ledger(state: &Dir) -> Result<bool> {
     Ok(true)
 }
 
+/// Where the workspace's mutable state is: `.rewind/state/` when that
+/// subvolume holds the ledger, else `.rewind/` itself.
 fn meta_path(root_path: &Path) -> PathBuf {
     let state = root_path.join(STATE_DIR);
     let nested = state.join(STATE_SUBVOLUME);
