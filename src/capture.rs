@@ -362,6 +362,14 @@ fn add_steps(children: &mut Children, mut path: &[u8]) {
     }
 }
 
+/// Put `path` and its ancestors in `set`, bottom up, as far as the first
+/// one already there (see [`add_steps`]); the root (`""`) is left out.
+fn add_with_ancestors(set: &mut HashSet<Vec<u8>>, mut path: &[u8]) {
+    while !path.is_empty() && set.insert(path.to_vec()) {
+        path = split_parent(path).0;
+    }
+}
+
 /// A [`Scope`] seen from one directory ([`Scope::at`]).
 struct DirScope<'a> {
     dirty: Option<&'a Option<HashSet<Vec<u8>>>>,
@@ -435,12 +443,7 @@ impl Scope {
         let mut spine = HashSet::new();
         spine.insert(Vec::new());
         for d in dirty.keys().chain(deep.iter()) {
-            // Bottom up, as far as the first ancestor already there (see
-            // `children_of`).
-            let mut a = split_parent(d).0;
-            while !a.is_empty() && spine.insert(a.to_vec()) {
-                a = split_parent(a).0;
-            }
+            add_with_ancestors(&mut spine, split_parent(d).0);
         }
         let listed_children = children_of(
             dirty
@@ -469,12 +472,7 @@ impl Scope {
             if !self.relist.insert(d.clone()) {
                 continue;
             }
-            // Bottom up, as far as the first one already there; the root
-            // is always in the spine.
-            let mut path = d.as_slice();
-            while !path.is_empty() && self.spine.insert(path.to_vec()) {
-                path = split_parent(path).0;
-            }
+            add_with_ancestors(&mut self.spine, &d);
             add_steps(&mut self.listed_children, &d);
         }
     }

@@ -286,11 +286,20 @@ pub fn run(ws: &mut Workspace, op: Op, target: &str, opts: &RewindOptions) -> Re
         };
         run_to(ws, op, target, opts)
     };
-    // A dry run takes no lock: a gc may prune what it reads (D237).
+    locked_unless_dry(ws, opts, run)
+}
+
+/// Run `op`; a dry run takes no lock, so a gc may prune what it reads
+/// and it reads again (D237).
+fn locked_unless_dry(
+    ws: &mut Workspace,
+    opts: &RewindOptions,
+    mut op: impl FnMut(&mut Workspace) -> Result<RewindReport>,
+) -> Result<RewindReport> {
     if opts.dry_run {
-        ws.read_unlocked(run)
+        ws.read_unlocked(op)
     } else {
-        run(ws)
+        op(ws)
     }
 }
 
@@ -306,11 +315,7 @@ pub fn undo(ws: &mut Workspace, opts: &RewindOptions) -> Result<RewindReport> {
             .ok_or(Error::NothingToUndo)?;
         run_to(ws, Op::Undo, target, opts)
     };
-    if opts.dry_run {
-        ws.read_unlocked(undo)
-    } else {
-        undo(ws)
-    }
+    locked_unless_dry(ws, opts, undo)
 }
 
 fn run_to(

@@ -135,7 +135,11 @@ pub fn convert(dir: &Path) -> Result<Converted> {
         crate::failpoint::hit("subvol:created");
         let copy = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
             let since = new.meta().map_err(Error::os)?.ctime_ns;
-            let mut counts = Converted::default();
+            let mut counts = Converted {
+                path: out.path.clone(),
+                cleaned_up: out.cleaned_up,
+                ..Converted::default()
+            };
             let mut links = HashMap::new();
             copy_tree(&target, &new, &owner, &mut counts, &mut links)?;
             copy_meta_dir(&target, &parent, &tmp, &new, &root, &owner)?;
@@ -145,13 +149,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
         });
         match copy {
             Ok((since, counts, None)) => {
-                (out.files, out.dirs, out.symlinks, out.hard_links, out.bytes) = (
-                    counts.files,
-                    counts.dirs,
-                    counts.symlinks,
-                    counts.hard_links,
-                    counts.bytes,
-                );
+                out = counts;
                 break since;
             }
             Ok((_, _, Some(changed))) => {

@@ -8,6 +8,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use fuser::{Config, MountOption, SessionACL};
+use rustix::fs::{Mode, OFlags};
+
+use crate::claim::Claim;
+use crate::companion::{Companion, Keeper};
+use crate::control::{
+    self, COMMIT, Client, Cursor, FREEZE, HELLO, PEEK, STATUS, TAKE, THAW, UNMOUNT, read_frame,
+    write_frame,
+};
+use crate::error::{Error, Result};
+use crate::fs::{OverlayFs, Shared};
+
 /// How long a rewind's freeze lets files open for writing finish and
 /// close before it closes the mount to everything (D241). Short writers
 /// (a tool's append) close within it; one held open (a server's log) costs
@@ -23,18 +35,6 @@ fn writers_drain() -> std::time::Duration {
             .unwrap_or(WRITERS_DRAIN_MS),
     )
 }
-
-use fuser::{Config, MountOption, SessionACL};
-use rustix::fs::{Mode, OFlags};
-
-use crate::claim::Claim;
-use crate::companion::{Companion, Keeper};
-use crate::control::{
-    self, COMMIT, Client, Cursor, FREEZE, HELLO, PEEK, STATUS, TAKE, THAW, UNMOUNT, read_frame,
-    write_frame,
-};
-use crate::error::{Error, Result};
-use crate::fs::{OverlayFs, Shared};
 
 /// How to run the daemon.
 #[derive(Debug, Clone)]
