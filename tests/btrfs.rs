@@ -532,13 +532,7 @@ fn work_written_during_a_conversion_is_never_removed_with_the_old_tree() {
         "subvol:swapped",
     );
     write(&lfs.mnt.join(".other.rewind-subvol/late.txt"), b"late\n");
-    common::resume(&conv);
-    let out = conv.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::resume_to_success(conv);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let kept = v["subvolume"]["kept_old_tree"]
         .as_str()

@@ -845,6 +845,22 @@ fn the_effect_barrier_decides_against_a_finished_head_not_a_pending_one() {
     assert_eq!(again["code"], "SPENT", "{again}");
 }
 
+/// Manifests built in line, so that each checkpoint's capture is the one
+/// under test.
+const INLINE: [(&str, &str); 1] = [("REWIND_MANIFEST", "inline")];
+
+/// A source tree in a btrfs subvolume whose first manifest filled the
+/// stat cache and said which snapshot it describes: the next capture is
+/// scoped by btrfs's changes.
+fn scoped_by_btrfs_changes() -> Option<(LoopFs, std::path::PathBuf)> {
+    let lfs = LoopFs::new(Fs::Btrfs, 512)?;
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    let out = rewind_env(&ws, &["--json", "checkpoint", "base"], &INLINE);
+    assert!(out.status.success());
+    Some((lfs, ws))
+}
+
 /// D59: after a snapshot's manifest, btrfs names what changed since, and
 /// the next manifest looks only there. Every kind of change must be
 /// among what it names, or a checkpoint would silently keep old content:
@@ -852,19 +868,12 @@ fn the_effect_barrier_decides_against_a_finished_head_not_a_pending_one() {
 /// (`verify --deep`) and, at the end, by rewinding to every round.
 #[test]
 fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
-    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+    let Some((_lfs, ws)) = scoped_by_btrfs_changes() else {
         return;
     };
-    let ws = lfs.subvolume("ws");
-    common::populate_src_tree(&ws);
-    // The first manifest fills the stat cache and says which snapshot it
-    // describes.
-    let inline = [("REWIND_MANIFEST", "inline")];
-    let out = rewind_env(&ws, &["--json", "checkpoint", "base"], &inline);
-    assert!(out.status.success());
     let rounds = common::checkpoint_every_kind_of_change(
         &ws,
-        &inline,
+        &INLINE,
         "btrfs changes: the capture is scoped",
         |_| {},
     );
@@ -875,7 +884,7 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
     );
     common::rewind_to_every_round(&ws, &rounds);
     // An ignore file changes what is captured below it: all of it is walked.
-    common::a_new_ignore_file_drops_what_it_names(&ws, &rounds[0].id, &inline);
+    common::a_new_ignore_file_drops_what_it_names(&ws, &rounds[0].id, &INLINE);
     let v = rewind_json(&ws, &["verify", "--deep"]);
     assert_eq!(v["ok"], true, "{v}");
 }
@@ -884,17 +893,12 @@ fn a_manifest_scoped_by_btrfs_changes_misses_no_kind_of_change() {
 /// manifest btrfs's changes scope, and kept by a rewind to it.
 #[test]
 fn a_skip_btrfs_changes_did_not_touch_is_still_recorded() {
-    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+    let Some((_lfs, ws)) = scoped_by_btrfs_changes() else {
         return;
     };
-    let ws = lfs.subvolume("ws");
-    common::populate_src_tree(&ws);
-    let inline = [("REWIND_MANIFEST", "inline")];
-    let out = rewind_env(&ws, &["--json", "checkpoint", "base"], &inline);
-    assert!(out.status.success());
     common::a_skip_the_scope_did_not_touch_is_still_recorded(
         &ws,
-        &inline,
+        &INLINE,
         "btrfs changes: the capture is scoped",
     );
 }

@@ -142,13 +142,7 @@ fn an_append_that_waited_out_a_rewind_meets_the_rewound_tree() {
         .spawn()
         .expect("spawn the append");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    common::resume(&rewind);
-    let out = rewind.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::resume_to_success(rewind);
     let appended = append.wait_with_output().expect("wait");
     assert!(appended.status.success(), "the append failed: {appended:?}");
     assert_eq!(

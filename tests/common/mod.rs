@@ -1125,12 +1125,19 @@ pub fn rewind_json_stopped_at(
 ) -> serde_json::Value {
     let child = spawn_stopped_at(cwd, &[&["--json"][..], args].concat(), failpoint);
     during();
+    let out = resume_to_success(child);
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// [`resume`] a process [`spawn_stopped_at`] stopped, and wait for it to
+/// succeed: its output.
+pub fn resume_to_success(child: std::process::Child) -> Output {
     resume(&child);
     let out = child.wait_with_output().expect("wait");
     assert!(
         out.status.success(),
-        "rewind {args:?}: {}",
+        "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("json")
+    out
 }
