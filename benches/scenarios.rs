@@ -2040,6 +2040,16 @@ impl Drop for FuseMount {
 /// alternating which goes first; returns (through the mount, native).
 fn paired(
     runs: usize,
+    mount: impl FnMut() -> Command,
+    native: impl FnMut() -> Command,
+) -> (Series, Series) {
+    paired_after(runs, || {}, mount, native)
+}
+
+/// [`paired`], with `before` run untimed before each timed command.
+fn paired_after(
+    runs: usize,
+    mut before: impl FnMut(),
     mut mount: impl FnMut() -> Command,
     mut native: impl FnMut() -> Command,
 ) -> (Series, Series) {
@@ -2049,6 +2059,7 @@ fn paired(
     run(native());
     for r in 0..runs {
         for first in [r % 2 == 0, r % 2 != 0] {
+            before();
             if first {
                 let m = run(mount());
                 a.push(m.ms(), m.maxrss_kib);
@@ -2089,6 +2100,73 @@ fn ms_target(
 
 /// How long k9 waits before each `find`: a pause between two commands.
 const AGENT_PAUSE: Duration = Duration::from_secs(8);
+
+/// k2's rewinds through the mount at `ws`, each paired with the walk
+/// engine's on `walk` given the same edits: a checkpoint X, 10 edits and
+/// 3 new files, then `rewind X`, checked against X's tree. With
+/// `written_back`, the edits are flushed and left half a second before
+/// the timed rewind (an agent's edits are often that old).
+#[allow(clippy::too_many_arguments)]
+fn k2_rewinds(
+    args: &Args,
+    work: &Path,
+    ws: &Path,
+    walk: &Path,
+    tree: &Tree,
+    rng: &mut Rng,
+    tag: &str,
+    seed: usize,
+    written_back: bool,
+) -> (Series, Series) {
+    let (mut rw, mut rw_walk) = (Series::default(), Series::default());
+    let wait = |root: &Path| {
+        if written_back {
+            settle(root);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [{tag}] rewind through the mount, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let label = format!("bench-{tag}-x-{r}");
+        let x = json_str(
+            &run(rewind_cmd(ws).args(["checkpoint", &label, "--json"])).json(),
+            "id",
+            &format!("{tag}: X"),
+        );
+        let xw = json_str(
+            &run(rewind_cmd(walk).args(["checkpoint", &label, "--json"])).json(),
+            "id",
+            &format!("{tag}: walk X"),
+        );
+        let (want, want_walk) = (hash_tree(ws), hash_tree(walk));
+        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
+        let new_files = plan_new_files(tree, rng, r + seed);
+        workload(work, ws, &edits, &new_files);
+        wait(work);
+        let m = run(rewind_cmd(ws).args(["rewind", &x, "--json"]));
+        rw.push(m.ms(), m.maxrss_kib);
+        rw.self_reported(&m.json());
+        verify_equal(
+            &format!("{tag}: rewind through the mount to {x} (run {})", r + 1),
+            &want,
+            ws,
+        );
+        workload(work, walk, &edits, &new_files);
+        wait(work);
+        let m = run(rewind_cmd(walk).args(["rewind", &xw, "--json"]));
+        rw_walk.push(m.ms(), m.maxrss_kib);
+        verify_equal(
+            &format!("{tag}: walk rewind to {xw} (run {})", r + 1),
+            &want_walk,
+            walk,
+        );
+    }
+    (rw, rw_walk)
+}
 
 /// k. The FUSE overlay (`rewind mount`) over a copy of T on the main
 /// filesystem: checkpoint and rewind through the mount against the walk
@@ -2148,46 +2226,11 @@ fn scenario_k(
         ck_walk.push(m.ms(), m.maxrss_kib);
     }
 
-    // k2. Rewind of 10 edits + 3 new files.
-    let (mut rw, mut rw_walk) = (Series::default(), Series::default());
-    for r in 0..args.runs {
-        eprintln!(
-            "bench: [k2] rewind through the mount, run {}/{}",
-            r + 1,
-            args.runs
-        );
-        let label = format!("bench-k2-x-{r}");
-        let x = json_str(
-            &run(rewind_cmd(&ws).args(["checkpoint", &label, "--json"])).json(),
-            "id",
-            "k2: X",
-        );
-        let xw = json_str(
-            &run(rewind_cmd(&walk).args(["checkpoint", &label, "--json"])).json(),
-            "id",
-            "k2: walk X",
-        );
-        let (want, want_walk) = (hash_tree(&ws), hash_tree(&walk));
-        let edits = plan_small_edits(tree, rng, SMALL_EDITS);
-        let new_files = plan_new_files(tree, rng, r + 2000);
-        workload(work, &ws, &edits, &new_files);
-        let m = run(rewind_cmd(&ws).args(["rewind", &x, "--json"]));
-        rw.push(m.ms(), m.maxrss_kib);
-        rw.self_reported(&m.json());
-        verify_equal(
-            &format!("k2: rewind through the mount to {x} (run {})", r + 1),
-            &want,
-            &ws,
-        );
-        workload(work, &walk, &edits, &new_files);
-        let m = run(rewind_cmd(&walk).args(["rewind", &xw, "--json"]));
-        rw_walk.push(m.ms(), m.maxrss_kib);
-        verify_equal(
-            &format!("k2: walk rewind to {xw} (run {})", r + 1),
-            &want_walk,
-            &walk,
-        );
-    }
+    // k2. Rewind of 10 edits + 3 new files, right after them. k2w: the
+    // same once they were written back and the machine paused, as when
+    // an agent rewinds edits it made a while ago (D243).
+    let (rw, rw_walk) = k2_rewinds(args, work, &ws, &walk, tree, rng, "k2", 2000, false);
+    let (rw_wb, rw_wb_walk) = k2_rewinds(args, work, &ws, &walk, tree, rng, "k2w", 2500, true);
 
     // k1m, k2m. The same through one running `rewind mcp`, as agents call
     // it: the server keeps the workspace open between calls (D63). Each
@@ -2238,7 +2281,14 @@ fn scenario_k(
             ],
         )
     };
-    let (wr, wr_native) = paired(args.runs, || dd_write(&ws), || dd_write(&walk));
+    // Each write starts on a flushed filesystem: the other side's last
+    // write (and the extents its truncation freed) is not in its time.
+    let (wr, wr_native) = paired_after(
+        args.runs,
+        || settle(work),
+        || dd_write(&ws),
+        || dd_write(&walk),
+    );
     let _ = fs::remove_file(ws.join("k-write.bin"));
     let _ = fs::remove_file(walk.join("k-write.bin"));
     eprintln!("bench: [k5] find + stat of every entry");
@@ -2385,6 +2435,15 @@ fn scenario_k(
             &rw_walk,
         ),
         ms_target(
+            "k2w",
+            "the k2 rewind once its edits were written back ≤ 10 ms",
+            10.0,
+            &rw_wb,
+            "median, process spawn to exit",
+            "walk engine",
+            &rw_wb_walk,
+        ),
+        ms_target(
             "k1m",
             "the same checkpoint through a running `rewind mcp` ≤ 5 ms",
             5.0,
@@ -2465,6 +2524,18 @@ fn scenario_k(
             baselines: vec![Baseline {
                 name: "walk engine, same tree unmounted".into(),
                 series: rw_walk,
+            }],
+            detail: Value::Null,
+        },
+        Scenario {
+            id: "k2w",
+            name:
+                "k2w. FUSE mount: the k2 rewind once its edits were written back (flushed, 0.5 s)"
+                    .into(),
+            rewind: rw_wb,
+            baselines: vec![Baseline {
+                name: "walk engine, same tree unmounted".into(),
+                series: rw_wb_walk,
             }],
             detail: Value::Null,
         },
@@ -2556,10 +2627,12 @@ fn scenario_k(
     let note = format!(
         "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
                 filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
-                on another copy given the same edits; a k1/k2 process hands its command to the \
+                on another copy given the same edits (k2 right after them, k2w once they were flushed and \
+                half a second old); a k1/k2 process hands its command to the \
                 mount's command server (D93), so its memory column is the client's ({server}); k1m/k2m the same through one running \
                 `rewind mcp` (its workspace kept open between calls, D63); k3–k7 the same command through the mount and \
-                natively on the unmounted copy, alternating which goes first, after one warm-up each; \
+                natively on the unmounted copy, alternating which goes first, after one warm-up each (each k4 write after a flush of \
+                the filesystem); \
                 k9 is k5 with an untimed pause before each run, as an agent pauses between commands"
     );
     (scenarios, targets, note)

@@ -15,7 +15,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rewind_platform::{Dir, EntryKind, Heir, Meta, RenameMode, Xattr};
+use rewind_platform::{CloneOutcome, Dir, EntryKind, Heir, Meta, RenameMode, Xattr};
 use serde::Serialize;
 
 use crate::capture::{Skipped, ancestors, display_path, is_at_or_below, split_parent};
@@ -470,15 +470,15 @@ pub fn apply(
                 let Target::Object(hash) = &new.target else {
                     continue;
                 };
-                let (tmp_name, file) = match snapshot
+                let (tmp_name, file, copied) = match snapshot
                     .map(|s| from_snapshot(s, store, &ch.path, new.size))
                     .transpose()?
                     .flatten()
                 {
-                    Some(v) => v,
+                    Some((n, f)) => (n, f, false),
                     None => {
-                        let (n, f, _) = store.materialize(hash, new.size)?;
-                        (n, f)
+                        let (n, f, how) = store.materialize(hash, new.size)?;
+                        (n, f, how == CloneOutcome::Copied)
                     }
                 };
                 let mode = allowed_mode(new, opts, &ch.path, &mut report);
@@ -505,7 +505,6 @@ pub fn apply(
                     rewind_platform::file_set_mtime(&file, new.mtime_ns)
                         .map_err(|e| failed("restore: set the mtime of", e))?;
                 }
-                drop(file);
                 if let Some(old) = ch.old.as_ref().filter(|o| o.kind() == Kind::File)
                     && written_since_capture(dir, name, old)
                 {
@@ -529,6 +528,13 @@ pub fn apply(
                     }
                     return Err(Error::os(e));
                 }
+                // Only now (D243): the writeback's completion locks the
+                // file's inode, and a rename that cannot take that lock
+                // at once sleeps a whole tick on XFS.
+                if copied {
+                    rewind_platform::start_writeback(&file);
+                }
+                drop(file);
                 report.written += 1;
                 report.touched.file(&ch.path);
                 failpoint::hit("apply:file-written");

@@ -644,7 +644,8 @@ impl ObjectStore {
     }
 
     /// Write an object's bytes into a new temp file (clone where possible).
-    /// The caller sets mode/xattrs/times and renames it into the workspace.
+    /// The caller sets mode/xattrs/times, renames it into the workspace,
+    /// and then starts the writeback of what was copied (D200, D243).
     pub fn materialize(&self, hash: &Hash, size: u64) -> Result<(OsString, File, CloneOutcome)> {
         let data = self.data(hash, size)?;
         let (name, file) = self.temp_file("wr", 0o600)?;
@@ -661,12 +662,7 @@ impl ObjectStore {
             ObjectData::Chunked(chunks) => self.concat_chunks(chunks, size, &file),
         };
         match outcome {
-            Ok(o) => {
-                if o == CloneOutcome::Copied {
-                    rewind_platform::start_writeback(&file);
-                }
-                Ok((name, file, o))
-            }
+            Ok(o) => Ok((name, file, o)),
             Err(e) => {
                 let _ = self.tmp.unlink(&name);
                 Err(Error::os(rewind_platform::Error::new(
