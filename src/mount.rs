@@ -199,15 +199,19 @@ impl MountLink {
     /// Block the mount until the returned guard is dropped. A daemon that
     /// died serves nobody: there is nothing to block.
     pub fn freeze(&self) -> Result<Frozen> {
-        let client = if self.gone.load(Ordering::SeqCst) {
-            None
+        let (client, open_for_writing) = if self.gone.load(Ordering::SeqCst) {
+            (None, Vec::new())
         } else {
             let r = lock(&self.client).freeze();
-            self.unless_gone(r)?.map(|()| Arc::clone(&self.client))
+            match self.unless_gone(r)? {
+                Some(held) => (Some(Arc::clone(&self.client)), held),
+                None => (None, Vec::new()),
+            }
         };
         Ok(Frozen {
             client,
             changed: None,
+            open_for_writing,
         })
     }
 
@@ -225,9 +229,16 @@ impl MountLink {
 pub struct Frozen {
     client: Option<Arc<Mutex<Client>>>,
     changed: Option<Vec<Vec<u8>>>,
+    open_for_writing: Vec<Vec<u8>>,
 }
 
 impl Frozen {
+    /// The workspace-relative paths of the files a tool still held open
+    /// for writing through the mount when it froze (D244).
+    pub fn open_for_writing(&self) -> &[Vec<u8>] {
+        &self.open_for_writing
+    }
+
     pub fn changed(&mut self, paths: impl IntoIterator<Item = Vec<u8>>) {
         let set: HashSet<Vec<u8>> = paths.into_iter().collect();
         self.changed = Some(set.into_iter().collect());

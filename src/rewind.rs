@@ -9,6 +9,7 @@
 //! the workspace re-captures the live tree and applies diff(live, target)
 //! again. Applying is idempotent, so recovery always ends at the target.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Instant;
@@ -25,6 +26,7 @@ use crate::failpoint;
 use crate::hash::{Hash, Hasher};
 use crate::keep;
 use crate::ledger::{Checkpoint, Intent, Operation};
+use crate::mount::Frozen;
 use crate::snapshot::{self, Engine};
 use crate::workspace::{
     ChangeJson, NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture,
@@ -574,7 +576,7 @@ fn run_to(
     failpoint::hit("rewind:after-intent");
     let t = crate::trace::span("apply");
 
-    let held_open = open_for_writing(ws, &changes);
+    let held_open = open_for_writing(ws, &changes, frozen.as_ref());
     // 4. Apply in place. If the tree changed under us (a directory swapped
     //    for a symlink), finish from a fresh capture instead.
     let mut retried_from = None;
@@ -672,42 +674,60 @@ const WRITERS_CHECKED: usize = 256;
 /// for writing, said: that process goes on writing into the file the
 /// rewind replaced, which no checkpoint sees, and its output is lost
 /// when it closes it (a dev server's log: helper-30, D220). Named with
-/// their holders. The kernel says it through a read lease, which is
-/// refused while a writer has the file open; the `/proc` walk that names
-/// the holders runs only when one is found.
-fn open_for_writing(ws: &Workspace, changes: &[Change]) -> Option<String> {
-    // Through a mount the daemon keeps backing files open read-write
-    // after their last close (passthrough), so every lease is refused:
-    // not asked there.
-    if ws.mount().is_some() {
-        return None;
-    }
-    let held: Vec<&Change> = changes
-        .iter()
-        .filter(|c| {
-            c.old
-                .as_ref()
-                .is_some_and(|e| e.kind() == crate::tree::Kind::File)
-        })
-        .take(WRITERS_CHECKED)
-        .filter(|c| {
-            let (parent, name) = crate::capture::split_parent(&c.path);
-            ws.root_dir()
-                .open_beneath(std::path::Path::new(OsStr::from_bytes(parent)))
-                .ok()
-                .and_then(|d| d.open_for_writing_elsewhere(OsStr::from_bytes(name)))
-                .unwrap_or(false)
-        })
-        .collect();
+/// their holders. Natively the kernel says it through a read lease,
+/// which is refused while a writer has the file open; through a mount
+/// its daemon says which files it has open for writing once its freeze
+/// let short writers close (D244). The `/proc` walk that names the
+/// holders runs only when one is found.
+fn open_for_writing(ws: &Workspace, changes: &[Change], frozen: Option<&Frozen>) -> Option<String> {
+    let replaced = changes.iter().filter(|c| {
+        c.old
+            .as_ref()
+            .is_some_and(|e| e.kind() == crate::tree::Kind::File)
+    });
+    let me = std::process::id();
+    // The daemon's backing fds read as paths under a mount over the
+    // workspace itself: it is no holder.
+    let daemon = ws.mount().map(|m| m.daemon_pid());
+    let (held, under): (Vec<&Change>, &std::path::Path) = match (ws.mount(), frozen) {
+        // The daemon keeps backing files open read-write after their
+        // last close (passthrough), so every lease is refused there: it
+        // is asked instead, and the holders are found through the mount.
+        (Some(m), Some(f)) => {
+            let open: HashSet<&[u8]> = f.open_for_writing().iter().map(Vec::as_slice).collect();
+            if open.is_empty() {
+                return None;
+            }
+            let held = replaced
+                .filter(|c| open.contains(c.path.as_slice()))
+                .take(WRITERS_CHECKED)
+                .collect();
+            (held, m.mount_point())
+        }
+        (Some(_), None) => return None,
+        (None, _) => {
+            let held = replaced
+                .take(WRITERS_CHECKED)
+                .filter(|c| {
+                    let (parent, name) = crate::capture::split_parent(&c.path);
+                    ws.root_dir()
+                        .open_beneath(std::path::Path::new(OsStr::from_bytes(parent)))
+                        .ok()
+                        .and_then(|d| d.open_for_writing_elsewhere(OsStr::from_bytes(name)))
+                        .unwrap_or(false)
+                })
+                .collect();
+            (held, ws.root_path())
+        }
+    };
     if held.is_empty() {
         return None;
     }
-    let me = std::process::id();
     let named: Vec<String> = held
         .iter()
         .map(|c| {
-            let abs = ws.root_path().join(OsStr::from_bytes(&c.path));
-            let by = rewind_platform::holders(&abs, |pid, _| pid == me);
+            let abs = under.join(OsStr::from_bytes(&c.path));
+            let by = rewind_platform::holders(&abs, |pid, _| pid == me || Some(pid) == daemon);
             let path =
                 crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(&c.path)));
             if by.is_empty() {

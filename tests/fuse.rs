@@ -193,6 +193,59 @@ fn a_write_through_a_file_opened_before_a_rewind_is_in_its_safety_checkpoint() {
     );
 }
 
+/// D244: D220's warning through the mount. A file a tool keeps open for
+/// writing (a server's log) through the mount was replaced by a rewind
+/// without a word: the lease D220 asks natively is refused for every
+/// file there (the daemon holds them open). The daemon now says which
+/// files are still open for writing once its freeze's drain is over, and
+/// the rewind names those it replaces, with their holders.
+#[test]
+fn a_file_held_open_for_writing_through_the_mount_is_named_when_a_rewind_replaces_it() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("server.log"), b"line 1\n");
+    write(&ws.join("other.txt"), b"one\n");
+    let base = common::checkpoint_id(&ws, &["base"]);
+    write(&ws.join("other.txt"), b"two\n");
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3>>server.log; echo 'line 2' >&3; echo open; exec sleep 60")
+        .current_dir(&ws)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the writer");
+    let mut out = writer.stdout.take().expect("stdout");
+    let mut open = [0u8; 5];
+    std::io::Read::read_exact(&mut out, &mut open).expect("the writer opened server.log");
+    let v = rewind_json(&ws, &["rewind", &base]);
+    let warning = v["warning"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no warning: {v}"))
+        .to_owned();
+    let _ = writer.kill();
+    let _ = writer.wait();
+    assert!(
+        warning.contains("open for writing") && warning.contains("server.log"),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(&format!("pid {}", writer.id())),
+        "{warning}"
+    );
+    assert!(!warning.contains("other.txt"), "{warning}");
+    assert!(
+        !warning.contains("(rewind)"),
+        "the daemon is no holder: {warning}"
+    );
+    write(&ws.join("server.log"), b"line 3\n");
+    let v = rewind_json(&ws, &["rewind", &base]);
+    assert!(v.get("warning").is_none(), "no writer, no warning: {v}");
+}
+
 #[test]
 fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     let Some((_lfs, ws)) = workspace(40, 25) else {

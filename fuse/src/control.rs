@@ -629,9 +629,12 @@ impl Client {
     }
 
     /// Block every request on the mount until [`Client::thaw`] (or until
-    /// this connection closes).
-    pub fn freeze(&mut self) -> Result<()> {
-        self.call(FREEZE, &[]).map(|_| ())
+    /// this connection closes). The answer: the workspace-relative paths
+    /// of files still open for writing through the mount (a daemon from
+    /// before D244 answers nothing, read as none).
+    pub fn freeze(&mut self) -> Result<Vec<Vec<u8>>> {
+        let b = self.call(FREEZE, &[])?;
+        Ok(Cursor(&b).list().unwrap_or_default())
     }
 
     /// Resume the mount after the backing tree changed at `changed`

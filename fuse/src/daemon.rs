@@ -19,6 +19,7 @@ use crate::control::{
 };
 use crate::error::{Error, Result};
 use crate::fs::{OverlayFs, Shared};
+use crate::wire::put_list;
 
 /// How long a rewind's freeze lets files open for writing finish and
 /// close before it closes the mount to everything (D241). Short writers
@@ -403,7 +404,9 @@ fn handle(
                     err("another rewind holds the mount frozen")?;
                 } else {
                     *frozen = true;
-                    ok(&[])?;
+                    let mut held = Vec::new();
+                    put_list(&mut held, sh.open_for_writing().iter());
+                    ok(&held)?;
                 }
             }
             THAW => {

@@ -245,6 +245,27 @@ impl Shared {
         set
     }
 
+    /// The workspace-relative paths (every link the kernel knows) of the
+    /// files open for writing through the mount: after a freeze's drain,
+    /// those a rewind would replace under a writer that goes on writing
+    /// into the replaced file (D220, D244).
+    pub fn open_for_writing(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for ino in self.tracker.writers() {
+            for (parent, name) in self.inodes.links(ino) {
+                let Some(mut path) = self.inodes.path(parent) else {
+                    continue;
+                };
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(name.as_bytes());
+                out.push(path);
+            }
+        }
+        out
+    }
+
     /// Close the gate for a rewind: to opens first, until the files open
     /// for writing are closed or `drain` has passed, then to everything.
     /// A tool that opened a file just before the rewind wrote into it
