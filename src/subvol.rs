@@ -121,7 +121,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
         return Err(refused(&dir, LOCKED));
     }
     owner.check(&dir, &root)?;
-    survey(&target, root.dev, &owner)?;
+    survey(&target, (root.dev, target.mount_id()), &owner)?;
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;
 
@@ -457,7 +457,12 @@ impl Owner {
 /// Walk DIR once before making anything, refusing what the conversion
 /// could not carry over or clean up (module docs), so that a refusal
 /// leaves nothing behind.
-fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
+///
+/// A mount point is told by its device or, where the kernel gives it, its
+/// mount id: a directory bind-mounted from the same filesystem has the
+/// same device, and was copied and then emptied with the old tree, its
+/// files outside DIR with it (helper-37, D245).
+fn survey(dir: &Dir, top: (u64, Option<u64>), owner: &Owner) -> Result<()> {
     // Something this user cannot read cannot be copied: refused before
     // anything is made, with the fix.
     let unreadable = |e: rewind_platform::Error| match e.kind() {
@@ -468,9 +473,10 @@ fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
         _ => Error::os(e),
     };
     for name in dir.entries().map_err(unreadable)? {
-        let meta = dir.stat_at(&name).map_err(unreadable)?;
+        let (meta, mount) = dir.stat_mount_at(&name).map_err(unreadable)?;
         let path = dir.path().join(&name);
-        if meta.dev != dev {
+        let other_mount = matches!((mount, top.1), (Some(m), Some(t)) if m != t);
+        if meta.dev != top.0 || other_mount {
             return Err(refused(
                 &path,
                 "is a mount point or a nested subvolume: the copy would not cross it and removing the old tree would empty it; unmount it or move it out of the directory, and retry",
@@ -483,7 +489,7 @@ fn survey(dir: &Dir, dev: u64, owner: &Owner) -> Result<()> {
                     return Err(refused(&path, LOCKED));
                 }
                 if meta.kind == EntryKind::Dir {
-                    survey(&dir.open_dir(&name).map_err(unreadable)?, dev, owner)?;
+                    survey(&dir.open_dir(&name).map_err(unreadable)?, top, owner)?;
                 }
             }
             EntryKind::Symlink => {}

@@ -327,6 +327,31 @@ fn what_a_conversion_cannot_carry_over_is_refused_before_anything_is_made() {
     );
     sh(&format!("umount {}", ws.join("m").display()));
 
+    // A directory bind-mounted from the same filesystem: the same device,
+    // so it was copied, and then emptied with the old tree, deleting files
+    // outside DIR (helper-37, D245). Its mount id tells it.
+    let shared = lfs.subdir("shared");
+    write(&shared.join("keep.txt"), b"precious, outside DIR");
+    write(&shared.join("sub/x"), b"deep");
+    let ws = lfs.subdir("bound");
+    write(&ws.join("a"), b"work");
+    std::fs::create_dir(ws.join("bm")).expect("mkdir");
+    sh(&format!(
+        "mount --bind {} {}",
+        shared.display(),
+        ws.join("bm").display()
+    ));
+    refused("bound", "bound/bm: is a mount point or a nested subvolume");
+    sh(&format!("umount {}", ws.join("bm").display()));
+    assert_eq!(
+        std::fs::read(shared.join("keep.txt")).ok(),
+        Some(b"precious, outside DIR".to_vec())
+    );
+    assert_eq!(
+        std::fs::read(shared.join("sub/x")).ok(),
+        Some(b"deep".to_vec())
+    );
+
     // A nested subvolume: the same, and its snapshots are read-only.
     let ws = lfs.subdir("nested");
     sh(&format!(

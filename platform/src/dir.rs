@@ -449,7 +449,11 @@ impl Dir {
 
     /// Remove `name` and everything below it, fd-relative, never following a
     /// symlink (a symlink to a directory is unlinked, not descended). A
-    /// missing entry is not an error.
+    /// missing entry is not an error. Never crosses into another mount or a nested btrfs subvolume below
+    /// `name`: a directory bind-mounted from the same filesystem has the
+    /// same device, and emptying it removed files outside the tree
+    /// (helper-37, D245). Such a directory is an error, naming it, with
+    /// what lies beside it already removed.
     pub fn remove_all(&self, name: &OsStr) -> Result<()> {
         let meta = match self.stat_at(name) {
             Ok(m) => m,
@@ -462,9 +466,20 @@ impl Dir {
                 _ => Ok(()),
             };
         }
+        let sub = self.open_to_empty(name)?;
+        let top = (sub.meta()?.dev, sub.mount_id());
+        sub.remove_children(top)?;
+        match self.rmdir(name) {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Open the directory `name` to empty it, making it readable and
+    /// writable by its owner first where it is not (mode 0 directories).
+    fn open_to_empty(&self, name: &OsStr) -> Result<Dir> {
         let sub = match self.open_dir(name) {
             Ok(d) => d,
-            // Unreadable (mode 0) directories: make them readable first.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 self.set_mode(name, EntryKind::Dir, 0o700)?;
                 self.open_dir(name)?
@@ -475,13 +490,39 @@ impl Dir {
             rustix::fs::fchmod(&sub.fd, Mode::from_raw_mode(0o700))
                 .map_err(|e| Error::new("chmod", &sub.path, e))?;
         }
-        for child in sub.entries()? {
-            sub.remove_all(&child)?;
+        Ok(sub)
+    }
+
+    /// Remove everything in this directory, which is on `top`'s device and
+    /// mount (a mount id the kernel did not give matches any).
+    fn remove_children(&self, top: (u64, Option<u64>)) -> Result<()> {
+        for child in self.entries()? {
+            let (meta, mount) = match self.stat_mount_at(&child) {
+                Ok(m) => m,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            if meta.kind != EntryKind::Dir {
+                match self.unlink(&child) {
+                    Err(e) if !e.is_not_found() => return Err(e),
+                    _ => continue,
+                }
+            }
+            let other_mount = matches!((mount, top.1), (Some(m), Some(t)) if m != t);
+            if meta.dev != top.0 || other_mount {
+                return Err(Error::new(
+                    "remove a tree holding a mount point or nested subvolume (not crossed)",
+                    self.child(&child),
+                    Errno::BUSY,
+                ));
+            }
+            self.open_to_empty(&child)?.remove_children(top)?;
+            match self.rmdir(&child) {
+                Err(e) if !e.is_not_found() => return Err(e),
+                _ => {}
+            }
         }
-        match self.rmdir(name) {
-            Err(e) if !e.is_not_found() => Err(e),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     /// `renameat2` from this directory to `to_dir`.

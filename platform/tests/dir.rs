@@ -53,6 +53,47 @@ fn remove_all_unlinks_symlinks_without_descending() {
     );
 }
 
+/// D245: a directory bind-mounted from the same filesystem has its
+/// parent's device; `remove_all` emptied it, deleting files outside the
+/// tree it was asked to remove (`init --subvolume`'s old tree, helper-37).
+/// It now stops there, names it, and leaves the mounted files alone.
+#[test]
+fn remove_all_never_empties_a_bind_mount_below_it() {
+    if !rewind_platform::is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root: bind mounts are tested there"
+        );
+        eprintln!("SKIPPED: a bind mount needs root");
+        return;
+    }
+    let (t, ws) = fixture();
+    std::fs::create_dir(t.path().join("ws/a/b/bound")).expect("mkdir");
+    std::fs::write(t.path().join("ws/a/beside"), b"x").expect("write");
+    let mounted = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(t.path().join("outside"))
+        .arg(t.path().join("ws/a/b/bound"))
+        .status()
+        .expect("mount --bind");
+    assert!(mounted.success());
+    let r = ws.remove_all(OsStr::new("a"));
+    let unmounted = std::process::Command::new("umount")
+        .arg(t.path().join("ws/a/b/bound"))
+        .status()
+        .expect("umount");
+    let err = r.expect_err("crossed the bind mount");
+    assert!(err.to_string().contains("bound"), "{err}");
+    assert!(unmounted.success());
+    assert_eq!(
+        std::fs::read(t.path().join("outside/secret")).expect("the mounted file"),
+        b"keep"
+    );
+    ws.remove_all(OsStr::new("a"))
+        .expect("remove_all once unmounted");
+    assert!(!t.path().join("ws/a").exists());
+}
+
 #[test]
 fn open_read_refuses_fifos_without_blocking() {
     let (t, ws) = fixture();
