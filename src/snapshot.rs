@@ -120,6 +120,28 @@ pub(crate) fn take(ws: &Workspace, id: &str) -> Result<()> {
                 path: ws.root_path().to_owned(),
                 reason: "creating a snapshot was refused (permission denied): the workspace subvolume must belong to you; set REWIND_ENGINE=walk to use the walk engine instead".into(),
             }
+        } else if e.is_text_file_busy() {
+            // btrfs refuses to snapshot a subvolume with an active swap
+            // file; ETXTBSY alone named a snapshot path that never
+            // existed (helper-37, D246).
+            let swaps = rewind_platform::swap_files_under(ws.root_path());
+            let named = swaps
+                .iter()
+                .map(|p| crate::names::shell_word(&p.to_string_lossy()))
+                .collect::<Vec<_>>();
+            let fix = match named.first() {
+                Some(f) => format!(
+                    "{} is an active swap file; `swapoff {f}` and move it out of the workspace",
+                    named.join(", ")
+                ),
+                None => "find it in /proc/swaps, `swapoff` it and move it out of the workspace".into(),
+            };
+            Error::Btrfs {
+                path: ws.root_path().to_owned(),
+                reason: format!(
+                    "btrfs cannot snapshot a subvolume that holds an active swap file (nothing was changed): {fix}; or set REWIND_ENGINE=walk to use the walk engine"
+                ),
+            }
         } else {
             Error::os(e)
         }

@@ -121,6 +121,17 @@ pub fn convert(dir: &Path) -> Result<Converted> {
         return Err(refused(&dir, LOCKED));
     }
     owner.check(&dir, &root)?;
+    // An active swap file can be neither moved nor removed: the old
+    // tree's removal failed after the swap (helper-37, D246).
+    if let Some(swap) = rewind_platform::swap_files_under(&dir).first() {
+        return Err(refused(
+            swap,
+            &format!(
+                "is an active swap file, which btrfs lets nobody move, remove or snapshot: `swapoff {}`, move it out of the directory, and retry",
+                crate::names::shell_word(&swap.to_string_lossy())
+            ),
+        ));
+    }
     survey(&target, (root.dev, target.mount_id()), &owner)?;
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;

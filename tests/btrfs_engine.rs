@@ -944,3 +944,88 @@ fn the_manifest_builder_leaves_a_wal_of_one_commit() {
     let v = rewind(&ws, &["verify"]);
     assert!(v.status.success(), "verify after folds");
 }
+
+/// An active swap file at `path` (btrfs wants it NOCOW and preallocated),
+/// switched off when dropped; `None` where the kernel refuses swap.
+struct Swap(std::path::PathBuf);
+
+impl Swap {
+    fn on(path: &Path) -> Option<Swap> {
+        let p = path.to_str().expect("utf-8 path");
+        let made = succeeds(&["truncate", "-s", "0", p])
+            && succeeds(&["chattr", "+C", p])
+            && succeeds(&["fallocate", "-l", "16M", p])
+            && succeeds(&["chmod", "600", p])
+            && succeeds(&["mkswap", p]);
+        assert!(made, "could not make a swap file at {p}");
+        if !succeeds(&["swapon", p]) {
+            common::skip_or_fail("swapon refused a swap file on btrfs");
+            return None;
+        }
+        Some(Swap(path.to_path_buf()))
+    }
+}
+
+impl Drop for Swap {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("swapoff").arg(&self.0).status();
+    }
+}
+
+/// D246 (helper-37): btrfs refuses to snapshot a subvolume holding an
+/// active swap file (ETXTBSY). Every checkpoint failed with "snapshot
+/// …/snapshots/<id>: Text file busy", a path that never existed, and
+/// `init --subvolume` found it only after the swap, when the old tree
+/// could not be removed: the swap file was left at a hidden name. Both
+/// now name the swap file and `swapoff`, before anything changes.
+#[test]
+fn an_active_swap_file_is_named_with_its_fix_and_nothing_changes() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let conv = lfs.subdir("conv");
+    write(&conv.join("a"), b"work\n");
+    let Some(swap) = Swap::on(&conv.join("swapf")) else {
+        return;
+    };
+    let out = rewind(&lfs.mnt, &["init", "--subvolume", "conv"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("conv/swapf: is an active swap file")
+            && err.contains("swapoff")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert!(!lfs.mnt.join(".conv.rewind-subvol").exists(), "{err}");
+    assert!(!conv.join(".rewind").exists(), "{err}");
+    drop(swap);
+
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    rewind_json(&ws, &["checkpoint", "base"]);
+    let Some(swap) = Swap::on(&ws.join("swapf")) else {
+        return;
+    };
+    let before = snapshot(&ws);
+    let out = rewind(&ws, &["--json", "checkpoint", "refused"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "BTRFS", "{v}");
+    let m = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        m.contains("active swap file") && m.contains("swapoff") && m.contains("swapf"),
+        "{v}"
+    );
+    let labels: Vec<String> = rewind_json(&ws, &["list"])["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .filter_map(|c| c["label"].as_str().map(String::from))
+        .collect();
+    assert_eq!(labels, ["base"]);
+    assert_eq!(snapshot_names(&ws).len(), 1);
+    common::assert_same("refused checkpoint", &before, &snapshot(&ws));
+    drop(swap);
+    rewind_json(&ws, &["checkpoint", "after swapoff"]);
+}

@@ -49,6 +49,12 @@ impl Error {
         )
     }
 
+    /// True for ETXTBSY: on btrfs, a snapshot of a subvolume holding an
+    /// active swap file.
+    pub fn is_text_file_busy(&self) -> bool {
+        self.raw_os_error() == Some(libc_errno::ETXTBSY)
+    }
+
     /// True when a path component was a symlink or not a directory where a
     /// directory was required: the tree changed under us, or someone tried
     /// to redirect a write outside the workspace.
@@ -67,4 +73,5 @@ pub(crate) mod libc_errno {
     pub const ELOOP: i32 = 40;
     pub const ENOTDIR: i32 = 20;
     pub const EXDEV: i32 = 18;
+    pub const ETXTBSY: i32 = 26;
 }

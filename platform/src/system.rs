@@ -22,6 +22,52 @@ pub fn clocks_ns() -> (i64, i64) {
     )
 }
 
+/// The active swap files at or below `dir` (`/proc/swaps`; none where it
+/// cannot be read). btrfs refuses to snapshot a subvolume that holds one
+/// (ETXTBSY) and to unlink it: both name it with its fix (D246).
+pub fn swap_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/swaps") else {
+        return Vec::new();
+    };
+    swap_paths(&text)
+        .into_iter()
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+/// The paths in `/proc/swaps`' first column, with the kernel's octal
+/// escapes (`\040` for a space) undone.
+fn swap_paths(swaps: &str) -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    swaps
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|escaped| {
+            let b = escaped.as_bytes();
+            let mut out = Vec::with_capacity(b.len());
+            let mut i = 0;
+            while i < b.len() {
+                let octal = b
+                    .get(i + 1..i + 4)
+                    .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+                match octal {
+                    Some(d) => {
+                        let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                        out.push(v as u8);
+                        i += 4;
+                    }
+                    None => {
+                        out.push(b[i]);
+                        i += 1;
+                    }
+                }
+            }
+            std::path::PathBuf::from(std::ffi::OsString::from_vec(out))
+        })
+        .collect()
+}
+
 /// Bytes of page cache that are dirty or under writeback, machine-wide
 /// (`Dirty` + `Writeback` in `/proc/meminfo`): an upper bound on what a
 /// `syncfs` may have to write first. `None` where it cannot be read.
@@ -53,6 +99,20 @@ mod tests {
             "MemFree:  100 kB\nDirty:        84 kB\nWriteback:       16 kB\nWritebackTmp:  7 kB\n";
         assert_eq!(parse_dirty(text), Some(100 * 1024));
         assert_eq!(parse_dirty("Dirty: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn swap_paths_undo_the_kernels_escapes() {
+        let text = "Filename\t\t\t\tType\t\tSize\tUsed\tPriority\n\
+                    /dev/vda2                               partition\t1024\t0\t-2\n\
+                    /w/my\\040ws/swap\\134f             file\t\t65532\t0\t-3\n";
+        assert_eq!(
+            swap_paths(text),
+            vec![
+                std::path::PathBuf::from("/dev/vda2"),
+                std::path::PathBuf::from("/w/my ws/swap\\f"),
+            ]
+        );
     }
 
     #[test]
