@@ -321,6 +321,10 @@ pub struct Scope {
     /// and the cache holds that same inode under that name: a directory
     /// that gained one file is listed, not stat'ed entry by entry.
     inodes: Option<HashSet<u64>>,
+    /// Files read whatever the stat cache says, by parent directory: the
+    /// mount saw them opened for writing, and a write through a shared
+    /// mapping can change a file without moving its times (D247).
+    reread: Children,
 }
 
 /// A scope naming at most this many directories and entries is small
@@ -459,7 +463,25 @@ impl Scope {
             listed_children,
             relist: HashSet::new(),
             inodes: None,
+            reread: Children::new(),
         }
+    }
+
+    /// Read the files at `paths` whatever the stat cache says (D247). The
+    /// source names them as changed too, so their directories are listed.
+    pub fn reread(&mut self, paths: impl IntoIterator<Item = Vec<u8>>) {
+        for p in paths {
+            let (parent, name) = split_parent(&p);
+            self.reread
+                .entry(parent.to_vec())
+                .or_default()
+                .insert(name.to_vec());
+        }
+    }
+
+    /// Whether entry `name` of directory `rel` is read whatever its stat.
+    fn rereads(&self, rel: &[u8], name: &[u8]) -> bool {
+        self.reread.get(rel).is_some_and(|n| n.contains(name))
     }
 
     /// List `dirs` too, by `getdents`, each with its ancestors: what their
@@ -1391,8 +1413,11 @@ impl Walker<'_> {
             return Ok(None);
         }
         let cached_rec = cached.and_then(|c| c.lookup(nb));
+        let reread = self.scope.is_some_and(|s| s.rereads(rel, nb));
         let mirrored = match (mirror, cached_rec) {
-            (Some(m), Some(prev)) => m.stat_at(&name).ok().filter(|lm| prev.vouches_for(lm)),
+            (Some(m), Some(prev)) if !reread => {
+                m.stat_at(&name).ok().filter(|lm| prev.vouches_for(lm))
+            }
             _ => None,
         };
         let vouched_by_mirror = mirrored.is_some();
@@ -1471,7 +1496,8 @@ impl Walker<'_> {
             );
             return Ok(None);
         }
-        let prev = cached_rec.filter(|r| r.vouches_for(&meta));
+        let reread = reread && meta.kind == EntryKind::File;
+        let prev = cached_rec.filter(|r| !reread && r.vouches_for(&meta));
         // The cached record names this very directory (same inode): only
         // then do the cached subtree and the rows at its path describe it.
         // One renamed over it or swapped in by RENAME_EXCHANGE brings

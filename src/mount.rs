@@ -185,7 +185,9 @@ impl MountLink {
         if d.all || d.deep.contains(b"".as_slice()) {
             return Ok(None);
         }
-        Ok(Some(Scope::new(d.dirs, d.deep)))
+        let mut scope = Scope::new(d.dirs, d.deep);
+        scope.reread(d.reread);
+        Ok(Some(scope))
     }
 
     pub fn commit(&self) -> Result<()> {

@@ -246,6 +246,68 @@ fn a_file_held_open_for_writing_through_the_mount_is_named_when_a_rewind_replace
     assert!(v.get("warning").is_none(), "no writer, no warning: {v}");
 }
 
+/// D247 (helper-36): a write through a shared mapping moves the file's
+/// times only when its page first becomes writable. A second write to a
+/// small file (read into the ledger, which leaves the page writable)
+/// moved nothing, the stat cache vouched for the file, and the checkpoint
+/// held the first write: a rewind and `undo` then lost the second. A
+/// file the mount saw opened for writing is now read again by the next
+/// capture whatever its stat says.
+#[test]
+fn a_write_through_a_shared_mapping_is_in_the_next_checkpoint() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("f.bin"), &[0u8; 4096]);
+    let base = common::checkpoint_id(&ws, &["base"]);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ws.join("f.bin"))
+        .expect("open f.bin");
+    // SAFETY: a fresh shared mapping of 4096 bytes of an open file, used
+    // only below and unmapped before the file is closed.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "mmap");
+    let put = |bytes: &[u8; 8]| {
+        // SAFETY: `map` is 4096 writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>(), 8) }
+    };
+    // Each write older than the capture's start, or the cache would not
+    // vouch for the file anyway (racily clean).
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(100));
+    put(b"AAAAAAAA");
+    settle();
+    let a = rewind_json(&ws, &["checkpoint", "cA"]);
+    assert_eq!(a["changes"]["modified"], 1, "{a}");
+    put(b"BBBBBBBB");
+    settle();
+    let b = rewind_json(&ws, &["checkpoint", "cB"]);
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(map, 4096) };
+    drop(file);
+    assert_eq!(
+        b["changes"]["modified"], 1,
+        "the second write was missed: {b}"
+    );
+    rewind_json(&ws, &["rewind", &base]);
+    rewind_json(&ws, &["undo"]);
+    let now = std::fs::read(ws.join("f.bin")).expect("read f.bin");
+    assert_eq!(&now[..8], b"BBBBBBBB", "rewind and undo lost the write");
+}
+
 #[test]
 fn the_dirty_set_checkpoint_equals_a_full_walk_after_every_kind_of_change() {
     let Some((_lfs, ws)) = workspace(40, 25) else {

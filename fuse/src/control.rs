@@ -229,7 +229,8 @@ pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
     Ok((head[0], payload))
 }
 
-/// `[all u8][n u32]{[dir][has names u8][names list]}*[deep list]`.
+/// `[all u8][n u32]{[dir][has names u8][names list]}*[deep list][reread
+/// list]`; a daemon from before D247 sends no reread list.
 pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
     let mut out = vec![d.all as u8];
     out.extend_from_slice(&(d.dirs.len() as u32).to_le_bytes());
@@ -241,6 +242,7 @@ pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
         }
     }
     put_list(&mut out, d.deep.iter());
+    put_list(&mut out, d.reread.iter());
     out
 }
 
@@ -257,10 +259,12 @@ fn decode_dirty(b: &[u8]) -> Option<DirtySet> {
         };
         dirs.insert(dir, names);
     }
+    let deep = c.list()?.into_iter().collect();
     Some(DirtySet {
         all,
         dirs,
-        deep: c.list()?.into_iter().collect(),
+        deep,
+        reread: c.list().unwrap_or_default().into_iter().collect(),
     })
 }
 
@@ -705,6 +709,24 @@ mod tests {
 
     fn hello(pid: &str, mp: &[u8], backing: &[u8]) -> Vec<u8> {
         [pid.as_bytes(), b"\n", mp, b"\n", backing].concat()
+    }
+
+    #[test]
+    fn a_dirty_set_round_trips_and_an_old_daemons_reads_as_no_reread() {
+        let mut d = DirtySet::default();
+        d.dirs
+            .insert(b"src".to_vec(), Some([b"a.rs".to_vec()].into()));
+        d.dirs.insert(b"docs".to_vec(), None);
+        d.deep.insert(b"deep".to_vec());
+        d.reread.insert(b"src/a.rs".to_vec());
+        let wire = encode_dirty(&d);
+        assert_eq!(decode_dirty(&wire), Some(d.clone()));
+        // Before D247 the payload ended after the deep list.
+        let mut old = d.clone();
+        old.reread.clear();
+        let mut short = encode_dirty(&old);
+        short.truncate(short.len() - 4);
+        assert_eq!(decode_dirty(&short), Some(old));
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct DirtySet {
     pub dirs: HashMap<Vec<u8>, Names>,
     /// Directories whose whole subtree must be walked.
     pub deep: HashSet<Vec<u8>>,
+    /// Files opened for writing: read again whatever their stat says (a
+    /// write through a shared mapping may move no time, D247).
+    pub reread: HashSet<Vec<u8>>,
 }
 
 impl DirtySet {
@@ -43,6 +46,7 @@ impl DirtySet {
             }
         }
         self.deep.extend(other.deep);
+        self.reread.extend(other.reread);
     }
 
     fn add(&mut self, dir: &[u8], name: &[u8]) {
@@ -59,7 +63,7 @@ impl DirtySet {
     }
 
     pub fn is_empty(&self) -> bool {
-        !self.all && self.dirs.is_empty() && self.deep.is_empty()
+        !self.all && self.dirs.is_empty() && self.deep.is_empty() && self.reread.is_empty()
     }
 }
 
@@ -196,6 +200,13 @@ impl Tracker {
 
     pub fn opened_for_write(&self, ino: u64) {
         *self.lock().writers.entry(ino).or_default() += 1;
+    }
+
+    /// Files to read again at the next capture (see [`DirtySet::reread`]).
+    pub fn reread(&self, paths: Vec<Vec<u8>>) {
+        if !paths.is_empty() {
+            self.lock().current.reread.extend(paths);
+        }
     }
 
     pub fn released(&self, ino: u64) {

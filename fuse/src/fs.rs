@@ -231,6 +231,8 @@ impl Shared {
     pub fn take(&self, take: bool) -> DirtySet {
         let set = self.tracker.take(take);
         if take {
+            // Still open for writing: read again by the next capture too.
+            self.tracker.reread(self.open_for_writing());
             let mut m = self.mutation();
             for ino in self.tracker.writers() {
                 let nlink = self
@@ -250,20 +252,37 @@ impl Shared {
     /// those a rewind would replace under a writer that goes on writing
     /// into the replaced file (D220, D244).
     pub fn open_for_writing(&self) -> Vec<Vec<u8>> {
+        self.tracker
+            .writers()
+            .into_iter()
+            .flat_map(|ino| self.paths_of(ino))
+            .collect()
+    }
+
+    /// The workspace-relative paths of every link the kernel knows for
+    /// `ino` (those whose directory's path is known).
+    fn paths_of(&self, ino: u64) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        for ino in self.tracker.writers() {
-            for (parent, name) in self.inodes.links(ino) {
-                let Some(mut path) = self.inodes.path(parent) else {
-                    continue;
-                };
-                if !path.is_empty() {
-                    path.push(b'/');
-                }
-                path.extend_from_slice(name.as_bytes());
-                out.push(path);
+        for (parent, name) in self.inodes.links(ino) {
+            let Some(mut path) = self.inodes.path(parent) else {
+                continue;
+            };
+            if !path.is_empty() {
+                path.push(b'/');
             }
+            path.extend_from_slice(name.as_bytes());
+            out.push(path);
         }
         out
+    }
+
+    /// File `ino` was opened for writing: its next capture reads it
+    /// whatever its stat says. A write through a shared mapping moves no
+    /// time once its page is writable, so the stat cache vouched for a
+    /// file that had changed (helper-36, D247).
+    pub fn opened_for_write(&self, ino: u64) {
+        self.tracker.opened_for_write(ino);
+        self.tracker.reread(self.paths_of(ino));
     }
 
     /// Close the gate for a rewind: to opens first, until the files open
@@ -644,7 +663,7 @@ impl OverlayFs {
     ) -> u64 {
         let fh = self.fh();
         if writer {
-            self.sh.tracker.opened_for_write(ino);
+            self.sh.opened_for_write(ino);
         }
         let counter = match mode {
             IoMode::Passthrough => &self.sh.passthrough_opens,
