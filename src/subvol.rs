@@ -33,7 +33,9 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rewind_platform::{Dir, EntryKind, FsInfo, FsKind, RenameMode, Xattr, clone_or_copy};
+use rewind_platform::{
+    CloneOutcome, Dir, EntryKind, FsInfo, FsKind, RenameMode, Xattr, clone_or_copy,
+};
 use serde::Serialize;
 
 use crate::capture::STATE_DIR;
@@ -49,6 +51,8 @@ pub struct Converted {
     pub symlinks: u64,
     pub hard_links: u64,
     pub bytes: u64,
+    /// Files whose bytes were copied, not cloned (btrfs refused the clone).
+    pub copied: u64,
     /// Left by an interrupted earlier run and removed: `partial-subvolume`
     /// (before the swap) or `old-tree` (after it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -552,6 +556,8 @@ fn copy_tree(
                     dst.open_dir(&name).map_err(Error::os)?,
                 );
                 copy_tree(&s, &d, owner, out, links)?;
+                // After its entries, which would otherwise inherit it.
+                rewind_platform::match_nocow(&s, &d);
                 copy_meta_dir(&s, dst, &name, &d, &meta, owner)?;
                 out.dirs += 1;
             }
@@ -569,7 +575,11 @@ fn copy_tree(
                 let io = |op: &'static str, e: std::io::Error| {
                     Error::os(rewind_platform::Error::new(op, dst.path().join(&name), e))
                 };
-                clone_or_copy(f.as_fd(), to.as_fd()).map_err(|e| io("clone", e))?;
+                rewind_platform::match_nocow(&f, &to);
+                let how = clone_or_copy(f.as_fd(), to.as_fd()).map_err(|e| io("clone", e))?;
+                if how == CloneOutcome::Copied {
+                    out.copied += 1;
+                }
                 // Owner first: a chown drops setuid/setgid and file
                 // capabilities, which the mode and xattrs then put back.
                 dst.set_owner(&name, meta.uid, meta.gid)

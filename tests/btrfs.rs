@@ -288,6 +288,53 @@ fn init_subvolume_keeps_owners_setuid_bits_trusted_xattrs_and_symlink_times() {
     );
 }
 
+/// Whether `path` has btrfs's NOCOW flag (`lsattr -d` shows `C`).
+fn nocow(path: &Path) -> bool {
+    let out = Command::new("lsattr")
+        .arg("-d")
+        .arg(path)
+        .output()
+        .expect("lsattr");
+    assert!(out.status.success(), "lsattr {}", path.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .next()
+        .is_some_and(|flags| flags.contains('C'))
+}
+
+/// D248 (helper-37): btrfs refuses a clone between a NOCOW (`chattr +C`)
+/// file and a copy-on-write one, so a database or VM image kept NOCOW
+/// was copied byte for byte (with twice its space while it ran), lost
+/// its flag, and the output still said "by reflink". The new file now
+/// takes its source's flag before the clone, a directory after its
+/// entries, and what was copied is counted.
+#[test]
+fn a_nocow_file_keeps_its_flag_and_is_cloned_not_copied() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let dir = lfs.subdir("db");
+    let data = dir.join("data.img");
+    sh(&format!(
+        "touch {d} && chattr +C {d} && head -c 8388608 /dev/urandom > {d}",
+        d = data.display()
+    ));
+    std::fs::create_dir(dir.join("vm")).expect("mkdir");
+    sh(&format!("chattr +C {}", dir.join("vm").display()));
+    write(&dir.join("vm/disk"), b"inherits +C from vm\n");
+    write(&dir.join("plain.txt"), b"copy-on-write\n");
+    assert!(nocow(&data) && nocow(&dir.join("vm")) && nocow(&dir.join("vm/disk")));
+    let before = snapshot(&dir);
+    let v = rewind_json(&lfs.mnt, &["init", "--subvolume", "db"]);
+    assert_eq!(inode(&dir), 256, "not a subvolume root");
+    assert_eq!(v["subvolume"]["copied"], 0, "copied, not cloned: {v}");
+    assert_eq!(before, snapshot(&dir), "contents changed");
+    assert!(nocow(&data), "data.img lost +C");
+    assert!(nocow(&dir.join("vm")), "vm lost +C");
+    assert!(nocow(&dir.join("vm/disk")), "vm/disk lost +C");
+    assert!(!nocow(&dir.join("plain.txt")), "plain.txt gained +C");
+}
+
 #[test]
 fn what_a_conversion_cannot_carry_over_is_refused_before_anything_is_made() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {

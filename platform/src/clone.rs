@@ -103,6 +103,26 @@ pub fn write_sparse(file: BorrowedFd<'_>, buf: &[u8], at: u64) -> std::io::Resul
     Ok(())
 }
 
+/// Give `dst` (empty, or a directory) `src`'s btrfs `NOCOW` flag (`chattr
+/// +C`), set or cleared. A clone between a copy-on-write file and a NOCOW
+/// one is refused (EINVAL), so `init --subvolume` copied every byte of a
+/// database or VM image kept NOCOW, and dropped the flag (helper-37,
+/// D248); and a file made in a NOCOW directory inherits the flag its
+/// source may not have. Where the filesystem has no such flag nothing
+/// changes, and a clone that still fails falls back to a copy.
+pub fn match_nocow(src: &impl AsFd, dst: &impl AsFd) {
+    let nocow = rustix::fs::IFlags::NOCOW;
+    let (Ok(want), Ok(have)) = (
+        rustix::fs::ioctl_getflags(src),
+        rustix::fs::ioctl_getflags(dst),
+    ) else {
+        return;
+    };
+    if want.contains(nocow) != have.contains(nocow) {
+        let _ = rustix::fs::ioctl_setflags(dst, (have - nocow) | (want & nocow));
+    }
+}
+
 /// Tell the kernel a file will be read front to back (bigger readahead).
 /// Advisory: failures are ignored.
 pub fn advise_sequential(file: &impl AsFd) {

@@ -67,8 +67,13 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             if c.already {
                 s.push_str(&format!("{} is a btrfs subvolume already\n", c.path));
             } else {
+                let how = match c.copied {
+                    0 => "by reflink".to_string(),
+                    n if n == c.files => "by copying (btrfs refused every clone)".to_string(),
+                    n => format!("by reflink ({n} files copied: btrfs refused their clone)"),
+                };
                 s.push_str(&format!(
-                    "{} is now a btrfs subvolume: {} files, {} directories, {} symlinks, {} hard links carried over by reflink\n",
+                    "{} is now a btrfs subvolume: {} files, {} directories, {} symlinks, {} hard links carried over {how}\n",
                     c.path, c.files, c.dirs, c.symlinks, c.hard_links
                 ));
             }
