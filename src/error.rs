@@ -85,6 +85,9 @@ pub enum Error {
     #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history", path.display(), path.parent().map(|p| p.display().to_string()).unwrap_or_default())]
     LedgerMissing { path: PathBuf },
 
+    #[error("{} is a btrfs snapshot (or copy) of a workspace: its history, the nested subvolume .rewind/state, is never part of a snapshot and stayed with the original workspace (run rewind there); to give this tree a history of its own, move its .rewind aside and run `rewind init`", path.display())]
+    HistoryElsewhere { path: PathBuf },
+
     #[error("the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more", path.display())]
     LedgerCorrupt { path: PathBuf, detail: String },
 
@@ -280,7 +283,7 @@ impl Error {
             Error::RootOnly { .. } => "ROOT_ONLY",
             Error::Immutable { .. } => "IMMUTABLE",
             Error::ReadOnly { .. } => "READ_ONLY",
-            Error::LedgerMissing { .. } => "LEDGER_MISSING",
+            Error::LedgerMissing { .. } | Error::HistoryElsewhere { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
             Error::HistoryChanged { .. } => "HISTORY_CHANGED",
             Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",

@@ -117,6 +117,16 @@ fn killed_before_its_ledger(state: &Dir) -> Result<bool> {
     Ok(true)
 }
 
+/// Whether `.rewind/state` is what a btrfs snapshot of the workspace
+/// holds where the history's nested subvolume was: an empty directory
+/// with inode 2 (`BTRFS_EMPTY_SUBVOL_DIR_OBJECTID`). Such a fork was told
+/// its ledger was missing, at a path where it never lived (helper-37).
+fn is_snapshot_placeholder(state: &Dir) -> bool {
+    state
+        .stat_at(OsStr::new(STATE_SUBVOLUME))
+        .is_ok_and(|m| m.kind == rewind_platform::EntryKind::Dir && m.ino == 2)
+}
+
 /// Where the workspace's mutable state is: `.rewind/state/` when that
 /// subvolume holds the ledger, else `.rewind/` itself.
 fn meta_path(root_path: &Path) -> PathBuf {
@@ -609,10 +619,18 @@ impl Workspace {
                 Ledger::open_read_only(&path).map_err(|e| match e {
                     Error::ReadOnly { .. } => Error::read_only(root_path.clone()),
                     e => e,
-                })?
+                })
             } else {
-                Ledger::open(&path)?
+                Ledger::open(&path)
             }
+            .map_err(|e| match e {
+                Error::LedgerMissing { .. } if is_snapshot_placeholder(&state) => {
+                    Error::HistoryElsewhere {
+                        path: root_path.clone(),
+                    }
+                }
+                e => e,
+            })?
         };
         let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
         let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;

@@ -1029,3 +1029,46 @@ fn an_active_swap_file_is_named_with_its_fix_and_nothing_changes() {
     drop(swap);
     rewind_json(&ws, &["checkpoint", "after swapoff"]);
 }
+
+/// helper-37: a btrfs snapshot of a workspace (a fork for a second agent)
+/// holds an empty directory where the history's nested subvolume was.
+/// Every command said the ledger `.rewind/ledger.db` was missing, a path
+/// where it never lived, and to restore it from a backup. It now says
+/// what the tree is, where its history is, and how to start one here.
+#[test]
+fn a_snapshot_of_a_workspace_says_its_history_stayed_with_the_original() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("a"), b"a\n");
+    rewind_json(&ws, &["checkpoint", "A"]);
+    let fork = lfs.mnt.join("fork");
+    assert!(succeeds(&[
+        "btrfs",
+        "-q",
+        "subvolume",
+        "snapshot",
+        ws.to_str().expect("utf-8"),
+        fork.to_str().expect("utf-8"),
+    ]));
+    let before = snapshot(&fork);
+    for verb in [&["status"][..], &["list"], &["checkpoint", "C"]] {
+        let args: Vec<&str> = ["--json"].iter().chain(verb).copied().collect();
+        let out = rewind(&fork, &args);
+        assert_eq!(out.status.code(), Some(1), "{verb:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "LEDGER_MISSING", "{verb:?}: {v}");
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            m.contains("snapshot (or copy) of a workspace")
+                && m.contains("stayed with the original")
+                && m.contains("rewind init")
+                && !m.contains("backup"),
+            "{verb:?}: {v}"
+        );
+    }
+    common::assert_same("refused in the fork", &before, &snapshot(&fork));
+    // The original is untouched.
+    assert_eq!(listed(&ws).len(), 1);
+}
