@@ -321,10 +321,6 @@ pub struct Scope {
     /// and the cache holds that same inode under that name: a directory
     /// that gained one file is listed, not stat'ed entry by entry.
     inodes: Option<HashSet<u64>>,
-    /// Files read whatever the stat cache says, by parent directory: the
-    /// mount saw them opened for writing, and a write through a shared
-    /// mapping can change a file without moving its times (D247).
-    reread: Children,
 }
 
 /// A scope naming at most this many directories and entries is small
@@ -463,25 +459,7 @@ impl Scope {
             listed_children,
             relist: HashSet::new(),
             inodes: None,
-            reread: Children::new(),
         }
-    }
-
-    /// Read the files at `paths` whatever the stat cache says (D247). The
-    /// source names them as changed too, so their directories are listed.
-    pub fn reread(&mut self, paths: impl IntoIterator<Item = Vec<u8>>) {
-        for p in paths {
-            let (parent, name) = split_parent(&p);
-            self.reread
-                .entry(parent.to_vec())
-                .or_default()
-                .insert(name.to_vec());
-        }
-    }
-
-    /// Whether entry `name` of directory `rel` is read whatever its stat.
-    fn rereads(&self, rel: &[u8], name: &[u8]) -> bool {
-        self.reread.get(rel).is_some_and(|n| n.contains(name))
     }
 
     /// List `dirs` too, by `getdents`, each with its ancestors: what their
@@ -657,6 +635,40 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
         }
     }
     scope.build()
+}
+
+/// What a mount saw of files opened for writing, by workspace-relative
+/// path (D247). A write through a shared mapping moves a file's times
+/// only when its page first becomes writable: read while such a write
+/// was still dirty, the page stayed writable, later writes through it
+/// moved nothing, and the stat cache vouched for a file that had changed
+/// (helper-36). Where no mount says, nothing is known (the walk engine's
+/// known limit).
+#[derive(Default)]
+pub struct Writers {
+    /// Opened for writing since the last capture: read again whatever
+    /// the stat cache says, unless the store clones them (a clone writes
+    /// a file's pages back first, which write-protects them).
+    since: HashSet<Vec<u8>>,
+    /// Open for writing now: written back before they are read, so that
+    /// the next write through a mapping moves their times.
+    open: HashSet<Vec<u8>>,
+}
+
+impl Writers {
+    pub fn new(since: HashSet<Vec<u8>>, open: HashSet<Vec<u8>>) -> Writers {
+        Writers { since, open }
+    }
+
+    /// Whether entry `name` of `rel` was opened for writing since the
+    /// last capture.
+    fn since(&self, rel: &[u8], name: &[u8]) -> bool {
+        !self.since.is_empty() && self.since.contains(&join(rel, name))
+    }
+
+    fn is_open(&self, path: &[u8]) -> bool {
+        !self.open.is_empty() && self.open.contains(path)
+    }
 }
 
 /// What guides a capture besides the stat cache.
@@ -1001,6 +1013,8 @@ struct Walker<'a> {
     /// How many rules at the bottom of every ignore stack are the ones
     /// kept outside the tree (`.rewind/ignore`): 0 or 1.
     state_rules: usize,
+    /// Files a mount saw opened for writing (D247).
+    writers: &'a Writers,
 }
 
 /// Gitignore-syntax rules, anchored at the directory holding them.
@@ -1033,6 +1047,7 @@ fn ignore_matcher(text: &str, path: &Path) -> Result<ignore::gitignore::Gitignor
 /// of a fresh snapshot reads it from disk (~14 µs), while the live tree's
 /// inodes are cached (~1 µs). Names still come from `root`, and whatever
 /// the cache does not vouch for is read from `root`.
+#[allow(clippy::too_many_arguments)] // each an independent input of one walk
 pub fn capture(
     root: &Dir,
     guide: Guide<'_>,
@@ -1041,6 +1056,7 @@ pub fn capture(
     clock: Clock,
     progress: &Progress,
     state_ignores: Option<(&str, &Path)>,
+    writers: &Writers,
 ) -> Result<Capture> {
     let root_meta = root.meta().map_err(Error::os)?;
     let (mirror, scope) = match guide {
@@ -1068,6 +1084,7 @@ pub fn capture(
         progress,
         owner: rewind_platform::UserAccess::owner_of(&root_meta),
         state_rules: usize::from(state_ignores.is_some()),
+        writers,
     };
     let root_dir = root.try_clone().map_err(Error::os)?;
     let mut base = IgnoreStack::new();
@@ -1390,6 +1407,12 @@ impl Walker<'_> {
             .then_some("mount point (a bind mount: another mount is not crossed)")
     }
 
+    /// Whether the sink stores a file of `size` bytes by a clone (which
+    /// writes its pages back first).
+    fn clones(&self, size: u64) -> bool {
+        matches!(self.sink, Sink::Store(store, _) if store.should_clone(size))
+    }
+
     fn lock_out(&self) -> std::sync::MutexGuard<'_, Outputs> {
         self.out.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1413,7 +1436,7 @@ impl Walker<'_> {
             return Ok(None);
         }
         let cached_rec = cached.and_then(|c| c.lookup(nb));
-        let reread = self.scope.is_some_and(|s| s.rereads(rel, nb));
+        let reread = self.writers.since(rel, nb);
         let mirrored = match (mirror, cached_rec) {
             (Some(m), Some(prev)) if !reread => {
                 m.stat_at(&name).ok().filter(|lm| prev.vouches_for(lm))
@@ -1496,7 +1519,7 @@ impl Walker<'_> {
             );
             return Ok(None);
         }
-        let reread = reread && meta.kind == EntryKind::File;
+        let reread = reread && meta.kind == EntryKind::File && !self.clones(meta.size);
         let prev = cached_rec.filter(|r| !reread && r.vouches_for(&meta));
         // The cached record names this very directory (same inode): only
         // then do the cached subtree and the rows at its path describe it.
@@ -1574,6 +1597,8 @@ impl Walker<'_> {
                 reason: "changed type three times while it was read: nothing was changed; retry once what writes it has settled".into(),
             });
         }
+        // Counted when first classified: one entry, looked at again.
+        self.counters.entries.fetch_sub(1, Ordering::Relaxed);
         match self.classify(here, name)? {
             Some(slot) => self.resolve_at(here, slot, tries + 1),
             None => Ok(None),
@@ -1760,6 +1785,9 @@ impl Walker<'_> {
                 ),
             );
             return Ok(Hashed::Gone);
+        }
+        if self.writers.is_open(path) {
+            rewind_platform::write_back_and_wait(&file);
         }
         let xattrs = Xattr::list_user(&file).map_err(|e| {
             Error::os(rewind_platform::Error::new(

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewind_fuse::{Client, MountStatus};
 
-use crate::capture::Scope;
+use crate::capture::{Scope, Writers};
 use crate::error::Result;
 
 /// The error a path inside the mount of a dead daemon gives: ENOTCONN,
@@ -168,26 +168,32 @@ impl MountLink {
         !self.gone.load(Ordering::SeqCst) && lock(&self.client).is_alive()
     }
 
-    /// What the next capture must look at; `None`: everything. With
+    /// What the next capture must look at (`scope`; `None`: everything),
+    /// and which files the mount saw opened for writing (`writers`). With
     /// `take`, the capture promises to [`MountLink::commit`] after
     /// persisting, and its set is given back if it never does.
-    pub fn scope(&self, take: bool) -> Result<Option<Scope>> {
+    pub fn dirty(&self, take: bool) -> Result<MountDirty> {
         if self.gone.load(Ordering::SeqCst) {
-            return Ok(None);
+            return Ok(MountDirty::default());
         }
         let mut c = lock(&self.client);
         let d = if take { c.take_dirty() } else { c.peek_dirty() };
         drop(c);
         let Some(d) = self.unless_gone(d)? else {
-            return Ok(None);
+            return Ok(MountDirty::default());
         };
+        let writers = Writers::new(d.reread, d.open);
         // A changed ignore file at the root changes everything.
         if d.all || d.deep.contains(b"".as_slice()) {
-            return Ok(None);
+            return Ok(MountDirty {
+                scope: None,
+                writers,
+            });
         }
-        let mut scope = Scope::new(d.dirs, d.deep);
-        scope.reread(d.reread);
-        Ok(Some(scope))
+        Ok(MountDirty {
+            scope: Some(Scope::new(d.dirs, d.deep)),
+            writers,
+        })
     }
 
     pub fn commit(&self) -> Result<()> {
@@ -224,6 +230,13 @@ impl MountLink {
     pub fn unmount(&self) -> Result<()> {
         Ok(lock(&self.client).unmount()?)
     }
+}
+
+/// What a mount's daemon says before a capture (see [`MountLink::dirty`]).
+#[derive(Default)]
+pub struct MountDirty {
+    pub scope: Option<Scope>,
+    pub writers: Writers,
 }
 
 /// A frozen mount. Dropping it thaws the mount and invalidates the paths

@@ -228,7 +228,7 @@ impl ObjectStore {
     /// Clone only files of at least [`CLONE_MIN`] bytes: below that a clone's
     /// metadata transaction costs more time than copying the bytes, and
     /// saves at most a few blocks (docs/DECISIONS.md D21).
-    fn should_clone(&self, size: u64) -> bool {
+    pub(crate) fn should_clone(&self, size: u64) -> bool {
         self.clones && size >= CLONE_MIN
     }
 

@@ -157,6 +157,8 @@ pub fn convert(dir: &Path) -> Result<Converted> {
             };
             let mut links = HashMap::new();
             copy_tree(&target, &new, &owner, &mut counts, &mut links)?;
+            // DIR's own flag too, after its entries (helper-38).
+            rewind_platform::match_nocow(&target, &new);
             copy_meta_dir(&target, &parent, &tmp, &new, &root, &owner)?;
             new.syncfs().map_err(Error::os)?;
             crate::failpoint::hit("subvol:copied");

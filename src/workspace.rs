@@ -1040,17 +1040,21 @@ impl Workspace {
         // kept outside it: under other rules than the stat cache was
         // written with, everything is walked (D62).
         let same_rules = self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
-        let scope = match &self.mount {
-            Some(m) if !mirrored && !distrust && !walk_anyway => {
+        let (scope, writers) = match &self.mount {
+            Some(m) if !mirrored => {
                 let _t = crate::trace::span("dirty set");
                 // Taken even when unused: it is committed with the capture
-                // (and the daemon's set stays bounded).
-                let scope = m.scope(matches!(sink, Sink::Store(..)))?;
+                // (and the daemon's set stays bounded). A capture that
+                // walks anyway only looks: it needs the writers (D247).
+                let take = matches!(sink, Sink::Store(..)) && !distrust && !walk_anyway;
+                let d = m.dirty(take)?;
                 // A view's set misses what was written beside it, in the
                 // workspace directory (D123): the stat cache walks.
-                scope.filter(|_| same_rules && !m.is_view())
+                let usable = take || (!distrust && !walk_anyway);
+                let scope = d.scope.filter(|_| usable && same_rules && !m.is_view());
+                (scope, d.writers)
             }
-            _ => None,
+            _ => (None, capture::Writers::default()),
         };
         // A btrfs snapshot: btrfs says what changed since the snapshot the
         // stat cache describes (D59); otherwise the live tree guides.
@@ -1112,7 +1116,16 @@ impl Workspace {
             (None, true) => capture::Guide::Mirror(&self.root),
             (None, false) => capture::Guide::None,
         };
-        let mut cap = capture::capture(dir, guide, &cache, sink, clock, &progress, state_ignores)?;
+        let mut cap = capture::capture(
+            dir,
+            guide,
+            &cache,
+            sink,
+            clock,
+            &progress,
+            state_ignores,
+            &writers,
+        )?;
         cap.replaces_cache = distrust;
         cap.cache_mark = cache_mark;
         cap.cache_rules = Some(rules_key);

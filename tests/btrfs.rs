@@ -323,6 +323,9 @@ fn a_nocow_file_keeps_its_flag_and_is_cloned_not_copied() {
     sh(&format!("chattr +C {}", dir.join("vm").display()));
     write(&dir.join("vm/disk"), b"inherits +C from vm\n");
     write(&dir.join("plain.txt"), b"copy-on-write\n");
+    // DIR itself too (what is made in it later inherits the flag), set
+    // after plain.txt was made, which stays copy-on-write.
+    sh(&format!("chattr +C {}", dir.display()));
     assert!(nocow(&data) && nocow(&dir.join("vm")) && nocow(&dir.join("vm/disk")));
     let before = snapshot(&dir);
     let v = rewind_json(&lfs.mnt, &["init", "--subvolume", "db"]);
@@ -333,6 +336,7 @@ fn a_nocow_file_keeps_its_flag_and_is_cloned_not_copied() {
     assert!(nocow(&dir.join("vm")), "vm lost +C");
     assert!(nocow(&dir.join("vm/disk")), "vm/disk lost +C");
     assert!(!nocow(&dir.join("plain.txt")), "plain.txt gained +C");
+    assert!(nocow(&dir), "the converted directory lost +C");
 }
 
 #[test]

@@ -230,7 +230,8 @@ pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
 }
 
 /// `[all u8][n u32]{[dir][has names u8][names list]}*[deep list][reread
-/// list]`; a daemon from before D247 sends no reread list.
+/// list][open list]`; a daemon from before D247 sends neither of the last
+/// two.
 pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
     let mut out = vec![d.all as u8];
     out.extend_from_slice(&(d.dirs.len() as u32).to_le_bytes());
@@ -243,6 +244,7 @@ pub(crate) fn encode_dirty(d: &DirtySet) -> Vec<u8> {
     }
     put_list(&mut out, d.deep.iter());
     put_list(&mut out, d.reread.iter());
+    put_list(&mut out, d.open.iter());
     out
 }
 
@@ -265,6 +267,7 @@ fn decode_dirty(b: &[u8]) -> Option<DirtySet> {
         dirs,
         deep,
         reread: c.list().unwrap_or_default().into_iter().collect(),
+        open: c.list().unwrap_or_default().into_iter().collect(),
     })
 }
 
@@ -719,13 +722,15 @@ mod tests {
         d.dirs.insert(b"docs".to_vec(), None);
         d.deep.insert(b"deep".to_vec());
         d.reread.insert(b"src/a.rs".to_vec());
+        d.open.insert(b"log/x".to_vec());
         let wire = encode_dirty(&d);
         assert_eq!(decode_dirty(&wire), Some(d.clone()));
         // Before D247 the payload ended after the deep list.
         let mut old = d.clone();
         old.reread.clear();
+        old.open.clear();
         let mut short = encode_dirty(&old);
-        short.truncate(short.len() - 4);
+        short.truncate(short.len() - 8);
         assert_eq!(decode_dirty(&short), Some(old));
     }
 

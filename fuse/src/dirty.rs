@@ -25,9 +25,14 @@ pub struct DirtySet {
     pub dirs: HashMap<Vec<u8>, Names>,
     /// Directories whose whole subtree must be walked.
     pub deep: HashSet<Vec<u8>>,
-    /// Files opened for writing: read again whatever their stat says (a
-    /// write through a shared mapping may move no time, D247).
+    /// Files opened for writing since the last capture: read again
+    /// whatever their stat says (a write through a shared mapping may
+    /// move no time, D247).
     pub reread: HashSet<Vec<u8>>,
+    /// Files open for writing now: written back before they are read, so
+    /// that a later write through a mapping moves their times (D247).
+    /// Not kept: each take says it anew.
+    pub open: HashSet<Vec<u8>>,
 }
 
 impl DirtySet {
@@ -77,6 +82,8 @@ struct State {
     /// Inodes open for writing, with their open count: written through
     /// passthrough without the daemon seeing it, so they stay dirty.
     writers: HashMap<u64, u32>,
+    /// Inodes opened for writing since the last take (D247).
+    reread: HashSet<u64>,
 }
 
 pub struct Tracker {
@@ -199,7 +206,20 @@ impl Tracker {
     }
 
     pub fn opened_for_write(&self, ino: u64) {
-        *self.lock().writers.entry(ino).or_default() += 1;
+        let mut st = self.lock();
+        *st.writers.entry(ino).or_default() += 1;
+        st.reread.insert(ino);
+    }
+
+    /// The inodes opened for writing since the last take; with `take`,
+    /// a fresh list starts.
+    pub fn reread_inodes(&self, take: bool) -> Vec<u64> {
+        let mut st = self.lock();
+        if take {
+            std::mem::take(&mut st.reread).into_iter().collect()
+        } else {
+            st.reread.iter().copied().collect()
+        }
     }
 
     /// Files to read again at the next capture (see [`DirtySet::reread`]).

@@ -227,12 +227,28 @@ impl Shared {
     }
 
     /// The dirty set for a capture; with `take`, files still open for
-    /// writing stay dirty for the next one.
+    /// writing stay dirty for the next one. With it: the files opened for
+    /// writing since the last capture (`reread`) and those open for
+    /// writing now (`open`), by their current names (D247).
     pub fn take(&self, take: bool) -> DirtySet {
-        let set = self.tracker.take(take);
+        // Into the set before it is taken, so that an aborted capture
+        // gives them back with the rest.
+        let reread = self
+            .tracker
+            .reread_inodes(take)
+            .into_iter()
+            .flat_map(|ino| self.paths_of(ino))
+            .collect::<Vec<_>>();
+        let mut set = if take {
+            self.tracker.reread(reread);
+            self.tracker.take(true)
+        } else {
+            let mut set = self.tracker.take(false);
+            set.reread.extend(reread);
+            set
+        };
+        set.open = self.open_for_writing().into_iter().collect();
         if take {
-            // Still open for writing: read again by the next capture too.
-            self.tracker.reread(self.open_for_writing());
             let mut m = self.mutation();
             for ino in self.tracker.writers() {
                 let nlink = self
@@ -279,10 +295,10 @@ impl Shared {
     /// File `ino` was opened for writing: its next capture reads it
     /// whatever its stat says. A write through a shared mapping moves no
     /// time once its page is writable, so the stat cache vouched for a
-    /// file that had changed (helper-36, D247).
+    /// file that had changed (helper-36, D247). Kept by inode, named at
+    /// the take: files made and deleted in between cost nothing there.
     pub fn opened_for_write(&self, ino: u64) {
         self.tracker.opened_for_write(ino);
-        self.tracker.reread(self.paths_of(ino));
     }
 
     /// Close the gate for a rewind: to opens first, until the files open

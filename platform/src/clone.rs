@@ -123,6 +123,23 @@ pub fn match_nocow(src: &impl AsFd, dst: &impl AsFd) {
     }
 }
 
+/// Write a file's dirty pages back and wait, so that they are clean: the
+/// kernel write-protects a clean page in every shared mapping, and the
+/// next write through one faults and moves the file's times. A file
+/// read while a mapping's write was still dirty kept the page writable,
+/// and further writes through it moved nothing, so the stat cache
+/// vouched for a file that had changed (helper-36, D247). Advisory.
+pub fn write_back_and_wait(file: &impl AsFd) {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: sync_file_range(2) on a valid fd; nbytes 0 means to the end.
+    unsafe {
+        libc::sync_file_range(file.as_fd().as_raw_fd(), 0, 0, flags);
+    }
+}
+
 /// Tell the kernel a file will be read front to back (bigger readahead).
 /// Advisory: failures are ignored.
 pub fn advise_sequential(file: &impl AsFd) {

@@ -26,7 +26,7 @@ pub use btrfs::{
 };
 pub use clone::{
     CloneOutcome, advise_sequential, clone_or_copy, copy_with, match_nocow, set_direct_io,
-    start_writeback, write_sparse,
+    start_writeback, write_back_and_wait, write_sparse,
 };
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
