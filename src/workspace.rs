@@ -149,6 +149,16 @@ pub const STATE_IGNORE_FILE: &str = "ignore";
 /// must not trust them (it starts from an empty cache once instead).
 pub(crate) const STAT_CACHE_FROM: &str = "stat_cache_from";
 
+/// Which tree a capture reads: the live workspace, a btrfs snapshot of it
+/// whose unchanged inodes the live tree stands in for (`Mirrored`), or
+/// another tree (a snapshot hashed on its own).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tree {
+    Live,
+    Mirrored,
+    Other,
+}
+
 /// Meta key: `capture::rules_key` of the ignore rules the stat cache was
 /// written under (a scope from a bulk stat is only valid under them).
 pub(crate) const STAT_CACHE_RULES: &str = "stat_cache_rules";
@@ -990,7 +1000,7 @@ impl Workspace {
                 .and_then(durable::State::store_below_ns)
                 .filter(|_| self.root.meta().is_ok_and(|m| self.store.is_on(m.dev))),
         };
-        let mut cap = self.capture_in(&self.root, false, sink, clock, message)?;
+        let mut cap = self.capture_in(&self.root, Tree::Live, sink, clock, message)?;
         cap.durable = durable::State::after_capture(durable.as_ref(), &cap.recent, cap.scoped);
         cap.durable_changed = cap.durable != durable;
         Ok(cap)
@@ -1014,17 +1024,28 @@ impl Workspace {
             report_from_ns: None,
             store_durable_below_ns: None,
         };
-        self.capture_in(dir, mirrored, sink, clock, message)
+        let tree = if mirrored {
+            Tree::Mirrored
+        } else {
+            Tree::Other
+        };
+        self.capture_in(dir, tree, sink, clock, message)
     }
 
     fn capture_in(
         &self,
         dir: &Dir,
-        mirrored: bool,
+        tree: Tree,
         sink: Sink<'_>,
         clock: capture::Clock,
         message: &'static str,
     ) -> Result<Capture> {
+        let mirrored = tree == Tree::Mirrored;
+        // What the mount's daemon or a bulk stat says is about the live
+        // tree: applied to a snapshot (`verify --deep`), it hashed the
+        // live tree's cached entries as the snapshot's, and called intact
+        // snapshots damaged (helper-39, D252).
+        let live = tree == Tree::Live;
         // A storing capture cannot trust rows the btrfs engine wrote (see
         // STAT_CACHE_FROM): it starts cold once and replaces them.
         let distrust = matches!(sink, Sink::Store(..))
@@ -1041,7 +1062,7 @@ impl Workspace {
         // written with, everything is walked (D62).
         let same_rules = self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
         let (scope, writers) = match &self.mount {
-            Some(m) if !mirrored => {
+            Some(m) if live => {
                 let _t = crate::trace::span("dirty set");
                 // Taken even when unused: it is committed with the capture
                 // (and the daemon's set stays bounded). A capture that
@@ -1101,7 +1122,7 @@ impl Workspace {
         };
         // The walk engine on XFS: one bulk stat instead of a stat per path (D60).
         let scope = match scope {
-            None if !mirrored && !distrust && !walk_anyway && !cache.is_empty() => {
+            None if live && !distrust && !walk_anyway && !cache.is_empty() => {
                 self.bulkstat_scope(&cache, same_rules)?
             }
             s => s,

@@ -1072,3 +1072,43 @@ fn a_snapshot_of_a_workspace_says_its_history_stayed_with_the_original() {
     // The original is untouched.
     assert_eq!(listed(&ws).len(), 1);
 }
+
+/// D252 (helper-39): `verify --deep` in a btrfs-engine workspace mounted
+/// with `rewind mount` hashed each snapshot with the mount's dirty set
+/// and the live tree's stat cache, and called every intact snapshot
+/// damaged (all with the same "actual" root). What the daemon says is
+/// about the live tree alone now.
+#[test]
+fn verify_deep_through_a_mount_finds_intact_snapshots_intact() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    // Past the cache's racy window between steps, as an agent's are.
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(1100));
+    write(&ws.join("a.txt"), b"a\n");
+    rewind_json(&ws, &["checkpoint", "one"]);
+    pause();
+    write(&ws.join("b.txt"), b"b\n");
+    rewind_json(&ws, &["checkpoint", "two"]);
+    pause();
+    assert_eq!(rewind_json(&ws, &["verify", "--deep"])["ok"], true);
+    let Some(_m) = common::MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("c.txt"), b"c\n");
+    rewind_json(&ws, &["checkpoint", "three"]);
+    write(&ws.join("d/e"), b"e\n");
+    rewind_json(&ws, &["rewind", "one"]);
+    write(&ws.join("f.txt"), b"f\n");
+    rewind_json(&ws, &["checkpoint", "four"]);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.join("a.txt"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"g\n"))
+        .expect("append");
+    let out = rewind(&ws, &["--json", "verify", "--deep"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(out.status.success(), "{v}");
+}

@@ -876,6 +876,108 @@ fn a_killed_daemon_loses_nothing_and_the_next_command_walks() {
     m.unmount();
 }
 
+/// A `rewind mcp` session over stdio: one `tools/call` at a time.
+struct McpSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    id: u64,
+}
+
+impl McpSession {
+    fn start(dir: &Path) -> McpSession {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .arg("mcp")
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn rewind mcp");
+        let mut s = McpSession {
+            stdin: child.stdin.take().expect("stdin"),
+            lines: std::io::BufRead::lines(std::io::BufReader::new(
+                child.stdout.take().expect("stdout"),
+            )),
+            child,
+            id: 0,
+        };
+        s.request(
+            "initialize",
+            serde_json::json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"0"}}),
+        );
+        let note = serde_json::json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+        writeln!(s.stdin, "{note}").expect("write");
+        s
+    }
+
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.id += 1;
+        let id = self.id;
+        let msg = serde_json::json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
+        writeln!(self.stdin, "{msg}").expect("write");
+        self.lines
+            .by_ref()
+            .map(|l| serde_json::from_str::<serde_json::Value>(&l.expect("line")).expect("json"))
+            .find(|v| v["id"] == id)
+            .expect("an answer")
+    }
+
+    /// A tool's result; a tool error fails the test.
+    fn call(&mut self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        let r = self.request(
+            "tools/call",
+            serde_json::json!({"name":name,"arguments":arguments}),
+        );
+        assert_eq!(
+            r["result"]["isError"],
+            serde_json::json!(false),
+            "{name}: {r}"
+        );
+        r["result"]["structuredContent"].clone()
+    }
+}
+
+impl Drop for McpSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// D251 (helper-39): a `rewind mcp` started inside the mount, after its
+/// daemon was killed. The dead mount answers ENOTCONN, which the server
+/// took for its directory being gone (D174): it climbed to the directory
+/// above the workspace, `status` called that no workspace, `checkpoint`
+/// made it one, and a rewind there changed files outside the workspace.
+/// It now detaches the dead mount and walks the same workspace, as every
+/// command does.
+#[test]
+fn an_mcp_server_inside_a_mount_whose_daemon_died_stays_in_its_workspace() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let mut mcp = McpSession::start(&ws);
+    mcp.call("checkpoint", serde_json::json!({"label":"base"}));
+    // Written at the root: the kernel no longer has its attributes cached.
+    write(&ws.join("new.txt"), b"new\n");
+    kill_and_reap(m.status().pid);
+    std::mem::forget(m); // its dead mount is the server's to detach
+    let st = mcp.call("status", serde_json::json!({}));
+    assert_eq!(st["changes"][0]["path"], "new.txt", "{st}");
+    let ck = mcp.call("checkpoint", serde_json::json!({"label":"after"}));
+    assert_eq!(ck["added"], 1, "{ck}");
+    let above = ws.parent().expect("parent").join(".rewind");
+    assert!(!above.exists(), "a workspace was made above this one");
+    assert_eq!(
+        std::fs::read(ws.join("new.txt")).expect("new.txt"),
+        b"new\n"
+    );
+}
+
 /// D192: the command right after a SIGKILL of a daemon that holds many
 /// inodes (it takes a moment to die) connected to its socket, was reset,
 /// and failed with "Connection reset by peer" (helper-27: 4 runs of 4);

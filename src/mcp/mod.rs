@@ -65,11 +65,22 @@ impl Server {
     /// Every call failed with "does not exist: name the workspace's
     /// directory (-C DIR)", which a model cannot do, so the damage could
     /// not be rewound over MCP (D174).
+    ///
+    /// A mount whose daemon died answers ENOTCONN, which is not "gone":
+    /// taken for it, the call climbed to the directory above the
+    /// workspace, made that a workspace and rewound files outside this
+    /// one (helper-39, D251). The dead mount is detached first, as every
+    /// command does (D56), and the call walks the same workspace.
     fn start(&self) -> (Option<PathBuf>, PathBuf) {
         let start = match &self.dir {
             Some(d) => self.cwd.join(d),
             None => self.cwd.clone(),
         };
+        if let Err(e) = std::fs::metadata(&start)
+            && crate::mount::is_dead_mount(&e)
+        {
+            let _ = crate::mount::detach_dead_above(&start);
+        }
         if start.exists() {
             (self.dir.clone(), self.cwd.clone())
         } else {
