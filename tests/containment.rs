@@ -1261,18 +1261,7 @@ fn a_file_held_open_for_writing_is_named_when_a_rewind_replaces_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let v = rewind_json(&root, &["rewind", &a]);
-    let warning = v["warning"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no warning: {v}"));
-    assert!(
-        warning.contains("open for writing") && warning.contains("server.log"),
-        "{warning}"
-    );
-    assert!(
-        warning.contains(&format!("pid {}", writer.id())),
-        "{warning}"
-    );
-    assert!(!warning.contains("other.txt"), "{warning}");
+    common::assert_held_open_named(&v, "server.log", writer.id(), "other.txt");
     let _ = writer.kill();
     let _ = writer.wait();
     write(&root.join("server.log"), b"line 3\n");

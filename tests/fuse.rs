@@ -222,21 +222,9 @@ fn a_file_held_open_for_writing_through_the_mount_is_named_when_a_rewind_replace
     let mut open = [0u8; 5];
     std::io::Read::read_exact(&mut out, &mut open).expect("the writer opened server.log");
     let v = rewind_json(&ws, &["rewind", &base]);
-    let warning = v["warning"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no warning: {v}"))
-        .to_owned();
     let _ = writer.kill();
     let _ = writer.wait();
-    assert!(
-        warning.contains("open for writing") && warning.contains("server.log"),
-        "{warning}"
-    );
-    assert!(
-        warning.contains(&format!("pid {}", writer.id())),
-        "{warning}"
-    );
-    assert!(!warning.contains("other.txt"), "{warning}");
+    let warning = common::assert_held_open_named(&v, "server.log", writer.id(), "other.txt");
     assert!(
         !warning.contains("(rewind)"),
         "the daemon is no holder: {warning}"
@@ -975,6 +963,42 @@ fn an_mcp_server_inside_a_mount_whose_daemon_died_stays_in_its_workspace() {
     assert_eq!(
         std::fs::read(ws.join("new.txt")).expect("new.txt"),
         b"new\n"
+    );
+    drop(mcp);
+
+    // D253 (helper-40): the same in a `--at` view. Detached, the view is
+    // an empty directory: a `checkpoint` made an empty workspace there
+    // and answered as if it had checkpointed the agent's work.
+    let view = ws.parent().expect("parent").join("view");
+    std::fs::create_dir(&view).expect("mkdir view");
+    let v = mount_view(&ws, &view);
+    let mut mcp = McpSession::start(&view);
+    mcp.call("checkpoint", serde_json::json!({"label":"in the view"}));
+    write(&view.join("newer.txt"), b"newer\n");
+    kill_and_reap(v.status().pid);
+    std::mem::forget(v);
+    for tool in ["status", "checkpoint"] {
+        let r = mcp.request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": {}}),
+        );
+        assert_eq!(r["result"]["isError"], true, "{tool}: {r}");
+        let text = r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.contains("view of a workspace elsewhere"),
+            "{tool}: {r}"
+        );
+    }
+    assert!(
+        !view.join(".rewind").exists(),
+        "a workspace was made in the view"
+    );
+    assert!(!above.exists(), "a workspace was made above the view");
+    assert_eq!(
+        std::fs::read(ws.join("newer.txt")).expect("newer.txt"),
+        b"newer\n"
     );
 }
 

@@ -45,6 +45,10 @@ pub struct Server {
     queue: tokio::sync::Mutex<()>,
     /// The workspace, kept open between calls (D63).
     warm: WarmSlot,
+    /// The server's directory was a `--at` view whose daemon died: with
+    /// nothing there, a `checkpoint` made an empty workspace in it and
+    /// said it had checkpointed (helper-40, D253).
+    in_dead_view: AtomicBool,
 }
 
 impl Server {
@@ -55,6 +59,7 @@ impl Server {
             profile,
             queue: tokio::sync::Mutex::new(()),
             warm: WarmSlot::default(),
+            in_dead_view: AtomicBool::new(false),
         }
     }
 
@@ -80,6 +85,11 @@ impl Server {
             && crate::mount::is_dead_mount(&e)
         {
             let _ = crate::mount::detach_dead_above(&start);
+            // Detached, it shows no workspace: it was a view of one
+            // elsewhere (D207).
+            if crate::workspace::Workspace::discover(&start).is_none() {
+                self.in_dead_view.store(true, Ordering::Relaxed);
+            }
         }
         if start.exists() {
             (self.dir.clone(), self.cwd.clone())
@@ -195,6 +205,19 @@ impl ServerHandler for Server {
         let cancel = Arc::new(AtomicBool::new(false));
         let observer = progress_observer(&context, tool.name, cancel.clone());
         let (dir, cwd) = self.start();
+        if self.in_dead_view.load(Ordering::Relaxed) {
+            let here = dir.as_ref().map_or_else(|| cwd.clone(), |d| cwd.join(d));
+            // Mounted again since: the view serves its workspace again.
+            if crate::workspace::Workspace::discover(&here).is_some() {
+                self.in_dead_view.store(false, Ordering::Relaxed);
+            } else {
+                let e = Error::InvalidPath {
+                    path: here,
+                    reason: "was a view of a workspace elsewhere (`rewind mount WORKSPACE --at VIEW`) whose daemon died: nothing of the workspace is here; mount it again, or start the MCP server in the workspace itself".into(),
+                };
+                return Ok(error_result(tool.name, &e, self.profile).into());
+            }
+        }
         let ctx = Ctx::for_tool(dir, cwd, Some(observer), Some(self.warm.clone()));
 
         let _turn = tokio::select! {

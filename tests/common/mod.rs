@@ -1141,3 +1141,20 @@ pub fn resume_to_success(child: std::process::Child) -> Output {
     );
     out
 }
+
+/// The rewind report `v` warns that `file` was open for writing by `pid`
+/// when the rewind replaced it, and does not name `other` (D220, D244).
+/// Returns the warning.
+pub fn assert_held_open_named(v: &serde_json::Value, file: &str, pid: u32, other: &str) -> String {
+    let warning = v["warning"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no warning: {v}"))
+        .to_owned();
+    assert!(
+        warning.contains("open for writing") && warning.contains(file),
+        "{warning}"
+    );
+    assert!(warning.contains(&format!("pid {pid}")), "{warning}");
+    assert!(!warning.contains(other), "{warning}");
+    warning
+}
