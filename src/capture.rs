@@ -323,6 +323,11 @@ pub struct Scope {
     inodes: Option<HashSet<u64>>,
 }
 
+/// Files the store copies are written back before they are read up to
+/// this size (D254): a bigger one's writeback would be most of a
+/// checkpoint's time on ext4, where nothing is cloned.
+const WRITE_BACK_MAX: u64 = 8 << 20;
+
 /// A scope naming at most this many directories and entries is small
 /// ([`Scope::is_small`]).
 const SMALL_SCOPE: usize = 64;
@@ -1786,7 +1791,13 @@ impl Walker<'_> {
             );
             return Ok(Hashed::Gone);
         }
-        if self.writers.is_open(path) {
+        // Written back before it is read, unless a clone does that: a
+        // page read while a write through a shared mapping is still dirty
+        // stays writable, and later writes through it move no time, so the
+        // stat cache would vouch for a file that changed (D247, D254). A
+        // clean file costs one syscall; past WRITE_BACK_MAX a copy (ext4)
+        // does not wait for the whole file's writeback.
+        if self.writers.is_open(path) || (!self.clones(meta.size) && meta.size <= WRITE_BACK_MAX) {
             rewind_platform::write_back_and_wait(&file);
         }
         let xattrs = Xattr::list_user(&file).map_err(|e| {

@@ -234,48 +234,6 @@ fn a_file_held_open_for_writing_through_the_mount_is_named_when_a_rewind_replace
     assert!(v.get("warning").is_none(), "no writer, no warning: {v}");
 }
 
-/// Write `bytes` at the start of a 4096-byte shared mapping of `file`.
-struct SharedMap {
-    _file: std::fs::File,
-    map: *mut libc::c_void,
-}
-
-impl SharedMap {
-    fn of(path: &Path) -> SharedMap {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open for the mapping");
-        // SAFETY: a fresh shared mapping of 4096 bytes of an open file,
-        // used only through `put` and unmapped on drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED, "mmap {}", path.display());
-        SharedMap { _file: file, map }
-    }
-
-    fn put(&self, bytes: &[u8; 8]) {
-        // SAFETY: `map` is 4096 writable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.map.cast::<u8>(), 8) }
-    }
-}
-
-impl Drop for SharedMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `of`, no longer used.
-        unsafe { libc::munmap(self.map, 4096) };
-    }
-}
-
 /// D247's case, through the mount at `mp` over workspace `ws` (the same
 /// path, or a view): two writes through one shared mapping of a small
 /// file, a checkpoint after each; the second checkpoint must hold the
@@ -287,7 +245,7 @@ fn a_second_write_through_a_mapping_is_checkpointed(mp: &Path, file: &str, names
     // Each write older than the capture's start, or the cache would not
     // vouch for the file anyway (racily clean).
     let settle = || std::thread::sleep(std::time::Duration::from_millis(100));
-    let map = SharedMap::of(&mp.join(file));
+    let map = common::SharedMap::of(&mp.join(file), true);
     map.put(b"AAAAAAAA");
     settle();
     let a = rewind_json(mp, &["checkpoint", "cA"]);

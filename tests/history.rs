@@ -253,6 +253,40 @@ fn an_entry_that_changes_type_while_captured_is_captured_as_it_is_then() {
     );
 }
 
+/// D254: a write through a shared mapping moves a file's times only when
+/// its page becomes writable, and a capture that read the page while an
+/// earlier write was still dirty left it writable: later writes moved
+/// nothing, and the walk engine's stat cache vouched for the file (each
+/// checkpoint after the first held the first write alone). A file the
+/// store copies is now written back before it is read, which
+/// write-protects its pages, so the next write moves its times. Mapped
+/// the usual C way: the descriptor closed once mapped.
+#[test]
+fn every_write_through_a_shared_mapping_is_in_the_next_walk_checkpoint() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f.bin"), &[0u8; 4096]);
+    let base = checkpoint_id(root, &["base"]);
+    let map = common::SharedMap::of(&root.join("f.bin"), false);
+    for (i, bytes) in [b"AAAAAAAA", b"BBBBBBBB", b"CCCCCCCC"].iter().enumerate() {
+        map.put(bytes);
+        // Older than the capture's start, or the cache would not vouch
+        // for the file anyway (racily clean).
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let v = rewind_json(root, &["checkpoint", &format!("c{i}")]);
+        assert_eq!(v["changes"]["modified"], 1, "write {i} was missed: {v}");
+    }
+    drop(map);
+    rewind_json(root, &["rewind", &base]);
+    rewind_json(root, &["undo"]);
+    let now = std::fs::read(root.join("f.bin")).expect("read f.bin");
+    assert_eq!(
+        &now[..8],
+        b"CCCCCCCC",
+        "rewind and undo lost the last write"
+    );
+}
+
 fn listed(root: &std::path::Path, id: &str) -> serde_json::Value {
     let list = rewind_json(root, &["list"]);
     list["checkpoints"]

@@ -1158,3 +1158,49 @@ pub fn assert_held_open_named(v: &serde_json::Value, file: &str, pid: u32, other
     assert!(!warning.contains(other), "{warning}");
     warning
 }
+
+/// A 4096-byte shared mapping of a file, unmapped on drop; its descriptor
+/// kept open with it, or closed once mapped (the usual C pattern).
+pub struct SharedMap {
+    map: *mut libc::c_void,
+    _file: Option<std::fs::File>,
+}
+
+impl SharedMap {
+    pub fn of(path: &Path, keep_fd: bool) -> SharedMap {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open for the mapping");
+        // SAFETY: a fresh shared mapping of 4096 bytes of an open file,
+        // used only through `put` and unmapped on drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap {}", path.display());
+        SharedMap {
+            map,
+            _file: keep_fd.then_some(file),
+        }
+    }
+
+    pub fn put(&self, bytes: &[u8; 8]) {
+        // SAFETY: `map` is 4096 writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.map.cast::<u8>(), 8) }
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `of`, no longer used.
+        unsafe { libc::munmap(self.map, 4096) };
+    }
+}
