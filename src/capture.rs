@@ -1791,14 +1791,14 @@ impl Walker<'_> {
             );
             return Ok(Hashed::Gone);
         }
-        // Written back before it is read, unless a clone does that: a
-        // page read while a write through a shared mapping is still dirty
-        // stays writable, and later writes through it move no time, so the
-        // stat cache would vouch for a file that changed (D247, D254). A
-        // clean file costs one syscall; past WRITE_BACK_MAX a copy (ext4)
-        // does not wait for the whole file's writeback.
+        // Its writeback started before it is read, unless a clone does
+        // that: a page read while a write through a shared mapping is
+        // still dirty stays writable, and later writes through it move no
+        // time, so the stat cache would vouch for a file that changed
+        // (D247, D254). A clean file costs one syscall; past
+        // WRITE_BACK_MAX a copy (ext4) leaves the file's writeback alone.
         if self.writers.is_open(path) || (!self.clones(meta.size) && meta.size <= WRITE_BACK_MAX) {
-            rewind_platform::write_back_and_wait(&file);
+            rewind_platform::clean_for_read(&file);
         }
         let xattrs = Xattr::list_user(&file).map_err(|e| {
             Error::os(rewind_platform::Error::new(

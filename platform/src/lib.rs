@@ -25,8 +25,8 @@ pub use btrfs::{
     subvolume_written_since_creation,
 };
 pub use clone::{
-    CloneOutcome, advise_sequential, clone_or_copy, copy_with, match_nocow, set_direct_io,
-    start_writeback, write_back_and_wait, write_sparse,
+    CloneOutcome, advise_sequential, clean_for_read, clone_or_copy, copy_with, match_nocow,
+    set_direct_io, start_writeback, write_sparse,
 };
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
