@@ -651,24 +651,37 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
 /// known limit).
 #[derive(Default)]
 pub struct Writers {
-    /// Opened for writing since the last capture: read again whatever
-    /// the stat cache says, unless the store clones them (a clone writes
-    /// a file's pages back first, which write-protects them).
-    since: HashSet<Vec<u8>>,
-    /// Open for writing now: written back before they are read, so that
-    /// the next write through a mapping moves their times.
+    /// Opened for writing since the last capture, by parent directory
+    /// (looked up for every entry a capture classifies, without joining
+    /// its path): read again whatever the stat cache says, unless the
+    /// store clones them (a clone writes a file's pages back first, which
+    /// write-protects them).
+    since: Children,
+    /// Open for writing now: their writeback is started before they are
+    /// read, so that the next write through a mapping moves their times.
     open: HashSet<Vec<u8>>,
 }
 
 impl Writers {
     pub fn new(since: HashSet<Vec<u8>>, open: HashSet<Vec<u8>>) -> Writers {
-        Writers { since, open }
+        let mut by_parent = Children::new();
+        for p in &since {
+            let (parent, name) = split_parent(p);
+            by_parent
+                .entry(parent.to_vec())
+                .or_default()
+                .insert(name.to_vec());
+        }
+        Writers {
+            since: by_parent,
+            open,
+        }
     }
 
     /// Whether entry `name` of `rel` was opened for writing since the
     /// last capture.
     fn since(&self, rel: &[u8], name: &[u8]) -> bool {
-        !self.since.is_empty() && self.since.contains(&join(rel, name))
+        self.since.get(rel).is_some_and(|n| n.contains(name))
     }
 
     fn is_open(&self, path: &[u8]) -> bool {

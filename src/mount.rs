@@ -182,17 +182,11 @@ impl MountLink {
         let Some(d) = self.unless_gone(d)? else {
             return Ok(MountDirty::default());
         };
-        let writers = Writers::new(d.reread, d.open);
         // A changed ignore file at the root changes everything.
-        if d.all || d.deep.contains(b"".as_slice()) {
-            return Ok(MountDirty {
-                scope: None,
-                writers,
-            });
-        }
+        let everything = d.all || d.deep.contains(b"".as_slice());
         Ok(MountDirty {
-            scope: Some(Scope::new(d.dirs, d.deep)),
-            writers,
+            scope: (!everything).then(|| Scope::new(d.dirs, d.deep)),
+            writers: Writers::new(d.reread, d.open),
         })
     }
 

@@ -34,7 +34,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rewind_platform::{
-    CloneOutcome, Dir, EntryKind, FsInfo, FsKind, RenameMode, Xattr, clone_or_copy,
+    CloneOutcome, Dir, EntryKind, FsInfo, FsKind, RenameMode, Within, Xattr, clone_or_copy,
 };
 use serde::Serialize;
 
@@ -136,7 +136,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
             ),
         ));
     }
-    survey(&target, (root.dev, target.mount_id()), &owner)?;
+    survey(&target, target.within().map_err(Error::os)?, &owner)?;
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;
 
@@ -479,7 +479,7 @@ impl Owner {
 /// mount id: a directory bind-mounted from the same filesystem has the
 /// same device, and was copied and then emptied with the old tree, its
 /// files outside DIR with it (helper-37, D245).
-fn survey(dir: &Dir, top: (u64, Option<u64>), owner: &Owner) -> Result<()> {
+fn survey(dir: &Dir, top: Within, owner: &Owner) -> Result<()> {
     // Something this user cannot read cannot be copied: refused before
     // anything is made, with the fix.
     let unreadable = |e: rewind_platform::Error| match e.kind() {
@@ -492,8 +492,7 @@ fn survey(dir: &Dir, top: (u64, Option<u64>), owner: &Owner) -> Result<()> {
     for name in dir.entries().map_err(unreadable)? {
         let (meta, mount) = dir.stat_mount_at(&name).map_err(unreadable)?;
         let path = dir.path().join(&name);
-        let other_mount = matches!((mount, top.1), (Some(m), Some(t)) if m != t);
-        if meta.dev != top.0 || other_mount {
+        if !top.holds(&meta, mount) {
             return Err(refused(
                 &path,
                 "is a mount point or a nested subvolume: the copy would not cross it and removing the old tree would empty it; unmount it or move it out of the directory, and retry",

@@ -1067,11 +1067,10 @@ impl Workspace {
                 // Taken even when unused: it is committed with the capture
                 // (and the daemon's set stays bounded). A capture that
                 // walks anyway only looks: it needs the writers (D247).
-                let take = matches!(sink, Sink::Store(..)) && !distrust && !walk_anyway;
-                let d = m.dirty(take)?;
+                let usable = !distrust && !walk_anyway;
+                let d = m.dirty(usable && matches!(sink, Sink::Store(..)))?;
                 // A view's set misses what was written beside it, in the
                 // workspace directory (D123): the stat cache walks.
-                let usable = take || (!distrust && !walk_anyway);
                 let scope = d.scope.filter(|_| usable && same_rules && !m.is_view());
                 (scope, d.writers)
             }

@@ -29,9 +29,9 @@ pub struct DirtySet {
     /// whatever their stat says (a write through a shared mapping may
     /// move no time, D247).
     pub reread: HashSet<Vec<u8>>,
-    /// Files open for writing now: written back before they are read, so
-    /// that a later write through a mapping moves their times (D247).
-    /// Not kept: each take says it anew.
+    /// Files open for writing now: their writeback is started before they
+    /// are read, so that a later write through a mapping moves their
+    /// times (D250). Not kept: each take says it anew.
     pub open: HashSet<Vec<u8>>,
 }
 
@@ -205,6 +205,12 @@ impl Tracker {
         self.lock().current.all = true;
     }
 
+    /// File `ino` was opened for writing: it stays dirty while open, and
+    /// its next capture reads it whatever its stat says. A write through
+    /// a shared mapping moves no time once its page is writable, so the
+    /// stat cache vouched for a file that had changed (helper-36, D247).
+    /// Kept by inode, named at the take: files made and deleted in
+    /// between cost nothing there.
     pub fn opened_for_write(&self, ino: u64) {
         let mut st = self.lock();
         *st.writers.entry(ino).or_default() += 1;

@@ -292,15 +292,6 @@ impl Shared {
         out
     }
 
-    /// File `ino` was opened for writing: its next capture reads it
-    /// whatever its stat says. A write through a shared mapping moves no
-    /// time once its page is writable, so the stat cache vouched for a
-    /// file that had changed (helper-36, D247). Kept by inode, named at
-    /// the take: files made and deleted in between cost nothing there.
-    pub fn opened_for_write(&self, ino: u64) {
-        self.tracker.opened_for_write(ino);
-    }
-
     /// Close the gate for a rewind: to opens first, until the files open
     /// for writing are closed or `drain` has passed, then to everything.
     /// A tool that opened a file just before the rewind wrote into it
@@ -679,7 +670,7 @@ impl OverlayFs {
     ) -> u64 {
         let fh = self.fh();
         if writer {
-            self.sh.opened_for_write(ino);
+            self.sh.tracker.opened_for_write(ino);
         }
         let counter = match mode {
             IoMode::Passthrough => &self.sh.passthrough_opens,

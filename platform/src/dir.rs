@@ -57,6 +57,26 @@ impl EntryKind {
     }
 }
 
+/// A tree's device and, where the kernel says, its mount: what tells an
+/// entry of the tree from a mount point or nested btrfs subvolume in it.
+/// The device alone does not: a directory bind-mounted from the same
+/// filesystem has the same one (D245).
+#[derive(Debug, Clone, Copy)]
+pub struct Within {
+    dev: u64,
+    mount: Option<u64>,
+}
+
+impl Within {
+    /// Whether an entry stat'ed as `meta`, on `mount` (see
+    /// [`Dir::stat_mount_at`]), is in this tree's own device and mount
+    /// (a mount id the kernel did not give matches any).
+    pub fn holds(&self, meta: &Meta, mount: Option<u64>) -> bool {
+        let other_mount = matches!((mount, self.mount), (Some(m), Some(t)) if m != t);
+        meta.dev == self.dev && !other_mount
+    }
+}
+
 /// The stat fields rewind cares about, from one `fstatat(AT_SYMLINK_NOFOLLOW)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
@@ -193,6 +213,15 @@ impl Dir {
         let flags = AtFlags::EMPTY_PATH;
         let x = rustix::fs::statx(&self.fd, c"", flags, rustix::fs::StatxFlags::MNT_ID).ok()?;
         (x.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0).then_some(x.stx_mnt_id)
+    }
+
+    /// Where this directory is: its device and, where the kernel says,
+    /// its mount ([`Within`]).
+    pub fn within(&self) -> Result<Within> {
+        Ok(Within {
+            dev: self.meta()?.dev,
+            mount: self.mount_id(),
+        })
     }
 
     /// [`Dir::stat_at`], with the id of the mount the entry is on where
@@ -449,11 +478,11 @@ impl Dir {
 
     /// Remove `name` and everything below it, fd-relative, never following a
     /// symlink (a symlink to a directory is unlinked, not descended). A
-    /// missing entry is not an error. Never crosses into another mount or a nested btrfs subvolume below
-    /// `name`: a directory bind-mounted from the same filesystem has the
-    /// same device, and emptying it removed files outside the tree
-    /// (helper-37, D245). Such a directory is an error, naming it, with
-    /// what lies beside it already removed.
+    /// missing entry is not an error. Never crosses into another mount or
+    /// a nested btrfs subvolume below `name`: a directory bind-mounted
+    /// from the same filesystem has the same device, and emptying it
+    /// removed files outside the tree (helper-37, D245). Such a directory
+    /// is an error, naming it, with what lies beside it already removed.
     pub fn remove_all(&self, name: &OsStr) -> Result<()> {
         let meta = match self.stat_at(name) {
             Ok(m) => m,
@@ -467,7 +496,7 @@ impl Dir {
             };
         }
         let sub = self.open_to_empty(name)?;
-        let top = (sub.meta()?.dev, sub.mount_id());
+        let top = sub.within()?;
         sub.remove_children(top)?;
         match self.rmdir(name) {
             Err(e) if !e.is_not_found() => Err(e),
@@ -493,9 +522,8 @@ impl Dir {
         Ok(sub)
     }
 
-    /// Remove everything in this directory, which is on `top`'s device and
-    /// mount (a mount id the kernel did not give matches any).
-    fn remove_children(&self, top: (u64, Option<u64>)) -> Result<()> {
+    /// Remove everything in this directory, which is [`Within`] `top`.
+    fn remove_children(&self, top: Within) -> Result<()> {
         for child in self.entries()? {
             let (meta, mount) = match self.stat_mount_at(&child) {
                 Ok(m) => m,
@@ -508,8 +536,7 @@ impl Dir {
                     _ => continue,
                 }
             }
-            let other_mount = matches!((mount, top.1), (Some(m), Some(t)) if m != t);
-            if meta.dev != top.0 || other_mount {
+            if !top.holds(&meta, mount) {
                 return Err(Error::new(
                     "remove a tree holding a mount point or nested subvolume (not crossed)",
                     self.child(&child),

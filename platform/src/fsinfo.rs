@@ -189,7 +189,9 @@ pub fn mount_at(path: &std::path::Path) -> Option<(Vec<u8>, Vec<u8>)> {
         .next_back()
 }
 
-fn unescape_octal(s: &[u8]) -> Vec<u8> {
+/// `s` with the kernel's octal escapes in /proc tables (`\040` for a
+/// space) undone.
+pub(crate) fn unescape_octal(s: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {

@@ -29,7 +29,7 @@ pub use clone::{
     set_direct_io, start_writeback, write_sparse,
 };
 pub use dir::{
-    Dir, EntryKind, Meta, RenameMode, check_relative, create_in_place_file, file_set_mode,
+    Dir, EntryKind, Meta, RenameMode, Within, check_relative, create_in_place_file, file_set_mode,
     file_set_mtime,
 };
 pub use error::{Error, Result};

@@ -35,8 +35,7 @@ pub fn swap_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-/// The paths in `/proc/swaps`' first column, with the kernel's octal
-/// escapes (`\040` for a space) undone.
+/// The paths in `/proc/swaps`' first column, unescaped.
 fn swap_paths(swaps: &str) -> Vec<std::path::PathBuf> {
     use std::os::unix::ffi::OsStringExt;
     swaps
@@ -44,26 +43,8 @@ fn swap_paths(swaps: &str) -> Vec<std::path::PathBuf> {
         .skip(1)
         .filter_map(|l| l.split_whitespace().next())
         .map(|escaped| {
-            let b = escaped.as_bytes();
-            let mut out = Vec::with_capacity(b.len());
-            let mut i = 0;
-            while i < b.len() {
-                let octal = b
-                    .get(i + 1..i + 4)
-                    .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-                match octal {
-                    Some(d) => {
-                        let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
-                        out.push(v as u8);
-                        i += 4;
-                    }
-                    None => {
-                        out.push(b[i]);
-                        i += 1;
-                    }
-                }
-            }
-            std::path::PathBuf::from(std::ffi::OsString::from_vec(out))
+            let bytes = crate::fsinfo::unescape_octal(escaped.as_bytes());
+            std::path::PathBuf::from(std::ffi::OsString::from_vec(bytes))
         })
         .collect()
 }
