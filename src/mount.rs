@@ -50,6 +50,9 @@ pub struct MountLink {
     /// ... unless a new daemon mounted the same path meanwhile: its mount
     /// and its bind (at the same path) are left alone.
     replaced: AtomicBool,
+    /// This link's [`Frozen`] guard is alive: the daemon serves nothing,
+    /// so nothing may be written back through the mount (D255).
+    frozen: Arc<AtomicBool>,
 }
 
 fn lock(c: &Mutex<Client>) -> MutexGuard<'_, Client> {
@@ -106,6 +109,28 @@ impl MountLink {
             point: root.to_path_buf(),
             gone: AtomicBool::new(false),
             replaced: AtomicBool::new(false),
+            frozen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Write back what programs wrote through shared mappings of files the
+    /// kernel serves from its own page cache (a mount without passthrough:
+    /// every mount made without CAP_SYS_ADMIN). Until the kernel writes
+    /// those pages back (up to 30 s later) the daemon and the backing
+    /// file have the old bytes, so a capture, even one that reads the
+    /// file again (D250), saved them: a rewind and `undo` lost the writes
+    /// (D255). `syncfs` on the mount writes them back through the daemon;
+    /// with nothing dirty it costs a few microseconds. Never while frozen:
+    /// the daemon would not serve the writes, and the capture waiting on
+    /// them is what holds the freeze. Best effort: a daemon that died is
+    /// found by the request that follows.
+    fn write_back_mappings(&self) {
+        if self.gone.load(Ordering::SeqCst) || self.frozen.load(Ordering::SeqCst) {
+            return;
+        }
+        let _t = crate::trace::span("write back mappings");
+        if let Err(e) = rewind_platform::Dir::open(&self.point).and_then(|d| d.syncfs()) {
+            crate::trace::note(format_args!("write back mappings: {e}"));
         }
     }
 
@@ -176,6 +201,7 @@ impl MountLink {
         if self.gone.load(Ordering::SeqCst) {
             return Ok(MountDirty::default());
         }
+        self.write_back_mappings();
         let mut c = lock(&self.client);
         let d = if take { c.take_dirty() } else { c.peek_dirty() };
         drop(c);
@@ -204,16 +230,21 @@ impl MountLink {
         let (client, open_for_writing) = if self.gone.load(Ordering::SeqCst) {
             (None, Vec::new())
         } else {
+            self.write_back_mappings();
             let r = lock(&self.client).freeze();
             match self.unless_gone(r)? {
                 Some(held) => (Some(Arc::clone(&self.client)), held),
                 None => (None, Vec::new()),
             }
         };
+        if client.is_some() {
+            self.frozen.store(true, Ordering::SeqCst);
+        }
         Ok(Frozen {
             client,
             changed: None,
             open_for_writing,
+            link_frozen: Arc::clone(&self.frozen),
         })
     }
 
@@ -239,6 +270,8 @@ pub struct Frozen {
     client: Option<Arc<Mutex<Client>>>,
     changed: Option<Vec<Vec<u8>>>,
     open_for_writing: Vec<Vec<u8>>,
+    /// The link's [`MountLink::frozen`], cleared once thawed.
+    link_frozen: Arc<AtomicBool>,
 }
 
 impl Frozen {
@@ -262,6 +295,7 @@ impl Drop for Frozen {
             let _t = crate::trace::span("thaw + invalidate");
             let _ = lock(c).thaw(self.changed.as_deref());
         }
+        self.link_frozen.store(false, Ordering::SeqCst);
     }
 }
 

@@ -238,14 +238,22 @@ fn a_file_held_open_for_writing_through_the_mount_is_named_when_a_rewind_replace
 /// path, or a view): two writes through one shared mapping of a small
 /// file, a checkpoint after each; the second checkpoint must hold the
 /// second write, and a rewind and `undo` must give it back. `names`: how
-/// many names the file has (each is a modified entry).
-fn a_second_write_through_a_mapping_is_checkpointed(mp: &Path, file: &str, names: u64) {
+/// many names the file has (each is a modified entry); `keep_fd`: the
+/// program keeps its descriptor, or closes it right after `mmap`.
+fn a_second_write_through_a_mapping_is_checkpointed(
+    mp: &Path,
+    file: &str,
+    names: u64,
+    keep_fd: bool,
+) {
     write(&mp.join(file), &[0u8; 4096]);
     let base = common::checkpoint_id(mp, &["base"]);
     // Each write older than the capture's start, or the cache would not
     // vouch for the file anyway (racily clean).
     let settle = || std::thread::sleep(std::time::Duration::from_millis(100));
-    let map = common::SharedMap::of(&mp.join(file), true);
+    let Some(mut map) = common::MappedWriter::spawn(&mp.join(file), keep_fd) else {
+        return;
+    };
     map.put(b"AAAAAAAA");
     settle();
     let a = rewind_json(mp, &["checkpoint", "cA"]);
@@ -256,7 +264,6 @@ fn a_second_write_through_a_mapping_is_checkpointed(mp: &Path, file: &str, names
     map.put(b"CCCCCCCC");
     settle();
     let c = rewind_json(mp, &["checkpoint", "cC"]);
-    drop(map);
     assert_eq!(
         b["changes"]["modified"], names,
         "the second write was missed: {b}"
@@ -265,10 +272,22 @@ fn a_second_write_through_a_mapping_is_checkpointed(mp: &Path, file: &str, names
         c["changes"]["modified"], names,
         "the third write was missed: {c}"
     );
+    // The writer still maps the file while the rewind saves the live tree
+    // and replaces it; its end (unmapping what it wrote) must not reach
+    // the restored file.
+    map.put(b"DDDDDDDD");
+    settle();
     rewind_json(mp, &["rewind", &base]);
+    drop(map);
+    let restored = std::fs::read(mp.join(file)).expect("read");
+    assert_eq!(
+        &restored[..8],
+        &[0u8; 8],
+        "the rewind's file was written over"
+    );
     rewind_json(mp, &["undo"]);
     let now = std::fs::read(mp.join(file)).expect("read");
-    assert_eq!(&now[..8], b"CCCCCCCC", "rewind and undo lost the write");
+    assert_eq!(&now[..8], b"DDDDDDDD", "rewind and undo lost the write");
 }
 
 /// D247 (helper-36): a write through a shared mapping moves the file's
@@ -290,7 +309,7 @@ fn a_write_through_a_shared_mapping_is_in_the_next_checkpoint() {
         let Some(_m) = MountGuard::new(&ws, &[]) else {
             return;
         };
-        a_second_write_through_a_mapping_is_checkpointed(&ws, "f.bin", 1);
+        a_second_write_through_a_mapping_is_checkpointed(&ws, "f.bin", 1, true);
         // A second name made behind the daemon's back: opening the file
         // marks the whole tree dirty (D52), and the capture is unscoped.
         std::fs::hard_link(ws.join("f.bin"), ws.join("d00/other-name")).expect("link");
@@ -299,12 +318,51 @@ fn a_write_through_a_shared_mapping_is_in_the_next_checkpoint() {
         let Some(_m) = MountGuard::new(&ws, &[]) else {
             return;
         };
-        a_second_write_through_a_mapping_is_checkpointed(&ws, "f.bin", 2);
+        a_second_write_through_a_mapping_is_checkpointed(&ws, "f.bin", 2, true);
     }
     let view = ws.parent().expect("parent").join("view");
     std::fs::create_dir(&view).expect("mkdir view");
     let _v = mount_view(&ws, &view);
-    a_second_write_through_a_mapping_is_checkpointed(&view, "g.bin", 1);
+    a_second_write_through_a_mapping_is_checkpointed(&view, "g.bin", 1, true);
+}
+
+/// D255: without passthrough (every mount made without CAP_SYS_ADMIN)
+/// the kernel keeps what a program writes through a shared mapping in the
+/// mount's own page cache until it writes it back, up to 30 s later. The
+/// daemon and the backing file had the old bytes, every checkpoint saved
+/// those, and a rewind and `undo` lost the writes, whether the program
+/// kept its descriptor or closed it right after `mmap`. Commands now
+/// write such pages back through the mount before they take the dirty
+/// set or freeze the mount.
+#[test]
+fn without_passthrough_writes_through_a_shared_mapping_are_checkpointed() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &["--no-passthrough"]) else {
+        return;
+    };
+    assert!(!m.status().passthrough);
+    a_second_write_through_a_mapping_is_checkpointed(&ws, "kept.bin", 1, true);
+    a_second_write_through_a_mapping_is_checkpointed(&ws, "closed.bin", 1, false);
+}
+
+/// D256: through passthrough, a program that closes its descriptor right
+/// after `mmap` writes the backing file through the mapping with no
+/// request the daemon sees. Once a capture had read the file nothing
+/// named it again: later writes were in no checkpoint, and a rewind and
+/// `undo` lost them. A file whose passthrough handle for writing was
+/// released now counts as open for writing while its opener maps it.
+#[test]
+fn a_write_through_a_mapping_whose_descriptor_was_closed_is_checkpointed() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    assert!(m.status().passthrough, "a mount as root has passthrough");
+    a_second_write_through_a_mapping_is_checkpointed(&ws, "closed.bin", 1, false);
 }
 
 /// helper-38: D247 first read every file open for writing again at every

@@ -84,6 +84,11 @@ struct State {
     writers: HashMap<u64, u32>,
     /// Inodes opened for writing since the last take (D247).
     reread: HashSet<u64>,
+    /// Inodes whose passthrough handle for writing was released, with the
+    /// last two processes that opened them so: a shared mapping made
+    /// through the handle outlives it, and writes through it reach the
+    /// backing file unseen (D256). Checked and pruned at each take.
+    mappable: HashMap<u64, [u32; 2]>,
 }
 
 pub struct Tracker {
@@ -243,6 +248,31 @@ impl Tracker {
                 st.writers.remove(&ino);
             }
         }
+    }
+
+    /// Process `pid` released its passthrough handle for writing `ino`:
+    /// a mapping it made through it may still be written (D256).
+    pub fn released_mappable(&self, ino: u64, pid: u32) {
+        let mut st = self.lock();
+        let pids = st.mappable.entry(ino).or_default();
+        if pids[0] != pid {
+            *pids = [pid, pids[0]];
+        }
+    }
+
+    /// The inodes [`Tracker::released_mappable`] named, with their
+    /// processes (0: none).
+    pub fn mappable(&self) -> Vec<(u64, [u32; 2])> {
+        self.lock()
+            .mappable
+            .iter()
+            .map(|(ino, pids)| (*ino, *pids))
+            .collect()
+    }
+
+    /// `ino` is mapped by none of its processes any more.
+    pub fn unmapped(&self, ino: u64) {
+        self.lock().mappable.remove(&ino);
     }
 
     pub fn writers(&self) -> Vec<u64> {

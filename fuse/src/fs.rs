@@ -5,7 +5,7 @@
 //! files opened read-only, which the kernel's page cache serves (D73); a
 //! read-only open never copies anything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -231,12 +231,15 @@ impl Shared {
     /// writing since the last capture (`reread`) and those open for
     /// writing now (`open`), by their current names (D247).
     pub fn take(&self, take: bool) -> DirtySet {
+        let (mapped, unmapped) = self.still_mapped();
         // Into the set before it is taken, so that an aborted capture
-        // gives them back with the rest.
+        // gives them back with the rest. A file unmapped since the last
+        // take may have been written through its mapping until then.
         let reread = self
             .tracker
             .reread_inodes(take)
             .into_iter()
+            .chain(unmapped)
             .flat_map(|ino| self.paths_of(ino))
             .collect::<Vec<_>>();
         let mut set = if take {
@@ -247,10 +250,14 @@ impl Shared {
             set.reread.extend(reread);
             set
         };
-        set.open = self.open_for_writing().into_iter().collect();
+        set.open = self
+            .open_for_writing()
+            .into_iter()
+            .chain(mapped.iter().flat_map(|&ino| self.paths_of(ino)))
+            .collect();
         if take {
             let mut m = self.mutation();
-            for ino in self.tracker.writers() {
+            for ino in self.tracker.writers().into_iter().chain(mapped) {
                 let nlink = self
                     .inodes
                     .get(ino)
@@ -261,6 +268,57 @@ impl Shared {
             }
         }
         set
+    }
+
+    /// Of the files whose passthrough handle for writing was released
+    /// ([`Tracker::released_mappable`]), those a process that opened them
+    /// still maps shared and writable, and those none does any more
+    /// (forgotten here). A program that closes its descriptor right after
+    /// `mmap` writes the backing file's pages with no request the daemon
+    /// sees: such a file counts as open for writing while it is mapped
+    /// (D256). Costs one read of `/proc/PID/maps` per process, and a stat
+    /// per file only when that process maps some file shared and writable.
+    fn still_mapped(&self) -> (Vec<u64>, Vec<u64>) {
+        let candidates = self.tracker.mappable();
+        if candidates.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        // `None`: unreadable (another user's process), so maybe mapped.
+        let mut maps: HashMap<u32, Option<HashSet<u64>>> = HashMap::new();
+        for pid in candidates.iter().flat_map(|(_, pids)| *pids) {
+            if pid != 0 && !maps.contains_key(&pid) {
+                maps.insert(pid, rewind_platform::shared_writable_mappings(pid).ok());
+            }
+        }
+        let (mut mapped, mut unmapped) = (Vec::new(), Vec::new());
+        for (ino, pids) in candidates {
+            let sets = pids.iter().filter_map(|p| maps.get(p));
+            let maps_ino = |n: u64| {
+                sets.clone()
+                    .any(|s| s.as_ref().is_none_or(|s| s.contains(&n)))
+            };
+            // The maps name the mount's inode (what the kernel shows for a
+            // passthrough file since 6.8), or the backing file's on older
+            // kernels: stat it only if a process maps anything else. An
+            // unrelated mapping with the same number only costs a reread.
+            let is_mapped = maps_ino(ino)
+                || (sets
+                    .clone()
+                    .any(|s| s.as_ref().is_none_or(|s| !s.is_empty()))
+                    && self
+                        .inodes
+                        .get(ino)
+                        .and_then(|i| self.inodes.fd(ino, &i).ok())
+                        .and_then(|fd| inodes::statx_fd(&*fd).ok())
+                        .is_some_and(|x| maps_ino(x.stx_ino)));
+            if is_mapped {
+                mapped.push(ino);
+            } else {
+                self.tracker.unmapped(ino);
+                unmapped.push(ino);
+            }
+        }
+        (mapped, unmapped)
     }
 
     /// The workspace-relative paths (every link the kernel knows) of the
@@ -439,6 +497,8 @@ struct Handle {
     ino: u64,
     mode: IoMode,
     writer: bool,
+    /// The process (thread) that opened it, as the kernel said.
+    opener: u32,
 }
 
 pub struct OverlayFs {
@@ -667,6 +727,7 @@ impl OverlayFs {
         ino: u64,
         mode: IoMode,
         writer: bool,
+        opener: u32,
     ) -> u64 {
         let fh = self.fh();
         if writer {
@@ -684,6 +745,7 @@ impl OverlayFs {
             ino,
             mode,
             writer,
+            opener,
         };
         self.files
             .lock()
@@ -1044,7 +1106,7 @@ impl Filesystem for OverlayFs {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _g = self.sh.gate.enter_open();
         let run = || -> Result<(u64, IoMode, Option<Arc<Passthrough>>), Errno> {
             let i = self.inode(ino)?;
@@ -1110,7 +1172,11 @@ impl Filesystem for OverlayFs {
             };
             slot.modes.opened(mode);
             drop(slot);
-            Ok((self.keep(file, inode, ino.0, mode, writer), mode, pt))
+            Ok((
+                self.keep(file, inode, ino.0, mode, writer, req.pid()),
+                mode,
+                pt,
+            ))
         };
         match run() {
             Ok((fh, _, Some(p))) => {
@@ -1204,6 +1270,9 @@ impl Filesystem for OverlayFs {
                 .released(h.mode);
             if h.writer {
                 self.sh.tracker.released(h.ino);
+                if h.mode == IoMode::Passthrough {
+                    self.sh.tracker.released_mappable(h.ino, h.opener);
+                }
             }
         }
         reply.ok();
@@ -1487,7 +1556,7 @@ impl Filesystem for OverlayFs {
             };
             slot.modes.opened(mode);
             drop(slot);
-            let fh = self.keep(file, inode, a.ino.0, mode, is_write(flags));
+            let fh = self.keep(file, inode, a.ino.0, mode, is_write(flags), req.pid());
             Ok((a, fh, shared))
         };
         match run() {

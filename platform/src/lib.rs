@@ -45,7 +45,8 @@ pub use heir::{Heir, UserAccess};
 pub use lock::LockFile;
 pub use process::{
     credentials, euid, holders, is_root, job_begins, job_ends, kill_self, new_session,
-    report_sigbus, sigbus_json, spawn_tied, stop_self, terminate_between_jobs,
+    report_sigbus, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
+    terminate_between_jobs,
 };
 pub use system::{boot_id, clocks_ns, dirty_bytes, swap_files_under};
 pub use xattr::Xattr;

@@ -84,6 +84,33 @@ pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -
     out
 }
 
+/// The inode numbers of the files process (or thread) `pid` maps shared
+/// and writable: a write there reaches the file with no system call.
+/// `Ok` and empty when the process is gone; `Err` when its maps cannot be
+/// read (another user's process).
+pub fn shared_writable_mappings(pid: u32) -> std::io::Result<std::collections::HashSet<u64>> {
+    match std::fs::read(format!("/proc/{pid}/maps")) {
+        Ok(maps) => Ok(parse_shared_writable(&maps)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `/proc/PID/maps` lines: `start-end perms offset dev inode path`, perms
+/// `rwxs` with `-` for absent and `p` for private.
+fn parse_shared_writable(maps: &[u8]) -> std::collections::HashSet<u64> {
+    maps.split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let mut f = line.split(|b| *b == b' ').filter(|f| !f.is_empty());
+            let perms = f.nth(1)?;
+            let ino = f.nth(2)?;
+            let shared_writable = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's');
+            let ino: u64 = std::str::from_utf8(ino).ok()?.parse().ok()?;
+            (shared_writable && ino != 0).then_some(ino)
+        })
+        .collect()
+}
+
 /// The parent pid in `/proc/PID/stat` (after the command name, which may
 /// hold spaces and parentheses: the last `)` ends it).
 fn parent_pid(proc_dir: &std::path::Path) -> Option<u32> {
@@ -228,4 +255,29 @@ pub fn spawn_tied(
         });
     }
     cmd.spawn()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_shared_writable_file_mappings_are_named() {
+        let maps = b"55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1001 /usr/bin/x\n\
+7f00a0000000-7f00a0001000 rw-s 00000000 07:01 131 /ws/data.bin\n\
+7f00a0001000-7f00a0002000 r--s 00000000 07:01 132 /ws/read-only.bin\n\
+7f00a0002000-7f00a0003000 rw-p 00000000 07:01 133 /ws/private.bin\n\
+7f00a0003000-7f00a0004000 rw-s 00000000 00:01 0 /dev/zero (deleted)\n\
+7f00a0004000-7f00a0005000 -w-s 00000000 07:01 134 /ws/with space.bin\n\
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n";
+        let got = parse_shared_writable(maps);
+        assert_eq!(got, [131, 134].into_iter().collect());
+    }
+
+    #[test]
+    fn a_gone_process_maps_nothing() {
+        // Above pid_max: no such process.
+        let got = shared_writable_mappings(u32::MAX).expect("gone is not an error");
+        assert!(got.is_empty());
+    }
 }

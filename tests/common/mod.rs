@@ -1204,3 +1204,92 @@ impl Drop for SharedMap {
         unsafe { libc::munmap(self.map, 4096) };
     }
 }
+
+/// Another process writing through a 4096-byte shared mapping of a file,
+/// 8 bytes at offset 0 per [`MappedWriter::put`]; its descriptor kept
+/// open, or closed once mapped. Another process, not this one: a process
+/// holding a mapping of a file in a FUSE mount writes the mapping back
+/// whenever a copy of it is unmapped, and every `rewind` this test
+/// spawns would copy it (at fork) and unmap it (at exec), flushing what
+/// the test must show unflushed. `None` (the test skips) without
+/// `python3`, except under CI.
+pub struct MappedWriter {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+const MAPPED_WRITER: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDWR)
+addr = libc.mmap(None, 4096, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
+if addr is None or addr == ctypes.c_void_p(-1).value:
+    sys.exit("mmap: errno %d" % ctypes.get_errno())
+if sys.argv[2] == "close":
+    os.close(fd)
+print("mapped", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    b = line.strip().encode()[:8]
+    ctypes.memmove(addr, b, len(b))
+    print("ok", flush=True)
+"#;
+
+impl MappedWriter {
+    pub fn spawn(path: &Path, keep_fd: bool) -> Option<MappedWriter> {
+        let child = Command::new("python3")
+            .arg("-c")
+            .arg(MAPPED_WRITER)
+            .arg(path)
+            .arg(if keep_fd { "keep" } else { "close" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "python3 is needed for the mapped writer under CI: {e}"
+                );
+                eprintln!("SKIP: no python3 for the mapped writer: {e}");
+                return None;
+            }
+        };
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut w = MappedWriter {
+            child,
+            stdin,
+            stdout,
+        };
+        w.expect("mapped", path);
+        Some(w)
+    }
+
+    fn expect(&mut self, what: &str, path: &Path) {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.stdout, &mut line).expect("read the writer");
+        assert_eq!(line.trim(), what, "mapped writer of {}", path.display());
+    }
+
+    /// Write `bytes` through the mapping; returns once they are written.
+    pub fn put(&mut self, bytes: &[u8; 8]) {
+        let text = std::str::from_utf8(bytes).expect("ASCII");
+        writeln!(self.stdin, "{text}").expect("ask the writer");
+        self.stdin.flush().expect("flush");
+        self.expect("ok", Path::new("(mapping)"));
+    }
+}
+
+impl Drop for MappedWriter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
