@@ -214,7 +214,21 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     let Some(dir) = existing_snapshots_dir(ws)? else {
         return Ok(false);
     };
-    match rewind_platform::delete_subvolume(&dir, OsStr::new(id)) {
+    let name = OsStr::new(id);
+    let mut deleted = rewind_platform::delete_subvolume(&dir, name);
+    // A non-root user may delete a subvolume (`user_subvol_rm_allowed`)
+    // only with write access to its root, which a read-only snapshot
+    // refuses (EROFS): every gc failed, claiming nothing was changed
+    // after it had pruned, and no snapshot space was ever freed
+    // (helper-42, D257). Its owner may clear the flag first; it is going.
+    if deleted.as_ref().is_err_and(|e| e.is_read_only()) && !rewind_platform::is_root() {
+        if let Ok(snap) = dir.open_dir(name) {
+            if rewind_platform::make_subvolume_writable(&snap).is_ok() {
+                deleted = rewind_platform::delete_subvolume(&dir, name);
+            }
+        }
+    }
+    match deleted {
         Ok(()) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -233,7 +247,14 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
             };
             Err(Error::Btrfs { path, reason })
         }
-        Err(e) => Err(Error::os(e)),
+        // Still not deleted: said as a snapshot left (gc frees the rest),
+        // not as an error that stops gc after it pruned.
+        Err(e) => Err(Error::Btrfs {
+            path: dir.path().join(id),
+            reason: format!(
+                "deleting a snapshot failed ({e}); run `rewind gc` again once that is fixed"
+            ),
+        }),
     }
 }
 

@@ -686,6 +686,61 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
     assert_eq!(g["freed"]["snapshots"], left.len(), "{g}");
 }
 
+/// D257 (helper-42): with `user_subvol_rm_allowed`, btrfs lets a non-root
+/// owner delete a subvolume only with write access to its root, which a
+/// read-only snapshot refuses (EROFS): every gc failed after pruning,
+/// said nothing was changed, and no snapshot was ever freed. The owner's
+/// gc now clears the read-only flag of each snapshot it deletes.
+#[test]
+fn a_non_root_owners_gc_deletes_snapshots_where_user_subvol_rm_allowed() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let Some(ws) = nobodys_subvolume(&lfs) else {
+        return;
+    };
+    let remount = std::process::Command::new("mount")
+        .args(["-o", "remount,user_subvol_rm_allowed"])
+        .arg(&lfs.mnt)
+        .status()
+        .expect("mount");
+    assert!(remount.success(), "remount with user_subvol_rm_allowed");
+    let as_nobody = |args: &[&str]| as_nobody(&ws, args);
+    for (i, label) in ["one", "two", "three"].into_iter().enumerate() {
+        std::fs::write(ws.join("src/d0/f0.rs"), format!("edit {i}\n")).expect("edit");
+        let (code, _, err) = as_nobody(&["--json", "checkpoint", label]);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let snapshots = || {
+        std::fs::read_dir(ws.join(".rewind/state/snapshots"))
+            .expect("snapshots")
+            .count()
+    };
+    assert_eq!(snapshots(), 3);
+    let (_, d, _) = as_nobody(&["--json", "doctor"]);
+    assert_eq!(d["snapshot_delete"], true, "{d}");
+    let (code, g, err) = as_nobody(&[
+        "--json",
+        "gc",
+        "--keep-last",
+        "1",
+        "--keep-within",
+        "0s",
+        "--force",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(g["freed"]["snapshots"], 2, "{g}");
+    assert!(
+        g["freed"]["snapshots_left"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "{g}"
+    );
+    assert_eq!(snapshots(), 1, "only HEAD's snapshot is left");
+    let (code, v, err) = as_nobody(&["--json", "verify", "--deep"]);
+    assert_eq!(code, Some(0), "{err} {v}");
+}
+
 /// D202: root's gc, refused the deletion of a snapshot someone made
 /// immutable, blamed missing root rights (`user_subvol_rm_allowed`, "run
 /// as root"); it names the flag and the commands that clear it on a

@@ -374,3 +374,45 @@ fn doctor_before_init_reports_the_filesystem_and_creates_nothing() {
         assert!(!dir.join(".rewind").exists(), "doctor made a workspace");
     }
 }
+
+/// D258 (helper-42): `doctor` before `init`, run by a user who cannot
+/// write the directory, blamed the filesystem ("XFS made without
+/// reflink=1?") because its clone test could not create a file, and
+/// advised `init`, which then failed. It now says the test was not made
+/// and why `init` would fail.
+#[test]
+fn doctor_in_a_directory_the_user_cannot_write_does_not_blame_the_filesystem() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::is_root() {
+        common::skip_or_fail("running as another user needs root");
+        return;
+    }
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    for dir in lfs.mnt.ancestors() {
+        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            common::chmod(dir, mode | 0o055);
+        }
+    }
+    let dir = lfs.subdir("roots");
+    common::chmod(&dir, 0o755);
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "doctor"])
+        .current_dir(&dir)
+        .output()
+        .expect("setpriv");
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let why = d["reflink_why"].as_str().unwrap_or_default();
+    assert!(!why.contains("reflink=1"), "{d}");
+    assert!(why.contains("not tested"), "{d}");
+    let note = d["note"].as_str().unwrap_or_default();
+    assert!(note.contains("cannot write here"), "{d}");
+    // Root, who can write there, is told the truth about the filesystem.
+    let d = rewind_json(&dir, &["doctor"]);
+    assert_eq!(d["reflink"], true, "{d}");
+}

@@ -363,6 +363,47 @@ fn a_write_through_a_mapping_whose_descriptor_was_closed_is_checkpointed() {
     };
     assert!(m.status().passthrough, "a mount as root has passthrough");
     a_second_write_through_a_mapping_is_checkpointed(&ws, "closed.bin", 1, false);
+    // helper-41: two processes that opened the file for writing after it
+    // was mapped pushed the one that maps it out of the daemon's list,
+    // and its next writes were in no checkpoint. And a rewind that
+    // replaced the mapped file warned of nobody writing into it.
+    let file = ws.join("shared.bin");
+    write(&file, &[0u8; 4096]);
+    let base = common::checkpoint_id(&ws, &["base"]);
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(100));
+    let Some(mut map) = common::MappedWriter::spawn(&file, false) else {
+        return;
+    };
+    map.put(b"BBBBBBBB");
+    settle();
+    assert_eq!(
+        rewind_json(&ws, &["checkpoint", "B"])["changes"]["modified"],
+        1
+    );
+    for _ in 0..3 {
+        let st = Command::new("sh")
+            .args(["-c", ": >> shared.bin"])
+            .current_dir(&ws)
+            .status()
+            .expect("sh");
+        assert!(st.success());
+    }
+    rewind_json(&ws, &["checkpoint", "openers"]);
+    map.put(b"CCCCCCCC");
+    settle();
+    let c = rewind_json(&ws, &["checkpoint", "C"]);
+    assert_eq!(
+        c["changes"]["modified"], 1,
+        "the process that maps the file was forgotten: {c}"
+    );
+    map.put(b"DDDDDDDD");
+    settle();
+    let v = rewind_json(&ws, &["rewind", &base]);
+    common::assert_held_open_named(&v, "shared.bin", map.pid(), "closed.bin");
+    drop(map);
+    rewind_json(&ws, &["undo"]);
+    let now = std::fs::read(&file).expect("read");
+    assert_eq!(&now[..8], b"DDDDDDDD", "rewind and undo lost the write");
 }
 
 /// helper-38: D247 first read every file open for writing again at every
@@ -3005,4 +3046,151 @@ fn a_stopped_daemon_is_reported_not_waited_for() {
     doctor_reports_stopped(&ws_arg, pid, limit);
     drop(resume);
     m.unmount();
+}
+
+/// Run as root in a private mount namespace (`unshare -m`): makes
+/// /dev/fuse usable by nobody there, then, as nobody with a PATH that
+/// holds nothing, mounts the workspace `$1` at `$2` with `$3` (rewind),
+/// checkpoints through it and unmounts; then hides every directory
+/// `fusermount3` could be in and mounts again. Prints `FAIL: …` lines
+/// and, last, `NOFM <the JSON answer>`.
+const USER_MOUNT_SCRIPT: &str = r#"
+set -u
+ws=$1; view=$2; rw=$3; aux=$4
+for b in setpriv env mount sh; do cp "$(command -v $b)" "$aux/" || { echo "FAIL: copy $b"; exit 2; }; done
+mknod "$aux/fuse" c 10 229 && chmod 666 "$aux/fuse" && mount --bind "$aux/fuse" /dev/fuse || { echo "FAIL: /dev/fuse"; exit 2; }
+user() { "$aux/setpriv" --reuid=65534 --regid=65534 --clear-groups "$aux/env" -i HOME=/nonexistent PATH=/nonexistent "$rw" "$@"; }
+mounted() { while read -r _ _ _ _ mp _; do [ "$mp" = "$view" ] && return 0; done < /proc/self/mountinfo; return 1; }
+trap 'user unmount "$view" >/dev/null 2>&1' EXIT
+user -C "$ws" mount --at "$view" >/dev/null 2>&1 || echo "FAIL: mount: $(user -C "$ws" mount --at "$view" 2>&1)"
+mounted || echo "FAIL: not mounted"
+"$aux/setpriv" --reuid=65534 --regid=65534 --clear-groups "$aux/sh" -c "echo edited > '$view/d00/f00.txt'" || echo "FAIL: write through the view"
+c=$(user --json -C "$view" checkpoint through-view 2>&1) || echo "FAIL: checkpoint: $c"
+case $c in *'"modified":1'*) ;; *) echo "FAIL: checkpoint saw no edit: $c";; esac
+u=$(user unmount "$view" 2>&1) || echo "FAIL: unmount: $u"
+mounted && echo "FAIL: still mounted after unmount"
+for d in /usr/bin /usr/sbin /usr/local/bin /bin /sbin; do
+    [ -L "$d" ] || [ ! -d "$d" ] || "$aux/mount" -t tmpfs none "$d" || echo "FAIL: hide $d"
+done
+out=$(user --json -C "$ws" mount --at "$view" 2>/dev/null)
+echo "NOFM $out"
+"#;
+
+/// D258 (helper-42): an ordinary user's mount goes through `fusermount3`.
+/// fuser finds it by absolute path, but unmounting ran the bare name from
+/// the daemon's PATH: a mount made with a PATH that lacked it could not be
+/// unmounted ("No such file or directory", the mount stayed). Without any
+/// `fusermount3`, the mount failed "Permission denied" under USAGE, not
+/// naming it. Now both find it where distributions put it, and its
+/// absence is a MOUNT error that says what to install.
+#[test]
+fn a_users_mount_unmounts_without_fusermount3_on_path_and_names_it_when_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::is_root() || !Path::new("/dev/fuse").exists() {
+        common::skip_or_fail("a user's mount is set up by root, with /dev/fuse");
+        return;
+    }
+    let Some((lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    for dir in lfs.mnt.ancestors() {
+        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            common::chmod(dir, mode | 0o055);
+        }
+    }
+    rewind_json(&ws, &["checkpoint", "base"]);
+    common::give_to_nobody(&ws);
+    let home = lfs.subdir("nobody");
+    common::give_to_nobody(&home);
+    let aux = lfs.subdir("aux");
+    common::chmod(&aux, 0o755);
+    let rw = aux.join("rewind");
+    std::fs::copy(env!("CARGO_BIN_EXE_rewind"), &rw).expect("copy rewind");
+    common::chmod(&rw, 0o755);
+    let out = Command::new("unshare")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            USER_MOUNT_SCRIPT,
+            "script",
+        ])
+        .arg(&ws)
+        .arg(home.join("view"))
+        .arg(&rw)
+        .arg(&aux)
+        .output()
+        .expect("unshare");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("FAIL"), "{text}");
+    let answer = text
+        .lines()
+        .find_map(|l| l.strip_prefix("NOFM "))
+        .unwrap_or_else(|| panic!("no answer: {text}"));
+    let v: serde_json::Value =
+        serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(v["error"]["code"], "MOUNT", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("fusermount3") && message.contains("fuse3"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("rewind: error: "),
+        "one prefix: {message}"
+    );
+}
+
+/// D259 (helper-41): a descriptor open for writing or a shared writable
+/// mapping made before the mount (or before a daemon that was killed,
+/// and a new mount) reaches the backing file directly: its writes bypass
+/// the dirty set, and checkpoints through the mount missed them with no
+/// word. `mount` warned only of working directories; it names these too.
+#[test]
+fn mount_names_the_processes_that_write_the_tree_through_what_they_held_before_it() {
+    let Some((_lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    if !common::is_root() || !Path::new("/dev/fuse").exists() {
+        common::skip_or_fail("a FUSE mount over the workspace needs root and /dev/fuse");
+        return;
+    }
+    write(&ws.join("mapped.bin"), &[0u8; 4096]);
+    let Some(map) = common::MappedWriter::spawn(&ws.join("mapped.bin"), false) else {
+        return;
+    };
+    let mut holder = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3>>held.log; echo open; exec sleep 60")
+        .current_dir(&ws)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let mut out = holder.stdout.take().expect("stdout");
+    let mut open = [0u8; 5];
+    std::io::Read::read_exact(&mut out, &mut open).expect("the holder opened held.log");
+    let mounted = common::rewind(Path::new("/"), &["mount", &ws.display().to_string()]);
+    let _m = MountGuard { dir: ws.clone() };
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let err = String::from_utf8_lossy(&mounted.stderr);
+    assert!(mounted.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("pid {} ", holder.id())) && err.contains("held.log open for writing"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("pid {} ", map.pid()))
+            && err.contains("mapped.bin mapped shared and writable"),
+        "{err}"
+    );
+    assert!(err.contains("bypass the dirty set"), "{err}");
 }

@@ -146,6 +146,13 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             ),
         ));
     }
+    if !rustix::process::geteuid().is_root() && fusermount3().is_none() {
+        return Err(Error::io(
+            "mount FUSE at",
+            &mountpoint,
+            std::io::Error::other(NO_FUSERMOUNT3),
+        ));
+    }
     let fd_limit = raise_open_file_limit();
     let signals = block_termination_signals();
     // Opened before the mount covers `dir`: it reaches the backing tree.
@@ -405,7 +412,7 @@ fn handle(
                 } else {
                     *frozen = true;
                     let mut held = Vec::new();
-                    put_list(&mut held, sh.open_for_writing().iter());
+                    put_list(&mut held, sh.held_at_freeze().iter());
                     ok(&held)?;
                 }
             }
@@ -463,7 +470,7 @@ fn unmount(mp: &Path) -> std::result::Result<(), String> {
         rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty())
             .map_err(std::io::Error::from)
     } else {
-        match std::process::Command::new("fusermount3")
+        match std::process::Command::new(fusermount3().ok_or_else(|| NO_FUSERMOUNT3.to_string())?)
             .arg("-u")
             .arg(mp)
             .output()
@@ -504,6 +511,27 @@ pub fn holders(mp: &Path) -> Vec<String> {
     let me = std::process::id();
     rewind_platform::holders(mp, |pid, parent| pid == me || parent == Some(me))
 }
+
+/// The `fusermount3` this process can run, which a user's mount and
+/// unmount go through: the PATH first, then where distributions put it.
+/// fuser mounts with an absolute path, so a daemon started with a PATH
+/// that lacks it mounted, then could not unmount (helper-42, D258).
+pub fn fusermount3() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(
+            ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin"]
+                .iter()
+                .map(std::path::PathBuf::from),
+        )
+        .map(|d| d.join("fusermount3"))
+        .find(|f| {
+            f.is_file() && rustix::fs::access(f.as_path(), rustix::fs::Access::EXEC_OK).is_ok()
+        })
+}
+
+/// What a user without `fusermount3` is told.
+pub const NO_FUSERMOUNT3: &str = "fusermount3 was not found or cannot be run by this user: a mount without root goes through it; install it (`sudo apt-get install fuse3`, `sudo dnf install fuse3`), or mount as root";
 
 /// Whether this process may open /dev/fuse to serve a mount.
 pub fn dev_fuse_usable() -> bool {
@@ -561,10 +589,14 @@ pub fn detach_dead_mount(mp: &Path) -> Result<()> {
         rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH)
             .map_err(std::io::Error::from)
     } else {
-        std::process::Command::new("fusermount3")
-            .args(["-u", "-z", "-q"])
-            .arg(mp)
-            .status()
+        fusermount3()
+            .ok_or_else(|| std::io::Error::other(NO_FUSERMOUNT3))
+            .and_then(|f| {
+                std::process::Command::new(f)
+                    .args(["-u", "-z", "-q"])
+                    .arg(mp)
+                    .status()
+            })
             .map(|_| ())
     };
     // EINVAL: not a mount point any more (someone else cleared it).

@@ -85,10 +85,13 @@ struct State {
     /// Inodes opened for writing since the last take (D247).
     reread: HashSet<u64>,
     /// Inodes whose passthrough handle for writing was released, with the
-    /// last two processes that opened them so: a shared mapping made
-    /// through the handle outlives it, and writes through it reach the
-    /// backing file unseen (D256). Checked and pruned at each take.
-    mappable: HashMap<u64, [u32; 2]>,
+    /// processes that opened them so: a shared mapping made through the
+    /// handle outlives it, and writes through it reach the backing file
+    /// unseen (D256). Each take keeps only the processes that still map
+    /// the file. Every one is kept until then: with the last two only,
+    /// two short-lived openers pushed out the process that mapped it, and
+    /// its writes were in no checkpoint (helper-41).
+    mappable: HashMap<u64, Vec<u32>>,
 }
 
 pub struct Tracker {
@@ -255,24 +258,32 @@ impl Tracker {
     pub fn released_mappable(&self, ino: u64, pid: u32) {
         let mut st = self.lock();
         let pids = st.mappable.entry(ino).or_default();
-        if pids[0] != pid {
-            *pids = [pid, pids[0]];
+        if !pids.contains(&pid) {
+            pids.push(pid);
         }
     }
 
     /// The inodes [`Tracker::released_mappable`] named, with their
-    /// processes (0: none).
-    pub fn mappable(&self) -> Vec<(u64, [u32; 2])> {
+    /// processes.
+    pub fn mappable(&self) -> Vec<(u64, Vec<u32>)> {
         self.lock()
             .mappable
             .iter()
-            .map(|(ino, pids)| (*ino, *pids))
+            .map(|(ino, pids)| (*ino, pids.clone()))
             .collect()
     }
 
-    /// `ino` is mapped by none of its processes any more.
-    pub fn unmapped(&self, ino: u64) {
-        self.lock().mappable.remove(&ino);
+    /// Of the processes checked for `ino`, `gone` map it no more: they are
+    /// forgotten, and so is `ino` once none is left (a release since the
+    /// check added one).
+    pub fn unmapped_by(&self, ino: u64, gone: &[u32]) {
+        let mut st = self.lock();
+        if let Some(pids) = st.mappable.get_mut(&ino) {
+            pids.retain(|p| !gone.contains(p));
+            if pids.is_empty() {
+                st.mappable.remove(&ino);
+            }
+        }
     }
 
     pub fn writers(&self) -> Vec<u64> {

@@ -20,6 +20,8 @@ pub enum Error {
     Unresponsive { path: PathBuf, pid: u32, secs: u64 },
     #[error("the rewind daemon for {path} answered: {message}")]
     Daemon { path: PathBuf, message: String },
+    #[error("the mount daemon for {path} did not start: {why}")]
+    NotStarted { path: PathBuf, why: String },
     #[error("cannot unmount {path}: it is busy ({holders}); close them{} and retry", if holders.contains("working directory") { " (a shell inside: `cd` out of it first)" } else { "" })]
     Busy { path: PathBuf, holders: String },
 }

@@ -84,6 +84,11 @@ pub struct Shared {
     /// value before and after reading saw one tree.
     pub generation: AtomicU64,
     pub passthrough: AtomicBool,
+    /// [`Shared::still_mapped`] as the freeze found it just before its
+    /// gate closed, for the takes while frozen: reading a process's maps
+    /// takes its mmap lock, which a thread faulting on this mount's pages
+    /// may hold (or queue behind) until the frozen mount answers.
+    mapped_at_freeze: std::sync::Mutex<Option<Mapped>>,
     pub passthrough_opens: AtomicU64,
     pub cached_opens: AtomicU64,
     pub plain_opens: AtomicU64,
@@ -156,6 +161,7 @@ impl Shared {
             notifier: OnceLock::new(),
             generation: AtomicU64::new(0),
             passthrough: AtomicBool::new(false),
+            mapped_at_freeze: std::sync::Mutex::new(None),
             passthrough_opens: AtomicU64::new(0),
             cached_opens: AtomicU64::new(0),
             plain_opens: AtomicU64::new(0),
@@ -231,7 +237,26 @@ impl Shared {
     /// writing since the last capture (`reread`) and those open for
     /// writing now (`open`), by their current names (D247).
     pub fn take(&self, take: bool) -> DirtySet {
-        let (mapped, unmapped) = self.still_mapped();
+        let frozen = self
+            .gate
+            .is_frozen()
+            .then(|| {
+                self.mapped_at_freeze
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+            })
+            .flatten();
+        let Mapped {
+            mapped,
+            unmapped,
+            gone,
+        } = frozen.unwrap_or_else(|| self.still_mapped());
+        if take {
+            for (ino, pids) in &gone {
+                self.tracker.unmapped_by(*ino, pids);
+            }
+        }
         // Into the set before it is taken, so that an aborted capture
         // gives them back with the rest. A file unmapped since the last
         // take may have been written through its mapping until then.
@@ -272,53 +297,82 @@ impl Shared {
 
     /// Of the files whose passthrough handle for writing was released
     /// ([`Tracker::released_mappable`]), those a process that opened them
-    /// still maps shared and writable, and those none does any more
-    /// (forgotten here). A program that closes its descriptor right after
-    /// `mmap` writes the backing file's pages with no request the daemon
-    /// sees: such a file counts as open for writing while it is mapped
-    /// (D256). Costs one read of `/proc/PID/maps` per process, and a stat
-    /// per file only when that process maps some file shared and writable.
-    fn still_mapped(&self) -> (Vec<u64>, Vec<u64>) {
+    /// still maps shared and writable, and those none does any more. A
+    /// program that closes its descriptor right after `mmap` writes the
+    /// backing file's pages with no request the daemon sees: such a file
+    /// counts as open for writing while it is mapped (D256). Costs one
+    /// read of `/proc/PID/maps` per process, and a stat per file only
+    /// when that process maps some file shared and writable. Never called
+    /// while frozen (see [`Shared::mapped_at_freeze`]).
+    fn still_mapped(&self) -> Mapped {
         let candidates = self.tracker.mappable();
+        let mut out = Mapped::default();
         if candidates.is_empty() {
-            return (Vec::new(), Vec::new());
+            return out;
         }
         // `None`: unreadable (another user's process), so maybe mapped.
         let mut maps: HashMap<u32, Option<HashSet<u64>>> = HashMap::new();
-        for pid in candidates.iter().flat_map(|(_, pids)| *pids) {
-            if pid != 0 && !maps.contains_key(&pid) {
-                maps.insert(pid, rewind_platform::shared_writable_mappings(pid).ok());
+        for (_, pids) in &candidates {
+            for &pid in pids {
+                maps.entry(pid)
+                    .or_insert_with(|| rewind_platform::shared_writable_mappings(pid).ok());
             }
         }
-        let (mut mapped, mut unmapped) = (Vec::new(), Vec::new());
         for (ino, pids) in candidates {
-            let sets = pids.iter().filter_map(|p| maps.get(p));
-            let maps_ino = |n: u64| {
-                sets.clone()
-                    .any(|s| s.as_ref().is_none_or(|s| s.contains(&n)))
-            };
             // The maps name the mount's inode (what the kernel shows for a
             // passthrough file since 6.8), or the backing file's on older
             // kernels: stat it only if a process maps anything else. An
             // unrelated mapping with the same number only costs a reread.
-            let is_mapped = maps_ino(ino)
-                || (sets
-                    .clone()
-                    .any(|s| s.as_ref().is_none_or(|s| !s.is_empty()))
-                    && self
-                        .inodes
-                        .get(ino)
-                        .and_then(|i| self.inodes.fd(ino, &i).ok())
-                        .and_then(|fd| inodes::statx_fd(&*fd).ok())
-                        .is_some_and(|x| maps_ino(x.stx_ino)));
-            if is_mapped {
-                mapped.push(ino);
+            let mut backing = None;
+            let mut maps_it = |pid: &u32| match maps.get(pid) {
+                Some(Some(set)) if set.contains(&ino) => true,
+                Some(Some(set)) if set.is_empty() => false,
+                Some(Some(set)) => backing
+                    .get_or_insert_with(|| {
+                        self.inodes
+                            .get(ino)
+                            .and_then(|i| self.inodes.fd(ino, &i).ok())
+                            .and_then(|fd| inodes::statx_fd(&*fd).ok())
+                            .map(|x| x.stx_ino)
+                    })
+                    .is_some_and(|b| set.contains(&b)),
+                _ => true,
+            };
+            let (still, gone): (Vec<u32>, Vec<u32>) = pids.into_iter().partition(&mut maps_it);
+            if still.is_empty() {
+                out.unmapped.push(ino);
             } else {
-                self.tracker.unmapped(ino);
-                unmapped.push(ino);
+                out.mapped.push(ino);
+            }
+            if !gone.is_empty() {
+                out.gone.push((ino, gone));
             }
         }
-        (mapped, unmapped)
+        out
+    }
+
+    /// What a freeze answers: the files open for writing
+    /// ([`Shared::open_for_writing`]) and those a process still maps
+    /// shared and writable after closing its descriptor, as the freeze
+    /// found them (D256). A rewind replacing one leaves that process
+    /// writing into the old file, and warned of none (helper-41).
+    pub fn held_at_freeze(&self) -> Vec<Vec<u8>> {
+        let mapped = self
+            .mapped_at_freeze
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|m| m.mapped.clone())
+            .unwrap_or_default();
+        let mut held = self.open_for_writing();
+        for ino in mapped {
+            for p in self.paths_of(ino) {
+                if !held.contains(&p) {
+                    held.push(p);
+                }
+            }
+        }
+        held
     }
 
     /// The workspace-relative paths (every link the kernel knows) of the
@@ -364,6 +418,12 @@ impl Shared {
             while !self.tracker.writers().is_empty() && started.elapsed() < drain {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
+            // Closed to opens only: a fault on this mount is still served.
+            let mapped = self.still_mapped();
+            *self
+                .mapped_at_freeze
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(mapped);
             if !self.gate.freeze() {
                 self.gate.thaw();
                 return false;
@@ -386,6 +446,10 @@ impl Shared {
     /// even again, the rewind is still in progress.
     pub fn thaw(&self, paths: Option<&[Vec<u8>]>) {
         self.gate.thaw();
+        *self
+            .mapped_at_freeze
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         match paths {
             Some(paths) => {
                 for p in paths {
@@ -489,6 +553,18 @@ struct LazyFile {
     inode: Live,
     flags: i32,
     file: OnceLock<File>,
+}
+
+/// What [`Shared::still_mapped`] found.
+#[derive(Clone, Default)]
+struct Mapped {
+    /// Files still mapped by a process that opened them for writing.
+    mapped: Vec<u64>,
+    /// Files none of those processes maps any more.
+    unmapped: Vec<u64>,
+    /// Per file, the processes checked that map it no more (forgotten at
+    /// a take).
+    gone: Vec<(u64, Vec<u32>)>,
 }
 
 struct Handle {

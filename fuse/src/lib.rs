@@ -35,8 +35,8 @@ pub use control::{
     door_path, runtime_dir, socket_path,
 };
 pub use daemon::{
-    ServeOptions, detach_dead, detach_dead_mount, dev_fuse_usable, holders, is_rewind_mount,
-    release_dead_backing, serve,
+    NO_FUSERMOUNT3, ServeOptions, detach_dead, detach_dead_mount, dev_fuse_usable, fusermount3,
+    holders, is_rewind_mount, release_dead_backing, serve,
 };
 pub use dirty::{DirtySet, Names};
 pub use error::{Error, Result};

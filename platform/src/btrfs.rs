@@ -37,6 +37,7 @@ const IOC_SUBVOL_CREATE: rustix::ioctl::Opcode = opcode::write::<VolArgs>(0x94, 
 const IOC_SNAP_DESTROY: rustix::ioctl::Opcode = opcode::write::<VolArgs>(0x94, 15);
 const IOC_SNAP_CREATE_V2: rustix::ioctl::Opcode = opcode::write::<VolArgsV2>(0x94, 23);
 const IOC_SUBVOL_GETFLAGS: rustix::ioctl::Opcode = opcode::read::<u64>(0x94, 25);
+const IOC_SUBVOL_SETFLAGS: rustix::ioctl::Opcode = opcode::write::<u64>(0x94, 26);
 
 fn name_bytes<const N: usize>(
     name: &OsStr,
@@ -70,6 +71,22 @@ pub fn is_readonly_subvolume(dir: &Dir) -> Result<bool> {
     let flags = unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
         .map_err(|e| Error::new("get subvolume flags", dir.path(), e))?;
     Ok(flags & SUBVOL_RDONLY != 0)
+}
+
+/// Make the subvolume whose root is `dir` writable (its owner may): what
+/// `btrfs property set DIR ro false` does.
+pub fn make_subvolume_writable(dir: &Dir) -> Result<()> {
+    // SAFETY: BTRFS_IOC_SUBVOL_GETFLAGS writes one u64.
+    let flags = unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
+        .map_err(|e| Error::new("get subvolume flags", dir.path(), e))?;
+    // SAFETY: BTRFS_IOC_SUBVOL_SETFLAGS reads one u64.
+    unsafe {
+        ioctl(
+            dir.as_fd(),
+            Setter::<{ IOC_SUBVOL_SETFLAGS }, u64>::new(flags & !SUBVOL_RDONLY),
+        )
+    }
+    .map_err(|e| Error::new("set subvolume flags", dir.path(), e))
 }
 
 /// Create an empty subvolume `name` in `parent`.

@@ -55,6 +55,12 @@ impl Error {
         self.raw_os_error() == Some(libc_errno::ETXTBSY)
     }
 
+    /// True for EROFS: a read-only filesystem, or on btrfs a read-only
+    /// subvolume (its snapshots).
+    pub fn is_read_only(&self) -> bool {
+        self.raw_os_error() == Some(libc_errno::EROFS)
+    }
+
     /// True when a path component was a symlink or not a directory where a
     /// directory was required: the tree changed under us, or someone tried
     /// to redirect a write outside the workspace.
@@ -74,4 +80,5 @@ pub(crate) mod libc_errno {
     pub const ENOTDIR: i32 = 20;
     pub const EXDEV: i32 = 18;
     pub const ETXTBSY: i32 = 26;
+    pub const EROFS: i32 = 30;
 }

@@ -21,8 +21,8 @@ mod xfs;
 
 pub use btrfs::{
     ChangedInode, can_delete_snapshots, changed_inodes, create_subvolume, delete_subvolume,
-    inode_path, is_readonly_subvolume, is_subvolume, snapshot, subvolume_otransid,
-    subvolume_written_since_creation,
+    inode_path, is_readonly_subvolume, is_subvolume, make_subvolume_writable, snapshot,
+    subvolume_otransid, subvolume_written_since_creation,
 };
 pub use clone::{
     CloneOutcome, advise_sequential, clean_for_read, clone_or_copy, copy_with, match_nocow,
@@ -46,7 +46,7 @@ pub use lock::LockFile;
 pub use process::{
     credentials, euid, holders, is_root, job_begins, job_ends, kill_self, new_session,
     report_sigbus, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
-    terminate_between_jobs,
+    terminate_between_jobs, writers_of,
 };
 pub use system::{boot_id, clocks_ns, dirty_bytes, swap_files_under};
 pub use xattr::Xattr;

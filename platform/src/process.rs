@@ -111,6 +111,73 @@ fn parse_shared_writable(maps: &[u8]) -> std::collections::HashSet<u64> {
         .collect()
 }
 
+/// The processes (but those `skip` names) that can write a file `wanted`
+/// accepts without opening it again: through a descriptor open for
+/// writing or a shared writable mapping. One line per process, "pid N
+/// (comm): PATH open for writing" or "...: PATH mapped shared and
+/// writable", the first such file found. Paths as the kernel shows them.
+pub fn writers_of(
+    wanted: impl Fn(&std::path::Path) -> bool,
+    skip: impl Fn(u32) -> bool,
+) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::{Path, PathBuf};
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if skip(pid) {
+            continue;
+        }
+        let base = p.path();
+        let open_for_writing = || -> Option<PathBuf> {
+            for fd in std::fs::read_dir(base.join("fd")).ok()?.flatten() {
+                let Ok(target) = std::fs::read_link(fd.path()) else {
+                    continue;
+                };
+                if !wanted(&target) {
+                    continue;
+                }
+                let info = std::fs::read_to_string(base.join("fdinfo").join(fd.file_name()))
+                    .unwrap_or_default();
+                let flags = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                    .unwrap_or(0);
+                if flags & 0o3 != 0 {
+                    return Some(target);
+                }
+            }
+            None
+        };
+        let mapped = || -> Option<PathBuf> {
+            let maps = std::fs::read(base.join("maps")).ok()?;
+            maps.split(|b| *b == b'\n').find_map(|line| {
+                let perms = line.split(|b| *b == b' ').nth(1)?;
+                let shared_writable = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's');
+                let at = line.iter().position(|b| *b == b'/')?;
+                let path = Path::new(std::ffi::OsStr::from_bytes(&line[at..]));
+                (shared_writable && wanted(path)).then(|| path.to_path_buf())
+            })
+        };
+        let what = if let Some(f) = open_for_writing() {
+            format!("{} open for writing", f.display())
+        } else if let Some(f) = mapped() {
+            format!("{} mapped shared and writable", f.display())
+        } else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
+        out.push(format!("pid {pid} ({}): {what}", comm.trim()));
+    }
+    out
+}
+
 /// The parent pid in `/proc/PID/stat` (after the command name, which may
 /// hold spaces and parentheses: the last `)` ends it).
 fn parent_pid(proc_dir: &std::path::Path) -> Option<u32> {

@@ -277,7 +277,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
         git_ignored: ws.git_ignored(),
         fuse: Fuse {
             dev_fuse: Path::new("/dev/fuse").exists(),
-            fusermount3: which("fusermount3"),
+            fusermount3: rewind_fuse::fusermount3().is_some(),
             mounted: mount_point.is_some(),
             mount_point: mount_point.as_ref().map(|p| p.display().to_string()),
             daemon_pid: status
@@ -340,7 +340,11 @@ fn report(ctx: &Ctx) -> Result<bool> {
                 "does not ignore .rewind/ (its .gitignore could not be written): `git clean -fd` would delete the history"
             },
             dev_fuse_note(out.fuse.dev_fuse, rewind_fuse::dev_fuse_usable()),
-            if out.fuse.fusermount3 { "found" } else { "missing" },
+            if out.fuse.fusermount3 {
+                "found"
+            } else {
+                "missing (a mount without root goes through it: `sudo apt-get install fuse3`)"
+            },
             out.fuse.note,
             out.durability.note,
             out.ledger.path,
@@ -510,23 +514,46 @@ fn before_init(ctx: &Ctx, dir: &Path) -> Result<()> {
         engine_why: String,
         dev_fuse: bool,
         dev_fuse_usable: bool,
-        note: &'static str,
+        note: String,
     }
     let d = rewind_platform::Dir::open(dir).map_err(Error::os)?;
     let fs = rewind_platform::FsInfo::of(&d).map_err(Error::os)?;
-    let reflink = rewind_platform::clone_support(&d).unwrap_or(false);
+    // The probe makes files here: in a directory this user cannot write,
+    // its failure said nothing about the filesystem, yet the answer blamed
+    // it (XFS "made without reflink=1?") and `init` was advised, which
+    // then failed (helper-42, D258).
+    let probe = rewind_platform::clone_support(&d);
+    let writable = !probe.as_ref().is_err_and(|e| e.is_permission_denied());
+    let reflink = probe.unwrap_or(false);
+    let reflink_why = if writable {
+        clone_note(fs.kind, reflink)
+    } else {
+        format!(
+            "not tested: this user cannot create files here, so {kind} clones were not tried",
+            kind = fs.kind
+        )
+    };
+    let note = if writable {
+        "not a workspace yet: `rewind init` (or the first `rewind checkpoint`) makes one here"
+            .to_string()
+    } else {
+        format!(
+            "not a workspace, and this user (uid {}) cannot write here, so `rewind init` would fail: use a directory you own, or fix its owner or mode (`ls -ld`)",
+            rewind_platform::euid()
+        )
+    };
     let (engine, why) = crate::snapshot::Engine::choose(&d, &fs);
     let out = BeforeInit {
         workspace: None,
         directory: dir.display().to_string(),
         fs: fs.kind.to_string(),
         reflink,
-        reflink_why: clone_note(fs.kind, reflink),
+        reflink_why,
         engine: engine.as_str(),
         engine_why: why.to_string(),
         dev_fuse: Path::new("/dev/fuse").exists(),
         dev_fuse_usable: rewind_fuse::dev_fuse_usable(),
-        note: "not a workspace yet: `rewind init` (or the first `rewind checkpoint`) makes one here",
+        note,
     };
     ctx.emit(&out, || {
         format!(
@@ -556,9 +583,4 @@ fn backing_of_silent(mp: &Path, pid: u32) -> Option<std::path::PathBuf> {
             b.join(crate::capture::STATE_DIR).is_dir().then_some(b)
         }
     }
-}
-
-fn which(cmd: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }

@@ -206,6 +206,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         .into_iter()
         .filter(|h| h.ends_with("working directory") && !h.starts_with(&me))
         .map(|h| format!("{h} inside {} keeps using the directory under the mount: its changes bypass the dirty set until it cds back in (checkpoints stay correct only after `rewind unmount`)", root.display()))
+        .chain(
+            // So do writes through a descriptor or a shared mapping made
+            // before the mount (or before a daemon that died): the daemon
+            // never sees them (helper-41, D259).
+            if view.is_some() { Vec::new() } else { held_for_writing(&root) }
+                .into_iter()
+                .map(|h| format!("{h}: made before the mount, its writes there bypass the dirty set until it closes or unmaps the file (checkpoints stay correct only after `rewind unmount`)")),
+        )
         .collect();
     let log_path = root.join(STATE_DIR).join(LOG_FILE);
     // Through the open `.rewind/`, never a symlink (D160).
@@ -291,20 +299,23 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            return Err(Error::Usage(format!(
-                "the mount daemon for {} exited ({status}): {}",
-                root.display(),
-                log_tail(&log_path, log_start)
-            )));
+            // MOUNT, not USAGE: the command was right, the mount failed
+            // (helper-42, D258).
+            return Err(Error::Mount(rewind_fuse::Error::NotStarted {
+                path: root.clone(),
+                why: format!("it exited ({status}): {}", log_tail(&log_path, log_start)),
+            }));
         }
         if started.elapsed() > READY_TIMEOUT {
             let _ = child.kill();
-            return Err(Error::Usage(format!(
-                "the mount daemon for {} did not answer within {} s: {}",
-                root.display(),
-                READY_TIMEOUT.as_secs(),
-                log_tail(&log_path, log_start)
-            )));
+            return Err(Error::Mount(rewind_fuse::Error::NotStarted {
+                path: root.clone(),
+                why: format!(
+                    "it did not answer within {} s: {}",
+                    READY_TIMEOUT.as_secs(),
+                    log_tail(&log_path, log_start)
+                ),
+            }));
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -357,6 +368,17 @@ fn already_mounted(root: &Path) -> Result<()> {
     }
 }
 
+/// Other processes that can write files in the workspace `root` without
+/// opening them again (its history aside: servers hold the ledger).
+fn held_for_writing(root: &Path) -> Vec<String> {
+    let me = std::process::id();
+    let history = root.join(STATE_DIR);
+    rewind_platform::writers_of(
+        |p| p.starts_with(root) && !p.starts_with(&history),
+        |pid| pid == me,
+    )
+}
+
 fn log_tail(path: &Path, from: u64) -> String {
     let mut s = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {
@@ -368,7 +390,11 @@ fn log_tail(path: &Path, from: u64) -> String {
     if s.is_empty() {
         format!("no output (see {})", path.display())
     } else {
-        s.lines().last().unwrap_or(s).to_string()
+        // The daemon's own error line: its prefix once is enough.
+        let last = s.lines().last().unwrap_or(s);
+        last.strip_prefix("rewind: error: ")
+            .unwrap_or(last)
+            .to_string()
     }
 }
 

@@ -1278,6 +1278,10 @@ impl MappedWriter {
         assert_eq!(line.trim(), what, "mapped writer of {}", path.display());
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Write `bytes` through the mapping; returns once they are written.
     pub fn put(&mut self, bytes: &[u8; 8]) {
         let text = std::str::from_utf8(bytes).expect("ASCII");
