@@ -199,18 +199,27 @@ pub(crate) fn what_the_target_ignores(
 /// they could not read (D164). Before, root's apply created and deleted
 /// entries in root's own directories inside their tree at their request.
 /// `sudo rewind` is root's own command, and restores root's files (D147).
+/// A user's own rewind is judged the same way by their own rights: one
+/// entry in another user's directory made the whole rewind fail and roll
+/// back, and `--dry-run` gave no sign of it (helper-42, D260).
 pub(crate) fn what_the_owner_could_not_change(
     ws: &Workspace,
     changes: Vec<Change>,
     kept: &mut Vec<Skipped>,
 ) -> Result<Vec<Change>> {
     use rewind_platform::{Dir, Meta, UserAccess};
-    if !crate::workspace::is_confined() {
+    let confined = crate::workspace::is_confined();
+    if !confined && rewind_platform::is_root() {
         return Ok(changes);
     }
     let root = Dir::open(ws.io_path())?;
-    let Some(owner) = UserAccess::owner_of(&root.meta()?) else {
-        return Ok(changes);
+    let owner = if confined {
+        match UserAccess::owner_of(&root.meta()?) {
+            Some(o) => o,
+            None => return Ok(changes),
+        }
+    } else {
+        UserAccess::this_process()
     };
     // Each directory on the plan's paths, opened once; `None` where the
     // live tree has none (the plan makes it in its nearest existing one).
@@ -246,14 +255,44 @@ pub(crate) fn what_the_owner_could_not_change(
                     .as_ref()
                     .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
         });
-        if owner.may_change_in(dir_meta, entry.as_ref()) && !in_place_not_theirs {
+        // Their own directory they may make writable for the change, as
+        // a rewind does (D115); root's door does not (D164).
+        let may = owner.may_change_in(dir_meta, entry.as_ref())
+            || (!confined && dir_meta.uid == owner.uid());
+        if may && !in_place_not_theirs {
             out.push(c);
-        } else {
+        } else if confined {
             kept.push(Skipped::new(
                 &c.path,
                 format!(
                     "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
                     owner.uid()
+                ),
+            ));
+        } else {
+            let (what, meta) = if in_place_not_theirs {
+                (
+                    "it is a directory of uid",
+                    entry.as_ref().unwrap_or(dir_meta),
+                )
+            } else {
+                ("its directory belongs to uid", dir_meta)
+            };
+            let shown = if in_place_not_theirs { &c.path[..] } else { at };
+            let dir_path = if shown.is_empty() {
+                ".".into()
+            } else {
+                crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(shown)))
+            };
+            kept.push(Skipped::new(
+                &c.path,
+                format!(
+                    "kept: this user (uid {}) cannot change it: {what} {} with mode {:o}{}; `ls -ld {}` shows it: change its owner or mode, or rewind as root (D260)",
+                    owner.uid(),
+                    meta.uid,
+                    meta.mode & 0o7777,
+                    if meta.mode & 0o1000 != 0 { " (sticky)" } else { "" },
+                    crate::names::shell_word(&dir_path),
                 ),
             ));
         }

@@ -1383,3 +1383,50 @@ fn as_nobody(root: &Path, cmd: &str) -> std::process::Output {
     );
     out
 }
+
+/// D260 (helper-42): a user's rewind that had to replace their own file
+/// in root's directory (`cfg/`, mode 755) failed whole and rolled back
+/// ("rename …: Permission denied"), and `--dry-run` showed nothing
+/// wrong. It now rewinds the rest and keeps that entry, naming whose
+/// directory it is, in the dry run too.
+#[test]
+fn a_users_rewind_keeps_what_they_cannot_change_and_rewinds_the_rest() {
+    let Some(dir) = tmp_others_can_enter() else {
+        return;
+    };
+    let root = dir.path().join("ws");
+    write(&root.join("mine.txt"), b"one\n");
+    write(&root.join("cfg/app.conf"), b"v1\n");
+    common::give_to_nobody(&root);
+    std::os::unix::fs::chown(root.join("cfg"), Some(0), Some(0)).expect("chown");
+    common::chmod(&root.join("cfg"), 0o755);
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    as_nobody(
+        &root,
+        &format!("{bin} checkpoint -q one && echo two > mine.txt && echo v2 > cfg/app.conf"),
+    );
+    let kept_conf = |v: &serde_json::Value| {
+        v["kept"].as_array().is_some_and(|k| {
+            k.iter().any(|e| {
+                e["path"] == "cfg/app.conf"
+                    && e["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("uid 0") && r.contains("mode 755"))
+            })
+        })
+    };
+    let dry = as_nobody(&root, &format!("{bin} --json rewind one --dry-run"));
+    let v: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("json");
+    assert!(kept_conf(&v), "{v}");
+    let done = as_nobody(&root, &format!("{bin} --json rewind one"));
+    let v: serde_json::Value = serde_json::from_slice(&done.stdout).expect("json");
+    assert!(kept_conf(&v), "{v}");
+    assert_eq!(
+        std::fs::read(root.join("mine.txt")).expect("read"),
+        b"one\n"
+    );
+    assert_eq!(
+        std::fs::read(root.join("cfg/app.conf")).expect("read"),
+        b"v2\n"
+    );
+}

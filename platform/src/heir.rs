@@ -97,6 +97,12 @@ impl UserAccess {
         (crate::is_root() && meta.uid != 0).then(|| UserAccess::of(meta.uid))
     }
 
+    /// This process's effective user and groups.
+    pub fn this_process() -> UserAccess {
+        let (uid, gids) = crate::credentials();
+        UserAccess { uid, gids }
+    }
+
     /// The user `uid` with the groups the files in /etc give them.
     pub fn of(uid: u32) -> UserAccess {
         let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
