@@ -3058,8 +3058,9 @@ const USER_MOUNT_SCRIPT: &str = r#"
 set -u
 ws=$1; view=$2; rw=$3; aux=$4
 for b in setpriv env mount sh; do cp "$(command -v $b)" "$aux/" || { echo "FAIL: copy $b"; exit 2; }; done
-mknod "$aux/fuse" c 10 229 && chmod 666 "$aux/fuse" && mount --bind "$aux/fuse" /dev/fuse || { echo "FAIL: /dev/fuse"; exit 2; }
 user() { "$aux/setpriv" --reuid=65534 --regid=65534 --clear-groups "$aux/env" -i HOME=/nonexistent PATH=/nonexistent "$rw" "$@"; }
+echo "OVER $(user --json -C "$ws" mount 2>/dev/null)"
+mknod "$aux/fuse" c 10 229 && chmod 666 "$aux/fuse" && mount --bind "$aux/fuse" /dev/fuse || { echo "FAIL: /dev/fuse"; exit 2; }
 mounted() { while read -r _ _ _ _ mp _; do [ "$mp" = "$view" ] && return 0; done < /proc/self/mountinfo; return 1; }
 trap 'user unmount "$view" >/dev/null 2>&1' EXIT
 user -C "$ws" mount --at "$view" >/dev/null 2>&1 || echo "FAIL: mount: $(user -C "$ws" mount --at "$view" 2>&1)"
@@ -3072,7 +3073,8 @@ mounted && echo "FAIL: still mounted after unmount"
 for d in /usr/bin /usr/sbin /usr/local/bin /bin /sbin; do
     [ -L "$d" ] || [ ! -d "$d" ] || "$aux/mount" -t tmpfs none "$d" || echo "FAIL: hide $d"
 done
-out=$(user --json -C "$ws" mount --at "$view" 2>/dev/null)
+out=$(user --json -C "$ws" mount --at "$view.2" 2>/dev/null)
+[ -e "$view.2" ] && echo "FAIL: the view a failed mount made was left"
 echo "NOFM $out"
 "#;
 
@@ -3146,6 +3148,62 @@ fn a_users_mount_unmounts_without_fusermount3_on_path_and_names_it_when_missing(
     assert!(
         !message.contains("rewind: error: "),
         "one prefix: {message}"
+    );
+    // D261: over the workspace itself, a user is told first that it
+    // needs root (and a view does not), not to chmod /dev/fuse.
+    let over = text
+        .lines()
+        .find_map(|l| l.strip_prefix("OVER "))
+        .unwrap_or_else(|| panic!("no answer: {text}"));
+    assert!(
+        over.contains("needs root") && over.contains("--at VIEW") && !over.contains("/dev/fuse"),
+        "{over}"
+    );
+}
+
+/// D261 (helper-42): `mount --at` on a directory with files in it hid
+/// them under the mount without a word. It is refused, and nothing is
+/// made or mounted.
+#[test]
+fn a_view_that_is_not_empty_is_refused_and_nothing_is_mounted() {
+    let Some((lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    if !common::is_root() || !Path::new("/dev/fuse").exists() {
+        common::skip_or_fail("FUSE mounts need root and /dev/fuse");
+        return;
+    }
+    let view = lfs.subdir("busy-view");
+    write(&view.join("notes.txt"), b"mine\n");
+    let out = rewind(
+        Path::new("/"),
+        &[
+            "--json",
+            "mount",
+            &ws.display().to_string(),
+            "--at",
+            &view.display().to_string(),
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "INVALID_PATH", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not empty")),
+        "{v}"
+    );
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let view_text = view.display().to_string();
+    assert!(
+        !table
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(view_text.as_str())),
+        "nothing was mounted"
+    );
+    assert_eq!(
+        std::fs::read(view.join("notes.txt")).expect("read"),
+        b"mine\n"
     );
 }
 

@@ -82,14 +82,7 @@ struct Ctx {
 /// propagate onto it).
 fn bind_backing(dir: &Path, mountpoint: &Path) -> Result<PathBuf> {
     if !rustix::process::geteuid().is_root() {
-        return Err(Error::io(
-            "mount over",
-            dir,
-            std::io::Error::other(format!(
-                "mounting over the workspace itself needs root (a private bind mount keeps the backing tree reachable); as a user, mount a view of it: `rewind mount {} --at VIEW`",
-                dir.display()
-            )),
-        ));
+        return Err(over_itself_needs_root(dir));
     }
     let b = control::backing_path(mountpoint);
     let _ = rustix::mount::unmount(&b, rustix::mount::UnmountFlags::DETACH); // a dead daemon's
@@ -101,6 +94,20 @@ fn bind_backing(dir: &Path, mountpoint: &Path) -> Result<PathBuf> {
         return Err(Error::io("make private", &b, e.into()));
     }
     Ok(b)
+}
+
+/// A user's mount over the workspace itself: what they are told first
+/// (before what /dev/fuse or fusermount3 would need, which a view needs
+/// too: helper-42 was told to chmod /dev/fuse, then that this needs root).
+fn over_itself_needs_root(dir: &Path) -> Error {
+    Error::io(
+        "mount over",
+        dir,
+        std::io::Error::other(format!(
+            "mounting over the workspace itself needs root (a private bind mount keeps the backing tree reachable); as a user, mount a view of it: `rewind mount {} --at VIEW`",
+            dir.display()
+        )),
+    )
 }
 
 fn release_backing(b: &Path) {
@@ -134,6 +141,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         Err(Error::DaemonGone { .. }) => detach_dead(&mountpoint)?,
         Ok(None) if is_dead_rewind_mount(&mountpoint) => detach_dead(&mountpoint)?,
         _ => {}
+    }
+    if opts.view.is_none() && !rustix::process::geteuid().is_root() {
+        return Err(over_itself_needs_root(dir));
     }
     // fuser opens /dev/fuse itself and falls back to fusermount3 only when
     // mount(2) is refused, not when the device is: say what to change.

@@ -11,7 +11,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(
-        "{path} is already mounted by rewind (daemon pid {pid}); `rewind unmount {path}` first"
+        "this workspace is already mounted by rewind at {path} (daemon pid {pid}), and a workspace has one mount; `rewind unmount {path}` first"
     )]
     AlreadyMounted { path: PathBuf, pid: u32 },
     #[error("the rewind daemon for {path} is gone (its process exited)")]

@@ -226,9 +226,11 @@ fn report(ctx: &Ctx) -> Result<bool> {
                 "mounted (daemon pid {}): no kernel passthrough (it needs root and Linux 6.9+), so file reads and writes go through the daemon",
                 s.pid
             ),
-            None => {
+            None if rewind_platform::is_root() => {
                 "not mounted: `rewind mount DIR` serves the workspace through the overlay".into()
             }
+            // A user cannot mount over the workspace itself.
+            None => "not mounted: `rewind mount DIR --at VIEW` serves a view of the workspace through the overlay".into(),
         },
     };
     let fuse_note = match status.as_ref().map(|s| s.dirty) {

@@ -107,6 +107,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     // Where the ledger is (`.rewind/` or, on a subvolume, `.rewind/state/`).
     let ledger_path = ws.ledger().path().to_path_buf();
     drop(ws);
+    // A view this command made is removed again if the mount fails: a
+    // failed `mount --at` left it behind (helper-42, D261).
+    let mut made_view: Option<MadeView> = None;
     let view = match &a.at {
         Some(v) => {
             let v = ctx.cwd.join(v);
@@ -164,9 +167,21 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                     ),
                 });
             }
+            if missing.is_empty()
+                && std::fs::read_dir(&resolved).is_ok_and(|mut d| d.next().is_some())
+                && !rewind_fuse::is_rewind_mount(&resolved)
+            {
+                // The mount would hide what is there, without a word
+                // (helper-42, D261).
+                return Err(Error::InvalidPath {
+                    path: resolved,
+                    reason: "is not empty: a mount there would hide its files; give --at an empty directory, or a path to make one at; nothing was made".into(),
+                });
+            }
             if !missing.is_empty() {
                 std::fs::create_dir(&resolved)
                     .map_err(|e| Error::Os(rewind_platform::Error::new("create", &resolved, e)))?;
+                made_view = Some(MadeView(resolved.clone()));
             }
             Some(resolved)
         }
@@ -319,6 +334,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    // Mounted: the view stays.
+    std::mem::forget(made_view.take());
     let status = link.status()?;
     drop(link);
     record(
@@ -365,6 +382,16 @@ fn already_mounted(root: &Path) -> Result<()> {
             pid: h.pid,
         })),
         None => Ok(()),
+    }
+}
+
+/// A view directory `mount --at` made: removed on drop (if still empty)
+/// unless the mount came up ([`std::mem::forget`] keeps it).
+struct MadeView(PathBuf);
+
+impl Drop for MadeView {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
@@ -464,8 +491,13 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
             )));
         }
         None => {
+            let how = if rewind_platform::is_root() {
+                ""
+            } else {
+                " --at VIEW"
+            };
             return Err(Error::Usage(format!(
-                "{} is not mounted by rewind (`rewind mount {}` mounts it)",
+                "{} is not mounted by rewind (`rewind mount {}{how}` mounts it)",
                 root.display(),
                 root.display()
             )));
