@@ -156,6 +156,11 @@ pub enum Error {
     #[error("btrfs: {}: {reason}", path.display())]
     Btrfs { path: PathBuf, reason: String },
 
+    /// Processes use a directory an operation must replace (`init
+    /// --subvolume`): BUSY, as for a busy `unmount` (helper-42, D262).
+    #[error("{} {reason}", path.display())]
+    Busy { path: PathBuf, reason: String },
+
     #[error("cancelled by the caller before anything was committed: nothing changed")]
     Cancelled,
 
@@ -272,7 +277,7 @@ impl Error {
         match self {
             Error::Os(_) => "IO",
             Error::Mount(rewind_fuse::Error::AlreadyMounted { .. }) => "ALREADY_MOUNTED",
-            Error::Mount(rewind_fuse::Error::Busy { .. }) => "BUSY",
+            Error::Mount(rewind_fuse::Error::Busy { .. }) | Error::Busy { .. } => "BUSY",
             Error::Mount(_) => "MOUNT",
             Error::RolledBack { .. } => "ROLLED_BACK",
             // The cause says what to fix (NO_SPACE: free space).

@@ -146,7 +146,22 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     // (helper-34, D240).
     let mut tries = 0;
     let since = loop {
-        rewind_platform::create_subvolume(&parent, &tmp).map_err(Error::os)?;
+        rewind_platform::create_subvolume(&parent, &tmp).map_err(|e| {
+            if e.is_permission_denied() {
+                // It said only "Permission denied" on a path never seen
+                // (helper-42, D262).
+                refused(
+                    parent_path,
+                    &format!(
+                        "is not writable by this user (uid {}): the new subvolume is made beside {} and then takes its name, so its parent directory must be writable; convert as its owner or root",
+                        rewind_platform::euid(),
+                        dir.display()
+                    ),
+                )
+            } else {
+                Error::os(e)
+            }
+        })?;
         crate::failpoint::hit("subvol:created");
         let copy = parent.open_dir(&tmp).map_err(Error::os).and_then(|new| {
             let since = new.meta().map_err(Error::os)?.ctime_ns;
@@ -391,13 +406,13 @@ fn refuse_if_busy(dir: &Path) -> Result<()> {
     if busy.is_empty() {
         return Ok(());
     }
-    Err(refused(
-        dir,
-        &format!(
-            "processes use it: {}; cd them out (a shell inside: `cd ..`), close the files or stop them, and retry",
+    Err(Error::Busy {
+        path: dir.to_path_buf(),
+        reason: format!(
+            "is in use: {}; cd them out (a shell inside: `cd ..`), close the files or stop them, and retry; nothing was changed",
             busy.join(", ")
         ),
-    ))
+    })
 }
 
 /// A subvolume inside a workspace is a mount point to it: its checkpoints

@@ -170,15 +170,17 @@ fn a_process_inside_the_directory_is_named_and_nothing_changes() {
         .current_dir(ws.join("src"))
         .spawn()
         .expect("spawn sleep");
-    let out = rewind(&lfs.mnt, &["init", "--subvolume", "busy"]);
+    let out = rewind(&lfs.mnt, &["--json", "init", "--subvolume", "busy"]);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(&sleeper.id().to_string()) && err.contains("sleep"),
         "{err}"
     );
+    // BUSY, as for a busy unmount, not INVALID_PATH (helper-42, D262).
+    assert!(err.contains("\"code\":\"BUSY\""), "{err}");
     assert_ne!(inode(&ws), 256);
     common::assert_same("refused", &before, &snapshot(&ws));
 }
@@ -458,6 +460,32 @@ fn what_a_conversion_cannot_carry_over_is_refused_before_anything_is_made() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("belongs to uid 0") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_ne!(inode(&ws), 256);
+
+    // Without root, nobody's own directory in root's 755 one: the new
+    // subvolume is made beside it, so that parent must be writable; it
+    // said only "Permission denied" (helper-42, D262).
+    let parent = lfs.subdir("roots");
+    let ws = parent.join("mine");
+    write(&ws.join("f"), b"f");
+    sh(&format!(
+        "chmod 755 {} && chown -R nobody: {}",
+        parent.display(),
+        ws.display()
+    ));
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .args(["init", "--subvolume"])
+        .arg(&ws)
+        .output()
+        .expect("setpriv");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("parent directory must be writable") && err.contains("nothing was changed"),
         "{err}"
     );
     assert_ne!(inode(&ws), 256);
