@@ -7,7 +7,9 @@
 //! The named points, in the order a rewind passes them, are listed in
 //! [`POINTS`]; the crash tests iterate over this list. The mount daemon
 //! has its own, outside that list: `fuse:remove-marked` (an unlink or
-//! rmdir marked dirty, its syscall not yet made). Also outside it, each
+//! rmdir marked dirty, its syscall not yet made) and `fuse:holder-gone`
+//! (the connection of a command that froze the mount closed, the mount
+//! not yet thawed: tests/fuse.rs). Also outside it, each
 //! with its own test: `subvol:ledger-moved` (tests/btrfs.rs) and
 //! `ledger:created-empty` (a new ledger's file made, its tables not yet:
 //! tests/crash.rs), `mount:connected` (a command connected to its

@@ -255,49 +255,110 @@ pub(crate) fn what_the_owner_could_not_change(
                     .as_ref()
                     .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
         });
-        // Their own directory they may make writable for the change, as
-        // a rewind does (D115); root's door does not (D164).
-        let may = owner.may_change_in(dir_meta, entry.as_ref())
-            || (!confined && dir_meta.uid == owner.uid());
-        if may && !in_place_not_theirs {
-            out.push(c);
-        } else if confined {
-            kept.push(Skipped::new(
-                &c.path,
-                format!(
-                    "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
-                    owner.uid()
-                ),
-            ));
-        } else {
-            let (what, meta) = if in_place_not_theirs {
-                (
-                    "it is a directory of uid",
-                    entry.as_ref().unwrap_or(dir_meta),
-                )
+        if confined {
+            if owner.may_change_in(dir_meta, entry.as_ref()) && !in_place_not_theirs {
+                out.push(c);
             } else {
-                ("its directory belongs to uid", dir_meta)
-            };
-            let shown = if in_place_not_theirs { &c.path[..] } else { at };
-            let dir_path = if shown.is_empty() {
-                ".".into()
-            } else {
-                crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(shown)))
-            };
-            kept.push(Skipped::new(
-                &c.path,
-                format!(
-                    "kept: this user (uid {}) cannot change it: {what} {} with mode {:o}{}; `ls -ld {}` shows it: change its owner or mode, or rewind as root (D260)",
-                    owner.uid(),
-                    meta.uid,
-                    meta.mode & 0o7777,
-                    if meta.mode & 0o1000 != 0 { " (sticky)" } else { "" },
-                    crate::names::shell_word(&dir_path),
-                ),
-            ));
+                kept.push(Skipped::new(
+                    &c.path,
+                    format!(
+                        "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
+                        owner.uid()
+                    ),
+                ));
+            }
+            continue;
         }
+        // A user's own rewind: the kernel judges the directory (ACLs too:
+        // helper-43), and their own directory they may make writable for
+        // the change, as a rewind does (D115). A directory the plan
+        // removes is emptied first, so every directory in it must be
+        // theirs to change as well (helper-43: root's `r/` holding a file
+        // rolled the whole rewind back).
+        let sticky_blocks = dir_meta.mode & 0o1000 != 0
+            && dir_meta.uid != owner.uid()
+            && entry.as_ref().is_some_and(|e| e.uid != owner.uid());
+        let blocker: Option<(&str, Meta, Vec<u8>)> =
+            if (dir_meta.uid != owner.uid() && !dir.writable_by_me()) || sticky_blocks {
+                Some((
+                    "its directory belongs to uid",
+                    dir_meta.clone(),
+                    at.to_vec(),
+                ))
+            } else if in_place_not_theirs {
+                entry
+                    .clone()
+                    .map(|e| ("it is a directory of uid", e, c.path.clone()))
+            } else if entry
+                .as_ref()
+                .is_some_and(|e| e.kind == rewind_platform::EntryKind::Dir)
+                && !c
+                    .new
+                    .as_ref()
+                    .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
+            {
+                dir.open_dir(OsStr::from_bytes(name))
+                    .ok()
+                    .and_then(|d| cannot_empty(&owner, &d, c.path.clone()))
+                    .map(|(m, p)| ("a directory in it belongs to uid", m, p))
+            } else {
+                None
+            };
+        let Some((what, meta, shown)) = blocker else {
+            out.push(c);
+            continue;
+        };
+        let dir_path = if shown.is_empty() {
+            ".".into()
+        } else {
+            crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(&shown)))
+        };
+        kept.push(Skipped::new(
+            &c.path,
+            format!(
+                "kept: this user (uid {}) cannot change it: {what} {} with mode {:o}{}; `ls -ld {}` shows it: change its owner or mode, or rewind as root (D260)",
+                owner.uid(),
+                meta.uid,
+                meta.mode & 0o7777,
+                if meta.mode & 0o1000 != 0 { " (sticky)" } else { "" },
+                crate::names::shell_word(&dir_path),
+            ),
+        ));
     }
     Ok(out)
+}
+
+/// The first directory in `d` (itself included, at workspace path `at`)
+/// this user cannot empty: neither theirs (a rewind makes their own
+/// writable, D115) nor writable by them. `None`: all can be emptied.
+fn cannot_empty(
+    user: &rewind_platform::UserAccess,
+    d: &rewind_platform::Dir,
+    at: Vec<u8>,
+) -> Option<(rewind_platform::Meta, Vec<u8>)> {
+    let meta = d.meta().ok()?;
+    if meta.uid != user.uid() && !d.writable_by_me() {
+        return Some((meta, at));
+    }
+    for name in d.entries().ok()? {
+        let is_dir = d
+            .stat_at(&name)
+            .is_ok_and(|m| m.kind == rewind_platform::EntryKind::Dir);
+        if !is_dir {
+            continue;
+        }
+        let mut path = at.clone();
+        path.push(b'/');
+        path.extend_from_slice(name.as_bytes());
+        if let Some(found) = d
+            .open_dir(&name)
+            .ok()
+            .and_then(|sub| cannot_empty(user, &sub, path))
+        {
+            return Some(found);
+        }
+    }
+    None
 }
 
 /// The target's tree as the rules see it, each directory node, rule

@@ -33,6 +33,22 @@ pub fn detach_dead_above(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The view whose dead mount this process detached, if any: nothing is
+/// there any more, and its workspace is elsewhere.
+static DEAD_VIEW: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// `e` as said to the user: "not a workspace" inside a view this command
+/// found dead becomes what happened and what to do.
+pub fn explain_dead_view(e: crate::error::Error) -> crate::error::Error {
+    let dead = DEAD_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    match (e, dead) {
+        (crate::error::Error::NotAWorkspace { path }, Some(view)) if path.starts_with(&view) => {
+            crate::error::Error::Mount(rewind_fuse::Error::DeadView { path: view })
+        }
+        (e, _) => e,
+    }
+}
+
 pub struct MountLink {
     client: Arc<Mutex<Client>>,
     /// How this process reaches, by path, the backing tree and what the
@@ -54,6 +70,10 @@ pub struct MountLink {
     /// so nothing may be written back through the mount (D255).
     frozen: Arc<AtomicBool>,
 }
+
+/// How long a freeze waits for the daemon to notice that the command
+/// holding the previous one is gone.
+const FROZEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn lock(c: &Mutex<Client>) -> MutexGuard<'_, Client> {
     c.lock().unwrap_or_else(|p| p.into_inner())
@@ -84,12 +104,10 @@ impl MountLink {
                     say_walks(root);
                 } else {
                     // A view: nothing here to walk, and the workspace it
-                    // showed is elsewhere (helper-29, D207).
-                    eprintln!(
-                        "rewind: the mount daemon for {} had died; its dead mount is detached. It was a view of a workspace elsewhere (`rewind mount WORKSPACE --at {}`): mount it again from there, or run rewind in the workspace",
-                        root.display(),
-                        crate::names::shell_word(&root.to_string_lossy())
-                    );
+                    // showed is elsewhere (helper-29, D207). The command
+                    // fails "not a workspace … run `rewind init` there",
+                    // which this replaces (helper-42, D263).
+                    *DEAD_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(root.to_path_buf());
                 }
                 Ok(None)
             }
@@ -231,7 +249,24 @@ impl MountLink {
             (None, Vec::new())
         } else {
             self.write_back_mappings();
-            let r = lock(&self.client).freeze();
+            // The caller holds the workspace lock, so whoever holds the
+            // freeze is a command that died holding both: the daemon thaws
+            // once it sees that connection close, a moment later. The
+            // next command was refused in that moment (helper-44: 3 in
+            // 140 kills), and left the mount showing a half-rewound tree.
+            let started = std::time::Instant::now();
+            let r = loop {
+                let r = lock(&self.client).freeze();
+                match &r {
+                    Err(rewind_fuse::Error::Daemon { message, .. })
+                        if message.contains(rewind_fuse::FROZEN_BY_ANOTHER)
+                            && started.elapsed() < FROZEN_WAIT =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    _ => break r,
+                }
+            };
             match self.unless_gone(r)? {
                 Some(held) => (Some(Arc::clone(&self.client)), held),
                 None => (None, Vec::new()),

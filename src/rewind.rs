@@ -631,6 +631,9 @@ fn run_to(
         },
     )?;
     drop(frozen);
+    // Named once the mount is thawed: naming reads other processes' maps,
+    // which waits for any of them faulting on the frozen mount (D264).
+    let held_open = held_open.map(|h| h.warning(ws));
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
     let effects_not_undone = ws.ledger().effects_not_undone()?;
     Ok(RewindReport {
@@ -679,17 +682,13 @@ const WRITERS_CHECKED: usize = 256;
 /// its daemon says which files it has open for writing once its freeze
 /// let short writers close (D244). The `/proc` walk that names the
 /// holders runs only when one is found.
-fn open_for_writing(ws: &Workspace, changes: &[Change], frozen: Option<&Frozen>) -> Option<String> {
+fn open_for_writing(ws: &Workspace, changes: &[Change], frozen: Option<&Frozen>) -> Option<Held> {
     let replaced = changes.iter().filter(|c| {
         c.old
             .as_ref()
             .is_some_and(|e| e.kind() == crate::tree::Kind::File)
     });
-    let me = std::process::id();
-    // The daemon's backing fds read as paths under a mount over the
-    // workspace itself: it is no holder.
-    let daemon = ws.mount().map(|m| m.daemon_pid());
-    let (held, under): (Vec<&Change>, &std::path::Path) = match (ws.mount(), frozen) {
+    let (paths, under): (Vec<Vec<u8>>, &std::path::Path) = match (ws.mount(), frozen) {
         // The daemon keeps backing files open read-write after their
         // last close (passthrough), so every lease is refused there: it
         // is asked instead, and the holders are found through the mount.
@@ -701,6 +700,7 @@ fn open_for_writing(ws: &Workspace, changes: &[Change], frozen: Option<&Frozen>)
             let held = replaced
                 .filter(|c| open.contains(c.path.as_slice()))
                 .take(WRITERS_CHECKED)
+                .map(|c| c.path.clone())
                 .collect();
             (held, m.mount_point())
         }
@@ -716,31 +716,50 @@ fn open_for_writing(ws: &Workspace, changes: &[Change], frozen: Option<&Frozen>)
                         .and_then(|d| d.open_for_writing_elsewhere(OsStr::from_bytes(name)))
                         .unwrap_or(false)
                 })
+                .map(|c| c.path.clone())
                 .collect();
             (held, ws.root_path())
         }
     };
-    if held.is_empty() {
-        return None;
+    (!paths.is_empty()).then(|| Held {
+        paths,
+        under: under.to_path_buf(),
+    })
+}
+
+/// Files a rewind replaced under a writer ([`open_for_writing`]), and
+/// where their paths start.
+struct Held {
+    paths: Vec<Vec<u8>>,
+    under: std::path::PathBuf,
+}
+
+impl Held {
+    /// The warning, with each file's holders.
+    fn warning(&self, ws: &Workspace) -> String {
+        let me = std::process::id();
+        // The daemon's backing fds read as paths under a mount over the
+        // workspace itself: it is no holder.
+        let daemon = ws.mount().map(|m| m.daemon_pid());
+        let named: Vec<String> = self
+            .paths
+            .iter()
+            .map(|p| {
+                let abs = self.under.join(OsStr::from_bytes(p));
+                let by = rewind_platform::holders(&abs, |pid, _| pid == me || Some(pid) == daemon);
+                let path = crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(p)));
+                if by.is_empty() {
+                    path.into_owned()
+                } else {
+                    format!("{path} ({})", by.join(", "))
+                }
+            })
+            .collect();
+        format!(
+            "open for writing by another process when the rewind replaced it: {}; such a process goes on writing into the replaced file, which no checkpoint holds: restart it (or have it reopen the file)",
+            named.join("; ")
+        )
     }
-    let named: Vec<String> = held
-        .iter()
-        .map(|c| {
-            let abs = under.join(OsStr::from_bytes(&c.path));
-            let by = rewind_platform::holders(&abs, |pid, _| pid == me || Some(pid) == daemon);
-            let path =
-                crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(&c.path)));
-            if by.is_empty() {
-                path.into_owned()
-            } else {
-                format!("{path} ({})", by.join(", "))
-            }
-        })
-        .collect();
-    Some(format!(
-        "open for writing by another process when the rewind replaced it: {}; such a process goes on writing into the replaced file, which no checkpoint holds: restart it (or have it reopen the file)",
-        named.join("; ")
-    ))
 }
 
 /// A rewind's plan in this workspace: what `target_id`'s checkpoint

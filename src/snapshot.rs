@@ -223,8 +223,13 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     // (helper-42, D257). Its owner may clear the flag first; it is going.
     if deleted.as_ref().is_err_and(|e| e.is_read_only()) && !rewind_platform::is_root() {
         if let Ok(snap) = dir.open_dir(name) {
-            if rewind_platform::make_subvolume_writable(&snap).is_ok() {
+            if rewind_platform::set_subvolume_readonly(&snap, false).is_ok() {
                 deleted = rewind_platform::delete_subvolume(&dir, name);
+                // Still there (its own mode keeps the user out): read-only
+                // again, as every snapshot is trusted to be (helper-43).
+                if deleted.is_err() {
+                    let _ = rewind_platform::set_subvolume_readonly(&snap, true);
+                }
             }
         }
     }
@@ -242,6 +247,13 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
                 )
             } else if rewind_platform::is_root() {
                 format!("deleting a snapshot was refused ({e})")
+            } else if rewind_platform::can_delete_snapshots(ws.root_path()) {
+                // The option is there: the snapshot's own mode refuses
+                // (helper-43: a workspace root of mode 555 when taken).
+                let p = crate::names::shell_word(&path.to_string_lossy());
+                format!(
+                    "deleting a snapshot was refused ({e}): its top directory's mode keeps this user out (`ls -ld {p}`); `btrfs property set {p} ro false && chmod u+w {p}`, then run `rewind gc` again (or run it as root)"
+                )
             } else {
                 "deleting a snapshot was refused: as a non-root user btrfs needs the `user_subvol_rm_allowed` mount option (or run `rewind gc` as root)".into()
             };

@@ -739,6 +739,41 @@ fn a_non_root_owners_gc_deletes_snapshots_where_user_subvol_rm_allowed() {
     assert_eq!(snapshots(), 1, "only HEAD's snapshot is left");
     let (code, v, err) = as_nobody(&["--json", "verify", "--deep"]);
     assert_eq!(code, Some(0), "{err} {v}");
+    // helper-43: a snapshot taken while the workspace root was mode 555
+    // keeps even its owner out: gc cannot delete it, and left it
+    // writable, blaming the mount option. It stays read-only, and gc says
+    // what keeps it.
+    common::chmod(&ws, 0o555);
+    let (code, _, err) = as_nobody(&["--json", "checkpoint", "locked"]);
+    assert_eq!(code, Some(0), "{err}");
+    common::chmod(&ws, 0o755);
+    std::fs::write(ws.join("src/d0/f0.rs"), "after\n").expect("edit");
+    let (code, _, err) = as_nobody(&["--json", "checkpoint", "open"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, g, err) = as_nobody(&[
+        "--json",
+        "gc",
+        "--keep-last",
+        "1",
+        "--keep-within",
+        "0s",
+        "--force",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let left = g["freed"]["snapshots_left"].to_string();
+    assert!(
+        left.contains("mode") && !left.contains("user_subvol_rm_allowed"),
+        "{g}"
+    );
+    for snap in std::fs::read_dir(ws.join(".rewind/state/snapshots")).expect("snapshots") {
+        let out = std::process::Command::new("btrfs")
+            .args(["property", "get"])
+            .arg(snap.expect("entry").path())
+            .arg("ro")
+            .output()
+            .expect("btrfs property get");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ro=true");
+    }
 }
 
 /// D202: root's gc, refused the deletion of a snapshot someone made

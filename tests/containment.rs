@@ -1415,12 +1415,44 @@ fn a_users_rewind_keeps_what_they_cannot_change_and_rewinds_the_rest() {
             })
         })
     };
+    // helper-43: root's directory made since, with a file in it, which
+    // the rewind must delete (its own parent is nobody's); and root's
+    // directory an ACL lets nobody write, whose file nobody changed.
+    write(&root.join("r/f"), b"root's\n");
+    common::chmod(&root.join("r"), 0o755);
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("mkdir acl && echo a1 > acl/f && chown nobody: acl/f && setfacl -m u:65534:rwx acl")
+        .current_dir(&root)
+        .status()
+        .expect("sh");
+    assert!(st.success(), "setfacl (package acl) is needed");
+    as_nobody(
+        &root,
+        &format!("{bin} checkpoint -q two && echo a2 > acl/f"),
+    );
+    as_nobody(&root, &format!("{bin} rewind -q two"));
+    assert_eq!(std::fs::read(root.join("acl/f")).expect("read"), b"a1\n");
+    let kept_r = |v: &serde_json::Value| {
+        v["kept"].as_array().is_some_and(|k| {
+            k.iter().any(|e| {
+                e["path"] == "r"
+                    && e["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("a directory in it belongs to uid 0"))
+            })
+        })
+    };
     let dry = as_nobody(&root, &format!("{bin} --json rewind one --dry-run"));
     let v: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("json");
-    assert!(kept_conf(&v), "{v}");
+    assert!(kept_conf(&v) && kept_r(&v), "{v}");
+    // The human dry run lists them too.
+    let human = as_nobody(&root, &format!("{bin} rewind one --dry-run"));
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("kept cfg/app.conf"), "{human}");
     let done = as_nobody(&root, &format!("{bin} --json rewind one"));
     let v: serde_json::Value = serde_json::from_slice(&done.stdout).expect("json");
-    assert!(kept_conf(&v), "{v}");
+    assert!(kept_conf(&v) && kept_r(&v), "{v}");
     assert_eq!(
         std::fs::read(root.join("mine.txt")).expect("read"),
         b"one\n"
@@ -1429,4 +1461,5 @@ fn a_users_rewind_keeps_what_they_cannot_change_and_rewinds_the_rest() {
         std::fs::read(root.join("cfg/app.conf")).expect("read"),
         b"v2\n"
     );
+    assert_eq!(std::fs::read(root.join("r/f")).expect("read"), b"root's\n");
 }

@@ -49,7 +49,7 @@ pub struct ServeOptions {
     /// A process to keep running beside the mount (rewind's command server).
     pub companion: Option<Companion>,
     /// Called at the daemon's named test points (rewind's failpoints:
-    /// `fuse:remove-marked`); a no-op by default.
+    /// `fuse:remove-marked`, `fuse:holder-gone`); a no-op by default.
     pub failpoint: fn(&str),
 }
 
@@ -75,6 +75,7 @@ struct Ctx {
     ttl: std::time::Duration,
     /// How long a freeze lets writers close ([`writers_drain`]).
     drain: std::time::Duration,
+    failpoint: fn(&str),
 }
 
 /// Keep the workspace `dir` reachable by path once a mount covers it: a
@@ -268,6 +269,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         backing: backing.clone(),
         ttl,
         drain: writers_drain(),
+        failpoint: opts.failpoint,
     });
     {
         let ctx = Arc::clone(&ctx);
@@ -380,6 +382,9 @@ fn serve_client(ctx: &Ctx, stream: UnixStream) {
         ctx.sh.tracker.abort();
     }
     if frozen {
+        // Until here a command that finishes the holder's rewind is
+        // refused its freeze: `MountLink::freeze` waits that out (D264).
+        (ctx.failpoint)("fuse:holder-gone");
         ctx.sh.thaw(None);
     }
 }
@@ -418,7 +423,7 @@ fn handle(
             }
             FREEZE => {
                 if *frozen || !sh.freeze(ctx.drain) {
-                    err("another rewind holds the mount frozen")?;
+                    err(crate::FROZEN_BY_ANOTHER)?;
                 } else {
                     *frozen = true;
                     let mut held = Vec::new();

@@ -91,7 +91,11 @@ struct State {
     /// the file. Every one is kept until then: with the last two only,
     /// two short-lived openers pushed out the process that mapped it, and
     /// its writes were in no checkpoint (helper-41).
-    mappable: HashMap<u64, Vec<u32>>,
+    /// With each, how many releases it has had: a take forgets nothing
+    /// of a file released again since it looked (helper-43: a process
+    /// that unmapped, mapped again and released in between was
+    /// forgotten).
+    mappable: HashMap<u64, (Vec<u32>, u64)>,
 }
 
 pub struct Tracker {
@@ -257,28 +261,32 @@ impl Tracker {
     /// a mapping it made through it may still be written (D256).
     pub fn released_mappable(&self, ino: u64, pid: u32) {
         let mut st = self.lock();
-        let pids = st.mappable.entry(ino).or_default();
+        let (pids, releases) = st.mappable.entry(ino).or_default();
+        *releases += 1;
         if !pids.contains(&pid) {
             pids.push(pid);
         }
     }
 
     /// The inodes [`Tracker::released_mappable`] named, with their
-    /// processes.
-    pub fn mappable(&self) -> Vec<(u64, Vec<u32>)> {
+    /// processes and release counts.
+    pub fn mappable(&self) -> Vec<(u64, Vec<u32>, u64)> {
         self.lock()
             .mappable
             .iter()
-            .map(|(ino, pids)| (*ino, pids.clone()))
+            .map(|(ino, (pids, releases))| (*ino, pids.clone(), *releases))
             .collect()
     }
 
-    /// Of the processes checked for `ino`, `gone` map it no more: they are
-    /// forgotten, and so is `ino` once none is left (a release since the
-    /// check added one).
-    pub fn unmapped_by(&self, ino: u64, gone: &[u32]) {
+    /// Of the processes checked for `ino` after `releases` releases,
+    /// `gone` map it no more: they are forgotten, and so is `ino` once
+    /// none is left; nothing is if it was released again since.
+    pub fn unmapped_by(&self, ino: u64, gone: &[u32], releases: u64) {
         let mut st = self.lock();
-        if let Some(pids) = st.mappable.get_mut(&ino) {
+        if let Some((pids, now)) = st.mappable.get_mut(&ino) {
+            if *now != releases {
+                return;
+            }
             pids.retain(|p| !gone.contains(p));
             if pids.is_empty() {
                 st.mappable.remove(&ino);
@@ -410,6 +418,33 @@ mod tests {
             t.mark(Some(b"big"), format!("f{i}").as_bytes());
         }
         assert_eq!(t.take(false).dirs.get(b"big".as_slice()), Some(&None));
+    }
+
+    #[test]
+    fn every_process_that_released_a_file_is_kept_until_a_take_checks_it() {
+        let t = Tracker::new();
+        for pid in [1, 2, 3] {
+            t.released_mappable(7, pid);
+        }
+        let (ino, pids, releases) = t.mappable()[0].clone();
+        assert_eq!((ino, pids.as_slice()), (7, [1, 2, 3].as_slice()));
+        // 2 and 3 are gone, 1 still maps the file (helper-41, D259).
+        t.unmapped_by(7, &[2, 3], releases);
+        assert_eq!(t.mappable()[0].1, vec![1]);
+        t.unmapped_by(7, &[1], releases);
+        assert!(t.mappable().is_empty());
+    }
+
+    #[test]
+    fn a_file_released_again_since_the_check_is_not_forgotten() {
+        let t = Tracker::new();
+        t.released_mappable(7, 100);
+        let checked = t.mappable()[0].2;
+        // Unmapped, mapped again and released between the check and the
+        // take (helper-43).
+        t.released_mappable(7, 100);
+        t.unmapped_by(7, &[100], checked);
+        assert_eq!(t.mappable().len(), 1, "forgotten after a new release");
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(
-        "this workspace is already mounted by rewind at {path} (daemon pid {pid}), and a workspace has one mount; `rewind unmount {path}` first"
+        "{path} is already mounted by rewind (daemon pid {pid}): a workspace has one mount, and a mount one workspace; `rewind unmount {path}` first"
     )]
     AlreadyMounted { path: PathBuf, pid: u32 },
     #[error("the rewind daemon for {path} is gone (its process exited)")]
@@ -22,6 +22,10 @@ pub enum Error {
     Daemon { path: PathBuf, message: String },
     #[error("the mount daemon for {path} did not start: {why}")]
     NotStarted { path: PathBuf, why: String },
+    #[error(
+        "{path} was a view of a workspace elsewhere, whose mount daemon had died; its dead mount is detached and nothing is there: mount it again from the workspace (`rewind mount WORKSPACE --at {path}`), or run rewind in the workspace"
+    )]
+    DeadView { path: PathBuf },
     #[error("cannot unmount {path}: it is busy ({holders}); close them{} and retry", if holders.contains("working directory") { " (a shell inside: `cd` out of it first)" } else { "" })]
     Busy { path: PathBuf, holders: String },
 }

@@ -253,8 +253,8 @@ impl Shared {
             gone,
         } = frozen.unwrap_or_else(|| self.still_mapped());
         if take {
-            for (ino, pids) in &gone {
-                self.tracker.unmapped_by(*ino, pids);
+            for (ino, pids, releases) in &gone {
+                self.tracker.unmapped_by(*ino, pids, *releases);
             }
         }
         // Into the set before it is taken, so that an aborted capture
@@ -312,13 +312,13 @@ impl Shared {
         }
         // `None`: unreadable (another user's process), so maybe mapped.
         let mut maps: HashMap<u32, Option<HashSet<u64>>> = HashMap::new();
-        for (_, pids) in &candidates {
+        for (_, pids, _) in &candidates {
             for &pid in pids {
                 maps.entry(pid)
                     .or_insert_with(|| rewind_platform::shared_writable_mappings(pid).ok());
             }
         }
-        for (ino, pids) in candidates {
+        for (ino, pids, releases) in candidates {
             // The maps name the mount's inode (what the kernel shows for a
             // passthrough file since 6.8), or the backing file's on older
             // kernels: stat it only if a process maps anything else. An
@@ -345,7 +345,7 @@ impl Shared {
                 out.mapped.push(ino);
             }
             if !gone.is_empty() {
-                out.gone.push((ino, gone));
+                out.gone.push((ino, gone, releases));
             }
         }
         out
@@ -562,9 +562,9 @@ struct Mapped {
     mapped: Vec<u64>,
     /// Files none of those processes maps any more.
     unmapped: Vec<u64>,
-    /// Per file, the processes checked that map it no more (forgotten at
-    /// a take).
-    gone: Vec<(u64, Vec<u32>)>,
+    /// Per file, the processes checked that map it no more, and its
+    /// release count then (forgotten at a take).
+    gone: Vec<(u64, Vec<u32>, u64)>,
 }
 
 struct Handle {

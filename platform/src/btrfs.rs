@@ -73,17 +73,22 @@ pub fn is_readonly_subvolume(dir: &Dir) -> Result<bool> {
     Ok(flags & SUBVOL_RDONLY != 0)
 }
 
-/// Make the subvolume whose root is `dir` writable (its owner may): what
-/// `btrfs property set DIR ro false` does.
-pub fn make_subvolume_writable(dir: &Dir) -> Result<()> {
+/// Make the subvolume whose root is `dir` read-only or writable (its
+/// owner may): what `btrfs property set DIR ro true|false` does.
+pub fn set_subvolume_readonly(dir: &Dir, readonly: bool) -> Result<()> {
     // SAFETY: BTRFS_IOC_SUBVOL_GETFLAGS writes one u64.
     let flags = unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
         .map_err(|e| Error::new("get subvolume flags", dir.path(), e))?;
+    let flags = if readonly {
+        flags | SUBVOL_RDONLY
+    } else {
+        flags & !SUBVOL_RDONLY
+    };
     // SAFETY: BTRFS_IOC_SUBVOL_SETFLAGS reads one u64.
     unsafe {
         ioctl(
             dir.as_fd(),
-            Setter::<{ IOC_SUBVOL_SETFLAGS }, u64>::new(flags & !SUBVOL_RDONLY),
+            Setter::<{ IOC_SUBVOL_SETFLAGS }, u64>::new(flags),
         )
     }
     .map_err(|e| Error::new("set subvolume flags", dir.path(), e))

@@ -312,6 +312,19 @@ impl Dir {
     }
 
     /// Entry names (never "." or ".."), in directory order.
+    /// Whether this process may create and remove entries here, as the
+    /// kernel judges it (mode, ACLs, capabilities; not a sticky bit's
+    /// per-entry rule).
+    pub fn writable_by_me(&self) -> bool {
+        rustix::fs::accessat(
+            &self.fd,
+            ".",
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            rustix::fs::AtFlags::EACCESS,
+        )
+        .is_ok()
+    }
+
     pub fn entries(&self) -> Result<Vec<OsString>> {
         Ok(self
             .entries_with_ino()?

@@ -21,7 +21,7 @@ mod xfs;
 
 pub use btrfs::{
     ChangedInode, can_delete_snapshots, changed_inodes, create_subvolume, delete_subvolume,
-    inode_path, is_readonly_subvolume, is_subvolume, make_subvolume_writable, snapshot,
+    inode_path, is_readonly_subvolume, is_subvolume, set_subvolume_readonly, snapshot,
     subvolume_otransid, subvolume_written_since_creation,
 };
 pub use clone::{

@@ -56,7 +56,15 @@ pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -
         if skip(pid, parent_pid(&base)) {
             continue;
         }
-        let under = |l: PathBuf| l.starts_with(dir);
+        // A file replaced or removed since it was opened reads as
+        // "PATH (deleted)": still held at PATH (a rewind names holders
+        // after replacing the files: D264).
+        let under = |l: PathBuf| {
+            use std::os::unix::ffi::OsStrExt;
+            let b = l.as_os_str().as_bytes();
+            let b = b.strip_suffix(b" (deleted)").unwrap_or(b);
+            std::path::Path::new(std::ffi::OsStr::from_bytes(b)).starts_with(dir)
+        };
         let link = |name: &str| std::fs::read_link(base.join(name)).ok();
         let what = if link("cwd").is_some_and(under) {
             "working directory"
@@ -139,7 +147,9 @@ pub fn writers_of(
                 let Ok(target) = std::fs::read_link(fd.path()) else {
                     continue;
                 };
-                if !wanted(&target) {
+                // Unlinked (or O_TMPFILE): no checkpoint could hold what
+                // is written there (helper-43).
+                if target.as_os_str().as_bytes().ends_with(b" (deleted)") || !wanted(&target) {
                     continue;
                 }
                 let info = std::fs::read_to_string(base.join("fdinfo").join(fd.file_name()))
@@ -162,7 +172,8 @@ pub fn writers_of(
                 let shared_writable = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's');
                 let at = line.iter().position(|b| *b == b'/')?;
                 let path = Path::new(std::ffi::OsStr::from_bytes(&line[at..]));
-                (shared_writable && wanted(path)).then(|| path.to_path_buf())
+                let deleted = line.ends_with(b" (deleted)");
+                (shared_writable && !deleted && wanted(path)).then(|| path.to_path_buf())
             })
         };
         let what = if let Some(f) = open_for_writing() {

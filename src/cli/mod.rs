@@ -497,6 +497,7 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
+            let e = crate::mount::explain_dead_view(e);
             report_error(&ctx, &e);
             e.exit_code()
         }

@@ -167,8 +167,10 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
                     ),
                 });
             }
+            // `lost+found` alone: the top of a filesystem, hiding nothing.
             if missing.is_empty()
-                && std::fs::read_dir(&resolved).is_ok_and(|mut d| d.next().is_some())
+                && std::fs::read_dir(&resolved)
+                    .is_ok_and(|d| d.flatten().any(|e| e.file_name() != "lost+found"))
                 && !rewind_fuse::is_rewind_mount(&resolved)
             {
                 // The mount would hide what is there, without a word
@@ -260,6 +262,15 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         }
     };
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    // A view that is another workspace's mount: its daemon would refuse
+    // this one, reported as a daemon that did not start (MOUNT); said
+    // here as what it is (helper-43, D264).
+    if let Ok(Some(c)) = rewind_fuse::Client::connect(&mountpoint) {
+        return Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
+            path: mountpoint,
+            pid: c.daemon_pid(),
+        }));
+    }
     let exe = std::env::current_exe()
         .map_err(|e| Error::Os(rewind_platform::Error::new("find", "the rewind binary", e)))?;
     let mut cmd = Command::new(exe);

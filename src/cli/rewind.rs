@@ -117,6 +117,15 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
                     super::human_name(&c.path, c.path_hex.as_deref())
                 ));
             }
+            // What the rewind would keep, with why: the human dry run
+            // listed none of it (helper-43, D264).
+            for k in &r.kept {
+                s.push_str(&format!(
+                    "  kept {}: {}\n",
+                    super::human_name(&k.path, k.path_hex.as_deref()),
+                    k.reason
+                ));
+            }
             s.push_str(&format!(
                 "fingerprint {}  (apply exactly this plan with --expect {})\n",
                 r.plan_fingerprint, r.plan_fingerprint
