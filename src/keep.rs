@@ -280,15 +280,9 @@ pub(crate) fn what_the_owner_could_not_change(
             && entry.as_ref().is_some_and(|e| e.uid != owner.uid());
         let blocker: Option<(&str, Meta, Vec<u8>)> =
             if (dir_meta.uid != owner.uid() && !dir.writable_by_me()) || sticky_blocks {
-                Some((
-                    "its directory belongs to uid",
-                    dir_meta.clone(),
-                    at.to_vec(),
-                ))
+                Some(("its directory belongs to uid", *dir_meta, at.to_vec()))
             } else if in_place_not_theirs {
-                entry
-                    .clone()
-                    .map(|e| ("it is a directory of uid", e, c.path.clone()))
+                entry.map(|e| ("it is a directory of uid", e, c.path.clone()))
             } else if entry
                 .as_ref()
                 .is_some_and(|e| e.kind == rewind_platform::EntryKind::Dir)
