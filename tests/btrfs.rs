@@ -449,15 +449,7 @@ fn what_a_conversion_cannot_carry_over_is_refused_before_anything_is_made() {
     let ws = lfs.subdir("foreign");
     write(&ws.join("f"), b"f");
     sh(&format!("chmod 777 {} {}", lfs.mnt.display(), ws.display()));
-    let out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_rewind"))
-        .args(["init", "--subvolume"])
-        .arg(&ws)
-        .output()
-        .expect("setpriv");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = nobodys_conversion_refused(&ws);
     assert!(
         err.contains("belongs to uid 0") && err.contains("nothing was changed"),
         "{err}"
@@ -475,20 +467,26 @@ fn what_a_conversion_cannot_carry_over_is_refused_before_anything_is_made() {
         parent.display(),
         ws.display()
     ));
-    let out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_rewind"))
-        .args(["init", "--subvolume"])
-        .arg(&ws)
-        .output()
-        .expect("setpriv");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = nobodys_conversion_refused(&ws);
     assert!(
         err.contains("parent directory must be writable") && err.contains("nothing was changed"),
         "{err}"
     );
     assert_ne!(inode(&ws), 256);
+}
+
+/// `init --subvolume WS` run as nobody, which must fail: its stderr.
+fn nobodys_conversion_refused(ws: &Path) -> String {
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .args(["init", "--subvolume"])
+        .arg(ws)
+        .output()
+        .expect("setpriv");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    err
 }
 
 #[test]

@@ -607,13 +607,7 @@ fn nobodys_subvolume(lfs: &LoopFs) -> Option<std::path::PathBuf> {
         common::skip_or_fail("setpriv (util-linux) is needed to run as another user");
         return None;
     }
-    for dir in lfs.mnt.ancestors() {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
-        if mode & 0o001 == 0 {
-            common::chmod(dir, mode | 0o055);
-        }
-    }
+    lfs.open_to_others();
     let ws = lfs.subvolume("ws");
     common::populate_src_tree(&ws);
     common::give_to_nobody(&ws);

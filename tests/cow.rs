@@ -382,7 +382,6 @@ fn doctor_before_init_reports_the_filesystem_and_creates_nothing() {
 /// and why `init` would fail.
 #[test]
 fn doctor_in_a_directory_the_user_cannot_write_does_not_blame_the_filesystem() {
-    use std::os::unix::fs::PermissionsExt;
     if !common::is_root() {
         common::skip_or_fail("running as another user needs root");
         return;
@@ -390,12 +389,7 @@ fn doctor_in_a_directory_the_user_cannot_write_does_not_blame_the_filesystem() {
     let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
         return;
     };
-    for dir in lfs.mnt.ancestors() {
-        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
-        if mode & 0o001 == 0 {
-            common::chmod(dir, mode | 0o055);
-        }
-    }
+    lfs.open_to_others();
     let dir = lfs.subdir("roots");
     common::chmod(&dir, 0o755);
     let out = std::process::Command::new("setpriv")

@@ -3090,7 +3090,6 @@ echo "NOFM $out"
 /// absence is a MOUNT error that says what to install.
 #[test]
 fn a_users_mount_unmounts_without_fusermount3_on_path_and_names_it_when_missing() {
-    use std::os::unix::fs::PermissionsExt;
     if !common::is_root() || !Path::new("/dev/fuse").exists() {
         common::skip_or_fail("a user's mount is set up by root, with /dev/fuse");
         return;
@@ -3098,12 +3097,7 @@ fn a_users_mount_unmounts_without_fusermount3_on_path_and_names_it_when_missing(
     let Some((lfs, ws)) = workspace(1, 1) else {
         return;
     };
-    for dir in lfs.mnt.ancestors() {
-        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
-        if mode & 0o001 == 0 {
-            common::chmod(dir, mode | 0o055);
-        }
-    }
+    lfs.open_to_others();
     rewind_json(&ws, &["checkpoint", "base"]);
     common::give_to_nobody(&ws);
     let home = lfs.subdir("nobody");

@@ -45,14 +45,7 @@ pub fn is_root() -> bool {
 pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -> Vec<String> {
     use std::path::PathBuf;
     let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let base = p.path();
+    for (pid, base) in processes() {
         if skip(pid, parent_pid(&base)) {
             continue;
         }
@@ -131,17 +124,10 @@ pub fn writers_of(
     use std::os::unix::ffi::OsStrExt;
     use std::path::{Path, PathBuf};
     let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
+    for (pid, base) in processes() {
         if skip(pid) {
             continue;
         }
-        let base = p.path();
         let open_for_writing = || -> Option<PathBuf> {
             for fd in std::fs::read_dir(base.join("fd")).ok()?.flatten() {
                 let Ok(target) = std::fs::read_link(fd.path()) else {
@@ -187,6 +173,18 @@ pub fn writers_of(
         out.push(format!("pid {pid} ({}): {what}", comm.trim()));
     }
     out
+}
+
+/// Every process this one can see: its pid and `/proc/PID`.
+fn processes() -> impl Iterator<Item = (u32, std::path::PathBuf)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|p| {
+            let pid = p.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((pid, p.path()))
+        })
 }
 
 /// The parent pid in `/proc/PID/stat` (after the command name, which may

@@ -192,6 +192,18 @@ impl LoopFs {
     }
 
     /// A fresh directory on this filesystem.
+    /// Let every user reach the mount (search on each directory above
+    /// it), as a test run as another user needs; modes are kept else.
+    pub fn open_to_others(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in self.mnt.ancestors() {
+            let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o7777;
+            if mode & 0o001 == 0 {
+                chmod(dir, mode | 0o055);
+            }
+        }
+    }
+
     pub fn subdir(&self, name: &str) -> PathBuf {
         let p = self.mnt.join(name);
         std::fs::create_dir_all(&p).expect("mkdir on loop fs");
