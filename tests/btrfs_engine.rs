@@ -614,6 +614,17 @@ fn nobodys_subvolume(lfs: &LoopFs) -> Option<std::path::PathBuf> {
     Some(ws)
 }
 
+/// A gc that prunes every checkpoint but HEAD.
+const GC_ALL_BUT_HEAD: &[&str] = &[
+    "--json",
+    "gc",
+    "--keep-last",
+    "1",
+    "--keep-within",
+    "0s",
+    "--force",
+];
+
 /// `rewind -C WS ARGS` run as nobody: its exit code, its stdout as JSON
 /// (null when it is not), its stderr.
 fn as_nobody(ws: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
@@ -656,15 +667,7 @@ fn a_non_root_owner_checkpoints_and_rewinds_and_gc_explains_what_it_cannot_delet
     // lacks: doctor says so, and gc frees everything else and names it.
     let (_, d, _) = as_nobody(&["--json", "doctor"]);
     assert_eq!(d["snapshot_delete"], false, "{d}");
-    let (code, g, err) = as_nobody(&[
-        "--json",
-        "gc",
-        "--keep-last",
-        "1",
-        "--keep-within",
-        "0s",
-        "--force",
-    ]);
+    let (code, g, err) = as_nobody(GC_ALL_BUT_HEAD);
     assert_eq!(code, Some(0), "{err}");
     let left = g["freed"]["snapshots_left"]
         .as_array()
@@ -713,15 +716,7 @@ fn a_non_root_owners_gc_deletes_snapshots_where_user_subvol_rm_allowed() {
     assert_eq!(snapshots(), 3);
     let (_, d, _) = as_nobody(&["--json", "doctor"]);
     assert_eq!(d["snapshot_delete"], true, "{d}");
-    let (code, g, err) = as_nobody(&[
-        "--json",
-        "gc",
-        "--keep-last",
-        "1",
-        "--keep-within",
-        "0s",
-        "--force",
-    ]);
+    let (code, g, err) = as_nobody(GC_ALL_BUT_HEAD);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(g["freed"]["snapshots"], 2, "{g}");
     assert!(
@@ -744,15 +739,7 @@ fn a_non_root_owners_gc_deletes_snapshots_where_user_subvol_rm_allowed() {
     std::fs::write(ws.join("src/d0/f0.rs"), "after\n").expect("edit");
     let (code, _, err) = as_nobody(&["--json", "checkpoint", "open"]);
     assert_eq!(code, Some(0), "{err}");
-    let (code, g, err) = as_nobody(&[
-        "--json",
-        "gc",
-        "--keep-last",
-        "1",
-        "--keep-within",
-        "0s",
-        "--force",
-    ]);
+    let (code, g, err) = as_nobody(GC_ALL_BUT_HEAD);
     assert_eq!(code, Some(0), "{err}");
     let left = g["freed"]["snapshots_left"].to_string();
     assert!(
