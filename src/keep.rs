@@ -213,17 +213,21 @@ pub(crate) fn what_the_owner_could_not_change(
         return Ok(changes);
     }
     let root = Dir::open(ws.io_path())?;
-    let owner = if confined {
+    let judge = if confined {
         match UserAccess::owner_of(&root.meta()?) {
-            Some(o) => o,
+            Some(o) => Judge::Owner(o),
             None => return Ok(changes),
         }
     } else {
-        UserAccess::this_process()
+        Judge::Me(UserAccess::this_process())
     };
+    let uid = judge.uid();
     // Each directory on the plan's paths, opened once; `None` where the
     // live tree has none (the plan makes it in its nearest existing one).
     let mut dirs: HashMap<Vec<u8>, Option<(Dir, Meta)>> = HashMap::new();
+    // What each directory a deletion must empty holds that cannot go,
+    // found once however many entries of the plan lie below it.
+    let mut emptied: HashMap<Vec<u8>, Option<(Meta, Vec<u8>)>> = HashMap::new();
     let mut out = Vec::new();
     'changes: for c in changes {
         let (parent, name) = split_parent(&c.path);
@@ -247,54 +251,28 @@ pub(crate) fn what_the_owner_could_not_change(
         let entry = (at.len() == parent.len())
             .then(|| dir.stat_at(OsStr::from_bytes(name)).ok())
             .flatten();
+        let is_dir = |e: &Meta| e.kind == rewind_platform::EntryKind::Dir;
+        let stays_dir = c
+            .new
+            .as_ref()
+            .is_some_and(|n| n.kind() == crate::tree::Kind::Dir);
         // A directory is changed in place (mode, times): only its owner can.
-        let in_place_not_theirs = entry.as_ref().is_some_and(|e| {
-            e.kind == rewind_platform::EntryKind::Dir
-                && e.uid != owner.uid()
-                && c.new
-                    .as_ref()
-                    .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
-        });
-        if confined {
-            if owner.may_change_in(dir_meta, entry.as_ref()) && !in_place_not_theirs {
-                out.push(c);
-            } else {
-                kept.push(Skipped::new(
-                    &c.path,
-                    format!(
-                        "kept: the workspace's owner (uid {}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)",
-                        owner.uid()
-                    ),
-                ));
-            }
-            continue;
-        }
-        // A user's own rewind: the kernel judges the directory (ACLs too:
-        // helper-43), and their own directory they may make writable for
-        // the change, as a rewind does (D115). A directory the plan
-        // removes is emptied first, so every directory in it must be
-        // theirs to change as well (helper-43: root's `r/` holding a file
-        // rolled the whole rewind back).
-        let sticky_blocks = dir_meta.mode & 0o1000 != 0
-            && dir_meta.uid != owner.uid()
-            && entry.as_ref().is_some_and(|e| e.uid != owner.uid());
+        let in_place_not_theirs = entry.is_some_and(|e| is_dir(&e) && e.uid != uid && stays_dir);
         let blocker: Option<(&str, Meta, Vec<u8>)> =
-            if (dir_meta.uid != owner.uid() && !dir.writable_by_me()) || sticky_blocks {
+            if !judge.may_remove_in(dir, dir_meta, entry.as_ref()) {
                 Some(("its directory belongs to uid", *dir_meta, at.to_vec()))
             } else if in_place_not_theirs {
                 entry.map(|e| ("it is a directory of uid", e, c.path.clone()))
-            } else if entry
-                .as_ref()
-                .is_some_and(|e| e.kind == rewind_platform::EntryKind::Dir)
-                && !c
-                    .new
-                    .as_ref()
-                    .is_some_and(|n| n.kind() == crate::tree::Kind::Dir)
-            {
-                dir.open_dir(OsStr::from_bytes(name))
-                    .ok()
-                    .and_then(|d| cannot_empty(&owner, &d, c.path.clone()))
-                    .map(|(m, p)| ("a directory in it belongs to uid", m, p))
+            } else if entry.is_some_and(|e| is_dir(&e)) && !stays_dir {
+                // Removed, it is emptied first: what is in it must go too
+                // (helper-43, helper-45: root's `r/` with a file, a sticky
+                // directory holding root's file).
+                let m = entry.unwrap_or(*dir_meta);
+                match dir.open_dir(OsStr::from_bytes(name)) {
+                    Ok(d) => judge.cannot_empty(&d, &m, &c.path, &mut emptied),
+                    Err(_) => Some((m, c.path.clone())),
+                }
+                .map(|(m, p)| ("a directory in it belongs to uid", m, p))
             } else {
                 None
             };
@@ -302,57 +280,129 @@ pub(crate) fn what_the_owner_could_not_change(
             out.push(c);
             continue;
         };
-        let dir_path = if shown.is_empty() {
-            ".".into()
-        } else {
-            crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(&shown)))
-        };
-        kept.push(Skipped::new(
-            &c.path,
+        let reason = if confined {
             format!(
-                "kept: this user (uid {}) cannot change it: {what} {} with mode {:o}{}; `ls -ld {}` shows it: change its owner or mode, or rewind as root (D260)",
-                owner.uid(),
+                "kept: the workspace's owner (uid {uid}) could not change it there (another user's directory, or sticky), and root changes for them only what they could (D164)"
+            )
+        } else {
+            let dir_path = if shown.is_empty() {
+                ".".into()
+            } else {
+                crate::names::human_os_path(std::path::Path::new(OsStr::from_bytes(&shown)))
+            };
+            format!(
+                "kept: this user (uid {uid}) cannot change it: {what} {} with mode {:o}{}; `ls -ld {}` shows it: change its owner or mode, or rewind as root (D260)",
                 meta.uid,
                 meta.mode & 0o7777,
-                if meta.mode & 0o1000 != 0 { " (sticky)" } else { "" },
+                if meta.mode & 0o1000 != 0 {
+                    " (sticky)"
+                } else {
+                    ""
+                },
                 crate::names::shell_word(&dir_path),
-            ),
-        ));
+            )
+        };
+        kept.push(Skipped::new(&c.path, reason));
     }
     Ok(out)
 }
 
-/// The first directory in `d` (itself included, at workspace path `at`)
-/// this user cannot empty: neither theirs (a rewind makes their own
-/// writable, D115) nor writable by them. `None`: all can be emptied.
-fn cannot_empty(
-    user: &rewind_platform::UserAccess,
-    d: &rewind_platform::Dir,
-    at: Vec<u8>,
-) -> Option<(rewind_platform::Meta, Vec<u8>)> {
-    let meta = d.meta().ok()?;
-    if meta.uid != user.uid() && !d.writable_by_me() {
-        return Some((meta, at));
-    }
-    for name in d.entries().ok()? {
-        let is_dir = d
-            .stat_at(&name)
-            .is_ok_and(|m| m.kind == rewind_platform::EntryKind::Dir);
-        if !is_dir {
-            continue;
-        }
-        let mut path = at.clone();
-        path.push(b'/');
-        path.extend_from_slice(name.as_bytes());
-        if let Some(found) = d
-            .open_dir(&name)
-            .ok()
-            .and_then(|sub| cannot_empty(user, &sub, path))
-        {
-            return Some(found);
+/// Whose rights decide what a rewind may change (D164, D260).
+enum Judge {
+    /// Root acting for the workspace's owner: their mode bits (D164).
+    Owner(rewind_platform::UserAccess),
+    /// This process, a user's own rewind: the kernel says (ACLs too),
+    /// and their own directories they may make writable (D115).
+    Me(rewind_platform::UserAccess),
+}
+
+impl Judge {
+    fn uid(&self) -> u32 {
+        match self {
+            Judge::Owner(u) | Judge::Me(u) => u.uid(),
         }
     }
-    None
+
+    /// Whether entries may be made and removed in the directory `d`
+    /// (`meta`), sticky rules aside.
+    fn may_write(&self, d: &rewind_platform::Dir, meta: &rewind_platform::Meta) -> bool {
+        match self {
+            Judge::Owner(u) => u.may_change_in(meta, None),
+            Judge::Me(u) => meta.uid == u.uid() || d.writable_by_me(),
+        }
+    }
+
+    /// Whether `entry` (`None`: a new name) may be made, removed or
+    /// replaced in a directory (`meta`) that [`Judge::may_write`] said
+    /// `writable` of: in a sticky one not theirs, only their entries.
+    fn may_remove(
+        &self,
+        writable: bool,
+        meta: &rewind_platform::Meta,
+        entry: Option<&rewind_platform::Meta>,
+    ) -> bool {
+        let uid = self.uid();
+        let sticky_blocks =
+            meta.mode & 0o1000 != 0 && meta.uid != uid && entry.is_some_and(|e| e.uid != uid);
+        writable && !sticky_blocks
+    }
+
+    fn may_remove_in(
+        &self,
+        d: &rewind_platform::Dir,
+        meta: &rewind_platform::Meta,
+        entry: Option<&rewind_platform::Meta>,
+    ) -> bool {
+        self.may_remove(self.may_write(d, meta), meta, entry)
+    }
+
+    /// The first directory in `d` (itself included, at workspace path
+    /// `at`) holding an entry this user cannot remove, with its meta; an
+    /// empty directory blocks nothing. What cannot be read blocks too: a
+    /// kept entry is said, a failed apply rolls everything back. Each
+    /// directory is judged once (`memo`).
+    fn cannot_empty(
+        &self,
+        d: &rewind_platform::Dir,
+        meta: &rewind_platform::Meta,
+        at: &[u8],
+        memo: &mut HashMap<Vec<u8>, Option<(rewind_platform::Meta, Vec<u8>)>>,
+    ) -> Option<(rewind_platform::Meta, Vec<u8>)> {
+        if let Some(known) = memo.get(at) {
+            return known.clone();
+        }
+        let found = (|| {
+            let Ok(names) = d.entries() else {
+                return Some((*meta, at.to_vec()));
+            };
+            let writable = names.is_empty() || self.may_write(d, meta);
+            for name in names {
+                let m = match d.stat_at(&name) {
+                    Ok(m) => m,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(_) => return Some((*meta, at.to_vec())),
+                };
+                if !self.may_remove(writable, meta, Some(&m)) {
+                    return Some((*meta, at.to_vec()));
+                }
+                if m.kind == rewind_platform::EntryKind::Dir {
+                    let mut path = at.to_vec();
+                    path.push(b'/');
+                    path.extend_from_slice(name.as_bytes());
+                    let below = match d.open_dir(&name) {
+                        Ok(sub) => self.cannot_empty(&sub, &m, &path, memo),
+                        Err(_) => Some((m, path)),
+                    };
+                    if below.is_some() {
+                        return below;
+                    }
+                }
+            }
+            None
+        })();
+        memo.insert(at.to_vec(), found.clone());
+        found
+    }
 }
 
 /// The target's tree as the rules see it, each directory node, rule

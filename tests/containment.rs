@@ -551,6 +551,14 @@ fn root_rewinds_for_a_user_only_what_the_user_could_change() {
     write(&root.join("system/conf"), b"root's conf v2\n");
     write(&root.join("system/new"), b"root's new file\n");
     write(&root.join("drop/roots.txt"), b"root's v2\n");
+    // helper-45: root's directories made since, one holding root's file
+    // and one sticky holding root's file: the rewind would delete them,
+    // so it had to empty them, which the owner could not (reported kept,
+    // yet deleted).
+    write(&root.join("later/f"), b"root's later\n");
+    common::chmod(&root.join("later"), 0o755);
+    write(&root.join("tmp/f"), b"root's in sticky\n");
+    common::chmod(&root.join("tmp"), 0o1777);
     as_nobody(
         &root,
         "echo 'mine v2' > mine.txt && echo 'nobody v2' > drop/nobodys.txt",
@@ -571,9 +579,17 @@ fn root_rewinds_for_a_user_only_what_the_user_could_change() {
     assert_eq!(read("system/conf"), "root's conf v2\n", "{out}");
     assert_eq!(read("system/new"), "root's new file\n", "{out}");
     assert_eq!(read("drop/roots.txt"), "root's v2\n", "{out}");
+    assert_eq!(read("later/f"), "root's later\n", "{out}");
+    assert_eq!(read("tmp/f"), "root's in sticky\n", "{out}");
     for report in [&plan, &out] {
         let kept = common::paths_in(report, "kept");
-        for p in ["system/conf", "system/new", "drop/roots.txt"] {
+        for p in [
+            "system/conf",
+            "system/new",
+            "drop/roots.txt",
+            "later",
+            "tmp",
+        ] {
             assert!(kept.contains(&p), "{p} not reported kept: {report}");
         }
         assert!(!kept.contains(&"mine.txt"), "{report}");
@@ -1431,8 +1447,22 @@ fn a_users_rewind_keeps_what_they_cannot_change_and_rewinds_the_rest() {
         &root,
         &format!("{bin} checkpoint -q two && echo a2 > acl/f"),
     );
+    // helper-45: a sticky directory of root's holding root's file (it
+    // cannot be emptied: kept, while nobody's file in it goes), and an
+    // empty directory of root's in nobody's own (it can go: an empty
+    // directory needs no write access of its own).
+    write(&root.join("s/f"), b"root's\n");
+    common::chmod(&root.join("s"), 0o1777);
+    std::fs::create_dir_all(root.join("d/e")).expect("mkdir");
+    std::os::unix::fs::chown(root.join("d"), Some(65534), Some(65534)).expect("chown");
+    as_nobody(&root, "echo u > s/u");
     as_nobody(&root, &format!("{bin} rewind -q two"));
     assert_eq!(std::fs::read(root.join("acl/f")).expect("read"), b"a1\n");
+    assert!(root.join("s/f").exists() && !root.join("s/u").exists());
+    assert!(
+        !root.join("d").exists(),
+        "nobody's d, root's empty d/e in it"
+    );
     let kept_r = |v: &serde_json::Value| {
         v["kept"].as_array().is_some_and(|k| {
             k.iter().any(|e| {

@@ -311,7 +311,6 @@ impl Dir {
         rustix::fs::openat2(&self.fd, ".", DIR_FLAGS, Mode::empty(), resolve).is_ok()
     }
 
-    /// Entry names (never "." or ".."), in directory order.
     /// Whether this process may create and remove entries here, as the
     /// kernel judges it (mode, ACLs, capabilities; not a sticky bit's
     /// per-entry rule).
@@ -325,6 +324,7 @@ impl Dir {
         .is_ok()
     }
 
+    /// Entry names (never "." or ".."), in directory order.
     pub fn entries(&self) -> Result<Vec<OsString>> {
         Ok(self
             .entries_with_ino()?
