@@ -788,18 +788,7 @@ fn gc_names_an_immutable_snapshot_not_missing_rights() {
         );
         return;
     }
-    let out = rewind(
-        &ws,
-        &[
-            "--json",
-            "gc",
-            "--keep-last",
-            "1",
-            "--keep-within",
-            "0s",
-            "--force",
-        ],
-    );
+    let out = rewind(&ws, GC_ALL_BUT_HEAD);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let g: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     // Undone before any assertion, so the loop filesystem unmounts.

@@ -143,12 +143,13 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
         Ok(None) if is_dead_rewind_mount(&mountpoint) => detach_dead(&mountpoint)?,
         _ => {}
     }
-    if opts.view.is_none() && !rustix::process::geteuid().is_root() {
+    let root_user = rustix::process::geteuid().is_root();
+    if opts.view.is_none() && !root_user {
         return Err(over_itself_needs_root(dir));
     }
     // fuser opens /dev/fuse itself and falls back to fusermount3 only when
     // mount(2) is refused, not when the device is: say what to change.
-    if !rustix::process::geteuid().is_root() && !dev_fuse_usable() {
+    if !root_user && !dev_fuse_usable() {
         return Err(Error::io(
             "mount FUSE at",
             &mountpoint,
@@ -157,7 +158,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             ),
         ));
     }
-    if !rustix::process::geteuid().is_root() && fusermount3().is_none() {
+    if !root_user && fusermount3().is_none() {
         return Err(Error::io(
             "mount FUSE at",
             &mountpoint,

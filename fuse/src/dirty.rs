@@ -91,6 +91,7 @@ struct State {
     /// the file. Every one is kept until then: with the last two only,
     /// two short-lived openers pushed out the process that mapped it, and
     /// its writes were in no checkpoint (helper-41).
+    ///
     /// With each, how many releases it has had: a take forgets nothing
     /// of a file released again since it looked (helper-43: a process
     /// that unmapped, mapped again and released in between was

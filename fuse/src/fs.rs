@@ -283,16 +283,18 @@ impl Shared {
         if take {
             let mut m = self.mutation();
             for ino in self.tracker.writers().into_iter().chain(mapped) {
-                let nlink = self
-                    .inodes
-                    .get(ino)
-                    .and_then(|i| self.inodes.fd(ino, &i).ok())
-                    .and_then(|fd| inodes::statx_fd(&*fd).ok())
-                    .map_or(u64::MAX, |x| u64::from(x.stx_nlink));
+                let nlink = self.statx(ino).map_or(u64::MAX, |x| u64::from(x.stx_nlink));
                 self.mark_inode(&mut m, ino, nlink);
             }
         }
         set
+    }
+
+    /// The backing file of inode `ino`, stat'ed; `None` once forgotten.
+    fn statx(&self, ino: u64) -> Option<rustix::fs::Statx> {
+        let i = self.inodes.get(ino)?;
+        let fd = self.inodes.fd(ino, &i).ok()?;
+        inodes::statx_fd(&*fd).ok()
     }
 
     /// Of the files whose passthrough handle for writing was released
@@ -328,13 +330,7 @@ impl Shared {
                 Some(Some(set)) if set.contains(&ino) => true,
                 Some(Some(set)) if set.is_empty() => false,
                 Some(Some(set)) => backing
-                    .get_or_insert_with(|| {
-                        self.inodes
-                            .get(ino)
-                            .and_then(|i| self.inodes.fd(ino, &i).ok())
-                            .and_then(|fd| inodes::statx_fd(&*fd).ok())
-                            .map(|x| x.stx_ino)
-                    })
+                    .get_or_insert_with(|| self.statx(ino).map(|x| x.stx_ino))
                     .is_some_and(|b| set.contains(&b)),
                 _ => true,
             };

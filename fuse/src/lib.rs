@@ -39,7 +39,7 @@ pub use daemon::{
     holders, is_rewind_mount, release_dead_backing, serve,
 };
 pub use dirty::{DirtySet, Names};
+pub use error::{Error, Result};
 
 /// The daemon's answer to a freeze while another connection holds one.
 pub const FROZEN_BY_ANOTHER: &str = "another rewind holds the mount frozen";
-pub use error::{Error, Result};

@@ -63,22 +63,24 @@ pub fn is_subvolume(dir: &Dir) -> Result<bool> {
     Ok(fs.kind == FsKind::Btrfs && dir.meta()?.ino == FIRST_FREE_OBJECTID)
 }
 
+/// The flags of the subvolume whose root is `dir` (`SUBVOL_RDONLY`).
+fn subvolume_flags(dir: &Dir) -> Result<u64> {
+    // SAFETY: BTRFS_IOC_SUBVOL_GETFLAGS writes one u64.
+    unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
+        .map_err(|e| Error::new("get subvolume flags", dir.path(), e))
+}
+
 /// Is the subvolume whose root is `dir` read-only? A checkpoint's
 /// snapshot is trusted as a source of content only while it is: someone
 /// who flipped it writable could have changed it.
 pub fn is_readonly_subvolume(dir: &Dir) -> Result<bool> {
-    // SAFETY: BTRFS_IOC_SUBVOL_GETFLAGS writes one u64.
-    let flags = unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
-        .map_err(|e| Error::new("get subvolume flags", dir.path(), e))?;
-    Ok(flags & SUBVOL_RDONLY != 0)
+    Ok(subvolume_flags(dir)? & SUBVOL_RDONLY != 0)
 }
 
 /// Make the subvolume whose root is `dir` read-only or writable (its
 /// owner may): what `btrfs property set DIR ro true|false` does.
 pub fn set_subvolume_readonly(dir: &Dir, readonly: bool) -> Result<()> {
-    // SAFETY: BTRFS_IOC_SUBVOL_GETFLAGS writes one u64.
-    let flags = unsafe { ioctl(dir.as_fd(), Getter::<{ IOC_SUBVOL_GETFLAGS }, u64>::new()) }
-        .map_err(|e| Error::new("get subvolume flags", dir.path(), e))?;
+    let flags = subvolume_flags(dir)?;
     let flags = if readonly {
         flags | SUBVOL_RDONLY
     } else {

@@ -43,21 +43,17 @@ pub fn is_root() -> bool {
 /// Unreadable `/proc` entries (another user's, without root) are passed
 /// over: the answer is what this process can see.
 pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
     use std::path::PathBuf;
     let mut out = Vec::new();
     for (pid, base) in processes() {
         if skip(pid, parent_pid(&base)) {
             continue;
         }
-        // A file replaced or removed since it was opened reads as
-        // "PATH (deleted)": still held at PATH (a rewind names holders
-        // after replacing the files: D264).
-        let under = |l: PathBuf| {
-            use std::os::unix::ffi::OsStrExt;
-            let b = l.as_os_str().as_bytes();
-            let b = b.strip_suffix(b" (deleted)").unwrap_or(b);
-            std::path::Path::new(std::ffi::OsStr::from_bytes(b)).starts_with(dir)
-        };
+        // A file replaced or removed since it was opened is still held
+        // at its path (a rewind names holders after replacing the files:
+        // D264).
+        let under = |l: PathBuf| live_path(l.as_os_str().as_bytes()).0.starts_with(dir);
         let link = |name: &str| std::fs::read_link(base.join(name)).ok();
         let what = if link("cwd").is_some_and(under) {
             "working directory"
@@ -70,10 +66,8 @@ pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -
             .any(|fd| std::fs::read_link(fd.path()).is_ok_and(under))
         {
             "open file"
-        } else if std::fs::read_to_string(base.join("maps")).is_ok_and(|m| {
-            m.lines()
-                .filter_map(|l| l.find('/').map(|i| &l[i..]))
-                .any(|f| under(PathBuf::from(f.trim_end_matches(" (deleted)"))))
+        } else if std::fs::read(base.join("maps")).is_ok_and(|m| {
+            maps_lines(&m).any(|l| l.path.is_some_and(|p| live_path(p).0.starts_with(dir)))
         }) {
             "mapped file"
         } else {
@@ -97,18 +91,51 @@ pub fn shared_writable_mappings(pid: u32) -> std::io::Result<std::collections::H
     }
 }
 
-/// `/proc/PID/maps` lines: `start-end perms offset dev inode path`, perms
-/// `rwxs` with `-` for absent and `p` for private.
+/// One line of `/proc/PID/maps`: `start-end perms offset dev inode path`,
+/// perms `rwxs` with `-` for absent and `p` for private.
+struct MapsLine<'a> {
+    perms: &'a [u8],
+    ino: u64,
+    /// From the first `/` to the end (a path may hold spaces); `None`
+    /// for anonymous mappings and `[stack]` and the like.
+    path: Option<&'a [u8]>,
+}
+
+impl MapsLine<'_> {
+    /// A write through it reaches the file with no system call.
+    fn shared_writable(&self) -> bool {
+        self.perms.get(1) == Some(&b'w') && self.perms.get(3) == Some(&b's')
+    }
+}
+
+fn maps_lines(maps: &[u8]) -> impl Iterator<Item = MapsLine<'_>> {
+    maps.split(|b| *b == b'\n').filter_map(|line| {
+        let mut f = line.split(|b| *b == b' ').filter(|f| !f.is_empty());
+        let perms = f.nth(1)?;
+        let ino = std::str::from_utf8(f.nth(2)?).ok()?.parse().ok()?;
+        let path = line.iter().position(|b| *b == b'/').map(|at| &line[at..]);
+        Some(MapsLine { perms, ino, path })
+    })
+}
+
+/// A path as `/proc` shows it, and whether its file was deleted (or
+/// replaced) since it was opened: the kernel then appends " (deleted)".
+fn live_path(shown: &[u8]) -> (&std::path::Path, bool) {
+    use std::os::unix::ffi::OsStrExt;
+    let (b, deleted) = match shown.strip_suffix(b" (deleted)") {
+        Some(b) => (b, true),
+        None => (shown, false),
+    };
+    (
+        std::path::Path::new(std::ffi::OsStr::from_bytes(b)),
+        deleted,
+    )
+}
+
 fn parse_shared_writable(maps: &[u8]) -> std::collections::HashSet<u64> {
-    maps.split(|b| *b == b'\n')
-        .filter_map(|line| {
-            let mut f = line.split(|b| *b == b' ').filter(|f| !f.is_empty());
-            let perms = f.nth(1)?;
-            let ino = f.nth(2)?;
-            let shared_writable = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's');
-            let ino: u64 = std::str::from_utf8(ino).ok()?.parse().ok()?;
-            (shared_writable && ino != 0).then_some(ino)
-        })
+    maps_lines(maps)
+        .filter(|l| l.shared_writable() && l.ino != 0)
+        .map(|l| l.ino)
         .collect()
 }
 
@@ -122,7 +149,7 @@ pub fn writers_of(
     skip: impl Fn(u32) -> bool,
 ) -> Vec<String> {
     use std::os::unix::ffi::OsStrExt;
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
     let mut out = Vec::new();
     for (pid, base) in processes() {
         if skip(pid) {
@@ -135,7 +162,7 @@ pub fn writers_of(
                 };
                 // Unlinked (or O_TMPFILE): no checkpoint could hold what
                 // is written there (helper-43).
-                if target.as_os_str().as_bytes().ends_with(b" (deleted)") || !wanted(&target) {
+                if live_path(target.as_os_str().as_bytes()).1 || !wanted(&target) {
                     continue;
                 }
                 let info = std::fs::read_to_string(base.join("fdinfo").join(fd.file_name()))
@@ -153,13 +180,9 @@ pub fn writers_of(
         };
         let mapped = || -> Option<PathBuf> {
             let maps = std::fs::read(base.join("maps")).ok()?;
-            maps.split(|b| *b == b'\n').find_map(|line| {
-                let perms = line.split(|b| *b == b' ').nth(1)?;
-                let shared_writable = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's');
-                let at = line.iter().position(|b| *b == b'/')?;
-                let path = Path::new(std::ffi::OsStr::from_bytes(&line[at..]));
-                let deleted = line.ends_with(b" (deleted)");
-                (shared_writable && !deleted && wanted(path)).then(|| path.to_path_buf())
+            maps_lines(&maps).find_map(|l| {
+                let (path, deleted) = live_path(l.path?);
+                (l.shared_writable() && !deleted && wanted(path)).then(|| path.to_path_buf())
             })
         };
         let what = if let Some(f) = open_for_writing() {
