@@ -14,7 +14,7 @@
 //! rule 6). Blobs written by a capture that then fails are harmless
 //! orphans, like unreferenced object files.
 
-use crate::ledger::CachedRow;
+use crate::ledger::{CachedRow, SideConnection};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Mutex, OnceLock};
@@ -38,8 +38,16 @@ pub const SCHEMA: &str =
     "CREATE TABLE IF NOT EXISTS blobs(hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS chunked(hash BLOB PRIMARY KEY, manifest BLOB NOT NULL) WITHOUT ROWID;";
 
-fn connect(path: &Path) -> Result<Connection> {
-    let conn = crate::ledger::open_connection(path).map_err(db_err(path))?;
+/// A second connection to the ledger, for small objects. It keeps the
+/// WAL and `-shm` as the ledger's own does: closing last, it deleted
+/// them, and the next command on a full disk could not make a new `-shm`
+/// (every reader failed NO_SPACE; on XFS "unable to open database file";
+/// helper-47, D267).
+fn connect(path: &Path) -> Result<SideConnection> {
+    let conn = SideConnection::new(
+        crate::ledger::open_connection(path).map_err(db_err(path))?,
+        path,
+    );
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(db_err(path))?;
     conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA mmap_size=268435456;")
@@ -257,7 +265,7 @@ pub struct BlobReader {
     path: PathBuf,
     /// The ledger is on a read-only filesystem (D119).
     read_only: bool,
-    conn: Mutex<Option<Connection>>,
+    conn: Mutex<Option<SideConnection>>,
 }
 
 impl BlobReader {
@@ -308,7 +316,10 @@ impl BlobReader {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(if self.read_only {
-                crate::ledger::connect_read_only(&self.path).map_err(db_err(&self.path))?
+                SideConnection::new(
+                    crate::ledger::connect_read_only(&self.path).map_err(db_err(&self.path))?,
+                    &self.path,
+                )
             } else {
                 connect(&self.path)?
             });

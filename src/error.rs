@@ -329,7 +329,9 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
             // A write SQLite could not make is "disk I/O error" to it, ENOSPC
             // included (a copy-on-write `-shm` page, say): say so when the
             // filesystem is in fact full (under 1 MiB left).
-            Some(rusqlite::ErrorCode::SystemIoFailure)
+            // Or "unable to open database file" when not even the `-shm`
+            // could be made (XFS has no inode left, D267).
+            Some(rusqlite::ErrorCode::SystemIoFailure | rusqlite::ErrorCode::CannotOpen)
                 if rewind_platform::available_bytes(path.parent().unwrap_or(path))
                     .is_some_and(|b| b < 1 << 20) =>
             {

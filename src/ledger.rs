@@ -150,7 +150,10 @@ pub(crate) fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
     } else {
         "&immutable=1"
     };
-    let uri = format!("file:{}?mode=ro{immutable}", uri_path(path));
+    // `readonly_shm`: an existing `-shm` is mapped read-only, never
+    // truncated and regrown, which needs space on a full disk (D267); the
+    // first connection then keeps the WAL's index in memory.
+    let uri = format!("file:{}?mode=ro&readonly_shm=1{immutable}", uri_path(path));
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -314,6 +317,26 @@ pub struct Pending {
     pub reuse: bool,
 }
 
+impl Pending {
+    /// The checkpoint this will be once its manifest is built, with the
+    /// root that a reading of its snapshot found (D266).
+    pub fn as_checkpoint(&self, root: Hash, parent: Option<(i64, String)>) -> Checkpoint {
+        Checkpoint {
+            seq: self.seq,
+            id: self.id.clone(),
+            label: self.label.clone(),
+            parent,
+            kind: self.kind.clone(),
+            created_at: crate::time::format_rfc3339(self.created_at_ms),
+            created_at_ms: self.created_at_ms,
+            root,
+            note: None,
+            stats: serde_json::Value::Null,
+            pruned: false,
+        }
+    }
+}
+
 fn id_taken(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
     conn.cached_row(
         "SELECT 1 FROM checkpoints WHERE id = ?1
@@ -383,6 +406,17 @@ pub struct Note {
     pub text: String,
 }
 
+/// How a ledger was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    /// On a read-only filesystem: a write fails READ_ONLY (D119).
+    ReadOnlyFs,
+    /// On a full disk, where SQLite could not make or regrow the `-shm`
+    /// it indexes the WAL in: a write fails NO_SPACE (D267).
+    DiskFull,
+}
+
 pub struct Ledger {
     conn: Connection,
     path: PathBuf,
@@ -391,8 +425,8 @@ pub struct Ledger {
     /// that keeps the ledger open (D63) diffs the next capture against
     /// the last one's nodes without reading and verifying them again.
     nodes: std::cell::RefCell<HashMap<Hash, SharedNode>>,
-    /// Opened on a read-only filesystem ([`Ledger::open_read_only`]).
-    read_only: bool,
+    /// Opened for reading only, and why ([`Ledger::open_read_only`]).
+    access: Access,
     /// SQLite's `data_version` when a read that takes no lock began
     /// ([`Ledger::begin_unlocked_read`]): other connections' commits since
     /// move it.
@@ -407,21 +441,58 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const WAL_KEPT_ON_CLOSE: u64 = 4 << 20;
 
 impl Drop for Ledger {
-    /// Folding the WAL on close costs a command three flushes (the main
-    /// file's, and the next command's for a fresh WAL header) and the page
-    /// copies; a small WAL costs the next command's open ~0.3 ms per MiB to
-    /// index instead. Past the limit the fold runs as before, so the WAL
-    /// and every open stay bounded.
     fn drop(&mut self) {
-        let small =
-            std::fs::metadata(wal_path(&self.path)).is_ok_and(|m| m.len() <= WAL_KEPT_ON_CLOSE);
-        if small {
-            // Failing leaves the default: the fold runs.
-            let _ = self.conn.set_db_config(
-                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-                true,
-            );
+        before_close(&self.conn, &self.path);
+    }
+}
+
+/// A second connection to a ledger (the small-object store's) that
+/// closes as the ledger's own does ([`before_close`]).
+pub(crate) struct SideConnection {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl SideConnection {
+    /// Keeps the WAL and `-shm` as the ledger's own connection does
+    /// ([`persist_wal`]).
+    pub(crate) fn new(conn: Connection, path: &Path) -> SideConnection {
+        persist_wal(&conn);
+        SideConnection {
+            conn,
+            path: path.to_owned(),
         }
+    }
+}
+
+impl std::ops::Deref for SideConnection {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Drop for SideConnection {
+    fn drop(&mut self) {
+        before_close(&self.conn, &self.path);
+    }
+}
+
+/// Called before a connection to the ledger at `path` closes, the
+/// ledger's own and the small-object store's alike: whichever closes last
+/// decides what becomes of the WAL. Folding it costs a command three
+/// flushes (the main file's, and the next command's for a fresh WAL
+/// header) and the page copies; a small WAL costs the next command's open
+/// ~0.3 ms per MiB to index instead. Past the limit the fold runs as
+/// before, so the WAL and every open stay bounded.
+pub(crate) fn before_close(conn: &Connection, path: &Path) {
+    let small = std::fs::metadata(wal_path(path)).is_ok_and(|m| m.len() <= WAL_KEPT_ON_CLOSE);
+    if small {
+        // Failing leaves the default: the fold runs.
+        let _ = conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        );
     }
 }
 
@@ -571,7 +642,13 @@ impl Ledger {
         }
         let sidecars = ["-wal", "-shm"].map(|s| crate::names::with_suffix(path, s));
         let made = sidecars.clone().map(|p| !p.exists());
-        let r = Self::open_existing(path);
+        let r = match Self::open_existing(path) {
+            // On a full disk a reader goes on through a connection that
+            // keeps the WAL's index in memory; the first write says
+            // NO_SPACE (helper-47, D267).
+            Err(e) if e.is_no_space() => Self::open_reading(path, Access::DiskFull).map_err(|_| e),
+            r => r,
+        };
         // A ledger that cannot be read was written nothing: the empty
         // sidecars this open made are not left beside it, where they
         // would be one more thing to copy aside (helper-29, D207).
@@ -648,41 +725,65 @@ impl Ledger {
     /// immutable. Any write fails `READ_ONLY`; so does a ledger an older
     /// build wrote, which would need a migration first.
     pub fn open_read_only(path: &Path) -> Result<Ledger> {
+        Self::open_reading(path, Access::ReadOnlyFs)
+    }
+
+    fn open_reading(path: &Path, access: Access) -> Result<Ledger> {
         if !path.exists() {
             return Err(Error::LedgerMissing {
                 path: path.to_owned(),
             });
         }
         let read_only = || Error::read_only(path.to_owned());
-        let conn = connect_read_only(path).map_err(|_| read_only())?;
-        conn.set_prepared_statement_cache_capacity(64);
-        let ledger = Ledger {
-            conn,
-            path: path.to_owned(),
-            nodes: Default::default(),
-            read_only: true,
-            read_from: Default::default(),
-        };
-        let (version, migrated): (Option<String>, i64) = ledger
-            .conn
-            .query_row(
+        let version = |conn: &Connection| -> rusqlite::Result<(Option<String>, i64)> {
+            conn.query_row(
                 "SELECT (SELECT value FROM meta WHERE key = 'format_version'), \
                  (SELECT user_version FROM pragma_user_version)",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
-            .map_err(|e| match e.sqlite_error_code() {
-                // No -shm and none can be made: nothing to read it with.
-                Some(rusqlite::ErrorCode::CannotOpen) => read_only(),
-                _ => Error::LedgerCorrupt {
-                    path: path.to_owned(),
-                    detail: e.to_string(),
-                },
-            })?;
+        };
+        let conn = connect_read_only(path).map_err(|_| read_only())?;
+        let (conn, found) = match version(&conn) {
+            // No `-shm` and none can be made (XFS has no inode left on a
+            // full disk): SQLite keeps the WAL's index in this process's
+            // memory instead, which it does only for a connection that
+            // holds the ledger exclusively, for as long as it is open. A
+            // reading command is short; another process waits for it
+            // (D267).
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) => {
+                // Its shared lock would keep the exclusive one waiting,
+                // and an exclusive lock needs a descriptor open for
+                // writing; nothing is written through it (`write` and
+                // [`Access`] refuse first).
+                drop(conn);
+                let conn = open_connection(path).map_err(|_| read_only())?;
+                conn.busy_timeout(BUSY_TIMEOUT).map_err(|_| read_only())?;
+                let found = conn
+                    .query_row("PRAGMA locking_mode=EXCLUSIVE", [], |_| Ok(()))
+                    .and_then(|()| version(&conn));
+                (conn, found)
+            }
+            found => (conn, found),
+        };
+        let (version, migrated) = found.map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::CannotOpen) => read_only(),
+            _ => Error::LedgerCorrupt {
+                path: path.to_owned(),
+                detail: e.to_string(),
+            },
+        })?;
         if version.as_deref() != Some(FORMAT_VERSION) || migrated < MIGRATED {
             return Err(read_only());
         }
-        Ok(ledger)
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(Ledger {
+            conn,
+            path: path.to_owned(),
+            nodes: Default::default(),
+            access,
+            read_from: Default::default(),
+        })
     }
 
     /// Whether `path` is a database in which no table was ever made: the
@@ -793,7 +894,7 @@ impl Ledger {
             conn,
             path: path.to_owned(),
             nodes: Default::default(),
-            read_only: false,
+            access: Access::ReadWrite,
             read_from: Default::default(),
         })
     }
@@ -804,11 +905,31 @@ impl Ledger {
 
     /// Whether this ledger was opened read-only (its filesystem is).
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.access != Access::ReadWrite
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
-        db_err(&self.path)
+        move |e| match db_err(&self.path)(e) {
+            Error::ReadOnly { .. } if self.access == Access::DiskFull => self.disk_full(),
+            e => e,
+        }
+    }
+
+    /// NO_SPACE when this ledger was opened read-only on a full disk:
+    /// a command that writes stops before it starts (its other
+    /// connections would wait for this one's exclusive lock, D267).
+    pub fn check_writable(&self) -> Result<()> {
+        match self.access {
+            Access::DiskFull => Err(self.disk_full()),
+            _ => Ok(()),
+        }
+    }
+
+    fn disk_full(&self) -> Error {
+        Error::NoSpace {
+            path: self.path.clone(),
+            shortfall: None,
+        }
     }
 
     /// A read that takes no workspace lock (`status`, `diff`, a dry run)
@@ -1237,6 +1358,7 @@ impl Ledger {
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit if it succeeds.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.check_writable()?;
         let path = self.path.clone();
         let tx = self
             .conn
@@ -1660,6 +1782,26 @@ impl Ledger {
             })
             .map_err(self.err())?;
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// The pending checkpoint HEAD names, if HEAD's manifest is not built.
+    pub fn pending_head(&self) -> Result<Option<Pending>> {
+        let Some(head) = self.head_seq()? else {
+            return Ok(None);
+        };
+        Ok(self.pending()?.into_iter().find(|p| p.seq == head))
+    }
+
+    /// The id of checkpoint `seq`, built or pending.
+    pub fn any_id_by_seq(&self, seq: i64) -> Result<Option<String>> {
+        self.conn
+            .cached_row(
+                "SELECT id FROM checkpoints WHERE seq = ?1 UNION ALL SELECT id FROM pending WHERE seq = ?1",
+                [seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())
     }
 
     pub fn has_pending(&self) -> Result<bool> {

@@ -191,6 +191,9 @@ pub struct Node {
 /// by entry (a copy of 100 entries is 200 allocations).
 pub type SharedNode = std::sync::Arc<Node>;
 
+/// Nodes that are in no ledger (yet): a capture's, read beside the ledger's.
+pub type Overlay = std::collections::HashMap<crate::hash::Hash, SharedNode>;
+
 const MAGIC: &[u8; 4] = b"RWT1";
 const STORED_MAGIC: &[u8; 4] = b"RWTc";
 

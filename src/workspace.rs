@@ -23,6 +23,7 @@ use crate::mount::{Frozen, MountLink};
 use crate::objects::ObjectStore;
 use crate::progress::{Observer, Progress};
 use crate::snapshot::{self, Engine};
+use crate::tree::Overlay;
 use crate::{failpoint, time};
 
 /// On btrfs, up to this many fsyncs cost less than a `syncfs` (D68).
@@ -893,6 +894,7 @@ impl Workspace {
         if self.lock.is_some() {
             return Ok(());
         }
+        self.ledger.check_writable()?;
         let path = self.meta_path.join("lock");
         match LockFile::acquire_in(&self.meta, "lock", LOCK_TIMEOUT).map_err(Error::os)? {
             Ok(l) => self.lock = Some(l),
@@ -929,26 +931,85 @@ impl Workspace {
                     self.root_path.display()
                 );
             }
+            self.warn_unbuilt_manifests(
+                "on this read-only filesystem",
+                "remount it read-write: mount -o remount,rw",
+            );
             return Ok(());
         }
         match self.lock() {
             // A full disk stops the finish as a read-only one does: a
             // reader goes on, told the tree is half-rewound, instead of
-            // failing with "nothing was changed" (helper-34, D239).
-            Err(e) if e.is_no_space() && intent.is_some() => {
+            // failing with "nothing was changed" (helper-34, D239); and
+            // reads a checkpoint whose manifest could not be built from
+            // its snapshot (D266).
+            Err(e) if e.is_no_space() => {
                 self.lock = None;
+                let cause = crate::error::without_nothing_changed(&e);
                 if let Some(i) = intent {
                     eprintln!(
-                        "rewind: warning: a {} of {} was interrupted and cannot be finished: {}; the tree is half-rewound, and any rewind command finishes it once there is space",
+                        "rewind: warning: a {} of {} was interrupted and cannot be finished: {cause}; the tree is half-rewound, and any rewind command finishes it once there is space",
                         i.op,
                         self.root_path.display(),
-                        crate::error::without_nothing_changed(&e)
                     );
                 }
+                self.warn_unbuilt_manifests(
+                    &format!("while the disk holding {} is full", self.meta_path.display()),
+                    "free some space: `rewind gc` prunes old checkpoints",
+                );
                 Ok(())
             }
             r => r,
         }
+    }
+
+    /// Tell a reader that checkpoints were acknowledged whose manifests
+    /// cannot be built now (`why`, `fix`): their snapshots hold them,
+    /// `list` shows them and `status` reads HEAD from its snapshot (D266).
+    fn warn_unbuilt_manifests(&self, why: &str, fix: &str) {
+        let Ok(pending) = self.ledger.pending() else {
+            return;
+        };
+        let Some(newest) = pending.last() else {
+            return;
+        };
+        let which = match pending.len() {
+            1 => format!("checkpoint {}", newest.id),
+            n => format!("{n} checkpoints (the newest {})", newest.id),
+        };
+        eprintln!(
+            "rewind: warning: the manifest of {which} cannot be built {why}; its snapshot keeps it safe, and the next command that can write builds it ({fix})"
+        );
+    }
+
+    /// HEAD for a command that only reads: its checkpoint with no nodes
+    /// of its own, or, while its manifest cannot be built (a full disk, a
+    /// read-only filesystem: [`Workspace::recover_if_needed`] went on),
+    /// its tree read from its read-only snapshot, with the nodes that
+    /// reading decoded. Without this, `status` compared the live tree
+    /// with no checkpoint at all and called every file added (D266).
+    pub(crate) fn head_for_reading(&self) -> Result<Option<(Checkpoint, Overlay)>> {
+        if let Some(h) = self.ledger.head()? {
+            return Ok(Some((h, Overlay::new())));
+        }
+        let Some(p) = self.ledger.pending_head()? else {
+            return Ok(None);
+        };
+        let Some(snap) = snapshot::open(self, &p.id)? else {
+            return Ok(None);
+        };
+        let cap = self.capture_dir(
+            &snap,
+            true,
+            Sink::HashOnly,
+            p.clock_ns,
+            "reading HEAD from its snapshot",
+        )?;
+        let parent = match p.parent {
+            Some(seq) => self.ledger.any_id_by_seq(seq)?.map(|id| (seq, id)),
+            None => None,
+        };
+        Ok(Some((p.as_checkpoint(cap.root, parent), cap.overlay())))
     }
 
     /// The filesystem's clock, read by touching a file in `.rewind/`: the

@@ -671,6 +671,12 @@ fn a_full_disk_fails_cleanly_and_changes_nothing() {
 /// copy-on-write page with no free block to go to can only fault. The
 /// `-shm` is now made to be overwritten in place (D97): reading commands
 /// keep working and writing ones fail with NO_SPACE, on both engines.
+///
+/// The btrfs engine's checkpoint is acknowledged before its manifest is
+/// built; when the disk filled first (in CI, the detached builder ran
+/// late), `list` and `status` tried to build it and failed NO_SPACE. They
+/// now read it from its snapshot (D266): `list` names it HEAD, `status`
+/// compares with it, and the first command after space is freed builds it.
 #[test]
 fn a_full_btrfs_gives_no_space_not_a_crash() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 256) else {
@@ -678,9 +684,20 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
     };
     let plain = lfs.subdir("plain");
     let sub = lfs.subvolume("sub");
+    let mut ids = Vec::new();
     for ws in [&plain, &sub] {
         write(&ws.join("a.txt"), b"a");
-        checkpoint_id(ws, &[]);
+        // Built by the next command that needs it, as when the disk fills
+        // before the detached builder runs.
+        let out = Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .args(["--json", "checkpoint"])
+            .env("REWIND_MANIFEST", "deferred")
+            .current_dir(ws)
+            .output()
+            .expect("spawn");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        ids.push(v["id"].as_str().expect("id").to_string());
         let shm = ["ledger.db-shm", "state/ledger.db-shm"]
             .iter()
             .map(|p| ws.join(".rewind").join(p))
@@ -699,7 +716,7 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
         .arg(format!("of={}", lfs.mnt.join("filler").display()))
         .output();
     let _ = Command::new("sync").status();
-    for ws in [&plain, &sub] {
+    for (ws, id) in [&plain, &sub].into_iter().zip(&ids) {
         for args in [&["list"][..], &["status"]] {
             let out = rewind(ws, args);
             assert_eq!(
@@ -710,6 +727,22 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        let list = rewind_json(ws, &["list"]);
+        assert_eq!(list["head"], id.as_str(), "{}: {list}", ws.display());
+        let (holds, other) = match *ws == sub {
+            true => (&list["pending"], &list["checkpoints"]),
+            false => (&list["checkpoints"], &list["pending"]),
+        };
+        assert_eq!(holds[0]["id"], id.as_str(), "{list}");
+        assert!(other.as_array().is_none_or(Vec::is_empty), "{list}");
+        let status = rewind_json(ws, &["status"]);
+        assert_eq!(status["head"], id.as_str(), "{status}");
+        assert_eq!(
+            status["changes"],
+            serde_json::json!([{"path": "a.txt", "status": "modified"}]),
+            "{}: compared with HEAD, read from its snapshot if need be",
+            ws.display()
+        );
         let snapshots = |ws: &Path| -> Vec<String> {
             std::fs::read_dir(ws.join(".rewind/state/snapshots"))
                 .map(|d| {
@@ -729,6 +762,60 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
         assert_eq!(common::object_files(ws), stored, "{}", ws.display());
         assert_eq!(snapshots(ws), snapped, "{}", ws.display());
     }
+    std::fs::remove_file(lfs.mnt.join("filler")).expect("rm filler");
+    let _ = Command::new("sync").status();
+    let list = rewind_json(&sub, &["list"]);
+    assert_eq!(list["pending"], serde_json::Value::Null, "built: {list}");
+    assert_eq!(list["checkpoints"][0]["id"], ids[1].as_str(), "{list}");
+}
+
+/// A rewind that restored a small object read it through a second
+/// connection to the ledger, which closed last and deleted the WAL and
+/// `-shm`; the next command had to make a new `-shm`, and on a full disk
+/// every reader failed (helper-47). The second connection now keeps them
+/// as the ledger's own does, and a ledger whose `-shm` cannot be made on
+/// a full disk is read through a connection that keeps the WAL's index in
+/// memory: readers answer, writers say NO_SPACE, nothing changes (D267).
+#[test]
+fn readers_answer_on_a_full_disk_after_a_rewind_and_without_a_shm() {
+    // XFS: on a full one not even an empty `-shm` can be made (no inode).
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 320) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let id = workspace_with_checkpoint(&root);
+    write(&root.join("small.txt"), b"small");
+    let small = checkpoint_id(&root, &["small"]);
+    std::fs::remove_file(root.join("small.txt")).expect("rm");
+    checkpoint_id(&root, &["without"]);
+    rewind_json(&root, &["rewind", &small]);
+    let state = root.join(".rewind");
+    for sidecar in ["ledger.db-wal", "ledger.db-shm"] {
+        assert!(state.join(sidecar).exists(), "{sidecar} kept by the rewind");
+    }
+    write(&root.join("a.txt"), b"changed");
+    lfs.fill_to_the_last_block();
+    // What a copy or backup of the history lacks, and the old build lost.
+    std::fs::remove_file(state.join("ledger.db-shm")).expect("rm -shm");
+    let before = snapshot(&root);
+    let list = rewind_json(&root, &["list"]);
+    assert_eq!(list["head"], small.as_str(), "{list}");
+    assert_eq!(list["checkpoints"][0]["id"], id.as_str(), "{list}");
+    let status = rewind_json(&root, &["status"]);
+    assert_eq!(common::changed_paths(&status), ["a.txt"], "{status}");
+    let verify = rewind(&root, &["verify"]);
+    assert!(verify.status.success(), "{verify:?}");
+    for args in [&["checkpoint"][..], &["rewind", &id]] {
+        let out = rewind(&root, &[&["--json"][..], args].concat());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "NO_SPACE", "{args:?}: {v}");
+    }
+    assert_same("a full disk: tree untouched", &before, &snapshot(&root));
+    for f in ["FILL", "FILL-tail"] {
+        let _ = std::fs::remove_file(lfs.mnt.join(f));
+    }
+    rewind_json(&root, &["rewind", &id]);
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"a");
 }
 
 /// A SIGBUS that does come (an older `-shm`, another mapped file) ends

@@ -80,6 +80,7 @@ fn compute_in(
     patch_range: &impl Fn(usize) -> Result<std::ops::Range<usize>>,
 ) -> Result<Out> {
     ws.recover_if_needed()?;
+    let mut head_nodes = crate::tree::Overlay::new();
     let from = match args.from.as_deref() {
         Some(LIVE) => {
             return Err(Error::Usage(format!(
@@ -88,7 +89,13 @@ fn compute_in(
             )));
         }
         Some(spec) => Some(ws.resolve(spec)?),
-        None => ws.head()?,
+        None => match ws.head_for_reading()? {
+            Some((head, nodes)) => {
+                head_nodes = nodes;
+                Some(head)
+            }
+            None => None,
+        },
     };
     // `live` is what the output calls the live tree (helper-31); a
     // checkpoint labelled `live` is named by its id here.
@@ -105,10 +112,10 @@ fn compute_in(
         None => Some(ws.capture(Sink::HashOnly, "scanning")?),
         Some(_) => None,
     };
-    let trees = match &live {
-        Some(cap) => Trees::with_overlay(ws.ledger(), cap.overlay()),
-        None => Trees::new(ws.ledger()),
-    };
+    if let Some(cap) = &live {
+        head_nodes.extend(cap.overlay());
+    }
+    let trees = Trees::with_overlay(ws.ledger(), head_nodes);
     let from_root = from
         .as_ref()
         .map(|c| c.root)

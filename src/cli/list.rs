@@ -30,16 +30,50 @@ pub(crate) struct Out {
     pub total: usize,
     /// Oldest first; the newest `-n` of them when limited.
     pub checkpoints: Vec<Checkpoint>,
+    /// Acknowledged checkpoints whose manifests are not built yet, oldest
+    /// first: a full disk or a read-only filesystem stopped the build, and
+    /// their snapshots hold them (D266). Without this, the checkpoint an
+    /// agent was just told was made was missing from the list.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingOut>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct PendingOut {
+    pub id: String,
+    pub label: Option<String>,
+    pub parent: Option<String>,
+    pub kind: String,
+    pub created_at: String,
 }
 
 pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
     let mut ws = ctx.workspace()?;
     ws.recover_if_needed()?;
     let checkpoints = ws.ledger().checkpoints()?;
+    let mut pending = Vec::new();
+    for p in ws.ledger().pending()? {
+        let parent = match p.parent {
+            Some(seq) => ws.ledger().any_id_by_seq(seq)?,
+            None => None,
+        };
+        pending.push(PendingOut {
+            id: p.id,
+            label: p.label,
+            parent,
+            kind: p.kind,
+            created_at: crate::time::format_rfc3339(p.created_at_ms),
+        });
+    }
+    let head = match ws.ledger().head_seq()? {
+        Some(seq) => ws.ledger().any_id_by_seq(seq)?,
+        None => None,
+    };
     Ok(Out {
-        head: ws.head()?.map(|h| h.id),
-        total: checkpoints.len(),
+        head,
+        total: checkpoints.len() + pending.len(),
         checkpoints,
+        pending,
     })
 }
 
@@ -56,14 +90,36 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
     }
     ctx.emit(&out, || {
         let mut text = String::new();
-        let omitted = out.total - out.checkpoints.len();
+        let omitted = out.total - out.checkpoints.len() - out.pending.len();
         if omitted > 0 {
             text.push_str(&format!(
                 "⋮ {omitted} older checkpoint{} not shown (`rewind list --all`, or `-n N`)\n",
                 if omitted == 1 { "" } else { "s" }
             ));
         }
-        text + &render(&out.checkpoints, out.head.as_deref())
+        let mut text = match (out.checkpoints.is_empty(), out.pending.is_empty()) {
+            (true, false) => text,
+            _ => text + &render(&out.checkpoints, out.head.as_deref()),
+        };
+        for p in &out.pending {
+            let marker = if Some(p.id.as_str()) == out.head.as_deref() {
+                "@"
+            } else {
+                "○"
+            };
+            text.push_str(&format!(
+                "{}{marker} {}  {}  {:<10}{}  (manifest not built yet: its snapshot holds it)",
+                if text.is_empty() { "" } else { "\n" },
+                p.id,
+                &p.created_at[..19].replace('T', " "),
+                p.kind,
+                p.label
+                    .as_ref()
+                    .map(|l| format!("  {}", crate::names::quoted_label(l)))
+                    .unwrap_or_default(),
+            ));
+        }
+        text
     })
 }
 

@@ -51,9 +51,13 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
 
 fn compute_in(ws: &mut crate::workspace::Workspace) -> Result<Out> {
     ws.recover_if_needed()?;
-    let head = ws.head()?;
+    let (head, mut overlay) = match ws.head_for_reading()? {
+        Some((head, nodes)) => (Some(head), nodes),
+        None => (None, Default::default()),
+    };
     let cap = ws.capture(Sink::HashOnly, "scanning")?;
-    let trees = Trees::with_overlay(ws.ledger(), cap.overlay());
+    overlay.extend(cap.overlay());
+    let trees = Trees::with_overlay(ws.ledger(), overlay);
     let from = head
         .as_ref()
         .map(|h| h.root)

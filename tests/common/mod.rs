@@ -159,6 +159,29 @@ impl LoopFs {
         );
     }
 
+    /// Fill the filesystem to its last block, as root (reserved blocks
+    /// included): 1 MiB writes, then 4 KiB appends until one fails. The
+    /// filler files are `FILL*` at its root.
+    pub fn fill_to_the_last_block(&self) {
+        let dd = |bs: &str, of: &str, append: bool| {
+            let mut c = Command::new("dd");
+            c.args(["if=/dev/zero", &format!("bs={bs}")])
+                .arg(format!("of={}", self.mnt.join(of).display()));
+            if append {
+                c.args(["oflag=append", "conv=notrunc"]);
+            }
+            let _ = c.output();
+        };
+        dd("1M", "FILL", false);
+        self.sync();
+        // Each round appends until the disk refuses a block; what writeback
+        // frees (delayed allocation's reservations) is taken next round.
+        for _ in 0..3 {
+            dd("4k", "FILL-tail", true);
+            self.sync();
+        }
+    }
+
     /// `syncfs` of this filesystem (`sync -f`).
     pub fn sync(&self) {
         run_ok(
