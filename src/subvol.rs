@@ -87,7 +87,31 @@ fn temp_name(base: &OsStr) -> OsString {
 /// The longest file name Linux filesystems take.
 const NAME_MAX: usize = 255;
 
+/// How deep a tree `init --subvolume` carries over. Deeper than the
+/// capture walks (`capture::MAX_DEPTH`): a conversion must keep every
+/// file, captured or not.
+const CONVERT_MAX_DEPTH: usize = 16 << 10;
+
+/// Stack of the thread a conversion runs on: its survey and copy recurse
+/// a level per directory (~1.4 KiB a level measured), and on the main
+/// thread's 8 MiB a 5,800-level tree aborted the command (exit 134,
+/// helper-46, D269). Reserved address space, backed only where touched.
+const CONVERT_STACK: usize = 256 << 20;
+
 pub fn convert(dir: &Path) -> Result<Converted> {
+    std::thread::scope(|s| {
+        let worker = std::thread::Builder::new()
+            .name("rewind-convert".into())
+            .stack_size(CONVERT_STACK)
+            .spawn_scoped(s, || convert_here(dir))
+            .map_err(|e| Error::os(rewind_platform::Error::new("start a thread for", dir, e)))?;
+        worker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+fn convert_here(dir: &Path) -> Result<Converted> {
     let dir = dir
         .canonicalize()
         .map_err(|e| Error::os(rewind_platform::Error::new("open", dir, e)))?;
@@ -136,7 +160,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
             ),
         ));
     }
-    survey(&target, target.within().map_err(Error::os)?, &owner)?;
+    survey(&target, target.within().map_err(Error::os)?, &owner, 1)?;
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;
 
@@ -494,7 +518,7 @@ impl Owner {
 /// mount id: a directory bind-mounted from the same filesystem has the
 /// same device, and was copied and then emptied with the old tree, its
 /// files outside DIR with it (helper-37, D245).
-fn survey(dir: &Dir, top: Within, owner: &Owner) -> Result<()> {
+fn survey(dir: &Dir, top: Within, owner: &Owner, depth: usize) -> Result<()> {
     // Something this user cannot read cannot be copied: refused before
     // anything is made, with the fix.
     let unreadable = |e: rewind_platform::Error| match e.kind() {
@@ -520,7 +544,21 @@ fn survey(dir: &Dir, top: Within, owner: &Owner) -> Result<()> {
                     return Err(refused(&path, LOCKED));
                 }
                 if meta.kind == EntryKind::Dir {
-                    survey(&dir.open_dir(&name).map_err(unreadable)?, top, owner)?;
+                    if depth > CONVERT_MAX_DEPTH {
+                        return Err(refused(
+                            &path,
+                            &format!(
+                                "is nested more than {CONVERT_MAX_DEPTH} directories deep, deeper than a conversion carries: move the chain out of the directory (it is not captured past {} levels anyway) and retry",
+                                crate::capture::MAX_DEPTH
+                            ),
+                        ));
+                    }
+                    survey(
+                        &dir.open_dir(&name).map_err(unreadable)?,
+                        top,
+                        owner,
+                        depth + 1,
+                    )?;
                 }
             }
             EntryKind::Symlink => {}

@@ -954,8 +954,27 @@ impl Workspace {
                     );
                 }
                 self.warn_unbuilt_manifests(
-                    &format!("while the disk holding {} is full", self.meta_path.display()),
+                    &format!(
+                        "while the disk holding {} is full",
+                        self.meta_path.display()
+                    ),
                     "free some space: `rewind gc` prunes old checkpoints",
+                );
+                Ok(())
+            }
+            // Nor does a manifest that cannot be built for another reason
+            // (a tree too deep for the open-file limit, helper-46) stop
+            // `list` and `verify`: the snapshot holds the checkpoint.
+            // Another process's lock still makes the reader wait and fail.
+            Err(e)
+                if intent.is_none()
+                    && !matches!(e, Error::Locked { .. })
+                    && self.ledger.has_pending().unwrap_or(false) =>
+            {
+                self.lock = None;
+                self.warn_unbuilt_manifests(
+                    &format!("({})", crate::error::without_nothing_changed(&e)),
+                    "fix that and run any command",
                 );
                 Ok(())
             }

@@ -211,6 +211,34 @@ fn a_fifo_is_refused_before_the_swap_and_the_partial_copy_removed() {
     );
 }
 
+/// D269: the conversion's survey and copy recurse a level per directory;
+/// on the main thread's stack a tree ~5,800 levels deep aborted it (exit
+/// 134, helper-46), leaving the half-made copy for the next try, which
+/// aborted again. It now runs on a thread with room for the depth it
+/// carries, and the tree comes across whole.
+#[test]
+fn a_tree_thousands_of_levels_deep_converts_without_a_stack_overflow() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("deep");
+    write(&ws.join("top.txt"), b"top");
+    common::nest(&ws, 6000, b"bottom");
+    let out = rewind(&lfs.mnt, &["init", "--subvolume", "deep"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(inode(&ws), 256, "a subvolume now");
+    assert_eq!(
+        common::depth_and_leaf(&ws),
+        (6000, Some(b"bottom".to_vec()))
+    );
+    assert!(!lfs.mnt.join(".deep.rewind-subvol").exists());
+}
+
 /// Owner, group, mode, every xattr and mtime of each entry below `root`
 /// (symlinks' own, not their targets'), and of `root` but its mtime,
 /// which `init` moves when it makes `.rewind/`.

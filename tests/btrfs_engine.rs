@@ -52,6 +52,50 @@ fn listed(ws: &Path) -> Vec<(String, String, bool)> {
         .collect()
 }
 
+/// D268: a manifest that cannot be built (here a tree deeper than the
+/// open-file limit lets the walk go, helper-46) stopped every reader that
+/// finished pending manifests first: `list`, `verify` (exit 2) and more
+/// failed for as long as the checkpoint stayed pending. They now go on
+/// with a warning, the pending checkpoint listed as HEAD, and the first
+/// command that can build it does.
+#[test]
+fn a_manifest_that_cannot_be_built_stops_no_reader() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("a.txt"), b"a");
+    common::checkpoint_id(&ws, &["base"]);
+    common::nest(&ws, 1000, b"leaf");
+    let out = rewind_env(
+        &ws,
+        &["--json", "checkpoint", "chain"],
+        &[("REWIND_MANIFEST", "deferred")],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let chain = v["id"].as_str().expect("id").to_string();
+    let list = common::rewind_under_ulimit(&ws, "-n 900", "--json list");
+    let err = String::from_utf8_lossy(&list.stderr);
+    assert_eq!(list.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&chain) && err.contains("open-file limit"),
+        "{err}"
+    );
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).expect("json");
+    assert_eq!(list["head"], chain.as_str(), "{list}");
+    assert_eq!(list["pending"][0]["id"], chain.as_str(), "{list}");
+    let verify = common::rewind_under_ulimit(&ws, "-n 900", "verify");
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let list = rewind_json(&ws, &["list"]);
+    assert_eq!(list["pending"], serde_json::Value::Null, "built: {list}");
+    assert_eq!(list["checkpoints"][1]["id"], chain.as_str(), "{list}");
+}
+
 #[test]
 fn the_engine_is_btrfs_exactly_when_the_root_is_a_subvolume() {
     let Some(btrfs) = LoopFs::new(Fs::Btrfs, 512) else {

@@ -11,7 +11,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Fs, LoopFs, assert_same, chmod, git, os, set_xattr, snapshot, write};
+use common::{
+    Fs, LoopFs, assert_same, chmod, depth_and_leaf, git, nest, os, set_xattr, snapshot, write,
+};
 use proptest::prelude::*;
 use rewind::Workspace;
 use rewind::rewind::{Op, RewindOptions, run, undo};
@@ -738,39 +740,6 @@ fn rewind_restores_the_exact_tree_with_the_btrfs_snapshot_engine() {
     property(Fs::Btrfs, 2048, Layout::Subvolume, "btrfs engine");
 }
 
-/// A chain of `levels` directories `d/d/…` below `root` with `leaf.txt`
-/// at the bottom, made fd-relative (its path may pass PATH_MAX).
-fn nest(root: &Path, levels: usize, leaf: &[u8]) {
-    let mut dir = rewind_platform::Dir::open(root).expect("open root");
-    for _ in 0..levels {
-        let _ = dir.mkdir(os(b"d"), 0o755);
-        dir = dir.open_dir(os(b"d")).expect("open d");
-    }
-    use std::io::Write;
-    dir.create_new(os(b"leaf.txt"), 0o644)
-        .and_then(|mut f| {
-            f.write_all(leaf)
-                .map_err(|e| rewind_platform::Error::new("write", "leaf.txt", e))
-        })
-        .expect("write leaf");
-}
-
-/// How many `d` levels there are below `root`, and the leaf's bytes.
-fn depth_and_leaf(root: &Path) -> (usize, Option<Vec<u8>>) {
-    let mut dir = rewind_platform::Dir::open(root).expect("open root");
-    let mut levels = 0;
-    while let Ok(sub) = dir.open_dir(os(b"d")) {
-        dir = sub;
-        levels += 1;
-    }
-    let leaf = dir.open_read(os(b"leaf.txt")).ok().map(|(mut f, _)| {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut f, &mut bytes).expect("read leaf");
-        bytes
-    });
-    (levels, leaf)
-}
-
 /// D166: a tree 1,000 directories deep (past where the walk overflowed a
 /// thread's stack, ~600) is captured and rewound exactly, and every verb
 /// that walks a stored tree (diff, verify, du, gc) gets through it.
@@ -803,6 +772,45 @@ fn a_tree_a_thousand_directories_deep_round_trips_exactly() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// D268: the walk holds a descriptor per level on each walking thread.
+/// Under the usual soft limit of 1,024 descriptors, two chains of 1,000
+/// levels stopped every command with EMFILE, the rewind that would remove
+/// them included (helper-46). rewind raises its soft limit to the hard
+/// one; where the hard limit is too low, the error says which limit and
+/// how to raise it.
+#[test]
+fn a_soft_limit_of_1024_descriptors_does_not_stop_a_deep_walk() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("work.txt"), b"good");
+    let good = common::checkpoint_id(root, &["good"]);
+    for side in ["a", "b"] {
+        std::fs::create_dir(root.join(side)).expect("mkdir");
+        nest(&root.join(side), 1000, b"runaway");
+    }
+    for args in ["checkpoint chains", "status", &format!("rewind {good}")] {
+        let out = common::rewind_under_ulimit(root, "-Sn 1024", args);
+        assert!(
+            out.status.success(),
+            "{args}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!root.join("a").exists() && !root.join("b").exists());
+    common::rewind_json(root, &["undo"]);
+    assert_eq!(
+        depth_and_leaf(&root.join("a")),
+        (1000, Some(b"runaway".to_vec()))
+    );
+    let out = common::rewind_under_ulimit(root, "-n 900", "--json status");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("open-file limit of 900") && message.contains("ulimit -Hn"),
+        "{v}"
+    );
 }
 
 /// D166: past `MAX_DEPTH` (1,024 levels) a directory is skipped and

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 /// An OS call failed on a path. Carries the operation and the path so that a
 /// user-facing message can say exactly what went wrong where.
 #[derive(Debug, thiserror::Error)]
-#[error("{op} {}: {source}", path.display())]
+#[error("{op} {}: {source}{}", path.display(), fd_limit_hint(source))]
 pub struct Error {
     pub op: &'static str,
     pub path: PathBuf,
@@ -72,6 +72,22 @@ impl Error {
     }
 }
 
+/// What to do about EMFILE: the walk holds a descriptor per directory
+/// level, so a deep tree meets the limit where a shallow one never does
+/// (D268).
+fn fd_limit_hint(e: &io::Error) -> String {
+    if e.raw_os_error() != Some(libc_errno::EMFILE) {
+        return String::new();
+    }
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .map(|n| format!(" of {n}"))
+        .unwrap_or_default();
+    format!(
+        " (the open-file limit{limit} was reached, in a directory tree that deep: raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
+    )
+}
+
 /// The few errno values we classify. Spelled out rather than pulling in libc.
 pub(crate) mod libc_errno {
     pub const ENOSPC: i32 = 28;
@@ -81,4 +97,5 @@ pub(crate) mod libc_errno {
     pub const EXDEV: i32 = 18;
     pub const ETXTBSY: i32 = 26;
     pub const EROFS: i32 = 30;
+    pub const EMFILE: i32 = 24;
 }

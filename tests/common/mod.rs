@@ -670,6 +670,51 @@ pub fn os(b: &[u8]) -> &OsStr {
     OsStr::from_bytes(b)
 }
 
+/// A chain of `levels` directories `d/d/…` below `root` with `leaf.txt`
+/// at the bottom, made fd-relative (its path may pass PATH_MAX).
+pub fn nest(root: &Path, levels: usize, leaf: &[u8]) {
+    let mut dir = rewind_platform::Dir::open(root).expect("open root");
+    for _ in 0..levels {
+        let _ = dir.mkdir(os(b"d"), 0o755);
+        dir = dir.open_dir(os(b"d")).expect("open d");
+    }
+    use std::io::Write;
+    dir.create_new(os(b"leaf.txt"), 0o644)
+        .and_then(|mut f| {
+            f.write_all(leaf)
+                .map_err(|e| rewind_platform::Error::new("write", "leaf.txt", e))
+        })
+        .expect("write leaf");
+}
+
+/// How many `d` levels there are below `root`, and the leaf's bytes.
+pub fn depth_and_leaf(root: &Path) -> (usize, Option<Vec<u8>>) {
+    let mut dir = rewind_platform::Dir::open(root).expect("open root");
+    let mut levels = 0;
+    while let Ok(sub) = dir.open_dir(os(b"d")) {
+        dir = sub;
+        levels += 1;
+    }
+    let leaf = dir.open_read(os(b"leaf.txt")).ok().map(|(mut f, _)| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes).expect("read leaf");
+        bytes
+    });
+    (levels, leaf)
+}
+
+/// `rewind ARGS` in `root` under `ulimit LIMIT` (`-Sn 1024`: the soft
+/// limit alone; `-n N`: soft and hard).
+pub fn rewind_under_ulimit(root: &Path, limit: &str, args: &str) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit {limit} && exec \"$0\" {args}",))
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(root)
+        .output()
+        .expect("sh")
+}
+
 /// Files left in `.rewind/tmp/` (must be none after any command finishes).
 pub fn temp_leftovers(ws: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(ws.join(".rewind/tmp"))
