@@ -12,8 +12,9 @@ pub enum Error {
     Mount(#[from] rewind_fuse::Error),
 
     #[error(
-        "{cause}; the {op} to {target} could not finish and was rolled back: the tree is as it was before it (checkpoint {safety}){}; fix the cause and run it again",
-        saved.as_ref().map(|id| format!(", and what was made in it while the {op} ran is checkpoint {id}")).unwrap_or_default()
+        "{}; the {op} to {target} could not finish and was rolled back: the tree is as it was before it (checkpoint {safety}){}; fix the cause and run it again",
+        without_nothing_changed(cause),
+        saved.as_ref().map(|id| format!(", and the tree as the failed {op} left it, with whatever else was written meanwhile, is checkpoint {id}")).unwrap_or_default()
     )]
     RolledBack {
         op: &'static str,
@@ -28,7 +29,7 @@ pub enum Error {
     #[error(
         "{}; the {op} to {target} stopped half-way and could not go back: the tree is half-rewound (as it was before, it is checkpoint {safety}{}), and the next rewind command finishes the {op} once that is fixed",
         without_nothing_changed(cause),
-        saved.as_ref().map(|id| format!("; what was made in it while the {op} ran is checkpoint {id}")).unwrap_or_default()
+        saved.as_ref().map(|id| format!("; the tree as the failed {op} left it, with whatever else was written meanwhile, is checkpoint {id}")).unwrap_or_default()
     )]
     Unfinished {
         op: &'static str,
@@ -231,6 +232,16 @@ fn owner_name(uid: u32) -> String {
 impl Error {
     /// Whether the disk is full, here or under a rewind it stopped
     /// half-way (a recovery's roll-forward answers that).
+    /// The code of what stopped a rewind that was rolled back or left
+    /// unfinished: `--json` gives it as `cause`, so a client that acts on
+    /// `NO_SPACE` sees a rewind the disk stopped (helper-47).
+    pub fn cause_code(&self) -> Option<&'static str> {
+        match self {
+            Error::RolledBack { cause, .. } | Error::Unfinished { cause, .. } => Some(cause.code()),
+            _ => None,
+        }
+    }
+
     pub fn is_no_space(&self) -> bool {
         match self {
             Error::NoSpace { .. } => true,

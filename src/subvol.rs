@@ -414,7 +414,7 @@ fn recover(parent: &Dir, tmp: &OsStr) -> Result<Option<&'static str>> {
 /// Without root and without the `user_subvol_rm_allowed` mount option the
 /// ioctl is refused, but its owner may empty it and `rmdir` it (a left-over
 /// subvolume would block every retry).
-fn remove_subvolume(parent: &Dir, name: &OsStr) -> Result<()> {
+pub(crate) fn remove_subvolume(parent: &Dir, name: &OsStr) -> Result<()> {
     match rewind_platform::delete_subvolume(parent, name) {
         Err(e) if e.is_permission_denied() => parent.remove_all(name).map_err(Error::os),
         r => r.map_err(Error::os),

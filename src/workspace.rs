@@ -439,6 +439,31 @@ impl Workspace {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(Error::os(e)),
         };
+        let made = Self::init_in(root_path, root_dir, created, show_progress);
+        if created && let Err(e) = &made {
+            // A `.rewind/` this call made holds nothing yet: removed, so
+            // that "nothing was changed" holds and the next command is not
+            // told of a ledger that was never finished (a full disk left
+            // an empty ledger and a state subvolume, helper-47, D270).
+            if let Ok(root_dir) = Dir::open(root) {
+                if let Ok(state) = root_dir.open_dir(OsStr::new(STATE_DIR)) {
+                    let _ = crate::subvol::remove_subvolume(&state, OsStr::new(STATE_SUBVOLUME));
+                }
+                if let Err(left) = root_dir.remove_all(OsStr::new(STATE_DIR)) {
+                    crate::trace::note(format_args!("{e}: and what init made stays: {left}"));
+                }
+            }
+        }
+        made
+    }
+
+    /// [`Workspace::init`] once `.rewind/` exists (`created`: by this call).
+    fn init_in(
+        root_path: PathBuf,
+        root_dir: Dir,
+        created: bool,
+        show_progress: bool,
+    ) -> Result<(Workspace, bool)> {
         let state = root_dir
             .open_dir(OsStr::new(STATE_DIR))
             .map_err(Error::os)?;

@@ -684,6 +684,7 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
     };
     let plain = lfs.subdir("plain");
     let sub = lfs.subvolume("sub");
+    let (fresh_dir, fresh_sub) = (lfs.subdir("fresh"), lfs.subvolume("fresh-sub"));
     let mut ids = Vec::new();
     for ws in [&plain, &sub] {
         write(&ws.join("a.txt"), b"a");
@@ -761,6 +762,15 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
         // objects nor (btrfs engine) the snapshot it took.
         assert_eq!(common::object_files(ws), stored, "{}", ws.display());
         assert_eq!(snapshots(ws), snapped, "{}", ws.display());
+    }
+    // D270: an `init` the full disk stopped leaves no `.rewind/` (it left
+    // an empty ledger, and on a subvolume a state subvolume, and said
+    // nothing was changed).
+    for fresh in [&fresh_dir, &fresh_sub] {
+        let out = rewind(fresh, &["--json", "init"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+        assert!(!fresh.join(".rewind").exists(), "{}", fresh.display());
     }
     std::fs::remove_file(lfs.mnt.join("filler")).expect("rm filler");
     let _ = Command::new("sync").status();

@@ -393,8 +393,11 @@ fn a_rewind_that_cannot_finish_is_rolled_back_and_every_later_command_works() {
             assert_eq!(out.status.code(), Some(1), "{what}");
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
             assert_eq!(v["error"]["code"], "ROLLED_BACK", "{what}: {v}");
+            // What stopped it, for a client that acts on codes (helper-47).
+            assert_eq!(v["error"]["cause"], "IMMUTABLE", "{what}: {v}");
             let msg = v["error"]["message"].as_str().unwrap_or("");
             assert!(msg.contains("lock.txt"), "{what}: {v}");
+            assert!(!msg.contains("nothing was changed"), "{what}: {v}");
         }
         assert_same(&format!("{what}: rolled back"), &before, &snapshot(&root));
         // Nothing pending: every command works, the chain verifies, and a
@@ -455,7 +458,7 @@ fn what_is_made_during_a_rewind_that_is_rolled_back_is_saved_first() {
     assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
     let msg = v["error"]["message"].as_str().expect("message");
     let saved = msg
-        .split("while the rewind ran is checkpoint ")
+        .split("written meanwhile, is checkpoint ")
         .nth(1)
         .and_then(|r| r.split(';').next())
         .unwrap_or_else(|| panic!("no saved checkpoint named: {msg}"))

@@ -595,7 +595,11 @@ pub fn report_error(ctx: &Ctx, e: &Error) {
 fn report(json: bool, e: &Error) {
     let message = one_line(&e.to_string());
     if json {
-        let _ = writeln!(std::io::stdout(), "{}", json_error(e.code(), &message));
+        let mut v = json_error(e.code(), &message);
+        if let Some(cause) = e.cause_code() {
+            v["error"]["cause"] = cause.into();
+        }
+        let _ = writeln!(std::io::stdout(), "{v}");
     }
     eprintln!("rewind: error: {message}");
 }
