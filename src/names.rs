@@ -8,6 +8,32 @@ use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Private paths and the paths people know them by (see [`show_as`]).
+static SHOWN_AS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// From now on, messages from this process name `private` as `shown`. A
+/// mounted workspace's backing tree is reached through a path of the
+/// daemon's (`/run/rewind/….backing`) that no one knows or can open;
+/// errors named it (helper-47, D272).
+pub(crate) fn show_as(private: &Path, shown: &Path) {
+    let (private, shown) = (
+        private.to_string_lossy().into_owned(),
+        shown.to_string_lossy().into_owned(),
+    );
+    let mut all = SHOWN_AS.lock().unwrap_or_else(|p| p.into_inner());
+    if private != shown && !all.iter().any(|(p, _)| *p == private) {
+        all.push((private, shown));
+    }
+}
+
+/// `message` with each private path replaced by the one people know.
+pub(crate) fn as_people_know_it(message: &str) -> String {
+    let all = SHOWN_AS.lock().unwrap_or_else(|p| p.into_inner());
+    all.iter().fold(message.to_string(), |m, (private, shown)| {
+        m.replace(private, shown)
+    })
+}
+
 /// `s` as one POSIX shell word: as is when nothing in it is special to
 /// the shell, else single-quoted (a `'` inside becomes `'\''`). For the
 /// commands rewind writes (agent hooks) or tells people to paste.

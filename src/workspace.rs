@@ -641,6 +641,7 @@ impl Workspace {
             (None, Some(p)) => p,
             (None, None) => root_path.clone(),
         };
+        crate::names::show_as(&io_path, &root_path);
         let fs = FsInfo::of(&state).map_err(Error::os)?;
         if !fs.read_only {
             keep_private(&state);

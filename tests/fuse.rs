@@ -2771,6 +2771,14 @@ fn a_rewind_rolled_back_through_the_mount_leaves_the_tree_as_it_was() {
     chattr("-i");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
+    // D272: the file is named where the user knows it, not under the
+    // daemon's private path to the backing tree (helper-47).
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    let named = ws.join("e/f5");
+    assert!(
+        message.contains(&*named.to_string_lossy()) && !message.contains("/run/rewind/"),
+        "{v}"
+    );
     assert_eq!(std::fs::read(ws.join("d/f1")).expect("d/f1"), b"b1\n");
     assert_eq!(
         std::fs::read(ws.join("notes.txt")).expect("notes"),

@@ -593,7 +593,7 @@ pub fn report_error(ctx: &Ctx, e: &Error) {
 
 /// One line on stderr; with `--json`, also the error object on stdout.
 fn report(json: bool, e: &Error) {
-    let message = one_line(&e.to_string());
+    let message = one_line(&crate::names::as_people_know_it(&e.to_string()));
     if json {
         let mut v = json_error(e.code(), &message);
         if let Some(cause) = e.cause_code() {

@@ -159,8 +159,9 @@ fn error_result(tool: &str, e: &Error, profile: Profile) -> CallToolResult {
         _ => e.to_string(),
     };
     CallToolResult::error(vec![ContentBlock::text(format!(
-        "{tool} failed [{}]: {hint}",
-        e.code()
+        "{tool} failed [{}]: {}",
+        e.code(),
+        crate::names::as_people_know_it(&hint)
     ))])
 }
 
