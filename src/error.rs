@@ -111,6 +111,11 @@ pub enum Error {
     )]
     UnknownId { id: String },
 
+    #[error(
+        "checkpoint {id} is made, but its manifest could not be built yet (the warning above says why: a full disk, a read-only filesystem, the open-file limit): `rewind list` shows it, and `rewind status` and a plain `rewind diff` compare with it; fix that and run this again"
+    )]
+    ManifestPending { id: String },
+
     #[error("'{id}' is ambiguous: it matches {}; type more characters of the id", candidates.join(", "))]
     AmbiguousId { id: String, candidates: Vec<String> },
 
@@ -305,6 +310,7 @@ impl Error {
             Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",
             Error::Db { .. } => "LEDGER",
             Error::UnknownId { .. } => "UNKNOWN_ID",
+            Error::ManifestPending { .. } => "MANIFEST_PENDING",
             Error::AmbiguousId { .. } => "AMBIGUOUS_ID",
             Error::Locked { .. } => "LOCKED",
             Error::PlanChanged { .. } => "PLAN_CHANGED",

@@ -1092,6 +1092,7 @@ impl Ledger {
     /// the whole chain verifies and says of this effect what its row says
     /// (D109).
     pub fn guard(&mut self, req: &crate::effects::Request) -> Result<crate::effects::Decision> {
+        self.check_writable()?;
         let path = self.path.clone();
         let workspace_id = self.workspace_id()?;
         let tx = self
@@ -1125,6 +1126,7 @@ impl Ledger {
         call: Option<&str>,
         reopen: bool,
     ) -> Result<crate::effects::Resolution> {
+        self.check_writable()?;
         let path = self.path.clone();
         let tx = self
             .conn

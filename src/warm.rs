@@ -73,6 +73,14 @@ impl DerefMut for Held<'_> {
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         if let (Some(mut ws), Some(slot)) = (self.ws.take(), self.slot) {
+            // A ledger opened for reading only (a read-only filesystem, a
+            // full disk) is not kept: on a full disk it may hold the
+            // ledger exclusively, locking every other process out while
+            // the server idles, and the next call should see the space
+            // freed since (helper-48, D273).
+            if ws.ledger().is_read_only() {
+                return;
+            }
             ws.release();
             // The command is done; its reply goes out as the fold starts.
             ws.ledger().fold_wal_later();

@@ -1012,6 +1012,11 @@ impl Workspace {
     /// cannot be built now (`why`, `fix`): their snapshots hold them,
     /// `list` shows them and `status` reads HEAD from its snapshot (D266).
     fn warn_unbuilt_manifests(&self, why: &str, fix: &str) {
+        // Once a process: a command may look several times (helper-48).
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let Ok(pending) = self.ledger.pending() else {
             return;
         };
@@ -1884,6 +1889,34 @@ impl Workspace {
             ));
         }
         self.recover_if_needed()?;
+        match self.resolve_built(spec) {
+            // One whose manifest could not be built (recover_if_needed went
+            // on past it) is there, not unknown (helper-48, D273).
+            Err(Error::UnknownId { .. }) if let Some(id) = self.pending_named(spec)? => {
+                Err(Error::ManifestPending { id })
+            }
+            r => r,
+        }
+    }
+
+    /// The pending checkpoint `spec` names (HEAD and its ancestors while
+    /// HEAD is pending, an id prefix, a label), if any.
+    fn pending_named(&self, spec: &str) -> Result<Option<String>> {
+        let pending = self.ledger.pending()?;
+        if names_head(spec) {
+            return Ok(self.ledger.pending_head()?.map(|p| p.id));
+        }
+        let lower = spec.to_ascii_lowercase();
+        Ok(pending
+            .into_iter()
+            .find(|p| {
+                p.label.as_deref() == Some(spec)
+                    || (ids::looks_like_id_prefix(&lower) && p.id.starts_with(&lower))
+            })
+            .map(|p| p.id))
+    }
+
+    fn resolve_built(&mut self, spec: &str) -> Result<Checkpoint> {
         let unknown = || Error::UnknownId {
             id: spec.to_string(),
         };

@@ -738,6 +738,24 @@ fn a_full_btrfs_gives_no_space_not_a_crash() {
         assert!(other.as_array().is_none_or(Vec::is_empty), "{list}");
         let status = rewind_json(ws, &["status"]);
         assert_eq!(status["head"], id.as_str(), "{status}");
+        if *ws == sub {
+            // D273 (helper-48): named, it is not "unknown", and the MCP
+            // list holds it.
+            let out = rewind(ws, &["--json", "diff", "HEAD"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            assert_eq!(v["error"]["code"], "MANIFEST_PENDING", "{v}");
+            let answers = common::raw_mcp_answers(
+                ws,
+                &[
+                    common::INITIALIZE,
+                    r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                    r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list","arguments":{}}}"#,
+                ],
+            );
+            let listed = &answers[1]["result"]["structuredContent"];
+            assert_eq!(listed["head"], id.as_str(), "{listed}");
+            assert_eq!(listed["checkpoints"][0]["id"], id.as_str(), "{listed}");
+        }
         assert_eq!(
             status["changes"],
             serde_json::json!([{"path": "a.txt", "status": "modified"}]),
@@ -815,17 +833,36 @@ fn readers_answer_on_a_full_disk_after_a_rewind_and_without_a_shm() {
     assert_eq!(common::changed_paths(&status), ["a.txt"], "{status}");
     let verify = rewind(&root, &["verify"]);
     assert!(verify.status.success(), "{verify:?}");
+    let wal = || std::fs::read(state.join("ledger.db-wal")).expect("read the WAL");
+    let wal_before = wal();
     for args in [&["checkpoint"][..], &["rewind", &id]] {
         let out = rewind(&root, &[&["--json"][..], args].concat());
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
         assert_eq!(v["error"]["code"], "NO_SPACE", "{args:?}: {v}");
     }
+    // D273 (helper-48): the effect barrier admitted and wrote through the
+    // exclusive connection; it now fails closed, saying why.
+    let guard = rewind_json_any(&root, &["guard", "--key", "k1", "--payload", "p"]);
+    assert_eq!(guard["decision"], "refused", "{guard}");
+    assert!(
+        guard["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no space left")),
+        "{guard}"
+    );
+    assert!(wal() == wal_before, "the ledger was written on a full disk");
     assert_same("a full disk: tree untouched", &before, &snapshot(&root));
     for f in ["FILL", "FILL-tail"] {
         let _ = std::fs::remove_file(lfs.mnt.join(f));
     }
     rewind_json(&root, &["rewind", &id]);
     assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"a");
+}
+
+/// `rewind --json ARGS` in `dir`: its JSON whatever its exit code.
+fn rewind_json_any(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out = rewind(dir, &[&["--json"][..], args].concat());
+    serde_json::from_slice(&out.stdout).expect("json")
 }
 
 /// A SIGBUS that does come (an older `-shm`, another mapped file) ends

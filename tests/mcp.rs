@@ -152,27 +152,6 @@ fn an_unknown_profile_fails_at_startup() {
 /// -32700 and id null), nothing is changed, and the session goes on. rmcp
 /// alone skipped the unparseable line and answered some requests without
 /// their id, so a client waiting on that id waited for ever.
-/// The first request of a session, as id 1.
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
-
-/// The answers of `rewind mcp` in `cwd` to `lines`, written one per line
-/// before its stdin closes; it must exit 0 and answer only JSON.
-fn raw_mcp_answers(cwd: &std::path::Path, lines: &[&str]) -> Vec<serde_json::Value> {
-    use std::io::Write;
-    let mut child = raw_mcp(cwd);
-    let mut stdin = child.stdin.take().expect("stdin");
-    for l in lines {
-        writeln!(stdin, "{l}").expect("write a line");
-    }
-    drop(stdin);
-    let out = child.wait_with_output().expect("rewind mcp");
-    assert!(out.status.success(), "rewind mcp exited {:?}", out.status);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
-
 /// `rewind mcp` in `cwd`, spoken to line by line over its stdin and stdout.
 fn raw_mcp(cwd: &std::path::Path) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_rewind"))
@@ -216,7 +195,7 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
         )
     };
-    call(1, INITIALIZE.into());
+    call(1, common::INITIALIZE.into());
     let made = call(2, tool(2, "checkpoint", r#"{"label":"good"}"#));
     assert!(
         made["result"]["structuredContent"]["id"].is_string(),
@@ -248,7 +227,7 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     let dir = common::tmp();
     common::rewind_json(dir.path(), &["init"]);
     let lines = [
-        INITIALIZE,
+        common::INITIALIZE,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"label":"x"}}}"#,
@@ -258,7 +237,7 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"checkpoint","arguments":{"label":"after the bad lines"}}}"#,
         r#"{"jsonrpc":"2.0","id":12,"method":"ping"}"#,
     ];
-    let answers = raw_mcp_answers(dir.path(), &lines);
+    let answers = common::raw_mcp_answers(dir.path(), &lines);
     let by_id = |id: serde_json::Value| {
         let hits: Vec<_> = answers.iter().filter(|a| a["id"] == id).collect();
         assert_eq!(hits.len(), 1, "answers for id {id}: {answers:#?}");
@@ -304,10 +283,10 @@ fn a_request_line_past_the_limit_is_answered_and_the_session_goes_on() {
     common::rewind_json(dir.path(), &["init"]);
     let pad = "x".repeat(17 << 20);
     let huge = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"ping","params":{{"pad":"{pad}"}}}}"#);
-    let answers = raw_mcp_answers(
+    let answers = common::raw_mcp_answers(
         dir.path(),
         &[
-            INITIALIZE,
+            common::INITIALIZE,
             r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
             &huge,
             r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#,

@@ -40,6 +40,8 @@ pub(crate) struct Out {
 
 #[derive(Serialize)]
 pub(crate) struct PendingOut {
+    #[serde(skip)]
+    pub seq: i64,
     pub id: String,
     pub label: Option<String>,
     pub parent: Option<String>,
@@ -58,6 +60,7 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
             None => None,
         };
         pending.push(PendingOut {
+            seq: p.seq,
             id: p.id,
             label: p.label,
             parent,

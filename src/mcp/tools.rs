@@ -710,13 +710,29 @@ pub struct ListOut {
 
 fn list(ctx: &Ctx, input: ListIn) -> Result<ListOut> {
     let out = crate::cli::list::compute(ctx)?;
-    let total = out.checkpoints.len();
-    let newest_first: Vec<(i64, CheckpointItem)> = out
+    let total = out.checkpoints.len() + out.pending.len();
+    // Pending ones too (a full disk stopped their manifests, D266): HEAD
+    // may be one, and a list without it hid what `checkpoint` had just
+    // returned (helper-48, D273).
+    let pending = out.pending.into_iter().map(|p| {
+        let item = CheckpointItem {
+            id: p.id,
+            label: p.label,
+            parent: p.parent,
+            kind: p.kind,
+            created_at: p.created_at,
+            note: None,
+            pruned: false,
+        };
+        (p.seq, item)
+    });
+    let mut newest_first: Vec<(i64, CheckpointItem)> = out
         .checkpoints
         .into_iter()
-        .rev()
         .map(|c| (c.seq, CheckpointItem::from(c)))
+        .chain(pending)
         .collect();
+    newest_first.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
     let (checkpoints, next_cursor) = input.page.page_below(newest_first, |(seq, _)| *seq)?;
     let checkpoints = checkpoints.into_iter().map(|(_, c)| c).collect();
     Ok(ListOut {

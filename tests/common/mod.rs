@@ -715,6 +715,33 @@ pub fn rewind_under_ulimit(root: &Path, limit: &str, args: &str) -> std::process
         .expect("sh")
 }
 
+/// The first request of a session, as id 1.
+pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// The answers of `rewind mcp` in `cwd` to `lines`, written one per line
+/// before its stdin closes; it must exit 0 and answer only JSON.
+pub fn raw_mcp_answers(cwd: &std::path::Path, lines: &[&str]) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(cwd)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run rewind mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in lines {
+        writeln!(stdin, "{l}").expect("write a line");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("rewind mcp");
+    assert!(out.status.success(), "rewind mcp exited {:?}", out.status);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
 /// Files left in `.rewind/tmp/` (must be none after any command finishes).
 pub fn temp_leftovers(ws: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(ws.join(".rewind/tmp"))
