@@ -72,8 +72,10 @@ pub struct Footprint {
     /// Filesystem metadata the object files cost (inodes, extent records):
     /// an estimate, see [`MetadataCost`].
     pub metadata_estimate: u64,
-    /// `ledger_file` + `object_physical` + `metadata_estimate`: what
-    /// deleting `.rewind/` frees.
+    /// The space `gc` is given back on a full disk (D274).
+    pub reserve: u64,
+    /// `ledger_file` + `object_physical` + `metadata_estimate` +
+    /// `reserve`: what deleting `.rewind/` frees.
     pub physical: u64,
     /// How `object_physical` was measured: fiemap or allocated.
     pub method: &'static str,
@@ -241,9 +243,10 @@ pub struct StorePhysical {
 }
 
 impl StorePhysical {
-    /// What deleting `.rewind/` would free.
+    /// What the size budget counts: all but the reserve, which is fixed
+    /// and there for the gc a budget runs (D274).
     pub fn total(&self) -> u64 {
-        self.footprint.physical
+        self.footprint.physical - self.footprint.reserve
     }
 }
 
@@ -299,6 +302,7 @@ impl MetadataCost {
 /// each counted once.
 pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
     let ledger_file = ledger_allocated(ws);
+    let reserve = file_allocated(&ws.meta_path().join(crate::workspace::RESERVE));
     // Snapshots share extents with live files of any size (unchanged
     // since); object files only with those big enough to be cloned.
     let min_size = if crate::snapshot::names(ws)?.is_empty() {
@@ -349,7 +353,8 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
             snapshots,
             snapshot_files,
             metadata_estimate,
-            physical: ledger_file + object_physical + metadata_estimate,
+            reserve,
+            physical: ledger_file + object_physical + metadata_estimate + reserve,
             method,
         },
         cost,

@@ -63,6 +63,15 @@ pub const LEDGER_FILE: &str = "ledger.db";
 /// where restored files are renamed from.
 pub const STATE_SUBVOLUME: &str = "state";
 
+/// A file of real blocks beside the ledger, given back when `gc` meets a
+/// full disk: gc's first write (the ledger's WAL) needs space, so on an
+/// exactly full disk the one command that frees space could not run,
+/// while every `NO_SPACE` message pointed at it (helper-47, D274).
+pub(crate) const RESERVE: &str = "reserve";
+const RESERVE_BYTES: u64 = 2 << 20;
+/// Free space the reserve leaves the user when it is made.
+const RESERVE_SPARE: u64 = 64 << 20;
+
 /// A history root makes in a user's directory (`sudo rewind checkpoint`
 /// or `init` in their project) is theirs, as if they had made it: made
 /// root's, every later command of theirs was `NOT_OWNER` (D148). What
@@ -535,12 +544,13 @@ impl Workspace {
             bequeath_history(&root_dir, &state)?;
             state.fsync().map_err(Error::os)?;
         }
+        let ws = Self::open_at(root_path, None, None, root_dir, state, show_progress)?;
+        // With the history, not with its first checkpoint, whose growth
+        // people measure.
+        ws.ensure_reserve();
         // A new history, in a new `.rewind/` or in one an interrupted
         // `init` left: not "already a workspace" (helper-35).
-        Ok((
-            Self::open_at(root_path, None, None, root_dir, state, show_progress)?,
-            new_ledger,
-        ))
+        Ok((ws, new_ledger))
     }
 
     /// Open an existing workspace rooted exactly at `root`, through its
@@ -926,6 +936,7 @@ impl Workspace {
             Ok(l) => self.lock = Some(l),
             Err(pid) => return Err(Error::Locked { path, pid }),
         }
+        self.ensure_reserve();
         self.store.clean_tmp()?;
         crate::rewind::recover(self)?;
         Ok(())
@@ -1060,6 +1071,43 @@ impl Workspace {
             None => None,
         };
         Ok(Some((p.as_checkpoint(cap.root, parent), cap.overlay())))
+    }
+
+    /// Make the reserve ([`RESERVE`]) if it is missing and the disk has
+    /// room to spare: never the last free space a user has. Best effort,
+    /// by every command that takes the workspace lock.
+    fn ensure_reserve(&self) {
+        let name = OsStr::new(RESERVE);
+        if self.meta.stat_at(name).is_ok() || self.fs.read_only {
+            return;
+        }
+        let room = rewind_platform::available_bytes(&self.meta_path);
+        if room.is_none_or(|b| b < RESERVE_BYTES + RESERVE_SPARE) {
+            return;
+        }
+        let path = self.meta_path.join(RESERVE);
+        let made = self.meta.create_new(name, 0o600).and_then(|f| {
+            if let Ok(Some(h)) = Heir::of(&self.meta) {
+                let _ = h.give_fd(&f, &path);
+            }
+            rewind_platform::allocate(&f, &path, RESERVE_BYTES)
+        });
+        if let Err(e) = made {
+            crate::trace::note(format_args!("no reserve: {e}"));
+            let _ = self.meta.unlink(name);
+        }
+    }
+
+    /// Give the reserve's space back to the filesystem, for a command that
+    /// frees space (`gc`) but could not start on a full disk; whether there
+    /// was one. Synced: btrfs frees extents when it commits, XFS when it
+    /// inactivates the inode in the background.
+    pub fn release_reserve(&self) -> bool {
+        let released = self.meta.unlink(OsStr::new(RESERVE)).is_ok();
+        if released {
+            let _ = self.meta.syncfs();
+        }
+        released
     }
 
     /// The filesystem's clock, read by touching a file in `.rewind/`: the

@@ -859,6 +859,41 @@ fn readers_answer_on_a_full_disk_after_a_rewind_and_without_a_shm() {
     assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"a");
 }
 
+/// D274: on an exactly full disk `gc`, the command every NO_SPACE message
+/// points at, failed NO_SPACE itself: its first write (the ledger's WAL)
+/// needs space (helper-47). A reserve of real blocks beside the ledger,
+/// made while there is room, is given back for it, and made again later.
+#[test]
+fn gc_frees_space_on_an_exactly_full_disk() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 256) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    write(&root.join("a.txt"), b"a");
+    let pattern: Vec<u8> = (0..30u32 << 20).map(|i| (i % 251) as u8).collect();
+    write(&root.join("big.bin"), &pattern);
+    let big = checkpoint_id(&root, &["big"]);
+    std::fs::remove_file(root.join("big.bin")).expect("rm");
+    checkpoint_id(&root, &["small"]);
+    let reserve = root.join(".rewind/reserve");
+    assert!(reserve.exists(), "made while there was room");
+    lfs.fill_to_the_last_block();
+    let out = rewind(&root, &["--json", "gc", "--keep-last", "1", "--force"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["pruned"], serde_json::json!([big]), "{v}");
+    assert!(v["freed"]["bytes"].as_u64() >= Some(30 << 20), "{v}");
+    let verify = rewind(&root, &["verify"]);
+    assert!(verify.status.success(), "{verify:?}");
+    assert!(!reserve.exists(), "given back");
+    for f in ["FILL", "FILL-tail"] {
+        let _ = std::fs::remove_file(lfs.mnt.join(f));
+    }
+    lfs.sync();
+    checkpoint_id(&root, &["after"]);
+    assert!(reserve.exists(), "made again once there is room");
+}
+
 /// `rewind --json ARGS` in `dir`: its JSON whatever its exit code.
 fn rewind_json_any(dir: &Path, args: &[&str]) -> serde_json::Value {
     let out = rewind(dir, &[&["--json"][..], args].concat());

@@ -29,8 +29,8 @@ pub use clone::{
     set_direct_io, start_writeback, write_sparse,
 };
 pub use dir::{
-    Dir, EntryKind, Meta, RenameMode, Within, check_relative, create_in_place_file, file_set_mode,
-    file_set_mtime,
+    Dir, EntryKind, Meta, RenameMode, Within, allocate, check_relative, create_in_place_file,
+    file_set_mode, file_set_mtime,
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};

@@ -70,6 +70,33 @@ fn parse_dirty(meminfo: &str) -> Option<u64> {
     Some((kib("Dirty:")? + kib("Writeback:")?) * 1024)
 }
 
+/// Most descriptors [`raise_fd_limit`] asks for.
+const FD_LIMIT_WANTED: u64 = 1 << 16;
+
+/// Raise this process's soft limit on open descriptors towards its hard
+/// limit (at most 65,536; never lowered). The capture walk holds one
+/// descriptor per directory level on each walking thread (D166 bounds
+/// the depth at 1,024), and the usual soft limit of 1,024 stopped every
+/// command at about 1,000 levels, the rewind that would remove such a
+/// chain included (helper-46, D268). Children inherit the raised limit.
+pub fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    let (Some(soft), hard) = (now.current, now.maximum) else {
+        return;
+    };
+    let want = hard.map_or(FD_LIMIT_WANTED, |h| h.min(FD_LIMIT_WANTED));
+    if want > soft {
+        let _ = setrlimit(
+            Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(want),
+                maximum: hard,
+            },
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,32 +130,5 @@ mod tests {
         let (r2, b2) = clocks_ns();
         assert!(b2 >= b1 && r1 > 0 && r2 > 0);
         assert!(dirty_bytes().is_some());
-    }
-}
-
-/// Most descriptors [`raise_fd_limit`] asks for.
-const FD_LIMIT_WANTED: u64 = 1 << 16;
-
-/// Raise this process's soft limit on open descriptors towards its hard
-/// limit (at most 65,536; never lowered). The capture walk holds one
-/// descriptor per directory level on each walking thread (D166 bounds
-/// the depth at 1,024), and the usual soft limit of 1,024 stopped every
-/// command at about 1,000 levels, the rewind that would remove such a
-/// chain included (helper-46, D268). Children inherit the raised limit.
-pub fn raise_fd_limit() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let now = getrlimit(Resource::Nofile);
-    let (Some(soft), hard) = (now.current, now.maximum) else {
-        return;
-    };
-    let want = hard.map_or(FD_LIMIT_WANTED, |h| h.min(FD_LIMIT_WANTED));
-    if want > soft {
-        let _ = setrlimit(
-            Resource::Nofile,
-            rustix::process::Rlimit {
-                current: Some(want),
-                maximum: hard,
-            },
-        );
     }
 }

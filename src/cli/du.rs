@@ -24,7 +24,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         let f = &t.footprint;
         s.push_str(&format!(
             "\n{} checkpoints ({} pruned); distinct content {}\n\
-             on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace{}; measured by {}) + metadata ~{} ({} extents, estimated)",
+             on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace{}; measured by {}) + metadata ~{} ({} extents, estimated) + reserve {} (for gc on a full disk)",
             t.checkpoints,
             t.pruned,
             human_bytes(t.content),
@@ -45,7 +45,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             },
             f.method,
             human_bytes(f.metadata_estimate),
-            f.object_extents
+            f.object_extents,
+            human_bytes(f.reserve)
         ));
         s
     })

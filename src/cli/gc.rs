@@ -38,14 +38,21 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             .map_err(|e| Error::Usage(format!("{e} (gc reads [retention] from it)")))?
             .retention
     };
-    let r = gc::run(
-        &mut ws,
-        &Options {
-            policy,
-            dry_run: args.dry_run,
-            force: args.force,
-        },
-    )?;
+    let opts = Options {
+        policy,
+        dry_run: args.dry_run,
+        force: args.force,
+    };
+    let r = match gc::run(&mut ws, &opts) {
+        // An exactly full disk: the reserve's space lets gc start, and
+        // what it prunes frees more (D274).
+        Err(e) if e.is_no_space() && !args.dry_run && ws.release_reserve() => {
+            drop(ws);
+            let mut ws = ctx.workspace()?;
+            gc::run(&mut ws, &opts)?
+        }
+        r => r?,
+    };
     if let Some(first) = r.freed.snapshots_left.first() {
         eprintln!(
             "rewind: warning: {} snapshot(s) could not be deleted and still use space; {first}",
