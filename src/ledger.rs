@@ -1794,18 +1794,6 @@ impl Ledger {
         Ok(self.pending()?.into_iter().find(|p| p.seq == head))
     }
 
-    /// The id of checkpoint `seq`, built or pending.
-    pub fn any_id_by_seq(&self, seq: i64) -> Result<Option<String>> {
-        self.conn
-            .cached_row(
-                "SELECT id FROM checkpoints WHERE seq = ?1 UNION ALL SELECT id FROM pending WHERE seq = ?1",
-                [seq],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err())
-    }
-
     pub fn has_pending(&self) -> Result<bool> {
         self.conn
             .cached_row("SELECT 1 FROM pending LIMIT 1", [], |_| Ok(()))

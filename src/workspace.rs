@@ -1067,7 +1067,7 @@ impl Workspace {
             "reading HEAD from its snapshot",
         )?;
         let parent = match p.parent {
-            Some(seq) => self.ledger.any_id_by_seq(seq)?.map(|id| (seq, id)),
+            Some(seq) => self.ledger.id_of_seq(seq)?.map(|id| (seq, id)),
             None => None,
         };
         Ok(Some((p.as_checkpoint(cap.root, parent), cap.overlay())))

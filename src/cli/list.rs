@@ -56,7 +56,7 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
     let mut pending = Vec::new();
     for p in ws.ledger().pending()? {
         let parent = match p.parent {
-            Some(seq) => ws.ledger().any_id_by_seq(seq)?,
+            Some(seq) => ws.ledger().id_of_seq(seq)?,
             None => None,
         };
         pending.push(PendingOut {
@@ -69,7 +69,7 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
         });
     }
     let head = match ws.ledger().head_seq()? {
-        Some(seq) => ws.ledger().any_id_by_seq(seq)?,
+        Some(seq) => ws.ledger().id_of_seq(seq)?,
         None => None,
     };
     Ok(Out {
@@ -111,15 +111,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
                 "○"
             };
             text.push_str(&format!(
-                "{}{marker} {}  {}  {:<10}{}  (manifest not built yet: its snapshot holds it)",
+                "{}{marker} {}  (manifest not built yet: its snapshot holds it)",
                 if text.is_empty() { "" } else { "\n" },
-                p.id,
-                &p.created_at[..19].replace('T', " "),
-                p.kind,
-                p.label
-                    .as_ref()
-                    .map(|l| format!("  {}", crate::names::quoted_label(l)))
-                    .unwrap_or_default(),
+                row(&p.id, &p.created_at, &p.kind, p.label.as_deref()),
             ));
         }
         text
@@ -160,6 +154,17 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
     out
 }
 
+/// A checkpoint's line after its marker: id, time, kind, label.
+fn row(id: &str, created_at: &str, kind: &str, label: Option<&str>) -> String {
+    format!(
+        "{id}  {}  {kind:<10}{}",
+        &created_at[..19].replace('T', " "),
+        label
+            .map(|l| format!("  {}", crate::names::quoted_label(l)))
+            .unwrap_or_default(),
+    )
+}
+
 fn draw(
     nodes: &[&Checkpoint],
     prefix: &str,
@@ -183,14 +188,8 @@ fn draw(
             "○"
         };
         out.push_str(&format!(
-            "{first}{marker} {}  {}  {:<10}{}{}\n",
-            c.id,
-            &c.created_at[..19].replace('T', " "),
-            c.kind,
-            c.label
-                .as_ref()
-                .map(|l| format!("  {}", crate::names::quoted_label(l)))
-                .unwrap_or_default(),
+            "{first}{marker} {}{}\n",
+            row(&c.id, &c.created_at, &c.kind, c.label.as_deref()),
             c.note
                 .as_ref()
                 .map(|n| format!("  note: {}", super::human_path(n)))
