@@ -148,15 +148,21 @@ impl LoopFs {
         Some(LoopFs { fs, mnt, _dir: dir })
     }
 
-    /// Change mount options in place (`mount -o remount,OPTS`).
+    /// Change mount options in place (`mount -o remount,OPTS`). Retried
+    /// for a moment: a process another test forks between its `fork` and
+    /// its `exec` holds this binary's descriptors, and a file this test
+    /// had open for writing then makes `remount,ro` fail EBUSY (seen once
+    /// under load).
     pub fn remount(&self, opts: &str) {
-        run_ok(
-            Command::new("mount")
-                .arg("-o")
-                .arg(format!("remount,{opts}"))
-                .arg(&self.mnt),
-            &format!("remount {opts}"),
-        );
+        let mut cmd = Command::new("mount");
+        cmd.arg("-o").arg(format!("remount,{opts}")).arg(&self.mnt);
+        for _ in 0..20 {
+            if cmd.output().is_ok_and(|o| o.status.success()) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        run_ok(&mut cmd, &format!("remount {opts}"));
     }
 
     /// Fill the filesystem to its last block, as root (reserved blocks
