@@ -235,8 +235,6 @@ fn owner_name(uid: u32) -> String {
 }
 
 impl Error {
-    /// Whether the disk is full, here or under a rewind it stopped
-    /// half-way (a recovery's roll-forward answers that).
     /// The code of what stopped a rewind that was rolled back or left
     /// unfinished: `--json` gives it as `cause`, so a client that acts on
     /// `NO_SPACE` sees a rewind the disk stopped (helper-47).
@@ -247,6 +245,8 @@ impl Error {
         }
     }
 
+    /// Whether the disk is full, here or under a rewind it stopped
+    /// half-way (a recovery's roll-forward answers that).
     pub fn is_no_space(&self) -> bool {
         match self {
             Error::NoSpace { .. } => true,

@@ -1950,12 +1950,13 @@ impl Workspace {
     /// The pending checkpoint `spec` names (HEAD and its ancestors while
     /// HEAD is pending, an id prefix, a label), if any.
     fn pending_named(&self, spec: &str) -> Result<Option<String>> {
-        let pending = self.ledger.pending()?;
         if names_head(spec) {
             return Ok(self.ledger.pending_head()?.map(|p| p.id));
         }
         let lower = spec.to_ascii_lowercase();
-        Ok(pending
+        Ok(self
+            .ledger
+            .pending()?
             .into_iter()
             .find(|p| {
                 p.label.as_deref() == Some(spec)

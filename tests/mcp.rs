@@ -152,17 +152,6 @@ fn an_unknown_profile_fails_at_startup() {
 /// -32700 and id null), nothing is changed, and the session goes on. rmcp
 /// alone skipped the unparseable line and answered some requests without
 /// their id, so a client waiting on that id waited for ever.
-/// `rewind mcp` in `cwd`, spoken to line by line over its stdin and stdout.
-fn raw_mcp(cwd: &std::path::Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(cwd)
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run rewind mcp")
-}
-
 /// D174: a server started in a subdirectory of the workspace (an agent
 /// launched in one package of a monorepo) goes on serving once that
 /// directory is removed, from its nearest existing ancestor: the agent
@@ -176,7 +165,7 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
     let ws = dir.path();
     common::write(&ws.join("pkg/a"), b"a\n");
     common::rewind_json(ws, &["init"]);
-    let mut child = raw_mcp(&ws.join("pkg"));
+    let mut child = common::raw_mcp(&ws.join("pkg"));
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut call = |id: u32, line: String| -> serde_json::Value {

@@ -805,8 +805,6 @@ pub fn check_relative(rel: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Create `path` empty, with `mode` and (as root) owner `uid`/`gid`, flagged on
-/// btrfs to be overwritten in place (`FS_NOCOW_FL`); nothing if it exists.
 /// Give `file` (at `path`) `len` bytes of real blocks from offset 0
 /// (`fallocate`): a reserve whose removal frees that much on any
 /// filesystem, copy-on-write ones included.
@@ -815,6 +813,8 @@ pub fn allocate(file: &std::fs::File, path: &Path, len: u64) -> Result<()> {
         .map_err(|e| Error::new("allocate", path, e))
 }
 
+/// Create `path` empty, with `mode` and (as root) owner `uid`/`gid`, flagged on
+/// btrfs to be overwritten in place (`FS_NOCOW_FL`); nothing if it exists.
 /// For a file written through a shared mapping (SQLite's `-shm`): on a
 /// full copy-on-write filesystem a store into a mapped page has nowhere to
 /// go, and the kernel answers with SIGBUS, which kills the process without

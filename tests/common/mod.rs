@@ -721,6 +721,17 @@ pub fn rewind_under_ulimit(root: &Path, limit: &str, args: &str) -> std::process
         .expect("sh")
 }
 
+/// `rewind mcp` in `cwd`, spoken to line by line over its stdin and stdout.
+pub fn raw_mcp(cwd: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .current_dir(cwd)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run rewind mcp")
+}
+
 /// The first request of a session, as id 1.
 pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
 
@@ -728,13 +739,7 @@ pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","p
 /// before its stdin closes; it must exit 0 and answer only JSON.
 pub fn raw_mcp_answers(cwd: &std::path::Path, lines: &[&str]) -> Vec<serde_json::Value> {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
-        .current_dir(cwd)
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run rewind mcp");
+    let mut child = raw_mcp(cwd);
     let mut stdin = child.stdin.take().expect("stdin");
     for l in lines {
         writeln!(stdin, "{l}").expect("write a line");
