@@ -18,7 +18,7 @@ use std::path::Path;
 use rewind_platform::{CloneOutcome, Dir, EntryKind, Heir, Meta, RenameMode, Xattr};
 use serde::Serialize;
 
-use crate::capture::{Skipped, ancestors, display_path, is_at_or_below, split_parent};
+use crate::capture::{Restored, Skipped, ancestors, display_path, is_at_or_below, split_parent};
 use crate::diff::{Change, Trees};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -30,7 +30,15 @@ use crate::tree::{Entry, Kind, Target};
 pub struct ApplyOptions {
     pub exact_times: bool,
     pub allow_setuid: bool,
+    /// The filesystem clock read before the apply began, if known: files
+    /// of [`RESTORED_MIN`] bytes or more get an mtime below it and are
+    /// reported in [`ApplyReport::restored`] (D275).
+    pub restored_below_ns: Option<i64>,
 }
+
+/// The smallest file whose stat a rewind records (D275): re-reading a
+/// smaller one costs less than its row, read by every later capture.
+pub const RESTORED_MIN: u64 = crate::blobs::INLINE_MAX;
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ApplyReport {
@@ -45,6 +53,9 @@ pub struct ApplyReport {
     /// than one `syncfs`.
     #[serde(skip)]
     pub touched: Touched,
+    /// Files written whose stat vouches for their content (D275).
+    #[serde(skip)]
+    pub restored: Vec<(Vec<u8>, Restored)>,
 }
 
 /// The entries an apply changed, for making them durable one by one
@@ -505,6 +516,14 @@ pub fn apply(
                     rewind_platform::file_set_mtime(&file, new.mtime_ns)
                         .map_err(|e| failed("restore: set the mtime of", e))?;
                 }
+                // Below the clock, so that any write once it is in place
+                // moves it (D275). Not done, the file is only read again.
+                let below = opts.restored_below_ns.filter(|_| new.size >= RESTORED_MIN);
+                if let Some(clock) = below
+                    && !opts.exact_times
+                {
+                    let _ = rewind_platform::file_set_mtime(&file, clock - 1);
+                }
                 if let Some(old) = ch.old.as_ref().filter(|o| o.kind() == Kind::File)
                     && written_since_capture(dir, name, old)
                 {
@@ -527,6 +546,22 @@ pub fn apply(
                         continue;
                     }
                     return Err(Error::os(e));
+                }
+                // Its stat once in place: an mtime still below the clock
+                // says nothing wrote it since (D275).
+                if let Some(clock) = below
+                    && let Ok(m) = Meta::of_file(&file)
+                    && m.mtime_ns < clock
+                    && m.size == new.size
+                {
+                    let r = Restored {
+                        ino: m.ino,
+                        size: m.size,
+                        mtime_ns: m.mtime_ns,
+                        ctime_ns: m.ctime_ns,
+                        hash: *hash,
+                    };
+                    report.restored.push((ch.path.clone(), r));
                 }
                 // Only now (D243): the writeback's completion locks the
                 // file's inode, and a rename that cannot take that lock

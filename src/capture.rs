@@ -85,6 +85,40 @@ pub struct CacheRec {
     pub racy: bool,
 }
 
+/// A file a rewind put in place, with its stat once there (D275). The
+/// stat cache has no record of it (it is a new inode), so without this
+/// every `status` until the next checkpoint read it in full again (4-6 s
+/// for a 5 GiB file), and so did the next checkpoint.
+///
+/// Why its stat vouches for its content: the apply set its mtime below
+/// the clock read before the apply began, before the rename made it
+/// visible, and recorded it only if that mtime was still there once it
+/// was. Any later write moves mtime to the clock or past it, so while the
+/// inode, size, mtime and ctime are all as recorded, its content is
+/// `hash`. ctime, which no program can set, catches a write whose mtime
+/// was put back by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub hash: Hash,
+}
+
+impl Restored {
+    pub fn vouches_for(&self, m: &Meta) -> bool {
+        m.kind == EntryKind::File
+            && m.ino == self.ino
+            && m.size == self.size
+            && m.mtime_ns == self.mtime_ns
+            && m.ctime_ns == self.ctime_ns
+    }
+}
+
+/// What the last rewind restored, by workspace-relative path.
+pub type RestoredFiles = HashMap<Vec<u8>, Restored>;
+
 /// A stat-cache row written since D180 starts with this, then holds per
 /// entry of its node, in the node's order, only the fields that vouch for
 /// it: the entries themselves are the node's, read from `trees` with the
@@ -743,6 +777,9 @@ pub struct CaptureStats {
     pub entries: u64,
     pub files_hashed: u64,
     pub bytes_hashed: u64,
+    /// Files the last rewind restored, taken as it wrote them instead of
+    /// read again (D275).
+    pub files_known_restored: u64,
     pub bytes_new: u64,
     /// Files stored as reflink clones.
     pub cloned: u64,
@@ -806,6 +843,9 @@ pub struct Capture {
     /// it when `durable_changed`.
     pub durable: Option<crate::durable::State>,
     pub durable_changed: bool,
+    /// Paths the last rewind restored (D275) for which this capture's
+    /// stat-cache records now vouch: their rows go when it is persisted.
+    pub restored_done: Vec<Vec<u8>>,
 }
 
 /// When a capture starts, by the filesystem's clock, and from which ctime
@@ -849,6 +889,7 @@ struct Outputs {
     /// Some stored object's durability is not known: only a `syncfs`
     /// covers the capture.
     objects_unknown: bool,
+    restored_done: Vec<Vec<u8>>,
 }
 
 /// Counters bumped from every walker thread: atomics, not the mutex.
@@ -857,6 +898,7 @@ struct Counters {
     entries: AtomicU64,
     files_hashed: AtomicU64,
     bytes_hashed: AtomicU64,
+    files_known_restored: AtomicU64,
     bytes_new: AtomicU64,
     cloned: AtomicU64,
     copied: AtomicU64,
@@ -874,6 +916,7 @@ impl Counters {
             entries: get(&self.entries),
             files_hashed: get(&self.files_hashed),
             bytes_hashed: get(&self.bytes_hashed),
+            files_known_restored: get(&self.files_known_restored),
             bytes_new: get(&self.bytes_new),
             cloned: get(&self.cloned),
             copied: get(&self.copied),
@@ -1033,6 +1076,8 @@ struct Walker<'a> {
     state_rules: usize,
     /// Files a mount saw opened for writing (D247).
     writers: &'a Writers,
+    /// What the last rewind restored (D275).
+    restored: &'a RestoredFiles,
 }
 
 /// Gitignore-syntax rules, anchored at the directory holding them.
@@ -1055,6 +1100,9 @@ fn ignore_matcher(text: &str, path: &Path) -> Result<ignore::gitignore::Gitignor
 ///
 /// `Guide::Scope`: only the scope's directories are opened (see [`Scope`]).
 ///
+/// `restored`: the files the last rewind put in place, whose content their
+/// stat vouches for where the stat cache cannot (see [`Restored`]).
+///
 /// `Guide::Mirror`: a tree known to hold, at the same paths, the same inodes as
 /// `root` wherever neither changed since the stat cache was written: the
 /// live workspace when `root` is a btrfs snapshot of it. An entry whose
@@ -1070,6 +1118,7 @@ pub fn capture(
     root: &Dir,
     guide: Guide<'_>,
     cache: &StatCache,
+    restored: &RestoredFiles,
     sink: Sink<'_>,
     clock: Clock,
     progress: &Progress,
@@ -1103,6 +1152,7 @@ pub fn capture(
         owner: rewind_platform::UserAccess::owner_of(&root_meta),
         state_rules: usize::from(state_ignores.is_some()),
         writers,
+        restored,
     };
     let root_dir = root.try_clone().map_err(Error::os)?;
     let mut base = IgnoreStack::new();
@@ -1148,6 +1198,7 @@ pub fn capture(
         new_objects: (!out.objects_unknown).then_some(out.new_objects),
         durable: None,
         durable_changed: false,
+        restored_done: out.restored_done,
     })
 }
 
@@ -1645,6 +1696,11 @@ impl Walker<'_> {
                     Hashed::File(entry, racy) => {
                         let mut rec = CacheRec::new(entry, &meta, self.clock_ns);
                         rec.racy |= racy;
+                        // The cache vouches for it from now on, in place
+                        // of what the rewind recorded (used or stale).
+                        if !rec.racy && self.restored.contains_key(&path) {
+                            self.lock_out().restored_done.push(path);
+                        }
                         Ok(Some(Resolved::New(rec)))
                     }
                     Hashed::Gone => Ok(None),
@@ -1804,13 +1860,17 @@ impl Walker<'_> {
             );
             return Ok(Hashed::Gone);
         }
+        let restored = self.restored_content(path, meta, &opened)?;
         // Its writeback started before it is read, unless a clone does
         // that: a page read while a write through a shared mapping is
         // still dirty stays writable, and later writes through it move no
         // time, so the stat cache would vouch for a file that changed
         // (D247, D254). A clean file costs one syscall; past
         // WRITE_BACK_MAX a copy (ext4) leaves the file's writeback alone.
-        if self.writers.is_open(path) || (!self.clones(meta.size) && meta.size <= WRITE_BACK_MAX) {
+        if restored.is_none()
+            && (self.writers.is_open(path)
+                || (!self.clones(meta.size) && meta.size <= WRITE_BACK_MAX))
+        {
             rewind_platform::clean_for_read(&file);
         }
         let xattrs = Xattr::list_user(&file).map_err(|e| {
@@ -1820,6 +1880,17 @@ impl Walker<'_> {
                 e,
             ))
         })?;
+        let entry = |hash, size| Entry {
+            name: path.rsplit(|&c| c == b'/').next().unwrap_or(path).to_vec(),
+            mode: meta.mode,
+            size,
+            mtime_ns: meta.mtime_ns,
+            target: Target::Object(hash),
+            xattrs,
+        };
+        if let Some(r) = restored {
+            return Ok(Hashed::File(entry(r.hash, r.size), false));
+        }
         let (hash, size) = match self.sink {
             Sink::Store(store, blobs) => {
                 let ing = store.ingest(&file, meta.size, blobs, self.store_durable_below_ns)?;
@@ -1855,15 +1926,33 @@ impl Walker<'_> {
             .is_none_or(|a| a.ino != meta.ino || a.ctime_ns != meta.ctime_ns || a.size != size);
         Counters::add(&self.counters.files_hashed, 1);
         Counters::add(&self.counters.bytes_hashed, size);
-        let entry = Entry {
-            name: path.rsplit(|&c| c == b'/').next().unwrap_or(path).to_vec(),
-            mode: meta.mode,
-            size,
-            mtime_ns: meta.mtime_ns,
-            target: Target::Object(hash),
-            xattrs,
+        Ok(Hashed::File(entry(hash, size), changed_meanwhile))
+    }
+
+    /// The content of a file the last rewind restored and nothing changed
+    /// since (D275), which need not be read: its stat, before and once
+    /// open, is the one the rewind recorded. Not for a file a mount saw
+    /// opened for writing (D247), nor, when storing, for one whose object
+    /// has left the store (gc), which is then stored again.
+    fn restored_content(
+        &self,
+        path: &[u8],
+        meta: &Meta,
+        opened: &Meta,
+    ) -> Result<Option<Restored>> {
+        let Some(r) = self.restored.get(path) else {
+            return Ok(None);
         };
-        Ok(Hashed::File(entry, changed_meanwhile))
+        if !(r.vouches_for(meta) && r.vouches_for(opened)) || self.writers.is_open(path) {
+            return Ok(None);
+        }
+        if let Sink::Store(store, _) = self.sink
+            && !store.contains(&r.hash, r.size)?
+        {
+            return Ok(None);
+        }
+        Counters::add(&self.counters.files_known_restored, 1);
+        Ok(Some(*r))
     }
 }
 

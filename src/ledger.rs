@@ -27,7 +27,7 @@ const FORMAT_V1: &str = "1";
 /// `user_version` (the file header: no query plan, no table). A ledger
 /// stamped with it skips the checks, eight statements parsed and run on
 /// every open. Bump it when `migrate` learns something new.
-const MIGRATED: i64 = 4;
+const MIGRATED: i64 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -386,6 +386,19 @@ CREATE INDEX IF NOT EXISTS skipped_by_checkpoint ON skipped(checkpoint);
 /// (D235): few, and a scoped capture reads them on every run.
 const SKIPS_INDEX: &str = "
 CREATE INDEX IF NOT EXISTS stat_cache_skips ON stat_cache(dir) WHERE skips != 0;
+";
+
+/// The files the last rewind restored, with their stat once in place
+/// (D275, `crate::capture::Restored`): replaced by each rewind.
+const RESTORED_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS restored(
+    path BLOB PRIMARY KEY,
+    ino INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    hash BLOB NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// Notes left on abandoned branches, one row per rewind report.
@@ -816,6 +829,7 @@ impl Ledger {
         tx.execute_batch(crate::chain::SCHEMA).map_err(db_err(&p))?;
         tx.execute_batch(crate::effects::SCHEMA)
             .map_err(db_err(&p))?;
+        tx.execute_batch(RESTORED_SCHEMA).map_err(db_err(&p))?;
         if crate::chain::head(&tx, &p)?.is_none() {
             crate::chain::append(&tx, "genesis", genesis_fields(workspace_id))
                 .map_err(db_err(&p))?;
@@ -987,6 +1001,8 @@ impl Ledger {
             crate::blobs::SCHEMA,
             crate::chain::SCHEMA,
             crate::effects::SCHEMA,
+            // 5: what the last rewind restored (D275).
+            RESTORED_SCHEMA,
         ] {
             self.conn.execute_batch(schema).map_err(db_err(&path))?;
         }
@@ -1761,6 +1777,37 @@ impl Ledger {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
+    /// What the last rewind restored (D275). A row that does not decode
+    /// is left out: its file is read like any other.
+    pub fn restored(&self) -> Result<crate::capture::RestoredFiles> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT path, ino, size, mtime_ns, ctime_ns, hash FROM restored")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                let (ino, size): (i64, i64) = (r.get(1)?, r.get(2)?);
+                let (mtime_ns, ctime_ns) = (r.get(3)?, r.get(4)?);
+                let hash: Vec<u8> = r.get(5)?;
+                let restored = Hash::from_slice(&hash).map(|hash| crate::capture::Restored {
+                    ino: ino as u64,
+                    size: size as u64,
+                    mtime_ns,
+                    ctime_ns,
+                    hash,
+                });
+                Ok((r.get::<_, Vec<u8>>(0)?, restored))
+            })
+            .map_err(self.err())?;
+        let mut out = crate::capture::RestoredFiles::new();
+        for row in rows {
+            if let (path, Some(r)) = row.map_err(self.err())? {
+                out.insert(path, r);
+            }
+        }
+        Ok(out)
+    }
+
     /// Checkpoints whose manifest is still to be built, oldest first.
     pub fn pending(&self) -> Result<Vec<Pending>> {
         let mut stmt = self
@@ -2134,6 +2181,32 @@ impl Tx<'_> {
             .prepare_cached("DELETE FROM stat_cache WHERE dir >= ?1 AND dir < ?2")
             .and_then(|mut s| s.execute(params![lo, hi]))
             .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// What this rewind restored, in place of the last one's (D275).
+    pub fn replace_restored(&self, files: &[(Vec<u8>, crate::capture::Restored)]) -> Result<()> {
+        self.tx
+            .cached_execute("DELETE FROM restored", [])
+            .map_err(self.err())?;
+        for (path, r) in files {
+            self.tx
+                .cached_execute(
+                    "INSERT OR REPLACE INTO restored(path, ino, size, mtime_ns, ctime_ns, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![path, r.ino as i64, r.size as i64, r.mtime_ns, r.ctime_ns, &r.hash.0[..]],
+                )
+                .map_err(self.err())?;
+        }
+        Ok(())
+    }
+
+    /// Restored files the stat cache now vouches for (D275).
+    pub fn forget_restored(&self, paths: &[Vec<u8>]) -> Result<()> {
+        for path in paths {
+            self.tx
+                .cached_execute("DELETE FROM restored WHERE path = ?1", [path])
+                .map_err(self.err())?;
+        }
         Ok(())
     }
 

@@ -336,9 +336,10 @@ fn run_to(
             NOTE_MAX / 1024
         )));
     }
-    let aopts = ApplyOptions {
+    let mut aopts = ApplyOptions {
         exact_times: opts.exact_times,
         allow_setuid: opts.allow_setuid,
+        restored_below_ns: None,
     };
     let dopts = DiffOptions {
         compare_mtime: opts.exact_times,
@@ -408,6 +409,8 @@ fn run_to(
         None => ws.capture_live()?,
     };
     failpoint::hit("rewind:captured");
+    // Read before the apply: what it restores gets an older mtime (D275).
+    aopts.restored_below_ns = (cap.clock_ns != i64::MIN).then_some(cap.clock_ns);
     // 2. Plan. The capture's new nodes are decoded once and serve the plan,
     //    the safety checkpoint's diff and the apply.
     let head = ws.head()?;
@@ -810,7 +813,7 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
         })
         .sum();
     let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
-    let available = fs.blocks_available * fs.block_size;
+    let available = fs.writable_bytes();
     if needed.saturating_add(1 << 20) > available {
         return Err(Error::NoSpace {
             path: ws.root_path().to_owned(),
@@ -1063,6 +1066,7 @@ fn finish(
     ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &new_head.to_string())?;
         tx.clear_intent()?;
+        tx.replace_restored(&report.restored)?;
         if let Some(state) = &after {
             tx.set_meta(durable::KEY, &state.encode())?;
         }
@@ -1226,9 +1230,11 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
     };
+    // The clock before the apply that crashed is not known (D275).
     let aopts = ApplyOptions {
         exact_times: opt("exact_times"),
         allow_setuid: opt("allow_setuid"),
+        restored_below_ns: None,
     };
     let dopts = DiffOptions {
         compare_mtime: aopts.exact_times,

@@ -160,7 +160,13 @@ fn convert_here(dir: &Path) -> Result<Converted> {
             ),
         ));
     }
-    survey(&target, target.within().map_err(Error::os)?, &owner, 1)?;
+    survey(
+        &target,
+        target.within().map_err(Error::os)?,
+        &owner,
+        1,
+        None,
+    )?;
     // Writers of an existing history wait while its files are cloned.
     let _lock = lock_history(&dir)?;
 
@@ -518,7 +524,10 @@ impl Owner {
 /// mount id: a directory bind-mounted from the same filesystem has the
 /// same device, and was copied and then emptied with the old tree, its
 /// files outside DIR with it (helper-37, D245).
-fn survey(dir: &Dir, top: Within, owner: &Owner, depth: usize) -> Result<()> {
+///
+/// `chain` is the directory below DIR that `dir` is in: a tree too deep
+/// to carry is refused naming it, not a path tens of KiB long.
+fn survey(dir: &Dir, top: Within, owner: &Owner, depth: usize, chain: Option<&Path>) -> Result<()> {
     // Something this user cannot read cannot be copied: refused before
     // anything is made, with the fix.
     let unreadable = |e: rewind_platform::Error| match e.kind() {
@@ -544,11 +553,12 @@ fn survey(dir: &Dir, top: Within, owner: &Owner, depth: usize) -> Result<()> {
                     return Err(refused(&path, LOCKED));
                 }
                 if meta.kind == EntryKind::Dir {
+                    let chain = chain.unwrap_or(&path);
                     if depth > CONVERT_MAX_DEPTH {
                         return Err(refused(
-                            &path,
+                            chain,
                             &format!(
-                                "is nested more than {CONVERT_MAX_DEPTH} directories deep, deeper than a conversion carries: move the chain out of the directory (it is not captured past {} levels anyway) and retry",
+                                "holds directories nested more than {CONVERT_MAX_DEPTH} deep, deeper than a conversion carries: move it out of the directory (it is not captured past {} levels anyway) and retry",
                                 crate::capture::MAX_DEPTH
                             ),
                         ));
@@ -558,6 +568,7 @@ fn survey(dir: &Dir, top: Within, owner: &Owner, depth: usize) -> Result<()> {
                         top,
                         owner,
                         depth + 1,
+                        Some(chain),
                     )?;
                 }
             }

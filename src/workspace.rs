@@ -1285,6 +1285,12 @@ impl Workspace {
             }
             s => s,
         };
+        // About the live tree's inodes, which a snapshot of it shares; not
+        // for another tree (`verify --deep` reads what it checks).
+        let restored = match tree {
+            Tree::Live | Tree::Mirrored => self.ledger.restored()?,
+            Tree::Other => Default::default(),
+        };
         let _t = crate::trace::span("walk");
         let progress = self.progress(message);
         let rules_path = self.io_path.join(STATE_DIR).join(STATE_IGNORE_FILE);
@@ -1299,12 +1305,17 @@ impl Workspace {
             dir,
             guide,
             &cache,
+            &restored,
             sink,
             clock,
             &progress,
             state_ignores,
             &writers,
         )?;
+        crate::trace::note(format_args!(
+            "capture: {} files read ({} bytes), {} restored files taken as written",
+            cap.stats.files_hashed, cap.stats.bytes_hashed, cap.stats.files_known_restored
+        ));
         cap.replaces_cache = distrust;
         cap.cache_mark = cache_mark;
         cap.cache_rules = Some(rules_key);
@@ -2164,6 +2175,7 @@ pub(crate) fn write_capture(tx: &crate::ledger::Tx<'_>, cap: &Capture) -> Result
     for dir in &cap.cache_removed_trees {
         tx.delete_stat_cache_tree(dir)?;
     }
+    tx.forget_restored(&cap.restored_done)?;
     Ok(new_bytes)
 }
 

@@ -542,6 +542,42 @@ fn a_rewind_that_needs_more_space_than_is_free_says_how_much() {
     assert_eq!(std::fs::read(root.join("big.bin")).expect("read"), big);
 }
 
+/// Root may write into the blocks ext4 keeps for it (5 %): its rewind's
+/// space check counts them. Counted out, root was refused a rewind that
+/// had room (`NO_SPACE` with 4 MiB "free" and 15 MiB writable).
+#[test]
+fn roots_rewind_counts_the_blocks_ext4_keeps_for_root() {
+    if !common::is_root() {
+        return common::skip_or_fail("the blocks ext4 keeps are root's");
+    }
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 300) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let big = common::pseudo_random(8 << 20, 7);
+    write(&root.join("big.bin"), &big);
+    let id = checkpoint_id(&root, &["with big"]);
+    std::fs::remove_file(root.join("big.bin")).expect("rm");
+    let statfs = || {
+        let dir = rewind_platform::Dir::open(&lfs.mnt).expect("open");
+        rewind_platform::FsInfo::of(&dir).expect("statfs")
+    };
+    let fs = statfs();
+    let avail = fs.blocks_available * fs.block_size;
+    let st = Command::new("fallocate")
+        .args(["-l", &(avail - (4 << 20)).to_string()])
+        .arg(lfs.mnt.join("pad"))
+        .status()
+        .expect("fallocate");
+    assert!(st.success());
+    let fs = statfs();
+    assert!(fs.blocks_available * fs.block_size < 9 << 20, "{fs:?}");
+    assert!(fs.blocks_free * fs.block_size > 12 << 20, "{fs:?}");
+    let r = rewind_json(&root, &["rewind", &id]);
+    assert_eq!(r["changes"]["written"], 1, "{r}");
+    assert_eq!(std::fs::read(root.join("big.bin")).expect("read"), big);
+}
+
 /// A rewind whose disk filled half-way, with no space left to go back
 /// either, said NO_SPACE "... nothing was changed" over a tree that
 /// matched neither checkpoint, and `status` failed the same way until

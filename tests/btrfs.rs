@@ -239,6 +239,30 @@ fn a_tree_thousands_of_levels_deep_converts_without_a_stack_overflow() {
     assert!(!lfs.mnt.join(".deep.rewind-subvol").exists());
 }
 
+/// A tree deeper than a conversion carries is refused before anything is
+/// made, naming the directory that holds the chain: the refusal named the
+/// deepest path, 33 KB of `d/d/d/...` on the terminal (helper-46).
+#[test]
+fn a_tree_too_deep_to_convert_is_refused_naming_its_top() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("deeper");
+    write(&ws.join("top.txt"), b"top");
+    std::fs::create_dir(ws.join("chain")).expect("mkdir");
+    common::nest(&ws.join("chain"), 16 * 1024 + 2, b"bottom");
+    let out = rewind(&lfs.mnt, &["--json", "init", "--subvolume", "deeper"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.len() < 2048, "{} bytes: {stderr}", stderr.len());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "INVALID_PATH", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("deeper/chain:"), "{v}");
+    assert_ne!(inode(&ws), 256, "still a plain directory");
+    assert!(!ws.join(".rewind").exists());
+}
+
 /// Owner, group, mode, every xattr and mtime of each entry below `root`
 /// (symlinks' own, not their targets'), and of `root` but its mtime,
 /// which `init` moves when it makes `.rewind/`.

@@ -1216,3 +1216,18 @@ fn verify_deep_through_a_mount_finds_intact_snapshots_intact() {
     assert_eq!(v["ok"], true, "{v}");
     assert!(out.status.success(), "{v}");
 }
+
+/// D275 with the btrfs engine: the rewind clones from the snapshot, and
+/// the manifest of the next checkpoint is built from the next one.
+#[test]
+fn a_restored_file_is_not_read_again_until_it_changes() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    assert_eq!(engine(&ws), "btrfs");
+    common::a_restored_file_is_not_read_again_until_it_changes(
+        &ws,
+        &[("REWIND_MANIFEST", "inline")],
+    );
+}

@@ -4,23 +4,11 @@
 
 mod common;
 
-use common::{Fs, LoopFs, rewind, rewind_json, write};
+use common::{Fs, LoopFs, pseudo_random, rewind, rewind_json, write};
 
 /// `len` bytes of xorshift output. Not periodic: on ext4 big files are
 /// stored in 1 MiB chunks, and a repeating pattern would deduplicate to a
 /// few of them.
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 fn checkpoint_of_a_100_mb_file(fs: Fs) -> Option<(serde_json::Value, serde_json::Value, u64)> {
     let lfs = LoopFs::new(fs, 1024)?;
     let root = lfs.subdir("ws");

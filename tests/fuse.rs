@@ -3321,3 +3321,19 @@ fn the_command_after_a_rewind_killed_while_frozen_waits_for_the_thaw() {
     assert_eq!(st["changes"], serde_json::json!([]), "{st}");
     common::assert_same("finished", &want, &snapshot(&ws));
 }
+
+/// D275 through the mount: the daemon's rewind records what it restored,
+/// and its next capture, scoped to the dirty set, takes it as written.
+#[test]
+fn a_restored_file_is_not_read_again_until_it_changes() {
+    let Some((lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let trace = lfs.subdir("trace").join("trace.log");
+    let trace = trace.display().to_string();
+    let env = [("REWIND_TRACE", trace.as_str())];
+    let Some(_m) = MountGuard::with_env(&ws, &env) else {
+        return;
+    };
+    common::a_restored_file_is_not_read_again_until_it_changes(&ws, &env);
+}

@@ -863,3 +863,16 @@ fn a_tree_nested_past_the_depth_bound_is_kept_and_the_rest_rewinds() {
     );
     assert_eq!(depth_and_leaf(root), (1030, Some(b"runaway".to_vec())));
 }
+
+/// D275 where files are copied (ext4) and where they are cloned (XFS).
+#[test]
+fn a_restored_file_is_not_read_again_until_it_changes_on_ext4_and_xfs() {
+    for fs in [Fs::Ext4, Fs::Xfs] {
+        let Some(lfs) = LoopFs::new(fs, 300) else {
+            return;
+        };
+        let ws = lfs.subdir("ws");
+        common::rewind(&ws, &["init"]);
+        common::a_restored_file_is_not_read_again_until_it_changes(&ws, &[]);
+    }
+}

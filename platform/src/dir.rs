@@ -96,6 +96,11 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The stat of an open file (`fstat`).
+    pub fn of_file(file: &File) -> std::io::Result<Meta> {
+        Ok(Meta::from_stat(&rustix::fs::fstat(file)?))
+    }
+
     fn from_stat(st: &rustix::fs::Stat) -> Meta {
         Meta {
             kind: EntryKind::from_file_type(FileType::from_raw_mode(st.st_mode as _)),
@@ -686,9 +691,9 @@ impl Dir {
         }
     }
 
-    /// fsync regular file `name`, opened as [`Dir::open_read`] opens it.
-    /// fsync the regular file `name`; its stat from just before the fsync
-    /// is returned (what the fsync made durable, at least).
+    /// fsync the regular file `name`, opened as [`Dir::open_read`] opens
+    /// it; its stat from just before the fsync is returned (what the fsync
+    /// made durable, at least).
     pub fn fsync_file(&self, name: &OsStr) -> Result<Meta> {
         let (file, meta) = self.open_read(name)?;
         file.sync_all()

@@ -88,6 +88,18 @@ impl FsInfo {
         })
     }
 
+    /// Bytes this process may write: root may use the blocks a filesystem
+    /// keeps for it (ext4's 5 %, `f_bfree`), anyone else what statvfs
+    /// calls available (`f_bavail`). Counted as available only, root was
+    /// refused a rewind its writes had room for.
+    pub fn writable_bytes(&self) -> u64 {
+        let blocks = match crate::is_root() {
+            true => self.blocks_free,
+            false => self.blocks_available,
+        };
+        blocks.saturating_mul(self.block_size)
+    }
+
     /// Bytes in use on the whole filesystem (total - free), for honest
     /// before/after space accounting.
     pub fn used_bytes(&self) -> u64 {

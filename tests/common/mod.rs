@@ -1415,3 +1415,105 @@ impl Drop for MappedWriter {
         let _ = self.child.wait();
     }
 }
+
+/// Bytes from a xorshift generator: content no two seeds share.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// What each capture of `rewind ARGS` (in `ws`, with `env` added) did,
+/// from its `REWIND_TRACE` note: (files read, files a rewind restored
+/// taken as written). The notes are read from the trace file `env` names
+/// (a mount's daemon was started with it too), or a new one. Panics
+/// unless it exits 0.
+pub fn capture_notes(ws: &Path, args: &[&str], env: &[(&str, &str)]) -> Vec<(u64, u64)> {
+    let own = std::env::temp_dir().join(format!("rewind-trace-{}.log", std::process::id()));
+    let file = match env.iter().find(|(k, _)| *k == "REWIND_TRACE") {
+        Some((_, v)) => PathBuf::from(v),
+        None => own.clone(),
+    };
+    let read = || std::fs::read_to_string(&file).unwrap_or_default();
+    let before = read().len();
+    let trace = file.display().to_string();
+    let env = [env, &[("REWIND_TRACE", trace.as_str())]].concat();
+    let out = rewind_env(ws, args, &env);
+    let notes = read().split_off(before);
+    let _ = std::fs::remove_file(&own);
+    assert!(
+        out.status.success(),
+        "rewind {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    notes
+        .lines()
+        .filter_map(|l| l.split_once("note: capture: ").map(|(_, n)| n))
+        .map(|n| {
+            let words: Vec<&str> = n.split_whitespace().collect();
+            let num = |i: usize| words.get(i).and_then(|w| w.parse().ok()).expect(n);
+            (num(0), num(5))
+        })
+        .collect()
+}
+
+/// A rewind records the stat of each file of 64 KiB or more it puts in
+/// place (D275): the next `status` and checkpoint take its content as
+/// written instead of reading it all again (4-6 s for 5 GiB), and a change
+/// made since, even one whose mtime was put back by hand, is still seen.
+/// `env` goes to every command (the engine's settings).
+pub fn a_restored_file_is_not_read_again_until_it_changes(ws: &Path, env: &[(&str, &str)]) {
+    let run = |args: &[&str]| {
+        let out = rewind_env(ws, &[&["--json"], args].concat(), env);
+        assert!(
+            out.status.success(),
+            "rewind {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let big = ws.join("data.bin");
+    write(&big, &pseudo_random(1 << 20, 1));
+    write(&ws.join("small.txt"), b"small\n");
+    run(&["checkpoint", "a"]);
+    write(&big, &pseudo_random(1 << 20, 2));
+    run(&["checkpoint", "b"]);
+    run(&["rewind", "a"]);
+    assert_eq!(std::fs::read(&big).expect("big"), pseudo_random(1 << 20, 1));
+    assert_eq!(
+        capture_notes(ws, &["status"], env),
+        [(0, 1)],
+        "status read the file the rewind had just restored"
+    );
+    let c = run(&["checkpoint", "c"]);
+    let none = serde_json::json!({"added": 0, "modified": 0, "deleted": 0});
+    assert_eq!(c["changes"], none, "{c}");
+
+    // Changed in place since, size kept and mtime put back: ctime says so.
+    run(&["rewind", "b"]);
+    let mtime = std::fs::metadata(&big)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&big)
+        .expect("open");
+    std::os::unix::fs::FileExt::write_at(&f, b"changed", 4096).expect("write");
+    f.set_modified(mtime).expect("set mtime");
+    drop(f);
+    let status = run(&["status"]);
+    assert_eq!(changed_paths(&status), ["data.bin"], "{status}");
+    assert_eq!(capture_notes(ws, &["status"], env), [(1, 0)]);
+    let d = run(&["checkpoint", "d"]);
+    assert_eq!(d["changes"]["modified"], 1, "{d}");
+    let changed = std::fs::read(&big).expect("big");
+    run(&["rewind", "a"]);
+    run(&["rewind", "d"]);
+    assert_eq!(std::fs::read(&big).expect("big"), changed);
+}
