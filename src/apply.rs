@@ -31,8 +31,8 @@ pub struct ApplyOptions {
     pub exact_times: bool,
     pub allow_setuid: bool,
     /// The filesystem clock read before the apply began, if known: files
-    /// of [`RESTORED_MIN`] bytes or more get an mtime below it and are
-    /// reported in [`ApplyReport::restored`] (D275).
+    /// of [`RESTORED_MIN`] bytes or more get an mtime of their own below
+    /// it and are kept in [`ApplyReport::restored`] (D275).
     pub restored_below_ns: Option<i64>,
 }
 
@@ -40,7 +40,63 @@ pub struct ApplyOptions {
 /// smaller one costs less than its row, read by every later capture.
 pub const RESTORED_MIN: u64 = crate::blobs::INLINE_MAX;
 
-#[derive(Debug, Default, Clone, Serialize)]
+/// The most files one apply keeps open for [`Restoring::settle`].
+const RESTORED_MAX: usize = 4096;
+
+/// The restored files whose stat may come to vouch for their content
+/// (D275), held open until [`Restoring::settle`].
+///
+/// Each got an mtime no other file has (`clock` less a microsecond per
+/// file: distinct where times are kept to the microsecond), set before
+/// the rename made it visible. Any write since moved that mtime to the
+/// time of the write, and a program that puts an mtime back copies one
+/// from another file: so while the mtime is the one set, nothing wrote
+/// the file. A stat taken once the filesystem clock has passed its
+/// ctime then vouches for it as a stat-cache record does: any later
+/// change moves the ctime past the one recorded.
+#[derive(Debug, Default)]
+pub struct Restoring {
+    files: Vec<(Vec<u8>, std::fs::File, Meta, crate::hash::Hash)>,
+}
+
+impl Restoring {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// The files still as the apply left them, with the stat that now
+    /// vouches for each. `clock_ns`: a filesystem clock read after every
+    /// rename and past the time it was read (`i64::MIN`: none, and none
+    /// is vouched for: on a filesystem whose times are coarser than the
+    /// wait, a change in the same tick as the stat would not show).
+    pub fn settle(&self, clock_ns: i64) -> Vec<(Vec<u8>, Restored)> {
+        if clock_ns == i64::MIN {
+            return Vec::new();
+        }
+        let still = |set: &Meta, now: &Meta| {
+            now.ino == set.ino
+                && now.size == set.size
+                && now.mtime_ns == set.mtime_ns
+                && now.ctime_ns < clock_ns
+        };
+        self.files
+            .iter()
+            .filter_map(|(path, file, set, hash)| {
+                let now = Meta::of_file(file).ok().filter(|now| still(set, now))?;
+                let r = Restored {
+                    ino: now.ino,
+                    size: now.size,
+                    mtime_ns: now.mtime_ns,
+                    ctime_ns: now.ctime_ns,
+                    hash: *hash,
+                };
+                Some((path.clone(), r))
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
 pub struct ApplyReport {
     pub written: u64,
     pub deleted: u64,
@@ -53,9 +109,9 @@ pub struct ApplyReport {
     /// than one `syncfs`.
     #[serde(skip)]
     pub touched: Touched,
-    /// Files written whose stat vouches for their content (D275).
+    /// Files written whose stat may vouch for their content (D275).
     #[serde(skip)]
-    pub restored: Vec<(Vec<u8>, Restored)>,
+    pub restored: Restoring,
 }
 
 /// The entries an apply changed, for making them durable one by one
@@ -516,14 +572,25 @@ pub fn apply(
                     rewind_platform::file_set_mtime(&file, new.mtime_ns)
                         .map_err(|e| failed("restore: set the mtime of", e))?;
                 }
-                // Below the clock, so that any write once it is in place
-                // moves it (D275). Not done, the file is only read again.
-                let below = opts.restored_below_ns.filter(|_| new.size >= RESTORED_MIN);
-                if let Some(clock) = below
-                    && !opts.exact_times
-                {
-                    let _ = rewind_platform::file_set_mtime(&file, clock - 1);
-                }
+                // An mtime of its own below the clock (D275); with exact
+                // times the checkpoint's, which other files may share.
+                let restoring = match opts.restored_below_ns {
+                    Some(clock)
+                        if new.size >= RESTORED_MIN
+                            && !opts.exact_times
+                            && report.restored.files.len() < RESTORED_MAX =>
+                    {
+                        let step = 1000 * (report.restored.files.len() as i64 + 1);
+                        let mtime = clock - step;
+                        // Held read-only: a writer's descriptor would make
+                        // an exec of it fail (ETXTBSY) until then.
+                        rewind_platform::file_set_mtime(&file, mtime)
+                            .ok()
+                            .and_then(|()| store.tmp_dir().open_read(&tmp_name).ok())
+                            .filter(|(_, m)| m.mtime_ns < clock && m.size == new.size)
+                    }
+                    _ => None,
+                };
                 if let Some(old) = ch.old.as_ref().filter(|o| o.kind() == Kind::File)
                     && written_since_capture(dir, name, old)
                 {
@@ -547,22 +614,6 @@ pub fn apply(
                     }
                     return Err(Error::os(e));
                 }
-                // Its stat once in place: an mtime still below the clock
-                // says nothing wrote it since (D275).
-                if let Some(clock) = below
-                    && let Ok(m) = Meta::of_file(&file)
-                    && m.mtime_ns < clock
-                    && m.size == new.size
-                {
-                    let r = Restored {
-                        ino: m.ino,
-                        size: m.size,
-                        mtime_ns: m.mtime_ns,
-                        ctime_ns: m.ctime_ns,
-                        hash: *hash,
-                    };
-                    report.restored.push((ch.path.clone(), r));
-                }
                 // Only now (D243): the writeback's completion locks the
                 // file's inode, and a rename that cannot take that lock
                 // at once sleeps a whole tick on XFS.
@@ -570,6 +621,10 @@ pub fn apply(
                     rewind_platform::start_writeback(&file);
                 }
                 drop(file);
+                if let Some((held, set)) = restoring {
+                    let path = ch.path.clone();
+                    report.restored.files.push((path, held, set, *hash));
+                }
                 report.written += 1;
                 report.touched.file(&ch.path);
                 failpoint::hit("apply:file-written");

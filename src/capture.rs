@@ -90,13 +90,11 @@ pub struct CacheRec {
 /// every `status` until the next checkpoint read it in full again (4-6 s
 /// for a 5 GiB file), and so did the next checkpoint.
 ///
-/// Why its stat vouches for its content: the apply set its mtime below
-/// the clock read before the apply began, before the rename made it
-/// visible, and recorded it only if that mtime was still there once it
-/// was. Any later write moves mtime to the clock or past it, so while the
-/// inode, size, mtime and ctime are all as recorded, its content is
-/// `hash`. ctime, which no program can set, catches a write whose mtime
-/// was put back by hand.
+/// The apply recorded it only if its mtime was still the one the apply
+/// gave it (one no other file has: nothing wrote it since), from a stat
+/// taken once the filesystem clock had passed its ctime: any change
+/// since moves the ctime past the one recorded, as for a stat-cache
+/// record (`crate::apply::Restoring`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Restored {
     pub ino: u64,

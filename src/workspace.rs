@@ -1605,7 +1605,7 @@ impl Workspace {
     /// few ms at most); here, where reading a ctime makes the next one
     /// fine-grained, it reads the clock twice. `i64::MIN` when there is
     /// no clock or it does not move within 20 ms.
-    fn clock_past_now(&self) -> i64 {
+    pub(crate) fn clock_past_now(&self) -> i64 {
         let _t = crate::trace::span("fs clock past now");
         let now = self.fs_clock_ns();
         let deadline = Instant::now() + std::time::Duration::from_millis(20);

@@ -876,3 +876,52 @@ fn a_restored_file_is_not_read_again_until_it_changes_on_ext4_and_xfs() {
         common::a_restored_file_is_not_read_again_until_it_changes(&ws, &[]);
     }
 }
+
+/// D275: a program that writes a restored file in place and then sets
+/// an old mtime on it (another file's, as `touch -r` and `cp -p` do)
+/// while the rewind is still at work is seen: the file is read again.
+/// The first version recorded the stat right after the rename, and an
+/// inotify watcher doing this got its bytes taken for the checkpoint's
+/// (helper-49).
+#[test]
+fn a_restored_file_written_and_backdated_during_the_rewind_is_read_again() {
+    for fs in [Fs::Ext4, Fs::Xfs] {
+        let Some(lfs) = LoopFs::new(fs, 300) else {
+            return;
+        };
+        let ws = lfs.subdir("ws");
+        let (a, b) = (ws.join("a.bin"), ws.join("b.bin"));
+        write(&a, &common::pseudo_random(1 << 20, 1));
+        write(&b, &common::pseudo_random(1 << 20, 2));
+        common::checkpoint_id(&ws, &["one"]);
+        write(&a, &common::pseudo_random(1 << 20, 3));
+        write(&b, &common::pseudo_random(1 << 20, 4));
+        common::checkpoint_id(&ws, &["two"]);
+        // Stopped once both are in place: b.bin is written and given
+        // a.bin's mtime, its size kept.
+        common::rewind_json_stopped_at(&ws, &["rewind", "one"], "apply:file-written:2", || {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&b)
+                .expect("open");
+            std::os::unix::fs::FileExt::write_at(&f, b"RACE", 0).expect("write");
+            let mtime = std::fs::metadata(&a)
+                .and_then(|m| m.modified())
+                .expect("mtime");
+            f.set_modified(mtime).expect("set mtime");
+        });
+        let status = common::rewind_json(&ws, &["status"]);
+        assert_eq!(
+            common::changed_paths(&status),
+            ["b.bin"],
+            "{fs:?}: {status}"
+        );
+        assert_eq!(
+            common::capture_notes(&ws, &["status"], &[]),
+            [(1, 1)],
+            "{fs:?}"
+        );
+        let three = common::rewind_json(&ws, &["checkpoint", "three"]);
+        assert_eq!(three["changes"]["modified"], 1, "{three}");
+    }
+}

@@ -1206,9 +1206,6 @@ pub fn wait_stopped(pid: u32) {
     }
 }
 
-/// `rewind --json ARGS` in `cwd`, stopped at `failpoint` while `during`
-/// changes the tree (another program at work mid-rewind), then let go on;
-/// its JSON answer, once it has succeeded.
 /// `rewind ARGS` in `cwd`, its output piped, stopped (SIGSTOP) at the
 /// named failpoint: returned once it is. [`resume`] lets it go on.
 pub fn spawn_stopped_at(cwd: &Path, args: &[&str], failpoint: &str) -> std::process::Child {
@@ -1235,6 +1232,9 @@ pub fn resume(child: &std::process::Child) {
     assert!(cont.success(), "kill -CONT failed");
 }
 
+/// `rewind --json ARGS` in `cwd`, stopped at `failpoint` while `during`
+/// changes the tree (another program at work mid-rewind), then let go on;
+/// its JSON answer, once it has succeeded.
 pub fn rewind_json_stopped_at(
     cwd: &Path,
     args: &[&str],
@@ -1435,7 +1435,9 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
 /// (a mount's daemon was started with it too), or a new one. Panics
 /// unless it exits 0.
 pub fn capture_notes(ws: &Path, args: &[&str], env: &[(&str, &str)]) -> Vec<(u64, u64)> {
-    let own = std::env::temp_dir().join(format!("rewind-trace-{}.log", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let own = std::env::temp_dir().join(format!("rewind-trace-{}-{call}.log", std::process::id()));
     let file = match env.iter().find(|(k, _)| *k == "REWIND_TRACE") {
         Some((_, v)) => PathBuf::from(v),
         None => own.clone(),
