@@ -40,59 +40,118 @@ pub struct ApplyOptions {
 /// smaller one costs less than its row, read by every later capture.
 pub const RESTORED_MIN: u64 = crate::blobs::INLINE_MAX;
 
-/// The most files one apply keeps open for [`Restoring::settle`].
+/// The most files one apply records (D275): bounds its rows, read by
+/// every later capture.
 const RESTORED_MAX: usize = 4096;
 
+/// How long a restored file waits for [`Restoring::settle`] at most, and
+/// how many wait at once: until then a program that writes it and puts
+/// its own mtime back goes unseen.
+const SETTLE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+const SETTLE_BATCH: usize = 256;
+/// A file this big may take longer than [`SETTLE_EVERY`] to copy: those
+/// waiting are settled before it is.
+const SETTLE_BEFORE: u64 = 16 << 20;
+
 /// The restored files whose stat may come to vouch for their content
-/// (D275), held open until [`Restoring::settle`].
+/// (D275).
 ///
-/// Each got an mtime no other file has (`clock` less a microsecond per
-/// file: distinct where times are kept to the microsecond), set before
-/// the rename made it visible. Any write since moved that mtime to the
-/// time of the write, and a program that puts an mtime back copies one
-/// from another file: so while the mtime is the one set, nothing wrote
-/// the file. A stat taken once the filesystem clock has passed its
-/// ctime then vouches for it as a stat-cache record does: any later
-/// change moves the ctime past the one recorded.
+/// Each got an mtime no other file has before the rename made it
+/// visible: the clock read before the apply less 1 ns and a microsecond
+/// per file, which no clock tick of 1, 4 or 10 ms lands on, and which a
+/// filesystem keeping coarser times than that cannot store (the file is
+/// then left out). A write sets the mtime to the time of the write, and a
+/// program that puts an mtime back copies one from another file: so
+/// while the mtime is the one set, nothing wrote the file. A stat taken
+/// once the filesystem clock has passed its ctime then vouches for it as
+/// a stat-cache record does: any later change moves the ctime past it.
 #[derive(Debug, Default)]
 pub struct Restoring {
-    files: Vec<(Vec<u8>, std::fs::File, Meta, crate::hash::Hash)>,
+    /// In place, not yet settled: path, stat before the rename, content.
+    pending: Vec<(Vec<u8>, Meta, crate::hash::Hash)>,
+    /// When the first of `pending` was renamed into place.
+    since: Option<std::time::Instant>,
+    /// How many files were given an mtime (the next one's step).
+    given: usize,
+    settled: Vec<(Vec<u8>, Restored)>,
 }
 
 impl Restoring {
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
+    /// The mtime for the next file, below `clock_ns`; `None` past
+    /// [`RESTORED_MAX`].
+    fn next_mtime(&mut self, clock_ns: i64) -> Option<i64> {
+        (self.given < RESTORED_MAX).then(|| {
+            self.given += 1;
+            clock_ns - 1 - 1000 * (self.given as i64 - 1)
+        })
     }
 
-    /// The files still as the apply left them, with the stat that now
-    /// vouches for each. `clock_ns`: a filesystem clock read after every
-    /// rename and past the time it was read (`i64::MIN`: none, and none
-    /// is vouched for: on a filesystem whose times are coarser than the
-    /// wait, a change in the same tick as the stat would not show).
-    pub fn settle(&self, clock_ns: i64) -> Vec<(Vec<u8>, Restored)> {
+    fn add(&mut self, path: Vec<u8>, set: Meta, hash: crate::hash::Hash) {
+        self.since.get_or_insert_with(std::time::Instant::now);
+        self.pending.push((path, set, hash));
+    }
+
+    fn waiting(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    fn due(&self) -> bool {
+        self.pending.len() >= SETTLE_BATCH
+            || self.since.is_some_and(|t| t.elapsed() >= SETTLE_EVERY)
+    }
+
+    /// Record the pending files still as the apply left them, with the
+    /// stat that now vouches for each. `clock_ns`: the filesystem clock
+    /// read after their renames and past the time it was read (`i64::MIN`:
+    /// none, and none is recorded: a change in the same tick as the stat
+    /// would not show). Stated by name below `root`, no symlink followed:
+    /// nothing is held open meanwhile, so a rewind of thousands of big
+    /// files needs no descriptor per file.
+    fn settle(&mut self, root: &Dir, clock_ns: i64) {
+        self.since = None;
+        let pending = std::mem::take(&mut self.pending);
         if clock_ns == i64::MIN {
-            return Vec::new();
+            return;
         }
-        let still = |set: &Meta, now: &Meta| {
-            now.ino == set.ino
+        let mut parent_dir: Option<(Vec<u8>, Dir)> = None;
+        for (path, set, hash) in pending {
+            let (parent, name) = split_parent(&path);
+            if parent_dir
+                .as_ref()
+                .is_none_or(|(p, _)| p.as_slice() != parent)
+            {
+                parent_dir = root
+                    .open_beneath(Path::new(OsStr::from_bytes(parent)))
+                    .ok()
+                    .map(|d| (parent.to_vec(), d));
+            }
+            let Some((_, dir)) = &parent_dir else {
+                continue;
+            };
+            let Ok(now) = dir.stat_at(OsStr::from_bytes(name)) else {
+                continue;
+            };
+            let still = now.kind == EntryKind::File
+                && now.ino == set.ino
                 && now.size == set.size
                 && now.mtime_ns == set.mtime_ns
-                && now.ctime_ns < clock_ns
-        };
-        self.files
-            .iter()
-            .filter_map(|(path, file, set, hash)| {
-                let now = Meta::of_file(file).ok().filter(|now| still(set, now))?;
+                && now.ctime_ns < clock_ns;
+            if still {
                 let r = Restored {
                     ino: now.ino,
                     size: now.size,
                     mtime_ns: now.mtime_ns,
                     ctime_ns: now.ctime_ns,
-                    hash: *hash,
+                    hash,
                 };
-                Some((path.clone(), r))
-            })
-            .collect()
+                self.settled.push((path, r));
+            }
+        }
+    }
+
+    /// What the apply recorded.
+    pub fn settled(&self) -> &[(Vec<u8>, Restored)] {
+        &self.settled
     }
 }
 
@@ -426,7 +485,9 @@ impl<'a> Parents<'a> {
 
 /// Apply `changes` to the tree at `root`. File contents come from
 /// `snapshot` (the target checkpoint's read-only btrfs snapshot) when it
-/// has one, else from the object store.
+/// has one, else from the object store. `clock` reads the filesystem
+/// clock once it has passed its reading (for [`Restoring`], D275).
+#[allow(clippy::too_many_arguments)] // each an independent input of one apply
 pub fn apply(
     root: &Dir,
     store: &ObjectStore,
@@ -435,6 +496,7 @@ pub fn apply(
     changes: &[Change],
     opts: ApplyOptions,
     progress: &Progress,
+    clock: &dyn Fn() -> i64,
 ) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
     let mut parents = Parents::for_writing(root);
@@ -499,6 +561,11 @@ pub fn apply(
     // they and everything below them are left as they are.
     let mut uncaptured: HashSet<Vec<u8>> = HashSet::new();
     for ch in changes {
+        // Every entry, not only after a file: thousands of directories
+        // made in a row kept a restored file waiting (helper-51).
+        if report.restored.due() {
+            report.restored.settle(root, clock());
+        }
         let Some(new) = &ch.new else { continue };
         if is_at_or_below(&ch.path, &uncaptured) {
             continue;
@@ -537,6 +604,10 @@ pub fn apply(
                 let Target::Object(hash) = &new.target else {
                     continue;
                 };
+                // Not left waiting through a long copy (D275).
+                if report.restored.waiting() && new.size >= SETTLE_BEFORE {
+                    report.restored.settle(root, clock());
+                }
                 let (tmp_name, file, copied) = match snapshot
                     .map(|s| from_snapshot(s, store, &ch.path, new.size))
                     .transpose()?
@@ -575,19 +646,13 @@ pub fn apply(
                 // An mtime of its own below the clock (D275); with exact
                 // times the checkpoint's, which other files may share.
                 let restoring = match opts.restored_below_ns {
-                    Some(clock)
-                        if new.size >= RESTORED_MIN
-                            && !opts.exact_times
-                            && report.restored.files.len() < RESTORED_MAX =>
-                    {
-                        let step = 1000 * (report.restored.files.len() as i64 + 1);
-                        let mtime = clock - step;
-                        // Held read-only: a writer's descriptor would make
-                        // an exec of it fail (ETXTBSY) until then.
-                        rewind_platform::file_set_mtime(&file, mtime)
-                            .ok()
-                            .and_then(|()| store.tmp_dir().open_read(&tmp_name).ok())
-                            .filter(|(_, m)| m.mtime_ns < clock && m.size == new.size)
+                    Some(clock) if new.size >= RESTORED_MIN && !opts.exact_times => {
+                        report.restored.next_mtime(clock).and_then(|mtime| {
+                            rewind_platform::file_set_mtime(&file, mtime).ok()?;
+                            Meta::of_file(&file)
+                                .ok()
+                                .filter(|m| m.mtime_ns == mtime && m.size == new.size)
+                        })
                     }
                     _ => None,
                 };
@@ -621,9 +686,13 @@ pub fn apply(
                     rewind_platform::start_writeback(&file);
                 }
                 drop(file);
-                if let Some((held, set)) = restoring {
-                    let path = ch.path.clone();
-                    report.restored.files.push((path, held, set, *hash));
+                if let Some(set) = restoring {
+                    report.restored.add(ch.path.clone(), set, *hash);
+                }
+                // Before the progress line, which a stopped terminal
+                // could hold.
+                if report.restored.due() {
+                    report.restored.settle(root, clock());
                 }
                 report.written += 1;
                 report.touched.file(&ch.path);
@@ -634,6 +703,9 @@ pub fn apply(
         }
     }
 
+    if report.restored.waiting() {
+        report.restored.settle(root, clock());
+    }
     drop(phase);
     let phase = crate::trace::span("apply: symlinks");
     // 3. Symlinks last: made in tmp, renamed over (atomic replace).

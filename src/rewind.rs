@@ -988,6 +988,7 @@ fn apply_plan(
         changes,
         aopts,
         &progress,
+        &|| ws.clock_past_now(),
     )
 }
 
@@ -1059,11 +1060,7 @@ fn finish(
     } = how;
     let synced = ws.sync_applied(&report.touched, before, !seen.quiescent)?;
     let after = seen.after(ws, synced);
-    // Read once every file is in place, the clock past its reading (D275).
-    let restored = match report.restored.is_empty() {
-        true => Vec::new(),
-        false => report.restored.settle(ws.clock_past_now()),
-    };
+
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
     let new_head = if op == Op::Restore { safety } else { target };
@@ -1071,7 +1068,7 @@ fn finish(
     ws.ledger_mut().write(|tx| {
         tx.set_meta("head", &new_head.to_string())?;
         tx.clear_intent()?;
-        tx.replace_restored(&restored)?;
+        tx.replace_restored(report.restored.settled())?;
         if let Some(state) = &after {
             tx.set_meta(durable::KEY, &state.encode())?;
         }
