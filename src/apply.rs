@@ -104,9 +104,9 @@ impl Restoring {
     /// stat that now vouches for each. `clock_ns`: the filesystem clock
     /// read after their renames and past the time it was read (`i64::MIN`:
     /// none, and none is recorded: a change in the same tick as the stat
-    /// would not show). Stated by name below `root`, no symlink followed:
-    /// nothing is held open meanwhile, so a rewind of thousands of big
-    /// files needs no descriptor per file.
+    /// would not show). Each is looked up by name below `root`, no symlink
+    /// followed: nothing is held open meanwhile, so a rewind of thousands
+    /// of big files needs no descriptor per file.
     fn settle(&mut self, root: &Dir, clock_ns: i64) {
         self.since = None;
         let pending = std::mem::take(&mut self.pending);
