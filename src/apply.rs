@@ -81,8 +81,9 @@ impl Restoring {
     /// [`RESTORED_MAX`].
     fn next_mtime(&mut self, clock_ns: i64) -> Option<i64> {
         (self.given < RESTORED_MAX).then(|| {
+            let mtime = clock_ns - 1 - 1000 * self.given as i64;
             self.given += 1;
-            clock_ns - 1 - 1000 * (self.given as i64 - 1)
+            mtime
         })
     }
 

@@ -1060,7 +1060,6 @@ fn finish(
     } = how;
     let synced = ws.sync_applied(&report.touched, before, !seen.quiescent)?;
     let after = seen.after(ws, synced);
-
     failpoint::hit("rewind:before-commit");
     // A restore mixes two states: HEAD stays the safety checkpoint.
     let new_head = if op == Op::Restore { safety } else { target };

@@ -147,11 +147,6 @@ fn an_unknown_profile_fails_at_startup() {
     }
 }
 
-/// JSON-RPC 2.0 over raw stdio: every request the server cannot serve is
-/// answered with its id and a standard code (a line that is not JSON with
-/// -32700 and id null), nothing is changed, and the session goes on. rmcp
-/// alone skipped the unparseable line and answered some requests without
-/// their id, so a client waiting on that id waited for ever.
 /// D174: a server started in a subdirectory of the workspace (an agent
 /// launched in one package of a monorepo) goes on serving once that
 /// directory is removed, from its nearest existing ancestor: the agent
@@ -211,6 +206,11 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
     let _ = child.wait();
 }
 
+/// JSON-RPC 2.0 over raw stdio: every request the server cannot serve is
+/// answered with its id and a standard code (a line that is not JSON with
+/// -32700 and id null), nothing is changed, and the session goes on. rmcp
+/// alone skipped the unparseable line and answered some requests without
+/// their id, so a client waiting on that id waited for ever.
 #[test]
 fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     let dir = common::tmp();
