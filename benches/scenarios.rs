@@ -22,7 +22,9 @@
 //! c. checkpoint after a 4 KiB write inside the big file — same baseline;
 //! d. rewind of 10 edits + 3 new files — baseline `git read-tree -u --reset`
 //!    then `git clean -fdq`. Every restore (rewind and git) is verified against
-//!    a SHA-256 map of the tree taken at the target; a mismatch panics;
+//!    a SHA-256 map of the tree taken at the target; a mismatch panics
+//!    (d2 undoes it, d3 runs it with another program's writes pending, d4
+//!    times `status` right after a rewind restored the big file);
 //! e. `rewind guard` admitting a new key; f. `rewind verify` of a long chain;
 //! g. `--successive` checkpoints in a row, each after editing 10 small files
 //!    and writing 4 KiB into the big file — rewind, shadow git and rsync
@@ -1755,6 +1757,97 @@ fn scenario_pending(args: &Args, work: &Path, pair: &Pair, tree: &Tree, rng: &mu
         ],
         detail: Value::Null,
     }
+}
+
+/// d4: `status` right after a rewind that restored the big file, against
+/// `status` once a checkpoint has put everything in the stat cache, and
+/// against a `status` that re-reads the big file (its ctime moved, its
+/// bytes and mtime did not). A restored file is a new inode with new
+/// times; without D275's records every `status` until the next checkpoint
+/// re-read it, as the second baseline does.
+fn scenario_status_after_rewind(
+    args: &Args,
+    work: &Path,
+    pair: &Pair,
+    tree: &Tree,
+    rng: &mut Rng,
+) -> Scenario {
+    let (mut after, mut cached, mut read) =
+        (Series::default(), Series::default(), Series::default());
+    let status = |what: &str, want_head: &str| {
+        let m = run(rewind_cmd(&pair.ws).args(["status", "--json"]));
+        let v = m.json();
+        let head = json_str(&v, "head", what);
+        let clean = v["changes"].as_array().is_some_and(Vec::is_empty);
+        assert!(
+            head == want_head && clean,
+            "{what}: status is not clean at {want_head}: {v}"
+        );
+        m
+    };
+    let big = pair.ws.join(&tree.big);
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [d4] status after a rewind restored the big file, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let label = format!("bench-d4-x-{r}");
+        let x = run(rewind_cmd(&pair.ws).args(["checkpoint", &label, "--json"])).json();
+        let x_id = json_str(&x, "id", "d4: checkpoint X");
+        workload(work, &pair.ws, &[plan_big_edit(tree, rng)], &[]);
+        let v = run(rewind_cmd(&pair.ws).args(["rewind", &x_id, "--json"])).json();
+        assert_eq!(
+            v["changes"]["written"].as_u64(),
+            Some(1),
+            "d4: the rewind to {x_id} did not restore exactly the big file: {v}"
+        );
+        settle(work);
+        let m = status("d4: status after the rewind", &x_id);
+        after.push(m.ms(), m.maxrss_kib);
+        let c = run(rewind_cmd(&pair.ws).args(["checkpoint", &format!("{label}-c"), "--json"]));
+        let c_id = json_str(&c.json(), "id", "d4: checkpoint after the rewind");
+        settle(work);
+        let m = status("d4: status after a checkpoint", &c_id);
+        cached.push(m.ms(), m.maxrss_kib);
+        touch_ctime(&big);
+        settle(work);
+        let m = status("d4: status after the big file's ctime moved", &c_id);
+        read.push(m.ms(), m.maxrss_kib);
+    }
+    Scenario {
+        id: "d4",
+        name: format!(
+            "d4. `status` right after a rewind restored the {} file (D275)",
+            mib(tree.big_size)
+        ),
+        rewind: after,
+        baselines: vec![
+            Baseline {
+                name: "`status` once a checkpoint has put everything in the stat cache".into(),
+                series: cached,
+            },
+            Baseline {
+                name: "`status` that re-reads the big file (its ctime moved)".into(),
+                series: read,
+            },
+        ],
+        detail: Value::Null,
+    }
+}
+
+/// Move `path`'s ctime and nothing else: its mtime is set to what it is.
+fn touch_ctime(path: &Path) {
+    let f = fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mtime = f
+        .metadata()
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    f.set_times(fs::FileTimes::new().set_modified(mtime))
+        .unwrap_or_else(|e| panic!("set the mtime of {}: {e}", path.display()));
 }
 
 /// b2: b's checkpoint with the workspace alone on an XFS of its own, where
@@ -5284,6 +5377,9 @@ fn main() {
             scenarios.push(d);
             scenarios.push(d2);
             scenarios.push(scenario_pending(&args, &work, &pair, &tree, &mut rng));
+            scenarios.push(scenario_status_after_rewind(
+                &args, &work, &pair, &tree, &mut rng,
+            ));
         }
         if args.wants('e') {
             scenarios.push(scenario_guard(&args, &pair));

@@ -345,7 +345,10 @@ impl Timeline {
 /// Decide and record, inside an open `BEGIN IMMEDIATE` transaction.
 pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
     let mut existing: Option<Row> = None;
+    // The key the row is under: an older release's form of this key.
+    let mut found_key = &req.key;
     for key in std::iter::once(&req.key).chain(&req.former_keys) {
+        found_key = key;
         existing = conn
             .cached_row(
                 "SELECT payload, status, head, max_checkpoint, max_operation, first_seq FROM effects WHERE scope = ?1 AND key = ?2",
@@ -373,11 +376,14 @@ pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
                 .as_ref()
                 .is_some_and(|t| t.contains(row.head, row.max_checkpoint, row.max_operation)) =>
         {
-            (Code::Spent, "already admitted on the current timeline: refused".to_string())
+            (Code::Spent, format!("already admitted on the current timeline: refused{}", reopen_advice(&req.scope, found_key, &row.status)))
         }
-        Some(_) => (
+        Some(row) => (
             Code::SpentBeforeRewind,
-            "already admitted on a timeline that was rewound past; the rewind did not undo it: refused".to_string(),
+            format!(
+                "already admitted on a timeline that was rewound past; the rewind did not undo it: refused{}",
+                reopen_advice(&req.scope, found_key, &row.status)
+            ),
         ),
     };
     let head_id: String = match now {
@@ -516,6 +522,41 @@ pub enum Resolution {
     Refused(String),
 }
 
+/// The command a person runs to say that effect `scope:key` failed, so that
+/// it may run again, quoted to paste as written (a shell line's key holds
+/// spaces, D214). A key too long to paste is named through `rewind effects`.
+fn resolve_command(scope: &str, key: &str, reopen: bool) -> String {
+    const PASTABLE: usize = 300;
+    let reopen = if reopen { " --reopen" } else { "" };
+    let full = format!("{scope}:{key}");
+    if full.len() > PASTABLE {
+        return format!(
+            "`rewind effects resolve KEY --outcome failed{reopen}` with its key from `rewind effects --json`"
+        );
+    }
+    format!(
+        "`rewind effects resolve {} --outcome failed{reopen}`",
+        crate::names::shell_word(&full)
+    )
+}
+
+/// How a refused effect that did not take effect is opened again. The
+/// barrier refuses on what it was told: an outcome never reported (an MCP
+/// client has no tool for it, a hook payload did not say) or reported
+/// wrongly leaves the effect spent until a person says otherwise.
+fn reopen_advice(scope: &str, key: &str, status: &str) -> String {
+    match status {
+        "succeeded" => format!(
+            " (it was recorded as succeeded; if it did not happen, a person runs {})",
+            resolve_command(scope, key, true)
+        ),
+        _ => format!(
+            " (no outcome is recorded for it: it may still be running; if it failed, a person runs {})",
+            resolve_command(scope, key, false)
+        ),
+    }
+}
+
 /// Record an effect's outcome, by the rules that keep a done effect done
 /// (D108): an admitted effect takes either outcome, but only from the call
 /// it admitted when both calls are named; a failed one may turn out
@@ -553,9 +594,8 @@ pub fn resolve(
     }
     if status == "succeeded" && !reopen {
         return Ok(Resolution::Refused(format!(
-            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, a person runs `rewind effects resolve {} --outcome failed --reopen`)",
-            // Pasted as written: a shell line's key holds spaces (D214).
-            crate::names::shell_word(&format!("{scope}:{key}"))
+            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, a person runs {})",
+            resolve_command(scope, key, true)
         )));
     }
     conn.execute(

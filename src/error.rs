@@ -46,6 +46,11 @@ pub enum Error {
         shortfall: Option<(u64, u64)>,
     },
 
+    /// `gc` itself could not write what it prunes: pointing at `gc` again
+    /// sent the user round in a circle (helper-52).
+    #[error("no space left on the device holding {}, not even for `rewind gc` to record what it prunes (it needs a few MiB; the reserve beside the ledger is used or was never made on a filesystem this small): free some space outside the history (build output, caches, other files on that filesystem), then run `rewind gc` again; nothing was changed", path.display())]
+    NoSpaceToPrune { path: PathBuf },
+
     #[error("{}: nothing was changed (list, status, diff, du and verify work read-only)", read_only_fix(path, subvolume.as_deref(), *denied))]
     ReadOnly {
         path: PathBuf,
@@ -110,6 +115,11 @@ pub enum Error {
         crate::names::cut(id, 64)
     )]
     UnknownId { id: String },
+
+    /// `HEAD~N` past the first checkpoint: said with how far back one can
+    /// go, not as an id nobody typed (helper-52).
+    #[error("{} (`rewind list` shows them)", before_history(spec, *ancestors))]
+    BeforeHistory { spec: String, ancestors: usize },
 
     #[error(
         "checkpoint {id} is made, but its manifest could not be built yet (the warning above says why: a full disk, a read-only filesystem, the open-file limit): `rewind list` shows it, and `rewind status` and a plain `rewind diff` compare with it; fix that and run this again"
@@ -249,7 +259,7 @@ impl Error {
     /// half-way (a recovery's roll-forward answers that).
     pub fn is_no_space(&self) -> bool {
         match self {
-            Error::NoSpace { .. } => true,
+            Error::NoSpace { .. } | Error::NoSpaceToPrune { .. } => true,
             Error::Unfinished { cause, .. } => cause.is_no_space(),
             _ => false,
         }
@@ -298,7 +308,7 @@ impl Error {
             Error::RolledBack { .. } => "ROLLED_BACK",
             // The cause says what to fix (NO_SPACE: free space).
             Error::Unfinished { cause, .. } => cause.code(),
-            Error::NoSpace { .. } => "NO_SPACE",
+            Error::NoSpace { .. } | Error::NoSpaceToPrune { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::NotOwner { .. } => "NOT_OWNER",
             Error::RootOnly { .. } => "ROOT_ONLY",
@@ -309,7 +319,7 @@ impl Error {
             Error::HistoryChanged { .. } => "HISTORY_CHANGED",
             Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",
             Error::Db { .. } => "LEDGER",
-            Error::UnknownId { .. } => "UNKNOWN_ID",
+            Error::UnknownId { .. } | Error::BeforeHistory { .. } => "UNKNOWN_ID",
             Error::ManifestPending { .. } => "MANIFEST_PENDING",
             Error::AmbiguousId { .. } => "AMBIGUOUS_ID",
             Error::Locked { .. } => "LOCKED",
@@ -325,6 +335,19 @@ impl Error {
             Error::OverBudget { .. } => "OVER_BUDGET",
             Error::Btrfs { .. } => "BTRFS",
         }
+    }
+}
+
+/// What [`Error::BeforeHistory`] says, whoever reads it.
+pub(crate) fn before_history(spec: &str, ancestors: usize) -> String {
+    match ancestors {
+        0 => format!("'{spec}' goes back further than the history: HEAD is its first checkpoint"),
+        1 => format!(
+            "'{spec}' goes back further than the history: HEAD has 1 ancestor (`HEAD~1` is the oldest)"
+        ),
+        n => format!(
+            "'{spec}' goes back further than the history: HEAD has {n} ancestors (`HEAD~{n}` is the oldest)"
+        ),
     }
 }
 

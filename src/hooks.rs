@@ -192,7 +192,16 @@ impl ToolCall {
         let code = ["exit_code", "exitCode", "returnCode"]
             .iter()
             .find_map(|k| r.get(*k).and_then(Value::as_i64));
-        flag("is_error") == Some(true)
+        // Gemini CLI's AfterTool carries a failed tool's error beside its
+        // output: `{"llmContent": …, "error": {"message": …}}`. Only that
+        // shape or a message counts: a failure read where there was none
+        // lets the effect run twice.
+        let message = |e: &Value| e.as_str().is_some_and(|m| !m.trim().is_empty());
+        let error = r
+            .get("error")
+            .is_some_and(|e| message(e) || e.get("message").is_some_and(message));
+        error
+            || flag("is_error") == Some(true)
             || flag("isError") == Some(true)
             || flag("interrupted") == Some(true)
             // MCP-style tools answer `{"success": false}` when they failed.
@@ -764,5 +773,25 @@ mod tests {
         assert!(c.failed());
         c.tool_response = Some(serde_json::json!({"success": true}));
         assert!(!c.failed());
+        // Gemini CLI's AfterTool: the error beside the output.
+        c.tool_response = Some(
+            serde_json::json!({"llmContent": "Exit Code: 1", "returnDisplay": "rejected", "error": {"message": "exit 1", "type": "shell_execute_error"}}),
+        );
+        assert!(c.failed());
+        c.tool_response = Some(serde_json::json!({"llmContent": "ok", "returnDisplay": "ok"}));
+        assert!(!c.failed());
+        // An `error` that holds no message is no failure: reading one
+        // where there was none would let the effect run twice.
+        for none in [
+            serde_json::json!(null),
+            serde_json::json!(false),
+            serde_json::json!(""),
+            serde_json::json!({}),
+            serde_json::json!({"message": " "}),
+            serde_json::json!(0),
+        ] {
+            c.tool_response = Some(serde_json::json!({"llmContent": "ok", "error": none}));
+            assert!(!c.failed(), "{none}");
+        }
     }
 }

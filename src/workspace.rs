@@ -1987,9 +1987,15 @@ impl Workspace {
                 Some((_, n)) => n.parse::<usize>().map_err(|_| unknown())?,
             };
             let mut ck = self.ledger.head()?.ok_or_else(unknown)?;
-            for _ in 0..up {
-                let parent = ck.parent.as_ref().ok_or_else(unknown)?.0;
-                ck = self.ledger.checkpoint_by_seq(parent)?.ok_or_else(unknown)?;
+            for ancestors in 0..up {
+                let parent = ck.parent.as_ref().ok_or(Error::BeforeHistory {
+                    spec: spec.to_string(),
+                    ancestors,
+                })?;
+                ck = self
+                    .ledger
+                    .checkpoint_by_seq(parent.0)?
+                    .ok_or_else(unknown)?;
             }
             return Ok(ck);
         }

@@ -930,6 +930,42 @@ fn gc_frees_space_on_an_exactly_full_disk() {
     assert!(reserve.exists(), "made again once there is room");
 }
 
+/// Without the reserve (a filesystem too small to keep one, or one used
+/// already), `gc` on a full disk failed `NO_SPACE` with the advice every
+/// `NO_SPACE` gives: run `rewind gc` (helper-52). It says it needs room
+/// that only other files can give, changes nothing, and runs once there is.
+#[test]
+fn gc_that_cannot_write_on_a_full_disk_does_not_point_at_itself() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 128) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let pattern: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    write(&root.join("big.bin"), &pattern);
+    let big = checkpoint_id(&root, &["big"]);
+    std::fs::remove_file(root.join("big.bin")).expect("rm");
+    write(&root.join("a.txt"), b"a");
+    checkpoint_id(&root, &["small"]);
+    let _ = std::fs::remove_file(root.join(".rewind/reserve"));
+    lfs.fill_to_the_last_block();
+    let before = rewind_json_any(&root, &["list", "--all"]);
+    let out = rewind(&root, &["--json", "gc", "--keep-last", "1", "--force"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("not even for `rewind gc`"), "{msg}");
+    assert!(!msg.contains("`rewind gc` prunes"), "{msg}");
+    assert!(msg.contains("nothing was changed"), "{msg}");
+    assert_eq!(rewind_json_any(&root, &["list", "--all"]), before);
+    for f in ["FILL", "FILL-tail"] {
+        let _ = std::fs::remove_file(lfs.mnt.join(f));
+    }
+    lfs.sync();
+    let v = rewind_json(&root, &["gc", "--keep-last", "1", "--force"]);
+    assert_eq!(v["pruned"], serde_json::json!([big]), "{v}");
+}
+
 /// `rewind --json ARGS` in `dir`: its JSON whatever its exit code.
 fn rewind_json_any(dir: &Path, args: &[&str]) -> serde_json::Value {
     let out = rewind(dir, &[&["--json"][..], args].concat());

@@ -643,6 +643,100 @@ fn a_patch_of_links_empty_files_and_modes_applies_with_git() {
     );
 }
 
+/// Git knows the file modes `100644` and `100755` only: a patch that
+/// printed a secrets file's `100600`, a group-writable `100775` or a
+/// deleted `100600` was rejected whole by `git apply` as garbage
+/// (helper-52). Each file's bytes and owner-execute bit come back.
+#[test]
+fn a_patch_of_files_with_any_permissions_applies_with_git() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("secret.env"), b"TOKEN=1\n");
+    write(&root.join("tool.sh"), b"echo hi\n");
+    write(&root.join("private"), b"gone soon\n");
+    common::chmod(&root.join("secret.env"), 0o644);
+    common::chmod(&root.join("tool.sh"), 0o644);
+    common::chmod(&root.join("private"), 0o600);
+    let old = checkpoint_id(root, &["old"]);
+    let before = snapshot(root);
+    common::chmod(&root.join("secret.env"), 0o600);
+    write(&root.join("secret.env"), b"TOKEN=2\n");
+    common::chmod(&root.join("tool.sh"), 0o775);
+    std::fs::remove_file(root.join("private")).expect("rm");
+    write(&root.join("made.sh"), b"echo new\n");
+    common::chmod(&root.join("made.sh"), 0o700);
+    let out = rewind(root, &["diff", "--patch", &old]);
+    assert!(out.status.success(), "{out:?}");
+    let patch = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in patch.lines().filter(|l| l.contains(" mode ")) {
+        let mode = line.rsplit(' ').next().unwrap_or_default();
+        assert!(
+            ["100644", "100755", "120000"].contains(&mode),
+            "{line}\n{patch}"
+        );
+    }
+    assert!(
+        patch.contains("old mode 100644\nnew mode 100755"),
+        "{patch}"
+    );
+    assert!(patch.contains("new file mode 100755"), "{patch}");
+    let after = git_apply_reverse(root, &out.stdout);
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        outside_history(before).keys().collect::<Vec<_>>()
+    );
+    for name in ["secret.env", "tool.sh", "private"] {
+        let got = std::fs::read(root.join(name)).expect(name);
+        let want: &[u8] = match name {
+            "secret.env" => b"TOKEN=1\n",
+            "tool.sh" => b"echo hi\n",
+            _ => b"gone soon\n",
+        };
+        assert_eq!(got, want, "{name}");
+        let exec = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(root.join(name))
+                .expect(name)
+                .permissions(),
+        ) & 0o100;
+        assert_eq!(exec, 0, "{name}: git apply -R left it executable");
+    }
+}
+
+/// `HEAD~N` past the first checkpoint says how far back history goes, and
+/// an empty `diff` says so on stderr (stdout stays empty for scripts): a
+/// typo in a path read as "nothing changed" (helper-52).
+#[test]
+fn head_before_history_and_an_empty_diff_are_said() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for n in 0..3 {
+        write(&root.join("a.txt"), format!("{n}").as_bytes());
+        checkpoint_id(root, &[]);
+    }
+    let out = rewind(root, &["--json", "rewind", "HEAD~5"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "UNKNOWN_ID", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("HEAD has 2 ancestors") && msg.contains("`HEAD~2` is the oldest"),
+        "{msg}"
+    );
+    assert_eq!(
+        rewind_json(root, &["diff", "HEAD~2", "HEAD"])["changes"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let out = rewind(root, &["diff", "--", "no-such-path"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no changes under 'no-such-path'"), "{err}");
+    let out = rewind(root, &["--json", "diff", "--", "no-such-path"]);
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
 /// (which must take it whole); the tree after, outside `.rewind/`.
 fn git_apply_reverse(root: &std::path::Path, patch: &[u8]) -> Tree {
@@ -1099,14 +1193,20 @@ fn list_shows_the_newest_fifty_and_head_and_says_what_it_left_out() {
     );
     assert!(lines[50].starts_with(&format!("@ {}", ids[55])), "{shown}");
 
-    // HEAD on an old checkpoint: shown beside the newest.
+    // HEAD on an old checkpoint: shown beside the newest, apart from them
+    // (not as two branches of one fork), and not all those left out are
+    // older (helper-52).
     rewind_json(root, &["rewind", &ids[1]]);
     let shown = text(&["list", "-n", "2"]);
     let lines: Vec<&str> = shown.lines().collect();
-    assert_eq!(lines.len(), 4, "{shown}");
-    assert!(lines[0].contains("older checkpoints not shown"), "{shown}");
-    assert!(lines[1].contains(&format!("@ {}", ids[1])), "{shown}");
-    assert!(shown.contains(&ids[55]), "{shown}");
+    assert_eq!(lines.len(), 5, "{shown}");
+    assert!(lines[0].contains("⋮ 53 checkpoints not shown"), "{shown}");
+    assert_eq!(lines[1], format!("@ {}", &lines[1][2..]), "{shown}");
+    assert!(lines[1].contains(&ids[1]), "{shown}");
+    assert_eq!(lines[2], "⋮", "{shown}");
+    assert!(lines[3].starts_with(&format!("○ {}", ids[54])), "{shown}");
+    assert!(lines[4].starts_with(&format!("○ {}", ids[55])), "{shown}");
+    assert!(!shown.contains('├') && !shown.contains('└'), "{shown}");
 
     let all = text(&["list", "--all"]);
     assert_eq!(all.lines().count(), 56, "{all}");

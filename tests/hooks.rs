@@ -382,6 +382,75 @@ fn a_push_that_claude_code_reports_as_failed_may_be_retried() {
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
 }
 
+/// Gemini CLI reports a failed tool through `AfterTool`, the error beside
+/// its output in `tool_response`: it was read as a success, and the retry
+/// of a rejected push was refused for good (helper-53).
+#[test]
+fn a_push_that_gemini_cli_reports_as_failed_may_be_retried() {
+    let dir = project(true);
+    let ws = dir.path();
+    let status = |ws: &Path| rewind_json(ws, &["effects"])["effects"][0]["status"].clone();
+    assert_eq!(pre("gemini_push.json", ws).status.code(), Some(0));
+    let post = hook("post-tool-use", &payload("gemini_push_failed.json", ws));
+    assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
+    assert_eq!(status(ws), "failed");
+    assert_eq!(pre("gemini_push.json", ws).status.code(), Some(0));
+    // Its success (no `error`) keeps it spent.
+    let ok = payload("gemini_push_failed.json", ws).replace(
+        r#","error":{"message":"Command failed with exit code 1","type":"shell_execute_error"}"#,
+        "",
+    );
+    assert!(!ok.contains("shell_execute_error"), "{ok}");
+    assert_eq!(hook("post-tool-use", &ok).status.code(), Some(0));
+    assert_eq!(status(ws), "succeeded");
+    assert_eq!(pre("gemini_push.json", ws).status.code(), Some(2));
+}
+
+/// A refusal says how a person opens the effect again when it did not
+/// happen, whether its outcome was never reported (an MCP client has no
+/// way to) or reported as a success, and the command runs as pasted.
+#[test]
+fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
+    let dir = project(true);
+    let ws = dir.path();
+    let fix = |refusal: &Output| {
+        let err = stderr(refusal);
+        assert_eq!(refusal.status.code(), Some(2), "{err}");
+        err.split('`')
+            .find(|s| s.starts_with("rewind effects resolve"))
+            .unwrap_or_else(|| panic!("no command in: {err}"))
+            .to_string()
+    };
+    let paste = |fix: &str| {
+        let sh = Command::new("sh")
+            .arg("-c")
+            .arg(fix.replacen("rewind", env!("CARGO_BIN_EXE_rewind"), 1))
+            .current_dir(ws)
+            .output()
+            .expect("run the fix");
+        assert!(sh.status.success(), "{fix}: {}", stderr(&sh));
+    };
+    // Never reported: `--outcome failed` is enough.
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    let unreported = fix(&pre("bash_push.json", ws));
+    assert!(!unreported.contains("--reopen"), "{unreported}");
+    paste(&unreported);
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    // Reported as a success: the person must say `--reopen`.
+    let ok = hook("post-tool-use", &payload("post_push_ok.json", ws));
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    let succeeded = fix(&pre("bash_push.json", ws));
+    assert!(succeeded.ends_with("--reopen"), "{succeeded}");
+    paste(&succeeded);
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    // The same through `rewind guard`, the barrier's CLI.
+    let guard = ["guard", "--key", "charge-1", "--payload", "5"];
+    assert_eq!(common::rewind(ws, &guard).status.code(), Some(0));
+    let refused = common::rewind(ws, &guard);
+    paste(&fix(&refused));
+    assert_eq!(common::rewind(ws, &guard).status.code(), Some(0));
+}
+
 /// A succeeded push stays spent: a failure reported afterwards by another
 /// call (a refused retry's own failure event, an unrelated call) flipped it
 /// to failed, and the next push was admitted (D108). A person may still

@@ -263,6 +263,58 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     assert_eq!(labels, [serde_json::json!("after the bad lines")]);
 }
 
+/// Two answers a model could not act on (helper-52, helper-53): a
+/// `guard_effect` outside any workspace told it to run `rewind init`, and
+/// `HEAD~N` past the first checkpoint was "no checkpoint matches". Both
+/// now name what the model can do.
+#[test]
+fn guard_outside_a_workspace_and_head_before_history_say_what_to_call() {
+    let dir = common::tmp();
+    let call = |id: u32, tool: &str, args: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+        )
+    };
+    let guard = call(2, "guard_effect", r#"{"key":"charge-1"}"#);
+    let made = call(3, "checkpoint", r#"{"label":"first"}"#);
+    let far = call(4, "rewind", r#"{"id":"HEAD~3"}"#);
+    let answers = common::raw_mcp_answers(
+        dir.path(),
+        &[
+            common::INITIALIZE,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            &guard,
+            &made,
+            &far,
+        ],
+    );
+    let by_id = |id: u32| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer {id}: {answers:#?}"))
+            .clone()
+    };
+    let g = &by_id(2)["result"]["structuredContent"];
+    assert_eq!(g["code"], "LEDGER_UNAVAILABLE", "{g}");
+    assert!(
+        g["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("call `checkpoint`")),
+        "{g}"
+    );
+    assert!(by_id(3)["result"]["structuredContent"]["id"].is_string());
+    let r = by_id(4);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("HEAD is its first checkpoint") && !text.contains("rewind list"),
+        "{text}"
+    );
+}
+
 /// D183: a request line past rmcp's 16 MiB limit, which it dropped
 /// without a word (the client waited on its id for ever), is answered
 /// -32600 with id null, and the session goes on.

@@ -40,6 +40,27 @@ const LIVE: &str = "live";
 
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let out = compute(ctx, &args)?;
+    // Said on stderr: stdout stays empty for scripts (`| wc -l`, `git
+    // apply`), but a typo in a path no longer reads as "nothing changed"
+    // without a word (helper-52).
+    if out.changes.is_empty() && !ctx.json && !ctx.quiet {
+        let under = match args.paths.as_slice() {
+            [] => String::new(),
+            paths => format!(
+                " under {}",
+                paths
+                    .iter()
+                    .map(|p| format!("'{}'", p.display()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        eprintln!(
+            "rewind: no changes{under} between {} and {}",
+            out.from.as_deref().unwrap_or("the empty tree"),
+            out.to
+        );
+    }
     ctx.emit(&out, || {
         if let Some(p) = &out.patch {
             return p.clone();
@@ -279,12 +300,16 @@ impl Sides<'_> {
     }
 }
 
-/// A mode as git's patches print it: the type bits, then the permissions
-/// (a symlink's are always `120000`: git records none).
-fn git_mode(e: &crate::tree::Entry) -> String {
+/// A mode as git's patches print it. Git knows two file modes, `100755`
+/// when the owner may execute and `100644` otherwise, and a symlink's
+/// `120000`: `git apply` rejected a whole patch that held a `100600` (a
+/// file of secrets) as garbage (helper-52). A change git cannot say, such
+/// as 644 to 600, prints no mode lines.
+fn git_mode(e: &crate::tree::Entry) -> &'static str {
     match e.kind() {
-        crate::tree::Kind::Symlink => "120000".into(),
-        _ => format!("{:06o}", 0o100000 | e.mode),
+        crate::tree::Kind::Symlink => "120000",
+        _ if e.mode & 0o100 != 0 => "100755",
+        _ => "100644",
     }
 }
 

@@ -49,10 +49,14 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         Err(e) if e.is_no_space() && !args.dry_run && ws.release_reserve() => {
             drop(ws);
             let mut ws = ctx.workspace()?;
-            gc::run(&mut ws, &opts)?
+            gc::run(&mut ws, &opts)
         }
-        r => r?,
-    };
+        r => r,
+    }
+    .map_err(|e| match e {
+        Error::NoSpace { path, .. } => Error::NoSpaceToPrune { path },
+        e => e,
+    })?;
     if let Some(first) = r.freed.snapshots_left.first() {
         eprintln!(
             "rewind: warning: {} snapshot(s) could not be deleted and still use space; {first}",
@@ -73,15 +77,15 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         let f = &r.freed;
         s.push_str(&format!(
-            "\n{} {} tree nodes ({}), {} small objects, {} object files: {} ({} allocated, {} of it shared with no other file) in {} ms",
+            "\n{} {} tree nodes ({}), {} small objects, {} object files: at least {} of disk ({} in whole-file sizes, {} allocated, the rest shared with other files) in {} ms",
             if r.dry_run { "would free" } else { "freed" },
             f.tree_nodes,
             human_bytes(f.tree_bytes),
             f.small_objects,
             f.object_files,
+            human_bytes(f.unshared),
             human_bytes(f.bytes),
             human_bytes(f.allocated),
-            human_bytes(f.unshared),
             r.duration_ms
         ));
         if f.snapshots > 0 {

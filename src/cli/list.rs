@@ -88,15 +88,19 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
         (false, None) if ctx.json => None,
         (false, None) => Some(DEFAULT_SHOWN),
     };
+    // HEAD shown beside the newest N: some of those left out are newer.
+    let mut head_below = false;
     if let Some(n) = limit {
         out.checkpoints = newest(out.checkpoints, n, out.head.as_deref());
+        head_below = out.checkpoints.len() > n;
     }
     ctx.emit(&out, || {
         let mut text = String::new();
         let omitted = out.total - out.checkpoints.len() - out.pending.len();
         if omitted > 0 {
             text.push_str(&format!(
-                "⋮ {omitted} older checkpoint{} not shown (`rewind list --all`, or `-n N`)\n",
+                "⋮ {omitted} {}checkpoint{} not shown (`rewind list --all`, or `-n N`)\n",
+                if head_below { "" } else { "older " },
                 if omitted == 1 { "" } else { "s" }
             ));
         }
@@ -143,14 +147,22 @@ fn render(cks: &[Checkpoint], head: Option<&str>) -> String {
             children.entry(p.0).or_default().push(c);
         }
     }
-    // A checkpoint whose parent is not shown starts a tree of its own.
+    // A checkpoint whose parent is not shown starts a tree of its own,
+    // after a `⋮`: drawn beside the others, HEAD far back and the newest
+    // looked like two branches of one fork (helper-52).
     let shown: HashSet<i64> = cks.iter().map(|c| c.seq).collect();
-    let roots: Vec<&Checkpoint> = cks
+    let (roots, cut): (Vec<&Checkpoint>, Vec<&Checkpoint>) = cks
         .iter()
         .filter(|c| c.parent.as_ref().is_none_or(|p| !shown.contains(&p.0)))
-        .collect();
+        .partition(|c| c.parent.is_none());
     let mut out = String::new();
     draw(&roots, "", &children, head, &mut out);
+    for c in cut {
+        if !out.is_empty() {
+            out.push_str("⋮\n");
+        }
+        draw(&[c], "", &children, head, &mut out);
+    }
     out
 }
 

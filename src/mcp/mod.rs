@@ -143,6 +143,7 @@ fn error_result(tool: &str, e: &Error, profile: Profile) -> CallToolResult {
             "no checkpoint matches '{}': use an id a `checkpoint` call returned, or `HEAD~N` (N checkpoints back from the current one)",
             crate::names::cut(id, 64)
         ),
+        Error::BeforeHistory { spec, ancestors } => crate::error::before_history(spec, *ancestors),
         Error::Pruned { id } if lists => format!(
             "checkpoint {id} was pruned by gc: its contents are gone (its history entry stays); call `list` (or `backtrack_candidates`) for the checkpoints you can still rewind to"
         ),

@@ -289,8 +289,10 @@ fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: Value) -> Result
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 200;
 
-/// `limit` + `cursor` paging, shared by every tool that returns a list, so
-/// that no result comes near a client's token limit.
+// `limit` + `cursor` paging, shared by every tool that returns a list, so
+// that no result comes near a client's token limit. A plain comment: a doc
+// comment here became the description of every such tool's input schema,
+// words a model pays for and cannot use (helper-53).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PageIn {
@@ -648,7 +650,15 @@ fn guard_effect(ctx: &Ctx, input: GuardIn) -> Result<GuardOut> {
         former_keys: Vec::new(),
     };
     req.check_names().map_err(Error::Usage)?;
-    let d = crate::cli::guard::decide(ctx, &req);
+    // Fail closed as the CLI does, with the advice a model can follow.
+    let d = match ctx.workspace() {
+        Ok(mut ws) => crate::cli::guard::decide_in(&mut ws, &req),
+        Err(e @ Error::NotAWorkspace { .. }) => crate::effects::Decision::unavailable(
+            &req,
+            format!("{e} (or call `checkpoint`, which creates the workspace)"),
+        ),
+        Err(e) => crate::effects::Decision::unavailable(&req, e.to_string()),
+    };
     Ok(GuardOut {
         decision: d.decision.into(),
         code: d.code.as_str().into(),
