@@ -524,34 +524,41 @@ pub enum Resolution {
 
 /// The command a person runs to say that effect `scope:key` failed, so that
 /// it may run again, quoted to paste as written (a shell line's key holds
-/// spaces, D214). A key too long to paste is named through `rewind effects`.
+/// spaces, D214). The scope is its own option and the key comes after
+/// `--`: `SCOPE:KEY` named two effects when a scope held a colon, and a
+/// scope starting with `-` read as an option (helper-54). A key too long
+/// to paste is named through `rewind effects --json`.
 fn resolve_command(scope: &str, key: &str, reopen: bool) -> String {
     const PASTABLE: usize = 300;
     let reopen = if reopen { " --reopen" } else { "" };
-    let full = format!("{scope}:{key}");
-    if full.len() > PASTABLE {
-        return format!(
-            "`rewind effects resolve KEY --outcome failed{reopen}` with its key from `rewind effects --json`"
-        );
+    let scope = crate::names::shell_word(scope);
+    let key = if key.len() > PASTABLE {
+        "KEY".to_string()
+    } else {
+        crate::names::shell_word(key)
+    };
+    let command =
+        format!("`rewind effects resolve --scope {scope} --outcome failed{reopen} -- {key}`");
+    if key == "KEY" {
+        format!("{command} with KEY from `rewind effects --json`")
+    } else {
+        command
     }
-    format!(
-        "`rewind effects resolve {} --outcome failed{reopen}`",
-        crate::names::shell_word(&full)
-    )
 }
 
 /// How a refused effect that did not take effect is opened again. The
 /// barrier refuses on what it was told: an outcome never reported (an MCP
 /// client has no tool for it, a hook payload did not say) or reported
-/// wrongly leaves the effect spent until a person says otherwise.
+/// wrongly leaves the effect spent until the user says otherwise. Said to
+/// the agent, for its user: the agent's hooks refuse the command (D286).
 fn reopen_advice(scope: &str, key: &str, status: &str) -> String {
     match status {
         "succeeded" => format!(
-            " (it was recorded as succeeded; if it did not happen, a person runs {})",
+            " (it was recorded as succeeded; if it did not happen, the user can reopen it by running {} in a terminal)",
             resolve_command(scope, key, true)
         ),
         _ => format!(
-            " (no outcome is recorded for it: it may still be running; if it failed, a person runs {})",
+            " (no outcome is recorded for it: it may still be running; if it failed, the user can reopen it by running {} in a terminal)",
             resolve_command(scope, key, false)
         ),
     }
@@ -594,7 +601,7 @@ pub fn resolve(
     }
     if status == "succeeded" && !reopen {
         return Ok(Resolution::Refused(format!(
-            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, a person runs {})",
+            "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, the user runs {})",
             resolve_command(scope, key, true)
         )));
     }

@@ -193,13 +193,16 @@ impl ToolCall {
             .iter()
             .find_map(|k| r.get(*k).and_then(Value::as_i64));
         // Gemini CLI's AfterTool carries a failed tool's error beside its
-        // output: `{"llmContent": …, "error": {"message": …}}`. Only that
-        // shape or a message counts: a failure read where there was none
-        // lets the effect run twice.
+        // output: `{"llmContent": …, "error": {"message": …}}`. Only there:
+        // Claude Code passes an MCP tool's structured result as its
+        // `tool_response`, where an `error` field may sit beside a success
+        // (a receipt that bounced), and a failure read where there was
+        // none lets the payment run twice (helper-54).
         let message = |e: &Value| e.as_str().is_some_and(|m| !m.trim().is_empty());
-        let error = r
-            .get("error")
-            .is_some_and(|e| message(e) || e.get("message").is_some_and(message));
+        let error = self.hook_event_name.as_deref() == Some("AfterTool")
+            && r.get("llmContent").is_some()
+            && r.get("error")
+                .is_some_and(|e| message(e) || e.get("message").is_some_and(message));
         error
             || flag("is_error") == Some(true)
             || flag("isError") == Some(true)
@@ -207,6 +210,40 @@ impl ToolCall {
             // MCP-style tools answer `{"success": false}` when they failed.
             || flag("success") == Some(false)
             || code.is_some_and(|c| c != 0)
+    }
+}
+
+impl ToolCall {
+    /// Whether this is a shell line that runs `rewind effects resolve`
+    /// with any outcome but `succeeded`: reopening a guarded effect is a
+    /// person's decision (D279). A refusal names that command for the
+    /// user; an agent that ran it itself after a timeout on a charge that
+    /// went through would charge twice (helper-54).
+    pub fn reopens_an_effect(&self) -> bool {
+        if !is_shell_tool(&self.tool_name) {
+            return false;
+        }
+        simple_commands(&self.argument()).iter().any(|c| {
+            let w: Vec<String> = words(c).into_iter().map(|(_, w)| w).collect();
+            let Some((first, rest)) = w.split_first() else {
+                return false;
+            };
+            if first.rsplit('/').next() != Some("rewind") {
+                return false;
+            }
+            let Some(at) = rest.iter().position(|x| x == "effects") else {
+                return false;
+            };
+            let after = &rest[at + 1..];
+            if !after.iter().any(|x| x == "resolve") {
+                return false;
+            }
+            let succeeded = after
+                .windows(2)
+                .any(|p| p[0] == "--outcome" && p[1] == "succeeded")
+                || after.iter().any(|x| x == "--outcome=succeeded");
+            !succeeded
+        })
     }
 }
 
@@ -762,6 +799,39 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_shell_may_not_reopen_an_effect() {
+        let shell = |tool: &str, line: &str| call(tool, serde_json::json!({ "command": line }));
+        for line in [
+            "rewind effects resolve 'hook:Bash:git push origin main' --outcome failed",
+            "cd /w && /usr/local/bin/rewind -C . effects resolve k --outcome failed --reopen",
+            "rewind --json effects resolve --scope hook --outcome=failed -- k",
+            "sudo -u dev rewind effects resolve k",
+            "bash -c 'rewind effects resolve k --outcome failed'",
+            "true; rewind effects resolve k --outcome succeeded; rewind effects resolve k --outcome failed",
+        ] {
+            assert!(shell("Bash", line).reopens_an_effect(), "{line}");
+            assert!(
+                shell("run_shell_command", line).reopens_an_effect(),
+                "{line}"
+            );
+        }
+        for line in [
+            "rewind effects",
+            "rewind effects resolve k --outcome succeeded",
+            "grep -n 'rewind effects resolve' README.md",
+            "echo rewind effects resolve k",
+            "rewind checkpoint effects-resolve",
+        ] {
+            assert!(!shell("Bash", line).reopens_an_effect(), "{line}");
+        }
+        let write = call(
+            "Write",
+            serde_json::json!({"file_path": "x", "content": "rewind effects resolve k"}),
+        );
+        assert!(!write.reopens_an_effect());
+    }
+
+    #[test]
     fn failure_is_read_from_the_tool_response() {
         let mut c = call("Bash", Value::Null);
         assert!(!c.failed());
@@ -773,11 +843,20 @@ mod tests {
         assert!(c.failed());
         c.tool_response = Some(serde_json::json!({"success": true}));
         assert!(!c.failed());
+        // An MCP tool's structured result passed on by Claude Code's
+        // PostToolUse: an `error` beside a success is not a failure.
+        let beside = serde_json::json!({"success": true, "payment_intent": "pi_3", "error": {"message": "receipt email bounced"}});
+        c.hook_event_name = Some("PostToolUse".into());
+        c.tool_response = Some(beside.clone());
+        assert!(!c.failed());
         // Gemini CLI's AfterTool: the error beside the output.
-        c.tool_response = Some(
-            serde_json::json!({"llmContent": "Exit Code: 1", "returnDisplay": "rejected", "error": {"message": "exit 1", "type": "shell_execute_error"}}),
-        );
+        let gemini = serde_json::json!({"llmContent": "Exit Code: 1", "returnDisplay": "rejected", "error": {"message": "exit 1", "type": "shell_execute_error"}});
+        c.tool_response = Some(gemini.clone());
+        assert!(!c.failed(), "only Gemini CLI's AfterTool says it so");
+        c.hook_event_name = Some("AfterTool".into());
         assert!(c.failed());
+        c.tool_response = Some(beside);
+        assert!(!c.failed(), "no llmContent: not Gemini CLI's shape");
         c.tool_response = Some(serde_json::json!({"llmContent": "ok", "returnDisplay": "ok"}));
         assert!(!c.failed());
         // An `error` that holds no message is no failure: reading one

@@ -654,6 +654,9 @@ fn a_patch_of_files_with_any_permissions_applies_with_git() {
     write(&root.join("secret.env"), b"TOKEN=1\n");
     write(&root.join("tool.sh"), b"echo hi\n");
     write(&root.join("private"), b"gone soon\n");
+    write(&root.join("group.sh"), b"echo g\n");
+    write(&root.join("app.txt"), b"v1\n");
+    common::chmod(&root.join("group.sh"), 0o670);
     common::chmod(&root.join("secret.env"), 0o644);
     common::chmod(&root.join("tool.sh"), 0o644);
     common::chmod(&root.join("private"), 0o600);
@@ -661,6 +664,10 @@ fn a_patch_of_files_with_any_permissions_applies_with_git() {
     let before = snapshot(root);
     common::chmod(&root.join("secret.env"), 0o600);
     write(&root.join("secret.env"), b"TOKEN=2\n");
+    // Changes git cannot say, with nothing else: no section at all (a
+    // bare `diff --git` line made git reject the patch, helper-54).
+    common::chmod(&root.join("group.sh"), 0o677);
+    write(&root.join("app.txt"), b"v2\n");
     common::chmod(&root.join("tool.sh"), 0o775);
     std::fs::remove_file(root.join("private")).expect("rm");
     write(&root.join("made.sh"), b"echo new\n");
@@ -680,16 +687,18 @@ fn a_patch_of_files_with_any_permissions_applies_with_git() {
         "{patch}"
     );
     assert!(patch.contains("new file mode 100755"), "{patch}");
+    assert!(!patch.contains("group.sh"), "{patch}");
     let after = git_apply_reverse(root, &out.stdout);
     assert_eq!(
         after.keys().collect::<Vec<_>>(),
         outside_history(before).keys().collect::<Vec<_>>()
     );
-    for name in ["secret.env", "tool.sh", "private"] {
+    for name in ["secret.env", "tool.sh", "private", "app.txt"] {
         let got = std::fs::read(root.join(name)).expect(name);
         let want: &[u8] = match name {
             "secret.env" => b"TOKEN=1\n",
             "tool.sh" => b"echo hi\n",
+            "app.txt" => b"v1\n",
             _ => b"gone soon\n",
         };
         assert_eq!(got, want, "{name}");
@@ -732,7 +741,14 @@ fn head_before_history_and_an_empty_diff_are_said() {
     assert!(out.status.success(), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no changes under 'no-such-path'"), "{err}");
+    assert!(
+        err.contains("no changes under no-such-path between"),
+        "{err}"
+    );
+    let out = rewind(root, &["diff", "--", "two\nlines"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(r#"under "two\nlines""#), "{err}");
     let out = rewind(root, &["--json", "diff", "--", "no-such-path"]);
     assert!(out.stderr.is_empty(), "{out:?}");
 }
@@ -1192,6 +1208,11 @@ fn list_shows_the_newest_fifty_and_head_and_says_what_it_left_out() {
         "{shown}"
     );
     assert!(lines[50].starts_with(&format!("@ {}", ids[55])), "{shown}");
+    let only_head = text(&["list", "-n", "0"]);
+    assert!(
+        only_head.starts_with("⋮ 55 older checkpoints not shown"),
+        "{only_head}"
+    );
 
     // HEAD on an old checkpoint: shown beside the newest, apart from them
     // (not as two branches of one fork), and not all those left out are

@@ -434,13 +434,30 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     let unreported = fix(&pre("bash_push.json", ws));
     assert!(!unreported.contains("--reopen"), "{unreported}");
+    // The agent's own shell may not run it: that is the user's call
+    // (helper-54, D286); the push stays spent.
+    let by_agent = serde_json::json!({
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": format!("cd {} && {unreported}", ws.display())},
+        "cwd": ws,
+    })
+    .to_string();
+    let refused = hook("pre-tool-use", &by_agent);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("the user's decision"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(2));
     paste(&unreported);
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     // Reported as a success: the person must say `--reopen`.
     let ok = hook("post-tool-use", &payload("post_push_ok.json", ws));
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
     let succeeded = fix(&pre("bash_push.json", ws));
-    assert!(succeeded.ends_with("--reopen"), "{succeeded}");
+    assert!(succeeded.contains(" --reopen "), "{succeeded}");
     paste(&succeeded);
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     // The same through `rewind guard`, the barrier's CLI.

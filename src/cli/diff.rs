@@ -50,7 +50,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 " under {}",
                 paths
                     .iter()
-                    .map(|p| format!("'{}'", p.display()))
+                    .map(|p| {
+                        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str());
+                        crate::names::c_style("", bytes, crate::names::Escapes::Hex)
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -259,17 +262,21 @@ impl Sides<'_> {
         let (a_name, b_name) = (git_path("a/", self.path), git_path("b/", self.path));
         let a = self.content(old, self.from_tree)?;
         let b = self.content(new, self.to_tree)?;
-        out.push_str(&format!("diff --git {a_name} {b_name}\n"));
-        match (old, new) {
-            (None, Some(n)) => out.push_str(&format!("new file mode {}\n", git_mode(n))),
-            (Some(o), None) => out.push_str(&format!("deleted file mode {}\n", git_mode(o))),
-            (Some(o), Some(n)) if git_mode(o) != git_mode(n) => out.push_str(&format!(
-                "old mode {}\nnew mode {}\n",
-                git_mode(o),
-                git_mode(n)
-            )),
-            _ => {}
+        let modes = match (old, new) {
+            (None, Some(n)) => format!("new file mode {}\n", git_mode(n)),
+            (Some(o), None) => format!("deleted file mode {}\n", git_mode(o)),
+            (Some(o), Some(n)) if git_mode(o) != git_mode(n) => {
+                format!("old mode {}\nnew mode {}\n", git_mode(o), git_mode(n))
+            }
+            _ => String::new(),
+        };
+        // A change git cannot say (644 to 600, an mtime): no section. A
+        // bare `diff --git` line made `git apply` reject the whole patch
+        // (helper-54).
+        if modes.is_empty() && a == b {
+            return Ok(());
         }
+        out.push_str(&format!("diff --git {a_name} {b_name}\n{modes}"));
         if a == b {
             return Ok(()); // a mode change, or an empty file made or deleted
         }

@@ -23,7 +23,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         let t = &u.total;
         let f = &t.footprint;
         s.push_str(&format!(
-            "\n{} checkpoints ({} pruned); distinct content {} in whole-file sizes (a file changed in a few blocks counts whole; the disk holds what differs)\n\
+            "\n{} checkpoints ({} pruned); distinct content {} (whole-file sizes: what the disk holds is below)\n\
              on disk: {} = ledger {} ({} in use) + objects {} ({} files, {} logical, {} allocated incl. extents shared with the workspace{}; measured by {}) + metadata ~{} ({} extents, estimated) + reserve {} (for gc on a full disk)",
             t.checkpoints,
             t.pruned,

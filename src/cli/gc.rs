@@ -77,15 +77,15 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         let f = &r.freed;
         s.push_str(&format!(
-            "\n{} {} tree nodes ({}), {} small objects, {} object files: at least {} of disk ({} in whole-file sizes, {} allocated, the rest shared with other files) in {} ms",
+            "\n{} {} tree nodes ({}), {} small objects, {} object files: {} in whole-file sizes, {} allocated, at least {} of it held by no other file, in {} ms",
             if r.dry_run { "would free" } else { "freed" },
             f.tree_nodes,
             human_bytes(f.tree_bytes),
             f.small_objects,
             f.object_files,
-            human_bytes(f.unshared),
             human_bytes(f.bytes),
             human_bytes(f.allocated),
+            human_bytes(f.unshared),
             r.duration_ms
         ));
         if f.snapshots > 0 {

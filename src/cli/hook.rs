@@ -172,6 +172,14 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         tool: call.tool_name.clone(),
         ..Out::default()
     };
+    // Wherever it runs, rules or none: the effect it reopens may be any
+    // workspace's (D286).
+    if call.reopens_an_effect() {
+        eprintln!(
+            "rewind: refused: reopening a guarded effect (`rewind effects resolve`) is the user's decision, not the agent's: if the effect really did not happen, ask the user to run that command in their own terminal"
+        );
+        return (out, BLOCK);
+    }
     let (config_root, workspace) = locate(start);
     // Root's server running its owner's hook (D151): not another
     // workspace's rules either.

@@ -88,11 +88,16 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
         (false, None) if ctx.json => None,
         (false, None) => Some(DEFAULT_SHOWN),
     };
-    // HEAD shown beside the newest N: some of those left out are newer.
+    // HEAD shown below the newest N: some of those left out are newer.
     let mut head_below = false;
     if let Some(n) = limit {
+        let first = out.checkpoints.len().saturating_sub(n);
+        head_below = out
+            .checkpoints
+            .iter()
+            .position(|c| Some(c.id.as_str()) == out.head.as_deref())
+            .is_some_and(|at| at + 1 < first);
         out.checkpoints = newest(out.checkpoints, n, out.head.as_deref());
-        head_below = out.checkpoints.len() > n;
     }
     ctx.emit(&out, || {
         let mut text = String::new();
