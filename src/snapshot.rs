@@ -66,13 +66,23 @@ impl Engine {
         if std::env::var("REWIND_ENGINE").is_ok_and(|v| v == "walk") {
             return (Engine::Walk, "REWIND_ENGINE=walk");
         }
+        // Whether clones work is `doctor`'s own line: an XFS made without
+        // reflink has none, which "walk with clones" here contradicted
+        // (helper-55).
         if fs.kind == FsKind::Xfs {
+            let bulk_off = std::env::var("REWIND_BULKSTAT").is_ok_and(|v| v == "0");
             return (
                 Engine::Walk,
-                if rewind_platform::is_root() {
-                    "XFS: stat-cache walk with clones; as root, a bulk stat of the tree's inode chunks replaces the stat per path (REWIND_BULKSTAT=0 turns it off)"
-                } else {
-                    "XFS: stat-cache walk with clones, a stat per path (as root, a bulk stat of the tree's inode chunks would replace it)"
+                match (rewind_platform::is_root(), bulk_off) {
+                    (true, false) => {
+                        "XFS: stat-cache walk; as root, a bulk stat of the tree's inode chunks replaces the stat per path (REWIND_BULKSTAT=0 turns it off)"
+                    }
+                    (true, true) => {
+                        "XFS: stat-cache walk, a stat per path (REWIND_BULKSTAT=0 turns off the bulk stat root would use)"
+                    }
+                    (false, _) => {
+                        "XFS: stat-cache walk, a stat per path (as root, a bulk stat of the tree's inode chunks would replace it)"
+                    }
                 },
             );
         }

@@ -105,6 +105,15 @@ fn on_a_crowded_filesystem_the_bulk_stat_reads_only_the_trees_chunks() {
             .is_some_and(|w| w.contains("as root, a bulk stat of the tree's inode chunks")),
         "doctor says how changes are found: {doctor}"
     );
+    // ... and that it does not when told not to (helper-55).
+    let off = common::rewind_env(&ws, &["--json", "doctor"], &[("REWIND_BULKSTAT", "0")]);
+    let off: serde_json::Value = serde_json::from_slice(&off.stdout).expect("doctor json");
+    assert!(
+        off["engine_why"]
+            .as_str()
+            .is_some_and(|w| w.contains("a stat per path (REWIND_BULKSTAT=0")),
+        "{off}"
+    );
     let rounds = common::checkpoint_every_kind_of_change(
         &ws,
         &[],

@@ -148,6 +148,44 @@ fn on_ext4_a_sparse_file_round_trips_and_stays_sparse() {
     );
 }
 
+/// Below the 4 MiB at which the store chunks a file, a sparse file was
+/// copied whole where nothing is cloned: a 3 MiB file holding one byte
+/// took 3 MiB in the store and came back fully allocated (helper-55,
+/// D287). Its holes stay holes both ways, and its bytes come back.
+#[test]
+fn on_ext4_a_small_sparse_file_stays_sparse_in_the_store_and_when_restored() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 256) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let path = root.join("small-sparse.img");
+    let f = std::fs::File::create(&path).expect("create");
+    f.set_len(3 << 20).expect("set_len");
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"x", 10).expect("write");
+    f.write_all_at(b"end", (3 << 20) - 3).expect("write");
+    drop(f);
+    let want = std::fs::read(&path).expect("read");
+    let ck = rewind_json(&root, &["checkpoint"]);
+    let stored = common::allocated_below(&root.join(".rewind/objects"));
+    assert!(
+        stored <= 64 << 10,
+        "the store holds zeros: {stored} bytes allocated"
+    );
+    std::fs::remove_file(&path).expect("rm");
+    rewind_json(&root, &["rewind", ck["id"].as_str().expect("id")]);
+    assert!(
+        std::fs::read(&path).expect("read back") == want,
+        "the restored bytes differ"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let allocated = std::fs::metadata(&path).expect("stat").blocks() * 512;
+    assert!(
+        allocated <= 64 << 10,
+        "the holes were written: {allocated} bytes allocated for a 3 MiB sparse file"
+    );
+}
+
 /// The space check counts what a restore writes: a one-byte change in a
 /// sparse file larger than the free space was refused with NO_SPACE
 /// ("nothing was changed"), though the restore writes one chunk; that

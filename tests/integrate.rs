@@ -598,6 +598,44 @@ fn a_wrapped_hook_whose_binary_is_gone_is_named() {
     }
 }
 
+/// A hook that runs `rewind hook` for some tools only counted as
+/// installed, and integrate said nothing while Write and Edit ran with no
+/// checkpoint before them (helper-53). It is kept (a second hook beside
+/// it would run twice for the tools it matches) and named, with the fix.
+#[test]
+fn a_hook_that_runs_for_some_tools_only_is_named() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let live = env!("CARGO_BIN_EXE_rewind");
+    let wrapped = format!("timeout 10 '{live}' hook pre-tool-use");
+    for (matcher, noted) in [
+        ("Bash", true),
+        ("Bash|Write", true),
+        ("*", false),
+        ("", false),
+    ] {
+        write(
+            &ws.join(".claude/settings.json"),
+            json!({"hooks": {"PreToolUse": [{"matcher": matcher, "hooks": [{"type": "command", "command": wrapped}]}]}})
+                .to_string()
+                .as_bytes(),
+        );
+        let v = rewind_json(ws, &["integrate", "claude", "--command", live]);
+        assert_eq!(
+            claude_hooks(ws, "PreToolUse"),
+            [wrapped.as_str()],
+            "kept as written"
+        );
+        let notes = v["notes"].to_string();
+        assert_eq!(
+            notes.contains(&format!("only for tools matching \\\"{matcher}\\\"")),
+            noted,
+            "{matcher}: {v}"
+        );
+        assert_eq!(notes.contains("no checkpoint"), noted, "{matcher}: {v}");
+    }
+}
+
 /// A write that fails part-way puts back what was already written: MCP
 /// without its hooks is half an install the user would not notice.
 #[test]

@@ -35,8 +35,12 @@ fn clone_unsupported(e: Errno) -> bool {
     )
 }
 
-/// Copy all of `src` (from its current offset) to `dst`, handing every chunk
-/// to `on_chunk` (to hash while copying). Returns the bytes copied.
+/// Copy all of `src` (from its current offset) into `dst`, a new empty
+/// file, from its start, handing every chunk to `on_chunk` (to hash while
+/// copying). Returns the bytes copied. Blocks of zeros are left holes
+/// ([`write_sparse`]): a sparse file under the 4 MiB at which the store
+/// chunks came back, and was stored, fully allocated where nothing is
+/// cloned (helper-55, D287).
 pub fn copy_with(
     src: BorrowedFd<'_>,
     dst: BorrowedFd<'_>,
@@ -46,22 +50,18 @@ pub fn copy_with(
     let mut total = 0u64;
     loop {
         let n = match rustix::io::read(src.as_fd(), &mut buf) {
-            Ok(0) => return Ok(total),
+            Ok(0) => break,
             Ok(n) => n,
             Err(Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         };
         on_chunk(&buf[..n]);
-        let mut off = 0;
-        while off < n {
-            match rustix::io::write(dst.as_fd(), &buf[off..n]) {
-                Ok(w) => off += w,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        write_sparse(dst, &buf[..n], total)?;
         total += n as u64;
     }
+    // A hole at the end was not written: the length says where it ends.
+    rustix::fs::ftruncate(dst, total)?;
+    Ok(total)
 }
 
 /// The granule [`write_sparse`] leaves unwritten: a filesystem block.
@@ -208,5 +208,27 @@ mod tests {
         let mut head = vec![9u8; at as usize];
         f.read_exact_at(&mut head, 0).expect("read");
         assert!(head.iter().all(|&b| b == 0), "before `at` is not zeros");
+    }
+
+    /// `copy_with` leaves zeros out but not the length: a file that ends
+    /// in zeros, or is nothing but zeros, copies to the same bytes.
+    #[test]
+    fn a_copy_that_leaves_holes_keeps_every_byte_and_the_length() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (i, len) in [0usize, 1, 5000, 700_000].into_iter().enumerate() {
+            let mut data = vec![0u8; len];
+            if len > 10 {
+                data[len / 3] = 7;
+            }
+            let src_path = dir.path().join(format!("src{i}"));
+            std::fs::write(&src_path, &data).expect("write");
+            let src = std::fs::File::open(&src_path).expect("open");
+            let dst_path = dir.path().join(format!("dst{i}"));
+            let dst = std::fs::File::create_new(&dst_path).expect("create");
+            let mut seen = 0;
+            let n = copy_with(src.as_fd(), dst.as_fd(), |c| seen += c.len()).expect("copy");
+            assert_eq!((n, seen), (len as u64, len), "len {len}");
+            assert!(std::fs::read(&dst_path).expect("read") == data, "len {len}");
+        }
     }
 }

@@ -486,19 +486,53 @@ fn hooks_entry(
             .ok_or_else(|| Error::Usage(format!("\"hooks.{event}\" is not a JSON array")))?;
         let wanted = hook_command(cmd, verb);
         let mut present = false;
-        for hook in groups
-            .iter_mut()
-            .filter_map(|g| g.get_mut("hooks").and_then(Value::as_array_mut))
-            .flatten()
-        {
-            let Some(command) = hook.get("command").and_then(Value::as_str) else {
+        // Matchers of groups running it for some tools only, and whether a
+        // group runs it for all.
+        let mut narrow: Vec<String> = Vec::new();
+        let mut everywhere = false;
+        for group in groups.iter_mut() {
+            let matcher = group
+                .get("matcher")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let Some(hooks) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
                 continue;
             };
-            let (covers, stale) = reconcile(command, verb, &wanted, cmd, notes);
-            present |= covers;
-            if stale {
-                hook["command"] = json!(wanted);
+            for hook in hooks {
+                let Some(command) = hook.get("command").and_then(Value::as_str) else {
+                    continue;
+                };
+                let (covers, stale) = reconcile(command, verb, &wanted, cmd, notes);
+                present |= covers;
+                if covers && matches!(matcher.as_str(), "" | "*" | ".*") {
+                    everywhere = true;
+                } else if covers && !narrow.contains(&matcher) {
+                    narrow.push(matcher.clone());
+                }
+                if stale {
+                    hook["command"] = json!(wanted);
+                }
             }
+        }
+        // Kept, not widened: a second hook beside it would run twice for
+        // the tools it matches (two checkpoints, and the effect barrier
+        // refusing its own second decision). Said, because it read as
+        // installed while Write and Edit ran with no checkpoint (helper-53).
+        if !narrow.is_empty() && !everywhere {
+            notes.push(format!(
+                "your {event} hook runs `rewind hook {verb}` only for tools matching {}: other tools' calls (Write, Edit, ...) get {}; set its matcher to \"*\" if that is not what you want",
+                narrow
+                    .iter()
+                    .map(|m| format!("\"{m}\""))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if verb == "pre-tool-use" {
+                    "no checkpoint and no effect barrier"
+                } else {
+                    "no outcome recorded"
+                }
+            ));
         }
         if !present {
             groups.push(json!({
