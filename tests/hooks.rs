@@ -52,6 +52,24 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The status (`admitted`, `failed`, `succeeded`) of the workspace's first
+/// effect.
+fn first_effect_status(ws: &Path) -> serde_json::Value {
+    rewind_json(ws, &["effects"])["effects"][0]["status"].clone()
+}
+
+/// Run a command a message told the user to paste, as pasted, in `ws`
+/// (`rewind` standing for this build); it must succeed.
+fn run_pasted(ws: &Path, command: &str) {
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(command.replacen("rewind", env!("CARGO_BIN_EXE_rewind"), 1))
+        .current_dir(ws)
+        .output()
+        .expect("run the pasted command");
+    assert!(sh.status.success(), "{command}: {}", stderr(&sh));
+}
+
 fn project(with_rules: bool) -> tempfile::TempDir {
     let dir = common::tmp();
     write(&dir.path().join("src/main.py"), b"print('v1')\n");
@@ -359,14 +377,13 @@ fn a_failed_effect_may_be_retried_and_a_succeeded_one_may_not() {
 fn a_push_that_claude_code_reports_as_failed_may_be_retried() {
     let dir = project(true);
     let ws = dir.path();
-    let status = |ws: &Path| rewind_json(ws, &["effects"])["effects"][0]["status"].clone();
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     let post = hook(
         "post-tool-use-failure",
         &payload("post_push_failure.json", ws),
     );
     assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
-    assert_eq!(status(ws), "failed");
+    assert_eq!(first_effect_status(ws), "failed");
     let retry = pre("bash_push.json", ws);
     assert_eq!(
         retry.status.code(),
@@ -378,7 +395,7 @@ fn a_push_that_claude_code_reports_as_failed_may_be_retried() {
     // mapping every post event there) is a failure too.
     let post = hook("post-tool-use", &payload("post_push_failure.json", ws));
     assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
-    assert_eq!(status(ws), "failed");
+    assert_eq!(first_effect_status(ws), "failed");
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
 }
 
@@ -389,11 +406,10 @@ fn a_push_that_claude_code_reports_as_failed_may_be_retried() {
 fn a_push_that_gemini_cli_reports_as_failed_may_be_retried() {
     let dir = project(true);
     let ws = dir.path();
-    let status = |ws: &Path| rewind_json(ws, &["effects"])["effects"][0]["status"].clone();
     assert_eq!(pre("gemini_push.json", ws).status.code(), Some(0));
     let post = hook("post-tool-use", &payload("gemini_push_failed.json", ws));
     assert_eq!(post.status.code(), Some(0), "{}", stderr(&post));
-    assert_eq!(status(ws), "failed");
+    assert_eq!(first_effect_status(ws), "failed");
     assert_eq!(pre("gemini_push.json", ws).status.code(), Some(0));
     // Its success (no `error`) keeps it spent.
     let ok = payload("gemini_push_failed.json", ws).replace(
@@ -402,7 +418,7 @@ fn a_push_that_gemini_cli_reports_as_failed_may_be_retried() {
     );
     assert!(!ok.contains("shell_execute_error"), "{ok}");
     assert_eq!(hook("post-tool-use", &ok).status.code(), Some(0));
-    assert_eq!(status(ws), "succeeded");
+    assert_eq!(first_effect_status(ws), "succeeded");
     assert_eq!(pre("gemini_push.json", ws).status.code(), Some(2));
 }
 
@@ -420,15 +436,6 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
             .find(|s| s.starts_with("rewind effects resolve"))
             .unwrap_or_else(|| panic!("no command in: {err}"))
             .to_string()
-    };
-    let paste = |fix: &str| {
-        let sh = Command::new("sh")
-            .arg("-c")
-            .arg(fix.replacen("rewind", env!("CARGO_BIN_EXE_rewind"), 1))
-            .current_dir(ws)
-            .output()
-            .expect("run the fix");
-        assert!(sh.status.success(), "{fix}: {}", stderr(&sh));
     };
     // Never reported: `--outcome failed` is enough.
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
@@ -451,20 +458,20 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
         stderr(&refused)
     );
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(2));
-    paste(&unreported);
+    run_pasted(ws, &unreported);
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     // Reported as a success: the person must say `--reopen`.
     let ok = hook("post-tool-use", &payload("post_push_ok.json", ws));
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
     let succeeded = fix(&pre("bash_push.json", ws));
     assert!(succeeded.contains(" --reopen "), "{succeeded}");
-    paste(&succeeded);
+    run_pasted(ws, &succeeded);
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     // The same through `rewind guard`, the barrier's CLI.
     let guard = ["guard", "--key", "charge-1", "--payload", "5"];
     assert_eq!(common::rewind(ws, &guard).status.code(), Some(0));
     let refused = common::rewind(ws, &guard);
-    paste(&fix(&refused));
+    run_pasted(ws, &fix(&refused));
     assert_eq!(common::rewind(ws, &guard).status.code(), Some(0));
 }
 
@@ -476,11 +483,10 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
 fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
     let dir = project(true);
     let ws = dir.path();
-    let status = |ws: &Path| rewind_json(ws, &["effects"])["effects"][0]["status"].clone();
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
     let ok = hook("post-tool-use", &payload("post_push_ok.json", ws));
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
-    assert_eq!(status(ws), "succeeded");
+    assert_eq!(first_effect_status(ws), "succeeded");
     let retry = payload("bash_push.json", ws).replace("STU2", "STU9");
     assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(2));
     let refused_failure = payload("post_push_failure.json", ws).replace("STU2", "STU9");
@@ -497,7 +503,7 @@ fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
         &payload("post_push_failure.json", ws),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(status(ws), "succeeded");
+    assert_eq!(first_effect_status(ws), "succeeded");
     assert_eq!(
         hook("pre-tool-use", &retry).status.code(),
         Some(2),
@@ -507,7 +513,7 @@ fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
     let out = common::rewind(ws, &["effects", "resolve", key, "--outcome", "failed"]);
     assert_eq!(out.status.code(), Some(1), "reopened without --reopen");
     assert!(stderr(&out).contains("--reopen"), "{}", stderr(&out));
-    assert_eq!(status(ws), "succeeded");
+    assert_eq!(first_effect_status(ws), "succeeded");
     // The command the error gives runs as pasted: the key is quoted
     // (helper-31, D214).
     let err = stderr(&out);
@@ -515,14 +521,8 @@ fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
         .split('`')
         .find(|s| s.starts_with("rewind effects resolve"))
         .unwrap_or_else(|| panic!("no command in: {err}"));
-    let sh = Command::new("sh")
-        .arg("-c")
-        .arg(fix.replacen("rewind", env!("CARGO_BIN_EXE_rewind"), 1))
-        .current_dir(ws)
-        .output()
-        .expect("run the fix");
-    assert!(sh.status.success(), "{fix}: {}", stderr(&sh));
-    assert_eq!(status(ws), "failed");
+    run_pasted(ws, fix);
+    assert_eq!(first_effect_status(ws), "failed");
     assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(0));
 }
 

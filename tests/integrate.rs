@@ -561,6 +561,26 @@ fn a_rerun_with_a_new_command_moves_our_hooks_and_keeps_wrapped_ones() {
     assert_eq!(codex(ws), ["/new/bin/rewind hook pre-tool-use"]);
 }
 
+/// `integrate claude` (this build as the command) over settings holding
+/// one `PreToolUse` hook, `command` under `matcher`.
+fn integrate_over_pre_hook(ws: &Path, matcher: &str, command: &str) -> Value {
+    write(
+        &ws.join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": [{"matcher": matcher, "hooks": [{"type": "command", "command": command}]}]}})
+            .to_string()
+            .as_bytes(),
+    );
+    rewind_json(
+        ws,
+        &[
+            "integrate",
+            "claude",
+            "--command",
+            env!("CARGO_BIN_EXE_rewind"),
+        ],
+    )
+}
+
 /// A wrapped hook is kept as the user wrote it, so a rerun after the
 /// binary moved leaves it on the old path: it then fails on every call
 /// (exit 127), which the agent does not treat as a block, and every push
@@ -577,13 +597,7 @@ fn a_wrapped_hook_whose_binary_is_gone_is_named() {
         (dead.to_string(), true),
         (format!("timeout 10 '{live}' hook pre-tool-use"), false),
     ] {
-        write(
-            &ws.join(".claude/settings.json"),
-            json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": wrapped}]}]}})
-                .to_string()
-                .as_bytes(),
-        );
-        let v = rewind_json(ws, &["integrate", "claude", "--command", live]);
+        let v = integrate_over_pre_hook(ws, "Bash", &wrapped);
         assert_eq!(
             claude_hooks(ws, "PreToolUse"),
             [wrapped.as_str()],
@@ -614,13 +628,7 @@ fn a_hook_that_runs_for_some_tools_only_is_named() {
         ("*", false),
         ("", false),
     ] {
-        write(
-            &ws.join(".claude/settings.json"),
-            json!({"hooks": {"PreToolUse": [{"matcher": matcher, "hooks": [{"type": "command", "command": wrapped}]}]}})
-                .to_string()
-                .as_bytes(),
-        );
-        let v = rewind_json(ws, &["integrate", "claude", "--command", live]);
+        let v = integrate_over_pre_hook(ws, matcher, &wrapped);
         assert_eq!(
             claude_hooks(ws, "PreToolUse"),
             [wrapped.as_str()],
