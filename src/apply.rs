@@ -557,6 +557,10 @@ pub fn apply(
     // Directories whose metadata is set last, with their target entry when
     // a change carries it (parents under --exact-times are looked up).
     let mut dir_fixups: BTreeMap<Vec<u8>, Option<Entry>> = BTreeMap::new();
+    // Directories the plan changes in place (mode, xattrs): written once
+    // their metadata is set, so that a rewind's count is its dry run's
+    // (helper-55).
+    let mut changed_in_place: HashSet<Vec<u8>> = HashSet::new();
     let mut links: Vec<&Change> = Vec::new();
     // Paths where something the capture did not see was found (D111):
     // they and everything below them are left as they are.
@@ -598,6 +602,8 @@ pub fn apply(
                     report.written += 1;
                     report.touched.dir(&ch.path);
                     failpoint::hit("apply:dir-created");
+                } else {
+                    changed_in_place.insert(ch.path.clone());
                 }
                 dir_fixups.insert(ch.path.clone(), Some(new.clone()));
             }
@@ -826,6 +832,9 @@ pub fn apply(
                 continue;
             }
             Err(e) => return Err(Error::os(e)),
+        }
+        if changed_in_place.contains(&path) {
+            report.written += 1;
         }
         report.touched.dir(&path);
         fixed.insert(path);

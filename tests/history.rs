@@ -753,6 +753,25 @@ fn head_before_history_and_an_empty_diff_are_said() {
     assert!(out.stderr.is_empty(), "{out:?}");
 }
 
+/// A directory whose mode the rewind puts back counted in its dry run
+/// but not in the rewind (helper-55): the two counts now agree.
+#[test]
+fn a_rewind_counts_what_its_dry_run_counts() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("f"), b"a");
+    write(&root.join("d/g"), b"b");
+    common::chmod(&root.join("f"), 0o644);
+    common::chmod(&root.join("d"), 0o755);
+    let a = checkpoint_id(root, &["a"]);
+    common::chmod(&root.join("f"), 0o600);
+    common::chmod(&root.join("d"), 0o700);
+    let plan = rewind_json(root, &["rewind", &a, "--dry-run"]);
+    let done = rewind_json(root, &["rewind", &a]);
+    assert_eq!(plan["changes"]["written"], 2, "{plan}");
+    assert_eq!(done["changes"], plan["changes"], "{done}\n{plan}");
+}
+
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
 /// (which must take it whole); the tree after, outside `.rewind/`.
 fn git_apply_reverse(root: &std::path::Path, patch: &[u8]) -> Tree {
