@@ -531,18 +531,15 @@ pub enum Resolution {
 fn resolve_command(scope: &str, key: &str, reopen: bool) -> String {
     const PASTABLE: usize = 300;
     let reopen = if reopen { " --reopen" } else { "" };
+    // `--scope=WORD`: a scope that starts with `-` is then no option.
     let scope = crate::names::shell_word(scope);
-    let key = if key.len() > PASTABLE {
-        "KEY".to_string()
-    } else {
-        crate::names::shell_word(key)
+    let resolve = |key: &str| {
+        format!("`rewind effects resolve --scope={scope} --outcome failed{reopen} -- {key}`")
     };
-    let command =
-        format!("`rewind effects resolve --scope {scope} --outcome failed{reopen} -- {key}`");
-    if key == "KEY" {
-        format!("{command} with KEY from `rewind effects --json`")
+    if key.len() > PASTABLE {
+        format!("{} with KEY from `rewind effects --json`", resolve("KEY"))
     } else {
-        command
+        resolve(&crate::names::shell_word(key))
     }
 }
 

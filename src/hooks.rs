@@ -223,7 +223,8 @@ impl ToolCall {
         if !is_shell_tool(&self.tool_name) {
             return false;
         }
-        simple_commands(&self.argument()).iter().any(|c| {
+        let line = without_heredoc_text(&self.argument());
+        simple_commands(&line).iter().any(|c| {
             let w: Vec<String> = words(c).into_iter().map(|(_, w)| w).collect();
             let Some((first, rest)) = w.split_first() else {
                 return false;
@@ -231,20 +232,87 @@ impl ToolCall {
             if first.rsplit('/').next() != Some("rewind") {
                 return false;
             }
-            let Some(at) = rest.iter().position(|x| x == "effects") else {
-                return false;
-            };
-            let after = &rest[at + 1..];
-            if !after.iter().any(|x| x == "resolve") {
+            // The verb is the first word that is no global option (`-C
+            // DIR`, `--json`, `-q`): `rewind restore HEAD -- effects
+            // resolve` names paths (helper-56).
+            let mut args = rest.iter();
+            let mut verb = Vec::new();
+            while let Some(a) = args.next() {
+                if a == "-C" {
+                    args.next();
+                } else if a.starts_with('-') {
+                    if a == "-h" || a == "--help" {
+                        return false;
+                    }
+                } else {
+                    verb.push(a.as_str());
+                    if verb.len() == 2 {
+                        break;
+                    }
+                }
+            }
+            if verb != ["effects", "resolve"] {
                 return false;
             }
+            let after: Vec<&String> = args.collect();
+            let asks = |x: &str| after.iter().any(|a| *a == x);
             let succeeded = after
                 .windows(2)
                 .any(|p| p[0] == "--outcome" && p[1] == "succeeded")
-                || after.iter().any(|x| x == "--outcome=succeeded");
-            !succeeded
+                || asks("--outcome=succeeded");
+            !(succeeded || asks("-h") || asks("--help"))
         })
     }
+}
+
+/// A shell line without the text of its here-documents, unless a shell
+/// reads them (`bash <<EOF`): a commit message or a README written through
+/// `cat <<'EOF'` that mentions `rewind effects resolve` read as running it
+/// (helper-56). Only for D286's check: an effect rule matches more, not
+/// less (D129).
+fn without_heredoc_text(line: &str) -> String {
+    let mut out = String::new();
+    let mut lines = line.split('\n');
+    while let Some(l) = lines.next() {
+        out.push_str(l);
+        out.push('\n');
+        let Some(at) = l.find("<<").filter(|&at| !l[at..].starts_with("<<<")) else {
+            continue;
+        };
+        let spec = l[at + 2..].trim_start();
+        let (strip_tabs, spec) = match spec.strip_prefix('-') {
+            Some(rest) => (true, rest.trim_start()),
+            None => (false, spec),
+        };
+        let delimiter: String = spec
+            .chars()
+            .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+            .take_while(|c| !c.is_whitespace() && !";|&)<>".contains(*c))
+            .collect();
+        let reader = simple_commands(&l[..at]).pop().unwrap_or_default();
+        let reader = words(&reader)
+            .first()
+            .map(|(_, w)| w.clone())
+            .unwrap_or_default();
+        let shell = ["sh", "bash", "zsh", "dash", "ksh", "eval", "source", "."]
+            .contains(&reader.rsplit('/').next().unwrap_or_default());
+        if delimiter.is_empty() || shell {
+            continue;
+        }
+        for body in lines.by_ref() {
+            let end = if strip_tabs {
+                body.trim_start_matches('\t')
+            } else {
+                body
+            };
+            if end == delimiter {
+                out.push_str(body);
+                out.push('\n');
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// `Tool(glob)` or `glob`.
@@ -325,6 +393,8 @@ fn is_shell_tool(name: &str) -> bool {
 /// or braces outside quotes. Not a shell parser; enough to find `git
 /// push` wherever a line puts it (D129, D153).
 fn simple_commands(line: &str) -> Vec<String> {
+    // A backslash-newline joins two lines into one (`git \⏎ push`).
+    let line = &line.replace("\\\n", "");
     let mut parts = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
@@ -559,6 +629,10 @@ fn words(cmd: &str) -> Vec<(usize, String)> {
     let mut quote: Option<char> = None;
     let mut chars = cmd.char_indices();
     while let Some((at, c)) = chars.next() {
+        // A `#` starting a word starts a comment, to the end of the line.
+        if c == '#' && quote.is_none() && cur.is_none() {
+            break;
+        }
         let word = &mut cur.get_or_insert_with(|| (at, String::new())).1;
         match (quote, c) {
             (Some(q), c) if c == q => quote = None,
@@ -808,6 +882,11 @@ mod tests {
             "sudo -u dev rewind effects resolve k",
             "bash -c 'rewind effects resolve k --outcome failed'",
             "true; rewind effects resolve k --outcome succeeded; rewind effects resolve k --outcome failed",
+            // A comment is no outcome; a shell reading a here-document
+            // runs it; a line after one still runs.
+            "rewind effects resolve k --outcome failed # --outcome succeeded",
+            "bash <<'EOF'\nrewind effects resolve k --outcome failed\nEOF",
+            "cat <<EOF > notes\nx\nEOF\nrewind -C . effects resolve k",
         ] {
             assert!(shell("Bash", line).reopens_an_effect(), "{line}");
             assert!(
@@ -821,6 +900,14 @@ mod tests {
             "grep -n 'rewind effects resolve' README.md",
             "echo rewind effects resolve k",
             "rewind checkpoint effects-resolve",
+            // What helper-56 found refused: text written through a
+            // here-document, help, paths, a continued line.
+            "cat >> README.md <<'EOF'\nrewind effects resolve --scope=hook --outcome failed -- KEY\nEOF",
+            "git commit -F - <<EOF\ndocs: reopening\n\nrewind effects resolve is refused to the agent\nEOF\ngit log -1",
+            "rewind effects resolve --help",
+            "rewind effects resolve -h",
+            "rewind restore HEAD -- effects resolve",
+            "rewind effects resolve k --outcome succeeded\\\n -- k",
         ] {
             assert!(!shell("Bash", line).reopens_an_effect(), "{line}");
         }

@@ -498,7 +498,11 @@ impl ObjectStore {
     }
 
     /// An object's content. `size` (from the tree entry) says where to look
-    /// first; both places are tried.
+    /// first; every place is tried. A chunked object may be smaller than
+    /// [`CHUNKED_MIN`]: a file stat'ed at 4 MiB or more and cut before it
+    /// was read is stored in chunks at its read length, and looking for
+    /// chunks only at 4 MiB and up left that checkpoint unrestorable while
+    /// `verify --deep` said ok (helper-56, D291).
     pub fn data(&self, hash: &Hash, size: u64) -> Result<ObjectData> {
         let missing = || Error::ObjectMissing {
             hash: hash.to_hex(),
@@ -512,9 +516,7 @@ impl ObjectStore {
         if let Some(f) = self.open_file(hash)? {
             return Ok(ObjectData::File(f));
         }
-        if size >= CHUNKED_MIN
-            && let Some(chunks) = self.blobs.chunks(hash)?
-        {
+        if let Some(chunks) = self.blobs.chunks(hash)? {
             return Ok(ObjectData::Chunked(chunks));
         }
         match self.blobs.get(hash)? {
@@ -552,9 +554,16 @@ impl ObjectStore {
     /// holes of a chunked object (all-zero chunks are never written, D83).
     /// What a rewind's space check counts: a one-byte change in a 3 GiB
     /// sparse file needs one chunk, not 3 GiB.
+    /// A whole object file counts its allocated bytes: its copy leaves the
+    /// same holes (D287), and counting its length refused a rewind of
+    /// sparse files for space it never used (helper-56).
     pub fn bytes_to_write(&self, hash: &Hash, size: u64) -> u64 {
         match self.stored_chunks(hash, size) {
             Ok(Some(chunks)) => chunks.iter().map(|(_, len)| len).sum(),
+            _ if size >= INLINE_MAX => match self.stored_meta(hash) {
+                Ok(Some(meta)) if meta.size == size => meta.allocated.min(size),
+                _ => size,
+            },
             _ => size,
         }
     }

@@ -467,12 +467,28 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
     assert!(succeeded.contains(" --reopen "), "{succeeded}");
     run_pasted(ws, &succeeded);
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
-    // The same through `rewind guard`, the barrier's CLI.
-    let guard = ["guard", "--key", "charge-1", "--payload", "5"];
-    assert_eq!(common::rewind(ws, &guard).status.code(), Some(0));
-    let refused = common::rewind(ws, &guard);
-    run_pasted(ws, &fix(&refused));
-    assert_eq!(common::rewind(ws, &guard).status.code(), Some(0));
+    // The same through `rewind guard`, the barrier's CLI, also for a
+    // scope clap would read as an option and a key with a colon
+    // (helper-54, helper-56).
+    for effect in [
+        r#"{"key":"charge-1","payload":"5"}"#,
+        r#"{"scope":"-x","key":"a:b"}"#,
+        r#"{"scope":"--scope","key":"-k"}"#,
+    ] {
+        let guard = ["guard", effect];
+        assert_eq!(
+            common::rewind(ws, &guard).status.code(),
+            Some(0),
+            "{effect}"
+        );
+        let refused = common::rewind(ws, &guard);
+        run_pasted(ws, &fix(&refused));
+        assert_eq!(
+            common::rewind(ws, &guard).status.code(),
+            Some(0),
+            "{effect}"
+        );
+    }
 }
 
 /// A succeeded push stays spent: a failure reported afterwards by another

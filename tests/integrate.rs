@@ -627,6 +627,7 @@ fn a_hook_that_runs_for_some_tools_only_is_named() {
         ("Bash|Write", true),
         ("*", false),
         ("", false),
+        (".+", false),
     ] {
         let v = integrate_over_pre_hook(ws, matcher, &wrapped);
         assert_eq!(

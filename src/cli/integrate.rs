@@ -505,7 +505,7 @@ fn hooks_entry(
                 };
                 let (covers, stale) = reconcile(command, verb, &wanted, cmd, notes);
                 present |= covers;
-                if covers && matches!(matcher.as_str(), "" | "*" | ".*") {
+                if covers && matches!(matcher.as_str(), "" | "*" | ".*" | ".+") {
                     everywhere = true;
                 } else if covers && !narrow.contains(&matcher) {
                     narrow.push(matcher.clone());
@@ -521,7 +521,7 @@ fn hooks_entry(
         // installed while Write and Edit ran with no checkpoint (helper-53).
         if !narrow.is_empty() && !everywhere {
             notes.push(format!(
-                "your {event} hook runs `rewind hook {verb}` only for tools matching {}: other tools' calls (Write, Edit, ...) get {}; set its matcher to \"*\" if that is not what you want",
+                "your {event} hook runs `rewind hook {verb}` only for tools matching {}: calls of the tools it does not match get {}; set its matcher to \"*\" if that is not what you want",
                 narrow
                     .iter()
                     .map(|m| format!("\"{m}\""))
