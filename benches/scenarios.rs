@@ -1592,17 +1592,12 @@ fn scenario_d(
         }
         rw.push(m.ms(), m.maxrss_kib);
         rw.self_reported(&v);
-        let st = run(rewind_cmd(&pair.ws).args(["status", "--json"])).json();
-        let head = json_str(&st, "head", "d: status");
-        let changes = st["changes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("d: status JSON has no changes array: {st}"));
-        if head != x_id || !changes.is_empty() {
-            panic!(
-                "\n\n!!!!!!!! d: AFTER `rewind rewind {x_id}` STATUS IS NOT CLEAN AT {x_id} !!!!!!!!\n\
-                 status: {st}\nrewind: {v}\n"
-            );
-        }
+        clean_status(
+            &pair.ws,
+            &x_id,
+            &format!("d: AFTER `rewind rewind {x_id}`"),
+            &format!("rewind: {v}"),
+        );
         verify_equal(
             &format!("d: rewind to {x_id} (run {})", r + 1),
             &want,
@@ -1656,6 +1651,24 @@ fn scenario_d(
         detail: Value::Null,
     };
     (d, d2)
+}
+
+/// `rewind status --json` in `ws`, timed; it must say no changes at
+/// `want_head` (`what` and `context` name the case if not).
+fn clean_status(ws: &Path, want_head: &str, what: &str, context: &str) -> Measured {
+    let m = run(rewind_cmd(ws).args(["status", "--json"]));
+    let st = m.json();
+    let head = json_str(&st, "head", what);
+    let changes = st["changes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: status JSON has no changes array: {st}"));
+    if head != want_head || !changes.is_empty() {
+        panic!(
+            "\n\n!!!!!!!! {what}: STATUS IS NOT CLEAN AT {want_head} !!!!!!!!\n\
+             status: {st}\n{context}\n"
+        );
+    }
+    m
 }
 
 /// How much another program has written, not yet written back, when d3's
@@ -1774,17 +1787,7 @@ fn scenario_status_after_rewind(
 ) -> Scenario {
     let (mut after, mut cached, mut read) =
         (Series::default(), Series::default(), Series::default());
-    let status = |what: &str, want_head: &str| {
-        let m = run(rewind_cmd(&pair.ws).args(["status", "--json"]));
-        let v = m.json();
-        let head = json_str(&v, "head", what);
-        let clean = v["changes"].as_array().is_some_and(Vec::is_empty);
-        assert!(
-            head == want_head && clean,
-            "{what}: status is not clean at {want_head}: {v}"
-        );
-        m
-    };
+    let status = |what: &str, want_head: &str| clean_status(&pair.ws, want_head, what, "");
     let big = pair.ws.join(&tree.big);
     for r in 0..args.runs {
         eprintln!(

@@ -211,9 +211,7 @@ impl ToolCall {
             || flag("success") == Some(false)
             || code.is_some_and(|c| c != 0)
     }
-}
 
-impl ToolCall {
     /// Whether this is a shell line that runs `rewind effects resolve`
     /// with any outcome but `succeeded`: reopening a guarded effect is a
     /// person's decision (D279). A refusal names that command for the

@@ -70,10 +70,12 @@ impl Engine {
         // reflink has none, which "walk with clones" here contradicted
         // (helper-55).
         if fs.kind == FsKind::Xfs {
-            let bulk_off = std::env::var("REWIND_BULKSTAT").is_ok_and(|v| v == "0");
             return (
                 Engine::Walk,
-                match (rewind_platform::is_root(), bulk_off) {
+                match (
+                    rewind_platform::is_root(),
+                    crate::workspace::bulkstat_turned_off(),
+                ) {
                     (true, false) => {
                         "XFS: stat-cache walk; as root, a bulk stat of the tree's inode chunks replaces the stat per path (REWIND_BULKSTAT=0 turns it off)"
                     }

@@ -150,6 +150,12 @@ fn meta_path(root_path: &Path) -> PathBuf {
 }
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// `REWIND_BULKSTAT=0`: the walk stats each path even where root could
+/// bulk stat XFS's inode chunks (D60); `doctor` says so.
+pub(crate) fn bulkstat_turned_off() -> bool {
+    std::env::var("REWIND_BULKSTAT").is_ok_and(|v| v == "0")
+}
+
 /// Ignore rules kept in the state directory, where no rewind reaches.
 pub const STATE_IGNORE_FILE: &str = "ignore";
 
@@ -1345,10 +1351,7 @@ impl Workspace {
         cache: &capture::StatCache,
         same_rules: bool,
     ) -> Result<Option<capture::Scope>> {
-        if self.fs.kind != FsKind::Xfs
-            || !rewind_platform::is_root()
-            || std::env::var("REWIND_BULKSTAT").is_ok_and(|v| v == "0")
-        {
+        if self.fs.kind != FsKind::Xfs || !rewind_platform::is_root() || bulkstat_turned_off() {
             return Ok(None);
         }
         let _t = crate::trace::span("bulk stat");
@@ -1988,7 +1991,7 @@ impl Workspace {
             };
             let mut ck = self.ledger.head()?.ok_or_else(unknown)?;
             for ancestors in 0..up {
-                let parent = ck.parent.as_ref().ok_or(Error::BeforeHistory {
+                let parent = ck.parent.as_ref().ok_or_else(|| Error::BeforeHistory {
                     spec: spec.to_string(),
                     ancestors,
                 })?;
