@@ -533,6 +533,7 @@ pub fn apply(
             .old
             .as_ref()
             .ok_or_else(|| Error::Usage("internal: removal without old entry".into()))?;
+        let deleted_before = report.deleted;
         remove_guided(
             dir,
             OsStr::from_bytes(name),
@@ -541,6 +542,17 @@ pub fn apply(
             &ch.path,
             &mut report,
         )?;
+        // A type change is one entry written, as its dry run counts it:
+        // what it replaced is no deletion of its own; what was below a
+        // directory it replaced is (helper-58, D295).
+        if ch.new.is_some()
+            && report.deleted > deleted_before
+            && dir
+                .stat_at(OsStr::from_bytes(name))
+                .is_err_and(|e| e.is_not_found())
+        {
+            report.deleted -= 1;
+        }
         if old.kind() == Kind::Dir {
             report.touched.needs_syncfs();
         } else {

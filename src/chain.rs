@@ -259,6 +259,12 @@ impl Anchor {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => {
+                return Err(Error::InvalidPath {
+                    path: path.to_path_buf(),
+                    reason: "is a directory: name a file in it, e.g. anchor.json".into(),
+                });
+            }
             Err(e) => {
                 return Err(Error::os(rewind_platform::Error::new(
                     "read anchor",

@@ -39,7 +39,7 @@ pub enum Error {
         cause: Box<Error>,
     },
 
-    #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", path.display(), shortfall.map(|(need, free)| format!(" (this needs {} and {} are free)", crate::progress::human_bytes(need), crate::progress::human_bytes(free))).unwrap_or_default())]
+    #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), shortfall.map(|(need, free)| format!(" (this needs {} and {} are free)", crate::progress::human_bytes(need), crate::progress::human_bytes(free))).unwrap_or_default())]
     NoSpace {
         path: PathBuf,
         /// Bytes needed and bytes free, when known before starting.
@@ -48,7 +48,10 @@ pub enum Error {
 
     /// `gc` itself could not write what it prunes: pointing at `gc` again
     /// sent the user round in a circle (helper-52).
-    #[error("no space left on the device holding {}, not even for `rewind gc` to record what it prunes (it needs a few MiB; the reserve beside the ledger is used or was never made on a filesystem this small): free some space outside the history (build output, caches, other files on that filesystem), then run `rewind gc` again; nothing was changed", path.display())]
+    #[error(
+        "no space left on the device holding {}, not even for `rewind gc` to record what it prunes (it needs a few MiB; the reserve beside the ledger is used or was never made on a filesystem this small): free some space outside the history (build output, caches, other files on that filesystem), then run `rewind gc` again; nothing was changed",
+        crate::names::human_os_path(path)
+    )]
     NoSpaceToPrune { path: PathBuf },
 
     #[error("{}: nothing was changed (list, status, diff, du and verify work read-only)", read_only_fix(path, subvolume.as_deref(), *denied))]
@@ -62,7 +65,7 @@ pub enum Error {
         denied: bool,
     },
 
-    #[error("{}: permission denied: it belongs to {}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner", path.display(), owner_name(*owner), state.display())]
+    #[error("{}: permission denied: it belongs to {}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner", crate::names::human_os_path(path), owner_name(*owner), crate::names::human_os_path(state))]
     NotOwner {
         path: PathBuf,
         owner: u32,
@@ -72,38 +75,60 @@ pub enum Error {
 
     /// What root's command server does not do for a workspace's owner
     /// (D151): `path` is the workspace.
-    #[error("{}: {what}, which root's mount does not do for the workspace's owner: {fix}", path.display())]
+    #[error(
+        "{}: {what}, which root's mount does not do for the workspace's owner: {fix}",
+        crate::names::human_os_path(path)
+    )]
     RootOnly {
         path: PathBuf,
         what: String,
         fix: String,
     },
 
-    #[error("{source}: {} is immutable or append-only (`lsattr -d` shows it; set with `chattr +i`/`+a`), which not even root can replace; `sudo chattr -i -a {}` if that is meant to change, then retry", locked.display(), locked.display())]
+    #[error(
+        "{source}: {} is immutable or append-only (`lsattr -d` shows it; set with `chattr +i`/`+a`), which not even root can replace; `sudo chattr -i -a {}` if that is meant to change, then retry",
+        crate::names::human_os_path(locked),
+        crate::names::human_os_path(locked)
+    )]
     Immutable {
         locked: PathBuf,
         source: rewind_platform::Error,
     },
 
-    #[error("{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first", path.display())]
+    #[error(
+        "{} is not a rewind workspace (no .rewind/ in it or any parent): run `rewind init` there first",
+        crate::names::human_os_path(path)
+    )]
     NotAWorkspace { path: PathBuf },
 
-    #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history", path.display(), path.parent().map(|p| p.display().to_string()).unwrap_or_default())]
+    #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history", crate::names::human_os_path(path), path.parent().map(|p| crate::names::human_os_path(p).into_owned()).unwrap_or_default())]
     LedgerMissing { path: PathBuf },
 
-    #[error("{} is a btrfs snapshot (or copy) of a workspace: its history, the nested subvolume .rewind/state, is never part of a snapshot and stayed with the original workspace (run rewind there); to give this tree a history of its own, move its .rewind aside and run `rewind init`", path.display())]
+    #[error(
+        "{} is a btrfs snapshot (or copy) of a workspace: its history, the nested subvolume .rewind/state, is never part of a snapshot and stayed with the original workspace (run rewind there); to give this tree a history of its own, move its .rewind aside and run `rewind init`",
+        crate::names::human_os_path(path)
+    )]
     HistoryElsewhere { path: PathBuf },
 
-    #[error("the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more", path.display())]
+    #[error(
+        "the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more",
+        crate::names::human_os_path(path)
+    )]
     LedgerCorrupt { path: PathBuf, detail: String },
 
-    #[error("the history changed while this command read it: another process (`rewind gc`, or a rewind's retention) pruned what it was reading from {}; nothing was changed, run it again", path.display())]
+    #[error(
+        "the history changed while this command read it: another process (`rewind gc`, or a rewind's retention) pruned what it was reading from {}; nothing was changed, run it again",
+        crate::names::human_os_path(path)
+    )]
     HistoryChanged { path: PathBuf },
 
-    #[error("the ledger {} was never finished: a `rewind init` or first checkpoint was interrupted before it recorded anything; `rewind init` (or `rewind checkpoint`) creates it again", path.display())]
+    #[error(
+        "the ledger {} was never finished: a `rewind init` or first checkpoint was interrupted before it recorded anything; `rewind init` (or `rewind checkpoint`) creates it again",
+        crate::names::human_os_path(path)
+    )]
     LedgerUnfinished { path: PathBuf },
 
-    #[error("ledger {}: {source}", path.display())]
+    #[error("ledger {}: {source}", crate::names::human_os_path(path))]
     Db {
         path: PathBuf,
         #[source]
@@ -129,7 +154,7 @@ pub enum Error {
     #[error("'{id}' is ambiguous: it matches {}; type more characters of the id", candidates.join(", "))]
     AmbiguousId { id: String, candidates: Vec<String> },
 
-    #[error("the workspace is busy: {} holds {}; wait for it, or retry", locked_by(*pid, path), path.display())]
+    #[error("the workspace is busy: {} holds {}; wait for it, or retry", locked_by(*pid, path), crate::names::human_os_path(path))]
     Locked { path: PathBuf, pid: Option<u32> },
 
     #[error(
@@ -137,7 +162,11 @@ pub enum Error {
     )]
     PlanChanged { expected: String, actual: String },
 
-    #[error("{} is outside the workspace {}: name a path inside it", path.display(), workspace.display())]
+    #[error(
+        "{} is outside the workspace {}: name a path inside it",
+        crate::names::human_os_path(path),
+        crate::names::human_os_path(workspace)
+    )]
     OutsideWorkspace { path: PathBuf, workspace: PathBuf },
 
     #[error("{}: {reason}", crate::names::human_os_path(path))]
@@ -169,18 +198,21 @@ pub enum Error {
         force_frees: Option<u64>,
     },
 
-    #[error("btrfs: {}: {reason}", path.display())]
+    #[error("btrfs: {}: {reason}", crate::names::human_os_path(path))]
     Btrfs { path: PathBuf, reason: String },
 
     /// Processes use a directory an operation must replace (`init
     /// --subvolume`): BUSY, as for a busy `unmount` (helper-42, D262).
-    #[error("{} {reason}", path.display())]
+    #[error("{} {reason}", crate::names::human_os_path(path))]
     Busy { path: PathBuf, reason: String },
 
     #[error("cancelled by the caller before anything was committed: nothing changed")]
     Cancelled,
 
-    #[error("stored object {hash} for {} is missing or damaged: the history is incomplete; `rewind verify --deep` lists what is damaged, and a checkpoint stores them again from a file holding them once its stat changed (`touch` it; an unchanged file is not read again)", path.display())]
+    #[error(
+        "stored object {hash} for {} is missing or damaged: the history is incomplete; `rewind verify --deep` lists what is damaged, and a checkpoint stores them again from a file holding them once its stat changed (`touch` it; an unchanged file is not read again)",
+        crate::names::human_os_path(path)
+    )]
     ObjectMissing { hash: String, path: PathBuf },
 }
 
@@ -235,6 +267,15 @@ fn locked_by(pid: Option<u32>, path: &Path) -> String {
         ),
         None => "another rewind process".into(),
     }
+}
+
+/// The deepest part of `path` that exists: a full disk was said to hold
+/// `.rewind/tmp/ch.27621.0`, a temporary file already removed
+/// (helper-59).
+fn existing_part(path: &Path) -> &Path {
+    path.ancestors()
+        .find(|p| p.symlink_metadata().is_ok())
+        .unwrap_or(path)
 }
 
 fn owner_name(uid: u32) -> String {
@@ -395,17 +436,17 @@ fn read_only_fix(path: &Path, subvolume: Option<&Path>, denied: bool) -> String 
     match subvolume {
         None if denied => format!(
             "{} is not writable by this user (uid {}), though its filesystem is: its owner or mode keeps this user out; fix them (`ls -ld` shows them; `chown`/`chmod`), or run rewind as its owner, then retry",
-            path.display(),
+            crate::names::human_os_path(path),
             rewind_platform::euid()
         ),
         Some(sub) => format!(
             "{} is in a read-only btrfs subvolume: make it writable (`btrfs property set {} ro false`), then retry",
-            path.display(),
+            crate::names::human_os_path(path),
             crate::names::shell_word(&sub.to_string_lossy())
         ),
         None => format!(
             "{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry",
-            path.display()
+            crate::names::human_os_path(path),
         ),
     }
 }

@@ -88,6 +88,12 @@ pub struct Freed {
     /// the right to do so deletes them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub snapshots_left: Vec<String>,
+    /// Bytes of free ledger pages this gc gave back to the filesystem,
+    /// and those still free inside the ledger file: SQLite reuses them,
+    /// and each gc gives back a bounded share (D44). "freed 66 MiB"
+    /// while the file shrank by 7 read as a bug (helper-58, D297).
+    pub ledger_released: u64,
+    pub ledger_free: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -377,7 +383,7 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         }
     }
     if !dry_run {
-        ws.ledger().release_free_pages()?;
+        (freed.ledger_released, freed.ledger_free) = ws.ledger().release_free_pages()?;
     }
     Ok(freed)
 }

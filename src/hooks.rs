@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::effects::{Request, payload_hash};
+use crate::names::shell_word;
 
 pub use crate::config::{CONFIG_FILE, Config, EffectRule};
 
@@ -82,11 +83,20 @@ impl ToolCall {
     /// The argument rules glob over: the shell command, else the file.
     pub fn argument(&self) -> String {
         let field = |k: &str| self.tool_input.get(k).and_then(Value::as_str);
-        // Some agents send a command as its argv.
+        // Some agents send a command as its argv: each word is quoted as
+        // a shell would need it, so that `["bash", "-lc", "git push"]` is
+        // the line `bash -lc 'git push'`, whose inner command the rules
+        // and D286 see. Joined bare, it read as `bash -lc git push`, and
+        // the second push went through (D293).
         let argv = || {
-            let words = self.tool_input.get("command")?.as_array()?;
-            let words: Option<Vec<&str>> = words.iter().map(Value::as_str).collect();
-            Some(words?.join(" "))
+            let words = self.argv()?;
+            Some(
+                words
+                    .iter()
+                    .map(|w| shell_word(w))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
         };
         // A shell line's blanks outside quotes are squeezed: `git  push`
         // is the same command, and must be the same effect (D191).
@@ -103,14 +113,28 @@ impl ToolCall {
             .unwrap_or_default()
     }
 
+    /// The command's words, when the agent sent it as its argv.
+    fn argv(&self) -> Option<Vec<&str>> {
+        let words = self.tool_input.get("command")?.as_array()?;
+        words.iter().map(Value::as_str).collect()
+    }
+
+    /// An argv command as builds before D293 read it, its words joined
+    /// bare: a rule is tried on it too (a glob written for the bare form
+    /// must not stop matching, D129), and an effect recorded under it is
+    /// the same effect.
+    fn argv_joined_bare(&self) -> Option<String> {
+        Some(self.argv()?.join(" ").trim().to_string())
+    }
+
     /// A checkpoint label naming the call, short enough to read in `list`.
     pub fn label(&self) -> String {
-        // Control characters (a newline, a terminal escape) would reach
-        // `list` and the user's terminal.
+        // Control and invisible characters (a newline, a terminal escape, a
+        // direction override) would reach `list` and the user's terminal.
         let mut arg: String = self
             .argument()
             .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
+            .map(|c| if crate::names::unseen(c) { ' ' } else { c })
             .collect();
         // Paths inside the project read better relative to it.
         if let Some(cwd) = &self.cwd
@@ -118,7 +142,11 @@ impl ToolCall {
         {
             arg = rel.to_string();
         }
-        let tool: String = self.tool_name.chars().filter(|c| !c.is_control()).collect();
+        let tool: String = self
+            .tool_name
+            .chars()
+            .filter(|c| !crate::names::unseen(*c))
+            .collect();
         let mut label = if arg.is_empty() {
             format!("before {tool}")
         } else {
@@ -141,11 +169,16 @@ impl ToolCall {
             });
         // A shell command is its own identity and payload: the description
         // the agent attaches changes between identical runs.
+        let by_field = named.is_some();
         let (what, payload) = match named {
             Some(k) => (k, self.tool_input.to_string()),
             None if self.tool_input.get("command").is_some() => {
                 let arg = self.argument();
-                (arg.clone(), arg)
+                // An argv's payload stays its bare join, as before D293:
+                // the effect an earlier build recorded is the same one,
+                // not a PAYLOAD_MISMATCH.
+                let payload = self.argv_joined_bare().unwrap_or_else(|| arg.clone());
+                (arg, payload)
             }
             None => {
                 let payload = self.tool_input.to_string();
@@ -160,11 +193,24 @@ impl ToolCall {
         } else {
             &self.tool_name
         };
-        let former_keys = SHELL_TOOLS
+        let mut former_keys: Vec<String> = SHELL_TOOLS
             .iter()
             .filter(|t| **t != tool)
             .map(|t| Request::bounded_key(format!("{t}:{what}")))
             .collect();
+        // What a build before D293 keyed an argv command by.
+        if !by_field && let Some(bare) = self.argv_joined_bare().filter(|b| *b != what) {
+            let tools: Vec<&str> = if is_shell_tool(&self.tool_name) {
+                SHELL_TOOLS.to_vec()
+            } else {
+                vec![tool]
+            };
+            former_keys.extend(
+                tools
+                    .iter()
+                    .map(|t| Request::bounded_key(format!("{t}:{bare}"))),
+            );
+        }
         Request {
             scope: "hook".into(),
             key: Request::bounded_key(format!("{tool}:{what}")),
@@ -218,12 +264,7 @@ impl ToolCall {
     /// user; an agent that ran it itself after a timeout on a charge that
     /// went through would charge twice (helper-54).
     pub fn reopens_an_effect(&self) -> bool {
-        if !is_shell_tool(&self.tool_name) {
-            return false;
-        }
-        let line = without_heredoc_text(&self.argument());
-        simple_commands(&line).iter().any(|c| {
-            let w: Vec<String> = words(c).into_iter().map(|(_, w)| w).collect();
+        self.shell_commands().iter().any(|w| {
             let Some((first, rest)) = w.split_first() else {
                 return false;
             };
@@ -261,13 +302,108 @@ impl ToolCall {
             !(succeeded || asks("-h") || asks("--help"))
         })
     }
+
+    /// The file a file tool (Write, Edit, NotebookEdit; Gemini CLI's
+    /// `write_file`, `replace`) writes, as the payload names it.
+    pub fn file_written(&self) -> Option<&str> {
+        if is_shell_tool(&self.tool_name) {
+            return None;
+        }
+        ["file_path", "notebook_path"]
+            .into_iter()
+            .find_map(|k| self.tool_input.get(k).and_then(Value::as_str))
+            .filter(|f| !f.is_empty())
+    }
+
+    /// The words of each simple command a shell call runs; none for
+    /// other tools. Here-document text is no command (helper-56).
+    fn shell_commands(&self) -> Vec<Vec<String>> {
+        if !is_shell_tool(&self.tool_name) {
+            return Vec::new();
+        }
+        let line = without_heredoc_text(&self.argument());
+        simple_commands(&line)
+            .iter()
+            .map(|c| words(c).into_iter().map(|(_, w)| w).collect())
+            .collect()
+    }
+
+    /// A git command in this shell call that would delete `.rewind/`,
+    /// and the form of it that keeps the history. `.rewind/` is ignored
+    /// (D80), and `git clean -x`/`-X` and `git stash --all` take ignored
+    /// files: an agent's routine `git clean -fdx` deleted every
+    /// checkpoint, the one made for that very call included (helper-58,
+    /// D296). A dry run, or one that already leaves `.rewind` out, is not
+    /// refused.
+    pub fn deletes_the_history(&self) -> Option<(String, String)> {
+        self.shell_commands().into_iter().find_map(|w| {
+            let (first, rest) = w.split_first()?;
+            if first.rsplit('/').next() != Some("git") {
+                return None;
+            }
+            // git's own options come before its verb.
+            let mut args = rest.iter();
+            let mut verb = None;
+            while let Some(a) = args.next() {
+                match a.as_str() {
+                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" => {
+                        args.next();
+                    }
+                    a if a.starts_with('-') => {}
+                    a => {
+                        verb = Some(a.to_string());
+                        break;
+                    }
+                }
+            }
+            let after: Vec<&str> = args.map(String::as_str).collect();
+            let short = |c: char| {
+                after
+                    .iter()
+                    .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(c))
+            };
+            let long = |o: &str| after.contains(&o);
+            if after.iter().any(|a| a.contains(".rewind")) {
+                return None;
+            }
+            let line = w
+                .iter()
+                .map(|x| shell_word(x))
+                .collect::<Vec<_>>()
+                .join(" ");
+            match verb.as_deref()? {
+                "clean" if (short('x') || short('X')) && !short('n') && !long("--dry-run") => {
+                    Some((line.clone(), format!("{line} -e .rewind")))
+                }
+                "stash" => {
+                    let sub = after.first().filter(|a| !a.starts_with('-')).copied();
+                    let all = short('a') || long("--all");
+                    let pushes = matches!(sub, None | Some("push" | "save"));
+                    (all && pushes && !long("--")).then(|| {
+                        let opts: Vec<String> = after
+                            .iter()
+                            .filter(|a| !matches!(**a, "push" | "save"))
+                            .map(|a| shell_word(a))
+                            .collect();
+                        let opts = if opts.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" {}", opts.join(" "))
+                        };
+                        (line, format!("git stash push{opts} -- ':(exclude).rewind'"))
+                    })
+                }
+                _ => None,
+            }
+        })
+    }
 }
 
 /// A shell line without the text of its here-documents, unless a shell
 /// reads them (`bash <<EOF`): a commit message or a README written through
 /// `cat <<'EOF'` that mentions `rewind effects resolve` read as running it
-/// (helper-56). Only for D286's check: an effect rule matches more, not
-/// less (D129).
+/// (helper-56). Only for the hooks' own refusals (D286, D296): an effect
+/// rule matches more, not less (D129).
 fn without_heredoc_text(line: &str) -> String {
     let mut out = String::new();
     let mut lines = line.split('\n');
@@ -367,8 +503,8 @@ impl<'a> Pattern<'a> {
         let Some(a) = self.argument else {
             return true;
         };
-        let arg = call.argument();
-        glob(a, &arg) || simple_commands(&arg).iter().any(|c| glob(a, c))
+        let tried = |arg: &str| glob(a, arg) || simple_commands(arg).iter().any(|c| glob(a, c));
+        tried(&call.argument()) || call.argv_joined_bare().is_some_and(|b| tried(&b))
     }
 }
 
@@ -868,6 +1004,114 @@ mod tests {
         // Only the exact name stands for the shell: a glob stays a glob.
         let c = Config::parse("[[effect]]\nmatch = \"Ba*(git push*)\"\n").unwrap();
         assert!(c.effect(&call("run_shell_command", push)).is_none());
+    }
+
+    /// D293: an argv command is read as the shell line it stands for.
+    #[test]
+    fn an_argv_command_is_guarded_like_its_shell_line() {
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
+        let argv = |words: &[&str]| call("Bash", serde_json::json!({ "command": words }));
+        for words in [
+            &["bash", "-lc", "git push origin main"][..],
+            &["/bin/sh", "-c", "cd repo && git push"],
+            &["env", "GIT_TRACE=1", "git", "push"],
+        ] {
+            assert!(c.effect(&argv(words)).is_some(), "{words:?}");
+        }
+        for words in [&["bash", "-lc", "echo git push"][..], &["echo", "git push"]] {
+            assert!(c.effect(&argv(words)).is_none(), "{words:?}");
+        }
+        // Its key is the quoted line; the bare join earlier builds
+        // recorded stays the same effect.
+        let (req, _) = c
+            .effect(&argv(&["bash", "-lc", "git push origin main"]))
+            .unwrap();
+        assert_eq!(req.key, "Bash:bash -lc 'git push origin main'");
+        assert!(
+            req.former_keys
+                .contains(&"Bash:bash -lc git push origin main".to_string())
+        );
+        let (plain, _) = c.effect(&argv(&["git", "push", "origin", "main"])).unwrap();
+        assert_eq!(plain.key, "Bash:git push origin main");
+        assert_eq!(
+            plain.former_keys,
+            ["run_shell_command:git push origin main"]
+        );
+        // A glob written for the bare join still fires.
+        let bare =
+            Config::parse("[[effect]]\nmatch = \"Bash(curl https://x/pay?id=*)\"\n").unwrap();
+        assert!(
+            bare.effect(&argv(&["curl", "https://x/pay?id=7"]))
+                .is_some()
+        );
+        assert!(
+            argv(&["bash", "-lc", "rewind effects resolve k --outcome failed"]).reopens_an_effect()
+        );
+        assert!(
+            argv(&[
+                "rewind",
+                "effects",
+                "resolve",
+                "--outcome",
+                "failed",
+                "--",
+                "k"
+            ])
+            .reopens_an_effect()
+        );
+        assert!(
+            !argv(&[
+                "rewind",
+                "effects",
+                "resolve",
+                "--outcome",
+                "succeeded",
+                "--",
+                "k"
+            ])
+            .reopens_an_effect()
+        );
+    }
+
+    /// D296: git commands that take ignored files, `.rewind/` among them.
+    #[test]
+    fn git_commands_that_delete_ignored_files_are_named_with_a_safe_form() {
+        let shell = |line: &str| call("Bash", serde_json::json!({ "command": line }));
+        for (line, instead) in [
+            ("git clean -fdx", "git clean -fdx -e .rewind"),
+            (
+                "cd app && git clean -f -d -X",
+                "git clean -f -d -X -e .rewind",
+            ),
+            ("git -C . clean -xfd", "git -C . clean -xfd -e .rewind"),
+            ("git stash -a", "git stash push -a -- ':(exclude).rewind'"),
+            (
+                "git stash push --all -m 'wip x'",
+                "git stash push --all -m 'wip x' -- ':(exclude).rewind'",
+            ),
+        ] {
+            let found = shell(line).deletes_the_history();
+            assert_eq!(found.map(|(_, i)| i).as_deref(), Some(instead), "{line}");
+        }
+        for line in [
+            "git clean -fd",
+            "git clean -ndx",
+            "git clean -fdx --dry-run",
+            "git clean -fdx -e .rewind",
+            "git clean -fdx -e .rewind/",
+            "git stash -u",
+            "git stash apply",
+            "git stash push -a -- ':!.rewind'",
+            "echo git clean -fdx",
+            "cat <<'EOF' > notes\ngit clean -fdx\nEOF",
+        ] {
+            assert!(shell(line).deletes_the_history().is_none(), "{line}");
+        }
+        let write = call(
+            "Write",
+            serde_json::json!({"file_path": "x", "content": "git clean -fdx"}),
+        );
+        assert!(write.deletes_the_history().is_none());
     }
 
     #[test]

@@ -1616,8 +1616,10 @@ impl Ledger {
 
     /// Give free pages back to the filesystem (ledgers created with
     /// `auto_vacuum=INCREMENTAL`; a no-op on older ones), then fold the WAL
-    /// into the main file so the space shows in `df`.
-    pub fn release_free_pages(&self) -> Result<()> {
+    /// into the main file so the space shows in `df`. The bytes given
+    /// back, and those still free inside the file.
+    pub fn release_free_pages(&self) -> Result<(u64, u64)> {
+        let (_, free_before) = self.used_bytes()?;
         // incremental_vacuum frees one page per step: step it to the end
         // (execute_batch would step once). Each page moved costs ~0.2 ms,
         // so one gc returns at most RELEASE_PAGES_PER_RUN pages and
@@ -1633,7 +1635,9 @@ impl Ledger {
         while rows.next().map_err(self.err())?.is_some() {}
         drop(rows);
         drop(stmt);
-        self.fold_wal()
+        self.fold_wal()?;
+        let (_, free_after) = self.used_bytes()?;
+        Ok((free_before.saturating_sub(free_after), free_after))
     }
 
     /// Fold the WAL into the main file and truncate it. A process that

@@ -69,7 +69,23 @@ pub fn human_name<'a>(path: &'a str, path_hex: Option<&str>) -> Cow<'a, str> {
 }
 
 fn needs_escape(c: char) -> bool {
-    c.is_control() || c == '"' || c == '\\'
+    unseen(c) || c == '"' || c == '\\'
+}
+
+/// A character a terminal does not show as itself: a control character,
+/// or an invisible one that reorders or hides what follows (U+202E
+/// turned `fix gnp.exe` into what reads as `fix exe.png`; U+2028 breaks
+/// the line in some terminals): shown escaped, refused in labels
+/// (helper-59, D294).
+pub fn unseen(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{061C}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}')
 }
 
 /// How a quoted name writes what it cannot show as is.
@@ -113,8 +129,11 @@ fn quoted_with(prefix: &str, name: &[u8], escapes: Escapes) -> String {
                 '\t' => q.push_str("\\t"),
                 '"' => q.push_str("\\\""),
                 '\\' => q.push_str("\\\\"),
-                c if c.is_control() => match escapes {
-                    Escapes::Hex => q.push_str(&format!("\\x{:02x}", c as u32)),
+                c if unseen(c) => match escapes {
+                    Escapes::Hex if (c as u32) <= 0xff => {
+                        q.push_str(&format!("\\x{:02x}", c as u32));
+                    }
+                    Escapes::Hex => q.push_str(&format!("\\u{{{:04x}}}", c as u32)),
                     Escapes::Octal => {
                         for b in c.encode_utf8(&mut [0; 4]).bytes() {
                             byte(&mut q, b);

@@ -99,15 +99,28 @@ pub struct RewindReport {
 }
 
 /// `PLAN_CHANGED` unless the plan's fingerprint `fp` is the one
-/// `--expect` names (when it names one).
+/// `--expect` names (when it names one). A fingerprint is read as ids
+/// are, whatever its case; anything that cannot be one is a usage error,
+/// not a plan that changed (helper-59, D294).
 fn check_expected(opts: &RewindOptions, fp: &str) -> Result<()> {
-    match &opts.expect {
-        Some(expected) if expected != fp => Err(Error::PlanChanged {
-            expected: expected.clone(),
-            actual: fp.to_string(),
-        }),
-        _ => Ok(()),
+    let Some(expected) = &opts.expect else {
+        return Ok(());
+    };
+    let given = expected.trim();
+    if given.len() != fp.len() || !given.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::Usage(format!(
+            "--expect takes the {}-hex-digit fingerprint a --dry-run printed, not {}",
+            fp.len(),
+            crate::names::quoted_label(&crate::names::cut(expected, 40))
+        )));
     }
+    if !given.eq_ignore_ascii_case(fp) {
+        return Err(Error::PlanChanged {
+            expected: given.to_string(),
+            actual: fp.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// The fingerprint `--expect` compares: the plan itself, what it writes
@@ -156,20 +169,20 @@ fn fingerprint(op: Op, to: &Hash, changes: &[Change], opts: &RewindOptions) -> S
     h.finish().to_hex()[..16].to_string()
 }
 
-/// The changes that take the live tree `from` to `to`, restricted to
-/// `paths` when given (then missing parent directories are created too).
-/// Nothing at or below a path `to`'s checkpoint skipped (`kept`) is
-/// touched: that checkpoint holds nothing for it (D143).
+/// The changes that take the live tree `from` to `to`, the tree of
+/// checkpoint `target_id`, restricted to `paths` when given (then missing
+/// parent directories are created too). Nothing at or below a path that
+/// checkpoint skipped (`kept`) is touched: it holds nothing for it (D143).
 fn plan(
     live: &rewind_platform::Dir,
     trees: &Trees<'_>,
     from: &Hash,
-    to: &Hash,
+    (target_id, to): (&str, &Hash),
     paths: &[Vec<u8>],
     kept: &[Vec<u8>],
     opts: DiffOptions,
 ) -> Result<Vec<Change>> {
-    let mut out = plan_all(live, trees, from, to, paths, opts)?;
+    let mut out = plan_all(live, trees, from, (target_id, to), paths, opts)?;
     if !kept.is_empty() {
         let kept: std::collections::HashSet<Vec<u8>> = kept.iter().cloned().collect();
         out.retain(|c| !crate::capture::is_at_or_below(&c.path, &kept));
@@ -198,11 +211,12 @@ fn live_entry_exists(live: &rewind_platform::Dir, rel: &[u8]) -> bool {
         .is_ok()
 }
 
+/// [`plan`] before it leaves out what it must not touch.
 fn plan_all(
     live: &rewind_platform::Dir,
     trees: &Trees<'_>,
     from: &Hash,
-    to: &Hash,
+    (target_id, to): (&str, &Hash),
     paths: &[Vec<u8>],
     opts: DiffOptions,
 ) -> Result<Vec<Change>> {
@@ -237,8 +251,8 @@ fn plan_all(
                     crate::names::human_bytes_name(l)
                 ),
                 // There, but in neither tree: the capture left it out.
-                None if live_entry_exists(live, p) => "is in the workspace but in no capture: the ignore rules exclude it (`.rewindignore`, `.rewind/ignore`) or it could not be read, so that checkpoint holds nothing to restore".into(),
-                None => "exists neither in that checkpoint nor in the workspace (check the path with `rewind diff`)".into(),
+                None if live_entry_exists(live, p) => format!("is in the workspace but in no capture: the ignore rules exclude it (`.rewindignore`, `.rewind/ignore`) or it could not be read, so checkpoint {target_id} holds nothing to restore"),
+                None => format!("exists neither in checkpoint {target_id} nor in the workspace (check the path with `rewind diff {target_id} live`)"),
             };
             return Err(Error::InvalidPath {
                 path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(p)),
@@ -606,7 +620,14 @@ fn run_to(
             checkpoint_live_before(ws, &label, to, safety_seq, &opts.paths, dopts).and_then(
                 |saved| {
                     retried_from = saved;
-                    reapply_from_live(ws, &target.id, target.root, &opts.paths, aopts, dopts)
+                    reapply_from_live(
+                        ws,
+                        &target.id,
+                        target.root,
+                        &opts.paths,
+                        (aopts, dopts),
+                        Some(safety_seq),
+                    )
                 },
             )
         }
@@ -786,7 +807,15 @@ fn plan_in(
     dopts: DiffOptions,
 ) -> Result<Planned> {
     let skipped = ws.ledger().skipped(target_id)?;
-    let changes = plan(ws.root_dir(), trees, from, to, paths, &skipped, dopts)?;
+    let changes = plan(
+        ws.root_dir(),
+        trees,
+        from,
+        (target_id, to),
+        paths,
+        &skipped,
+        dopts,
+    )?;
     let mut kept = Vec::new();
     let changes = keep::what_the_capture_did_not_see(ws, trees, from, changes, &mut kept)?;
     let changes = keep::what_the_target_ignores(ws, trees, to, target_id, changes, &mut kept)?;
@@ -954,19 +983,74 @@ fn reapply_from_live(
     target_id: &str,
     to_root: Hash,
     paths: &[Vec<u8>],
-    aopts: ApplyOptions,
-    dopts: DiffOptions,
+    (aopts, dopts): (ApplyOptions, DiffOptions),
+    safety: Option<i64>,
 ) -> Result<ApplyReport> {
     let cap = ws.capture(Sink::HashOnly, "recovering")?;
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(to_root);
-    let Planned { changes, kept, .. } =
-        plan_in(ws, &trees, &cap.root, &to_root, target_id, paths, dopts)?;
+    let Planned {
+        mut changes, kept, ..
+    } = plan_in(ws, &trees, &cap.root, &to_root, target_id, paths, dopts)?;
+    if let Some(before) = safety
+        .map(|s| ws.ledger().checkpoint_by_seq(s))
+        .transpose()?
+        .flatten()
+    {
+        let made = parents_made_since(&trees, &before.root, &cap.root, &to_root, paths)?;
+        if !made.is_empty() {
+            changes.extend(made);
+            changes.sort_by(|a, b| a.path.cmp(&b.path));
+            changes.dedup_by(|a, b| a.path == b.path);
+        }
+    }
     let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
     report.kept.extend(kept);
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
     report.touched.needs_syncfs();
     Ok(report)
+}
+
+/// The parents of a restore's `paths` that the tree `before` it lacked
+/// and the interrupted apply made, whose metadata is not yet the
+/// target's: a restore makes a missing parent at 0700 and gives it its
+/// mode last, so one killed in between left them 0700 for good, the
+/// plan made again seeing directories that exist (helper-57, D298).
+fn parents_made_since(
+    trees: &Trees<'_>,
+    before: &Hash,
+    live: &Hash,
+    to: &Hash,
+    paths: &[Vec<u8>],
+) -> Result<Vec<Change>> {
+    let is_dir = |e: &Option<crate::tree::Entry>| {
+        e.as_ref()
+            .is_some_and(|e| e.kind() == crate::tree::Kind::Dir)
+    };
+    let mut out = Vec::new();
+    for p in paths {
+        for (i, _) in p.iter().enumerate().filter(|(_, b)| **b == b'/') {
+            let prefix = &p[..i];
+            let (Some(now), Some(want)) =
+                (trees.entry_at(live, prefix)?, trees.entry_at(to, prefix)?)
+            else {
+                continue;
+            };
+            let differs = now.mode != want.mode || now.xattrs != want.xattrs;
+            if differs
+                && now.kind() == crate::tree::Kind::Dir
+                && want.kind() == crate::tree::Kind::Dir
+                && !is_dir(&trees.entry_at(before, prefix)?)
+            {
+                out.push(Change {
+                    path: prefix.to_vec(),
+                    old: Some(now),
+                    new: Some(want),
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Apply a plan towards checkpoint `target_id`, cloning from its btrfs
@@ -1134,7 +1218,7 @@ fn roll_back(
         // going back removes it: saved first (helper-30, D213).
         let label = format!("before rolling back a {} to {target_id}", op.as_str());
         saved = checkpoint_live_before(ws, &label, (&to.id, to.root), safety, paths, dopts)?;
-        let report = reapply_from_live(ws, &to.id, to.root, paths, aopts, dopts)?;
+        let report = reapply_from_live(ws, &to.id, to.root, paths, (aopts, dopts), None)?;
         ws.sync_applied(&report.touched, Before::Unknown, true)?;
         Ok(to.id)
     };
@@ -1263,7 +1347,14 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     );
     let to = (target.as_str(), intent.to_root);
     let kept = checkpoint_live_before(ws, &label, to, intent.safety, &paths, dopts)?;
-    let report = match reapply_from_live(ws, &target, intent.to_root, &paths, aopts, dopts) {
+    let report = match reapply_from_live(
+        ws,
+        &target,
+        intent.to_root,
+        &paths,
+        (aopts, dopts),
+        Some(intent.safety),
+    ) {
         Ok(r) => r,
         Err(e) => {
             // Retried and failed again: the same error would stop every
@@ -1340,7 +1431,7 @@ fn checkpoint_live_before(
             ws.root_dir(),
             &trees,
             &cap.root,
-            &to_root,
+            (target_id, &to_root),
             paths,
             &kept,
             dopts,

@@ -341,8 +341,11 @@ pub fn check_label(label: &str) -> Result<()> {
         ("is empty", one_line)
     } else if label.len() > LABEL_MAX {
         ("is longer than 256 bytes", one_line)
-    } else if label.chars().any(char::is_control) {
-        ("holds a control character (newline, tab, escape)", one_line)
+    } else if label.chars().any(crate::names::unseen) {
+        (
+            "holds a control or invisible character (newline, tab, escape, a direction override)",
+            one_line,
+        )
     } else if names_head(label) {
         (
             "could never be named: HEAD, @, HEAD~N and @~N mean the current checkpoint and its ancestors",
@@ -685,8 +688,26 @@ impl Workspace {
                 e => e,
             })?
         };
-        let objects = state.open_dir(OsStr::new("objects")).map_err(Error::os)?;
-        let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
+        // Empty directories git does not bring back: `git stash -a` and
+        // `pop` left `.rewind/` without them, and every verb failed on a
+        // bare ENOENT (helper-58, D295). Made again where the ledger is;
+        // what the ledger names that is not there `verify --deep` lists.
+        let open_or_make = |name: &str| {
+            let name = OsStr::new(name);
+            match state.open_dir(name) {
+                Err(e) if e.is_not_found() && !fs.read_only => {
+                    match state.mkdir(name, 0o755) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(Error::os(e)),
+                    }
+                    state.open_dir(name).map_err(Error::os)
+                }
+                r => r.map_err(Error::os),
+            }
+        };
+        let objects = open_or_make("objects")?;
+        let tmp = open_or_make("tmp")?;
         // A workspace made before the guards gets them now (one stat when
         // they are there); failing to write them must not stop a command.
         if let Err(e) = crate::git_guard::ensure(&state, &tmp) {

@@ -1479,7 +1479,14 @@ fn refused_or_conflicting_input_changes_nothing_and_is_not_overridden() {
     write(&root.join("a.txt"), b"changed");
     let out = rewind(
         &root,
-        &["--json", "rewind", &a, "--dry-run", "--expect", "0000"],
+        &[
+            "--json",
+            "rewind",
+            &a,
+            "--dry-run",
+            "--expect",
+            "0000000000000000",
+        ],
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["error"]["code"], "PLAN_CHANGED", "{v}");
@@ -1633,6 +1640,9 @@ fn labels_are_one_short_line_of_text() {
     for bad in [
         "two\nlines",
         "red\u{1b}[31m",
+        // D294: what reorders or breaks a line unseen.
+        "fix \u{202e}gnp.exe",
+        "a\u{2028}b",
         "",
         "   ",
         long.as_str(),
@@ -1665,7 +1675,7 @@ fn labels_are_one_short_line_of_text() {
     assert_eq!(out.status.code(), Some(1), "{id}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["error"]["code"], "USAGE", "{v}");
-    common::pre_bash_hook(ws, "echo \u{1b}[31mred\nrm -rf x");
+    common::pre_bash_hook(ws, "echo \u{1b}[31mred\u{202e}\nrm -rf x");
     let list = rewind_json(ws, &["list"]);
     let label = list["checkpoints"]
         .as_array()
@@ -1675,4 +1685,131 @@ fn labels_are_one_short_line_of_text() {
         .to_string();
     assert!(label.starts_with("before Bash: echo"), "{list}");
     assert!(!label.chars().any(char::is_control), "{label:?}");
+    assert!(!label.contains('\u{202e}'), "{label:?}");
+    // A note may hold such characters; `list` shows them escaped (D294).
+    write(&ws.join("b.txt"), b"b3");
+    rewind_json(ws, &["checkpoint"]);
+    rewind_json(
+        ws,
+        &["rewind", "HEAD~1", "--report", "tried \u{202e}gnp.exe"],
+    );
+    let human = String::from_utf8_lossy(&rewind(ws, &["list"]).stdout).to_string();
+    assert!(
+        human.contains(r#"note: "tried \u{202e}gnp.exe""#),
+        "{human}"
+    );
+    assert!(!human.contains('\u{202e}'), "{human}");
+}
+
+/// D294 (helper-59): under `--json` stdout holds one JSON object whatever
+/// was asked: help and version too, a hook payload that is not UTF-8,
+/// clap's tip kept and the internal verbs left out. A fingerprint is read
+/// in either case and one that cannot be a fingerprint is `USAGE`, not
+/// `PLAN_CHANGED`. Relative paths follow `-C`, as with `git -C`; `guard`
+/// from a removed directory finds its workspace as the hooks do.
+#[test]
+fn json_is_one_object_and_paths_follow_dash_c() {
+    let tmp = common::tmp();
+    let ws = tmp.path().join("proj");
+    std::fs::create_dir_all(ws.join("gone")).expect("mkdir");
+    write(&ws.join("a.txt"), b"1");
+    rewind_json(&ws, &["init"]);
+    let json_of = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    for args in [
+        &["--json", "--version"][..],
+        &["--json", "--help"],
+        &["--json", "list", "--help"],
+    ] {
+        let out = rewind(&ws, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(json_of(&out)["text"].is_string(), "{args:?}");
+    }
+    let missing = json_of(&rewind(&ws, &["--json"]));
+    let message = missing["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("checkpoint"), "{missing}");
+    assert!(!message.contains("serve-commands"), "{missing}");
+    let typo = json_of(&rewind(&ws, &["--json", "chekpoint"]));
+    assert!(
+        typo["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("tip: a similar subcommand exists: 'checkpoint'")),
+        "{typo}"
+    );
+    let hook = common::rewind_fed(&ws, &["--json", "hook", "pre-tool-use"], b"\xff\xfe{", &[]);
+    assert_eq!(hook.status.code(), Some(1));
+    assert_eq!(json_of(&hook)["error"]["code"], "USAGE");
+
+    // --expect: capitals are the same fingerprint; garbage is USAGE.
+    let before = checkpoint_id(&ws, &[]);
+    write(&ws.join("a.txt"), b"2");
+    let dry = rewind_json(&ws, &["rewind", &before, "--dry-run"]);
+    let fp = dry["plan_fingerprint"].as_str().expect("fingerprint");
+    for bad in ["not-a-fingerprint", ""] {
+        let out = rewind(&ws, &["--json", "rewind", &before, "--expect", bad]);
+        assert_eq!(json_of(&out)["error"]["code"], "USAGE", "{bad:?}");
+    }
+    assert_eq!(std::fs::read(ws.join("a.txt")).expect("read"), b"2");
+    let upper = fp.to_ascii_uppercase();
+    rewind_json(&ws, &["rewind", &before, "--expect", &upper]);
+    assert_eq!(std::fs::read(ws.join("a.txt")).expect("read"), b"1");
+
+    // -C: `init sub` and `anchor FILE` are relative to DIR.
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    std::fs::create_dir_all(ws.join("sub")).expect("mkdir");
+    rewind_json(&elsewhere, &["-C", "../proj/sub", "init", "."]);
+    rewind_json(&elsewhere, &["-C", "../proj", "anchor", "anchor.json"]);
+    assert!(ws.join("sub/.rewind").is_dir());
+    assert!(ws.join("anchor.json").is_file());
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), 0);
+    rewind_json(
+        &elsewhere,
+        &["-C", "../proj", "verify", "--anchor", "anchor.json"],
+    );
+
+    // guard from a directory removed under the shell: the workspace's
+    // barrier, refused the second time (exit 2), not a usage error.
+    let guard = |cwd: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(cwd)
+            .env("PWD", cwd)
+            .args(["--json", "guard", "--key", "deploy-1"])
+            .output()
+            .expect("run")
+    };
+    let gone = ws.join("gone");
+    let first = guard(&gone);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let mut held = Command::new("sh")
+        .current_dir(&gone)
+        .args([
+            "-c",
+            "rmdir \"$PWD\" && exec \"$0\" --json guard --key deploy-1",
+        ])
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .env("PWD", &gone)
+        .output()
+        .expect("run");
+    assert!(!gone.exists());
+    assert_eq!(
+        held.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&held.stderr)
+    );
+    held.stdout.retain(|b| *b != b'\n');
+    assert_eq!(
+        json_of(&held)["decision"],
+        "refused",
+        "{}",
+        String::from_utf8_lossy(&held.stdout)
+    );
 }

@@ -676,3 +676,45 @@ fn a_ledger_whose_creation_was_killed_is_made_again_by_the_next_init_or_checkpoi
         }
     }
 }
+
+/// D298: a `restore` of a path whose parents the tree lacks makes them at
+/// 0700 and gives them their modes last. Killed in between, the command
+/// that finished it planned again from a tree where they existed, so they
+/// stayed 0700 for good, neither the tree before nor the target, while
+/// `verify --deep` said ok (helper-57, 17 of 4,303 rounds). At each apply
+/// point the finished restore gives them the checkpoint's modes.
+#[test]
+fn a_killed_restore_gives_the_parents_it_made_their_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    for point in [
+        "apply:dir-created:2",
+        "apply:file-written",
+        "apply:meta-fixed",
+    ] {
+        let dir = common::tmp();
+        let root = dir.path();
+        write(&root.join("d0/d1/d3/f.txt"), b"hi\n");
+        for (d, mode) in [("d0", 0o755), ("d0/d1", 0o755), ("d0/d1/d3", 0o750)] {
+            common::chmod(&root.join(d), mode);
+        }
+        let want = snapshot(root);
+        let c1 = checkpoint_id(root, &["c1"]);
+        std::fs::remove_dir_all(root.join("d0")).expect("rm");
+        let out = rewind_env(
+            root,
+            &["restore", &c1, "--", "d0/d1/d3/f.txt"],
+            &[("REWIND_FAILPOINT", point)],
+        );
+        assert!(killed(&out), "{point}: not killed: {:?}", out.status);
+        rewind_json(root, &["status"]);
+        for (d, mode) in [("d0", 0o755), ("d0/d1", 0o755), ("d0/d1/d3", 0o750)] {
+            let got = std::fs::metadata(root.join(d))
+                .expect("stat")
+                .permissions()
+                .mode()
+                & 0o7777;
+            assert_eq!(got, mode, "{point}: {d} is {got:o}");
+        }
+        assert_same(point, &want, &snapshot(root));
+    }
+}

@@ -930,6 +930,13 @@ fn gc_reports_the_bytes_of_the_tree_nodes_it_deletes() {
     }
     let before = tree_bytes(ws);
     let dry = rewind_json(ws, &["gc", "--keep-last", "1", "--force", "--dry-run"]);
+    // The ledger's size as SQLite sees it, its WAL included.
+    let file = || {
+        let c = rusqlite::Connection::open(ws.join(".rewind/ledger.db")).expect("open ledger");
+        let q = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).expect(sql) as u64;
+        q("PRAGMA page_count") * q("PRAGMA page_size")
+    };
+    let file_before = file();
     let r = rewind_json(ws, &["gc", "--keep-last", "1", "--force"]);
     let dropped = before - tree_bytes(ws);
     assert!(dropped > 4 * 2000 * 10, "four wide nodes went: {dropped} B");
@@ -938,6 +945,11 @@ fn gc_reports_the_bytes_of_the_tree_nodes_it_deletes() {
         dry["freed"]["tree_bytes"], r["freed"]["tree_bytes"],
         "{dry}"
     );
+    // D297: what the ledger file gave back is what it shrank by.
+    let released = r["freed"]["ledger_released"].as_u64().expect("released");
+    assert!(released > 0, "{r}");
+    assert_eq!(file_before - file(), released, "{r}");
+    assert!(r["freed"]["ledger_free"].is_u64(), "{r}");
 }
 
 /// `status`, `diff` and a dry run take no lock. A `gc` that pruned the

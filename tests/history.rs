@@ -770,6 +770,16 @@ fn a_rewind_counts_what_its_dry_run_counts() {
     let done = rewind_json(root, &["rewind", &a]);
     assert_eq!(plan["changes"]["written"], 2, "{plan}");
     assert_eq!(done["changes"], plan["changes"], "{done}\n{plan}");
+    // A type change, file to directory and back, counted one deletion
+    // too many in the rewind (helper-58, D295).
+    std::fs::remove_file(root.join("f")).expect("rm");
+    write(&root.join("f/inner"), b"c");
+    let b = checkpoint_id(root, &["b"]);
+    for to in [&a, &b] {
+        let plan = rewind_json(root, &["rewind", to, "--dry-run"]);
+        let done = rewind_json(root, &["rewind", to]);
+        assert_eq!(done["changes"], plan["changes"], "{done}\n{plan}");
+    }
 }
 
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
@@ -1306,5 +1316,49 @@ fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
     assert!(
         shown.contains("MiB read"),
         "no bytes in the progress line: {shown}"
+    );
+}
+
+/// D295: `diff --patch` left out a file over the patch limit whose size
+/// changed, as if unchanged (helper-58): its content was read from
+/// neither side, and two empty sides compared equal. It says "Large file,
+/// not shown" as for one that kept its size; a big file only chmodded
+/// gets its mode lines alone.
+#[test]
+fn a_patch_names_every_big_file_that_changed() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let big = common::pseudo_random(6 << 20, 7);
+    write(&root.join("grown.bin"), &big);
+    write(&root.join("moded.bin"), &big[..2 << 20]);
+    common::chmod(&root.join("moded.bin"), 0o644);
+    let a = checkpoint_id(root, &["a"]);
+    let mut more = big.clone();
+    more.extend_from_slice(b"tail");
+    write(&root.join("grown.bin"), &more);
+    common::chmod(&root.join("moded.bin"), 0o755);
+    let b = checkpoint_id(root, &["b"]);
+    for args in [
+        &["diff", &a, &b, "--patch"][..],
+        &["diff", &a, "live", "--patch"],
+    ] {
+        let out = rewind(root, args);
+        let patch = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            patch.contains("diff --git a/grown.bin b/grown.bin\nLarge file, not shown\n"),
+            "{args:?}: {patch}"
+        );
+        assert!(
+            patch
+                .contains("diff --git a/moded.bin b/moded.bin\nold mode 100644\nnew mode 100755\n"),
+            "{args:?}: {patch}"
+        );
+        assert!(!patch.contains("moded.bin\nLarge"), "{args:?}: {patch}");
+    }
+    let only = rewind(root, &["diff", &a, &b, "--patch", "--", "grown.bin"]);
+    assert!(
+        String::from_utf8_lossy(&only.stdout).contains("Large file, not shown"),
+        "{}",
+        String::from_utf8_lossy(&only.stdout)
     );
 }

@@ -910,6 +910,9 @@ fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
         serde_json::json!("sudo -u deploy git push origin t2"),
         serde_json::json!("if true; then git push origin t3; fi"),
         serde_json::json!("bash -c 'git push origin t4'"),
+        // D293: an argv whose shell runs the push.
+        serde_json::json!(["bash", "-lc", "git push origin t5"]),
+        serde_json::json!(["/bin/sh", "-c", "cd repo && git push origin t6"]),
     ] {
         let call =
             serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws});
@@ -975,6 +978,69 @@ fn a_push_from_one_agent_is_refused_from_another_after_a_rewind() {
             "run_shell_command:git push origin dev"
         ]
     );
+}
+
+/// D293: a push an agent sent as argv (`["bash", "-lc", "git push …"]`)
+/// was keyed and matched by its words joined bare, `bash -lc git push
+/// …`, which runs no push: the second one went through. A push a build
+/// before D293 recorded under that bare key stays spent, and the agent's
+/// argv call of the reopening command is refused like its shell line.
+#[test]
+fn an_argv_push_is_the_same_effect_as_recorded_before_and_is_not_reopened_by_argv() {
+    let dir = project(true);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint"]);
+    let call = |argv: serde_json::Value| {
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": argv}, "cwd": ws})
+            .to_string()
+    };
+    let push = call(serde_json::json!(["bash", "-lc", "git push origin main"]));
+    // Recorded by an earlier build, under the bare join.
+    let out = rewind(
+        ws,
+        &[
+            "guard",
+            "--scope",
+            "hook",
+            "--key",
+            "Bash:bash -lc git push origin main",
+            "--payload",
+            "bash -lc git push origin main",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let again = hook("pre-tool-use", &push);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(stderr(&again).contains("SPENT"), "{}", stderr(&again));
+    for reopen in [
+        serde_json::json!([
+            "bash",
+            "-lc",
+            "rewind effects resolve --scope=hook --outcome failed -- k"
+        ]),
+        serde_json::json!([
+            "rewind",
+            "effects",
+            "resolve",
+            "--outcome",
+            "failed",
+            "--",
+            "k"
+        ]),
+    ] {
+        let refused = hook("pre-tool-use", &call(reopen.clone()));
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{reopen}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            stderr(&refused).contains("the user's decision"),
+            "{}",
+            stderr(&refused)
+        );
+    }
 }
 
 /// D211: a payload whose side fields had another JSON type than the
@@ -1112,4 +1178,111 @@ fn a_huge_command_is_guarded_by_its_hash_without_storing_it() {
         keys.iter().all(|k| k.len() < 400 && k.contains(" sha256:")),
         "{keys:?}"
     );
+}
+
+/// D296: `git clean -fdx` and `git stash -a` take ignored files, and
+/// `.rewind/` is one (D80): an agent's routine clean deleted every
+/// checkpoint, the hook's own for that call included (helper-58). The
+/// hook refuses them naming the form that keeps the history, which real
+/// git then runs, the history intact. D295: after `git stash -a` and
+/// `pop`, which leave out `.rewind/`'s empty directories, every verb
+/// works again.
+#[test]
+fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
+    let dir = project(false);
+    let ws = dir.path();
+    common::git(ws, &["init", "-q"]);
+    common::git(ws, &["add", "src"]);
+    common::git(ws, &["commit", "-qm", "init"]);
+    write(&ws.join("build/out.o"), b"obj");
+    write(&ws.join(".gitignore"), b"build/\n");
+    rewind_json(ws, &["checkpoint"]);
+    let call = |command: &str| {
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
+            .to_string()
+    };
+    for (command, instead) in [
+        ("git clean -fdx", "git clean -fdx -e .rewind"),
+        ("git stash -a", "git stash push -a -- ':(exclude).rewind'"),
+    ] {
+        let refused = hook("pre-tool-use", &call(command));
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{command}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            stderr(&refused).contains(&format!("run `{instead}` instead")),
+            "{}",
+            stderr(&refused)
+        );
+        let ok = hook("pre-tool-use", &call(instead));
+        assert_eq!(ok.status.code(), Some(0), "{instead}: {}", stderr(&ok));
+        let run = Command::new("sh")
+            .current_dir(ws)
+            .args(["-c", instead])
+            .output()
+            .expect("sh");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(
+            ws.join(".rewind/ledger.db").is_file(),
+            "{instead} took the history"
+        );
+        assert!(!ws.join("build").exists(), "{instead} left build/");
+        rewind_json(ws, &["verify"]);
+        if command.contains("stash") {
+            common::git(ws, &["stash", "pop", "-q"]);
+        }
+        write(&ws.join("build/out.o"), b"obj");
+    }
+    assert!(
+        hook("pre-tool-use", &call("git clean -fd"))
+            .status
+            .success()
+    );
+
+    // What `git stash -a` and `pop` leave: `.rewind/` without its empty
+    // directories.
+    for empty in ["objects", "tmp"] {
+        let path = ws.join(".rewind").join(empty);
+        if std::fs::read_dir(&path).expect("ls").next().is_none() {
+            std::fs::remove_dir(&path).expect("rmdir");
+        }
+    }
+    write(&ws.join("src/main.py"), b"print('v2')\n");
+    rewind_json(ws, &["status"]);
+    rewind_json(ws, &["checkpoint"]);
+    rewind_json(ws, &["verify", "--deep"]);
+}
+
+/// D296: an Edit is checkpointed in the workspace of the file it writes.
+/// Sent from a shell in another workspace, it was checkpointed there, and
+/// the edited workspace got nothing (helper-58).
+#[test]
+fn an_edit_is_checkpointed_in_the_workspace_of_its_file() {
+    let a = project(false);
+    let b = project(false);
+    let file = a.path().join("src/main.py");
+    let edit = serde_json::json!({
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Edit",
+        "tool_input": {"file_path": file, "old_string": "v1", "new_string": "v2"},
+        "cwd": b.path(),
+    })
+    .to_string();
+    let out = hook("pre-tool-use", &edit);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let hooked = |ws: &Path| {
+        checkpoints(ws)
+            .iter()
+            .filter(|c| c["kind"] == "hook")
+            .count()
+    };
+    assert_eq!(hooked(a.path()), 1, "{:?}", checkpoints(a.path()));
+    assert_eq!(hooked(b.path()), 0, "{:?}", checkpoints(b.path()));
 }

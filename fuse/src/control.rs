@@ -691,9 +691,14 @@ impl Client {
                 Ok(())
             }
             // Gone before or while it unmounted: clear what it left.
+            // Its lock file goes too: taken and dropped, it stayed.
             Err(Error::DaemonGone { .. }) => {
-                let _lock = MountLock::take(&self.mountpoint);
-                crate::daemon::detach_dead(&self.mountpoint)
+                let lock = MountLock::take(&self.mountpoint);
+                let detached = crate::daemon::detach_dead(&self.mountpoint);
+                if let Some(lock) = lock {
+                    lock.remove();
+                }
+                detached
             }
             Err(Error::Daemon { message, .. }) if message.starts_with("busy: ") => {
                 Err(Error::Busy {

@@ -25,7 +25,8 @@ impl Args {
 /// workspace whose chain still verifies against it: anchoring routinely
 /// after a truncation or a rewrite overwrote the one piece of evidence,
 /// and a shared file name overwrote another workspace's anchor.
-pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
+    args.file = args.file.map(|f| ctx.path_arg(&f));
     let mut ws = ctx.workspace()?;
     // The anchor commits to every checkpoint acknowledged so far: a btrfs
     // one whose manifest is pending gets its chain entry first.
@@ -58,6 +59,12 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         .map_err(|e| Error::Usage(format!("internal: {e}")))?;
     if let Some(path) = &args.file {
         super::write_atomically(path, &format!("{text}\n"), false)?;
+    }
+    // Without FILE the anchor is the output, not a report on it: `-q`
+    // keeps it, or `rewind -q anchor > FILE` wrote an empty file.
+    if args.file.is_none() && ctx.quiet && !ctx.json {
+        println!("{text}");
+        return Ok(());
     }
     ctx.emit(&anchor, || match &args.file {
         Some(p) => format!("anchored entry {seq} ({}) in {}", anchor.head, p.display()),

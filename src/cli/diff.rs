@@ -239,14 +239,23 @@ impl Sides<'_> {
         &self,
         e: Option<&crate::tree::Entry>,
         tree: Option<&rewind_platform::Dir>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Content> {
         Ok(match e.map(|e| (&e.target, e.size)) {
-            Some((Target::Object(h), size)) => self
-                .ws
-                .read_content(self.path, h, size, tree, PATCH_LIMIT + 1)?
-                .unwrap_or_default(),
-            Some((Target::Link(t), _)) => t.clone(),
-            _ => Vec::new(),
+            // Not read: the section says so either way, and a file
+            // neither stored nor in a tree read as empty on both sides,
+            // which dropped the section (helper-58, D295).
+            Some((Target::Object(_), size)) if size > PATCH_LIMIT => Content::Large,
+            Some((Target::Object(h), size)) => {
+                match self
+                    .ws
+                    .read_content(self.path, h, size, tree, PATCH_LIMIT + 1)?
+                {
+                    Some(bytes) => Content::Bytes(bytes),
+                    None => Content::Unavailable,
+                }
+            }
+            Some((Target::Link(t), _)) => Content::Bytes(t.clone()),
+            _ => Content::Bytes(Vec::new()),
         })
     }
 
@@ -260,16 +269,32 @@ impl Sides<'_> {
         new: Option<&crate::tree::Entry>,
     ) -> Result<()> {
         let (a_name, b_name) = (git_path("a/", self.path), git_path("b/", self.path));
-        let a = self.content(old, self.from_tree)?;
-        let b = self.content(new, self.to_tree)?;
-        let modes = match (old, new) {
-            (None, Some(n)) => format!("new file mode {}\n", git_mode(n)),
-            (Some(o), None) => format!("deleted file mode {}\n", git_mode(o)),
-            (Some(o), Some(n)) if git_mode(o) != git_mode(n) => {
-                format!("old mode {}\nnew mode {}\n", git_mode(o), git_mode(n))
+        let same_object = matches!((old, new), (Some(o), Some(n)) if o.target == n.target);
+        let (a, b) = match (
+            self.content(old, self.from_tree)?,
+            self.content(new, self.to_tree)?,
+        ) {
+            (Content::Bytes(a), Content::Bytes(b)) => (a, b),
+            (a, b) => {
+                // Not compared byte for byte: the entries' objects say
+                // whether the content changed.
+                let why = if matches!(a, Content::Large) || matches!(b, Content::Large) {
+                    "Large file, not shown"
+                } else {
+                    "Content not stored, not shown"
+                };
+                let modes = mode_lines(old, new);
+                if !same_object || !modes.is_empty() {
+                    out.push_str(&format!("diff --git {a_name} {b_name}\n{modes}"));
+                    if !same_object {
+                        out.push_str(why);
+                        out.push('\n');
+                    }
+                }
+                return Ok(());
             }
-            _ => String::new(),
         };
+        let modes = mode_lines(old, new);
         // A change git cannot say (644 to 600, an mtime): no section. A
         // bare `diff --git` line made `git apply` reject the whole patch
         // (helper-54).
@@ -305,6 +330,28 @@ impl Sides<'_> {
         );
         Ok(())
     }
+}
+
+/// The mode lines of a section: git's own for a file made, deleted, or
+/// changed between its two modes.
+fn mode_lines(old: Option<&crate::tree::Entry>, new: Option<&crate::tree::Entry>) -> String {
+    match (old, new) {
+        (None, Some(n)) => format!("new file mode {}\n", git_mode(n)),
+        (Some(o), None) => format!("deleted file mode {}\n", git_mode(o)),
+        (Some(o), Some(n)) if git_mode(o) != git_mode(n) => {
+            format!("old mode {}\nnew mode {}\n", git_mode(o), git_mode(n))
+        }
+        _ => String::new(),
+    }
+}
+
+/// One side of a patch section.
+enum Content {
+    Bytes(Vec<u8>),
+    /// Over the patch limit: not read.
+    Large,
+    /// Neither stored nor in a tree to read it from.
+    Unavailable,
 }
 
 /// A mode as git's patches print it. Git knows two file modes, `100755`

@@ -88,6 +88,18 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             human_bytes(f.unshared),
             r.duration_ms
         ));
+        if f.ledger_released > 0 || f.ledger_free > 0 {
+            s.push_str(&format!(
+                "; the ledger file gave back {}",
+                human_bytes(f.ledger_released)
+            ));
+            if f.ledger_free > 0 {
+                s.push_str(&format!(
+                    ", and {} more inside it is free: new checkpoints reuse it, and each `gc` gives back a share of it",
+                    human_bytes(f.ledger_free)
+                ));
+            }
+        }
         if f.snapshots > 0 {
             s.push_str(&format!(
                 ", {} snapshots {} (holding {} no kept checkpoint has; btrfs frees it in the background)",

@@ -51,19 +51,24 @@ struct Out {
 const BLOCK: i32 = 2;
 
 pub fn run(ctx: &Ctx, args: Args) -> i32 {
-    let mut text = String::new();
-    if let Err(e) = std::io::stdin().read_to_string(&mut text) {
-        eprintln!("rewind hook: cannot read the hook payload on stdin: {e}");
-        return 1;
-    }
-    let call: ToolCall = match serde_json::from_str(&text) {
+    // Bytes, not a String: a payload that is not UTF-8 is a malformed
+    // payload like any other, answered in JSON under `--json`.
+    let mut text = Vec::new();
+    let parsed = std::io::stdin()
+        .read_to_end(&mut text)
+        .map_err(|e| format!("cannot read the hook payload on stdin: {e}"))
+        .and_then(|_| {
+            serde_json::from_slice::<ToolCall>(&text).map_err(|e| {
+                format!(
+                    "the hook payload is not the expected JSON ({e}); expected {{\"tool_name\": ..., \"tool_input\": {{...}}, \"cwd\": ...}}"
+                )
+            })
+        });
+    let call = match parsed {
         Ok(c) => c,
-        Err(e) => {
-            // Not knowing the call, we cannot know a rule matches: report,
-            // do not block.
-            let message = format!(
-                "the hook payload is not the expected JSON ({e}); expected {{\"tool_name\": ..., \"tool_input\": {{...}}, \"cwd\": ...}}"
-            );
+        // Not knowing the call, we cannot know a rule matches: report,
+        // do not block.
+        Err(message) => {
             if ctx.json {
                 println!("{}", super::json_error("USAGE", &message));
             }
@@ -73,7 +78,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     };
     let start = match &ctx.dir {
         Some(_) => ctx.start_dir(),
-        None => hook_start(ctx, call.cwd.as_deref()),
+        None => hook_start(ctx, &call),
     };
     let (out, code) = match args.event {
         Event::PreToolUse => pre(&start, call),
@@ -87,17 +92,25 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     code
 }
 
-/// Where a hook looks for its workspace: the payload's `cwd` (where the
-/// command runs), else the project the agent was started in
-/// (`CLAUDE_PROJECT_DIR`), else this process's directory; the first that
-/// is in a workspace. A `cwd` outside the project (the agent's shell in
-/// /tmp) took no checkpoint and skipped the barrier. A `cwd` that is gone
-/// (the agent's shell removed it) is judged by its nearest existing
-/// directory: it was inside the workspace, and its rules still apply.
-fn hook_start(ctx: &Ctx, payload_cwd: Option<&str>) -> PathBuf {
-    let candidates: Vec<PathBuf> = payload_cwd
-        .map(|c| super::nearest_existing(&ctx.cwd.join(c)))
+/// Where a hook looks for its workspace: the file a file tool writes,
+/// else the payload's `cwd` (where the command runs), else the project
+/// the agent was started in (`CLAUDE_PROJECT_DIR`), else this process's
+/// directory; the first that is in a workspace. An Edit of a file in
+/// another workspace than the shell's checkpointed the shell's, and left
+/// the edited one unprotected (helper-58, D296). A `cwd` outside the
+/// project (the agent's shell in /tmp) took no checkpoint and skipped the
+/// barrier. A `cwd` that is gone (the agent's shell removed it) is judged
+/// by its nearest existing directory: it was inside the workspace, and
+/// its rules still apply.
+fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
+    let payload_cwd = call.cwd.as_deref().map(|c| ctx.cwd.join(c));
+    let written = call.file_written().map(|f| {
+        let base = payload_cwd.as_deref().unwrap_or(&ctx.cwd);
+        super::nearest_existing(&base.join(f))
+    });
+    let candidates: Vec<PathBuf> = written
         .into_iter()
+        .chain(payload_cwd.map(|c| super::nearest_existing(&c)))
         .chain(std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
         .chain(std::iter::once(ctx.start_dir()))
         .collect();
@@ -181,6 +194,15 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         return (out, BLOCK);
     }
     let (config_root, workspace) = locate(start);
+    // Where there is a history to lose (D296).
+    if workspace.is_some()
+        && let Some((runs, instead)) = call.deletes_the_history()
+    {
+        eprintln!(
+            "rewind: refused: `{runs}` deletes ignored files, and .rewind/, this workspace's history of every checkpoint, is one of them; run `{instead}` instead, which leaves the history alone and does the rest"
+        );
+        return (out, BLOCK);
+    }
     // Root's server running its owner's hook (D151): not another
     // workspace's rules either.
     if let Some(Err(e)) = workspace.as_deref().map(crate::workspace::check_confined) {

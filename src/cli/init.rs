@@ -35,7 +35,7 @@ struct Out {
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let dir = match args.dir {
         Some(d) if d.is_absolute() => d,
-        Some(d) => ctx.cwd.join(d),
+        Some(d) => ctx.path_arg(&d),
         None => ctx.start_dir(),
     };
     if !dir.is_dir() {

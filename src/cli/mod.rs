@@ -202,15 +202,26 @@ impl Ctx {
         self.dir_arg(None)
     }
 
-    /// A directory argument, relative to the current directory (an
-    /// absolute one stands as is); none: the -C directory or the current
-    /// one.
+    /// A directory argument, as [`Ctx::path_arg`] reads it; none: the -C
+    /// directory or the current one.
     pub fn dir_arg(&self, dir: Option<&std::path::Path>) -> PathBuf {
-        match dir.or(self.dir.as_deref()) {
-            // `.` components dropped: errors name `/ws`, not `/ws/.`.
-            Some(d) => self.cwd.join(d).components().collect(),
-            None => self.cwd.clone(),
+        match dir {
+            Some(d) => self.path_arg(d),
+            None => self.path_arg(std::path::Path::new(".")),
         }
+    }
+
+    /// A path given on the command line, relative to the -C directory
+    /// when there is one, as with `git -C` (an absolute one stands as
+    /// is): `rewind -C proj init sub` made `sub/.rewind` in the current
+    /// directory (helper-59, D294).
+    pub fn path_arg(&self, path: &std::path::Path) -> PathBuf {
+        let base = match &self.dir {
+            Some(d) => self.cwd.join(d),
+            None => self.cwd.clone(),
+        };
+        // `.` components dropped: errors name `/ws`, not `/ws/.`.
+        base.join(path).components().collect()
     }
 
     /// Open the workspace holding the start directory.
@@ -330,7 +341,8 @@ pub fn main() -> i32 {
             // directory the agent started the hook in may be gone (its
             // shell removed it) and the barrier must still find the
             // workspace's rules, not fail open with exit 1.
-            Some((verb, None)) if verb == "hook" => std::env::var_os("PWD")
+            // So must `guard`, the same barrier for scripts (helper-59).
+            Some((verb, None)) if verb == "hook" || verb == "guard" => std::env::var_os("PWD")
                 .map(|p| nearest_existing(Path::new(&p)))
                 .unwrap_or_else(|| PathBuf::from("/")),
             Some((verb, dir))
@@ -437,26 +449,59 @@ fn root_only(command: &Command) -> Option<(&'static str, &'static str)> {
 fn usage_error(e: clap::Error, json: bool) -> i32 {
     // Usage errors exit 1 (2 means "refused by the effect barrier").
     let code = if e.use_stderr() { 1 } else { 0 };
-    if code == 1 && json {
-        // clap's first paragraph names the argument at fault (a missing
-        // one on the line after "the following required arguments were
-        // not provided:"); its kind alone ("unexpected argument found")
-        // does not.
-        let rendered = e.render().to_string();
-        let message = rendered
-            .lines()
-            .take_while(|l| !l.trim().is_empty())
-            .map(str::trim)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let message = message
-            .strip_prefix("error: ")
-            .unwrap_or(&message)
-            .to_string();
-        let _ = writeln!(std::io::stdout(), "{}", json_error("USAGE", &message));
+    if !json {
+        let _ = e.print();
+        return code;
     }
+    let rendered = e.render().to_string();
+    if code == 0 {
+        // `--help` and `--version`: text, but stdout under `--json` holds
+        // one JSON object whatever was asked (helper-59, D294).
+        let text = serde_json::json!({"version": 1, "text": rendered.trim_end()});
+        let _ = writeln!(std::io::stdout(), "{text}");
+        return 0;
+    }
+    // clap's first paragraph names the argument at fault (a missing one
+    // on the line after "the following required arguments were not
+    // provided:"); its kind alone ("unexpected argument found") does
+    // not. Its `tip:` lines name the fix (a similar verb).
+    let mut paragraphs = rendered.split("\n\n");
+    let first = paragraphs.next().unwrap_or_default();
+    let tips = paragraphs
+        .flat_map(str::lines)
+        .map(str::trim)
+        .filter(|l| l.starts_with("tip:"));
+    let message = first
+        .lines()
+        .map(str::trim)
+        .chain(tips)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    let message = without_hidden_verbs(message);
+    let _ = writeln!(std::io::stdout(), "{}", json_error("USAGE", &message));
     let _ = e.print();
     code
+}
+
+/// clap's "[subcommands: …]" list names every verb, the internal ones
+/// too (`serve-commands`, `writeback`, `finish-manifests`), which no one
+/// types; its help leaves them out, and so does this.
+fn without_hidden_verbs(message: &str) -> String {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let hidden: Vec<&str> = cli
+        .get_subcommands()
+        .filter(|c| c.is_hide_set())
+        .map(clap::Command::get_name)
+        .collect();
+    let mut out = message.to_string();
+    for name in hidden {
+        for form in [format!(", {name}"), format!("{name}, ")] {
+            out = out.replace(&form, "");
+        }
+    }
+    out
 }
 
 fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {

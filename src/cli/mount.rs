@@ -112,7 +112,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let mut made_view: Option<MadeView> = None;
     let view = match &a.at {
         Some(v) => {
-            let v = ctx.cwd.join(v);
+            let v = ctx.path_arg(v);
             // Checked before anything is made: a refused view left its
             // directories in the workspace (helper-31, D214). Only the
             // view itself is made, as `mkdir` would. `existing`: the

@@ -52,11 +52,21 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
 }
 
 pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
-    let anchor = match &args.anchor {
-        Some(path) => Some(Anchor::read(path)?.ok_or_else(|| Error::InvalidPath {
-            path: path.clone(),
-            reason: "does not exist: name the file `rewind anchor FILE` wrote".into(),
-        })?),
+    let anchor = match args.anchor.as_deref().map(|a| ctx.path_arg(a)) {
+        Some(path) => Some(
+            Anchor::read(&path)
+                .map_err(|e| match e {
+                    Error::InvalidPath { path, reason } => Error::InvalidPath {
+                        path,
+                        reason: format!("{reason}: name the file `rewind anchor FILE` wrote"),
+                    },
+                    e => e,
+                })?
+                .ok_or_else(|| Error::InvalidPath {
+                    path,
+                    reason: "does not exist: name the file `rewind anchor FILE` wrote".into(),
+                })?,
+        ),
         None => None,
     };
     let mut ws = ctx.workspace()?;
