@@ -183,8 +183,8 @@ impl Decision {
         format!(
             "rewind: {} ({}:{}): {}",
             self.code.as_str(),
-            self.scope,
-            key,
+            crate::names::shown(&self.scope),
+            crate::names::shown(&key),
             self.reason
         )
     }
@@ -367,7 +367,9 @@ pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
     };
     let (code, reason) = match &existing {
         None => (Code::FirstFiring, "first firing of this key: admitted and recorded".to_string()),
-        Some(row) if row.payload != req.payload.0 => {
+        // Under a former key the payload is the older build's form of the
+        // same call (an argv's bare join before D293): the key names it.
+        Some(row) if row.payload != req.payload.0 && found_key == &req.key => {
             (Code::PayloadMismatch, "this key was used with a different payload: refused (use a new key for a different effect)".to_string())
         }
         Some(row) if row.status == "failed" => (Code::RetryAfterFailure, "the last attempt was resolved as failed: admitted again".to_string()),
@@ -532,14 +534,14 @@ fn resolve_command(scope: &str, key: &str, reopen: bool) -> String {
     const PASTABLE: usize = 300;
     let reopen = if reopen { " --reopen" } else { "" };
     // `--scope=WORD`: a scope that starts with `-` is then no option.
-    let scope = crate::names::shell_word(scope);
+    let scope = crate::names::pasteable_word(scope);
     let resolve = |key: &str| {
         format!("`rewind effects resolve --scope={scope} --outcome failed{reopen} -- {key}`")
     };
     if key.len() > PASTABLE {
         format!("{} with KEY from `rewind effects --json`", resolve("KEY"))
     } else {
-        resolve(&crate::names::shell_word(key))
+        resolve(&crate::names::pasteable_word(key))
     }
 }
 

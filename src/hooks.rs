@@ -19,6 +19,8 @@
 //! key = "order_id"            # the effect's identity: this field of tool_input
 //! ```
 
+use std::path::{Path, PathBuf};
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -174,11 +176,7 @@ impl ToolCall {
             Some(k) => (k, self.tool_input.to_string()),
             None if self.tool_input.get("command").is_some() => {
                 let arg = self.argument();
-                // An argv's payload stays its bare join, as before D293:
-                // the effect an earlier build recorded is the same one,
-                // not a PAYLOAD_MISMATCH.
-                let payload = self.argv_joined_bare().unwrap_or_else(|| arg.clone());
-                (arg, payload)
+                (arg.clone(), arg)
             }
             None => {
                 let payload = self.tool_input.to_string();
@@ -304,9 +302,20 @@ impl ToolCall {
     }
 
     /// The file a file tool (Write, Edit, NotebookEdit; Gemini CLI's
-    /// `write_file`, `replace`) writes, as the payload names it.
+    /// `write_file`, `replace`) writes, as the payload names it. Not any
+    /// tool's `file_path`: an MCP mail tool's attachment in another
+    /// workspace had its call judged by that workspace's rules, none, and
+    /// a repeated send went through (helper-60).
     pub fn file_written(&self) -> Option<&str> {
-        if is_shell_tool(&self.tool_name) {
+        const FILE_TOOLS: &[&str] = &[
+            "Write",
+            "Edit",
+            "MultiEdit",
+            "NotebookEdit",
+            "write_file",
+            "replace",
+        ];
+        if !FILE_TOOLS.contains(&self.tool_name.as_str()) {
             return None;
         }
         ["file_path", "notebook_path"]
@@ -328,74 +337,314 @@ impl ToolCall {
             .collect()
     }
 
-    /// A git command in this shell call that would delete `.rewind/`,
-    /// and the form of it that keeps the history. `.rewind/` is ignored
-    /// (D80), and `git clean -x`/`-X` and `git stash --all` take ignored
-    /// files: an agent's routine `git clean -fdx` deleted every
-    /// checkpoint, the one made for that very call included (helper-58,
-    /// D296). A dry run, or one that already leaves `.rewind` out, is not
-    /// refused.
-    pub fn deletes_the_history(&self) -> Option<(String, String)> {
-        self.shell_commands().into_iter().find_map(|w| {
-            let (first, rest) = w.split_first()?;
-            if first.rsplit('/').next() != Some("git") {
-                return None;
+    /// A git command in this shell call that would delete `history` (a
+    /// workspace's `.rewind/`), and the form of it that keeps the
+    /// history. `.rewind/` is ignored (D80), and `git clean -x`/`-X` and
+    /// `git stash --all` take ignored files: an agent's routine `git
+    /// clean -fdx` deleted every checkpoint, the one made for that very
+    /// call included (helper-58, D296). `cwd`: where the line starts; `cd`
+    /// and `git -C` move it. A dry run, a `clean` whose scope holds no
+    /// history, and a command that already leaves it out pass.
+    pub fn deletes_the_history(&self, cwd: &Path, history: &Path) -> Option<(String, String)> {
+        let mut dir = lexical(cwd);
+        for w in self.shell_commands() {
+            let Some((first, rest)) = w.split_first() else {
+                continue;
+            };
+            if first == "cd" {
+                // Somewhere not known: judged as if at the top.
+                dir = match rest.first() {
+                    Some(d) if d != "-" && !d.starts_with('~') => lexical(&dir.join(d)),
+                    _ => PathBuf::from("/"),
+                };
+            } else if first.rsplit('/').next() == Some("git")
+                && let Some(found) = git_taking_ignored(rest, &dir, history)
+            {
+                return Some(found);
             }
-            // git's own options come before its verb.
-            let mut args = rest.iter();
-            let mut verb = None;
-            while let Some(a) = args.next() {
-                match a.as_str() {
-                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" => {
-                        args.next();
+        }
+        None
+    }
+}
+
+/// [`ToolCall::deletes_the_history`] for one git command: `args` after
+/// `git`, run in `dir`.
+fn git_taking_ignored(args: &[String], dir: &Path, history: &Path) -> Option<(String, String)> {
+    let mut dir = dir.to_path_buf();
+    let mut i = 0;
+    // git's own options come before its verb; these take the next word.
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "-C" => {
+                dir = lexical(&dir.join(args.get(i + 1)?));
+                i += 2;
+            }
+            "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
+            | "--config-env" | "--attr-source" => i += 2,
+            a if a.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    let verb = args.get(i)?.as_str();
+    let head: Vec<String> = std::iter::once("git")
+        .chain(args[..=i].iter().map(String::as_str))
+        .map(shell_word)
+        .collect();
+    let words = &args[i + 1..];
+    let parsed = match verb {
+        "clean" => GitArgs::parse(words, CLEAN_LONG, "e", ""),
+        "stash" => {
+            let sub = words.first().filter(|w| !w.starts_with('-'));
+            match sub.map(String::as_str) {
+                None | Some("push") => {
+                    GitArgs::parse(&words[sub.map_or(0, |_| 1)..], STASH_LONG, "m", "")
+                }
+                // `save`'s words are its message.
+                Some("save") => GitArgs::parse(&words[1..], STASH_LONG, "m", "message"),
+                Some(_) => return None,
+            }
+        }
+        _ => return None,
+    };
+    let takes = match verb {
+        "clean" => (parsed.short('x') || parsed.short('X')) && !parsed.dry_run(),
+        _ => parsed.short('a') || parsed.long("all"),
+    };
+    if !takes {
+        return None;
+    }
+    let under = |p: &Path| history.starts_with(p) || p.starts_with(history);
+    let positive: Vec<&String> = parsed.pathspecs.iter().filter(|p| !is_exclude(p)).collect();
+    // A clean acts below its directory; a stash on the whole repository.
+    let reaches = if positive.is_empty() {
+        verb == "stash" || history.starts_with(&dir)
+    } else {
+        positive.iter().any(|p| {
+            p.starts_with(':') || p.contains(['*', '?', '[']) || under(&lexical(&dir.join(p)))
+        })
+    };
+    let left_out = parsed
+        .pathspecs
+        .iter()
+        .any(|p| is_exclude(p) && lexical(&dir.join(pathspec_path(p))) == history)
+        || (verb == "clean"
+            && !parsed.short('X')
+            && parsed.values.iter().any(|e| {
+                let e = e.trim_end_matches('/');
+                e == ".rewind" || (e == "/.rewind" && dir.join(".rewind") == history)
+            }));
+    if !reaches || left_out {
+        return None;
+    }
+    let line = head
+        .iter()
+        .cloned()
+        .chain(words.iter().map(|w| shell_word(w)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut instead = head;
+    // `stash -a` and `stash save` say it as `stash push`, which takes
+    // pathspecs.
+    if verb == "stash" {
+        instead.push("push".into());
+    }
+    instead.extend(parsed.options.iter().map(|o| shell_word(o)));
+    instead.push("--".into());
+    instead.extend(parsed.pathspecs.iter().map(|p| shell_word(p)));
+    instead.push(shell_word(&format!(
+        ":(exclude){}",
+        relative(&dir, history)
+    )));
+    Some((line, instead.join(" ")))
+}
+
+const CLEAN_LONG: &[&str] = &[
+    "dry-run",
+    "no-dry-run",
+    "exclude",
+    "force",
+    "no-force",
+    "interactive",
+    "quiet",
+];
+const STASH_LONG: &[&str] = &[
+    "all",
+    "no-all",
+    "include-untracked",
+    "keep-index",
+    "no-keep-index",
+    "patch",
+    "staged",
+    "quiet",
+    "message",
+    "pathspec-from-file",
+    "pathspec-file-nul",
+];
+
+/// A git verb's words read as git's option parser reads them: short
+/// option clusters (`-fdx`), a value attached or in the next word (`-e
+/// PAT`, `-ePAT`, `--exclude=PAT`), long options by any unambiguous
+/// prefix (`--al`), `--no-` undoing, and pathspecs after `--` or among
+/// the options.
+struct GitArgs {
+    shorts: String,
+    longs: Vec<&'static str>,
+    /// The values of the options that take one (`-e`, `-m`).
+    values: Vec<String>,
+    /// The words, pathspecs left out, as the suggestion repeats them.
+    options: Vec<String>,
+    pathspecs: Vec<String>,
+}
+
+impl GitArgs {
+    /// `valued`: the short options that take a value; `positional_is`: a
+    /// long option whose value the positional words are (`save MSG`).
+    fn parse(words: &[String], longs: &[&'static str], valued: &str, positional_is: &str) -> Self {
+        let mut out = GitArgs {
+            shorts: String::new(),
+            longs: Vec::new(),
+            values: Vec::new(),
+            options: Vec::new(),
+            pathspecs: Vec::new(),
+        };
+        let mut message = Vec::new();
+        let mut it = words.iter();
+        let mut after_dashes = false;
+        while let Some(w) = it.next() {
+            if after_dashes {
+                out.pathspecs.push(w.clone());
+            } else if w == "--" {
+                after_dashes = true;
+            } else if let Some(long) = w.strip_prefix("--") {
+                out.options.push(w.clone());
+                let (name, value) = match long.split_once('=') {
+                    Some((n, v)) => (n, Some(v.to_string())),
+                    None => (long, None),
+                };
+                let Some(full) = unique_prefix(name, longs) else {
+                    continue;
+                };
+                // `--no-x` undoes `--x` and its short form.
+                if let Some(undone) = full.strip_prefix("no-") {
+                    out.longs.retain(|l| *l != undone);
+                    if undone == "dry-run" {
+                        out.shorts.retain(|c| c != 'n');
                     }
-                    a if a.starts_with('-') => {}
-                    a => {
-                        verb = Some(a.to_string());
+                    continue;
+                }
+                out.longs.push(full);
+                if matches!(full, "exclude" | "message" | "pathspec-from-file") {
+                    let value = value.or_else(|| {
+                        let v = it.next()?.clone();
+                        out.options.push(v.clone());
+                        Some(v)
+                    });
+                    out.values.extend(value);
+                }
+            } else if w.len() > 1 && w.starts_with('-') {
+                out.options.push(w.clone());
+                for (i, c) in w[1..].char_indices() {
+                    out.shorts.push(c);
+                    if valued.contains(c) {
+                        let rest = &w[1 + i + c.len_utf8()..];
+                        let value = if rest.is_empty() {
+                            it.next().cloned().inspect(|v| out.options.push(v.clone()))
+                        } else {
+                            Some(rest.to_string())
+                        };
+                        out.values.extend(value);
                         break;
                     }
                 }
+            } else if !positional_is.is_empty() {
+                message.push(w.clone());
+            } else {
+                out.pathspecs.push(w.clone());
             }
-            let after: Vec<&str> = args.map(String::as_str).collect();
-            let short = |c: char| {
-                after
-                    .iter()
-                    .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(c))
-            };
-            let long = |o: &str| after.contains(&o);
-            if after.iter().any(|a| a.contains(".rewind")) {
-                return None;
+        }
+        if !message.is_empty() {
+            out.options.push("-m".into());
+            out.options.push(message.join(" "));
+        }
+        out
+    }
+
+    fn short(&self, c: char) -> bool {
+        self.shorts.contains(c)
+    }
+
+    fn long(&self, name: &str) -> bool {
+        self.longs.contains(&name)
+    }
+
+    fn dry_run(&self) -> bool {
+        self.short('n') || self.long("dry-run")
+    }
+}
+
+/// `name` or the one option of `known` it is an unambiguous prefix of,
+/// as git takes `--al` for `--all`.
+fn unique_prefix(name: &str, known: &[&'static str]) -> Option<&'static str> {
+    if let Some(exact) = known.iter().find(|k| **k == name) {
+        return Some(exact);
+    }
+    let mut found = known
+        .iter()
+        .filter(|k| k.starts_with(name) && !name.is_empty());
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
+/// Whether a pathspec excludes (`:!p`, `:^p`, `:(exclude)p`).
+fn is_exclude(p: &str) -> bool {
+    p.starts_with(":!")
+        || p.starts_with(":^")
+        || p.strip_prefix(":(")
+            .and_then(|m| m.split_once(')'))
+            .is_some_and(|(magic, _)| magic.split(',').any(|m| m == "exclude"))
+}
+
+/// A pathspec's path, without its magic.
+fn pathspec_path(p: &str) -> &str {
+    if let Some(m) = p.strip_prefix(":(") {
+        return m.split_once(')').map_or(p, |(_, rest)| rest);
+    }
+    p.strip_prefix(":!")
+        .or_else(|| p.strip_prefix(":^"))
+        .unwrap_or(p)
+        .trim_end_matches('/')
+}
+
+/// `p` with `.` and `..` resolved by name, as a shell's `cd` does.
+pub(crate) fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
             }
-            let line = w
-                .iter()
-                .map(|x| shell_word(x))
-                .collect::<Vec<_>>()
-                .join(" ");
-            match verb.as_deref()? {
-                "clean" if (short('x') || short('X')) && !short('n') && !long("--dry-run") => {
-                    Some((line.clone(), format!("{line} -e .rewind")))
-                }
-                "stash" => {
-                    let sub = after.first().filter(|a| !a.starts_with('-')).copied();
-                    let all = short('a') || long("--all");
-                    let pushes = matches!(sub, None | Some("push" | "save"));
-                    (all && pushes && !long("--")).then(|| {
-                        let opts: Vec<String> = after
-                            .iter()
-                            .filter(|a| !matches!(**a, "push" | "save"))
-                            .map(|a| shell_word(a))
-                            .collect();
-                        let opts = if opts.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" {}", opts.join(" "))
-                        };
-                        (line, format!("git stash push{opts} -- ':(exclude).rewind'"))
-                    })
-                }
-                _ => None,
-            }
-        })
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `to` as a path relative to `from` (both absolute and lexical).
+fn relative(from: &Path, to: &Path) -> String {
+    let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let up = std::iter::repeat_n("..".to_string(), f.len() - common);
+    let down = t[common..]
+        .iter()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let rel: Vec<String> = up.chain(down).collect();
+    if rel.is_empty() {
+        ".".into()
+    } else {
+        rel.join("/")
     }
 }
 
@@ -1073,45 +1322,142 @@ mod tests {
         );
     }
 
-    /// D296: git commands that take ignored files, `.rewind/` among them.
+    /// D296: git commands that take ignored files, `.rewind/` among them,
+    /// with the form that leaves it out; helper-60's bypasses and false
+    /// refusals of the first version.
     #[test]
     fn git_commands_that_delete_ignored_files_are_named_with_a_safe_form() {
         let shell = |line: &str| call("Bash", serde_json::json!({ "command": line }));
-        for (line, instead) in [
-            ("git clean -fdx", "git clean -fdx -e .rewind"),
+        let ws = Path::new("/w");
+        let history = Path::new("/w/.rewind");
+        let at = |line: &str, cwd: &str| {
+            shell(line)
+                .deletes_the_history(Path::new(cwd), history)
+                .map(|(_, instead)| instead)
+        };
+        for (line, cwd, instead) in [
             (
-                "cd app && git clean -f -d -X",
-                "git clean -f -d -X -e .rewind",
+                "git clean -fdx",
+                "/w",
+                "git clean -fdx -- ':(exclude).rewind'",
             ),
-            ("git -C . clean -xfd", "git -C . clean -xfd -e .rewind"),
-            ("git stash -a", "git stash push -a -- ':(exclude).rewind'"),
             (
-                "git stash push --all -m 'wip x'",
-                "git stash push --all -m 'wip x' -- ':(exclude).rewind'",
+                "git clean -fdX",
+                "/w",
+                "git clean -fdX -- ':(exclude).rewind'",
+            ),
+            (
+                "cd /w/src && cd .. && git clean -xfd",
+                "/w/src",
+                "git clean -xfd -- ':(exclude).rewind'",
+            ),
+            (
+                "git -C .. clean -f -x",
+                "/w/src",
+                "git -C .. clean -f -x -- ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdx -e .venv",
+                "/w",
+                "git clean -fdx -e .venv -- ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdx -enode_modules",
+                "/w",
+                "git clean -fdx -enode_modules -- ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdxn --no-dry-run",
+                "/w",
+                "git clean -fdxn --no-dry-run -- ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdx -e .rewind/objects",
+                "/w",
+                "git clean -fdx -e .rewind/objects -- ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdx -- .",
+                "/w",
+                "git clean -fdx -- . ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdx .rewind",
+                "/w",
+                "git clean -fdx -- .rewind ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdX -e .rewind",
+                "/w",
+                "git clean -fdX -e .rewind -- ':(exclude).rewind'",
+            ),
+            (
+                "git --attr-source HEAD clean -fdx",
+                "/w",
+                "git --attr-source HEAD clean -fdx -- ':(exclude).rewind'",
+            ),
+            (
+                "git stash -a",
+                "/w",
+                "git stash push -a -- ':(exclude).rewind'",
+            ),
+            (
+                "git stash -a",
+                "/w/src",
+                "git stash push -a -- ':(exclude)../.rewind'",
+            ),
+            (
+                "git stash push --al",
+                "/w",
+                "git stash push --al -- ':(exclude).rewind'",
+            ),
+            (
+                "git stash save -a wip",
+                "/w",
+                "git stash push -a -m wip -- ':(exclude).rewind'",
+            ),
+            (
+                "git stash -a -m 'before .rewind cleanup'",
+                "/w",
+                "git stash push -a -m 'before .rewind cleanup' -- ':(exclude).rewind'",
+            ),
+            (
+                "git stash -a -- '*'",
+                "/w",
+                "git stash push -a -- '*' ':(exclude).rewind'",
             ),
         ] {
-            let found = shell(line).deletes_the_history();
-            assert_eq!(found.map(|(_, i)| i).as_deref(), Some(instead), "{line}");
+            assert_eq!(at(line, cwd).as_deref(), Some(instead), "{line} in {cwd}");
         }
-        for line in [
-            "git clean -fd",
-            "git clean -ndx",
-            "git clean -fdx --dry-run",
-            "git clean -fdx -e .rewind",
-            "git clean -fdx -e .rewind/",
-            "git stash -u",
-            "git stash apply",
-            "git stash push -a -- ':!.rewind'",
-            "echo git clean -fdx",
-            "cat <<'EOF' > notes\ngit clean -fdx\nEOF",
+        for (line, cwd) in [
+            ("git clean -fd", "/w"),
+            ("git clean -ndx", "/w"),
+            ("git clean -fdx --dry", "/w"),
+            ("git clean -fdx -e .rewind", "/w"),
+            ("git clean -fdx --exclude=.rewind/", "/w"),
+            ("git clean -fdx -- ':(exclude).rewind'", "/w"),
+            ("git clean -fdX -- ':!.rewind'", "/w"),
+            ("git clean -fdx build/", "/w"),
+            ("git clean -fdx", "/w/src"),
+            ("cd src && git clean -fdx", "/w"),
+            ("git clean -fd -- -x", "/w"),
+            ("git -C /other clean -fdx", "/w"),
+            ("git stash -u", "/w"),
+            ("git stash apply", "/w"),
+            ("git stash list", "/w"),
+            ("git stash push -a -- ':!.rewind'", "/w"),
+            ("git stash -a -- ':(exclude)../.rewind'", "/w/src"),
+            ("git log --grep 'clean -x'", "/w"),
+            ("echo git clean -fdx", "/w"),
+            ("cat <<'EOF' > notes\ngit clean -fdx\nEOF", "/w"),
         ] {
-            assert!(shell(line).deletes_the_history().is_none(), "{line}");
+            assert_eq!(at(line, cwd), None, "{line} in {cwd}");
         }
         let write = call(
             "Write",
             serde_json::json!({"file_path": "x", "content": "git clean -fdx"}),
         );
-        assert!(write.deletes_the_history().is_none());
+        assert!(write.deletes_the_history(ws, history).is_none());
     }
 
     #[test]

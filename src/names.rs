@@ -75,17 +75,74 @@ fn needs_escape(c: char) -> bool {
 /// A character a terminal does not show as itself: a control character,
 /// or an invisible one that reorders or hides what follows (U+202E
 /// turned `fix gnp.exe` into what reads as `fix exe.png`; U+2028 breaks
-/// the line in some terminals): shown escaped, refused in labels
-/// (helper-59, D294).
+/// the line in some terminals; tag characters carry text no one sees):
+/// shown escaped, refused in labels (helper-59, D294). Not the joiners
+/// U+200C and U+200D, which emoji sequences and Persian or Devanagari
+/// words need (helper-60).
 pub fn unseen(c: char) -> bool {
     c.is_control()
         || matches!(c,
-            '\u{061C}'
-            | '\u{200B}'..='\u{200F}'
+            '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'
+            | '\u{200E}'..='\u{200F}'
             | '\u{2028}'..='\u{202E}'
             | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}'
-            | '\u{FEFF}')
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}')
+}
+
+/// `s` with each character [`unseen`] hides written as `\u{XXXX}`, the
+/// rest as it is: for text shown inside a line that quotes it already.
+pub fn shown(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(unseen) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if unseen(c) {
+                    format!("\\u{{{:04x}}}", c as u32)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
+/// `s` as one word a person pastes into a POSIX shell: [`shell_word`],
+/// with each character [`unseen`] hides written as the `printf` of its
+/// bytes (`"$(printf '\342\200\256')"`), so that what the terminal
+/// shows is what runs (helper-60).
+pub fn pasteable_word(s: &str) -> String {
+    if !s.chars().any(unseen) {
+        return shell_word(s);
+    }
+    let mut out = String::new();
+    let mut seen = String::new();
+    for c in s.chars() {
+        if !unseen(c) {
+            seen.push(c);
+            continue;
+        }
+        if !seen.is_empty() {
+            out.push_str(&shell_word(&std::mem::take(&mut seen)));
+        }
+        let bytes: String = c
+            .encode_utf8(&mut [0; 4])
+            .bytes()
+            .map(|b| format!("\\{b:03o}"))
+            .collect();
+        out.push_str(&format!("\"$(printf '{bytes}')\""));
+    }
+    if !seen.is_empty() {
+        out.push_str(&shell_word(&seen));
+    }
+    out
 }
 
 /// How a quoted name writes what it cannot show as is.

@@ -1643,6 +1643,8 @@ fn labels_are_one_short_line_of_text() {
         // D294: what reorders or breaks a line unseen.
         "fix \u{202e}gnp.exe",
         "a\u{2028}b",
+        "tag\u{e0041}\u{e0042}",
+        "soft\u{ad}hyphen",
         "",
         "   ",
         long.as_str(),
@@ -1664,6 +1666,17 @@ fn labels_are_one_short_line_of_text() {
         Some(0),
         "a refused label stored a checkpoint"
     );
+    // Text that needs the joiners is a label (helper-60).
+    for good in ["👩\u{200d}💻 fix", "می\u{200c}خواهم", "café ✓ 修正"] {
+        write(&ws.join("good.txt"), good.as_bytes());
+        let out = rewind(ws, &["--json", "checkpoint", good]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{good:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     // Another checkpoint's id as a label: the id always wins.
     write(&ws.join("b.txt"), b"b");
     let id = rewind_json(ws, &["checkpoint"])["id"]

@@ -1321,9 +1321,10 @@ fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
 
 /// D295: `diff --patch` left out a file over the patch limit whose size
 /// changed, as if unchanged (helper-58): its content was read from
-/// neither side, and two empty sides compared equal. It says "Large file,
-/// not shown" as for one that kept its size; a big file only chmodded
-/// gets its mode lines alone.
+/// neither side, and two empty sides compared equal. It is shown as git
+/// shows a binary change, with an `index` line, without which `git apply`
+/// rejected the whole patch (helper-60); a big file only chmodded gets
+/// its mode lines alone, and the rest of the patch applies.
 #[test]
 fn a_patch_names_every_big_file_that_changed() {
     let dir = common::tmp();
@@ -1332,7 +1333,9 @@ fn a_patch_names_every_big_file_that_changed() {
     write(&root.join("grown.bin"), &big);
     write(&root.join("moded.bin"), &big[..2 << 20]);
     common::chmod(&root.join("moded.bin"), 0o644);
+    write(&root.join("t.txt"), b"one\n");
     let a = checkpoint_id(root, &["a"]);
+    write(&root.join("t.txt"), b"one\ntwo\n");
     let mut more = big.clone();
     more.extend_from_slice(b"tail");
     write(&root.join("grown.bin"), &more);
@@ -1345,7 +1348,9 @@ fn a_patch_names_every_big_file_that_changed() {
         let out = rewind(root, args);
         let patch = String::from_utf8_lossy(&out.stdout);
         assert!(
-            patch.contains("diff --git a/grown.bin b/grown.bin\nLarge file, not shown\n"),
+            patch.contains(
+                "diff --git a/grown.bin b/grown.bin\nindex 0000000..0000000\nBinary files a/grown.bin and b/grown.bin differ\n"
+            ),
             "{args:?}: {patch}"
         );
         assert!(
@@ -1353,12 +1358,58 @@ fn a_patch_names_every_big_file_that_changed() {
                 .contains("diff --git a/moded.bin b/moded.bin\nold mode 100644\nnew mode 100755\n"),
             "{args:?}: {patch}"
         );
-        assert!(!patch.contains("moded.bin\nLarge"), "{args:?}: {patch}");
+        assert!(!patch.contains("moded.bin\nindex"), "{args:?}: {patch}");
     }
+    // The rest of the patch applies.
+    let patch = rewind(root, &["diff", &a, &b, "--patch"]).stdout;
+    let file = root.with_extension("diff");
+    std::fs::write(&file, &patch).expect("write patch");
+    let apply = Command::new("git")
+        .args(["apply", "-R", "--exclude=grown.bin", "--exclude=moded.bin"])
+        .arg(&file)
+        .current_dir(root)
+        .output()
+        .expect("git apply");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        apply.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&apply.stderr),
+        String::from_utf8_lossy(&patch)
+    );
+    assert_eq!(std::fs::read(root.join("t.txt")).expect("read"), b"one\n");
     let only = rewind(root, &["diff", &a, &b, "--patch", "--", "grown.bin"]);
     assert!(
-        String::from_utf8_lossy(&only.stdout).contains("Large file, not shown"),
+        String::from_utf8_lossy(&only.stdout)
+            .contains("Binary files a/grown.bin and b/grown.bin differ"),
         "{}",
         String::from_utf8_lossy(&only.stdout)
     );
+}
+
+/// A human dry run lists the first 50 entries of its plan and counts the
+/// rest; its last line repeats what it writes and deletes. A plan of
+/// 6,392 entries scrolled its summary away (helper-58, D295).
+#[test]
+fn a_long_dry_run_lists_its_start_and_counts_the_rest() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("keep"), b"k");
+    let a = checkpoint_id(root, &["a"]);
+    for i in 0..120 {
+        write(&root.join(format!("made/f{i:03}")), b"x");
+    }
+    let out = rewind(root, &["rewind", &a, "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let listed = text.lines().filter(|l| l.starts_with("  D ")).count();
+    assert_eq!(listed, 50, "{text}");
+    assert!(
+        text.contains("  … and 71 more (`--json` lists every one)"),
+        "{text}"
+    );
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("0 to write, 121 to delete"), "{last}");
+    let json = rewind_json(root, &["rewind", &a, "--dry-run"]);
+    assert_eq!(json["plan"].as_array().map(Vec::len), Some(121), "{json}");
 }

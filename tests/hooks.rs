@@ -92,6 +92,23 @@ fn effect_keys(ws: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A hook effect admitted under `key`, as an earlier build keyed it.
+fn recorded_by_an_earlier_build(ws: &Path, key: &str, payload: &str) {
+    let out = rewind(
+        ws,
+        &[
+            "guard",
+            "--scope",
+            "hook",
+            "--key",
+            key,
+            "--payload",
+            payload,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 fn checkpoints(ws: &Path) -> Vec<serde_json::Value> {
     rewind_json(ws, &["list"])["checkpoints"]
         .as_array()
@@ -474,6 +491,8 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
         r#"{"key":"charge-1","payload":"5"}"#,
         r#"{"scope":"-x","key":"a:b"}"#,
         r#"{"scope":"--scope","key":"-k"}"#,
+        // Shown escaped, pasted as the bytes it is (helper-60).
+        "{\"key\":\"evil\u{202e}gnp\"}",
     ] {
         let guard = ["guard", effect];
         assert_eq!(
@@ -954,19 +973,11 @@ fn a_push_from_one_agent_is_refused_from_another_after_a_rewind() {
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
     assert!(stderr(&again).contains("SPENT"), "{}", stderr(&again));
     // Recorded by an earlier build under Gemini's own key.
-    let out = rewind(
+    recorded_by_an_earlier_build(
         ws,
-        &[
-            "guard",
-            "--scope",
-            "hook",
-            "--key",
-            "run_shell_command:git push origin dev",
-            "--payload",
-            "git push origin dev",
-        ],
+        "run_shell_command:git push origin dev",
+        "git push origin dev",
     );
-    assert!(out.status.success(), "{}", stderr(&out));
     for tool in ["Bash", "run_shell_command"] {
         let out = hook("pre-tool-use", &call(tool, "dev"));
         assert_eq!(out.status.code(), Some(2), "{tool}: {}", stderr(&out));
@@ -996,22 +1007,27 @@ fn an_argv_push_is_the_same_effect_as_recorded_before_and_is_not_reopened_by_arg
     };
     let push = call(serde_json::json!(["bash", "-lc", "git push origin main"]));
     // Recorded by an earlier build, under the bare join.
-    let out = rewind(
+    recorded_by_an_earlier_build(
         ws,
-        &[
-            "guard",
-            "--scope",
-            "hook",
-            "--key",
-            "Bash:bash -lc git push origin main",
-            "--payload",
-            "bash -lc git push origin main",
-        ],
+        "Bash:bash -lc git push origin main",
+        "bash -lc git push origin main",
     );
-    assert!(out.status.success(), "{}", stderr(&out));
     let again = hook("pre-tool-use", &push);
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
     assert!(stderr(&again).contains("SPENT"), "{}", stderr(&again));
+    // One agent's argv and another's string of the same line are one
+    // effect, payload and all (helper-60).
+    let argv = hook(
+        "pre-tool-use",
+        &call(serde_json::json!(["bash", "-lc", "git push origin dev"])),
+    );
+    assert_eq!(argv.status.code(), Some(0), "{}", stderr(&argv));
+    let line = hook(
+        "pre-tool-use",
+        &call(serde_json::json!("bash -lc 'git push origin dev'")),
+    );
+    assert_eq!(line.status.code(), Some(2), "{}", stderr(&line));
+    assert!(stderr(&line).contains("SPENT ("), "{}", stderr(&line));
     for reopen in [
         serde_json::json!([
             "bash",
@@ -1202,8 +1218,15 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
             .to_string()
     };
     for (command, instead) in [
-        ("git clean -fdx", "git clean -fdx -e .rewind"),
+        ("git clean -fdx", "git clean -fdx -- ':(exclude).rewind'"),
+        // `-e` patterns join the ignore rules, which `-X` deletes
+        // (helper-60).
+        ("git clean -fdX", "git clean -fdX -- ':(exclude).rewind'"),
         ("git stash -a", "git stash push -a -- ':(exclude).rewind'"),
+        (
+            "cd src && git stash -a",
+            "git stash push -a -- ':(exclude)../.rewind'",
+        ),
     ] {
         let refused = hook("pre-tool-use", &call(command));
         assert_eq!(
@@ -1217,10 +1240,16 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
             "{}",
             stderr(&refused)
         );
-        let ok = hook("pre-tool-use", &call(instead));
+        let from = if command.starts_with("cd src") {
+            ws.join("src")
+        } else {
+            ws.to_path_buf()
+        };
+        let suggested = format!("cd {} && {instead}", from.display());
+        let ok = hook("pre-tool-use", &call(&suggested));
         assert_eq!(ok.status.code(), Some(0), "{instead}: {}", stderr(&ok));
         let run = Command::new("sh")
-            .current_dir(ws)
+            .current_dir(&from)
             .args(["-c", instead])
             .output()
             .expect("sh");
@@ -1239,12 +1268,16 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
             common::git(ws, &["stash", "pop", "-q"]);
         }
         write(&ws.join("build/out.o"), b"obj");
+        write(&ws.join(".gitignore"), b"build/\n");
     }
-    assert!(
-        hook("pre-tool-use", &call("git clean -fd"))
-            .status
-            .success()
-    );
+    for harmless in [
+        "git clean -fd",
+        "git clean -fdx build",
+        "cd src && git clean -fdx",
+    ] {
+        let out = hook("pre-tool-use", &call(harmless));
+        assert!(out.status.success(), "{harmless}: {}", stderr(&out));
+    }
 
     // What `git stash -a` and `pop` leave: `.rewind/` without its empty
     // directories.

@@ -244,14 +244,14 @@ impl Sides<'_> {
             // Not read: the section says so either way, and a file
             // neither stored nor in a tree read as empty on both sides,
             // which dropped the section (helper-58, D295).
-            Some((Target::Object(_), size)) if size > PATCH_LIMIT => Content::Large,
+            Some((Target::Object(_), size)) if size > PATCH_LIMIT => Content::NotRead,
             Some((Target::Object(h), size)) => {
                 match self
                     .ws
                     .read_content(self.path, h, size, tree, PATCH_LIMIT + 1)?
                 {
                     Some(bytes) => Content::Bytes(bytes),
-                    None => Content::Unavailable,
+                    None => Content::NotRead,
                 }
             }
             Some((Target::Link(t), _)) => Content::Bytes(t.clone()),
@@ -275,20 +275,14 @@ impl Sides<'_> {
             self.content(new, self.to_tree)?,
         ) {
             (Content::Bytes(a), Content::Bytes(b)) => (a, b),
-            (a, b) => {
-                // Not compared byte for byte: the entries' objects say
-                // whether the content changed.
-                let why = if matches!(a, Content::Large) || matches!(b, Content::Large) {
-                    "Large file, not shown"
-                } else {
-                    "Content not stored, not shown"
-                };
+            // Not compared byte for byte: the entries' objects say
+            // whether the content changed.
+            _ => {
                 let modes = mode_lines(old, new);
                 if !same_object || !modes.is_empty() {
                     out.push_str(&format!("diff --git {a_name} {b_name}\n{modes}"));
                     if !same_object {
-                        out.push_str(why);
-                        out.push('\n');
+                        not_shown(out, &a_name, &b_name);
                     }
                 }
                 return Ok(());
@@ -305,20 +299,20 @@ impl Sides<'_> {
         if a == b {
             return Ok(()); // a mode change, or an empty file made or deleted
         }
-        if a.len() as u64 > PATCH_LIMIT || b.len() as u64 > PATCH_LIMIT {
-            out.push_str("Large file, not shown\n");
-            return Ok(());
-        }
         // Not UTF-8 is shown as binary too: a patch of replacement
         // characters would not apply, and would read as a different file.
-        let (Ok(ta), Ok(tb)) = (std::str::from_utf8(&a), std::str::from_utf8(&b)) else {
-            out.push_str(&format!("Binary files {a_name} and {b_name} differ\n"));
+        let text = std::str::from_utf8(&a)
+            .ok()
+            .zip(std::str::from_utf8(&b).ok());
+        let Some((ta, tb)) = text.filter(|(ta, tb)| {
+            !ta.contains('\0')
+                && !tb.contains('\0')
+                && ta.len() as u64 <= PATCH_LIMIT
+                && tb.len() as u64 <= PATCH_LIMIT
+        }) else {
+            not_shown(out, &a_name, &b_name);
             return Ok(());
         };
-        if ta.contains('\0') || tb.contains('\0') {
-            out.push_str(&format!("Binary files {a_name} and {b_name} differ\n"));
-            return Ok(());
-        }
         let old_name = if old.is_some() { &a_name } else { "/dev/null" };
         let new_name = if new.is_some() { &b_name } else { "/dev/null" };
         out.push_str(
@@ -330,6 +324,17 @@ impl Sides<'_> {
         );
         Ok(())
     }
+}
+
+/// A changed file whose content the patch does not show (binary, over
+/// 1 MiB, or not stored), as git writes a binary change: `git apply`
+/// rejected a whole patch holding a section without its `index` line,
+/// even with `--exclude` of that file (helper-60, D295). The zeros are no
+/// blob ids: applying that one file is refused, the rest applies.
+fn not_shown(out: &mut String, a_name: &str, b_name: &str) {
+    out.push_str(&format!(
+        "index 0000000..0000000\nBinary files {a_name} and {b_name} differ\n"
+    ));
 }
 
 /// The mode lines of a section: git's own for a file made, deleted, or
@@ -348,10 +353,9 @@ fn mode_lines(old: Option<&crate::tree::Entry>, new: Option<&crate::tree::Entry>
 /// One side of a patch section.
 enum Content {
     Bytes(Vec<u8>),
-    /// Over the patch limit: not read.
-    Large,
-    /// Neither stored nor in a tree to read it from.
-    Unavailable,
+    /// Over the patch limit, or neither stored nor in a tree to read it
+    /// from.
+    NotRead,
 }
 
 /// A mode as git's patches print it. Git knows two file modes, `100755`

@@ -106,7 +106,8 @@ fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
     let payload_cwd = call.cwd.as_deref().map(|c| ctx.cwd.join(c));
     let written = call.file_written().map(|f| {
         let base = payload_cwd.as_deref().unwrap_or(&ctx.cwd);
-        super::nearest_existing(&base.join(f))
+        // `..` by name, as the agent's tool resolves it (helper-60).
+        super::nearest_existing(&crate::hooks::lexical(&base.join(f)))
     });
     let candidates: Vec<PathBuf> = written
         .into_iter()
@@ -195,8 +196,9 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
     }
     let (config_root, workspace) = locate(start);
     // Where there is a history to lose (D296).
-    if workspace.is_some()
-        && let Some((runs, instead)) = call.deletes_the_history()
+    if let Some((runs, instead)) = workspace
+        .as_deref()
+        .and_then(|root| call.deletes_the_history(start, &root.join(crate::capture::STATE_DIR)))
     {
         eprintln!(
             "rewind: refused: `{runs}` deletes ignored files, and .rewind/, this workspace's history of every checkpoint, is one of them; run `{instead}` instead, which leaves the history alone and does the rest"

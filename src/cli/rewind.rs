@@ -92,6 +92,9 @@ pub fn restore(ctx: &Ctx, args: RestoreArgs) -> Result<()> {
     emit(ctx, &r)
 }
 
+/// Plan entries a human dry run lists before it counts the rest.
+const PLAN_LINES: usize = 50;
+
 fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
     // The caller's directory was created after the target: the rewind
     // removed it, and the shell is left in a deleted directory.
@@ -110,11 +113,20 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
                 "plan: {} to {} ({} to write, {} to delete)\n",
                 r.op, r.rewound_to, r.changes.written, r.changes.deleted
             ));
-            for c in &r.plan {
+            // A plan of thousands (a `node_modules` swapped) scrolled the
+            // summary away (helper-58): its first lines, and the rest
+            // counted; `--json` lists every one.
+            for c in r.plan.iter().take(PLAN_LINES) {
                 s.push_str(&format!(
                     "  {} {}\n",
                     super::status::status_letter(c.status),
                     super::human_name(&c.path, c.path_hex.as_deref())
+                ));
+            }
+            if r.plan.len() > PLAN_LINES {
+                s.push_str(&format!(
+                    "  … and {} more (`--json` lists every one)\n",
+                    r.plan.len() - PLAN_LINES
                 ));
             }
             // What the rewind would keep, with why: the human dry run
@@ -127,8 +139,8 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
                 ));
             }
             s.push_str(&format!(
-                "fingerprint {}  (apply exactly this plan with --expect {})\n",
-                r.plan_fingerprint, r.plan_fingerprint
+                "fingerprint {}  ({} to write, {} to delete; apply exactly this plan with --expect {})\n",
+                r.plan_fingerprint, r.changes.written, r.changes.deleted, r.plan_fingerprint
             ));
             return s;
         }
