@@ -593,7 +593,7 @@ fn a_patch_with_strange_names_applies_with_git() {
     assert!(patch.contains("--- \"a/new\\nline\""), "{patch}");
     assert!(patch.contains("+++ \"b/caf\\351\""), "{patch}");
     let (after, want) = (
-        git_apply_reverse(root, &out.stdout),
+        git_apply_reverse(root, &out.stdout, &[]),
         outside_history(before),
     );
     for n in names {
@@ -635,7 +635,7 @@ fn a_patch_of_links_empty_files_and_modes_applies_with_git() {
     assert!(out.status.success(), "{out:?}");
     let patch = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(patch.contains("new file mode 120000"), "{patch}");
-    let after = git_apply_reverse(root, &out.stdout);
+    let after = git_apply_reverse(root, &out.stdout, &[]);
     common::assert_same(
         "git apply -R of the patch",
         &outside_history(before),
@@ -688,7 +688,7 @@ fn a_patch_of_files_with_any_permissions_applies_with_git() {
     );
     assert!(patch.contains("new file mode 100755"), "{patch}");
     assert!(!patch.contains("group.sh"), "{patch}");
-    let after = git_apply_reverse(root, &out.stdout);
+    let after = git_apply_reverse(root, &out.stdout, &[]);
     assert_eq!(
         after.keys().collect::<Vec<_>>(),
         outside_history(before).keys().collect::<Vec<_>>()
@@ -783,12 +783,14 @@ fn a_rewind_counts_what_its_dry_run_counts() {
 }
 
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
-/// (which must take it whole); the tree after, outside `.rewind/`.
-fn git_apply_reverse(root: &std::path::Path, patch: &[u8]) -> Tree {
+/// (which must take it whole, but the `excluded` files); the tree after,
+/// outside `.rewind/`.
+fn git_apply_reverse(root: &std::path::Path, patch: &[u8], excluded: &[&str]) -> Tree {
     let file = root.with_extension("diff");
     std::fs::write(&file, patch).expect("write patch");
     let apply = Command::new("git")
         .args(["apply", "-R"])
+        .args(excluded.iter().map(|e| format!("--exclude={e}")))
         .arg(&file)
         .current_dir(root)
         .output()
@@ -1362,21 +1364,7 @@ fn a_patch_names_every_big_file_that_changed() {
     }
     // The rest of the patch applies.
     let patch = rewind(root, &["diff", &a, &b, "--patch"]).stdout;
-    let file = root.with_extension("diff");
-    std::fs::write(&file, &patch).expect("write patch");
-    let apply = Command::new("git")
-        .args(["apply", "-R", "--exclude=grown.bin", "--exclude=moded.bin"])
-        .arg(&file)
-        .current_dir(root)
-        .output()
-        .expect("git apply");
-    let _ = std::fs::remove_file(&file);
-    assert!(
-        apply.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&apply.stderr),
-        String::from_utf8_lossy(&patch)
-    );
+    git_apply_reverse(root, &patch, &["grown.bin", "moded.bin"]);
     assert_eq!(std::fs::read(root.join("t.txt")).expect("read"), b"one\n");
     let only = rewind(root, &["diff", &a, &b, "--patch", "--", "grown.bin"]);
     assert!(
