@@ -431,10 +431,7 @@ fn for_each_file(
 /// `tree`; `None` when it cannot be opened or mapped.
 fn extents_at(tree: &rewind_platform::Dir, path: &[u8]) -> Option<Vec<(u64, u64)>> {
     let p = Path::new(OsStr::from_bytes(path));
-    let d = tree
-        .open_beneath(p.parent().unwrap_or(Path::new("")))
-        .ok()?;
-    let (f, _) = d.open_read(p.file_name().unwrap_or_default()).ok()?;
+    let (f, _) = tree.open_read_beneath(p).ok()?;
     let ext = rewind_platform::extents(&f, p).ok()?;
     Some(ext.iter().map(|x| (x.physical, x.length)).collect())
 }

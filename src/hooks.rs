@@ -21,6 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
+use rewind_platform::lexical;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -392,15 +393,15 @@ fn git_taking_ignored(args: &[String], dir: &Path, history: &Path) -> Option<(St
         .collect();
     let words = &args[i + 1..];
     let parsed = match verb {
-        "clean" => GitArgs::parse(words, CLEAN_LONG, "e", ""),
+        "clean" => GitArgs::parse(words, CLEAN_LONG, "e", false),
         "stash" => {
             let sub = words.first().filter(|w| !w.starts_with('-'));
             match sub.map(String::as_str) {
                 None | Some("push") => {
-                    GitArgs::parse(&words[sub.map_or(0, |_| 1)..], STASH_LONG, "m", "")
+                    GitArgs::parse(&words[sub.map_or(0, |_| 1)..], STASH_LONG, "m", false)
                 }
                 // `save`'s words are its message.
-                Some("save") => GitArgs::parse(&words[1..], STASH_LONG, "m", "message"),
+                Some("save") => GitArgs::parse(&words[1..], STASH_LONG, "m", true),
                 Some(_) => return None,
             }
         }
@@ -497,9 +498,15 @@ struct GitArgs {
 }
 
 impl GitArgs {
-    /// `valued`: the short options that take a value; `positional_is`: a
-    /// long option whose value the positional words are (`save MSG`).
-    fn parse(words: &[String], longs: &[&'static str], valued: &str, positional_is: &str) -> Self {
+    /// `valued`: the short options that take a value; `words_are_message`:
+    /// the words that are no option are a message (`stash save MSG`),
+    /// not pathspecs.
+    fn parse(
+        words: &[String],
+        longs: &[&'static str],
+        valued: &str,
+        words_are_message: bool,
+    ) -> Self {
         let mut out = GitArgs {
             shorts: String::new(),
             longs: Vec::new(),
@@ -556,7 +563,7 @@ impl GitArgs {
                         break;
                     }
                 }
-            } else if !positional_is.is_empty() {
+            } else if words_are_message {
                 message.push(w.clone());
             } else {
                 out.pathspecs.push(w.clone());
@@ -615,21 +622,6 @@ fn pathspec_path(p: &str) -> &str {
         .or_else(|| p.strip_prefix(":^"))
         .unwrap_or(p)
         .trim_end_matches('/')
-}
-
-/// `p` with `.` and `..` resolved by name, as a shell's `cd` does.
-pub(crate) fn lexical(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// `to` as a path relative to `from` (both absolute and lexical).

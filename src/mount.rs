@@ -174,12 +174,8 @@ impl MountLink {
         };
         for rel in open {
             let rel = Path::new(std::ffi::OsStr::from_bytes(rel));
-            let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-                continue;
-            };
             let synced = top
-                .open_beneath(parent)
-                .and_then(|d| d.open_read(name))
+                .open_read_beneath(rel)
                 .map_err(|e| e.to_string())
                 .and_then(|(f, _)| f.sync_data().map_err(|e| e.to_string()));
             if let Err(e) = synced {

@@ -231,13 +231,13 @@ fn plan_all(
             // Named through a symlink: the trees hold the link, not what
             // is below it.
             let mut link = None;
-            for (i, _) in p.iter().enumerate().filter(|(_, b)| **b == b'/') {
+            for parent in crate::capture::ancestors(p) {
                 for root in [from, to] {
                     if trees
-                        .entry_at(root, &p[..i])?
+                        .entry_at(root, parent)?
                         .is_some_and(|e| e.kind() == crate::tree::Kind::Symlink)
                     {
-                        link = link.or(Some(&p[..i]));
+                        link = link.or(Some(parent));
                     }
                 }
             }
@@ -260,27 +260,15 @@ fn plan_all(
             });
         }
         // Parents the live tree lacks (or has as non-directories).
-        let mut prefix: Vec<u8> = Vec::new();
-        for comp in p
-            .split(|&c| c == b'/')
-            .collect::<Vec<_>>()
-            .iter()
-            .rev()
-            .skip(1)
-            .rev()
-        {
-            if !prefix.is_empty() {
-                prefix.push(b'/');
-            }
-            prefix.extend_from_slice(comp);
-            let live = trees.entry_at(from, &prefix)?;
+        for prefix in crate::capture::ancestors(p) {
+            let live = trees.entry_at(from, prefix)?;
             if live
                 .as_ref()
                 .is_none_or(|e| e.kind() != crate::tree::Kind::Dir)
-                && let Some(t) = trees.entry_at(to, &prefix)?
+                && let Some(t) = trees.entry_at(to, prefix)?
             {
                 out.push(Change {
-                    path: prefix.clone(),
+                    path: prefix.to_vec(),
                     old: live,
                     new: Some(t),
                 });
@@ -948,11 +936,10 @@ fn store_what_the_plan_replaces(
             hash: hash.to_hex(),
             path: ws.root_path().join(rel),
         };
-        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        if rel.file_name().is_none() {
             return Err(missing());
-        };
-        let dir = ws.root_dir().open_beneath(parent).map_err(Error::os)?;
-        let (file, _) = dir.open_read(name).map_err(Error::os)?;
+        }
+        let (file, _) = ws.root_dir().open_read_beneath(rel).map_err(Error::os)?;
         let blobs = crate::blobs::BlobWriter::new(ws.ledger().path());
         let ingested = ws.store().ingest(&file, e.size, &blobs, None)?;
         if ingested.hash != *hash {
@@ -1029,8 +1016,7 @@ fn parents_made_since(
     };
     let mut out = Vec::new();
     for p in paths {
-        for (i, _) in p.iter().enumerate().filter(|(_, b)| **b == b'/') {
-            let prefix = &p[..i];
+        for prefix in crate::capture::ancestors(p) {
             let (Some(now), Some(want)) =
                 (trees.entry_at(live, prefix)?, trees.entry_at(to, prefix)?)
             else {

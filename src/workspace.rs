@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rewind_platform::{Dir, FsInfo, FsKind, Heir, LockFile};
@@ -335,6 +335,18 @@ fn only_one(spec: &str, found: Vec<Checkpoint>) -> Result<Option<Checkpoint>> {
     Ok(found.into_iter().next())
 }
 
+/// `.rewind/NAME`, made if it is not there: by `init`, and for a history
+/// whose empty directories git did not bring back (D295).
+fn made_dir(state: &Dir, name: &str) -> Result<Dir> {
+    let name = OsStr::new(name);
+    match state.mkdir(name, 0o755) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::os(e)),
+    }
+    state.open_dir(name).map_err(Error::os)
+}
+
 pub fn check_label(label: &str) -> Result<()> {
     let one_line = format!("give one line of text of at most {LABEL_MAX} bytes");
     let (why, fix) = if label.trim().is_empty() {
@@ -540,14 +552,8 @@ impl Workspace {
             }
             Ledger::create(&ledger_path, &ids::make_workspace_id())?;
         }
-        for sub in ["objects", "tmp"] {
-            match state.mkdir(OsStr::new(sub), 0o755) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::os(e)),
-            }
-        }
-        let tmp = state.open_dir(OsStr::new("tmp")).map_err(Error::os)?;
+        made_dir(&state, "objects")?;
+        let tmp = made_dir(&state, "tmp")?;
         crate::git_guard::ensure(&state, &tmp)?;
         if new_ledger {
             bequeath_history(&root_dir, &state)?;
@@ -692,19 +698,9 @@ impl Workspace {
         // `pop` left `.rewind/` without them, and every verb failed on a
         // bare ENOENT (helper-58, D295). Made again where the ledger is;
         // what the ledger names that is not there `verify --deep` lists.
-        let open_or_make = |name: &str| {
-            let name = OsStr::new(name);
-            match state.open_dir(name) {
-                Err(e) if e.is_not_found() && !fs.read_only => {
-                    match state.mkdir(name, 0o755) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(Error::os(e)),
-                    }
-                    state.open_dir(name).map_err(Error::os)
-                }
-                r => r.map_err(Error::os),
-            }
+        let open_or_make = |name: &str| match state.open_dir(OsStr::new(name)) {
+            Err(e) if e.is_not_found() && !fs.read_only => made_dir(&state, name),
+            r => r.map_err(Error::os),
         };
         let objects = open_or_make("objects")?;
         let tmp = open_or_make("tmp")?;
@@ -916,12 +912,7 @@ impl Workspace {
             return Ok(None);
         };
         let p = Path::new(OsStr::from_bytes(path));
-        let dir = tree
-            .open_beneath(p.parent().unwrap_or(Path::new("")))
-            .map_err(Error::os)?;
-        let (file, _) = dir
-            .open_read(p.file_name().unwrap_or_default())
-            .map_err(Error::os)?;
+        let (file, _) = tree.open_read_beneath(p).map_err(Error::os)?;
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut buf)
             .map_err(|e| Error::os(rewind_platform::Error::new("read", p, e)))?;
@@ -2075,21 +2066,8 @@ impl Workspace {
     /// naming the path it resolved to, and inside `.rewind/`. `base` is
     /// the `-C` directory when one is given, as for `git -C` and `make -C`.
     pub fn relative_path(&self, arg: &Path, base: &Path) -> Result<Vec<u8>> {
-        let abs = if arg.is_absolute() {
-            arg.to_path_buf()
-        } else {
-            base.join(arg)
-        };
-        let mut norm = PathBuf::new();
-        for comp in abs.components() {
-            match comp {
-                Component::ParentDir => {
-                    norm.pop();
-                }
-                Component::CurDir => {}
-                c => norm.push(c.as_os_str()),
-            }
-        }
+        // `base.join` keeps an absolute `arg` as it is.
+        let norm = rewind_platform::lexical(&base.join(arg));
         let outside = || Error::OutsideWorkspace {
             path: norm.clone(),
             workspace: self.root_path.clone(),

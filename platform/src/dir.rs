@@ -383,6 +383,14 @@ impl Dir {
         Ok((File::from(fd), meta))
     }
 
+    /// [`Dir::open_read`] of the file at `rel`, a relative path beneath
+    /// this directory (its directories opened as [`Dir::open_beneath`]
+    /// does: no symlink, no other filesystem, nothing outside).
+    pub fn open_read_beneath(&self, rel: &Path) -> Result<(File, Meta)> {
+        self.open_beneath(rel.parent().unwrap_or(Path::new("")))?
+            .open_read(rel.file_name().unwrap_or_default())
+    }
+
     /// Whether another process has the regular file `name` open for
     /// writing, when the kernel can say: a read lease is refused while
     /// any writer holds it. `None`: it cannot say (not the file's owner
@@ -783,6 +791,22 @@ pub fn file_set_mode(file: &File, mode: u32) -> std::io::Result<()> {
 
 pub fn file_set_mtime(file: &File, mtime_ns: i64) -> std::io::Result<()> {
     set_mtime_fd(file.as_fd(), mtime_ns)
+}
+
+/// `p` with `.` and `..` resolved by name, as a shell's `cd` does (no
+/// symlink is followed, nothing is looked up).
+pub fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A manifest path must be relative, free of `..`, `.` and NUL: anything else

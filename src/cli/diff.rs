@@ -270,6 +270,7 @@ impl Sides<'_> {
     ) -> Result<()> {
         let (a_name, b_name) = (git_path("a/", self.path), git_path("b/", self.path));
         let same_object = matches!((old, new), (Some(o), Some(n)) if o.target == n.target);
+        let modes = mode_lines(old, new);
         let (a, b) = match (
             self.content(old, self.from_tree)?,
             self.content(new, self.to_tree)?,
@@ -278,7 +279,6 @@ impl Sides<'_> {
             // Not compared byte for byte: the entries' objects say
             // whether the content changed.
             _ => {
-                let modes = mode_lines(old, new);
                 if !same_object || !modes.is_empty() {
                     out.push_str(&format!("diff --git {a_name} {b_name}\n{modes}"));
                     if !same_object {
@@ -288,7 +288,6 @@ impl Sides<'_> {
                 return Ok(());
             }
         };
-        let modes = mode_lines(old, new);
         // A change git cannot say (644 to 600, an mtime): no section. A
         // bare `diff --git` line made `git apply` reject the whole patch
         // (helper-54).

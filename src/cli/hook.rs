@@ -107,7 +107,7 @@ fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
     let written = call.file_written().map(|f| {
         let base = payload_cwd.as_deref().unwrap_or(&ctx.cwd);
         // `..` by name, as the agent's tool resolves it (helper-60).
-        super::nearest_existing(&crate::hooks::lexical(&base.join(f)))
+        super::nearest_existing(&rewind_platform::lexical(&base.join(f)))
     });
     let candidates: Vec<PathBuf> = written
         .into_iter()
