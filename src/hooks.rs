@@ -28,6 +28,11 @@ use serde_json::Value;
 use crate::effects::{Request, payload_hash};
 use crate::names::shell_word;
 
+mod find;
+mod history;
+pub use history::HistoryLoss;
+use history::{expand_path, git_taking_ignored, home, rm_reaching, rsync_deleting};
+
 pub use crate::config::{CONFIG_FILE, Config, EffectRule};
 
 impl Config {
@@ -173,11 +178,21 @@ impl ToolCall {
         // A shell command is its own identity and payload: the description
         // the agent attaches changes between identical runs.
         let by_field = named.is_some();
+        let line = self.argument();
         let (what, payload) = match named {
             Some(k) => (k, self.tool_input.to_string()),
+            // The commands the rule names, not the whole line: what the
+            // agent pipes the output through is not the effect (D301).
             None if self.tool_input.get("command").is_some() => {
-                let arg = self.argument();
-                (arg.clone(), arg)
+                let commands = Pattern::parse(&rule.pattern)
+                    .map(|p| p.commands_named(self))
+                    .unwrap_or_default();
+                let what = if commands.is_empty() {
+                    line.clone()
+                } else {
+                    commands.join("; ")
+                };
+                (what.clone(), what)
             }
             None => {
                 let payload = self.tool_input.to_string();
@@ -197,6 +212,19 @@ impl ToolCall {
             .filter(|t| **t != tool)
             .map(|t| Request::bounded_key(format!("{t}:{what}")))
             .collect();
+        // What a build before D301 keyed a shell line by: all of it.
+        if !by_field && line != what && self.tool_input.get("command").is_some() {
+            let tools: &[&str] = if is_shell_tool(&self.tool_name) {
+                SHELL_TOOLS
+            } else {
+                &[tool]
+            };
+            former_keys.extend(
+                tools
+                    .iter()
+                    .map(|t| Request::bounded_key(format!("{t}:{line}"))),
+            );
+        }
         // What a build before D293 keyed an argv command by.
         if !by_field && let Some(bare) = self.argv_joined_bare().filter(|b| *b != what) {
             let tools: Vec<&str> = if is_shell_tool(&self.tool_name) {
@@ -334,309 +362,80 @@ impl ToolCall {
         let line = without_heredoc_text(&self.argument());
         simple_commands(&line)
             .iter()
-            .map(|c| words(c).into_iter().map(|(_, w)| w).collect())
+            .map(|c| command_words(c))
             .collect()
     }
 
-    /// A git command in this shell call that would delete `history` (a
-    /// workspace's `.rewind/`), and the form of it that keeps the
-    /// history. `.rewind/` is ignored (D80), and `git clean -x`/`-X` and
-    /// `git stash --all` take ignored files: an agent's routine `git
+    /// A command in this shell call that would delete `history` (a
+    /// workspace's `.rewind/`), and what to run instead where there is
+    /// such a form. `.rewind/` is ignored (D80), and `git clean -x`/`-X`
+    /// and `git stash --all` take ignored files: an agent's routine `git
     /// clean -fdx` deleted every checkpoint, the one made for that very
-    /// call included (helper-58, D296). `cwd`: where the line starts; `cd`
-    /// and `git -C` move it. A dry run, a `clean` whose scope holds no
-    /// history, and a command that already leaves it out pass.
-    pub fn deletes_the_history(&self, cwd: &Path, history: &Path) -> Option<(String, String)> {
-        let mut dir = lexical(cwd);
-        for w in self.shell_commands() {
-            let Some((first, rest)) = w.split_first() else {
-                continue;
-            };
-            if first == "cd" {
-                // Somewhere not known: judged as if at the top.
-                dir = match rest.first() {
-                    Some(d) if d != "-" && !d.starts_with('~') => lexical(&dir.join(d)),
-                    _ => PathBuf::from("/"),
-                };
-            } else if first.rsplit('/').next() == Some("git")
-                && let Some(found) = git_taking_ignored(rest, &dir, history)
-            {
-                return Some(found);
-            }
-        }
-        None
-    }
-}
-
-/// [`ToolCall::deletes_the_history`] for one git command: `args` after
-/// `git`, run in `dir`.
-fn git_taking_ignored(args: &[String], dir: &Path, history: &Path) -> Option<(String, String)> {
-    let mut dir = dir.to_path_buf();
-    let mut i = 0;
-    // git's own options come before its verb; these take the next word.
-    while let Some(a) = args.get(i) {
-        match a.as_str() {
-            "-C" => {
-                dir = lexical(&dir.join(args.get(i + 1)?));
-                i += 2;
-            }
-            "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
-            | "--config-env" | "--attr-source" => i += 2,
-            a if a.starts_with('-') => i += 1,
-            _ => break,
-        }
-    }
-    let verb = args.get(i)?.as_str();
-    let head: Vec<String> = std::iter::once("git")
-        .chain(args[..=i].iter().map(String::as_str))
-        .map(shell_word)
-        .collect();
-    let words = &args[i + 1..];
-    let parsed = match verb {
-        "clean" => GitArgs::parse(words, CLEAN_LONG, "e", false),
-        "stash" => {
-            let sub = words.first().filter(|w| !w.starts_with('-'));
-            match sub.map(String::as_str) {
-                None | Some("push") => {
-                    GitArgs::parse(&words[sub.map_or(0, |_| 1)..], STASH_LONG, "m", false)
-                }
-                // `save`'s words are its message.
-                Some("save") => GitArgs::parse(&words[1..], STASH_LONG, "m", true),
-                Some(_) => return None,
-            }
-        }
-        _ => return None,
-    };
-    let takes = match verb {
-        "clean" => (parsed.short('x') || parsed.short('X')) && !parsed.dry_run(),
-        _ => parsed.short('a') || parsed.long("all"),
-    };
-    if !takes {
-        return None;
-    }
-    let under = |p: &Path| history.starts_with(p) || p.starts_with(history);
-    let positive: Vec<&String> = parsed.pathspecs.iter().filter(|p| !is_exclude(p)).collect();
-    // A clean acts below its directory; a stash on the whole repository.
-    let reaches = if positive.is_empty() {
-        verb == "stash" || history.starts_with(&dir)
-    } else {
-        positive.iter().any(|p| {
-            p.starts_with(':') || p.contains(['*', '?', '[']) || under(&lexical(&dir.join(p)))
+    /// call included (helper-58, D296). An `rm` of the history, of a file
+    /// in it, or of the workspace or a directory above it leaves nothing
+    /// to rewind to (D300). `cwd`: where the line starts; `cd` and `git
+    /// -C` move it. `histories`: the `.rewind/` of each workspace the
+    /// call could reach. A dry run, a command whose scope holds no
+    /// history, and one that already leaves it out pass.
+    pub fn deletes_the_history(&self, cwd: &Path, histories: &[PathBuf]) -> Option<HistoryLoss> {
+        self.commands_with_dirs(cwd).iter().find_map(|(dir, w)| {
+            let (first, rest) = w.split_first()?;
+            let name = first.rsplit('/').next().unwrap_or(first);
+            histories.iter().find_map(|history| match name {
+                "git" => git_taking_ignored(rest, dir, history)
+                    .map(|(runs, instead)| HistoryLoss::IgnoredFiles { runs, instead }),
+                "rm" => rm_reaching(w, dir, history),
+                "find" => find::deleting(w, dir, history),
+                "rsync" => rsync_deleting(w, dir, history),
+                _ => None,
+            })
         })
-    };
-    let left_out = parsed
-        .pathspecs
-        .iter()
-        .any(|p| is_exclude(p) && lexical(&dir.join(pathspec_path(p))) == history)
-        || (verb == "clean"
-            && !parsed.short('X')
-            && parsed.values.iter().any(|e| {
-                let e = e.trim_end_matches('/');
-                e == ".rewind" || (e == "/.rewind" && dir.join(".rewind") == history)
-            }));
-    if !reaches || left_out {
-        return None;
     }
-    let line = head
-        .iter()
-        .cloned()
-        .chain(words.iter().map(|w| shell_word(w)))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut instead = head;
-    // `stash -a` and `stash save` say it as `stash push`, which takes
-    // pathspecs.
-    if verb == "stash" {
-        instead.push("push".into());
+
+    /// The paths the `rm` commands of this shell call name (globs left
+    /// out): where to look for a workspace whose history they would take
+    /// with them, as `rm -rf proj` run from proj's parent would.
+    pub fn removed_paths(&self, cwd: &Path) -> Vec<PathBuf> {
+        self.commands_with_dirs(cwd)
+            .iter()
+            .filter(|(_, w)| {
+                w.first()
+                    .is_some_and(|f| f.rsplit('/').next() == Some("rm"))
+            })
+            .flat_map(|(dir, w)| {
+                w[1..]
+                    .iter()
+                    .filter(|o| !o.starts_with('-') && !o.contains(['*', '?', '[']))
+                    .filter_map(|o| expand_path(o, dir))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
-    instead.extend(parsed.options.iter().map(|o| shell_word(o)));
-    instead.push("--".into());
-    instead.extend(parsed.pathspecs.iter().map(|p| shell_word(p)));
-    instead.push(shell_word(&format!(
-        ":(exclude){}",
-        relative(&dir, history)
-    )));
-    Some((line, instead.join(" ")))
-}
 
-const CLEAN_LONG: &[&str] = &[
-    "dry-run",
-    "no-dry-run",
-    "exclude",
-    "force",
-    "no-force",
-    "interactive",
-    "quiet",
-];
-const STASH_LONG: &[&str] = &[
-    "all",
-    "no-all",
-    "include-untracked",
-    "keep-index",
-    "no-keep-index",
-    "patch",
-    "staged",
-    "quiet",
-    "message",
-    "pathspec-from-file",
-    "pathspec-file-nul",
-];
-
-/// A git verb's words read as git's option parser reads them: short
-/// option clusters (`-fdx`), a value attached or in the next word (`-e
-/// PAT`, `-ePAT`, `--exclude=PAT`), long options by any unambiguous
-/// prefix (`--al`), `--no-` undoing, and pathspecs after `--` or among
-/// the options.
-struct GitArgs {
-    shorts: String,
-    longs: Vec<&'static str>,
-    /// The values of the options that take one (`-e`, `-m`).
-    values: Vec<String>,
-    /// The words, pathspecs left out, as the suggestion repeats them.
-    options: Vec<String>,
-    pathspecs: Vec<String>,
-}
-
-impl GitArgs {
-    /// `valued`: the short options that take a value; `words_are_message`:
-    /// the words that are no option are a message (`stash save MSG`),
-    /// not pathspecs.
-    fn parse(
-        words: &[String],
-        longs: &[&'static str],
-        valued: &str,
-        words_are_message: bool,
-    ) -> Self {
-        let mut out = GitArgs {
-            shorts: String::new(),
-            longs: Vec::new(),
-            values: Vec::new(),
-            options: Vec::new(),
-            pathspecs: Vec::new(),
-        };
-        let mut message = Vec::new();
-        let mut it = words.iter();
-        let mut after_dashes = false;
-        while let Some(w) = it.next() {
-            if after_dashes {
-                out.pathspecs.push(w.clone());
-            } else if w == "--" {
-                after_dashes = true;
-            } else if let Some(long) = w.strip_prefix("--") {
-                out.options.push(w.clone());
-                let (name, value) = match long.split_once('=') {
-                    Some((n, v)) => (n, Some(v.to_string())),
-                    None => (long, None),
-                };
-                let Some(full) = unique_prefix(name, longs) else {
-                    continue;
-                };
-                // `--no-x` undoes `--x` and its short form.
-                if let Some(undone) = full.strip_prefix("no-") {
-                    out.longs.retain(|l| *l != undone);
-                    if undone == "dry-run" {
-                        out.shorts.retain(|c| c != 'n');
-                    }
-                    continue;
+    /// Each simple command of this shell call with the directory it runs
+    /// in: `cwd`, moved by each `cd` or `pushd` before it. Somewhere not
+    /// known (`cd -`, `cd "$DIR"`, `cd "$(git rev-parse
+    /// --show-toplevel)"`, `popd`) is judged as if at the top, so that a
+    /// command there is refused rather than let through (helper-63).
+    fn commands_with_dirs(&self, cwd: &Path) -> Vec<(PathBuf, Vec<String>)> {
+        let mut dir = lexical(cwd);
+        let mut out = Vec::new();
+        for w in self.shell_commands() {
+            match w.first().map(String::as_str) {
+                Some("cd" | "pushd") => {
+                    let target = w[1..].iter().find(|a| *a == "-" || !a.starts_with('-'));
+                    dir = match target.map(|d| expand_path(d, &dir)) {
+                        Some(Some(d)) => d,
+                        None => home().unwrap_or_else(|| PathBuf::from("/")),
+                        Some(None) => PathBuf::from("/"),
+                    };
                 }
-                out.longs.push(full);
-                if matches!(full, "exclude" | "message" | "pathspec-from-file") {
-                    let value = value.or_else(|| {
-                        let v = it.next()?.clone();
-                        out.options.push(v.clone());
-                        Some(v)
-                    });
-                    out.values.extend(value);
-                }
-            } else if w.len() > 1 && w.starts_with('-') {
-                out.options.push(w.clone());
-                for (i, c) in w[1..].char_indices() {
-                    out.shorts.push(c);
-                    if valued.contains(c) {
-                        let rest = &w[1 + i + c.len_utf8()..];
-                        let value = if rest.is_empty() {
-                            it.next().cloned().inspect(|v| out.options.push(v.clone()))
-                        } else {
-                            Some(rest.to_string())
-                        };
-                        out.values.extend(value);
-                        break;
-                    }
-                }
-            } else if words_are_message {
-                message.push(w.clone());
-            } else {
-                out.pathspecs.push(w.clone());
+                Some("popd") => dir = PathBuf::from("/"),
+                _ => {}
             }
-        }
-        if !message.is_empty() {
-            out.options.push("-m".into());
-            out.options.push(message.join(" "));
+            out.push((dir.clone(), w));
         }
         out
-    }
-
-    fn short(&self, c: char) -> bool {
-        self.shorts.contains(c)
-    }
-
-    fn long(&self, name: &str) -> bool {
-        self.longs.contains(&name)
-    }
-
-    fn dry_run(&self) -> bool {
-        self.short('n') || self.long("dry-run")
-    }
-}
-
-/// `name` or the one option of `known` it is an unambiguous prefix of,
-/// as git takes `--al` for `--all`.
-fn unique_prefix(name: &str, known: &[&'static str]) -> Option<&'static str> {
-    if let Some(exact) = known.iter().find(|k| **k == name) {
-        return Some(exact);
-    }
-    let mut found = known
-        .iter()
-        .filter(|k| k.starts_with(name) && !name.is_empty());
-    match (found.next(), found.next()) {
-        (Some(one), None) => Some(one),
-        _ => None,
-    }
-}
-
-/// Whether a pathspec excludes (`:!p`, `:^p`, `:(exclude)p`).
-fn is_exclude(p: &str) -> bool {
-    p.starts_with(":!")
-        || p.starts_with(":^")
-        || p.strip_prefix(":(")
-            .and_then(|m| m.split_once(')'))
-            .is_some_and(|(magic, _)| magic.split(',').any(|m| m == "exclude"))
-}
-
-/// A pathspec's path, without its magic.
-fn pathspec_path(p: &str) -> &str {
-    if let Some(m) = p.strip_prefix(":(") {
-        return m.split_once(')').map_or(p, |(_, rest)| rest);
-    }
-    p.strip_prefix(":!")
-        .or_else(|| p.strip_prefix(":^"))
-        .unwrap_or(p)
-        .trim_end_matches('/')
-}
-
-/// `to` as a path relative to `from` (both absolute and lexical).
-fn relative(from: &Path, to: &Path) -> String {
-    let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
-    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
-    let up = std::iter::repeat_n("..".to_string(), f.len() - common);
-    let down = t[common..]
-        .iter()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned());
-    let rel: Vec<String> = up.chain(down).collect();
-    if rel.is_empty() {
-        ".".into()
-    } else {
-        rel.join("/")
     }
 }
 
@@ -744,8 +543,36 @@ impl<'a> Pattern<'a> {
         let Some(a) = self.argument else {
             return true;
         };
-        let tried = |arg: &str| glob(a, arg) || simple_commands(arg).iter().any(|c| glob(a, c));
+        let tried = |arg: &str| {
+            glob(a, arg)
+                || simple_commands(arg)
+                    .iter()
+                    .any(|c| glob(a, c) || glob(a, &canonical_command(c)))
+        };
         tried(&call.argument()) || call.argv_joined_bare().is_some_and(|b| tried(&b))
+    }
+
+    /// The simple commands of a shell call this pattern names, each
+    /// canonical: the effect's identity (D301). Keyed by its whole line,
+    /// `git push origin main 2>&1 | tail -3` was another effect than the
+    /// push before it, and went through (helper-63). Empty when the
+    /// pattern names no command, or only the whole line matches.
+    fn commands_named(&self, call: &ToolCall) -> Vec<String> {
+        let Some(a) = self.argument else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = Vec::new();
+        for c in simple_commands(&call.argument()) {
+            // `bash -c 'git push'` is named by the push inside it.
+            if shell_string(&c).is_some() {
+                continue;
+            }
+            let canonical = canonical_command(&c);
+            if (glob(a, &c) || glob(a, &canonical)) && !out.contains(&canonical) {
+                out.push(canonical);
+            }
+        }
+        out
     }
 }
 
@@ -773,7 +600,7 @@ fn simple_commands(line: &str) -> Vec<String> {
     let mut parts = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
-    let mut chars = line.chars();
+    let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         match (quote, c) {
             (Some(q), c) if c == q => {
@@ -788,11 +615,27 @@ fn simple_commands(line: &str) -> Vec<String> {
                     cur.push(n);
                 }
             }
+            // `${PWD}` is one word, not a group.
+            (None | Some('"'), '$') if chars.peek() == Some(&'{') => {
+                cur.push(c);
+                for n in chars.by_ref() {
+                    cur.push(n);
+                    if n == '}' {
+                        break;
+                    }
+                }
+            }
             (Some(_), c) => cur.push(c),
             (None, '\'' | '"') => {
                 quote = Some(c);
                 cur.push(c);
             }
+            // `2>&1`, `&>log`, `<&3`, `>|f` are redirections, not a
+            // background `&` or a pipe: split there, `git push 2>&1`
+            // read as `git push 2>` and a second push went through
+            // (helper-63, D301).
+            (None, '&') if cur.ends_with(['>', '<']) || chars.peek() == Some(&'>') => cur.push(c),
+            (None, '|') if cur.ends_with('>') => cur.push(c),
             (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}' | '`') => {
                 parts.push(std::mem::take(&mut cur));
             }
@@ -1032,6 +875,54 @@ fn words(cmd: &str) -> Vec<(usize, String)> {
     out
 }
 
+/// The words of a simple command without its redirections (`2>&1`,
+/// `>/dev/null`, `> out.log`, `<in`, `&>f`): they say where the output
+/// goes, not what runs. `git clean -fdx 2>&1` read `2>` as a pathspec
+/// and passed as a clean of some other path (helper-63, D301).
+fn command_words(cmd: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = words(cmd).into_iter().map(|(_, w)| w);
+    while let Some(w) = it.next() {
+        match redirection(&w) {
+            // The operator alone: its target is the next word.
+            Some(true) => {
+                it.next();
+            }
+            Some(false) => {}
+            None => out.push(w),
+        }
+    }
+    out
+}
+
+/// Whether a word is a redirection (`[N]>`, `>>`, `>&`, `>|`, `<`,
+/// `<>`, `<&`, `<<`, `<<<`, `&>`, `&>>`), and if so whether its target
+/// is the next word (`true`) or attached (`2>&1`, `>log`: `false`).
+fn redirection(word: &str) -> Option<bool> {
+    const OPS: &[&str] = &[
+        "&>>", "&>", ">>", ">&", ">|", "<<<", "<<", "<>", "<&", ">", "<",
+    ];
+    let rest = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    let op = OPS.iter().find(|o| rest.starts_with(**o))?;
+    // `2&>f` is no redirection.
+    if op.starts_with('&') && rest.len() != word.len() {
+        return None;
+    }
+    Some(rest.len() == op.len())
+}
+
+/// A simple command as one canonical line: its words without
+/// redirections, each quoted as a shell needs it. `git push origin main
+/// 2>&1`, `git  push "origin" main` and `git push origin main` are one
+/// command (D301).
+fn canonical_command(cmd: &str) -> String {
+    command_words(cmd)
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `*` matches any run of characters, `?` any one; everything else is
 /// literal. Iterative with one backtrack point: linear in practice.
 pub fn glob(pattern: &str, text: &str) -> bool {
@@ -1247,6 +1138,181 @@ mod tests {
         assert!(c.effect(&call("run_shell_command", push)).is_none());
     }
 
+    /// D300: `find` with a deleting action, its expression evaluated on
+    /// the history's paths; `rsync --delete` into the workspace.
+    #[test]
+    fn find_and_rsync_that_would_delete_the_history_are_refused() {
+        let history = [PathBuf::from("/w/.rewind")];
+        let at = |line: &str, cwd: &str| {
+            call("Bash", serde_json::json!({ "command": line }))
+                .deletes_the_history(Path::new(cwd), &history)
+        };
+        for (line, cwd) in [
+            ("find . -name '*.db' -delete", "/w"),
+            ("find . -type f -size +100k -delete", "/w"),
+            ("find . -mindepth 1 -delete", "/w"),
+            ("find -type f -delete", "/w"),
+            ("find /w -iname 'LEDGER*' -delete", "/tmp"),
+            ("find . -path './.rewind/*' -delete", "/w"),
+            ("find .. -name '*.db' -exec rm -f {} +", "/w/src"),
+            ("find . -type f -newer x -exec rm {} \\;", "/w"),
+            ("find . \\( -name '*.db' -o -name '*.log' \\) -delete", "/w"),
+            (
+                "find . -depth -path ./.rewind -prune -o -name '*.db' -delete",
+                "/w",
+            ),
+            ("find . -maxdepth 2 -name 'ledger.db*' -delete", "/w"),
+            ("find . -name '*.db' -delete 2>/dev/null", "/w"),
+        ] {
+            match at(line, cwd) {
+                Some(HistoryLoss::Deletes { instead, .. }) => {
+                    assert!(
+                        instead.contains("! -path '*/.rewind' ! -path '*/.rewind/*' \\("),
+                        "{line}: {instead}"
+                    );
+                    // The form named passes.
+                    assert_eq!(at(&instead, cwd), None, "{instead}");
+                }
+                other => panic!("{line} in {cwd}: {other:?}"),
+            }
+        }
+        for (line, cwd) in [
+            ("find . -name '*.pyc' -delete", "/w"),
+            (
+                "find . -name node_modules -prune -o -name '*.log' -print",
+                "/w",
+            ),
+            ("find . -type d -name __pycache__ -exec rm -rf {} +", "/w"),
+            ("find src -name '*.db' -delete", "/w"),
+            ("find . -maxdepth 1 -name '*.db' -delete", "/w"),
+            (
+                "find . -path ./.rewind -prune -o -name '*.db' -exec rm {} +",
+                "/w",
+            ),
+            ("find . -not -path './.rewind*' -name '*.db' -delete", "/w"),
+            ("find . -name '*.db'", "/w"),
+            // `-o` binds looser than the implied `-a`: the .db files are
+            // only matched, not deleted.
+            ("find . -name '*.db' -o -name '*.pyc' -delete", "/w"),
+            ("find . -name '*.db' -delete -o -print", "/other"),
+            // find refuses `-prune` under `-delete`'s implied `-depth`.
+            (
+                "find . -path ./.rewind -prune -o -name '*.db' -delete",
+                "/w",
+            ),
+            (
+                "find /w -mindepth 1 -maxdepth 1 ! -name .rewind -exec rm -rf {} +",
+                "/",
+            ),
+        ] {
+            assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
+        assert!(matches!(
+            at("find .rewind -type f -delete", "/w"),
+            Some(HistoryLoss::Removed { .. })
+        ));
+        // An `-exec rm -rf` of the workspace itself.
+        assert!(matches!(
+            at("find / -maxdepth 1 -name w -exec rm -rf {} +", "/tmp"),
+            Some(HistoryLoss::RemovedWithWorkspace { .. })
+        ));
+
+        for line in [
+            "rsync -a --delete empty/ ./",
+            "rsync -a --delete --exclude .git empty/ /w/",
+            "rsync -av --delete-after ../template/ .",
+            "rsync -a --delete --exclude .rewind --delete-excluded empty/ ./",
+        ] {
+            match at(line, "/w") {
+                Some(HistoryLoss::Deletes { instead, .. }) => {
+                    assert!(
+                        instead.starts_with("rsync '--filter=P .rewind' "),
+                        "{instead}"
+                    );
+                    assert_eq!(at(&instead, "/w"), None, "{instead}");
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        for line in [
+            "rsync -a --delete src/ backup/",
+            "rsync -a --delete --exclude=.rewind empty/ ./",
+            "rsync -a --delete --filter '- .rewind' empty/ ./",
+            "rsync -a --delete -f 'P .rewind' --delete-excluded empty/ ./",
+            "rsync -a empty/ ./",
+            "rsync -a --delete ./ host:/srv/w/",
+        ] {
+            assert_eq!(at(line, "/w"), None, "{line}");
+        }
+    }
+
+    /// D301: an effect is the command the rule names, whatever the line
+    /// does around it: redirections and pipes do not make another push.
+    #[test]
+    fn an_effect_is_its_command_not_what_the_line_pipes_it_through() {
+        let c = Config::parse(
+            "[[effect]]\nmatch = \"Bash(git push*)\"\n[[effect]]\nmatch = \"Bash(npm publish)\"\n",
+        )
+        .unwrap();
+        let key = |line: &str| {
+            c.effect(&call("Bash", serde_json::json!({ "command": line })))
+                .map(|(r, _)| r.key)
+        };
+        for line in [
+            "git push origin main",
+            "git push origin main 2>&1",
+            "git push origin main 2>&1 | tail -3",
+            "git push origin main >/dev/null 2>/dev/null",
+            "git push origin main > push.log",
+            "git push origin main &> push.log",
+            "cd /w && git push \"origin\" main |& tee log",
+            "git add . && git commit -m x && git  push origin main 2>&1 | tail",
+            "git push origin main </dev/null",
+        ] {
+            assert_eq!(
+                key(line).as_deref(),
+                Some("Bash:git push origin main"),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            key("npm publish 2>&1 | tail").as_deref(),
+            Some("Bash:npm publish")
+        );
+        assert_eq!(
+            key("git push origin dev 2>&1").as_deref(),
+            Some("Bash:git push origin dev")
+        );
+        // Two pushes in one line are one effect naming both.
+        assert_eq!(
+            key("git push a main && git push b main").as_deref(),
+            Some("Bash:git push a main; git push b main")
+        );
+        // What an earlier build recorded under the whole line is found.
+        let (req, _) = c
+            .effect(&call(
+                "Bash",
+                serde_json::json!({ "command": "git push origin main 2>&1 | tail -3" }),
+            ))
+            .unwrap();
+        assert!(
+            req.former_keys
+                .contains(&"Bash:git push origin main 2>&1 | tail -3".to_string()),
+            "{:?}",
+            req.former_keys
+        );
+        // A redirection is no pipe: the command after `>|` or `2>&1` is
+        // not a new one.
+        assert_eq!(
+            simple_commands("git push 2>&1 >| log"),
+            ["git push 2>&1 >| log"]
+        );
+        assert_eq!(
+            command_words("git clean -fdx 2>&1 > /dev/null"),
+            ["git", "clean", "-fdx"]
+        );
+    }
+
     /// D293: an argv command is read as the shell line it stands for.
     #[test]
     fn an_argv_command_is_guarded_like_its_shell_line() {
@@ -1262,16 +1328,18 @@ mod tests {
         for words in [&["bash", "-lc", "echo git push"][..], &["echo", "git push"]] {
             assert!(c.effect(&argv(words)).is_none(), "{words:?}");
         }
-        // Its key is the quoted line; the bare join earlier builds
-        // recorded stays the same effect.
+        // Its key is the push it runs (D301); the quoted line and the
+        // bare join earlier builds recorded stay the same effect.
         let (req, _) = c
             .effect(&argv(&["bash", "-lc", "git push origin main"]))
             .unwrap();
-        assert_eq!(req.key, "Bash:bash -lc 'git push origin main'");
-        assert!(
-            req.former_keys
-                .contains(&"Bash:bash -lc git push origin main".to_string())
-        );
+        assert_eq!(req.key, "Bash:git push origin main");
+        for former in [
+            "Bash:bash -lc git push origin main",
+            "Bash:bash -lc 'git push origin main'",
+        ] {
+            assert!(req.former_keys.contains(&former.to_string()), "{former}");
+        }
         let (plain, _) = c.effect(&argv(&["git", "push", "origin", "main"])).unwrap();
         assert_eq!(plain.key, "Bash:git push origin main");
         assert_eq!(
@@ -1321,11 +1389,14 @@ mod tests {
     fn git_commands_that_delete_ignored_files_are_named_with_a_safe_form() {
         let shell = |line: &str| call("Bash", serde_json::json!({ "command": line }));
         let ws = Path::new("/w");
-        let history = Path::new("/w/.rewind");
+        let history = [PathBuf::from("/w/.rewind")];
         let at = |line: &str, cwd: &str| {
             shell(line)
-                .deletes_the_history(Path::new(cwd), history)
-                .map(|(_, instead)| instead)
+                .deletes_the_history(Path::new(cwd), &history)
+                .map(|loss| match loss {
+                    HistoryLoss::IgnoredFiles { instead, .. } => instead,
+                    other => panic!("{line}: {other:?}"),
+                })
         };
         for (line, cwd, instead) in [
             (
@@ -1394,6 +1465,31 @@ mod tests {
                 "git stash push -a -- ':(exclude).rewind'",
             ),
             (
+                "git clean -fdx 2>&1 | tail",
+                "/w",
+                "git clean -fdx -- ':(exclude).rewind'",
+            ),
+            (
+                "git clean -fdx >/dev/null 2> err.log",
+                "/w",
+                "git clean -fdx -- ':(exclude).rewind'",
+            ),
+            (
+                "cd \"$(git rev-parse --show-toplevel)\" && git clean -fdx",
+                "/w/src",
+                "git clean -fdx -- ':(exclude)/w/.rewind'",
+            ),
+            (
+                "pushd .. && git clean -fdx",
+                "/w/src",
+                "git clean -fdx -- ':(exclude).rewind'",
+            ),
+            (
+                "cd \"$DIR\" && git clean -fdx",
+                "/w",
+                "git clean -fdx -- ':(exclude)/w/.rewind'",
+            ),
+            (
                 "git stash -a",
                 "/w/src",
                 "git stash push -a -- ':(exclude)../.rewind'",
@@ -1438,6 +1534,8 @@ mod tests {
             ("git stash apply", "/w"),
             ("git stash list", "/w"),
             ("git stash push -a -- ':!.rewind'", "/w"),
+            ("git stash -a -p", "/w"),
+            ("git stash push --all --patch", "/w"),
             ("git stash -a -- ':(exclude)../.rewind'", "/w/src"),
             ("git log --grep 'clean -x'", "/w"),
             ("echo git clean -fdx", "/w"),
@@ -1449,7 +1547,97 @@ mod tests {
             "Write",
             serde_json::json!({"file_path": "x", "content": "git clean -fdx"}),
         );
-        assert!(write.deletes_the_history(ws, history).is_none());
+        assert!(write.deletes_the_history(ws, &history).is_none());
+    }
+
+    /// D300: an `rm` that deletes the history, a file in it, or the
+    /// workspace with it, globs as bash expands them; what leaves the
+    /// history alone passes.
+    #[test]
+    fn rm_of_the_history_or_the_workspace_holding_it_is_refused() {
+        let history = [PathBuf::from("/w/.rewind")];
+        let at = |line: &str, cwd: &str| {
+            call("Bash", serde_json::json!({ "command": line }))
+                .deletes_the_history(Path::new(cwd), &history)
+        };
+        for (line, cwd) in [
+            ("rm -rf .rewind", "/w"),
+            ("rm -r -f .rewind/", "/w"),
+            ("rm --recursive --force ./.rewind", "/w"),
+            ("rm -fR ../.rewind", "/w/src"),
+            ("rm .rewind/ledger.db", "/w"),
+            ("rm -f .rewind/ledger.db-wal", "/w"),
+            ("rm -rf .rewind/objects", "/w"),
+            ("rm -f .rewind/*", "/w"),
+            ("rm -rf .[!.]*", "/w"),
+            ("rm -rf .[^.]* *", "/w"),
+            ("rm -rf .??*", "/w"),
+            ("rm -rf .r*", "/w"),
+            ("rm -rf /w/.rewind", "/tmp"),
+            ("cd /w && rm -rf .rewind", "/tmp"),
+            ("sudo rm -rf .rewind", "/w"),
+            ("bash -c 'rm -rf .rewind'", "/w"),
+            ("/bin/rm -rf -- .rewind", "/w"),
+            ("rm -rf $PWD/.rewind", "/w"),
+            ("rm -rf .rewind 2>/dev/null", "/w"),
+            ("rm -rf .rewind 2>&1 | tail", "/w"),
+            (
+                "cd \"$(git rev-parse --show-toplevel)\" && rm -rf /w/.rewind",
+                "/w",
+            ),
+        ] {
+            assert!(
+                matches!(at(line, cwd), Some(HistoryLoss::Removed { .. })),
+                "{line} in {cwd}: {:?}",
+                at(line, cwd)
+            );
+        }
+        for (line, cwd, target) in [
+            ("rm -rf /w", "/tmp", "/w"),
+            ("rm -rf /w/", "/tmp", "/w"),
+            ("cd .. && rm -rf w", "/w", "/w"),
+            ("rm -rf ../../w", "/w/src", "/w"),
+            ("rm -rf \"$PWD\"", "/w", "/w"),
+            ("rm -rf ${PWD}", "/w", "/w"),
+            ("rm -rf /", "/w", "/"),
+            ("rm -rf /*", "/w", "/w"),
+            ("rm -rf ../../*", "/w/src", "/w"),
+            ("rm -r --one-file-system /w", "/", "/w"),
+        ] {
+            match at(line, cwd) {
+                Some(HistoryLoss::RemovedWithWorkspace { target: t, .. }) => {
+                    assert_eq!(t, Path::new(target), "{line} in {cwd}")
+                }
+                other => panic!("{line} in {cwd}: {other:?}"),
+            }
+        }
+        for (line, cwd) in [
+            ("rm -rf *", "/w"),
+            ("rm -rf ../*", "/w/src"),
+            ("rm -rf build node_modules", "/w"),
+            ("rm -rf src/.rewind", "/w"),
+            ("rm -f .rewindrc", "/w"),
+            ("rm .rewind", "/w"),
+            ("rm -rf .", "/w"),
+            ("rm -rf ..", "/w/src"),
+            ("rm -rf ./", "/w"),
+            ("rm -f /w", "/tmp"),
+            ("rm -rf $DIR", "/w"),
+            ("echo rm -rf .rewind", "/w"),
+            ("rm -rf .[!.r]*", "/w"),
+            ("rm -rf /other", "/w"),
+            ("cd src && rm -rf .rewind", "/w"),
+        ] {
+            assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
+        let shown = at("rm -rf /w", "/tmp").map(|l| l.to_string());
+        assert!(
+            shown
+                .as_deref()
+                .is_some_and(|s| s
+                    .contains("find /w -mindepth 1 -maxdepth 1 ! -name .rewind -exec rm -rf {} +")),
+            "{shown:?}"
+        );
     }
 
     #[test]

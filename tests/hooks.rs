@@ -922,7 +922,7 @@ fn a_push_inside_a_shell_line_is_guarded_like_a_bare_one() {
     rewind_json(ws, &["checkpoint"]);
     for command in [
         serde_json::json!("cd repo && git push origin main"),
-        serde_json::json!("GIT_TRACE=1 git push origin main"),
+        serde_json::json!("GIT_TRACE=1 git push origin gt"),
         serde_json::json!(["git", "push", "origin", "dev"]),
         // D153: wrappers with options, keywords, `sh -c`.
         serde_json::json!("timeout 60 git push origin t1"),
@@ -1153,6 +1153,52 @@ fn a_nested_workspace_is_guarded_by_the_projects_rules() {
     );
 }
 
+/// D301: the effect is the push, not the line around it. An agent's
+/// second `git push origin main 2>&1 | tail -3` went through: `2>&1` was
+/// split at its `&`, and the key was the whole line, so another pipe
+/// made another effect (helper-63). So did `npm publish 2>&1` past a
+/// `Bash(npm publish)` rule.
+#[test]
+fn a_push_piped_or_redirected_is_the_same_push() {
+    let dir = project(false);
+    let ws = dir.path();
+    write(
+        &ws.join("rewind.toml"),
+        b"[[effect]]\nmatch = \"Bash(git push*)\"\n[[effect]]\nmatch = \"Bash(npm publish)\"\n",
+    );
+    rewind_json(ws, &["checkpoint"]);
+    let call = |command: &str| {
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
+            .to_string()
+    };
+    for (first, again) in [
+        (
+            "git push origin main",
+            "git push origin main 2>&1 | tail -3",
+        ),
+        (
+            "git push origin dev 2>&1 | tail -5",
+            "git push origin dev >/dev/null 2>&1",
+        ),
+        ("npm publish 2>&1", "npm publish &> publish.log"),
+    ] {
+        let out = hook("pre-tool-use", &call(first));
+        assert_eq!(out.status.code(), Some(0), "{first}: {}", stderr(&out));
+        let out = hook("pre-tool-use", &call(again));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{again} after {first}: {}",
+            stderr(&out)
+        );
+    }
+    let keys = effect_keys(ws);
+    assert!(
+        keys.iter().any(|k| k == "Bash:git push origin main"),
+        "{keys:?}"
+    );
+}
+
 /// D163: a hook's key is the whole command, and a 5 MB `git push` line
 /// (a heredoc, a `-d` payload) grew the ledger by 5 MB at every decision.
 /// Past 4 KiB the key is cut and named by its SHA-256: the same command
@@ -1172,7 +1218,7 @@ fn a_huge_command_is_guarded_by_its_hash_without_storing_it() {
     };
     let body = "A".repeat(2_000_000);
     let call = |tail: &str| {
-        let command = format!("git push origin main # {body}{tail}");
+        let command = format!("git push origin main -o '{body}{tail}'");
         serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
             .to_string()
     };
@@ -1291,6 +1337,123 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
     rewind_json(ws, &["status"]);
     rewind_json(ws, &["checkpoint"]);
     rewind_json(ws, &["verify", "--deep"]);
+}
+
+/// D300: an `rm` that would delete the history (`.rewind/`, a file in
+/// it, a dotfile glob taking it) or the workspace holding it is refused:
+/// nothing could bring either back. For the workspace itself the refusal
+/// names a `find` that empties it and keeps the history, which the test
+/// runs; a rewind then brings every file back. What leaves the history
+/// alone (`rm -rf *`, `rm -rf src`) passes.
+#[test]
+fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
+    let parent = common::tmp();
+    let ws = parent.path().join("proj");
+    write(&ws.join("src/main.py"), b"print('v1')\n");
+    write(&ws.join(".env"), b"KEY=1\n");
+    rewind(&ws, &["init"]);
+    let before = rewind_json(&ws, &["checkpoint", "before"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let tree = snapshot(&ws);
+    let call = |command: &str, cwd: &Path| {
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": cwd})
+            .to_string()
+    };
+    let root = ws.display().to_string();
+    for (command, cwd) in [
+        ("rm -rf .rewind", ws.clone()),
+        ("rm -f .rewind/ledger.db", ws.clone()),
+        ("rm -rf .[!.]* *", ws.clone()),
+        ("cd src && rm -rf ../.rewind", ws.clone()),
+        ("rm -rf proj", parent.path().to_path_buf()),
+        (
+            &format!("rm -rf '{root}'") as &str,
+            Path::new("/").to_path_buf(),
+        ),
+        ("rm -rf \"$PWD\"", ws.clone()),
+    ] {
+        let refused = hook("pre-tool-use", &call(command, &cwd));
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{command}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            stderr(&refused).contains("history of every checkpoint"),
+            "{}",
+            stderr(&refused)
+        );
+    }
+    // The form the refusal names for the workspace root, run as shown.
+    let refused = stderr(&hook("pre-tool-use", &call("rm -rf proj", parent.path())));
+    let instead = refused
+        .split("run `")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("no form named: {refused}"));
+    let ok = hook("pre-tool-use", &call(instead, parent.path()));
+    assert_eq!(ok.status.code(), Some(0), "{instead}: {}", stderr(&ok));
+    let run = Command::new("sh")
+        .current_dir(parent.path())
+        .args(["-c", instead])
+        .output()
+        .expect("sh");
+    assert!(run.status.success(), "{}", stderr(&run));
+    let left: Vec<_> = std::fs::read_dir(&ws)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left, [".rewind"], "{instead} left {left:?}");
+    rewind_json(&ws, &["rewind", &before]);
+    assert_eq!(snapshot(&ws), tree, "the rewind after {instead}");
+    for harmless in [
+        "rm -rf *",
+        "rm -rf src",
+        "rm -f .env",
+        "find . -name '*.pyc' -delete",
+    ] {
+        let out = hook("pre-tool-use", &call(harmless, &ws));
+        assert!(out.status.success(), "{harmless}: {}", stderr(&out));
+    }
+
+    // `find -delete` and `rsync --delete`: the forms named, run by the
+    // real tools, delete the rest and keep the history (helper-63).
+    let empty = parent.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    for (command, gone) in [
+        ("find . -name '*.db' -delete", "data/app.db"),
+        ("find . -type f -size +1k -delete", "data/big.bin"),
+        ("rsync -a --delete ../empty/ ./", "src/main.py"),
+    ] {
+        write(&ws.join("data/app.db"), b"sqlite");
+        write(&ws.join("data/big.bin"), &[7u8; 4096]);
+        write(&ws.join("src/main.py"), b"print('v1')\n");
+        let refused = stderr(&hook("pre-tool-use", &call(command, &ws)));
+        let instead = refused
+            .split("run `")
+            .nth(1)
+            .and_then(|r| r.split('`').next())
+            .unwrap_or_else(|| panic!("{command}: no form named: {refused}"));
+        let ok = hook("pre-tool-use", &call(instead, &ws));
+        assert_eq!(ok.status.code(), Some(0), "{instead}: {}", stderr(&ok));
+        let run = Command::new("sh")
+            .current_dir(&ws)
+            .args(["-c", instead])
+            .output()
+            .expect("sh");
+        assert!(run.status.success(), "{instead}: {}", stderr(&run));
+        assert!(!ws.join(gone).exists(), "{instead} left {gone}");
+        for kept in ["ledger.db", "ledger.db-wal", "objects"] {
+            assert!(
+                ws.join(".rewind").join(kept).exists(),
+                "{instead} took {kept}"
+            );
+        }
+        rewind_json(&ws, &["verify", "--deep"]);
+    }
 }
 
 /// D296: an Edit is checkpointed in the workspace of the file it writes.

@@ -206,6 +206,81 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
     let _ = child.wait();
 }
 
+/// D302: a server whose workspace's own directory is renamed or removed
+/// does not climb to the parent. It did: the next `checkpoint` made the
+/// parent a workspace, a `rewind` then rewound a sibling project's files,
+/// and a spent effect was admitted again (helper-61). Now each call is
+/// refused, naming where a renamed directory went, and nothing outside
+/// the workspace is touched.
+#[test]
+fn a_server_whose_workspace_was_renamed_or_removed_touches_nothing_above_it() {
+    use std::io::{BufRead, Write};
+    let dir = common::tmp();
+    let parent = dir.path();
+    let ws = parent.join("proj");
+    common::write(&ws.join("main.c"), b"x\n");
+    common::write(&parent.join("other/notes"), b"v1\n");
+    common::rewind_json(&ws, &["init"]);
+    for damage in ["rename", "remove"] {
+        let mut child = common::raw_mcp(&ws);
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut call = |id: u32, line: String| -> serde_json::Value {
+            writeln!(stdin, "{line}").expect("write");
+            loop {
+                let mut l = String::new();
+                assert!(stdout.read_line(&mut l).expect("read") > 0, "server closed");
+                let v: serde_json::Value = serde_json::from_str(&l).expect("json");
+                if v["id"] == id {
+                    return v;
+                }
+            }
+        };
+        let tool = |id: u32, name: &str, args: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
+            )
+        };
+        call(1, common::INITIALIZE.into());
+        let first = call(2, tool(2, "guard_effect", r#"{"key":"deploy-v1"}"#));
+        assert_ne!(first["result"]["isError"], true, "{first}");
+        let moved = parent.join("proj-moved");
+        match damage {
+            "rename" => std::fs::rename(&ws, &moved).expect("mv"),
+            _ => std::fs::remove_dir_all(&ws).expect("rm -rf"),
+        }
+        common::write(&parent.join("other/notes"), b"v2\n");
+        for (id, name, args) in [
+            (3, "checkpoint", r#"{"label":"after"}"#),
+            (4, "guard_effect", r#"{"key":"deploy-v1"}"#),
+            (5, "rewind", r#"{"id":"after"}"#),
+        ] {
+            let out = call(id, tool(id, name, args));
+            assert_eq!(out["result"]["isError"], true, "{damage}: {name}: {out}");
+            let text = out["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(text.contains("is gone"), "{damage}: {name}: {text}");
+            if damage == "rename" {
+                assert!(text.contains("proj-moved"), "{name}: {text}");
+            }
+        }
+        assert!(
+            !parent.join(".rewind").exists(),
+            "{damage}: the parent became a workspace"
+        );
+        assert_eq!(
+            std::fs::read(parent.join("other/notes")).expect("notes"),
+            b"v2\n"
+        );
+        drop(stdin);
+        let _ = child.wait();
+        if damage == "rename" {
+            std::fs::rename(&moved, &ws).expect("mv back");
+        }
+    }
+}
+
 /// JSON-RPC 2.0 over raw stdio: every request the server cannot serve is
 /// answered with its id and a standard code (a line that is not JSON with
 /// -32700 and id null), nothing is changed, and the session goes on. rmcp
@@ -216,8 +291,14 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
     let dir = common::tmp();
     common::rewind_json(dir.path(), &["init"]);
     let lines = [
+        // D303: a response before the first request ended the session.
+        r#"{"jsonrpc":"2.0","id":77,"result":{}}"#,
         common::INITIALIZE,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        // D303: a `_meta` that is no object; a notification rmcp cannot
+        // read, which must get no answer.
+        r#"{"jsonrpc":"2.0","id":13,"method":"ping","params":{"_meta":5}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"bad"}"#,
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"label":"x"}}}"#,
         "this is not json",
@@ -232,7 +313,13 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
         assert_eq!(hits.len(), 1, "answers for id {id}: {answers:#?}");
         hits[0].clone()
     };
-    for (id, code) in [(2, -32602), (3, -32602), (9, -32600), (11, -32602)] {
+    for (id, code) in [
+        (2, -32602),
+        (3, -32602),
+        (9, -32600),
+        (11, -32602),
+        (13, -32602),
+    ] {
         let a = by_id(serde_json::json!(id));
         assert_eq!(a["error"]["code"], code, "id {id}: {a}");
     }
@@ -244,6 +331,10 @@ fn every_request_the_server_cannot_serve_is_answered_with_its_id() {
         "{unknown}"
     );
     assert_eq!(by_id(serde_json::Value::Null)["error"]["code"], -32700);
+    assert!(
+        answers.iter().all(|a| a["id"] != 77),
+        "a response was answered: {answers:#?}"
+    );
     assert_eq!(
         by_id(serde_json::json!(12))["result"],
         serde_json::json!({})

@@ -80,8 +80,15 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
         Some(_) => ctx.start_dir(),
         None => hook_start(ctx, &call),
     };
+    // Where a shell call's line starts: its own `cwd`, which `start`
+    // is not when that is outside every workspace (D300).
+    let line_dir = call
+        .cwd
+        .as_deref()
+        .map(|c| ctx.cwd.join(c))
+        .unwrap_or_else(|| start.clone());
     let (out, code) = match args.event {
-        Event::PreToolUse => pre(&start, call),
+        Event::PreToolUse => pre(&start, &line_dir, call),
         Event::PostToolUse => post(&start, call, "post-tool-use"),
         Event::PostToolUseFailure => post(&start, call, "post-tool-use-failure"),
     };
@@ -180,7 +187,7 @@ fn locate(start: &Path) -> (PathBuf, Option<PathBuf>) {
     }
 }
 
-fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
+fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
     let mut out = Out {
         event: "pre-tool-use",
         tool: call.tool_name.clone(),
@@ -195,14 +202,26 @@ fn pre(start: &Path, call: ToolCall) -> (Out, i32) {
         return (out, BLOCK);
     }
     let (config_root, workspace) = locate(start);
-    // Where there is a history to lose (D296).
-    if let Some((runs, instead)) = workspace
-        .as_deref()
-        .and_then(|root| call.deletes_the_history(start, &root.join(crate::capture::STATE_DIR)))
-    {
-        eprintln!(
-            "rewind: refused: `{runs}` deletes ignored files, and .rewind/, this workspace's history of every checkpoint, is one of them; run `{instead}` instead, which leaves the history alone and does the rest"
-        );
+    // Where there is a history to lose (D296, D300): this workspace's,
+    // the line's own, the project's, and any an `rm` names.
+    let mut histories: Vec<PathBuf> = workspace
+        .iter()
+        .cloned()
+        .chain(Workspace::discover(line_dir))
+        .chain(
+            std::env::var_os("CLAUDE_PROJECT_DIR").and_then(|p| Workspace::discover(Path::new(&p))),
+        )
+        .chain(
+            call.removed_paths(line_dir)
+                .iter()
+                .filter_map(|p| Workspace::discover(p)),
+        )
+        .map(|root| root.join(crate::capture::STATE_DIR))
+        .collect();
+    histories.sort();
+    histories.dedup();
+    if let Some(loss) = call.deletes_the_history(line_dir, &histories) {
+        eprintln!("rewind: refused: {loss}");
         return (out, BLOCK);
     }
     // Root's server running its owner's hook (D151): not another

@@ -133,10 +133,11 @@ async fn forward_requests<I: AsyncRead + Unpin>(
             }
         }
         match answer(&line) {
+            Some(a) if a.is_empty() => {}
             Some(a) => {
                 let _ = answers.send(a);
             }
-            None if !requested && is_notification(&line) => {}
+            None if !requested && (is_notification(&line) || is_response(&line)) => {}
             None => {
                 requested |= !line.iter().all(u8::is_ascii_whitespace);
                 to_rmcp.write_all(&line).await?
@@ -147,12 +148,22 @@ async fn forward_requests<I: AsyncRead + Unpin>(
     to_rmcp.shutdown().await
 }
 
+/// A response (`result` or `error` with an id): before the first
+/// request it answers nothing this server asked, and rmcp ended the
+/// session on it (helper-61, D303).
+fn is_response(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line).is_ok_and(|v| {
+        v.get("method").is_none() && (v.get("result").is_some() || v.get("error").is_some())
+    })
+}
+
 fn is_notification(line: &[u8]) -> bool {
     serde_json::from_slice::<Value>(line)
         .is_ok_and(|v| v.get("method").is_some() && v.get("id").is_none())
 }
 
-/// The error answer for a line rmcp would mishandle, else None.
+/// The error answer for a line rmcp would mishandle (empty: the line is
+/// dropped unanswered), else None.
 fn answer(line: &[u8]) -> Option<Vec<u8>> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
@@ -186,12 +197,23 @@ fn answer(line: &[u8]) -> Option<Vec<u8>> {
             "invalid request: send one JSON-RPC request object per line (batches are not supported)".into(),
         );
     };
+    // `params` and its `_meta` are objects in every MCP message; rmcp
+    // answers others with no id member, which a client waits on for
+    // ever, and answers a notification, which JSON-RPC forbids
+    // (helper-61, D303).
+    let params = object.get("params");
+    let malformed = params.is_some_and(|p| !p.is_object() && !p.is_null())
+        || params
+            .and_then(|p| p.get("_meta"))
+            .is_some_and(|m| !m.is_object() && !m.is_null());
     let Some(id) = object.get("id") else {
-        // A notification passes; an object that is neither that nor a
-        // request got rmcp's "Invalid request" with no id member, which
-        // JSON-RPC 2.0 requires as null (helper-31, D214).
+        // A notification passes, unless rmcp would answer it: one it
+        // cannot read is dropped, as a notification gets no answer. An
+        // object that is neither that nor a request got rmcp's "Invalid
+        // request" with no id member, which JSON-RPC 2.0 requires as
+        // null (helper-31, D214).
         if object.get("method").is_some_and(Value::is_string) {
-            return None;
+            return malformed.then(Vec::new);
         }
         return error(
             Value::Null,
@@ -235,14 +257,11 @@ fn answer(line: &[u8]) -> Option<Vec<u8>> {
     };
     // Every MCP method's params is an object; rmcp answers others without
     // the id, so the caller never learns its request failed.
-    if request
-        .get("params")
-        .is_some_and(|p| !p.is_object() && !p.is_null())
-    {
+    if malformed {
         return error(
             id.clone(),
             -32602,
-            format!("invalid params: the params of {method} must be an object"),
+            format!("invalid params: the params of {method}, and their _meta, must be objects"),
         );
     }
     if method != "tools/call" {
@@ -286,6 +305,31 @@ mod tests {
         assert_eq!(code(line), Some((json!(7), -32602)));
         let line = r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":3}}"#;
         assert_eq!(code(line), Some((json!("x"), -32602)));
+    }
+
+    /// D303: a `_meta` that is no object is answered with the id; a
+    /// notification rmcp cannot read is dropped, never answered.
+    #[test]
+    fn a_malformed_meta_is_answered_with_its_id_and_a_notification_never() {
+        for method in ["ping", "tools/list", "tools/call", "initialize"] {
+            for meta in ["5", "\"x\"", "[]"] {
+                let line = format!(
+                    r#"{{"jsonrpc":"2.0","id":5,"method":"{method}","params":{{"name":"list","_meta":{meta}}}}}"#
+                );
+                assert_eq!(code(&line), Some((json!(5), -32602)), "{line}");
+            }
+        }
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"bad"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":1}}"#,
+        ] {
+            assert_eq!(answer(line.as_bytes()), Some(Vec::new()), "{line}");
+        }
+        let fine =
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"progressToken":1}}}"#;
+        assert_eq!(answer(fine.as_bytes()), None);
+        assert!(is_response(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert!(!is_response(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 pub use tools::{Profile, TOOLS, ToolDef};
 
+use crate::capture::STATE_DIR;
 use crate::cli::Ctx;
 use crate::error::{Error, Result};
 use crate::progress::Observer;
@@ -49,10 +50,15 @@ pub struct Server {
     /// nothing there, a `checkpoint` made an empty workspace in it and
     /// said it had checkpointed (helper-40, D253).
     in_dead_view: AtomicBool,
+    /// The workspace the last call found (canonical): a call whose
+    /// directory is gone climbs no higher than this (D302).
+    root: std::sync::Mutex<Option<PathBuf>>,
 }
 
 impl Server {
     pub fn new(dir: Option<PathBuf>, cwd: PathBuf, profile: Profile) -> Server {
+        let start = dir.as_ref().map_or_else(|| cwd.clone(), |d| cwd.join(d));
+        let root = crate::workspace::Workspace::discover(&start);
         Server {
             dir,
             cwd,
@@ -60,6 +66,7 @@ impl Server {
             queue: tokio::sync::Mutex::new(()),
             warm: WarmSlot::default(),
             in_dead_view: AtomicBool::new(false),
+            root: std::sync::Mutex::new(root),
         }
     }
 
@@ -76,7 +83,14 @@ impl Server {
     /// workspace, made that a workspace and rewound files outside this
     /// one (helper-39, D251). The dead mount is detached first, as every
     /// command does (D56), and the call walks the same workspace.
-    fn start(&self) -> (Option<PathBuf>, PathBuf) {
+    ///
+    /// The ancestor is taken only inside the workspace a call found
+    /// before: with the workspace's own directory renamed or removed, the
+    /// climb reached its parent, made that a workspace, rewound sibling
+    /// projects' files and admitted a spent effect again (helper-61,
+    /// D302). Then, and when no call found a workspace yet, the call is
+    /// refused, naming where the directory went when it was renamed.
+    fn start(&self) -> Result<(Option<PathBuf>, PathBuf), Error> {
         let start = match &self.dir {
             Some(d) => self.cwd.join(d),
             None => self.cwd.clone(),
@@ -91,11 +105,44 @@ impl Server {
                 self.in_dead_view.store(true, Ordering::Relaxed);
             }
         }
+        let mut root = self.root.lock().unwrap_or_else(|p| p.into_inner());
         if start.exists() {
-            (self.dir.clone(), self.cwd.clone())
-        } else {
-            (None, crate::cli::nearest_existing(&start))
+            if let Some(found) = crate::workspace::Workspace::discover(&start) {
+                *root = Some(found);
+            }
+            return Ok((self.dir.clone(), self.cwd.clone()));
         }
+        let nearest = crate::cli::nearest_existing(&start);
+        let inside = std::fs::canonicalize(&nearest)
+            .ok()
+            .zip(root.as_ref())
+            .is_some_and(|(nearest, root)| {
+                nearest.starts_with(root) && root.join(STATE_DIR).is_dir()
+            });
+        if inside {
+            return Ok((None, nearest));
+        }
+        // The process's own directory follows a rename.
+        let moved = std::fs::read_link("/proc/self/cwd")
+            .ok()
+            .filter(|now| self.dir.is_none() && *now != start && now.exists())
+            .map(|now| format!(", now at {}", crate::names::human_os_path(&now)))
+            .unwrap_or_default();
+        let served = root
+            .as_ref()
+            .map(|r| {
+                format!(
+                    " (the workspace it served: {})",
+                    crate::names::human_os_path(r)
+                )
+            })
+            .unwrap_or_default();
+        Err(Error::InvalidPath {
+            path: start,
+            reason: format!(
+                "is gone: the MCP server's directory was renamed or removed{moved}{served}; the server does not go above it to another directory; restart the MCP server in the workspace's directory"
+            ),
+        })
     }
 
     /// The tool definitions this server's profile offers.
@@ -206,7 +253,10 @@ impl ServerHandler for Server {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let cancel = Arc::new(AtomicBool::new(false));
         let observer = progress_observer(&context, tool.name, cancel.clone());
-        let (dir, cwd) = self.start();
+        let (dir, cwd) = match self.start() {
+            Ok(found) => found,
+            Err(e) => return Ok(error_result(tool.name, &e, self.profile).into()),
+        };
         if self.in_dead_view.load(Ordering::Relaxed) {
             let here = dir.as_ref().map_or_else(|| cwd.clone(), |d| cwd.join(d));
             // Mounted again since: the view serves its workspace again.

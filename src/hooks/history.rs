@@ -1,0 +1,660 @@
+//! Shell commands that would delete a workspace's history (`.rewind/`),
+//! read from a hook's shell line before it runs (D296, D300): nothing a
+//! rewind does can bring the history back once it is gone, so
+//! `pre-tool-use` refuses them, naming a form that keeps it where there is
+//! one. Pure: the words of each command and the directory it runs in come
+//! from [`super::ToolCall`]; nothing here touches the filesystem.
+
+use std::path::{Path, PathBuf};
+
+use rewind_platform::lexical;
+
+use crate::names::{self, shell_word};
+
+/// A shell command that would delete a workspace's history, as
+/// [`ToolCall::deletes_the_history`] found it; its `Display` is the
+/// refusal the agent reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryLoss {
+    /// A git command taking ignored files; `instead` leaves the history out.
+    IgnoredFiles { runs: String, instead: String },
+    /// `rm` of the history or of something in it.
+    Removed { runs: String, history: PathBuf },
+    /// A command that deletes what is in the history (`find -delete`,
+    /// `rsync --delete`); `instead` leaves it out.
+    Deletes {
+        runs: String,
+        history: PathBuf,
+        instead: String,
+    },
+    /// `rm -r` of the workspace root (or a directory above it), the
+    /// history with it.
+    RemovedWithWorkspace {
+        runs: String,
+        history: PathBuf,
+        /// The directory `rm` names: the workspace root or one above.
+        target: PathBuf,
+    },
+}
+
+impl std::fmt::Display for HistoryLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HistoryLoss::IgnoredFiles { runs, instead } => write!(
+                f,
+                "`{runs}` deletes ignored files, and .rewind/, this workspace's history of every checkpoint, is one of them; run `{instead}` instead, which leaves the history alone and does the rest"
+            ),
+            HistoryLoss::Removed { runs, history } => write!(
+                f,
+                "`{runs}` deletes {}, this workspace's history of every checkpoint, and nothing could rewind it; to free space run `rewind gc`; to stop using rewind here, the user deletes it, not the agent",
+                names::human_os_path(history)
+            ),
+            HistoryLoss::Deletes {
+                runs,
+                history,
+                instead,
+            } => write!(
+                f,
+                "`{runs}` deletes what is in {}, this workspace's history of every checkpoint, and nothing could rewind it; run `{instead}` instead, which leaves the history alone and does the rest",
+                names::human_os_path(history)
+            ),
+            HistoryLoss::RemovedWithWorkspace {
+                runs,
+                history,
+                target,
+            } => {
+                let root = history.parent().unwrap_or(history);
+                if target == root {
+                    write!(
+                        f,
+                        "`{runs}` deletes the workspace and {}, its history of every checkpoint, so nothing could bring it back; to empty the workspace and keep its history, run `find {} -mindepth 1 -maxdepth 1 ! -name .rewind -exec rm -rf {{}} +`",
+                        names::human_os_path(history),
+                        names::pasteable_word(&root.to_string_lossy()),
+                    )
+                } else {
+                    write!(
+                        f,
+                        "`{runs}` deletes the workspace {} and its history of every checkpoint with it, so nothing could bring them back; leave it out, or the user deletes it, not the agent",
+                        names::human_os_path(root)
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// The home directory a `~` stands for.
+pub(super) fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A command word as the absolute, lexical path the shell would hand on:
+/// `~`, `$HOME` and `$PWD` expanded; `None` for a word that names a place
+/// only the shell knows (another variable, a command substitution,
+/// `~user`, `-`).
+pub(super) fn expand_path(word: &str, dir: &Path) -> Option<PathBuf> {
+    if word == "-" {
+        return None;
+    }
+    let (base, rest) = if let Some(rest) = word.strip_prefix('~') {
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return None;
+        }
+        (home()?, rest.trim_start_matches('/'))
+    } else if let Some((var, rest)) = ["$HOME", "${HOME}", "$PWD", "${PWD}"]
+        .iter()
+        .find_map(|v| Some((*v, word.strip_prefix(v)?)))
+        .filter(|(_, rest)| rest.is_empty() || rest.starts_with('/'))
+    {
+        let base = if var.contains("HOME") {
+            home()?
+        } else {
+            dir.to_path_buf()
+        };
+        (base, rest.trim_start_matches('/'))
+    } else {
+        // An absolute word replaces `dir` in the join.
+        (dir.to_path_buf(), word)
+    };
+    if rest.contains(['$', '`']) {
+        return None;
+    }
+    Some(lexical(&base.join(rest)))
+}
+
+/// [`ToolCall::deletes_the_history`] for one `rm` command (`words`,
+/// `rm` first) run in `dir`: an operand that names the history, a path in
+/// it, or (with `-r`) a directory holding it, globs read as the shell
+/// expands them.
+pub(super) fn rm_reaching(words: &[String], dir: &Path, history: &Path) -> Option<HistoryLoss> {
+    let mut recursive = false;
+    let mut operands = Vec::new();
+    let mut after_dashes = false;
+    for w in &words[1..] {
+        if after_dashes || w == "-" || !w.starts_with('-') {
+            operands.push(w.as_str());
+        } else if w == "--" {
+            after_dashes = true;
+        } else if let Some(long) = w.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or(long);
+            recursive |= unique_prefix(name, RM_LONG) == Some("recursive");
+        } else {
+            recursive |= w[1..].contains(['r', 'R']);
+        }
+    }
+    let depth = history.components().count();
+    for op in operands {
+        let trimmed = op.trim_end_matches('/');
+        // rm itself refuses `.`, `..` and `/`-less emptiness.
+        if trimmed.is_empty() && op.is_empty()
+            || matches!(trimmed.rsplit('/').next(), Some("." | ".."))
+        {
+            continue;
+        }
+        let Some(named) = expand_path(op, dir) else {
+            continue;
+        };
+        let named: Vec<String> = named
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let matches = named.iter().zip(history.components()).all(|(n, h)| {
+            let h = h.as_os_str().to_string_lossy();
+            if n.contains(['*', '?', '[']) {
+                glob_component(n, &h)
+            } else {
+                *n == h
+            }
+        });
+        if !matches {
+            continue;
+        }
+        let runs = words
+            .iter()
+            .map(|w| shell_word(w))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let history = history.to_path_buf();
+        if named.len() > depth || (named.len() == depth && recursive) {
+            return Some(HistoryLoss::Removed { runs, history });
+        }
+        if named.len() < depth && recursive {
+            let target = history.components().take(named.len()).collect();
+            return Some(HistoryLoss::RemovedWithWorkspace {
+                runs,
+                history,
+                target,
+            });
+        }
+    }
+    None
+}
+
+const RM_LONG: &[&str] = &[
+    "force",
+    "interactive",
+    "one-file-system",
+    "no-preserve-root",
+    "preserve-root",
+    "recursive",
+    "dir",
+    "verbose",
+    "help",
+    "version",
+];
+
+/// One piece of a shell glob.
+enum GlobPiece {
+    Any,
+    One,
+    /// `[...]`: ranges, `!`/`^` negating; a POSIX class (`[:alpha:]`)
+    /// is taken as matching anything, which can only refuse more.
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+        any: bool,
+    },
+    Literal(char),
+}
+
+/// Whether a shell glob (`*`, `?`, `[...]`) matches one path component
+/// as bash expands it without `dotglob`: a leading `.` only by a `.`
+/// (`rm -rf .[!.]*` takes `.rewind`, `rm -rf *` does not).
+fn glob_component(pattern: &str, name: &str) -> bool {
+    if name.starts_with('.') && !pattern.starts_with('.') {
+        return false;
+    }
+    fnmatch(pattern, name)
+}
+
+/// A shell glob (`*`, `?`, `[...]`) over the whole of `name`, `/` and a
+/// leading `.` matched as any other character, as `find -name` and
+/// `-path` match. Iterative with one backtrack point.
+pub(super) fn fnmatch(pattern: &str, name: &str) -> bool {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut pieces = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        i += 1;
+        pieces.push(match c {
+            '*' => GlobPiece::Any,
+            '?' => GlobPiece::One,
+            '[' => {
+                let mut j = i;
+                let negated = matches!(chars.get(j), Some('!' | '^'));
+                j += usize::from(negated);
+                let start = j;
+                // A `]` first is literal; the class ends at the next.
+                while j < chars.len() && (chars[j] != ']' || j == start) {
+                    j += 1;
+                }
+                if j >= chars.len() {
+                    GlobPiece::Literal('[')
+                } else {
+                    let body = &chars[start..j];
+                    let any = body.windows(2).any(|w| w == ['[', ':']);
+                    let mut ranges = Vec::new();
+                    let mut k = 0;
+                    while k < body.len() {
+                        if k + 2 < body.len() && body[k + 1] == '-' {
+                            ranges.push((body[k], body[k + 2]));
+                            k += 3;
+                        } else {
+                            ranges.push((body[k], body[k]));
+                            k += 1;
+                        }
+                    }
+                    i = j + 1;
+                    GlobPiece::Class {
+                        negated,
+                        ranges,
+                        any,
+                    }
+                }
+            }
+            c => GlobPiece::Literal(c),
+        });
+    }
+    let one = |p: &GlobPiece, c: char| match p {
+        GlobPiece::Any => false,
+        GlobPiece::One => true,
+        GlobPiece::Literal(l) => *l == c,
+        GlobPiece::Class {
+            negated,
+            ranges,
+            any,
+        } => *any || ranges.iter().any(|&(a, b)| a <= c && c <= b) != *negated,
+    };
+    let t: Vec<char> = name.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < pieces.len() && one(&pieces[pi], t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < pieces.len() && matches!(pieces[pi], GlobPiece::Any) {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    pieces[pi..].iter().all(|p| matches!(p, GlobPiece::Any))
+}
+
+/// [`ToolCall::deletes_the_history`] for one git command: `args` after
+/// `git`, run in `dir`.
+pub(super) fn git_taking_ignored(
+    args: &[String],
+    dir: &Path,
+    history: &Path,
+) -> Option<(String, String)> {
+    let mut dir = dir.to_path_buf();
+    let mut i = 0;
+    // git's own options come before its verb; these take the next word.
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "-C" => {
+                dir = lexical(&dir.join(args.get(i + 1)?));
+                i += 2;
+            }
+            "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
+            | "--config-env" | "--attr-source" => i += 2,
+            a if a.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    let verb = args.get(i)?.as_str();
+    let head: Vec<String> = std::iter::once("git")
+        .chain(args[..=i].iter().map(String::as_str))
+        .map(shell_word)
+        .collect();
+    let words = &args[i + 1..];
+    let parsed = match verb {
+        "clean" => GitArgs::parse(words, CLEAN_LONG, "e", false),
+        "stash" => {
+            let sub = words.first().filter(|w| !w.starts_with('-'));
+            match sub.map(String::as_str) {
+                None | Some("push") => {
+                    GitArgs::parse(&words[sub.map_or(0, |_| 1)..], STASH_LONG, "m", false)
+                }
+                // `save`'s words are its message.
+                Some("save") => GitArgs::parse(&words[1..], STASH_LONG, "m", true),
+                Some(_) => return None,
+            }
+        }
+        _ => return None,
+    };
+    let takes = match verb {
+        "clean" => (parsed.short('x') || parsed.short('X')) && !parsed.dry_run(),
+        // git refuses `--patch` with `--all` and does nothing.
+        _ => {
+            (parsed.short('a') || parsed.long("all"))
+                && !(parsed.short('p') || parsed.long("patch"))
+        }
+    };
+    if !takes {
+        return None;
+    }
+    let under = |p: &Path| history.starts_with(p) || p.starts_with(history);
+    let positive: Vec<&String> = parsed.pathspecs.iter().filter(|p| !is_exclude(p)).collect();
+    // A clean acts below its directory; a stash on the whole repository.
+    let reaches = if positive.is_empty() {
+        verb == "stash" || history.starts_with(&dir)
+    } else {
+        positive.iter().any(|p| {
+            p.starts_with(':') || p.contains(['*', '?', '[']) || under(&lexical(&dir.join(p)))
+        })
+    };
+    let left_out = parsed
+        .pathspecs
+        .iter()
+        .any(|p| is_exclude(p) && lexical(&dir.join(pathspec_path(p))) == history)
+        || (verb == "clean"
+            && !parsed.short('X')
+            && parsed.values.iter().any(|e| {
+                let e = e.trim_end_matches('/');
+                e == ".rewind" || (e == "/.rewind" && dir.join(".rewind") == history)
+            }));
+    if !reaches || left_out {
+        return None;
+    }
+    let line = head
+        .iter()
+        .cloned()
+        .chain(words.iter().map(|w| shell_word(w)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut instead = head;
+    // `stash -a` and `stash save` say it as `stash push`, which takes
+    // pathspecs.
+    if verb == "stash" {
+        instead.push("push".into());
+    }
+    instead.extend(parsed.options.iter().map(|o| shell_word(o)));
+    instead.push("--".into());
+    instead.extend(parsed.pathspecs.iter().map(|p| shell_word(p)));
+    // From a directory not known (judged as `/`), git takes the
+    // absolute path inside its work tree.
+    let excluded = if dir == Path::new("/") {
+        history.to_string_lossy().into_owned()
+    } else {
+        relative(&dir, history)
+    };
+    instead.push(shell_word(&format!(":(exclude){excluded}")));
+    Some((line, instead.join(" ")))
+}
+
+const CLEAN_LONG: &[&str] = &[
+    "dry-run",
+    "no-dry-run",
+    "exclude",
+    "force",
+    "no-force",
+    "interactive",
+    "quiet",
+];
+const STASH_LONG: &[&str] = &[
+    "all",
+    "no-all",
+    "include-untracked",
+    "keep-index",
+    "no-keep-index",
+    "patch",
+    "staged",
+    "quiet",
+    "message",
+    "pathspec-from-file",
+    "pathspec-file-nul",
+];
+
+/// A git verb's words read as git's option parser reads them: short
+/// option clusters (`-fdx`), a value attached or in the next word (`-e
+/// PAT`, `-ePAT`, `--exclude=PAT`), long options by any unambiguous
+/// prefix (`--al`), `--no-` undoing, and pathspecs after `--` or among
+/// the options.
+struct GitArgs {
+    shorts: String,
+    longs: Vec<&'static str>,
+    /// The values of the options that take one (`-e`, `-m`).
+    values: Vec<String>,
+    /// The words, pathspecs left out, as the suggestion repeats them.
+    options: Vec<String>,
+    pathspecs: Vec<String>,
+}
+
+impl GitArgs {
+    /// `valued`: the short options that take a value; `words_are_message`:
+    /// the words that are no option are a message (`stash save MSG`),
+    /// not pathspecs.
+    fn parse(
+        words: &[String],
+        longs: &[&'static str],
+        valued: &str,
+        words_are_message: bool,
+    ) -> Self {
+        let mut out = GitArgs {
+            shorts: String::new(),
+            longs: Vec::new(),
+            values: Vec::new(),
+            options: Vec::new(),
+            pathspecs: Vec::new(),
+        };
+        let mut message = Vec::new();
+        let mut it = words.iter();
+        let mut after_dashes = false;
+        while let Some(w) = it.next() {
+            if after_dashes {
+                out.pathspecs.push(w.clone());
+            } else if w == "--" {
+                after_dashes = true;
+            } else if let Some(long) = w.strip_prefix("--") {
+                out.options.push(w.clone());
+                let (name, value) = match long.split_once('=') {
+                    Some((n, v)) => (n, Some(v.to_string())),
+                    None => (long, None),
+                };
+                let Some(full) = unique_prefix(name, longs) else {
+                    continue;
+                };
+                // `--no-x` undoes `--x` and its short form.
+                if let Some(undone) = full.strip_prefix("no-") {
+                    out.longs.retain(|l| *l != undone);
+                    if undone == "dry-run" {
+                        out.shorts.retain(|c| c != 'n');
+                    }
+                    continue;
+                }
+                out.longs.push(full);
+                if matches!(full, "exclude" | "message" | "pathspec-from-file") {
+                    let value = value.or_else(|| {
+                        let v = it.next()?.clone();
+                        out.options.push(v.clone());
+                        Some(v)
+                    });
+                    out.values.extend(value);
+                }
+            } else if w.len() > 1 && w.starts_with('-') {
+                out.options.push(w.clone());
+                for (i, c) in w[1..].char_indices() {
+                    out.shorts.push(c);
+                    if valued.contains(c) {
+                        let rest = &w[1 + i + c.len_utf8()..];
+                        let value = if rest.is_empty() {
+                            it.next().cloned().inspect(|v| out.options.push(v.clone()))
+                        } else {
+                            Some(rest.to_string())
+                        };
+                        out.values.extend(value);
+                        break;
+                    }
+                }
+            } else if words_are_message {
+                message.push(w.clone());
+            } else {
+                out.pathspecs.push(w.clone());
+            }
+        }
+        if !message.is_empty() {
+            out.options.push("-m".into());
+            out.options.push(message.join(" "));
+        }
+        out
+    }
+
+    fn short(&self, c: char) -> bool {
+        self.shorts.contains(c)
+    }
+
+    fn long(&self, name: &str) -> bool {
+        self.longs.contains(&name)
+    }
+
+    fn dry_run(&self) -> bool {
+        self.short('n') || self.long("dry-run")
+    }
+}
+
+/// `name` or the one option of `known` it is an unambiguous prefix of,
+/// as git takes `--al` for `--all`.
+fn unique_prefix(name: &str, known: &[&'static str]) -> Option<&'static str> {
+    if let Some(exact) = known.iter().find(|k| **k == name) {
+        return Some(exact);
+    }
+    let mut found = known
+        .iter()
+        .filter(|k| k.starts_with(name) && !name.is_empty());
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
+/// Whether a pathspec excludes (`:!p`, `:^p`, `:(exclude)p`).
+fn is_exclude(p: &str) -> bool {
+    p.starts_with(":!")
+        || p.starts_with(":^")
+        || p.strip_prefix(":(")
+            .and_then(|m| m.split_once(')'))
+            .is_some_and(|(magic, _)| magic.split(',').any(|m| m == "exclude"))
+}
+
+/// A pathspec's path, without its magic.
+fn pathspec_path(p: &str) -> &str {
+    if let Some(m) = p.strip_prefix(":(") {
+        return m.split_once(')').map_or(p, |(_, rest)| rest);
+    }
+    p.strip_prefix(":!")
+        .or_else(|| p.strip_prefix(":^"))
+        .unwrap_or(p)
+        .trim_end_matches('/')
+}
+
+/// `to` as a path relative to `from` (both absolute and lexical).
+fn relative(from: &Path, to: &Path) -> String {
+    let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let up = std::iter::repeat_n("..".to_string(), f.len() - common);
+    let down = t[common..]
+        .iter()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let rel: Vec<String> = up.chain(down).collect();
+    if rel.is_empty() {
+        ".".into()
+    } else {
+        rel.join("/")
+    }
+}
+
+/// `rsync` with `--delete` (any of its forms) into a destination that
+/// holds the history, without a filter that names `.rewind`: it deletes
+/// what the source lacks, `.rewind/` included (helper-63).
+pub(super) fn rsync_deleting(words: &[String], dir: &Path, history: &Path) -> Option<HistoryLoss> {
+    let args = &words[1..];
+    let deletes = args.iter().any(|a| a.starts_with("--del"));
+    if !deletes {
+        return None;
+    }
+    // The value of each filter option, attached or in the next word.
+    let values = |names: &[&str]| -> Vec<String> {
+        args.iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let (name, attached) = match a.split_once('=') {
+                    Some((n, v)) => (n, Some(v.to_string())),
+                    None => (a.as_str(), None),
+                };
+                names
+                    .contains(&name)
+                    .then(|| attached.or_else(|| args.get(i + 1).cloned()))
+                    .flatten()
+            })
+            .collect()
+    };
+    // `P .rewind` (protect) holds even under `--delete-excluded`; an
+    // exclude only without it.
+    let protected = values(&["--filter", "-f"])
+        .iter()
+        .any(|v| (v.starts_with("P ") || v.starts_with("protect ")) && v.contains(".rewind"));
+    let excluded = values(&["--exclude"]).iter().any(|v| v.contains(".rewind"))
+        || values(&["--filter", "-f"])
+            .iter()
+            .any(|v| (v.starts_with("- ") || v.starts_with("exclude ")) && v.contains(".rewind"));
+    let filtered = protected || excluded && !args.iter().any(|a| a == "--delete-excluded");
+    if filtered {
+        return None;
+    }
+    // The destination: the last operand, unless it is remote.
+    let dest = args.iter().rev().find(|a| !a.starts_with('-'))?;
+    if dest.contains(':') {
+        return None;
+    }
+    let dest = expand_path(dest, dir)?;
+    if !(history.starts_with(&dest) || dest.starts_with(history)) {
+        return None;
+    }
+    let runs = joined(words);
+    let mut instead: Vec<String> = words.iter().map(|w| shell_word(w)).collect();
+    instead.insert(1, shell_word("--filter=P .rewind"));
+    Some(HistoryLoss::Deletes {
+        runs,
+        history: history.to_path_buf(),
+        instead: instead.join(" "),
+    })
+}
+
+/// A command's words as one line, each quoted as a shell needs it.
+pub(super) fn joined(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
