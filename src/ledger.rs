@@ -184,6 +184,39 @@ fn wal_path(db: &Path) -> PathBuf {
     crate::names::with_suffix(db, "-wal")
 }
 
+/// Why a ledger without tables is a history lost, not one whose
+/// creation was killed (which the next checkpoint makes again), if it
+/// is: a checkpoint was taken here (its capture leaves `clock` beside
+/// the ledger; none runs before the ledger has tables), or objects of a
+/// history lie beside it. An agent's `find . -size +100k -delete` took
+/// the WAL, where a young history's every commit lives, and the next
+/// command said "`rewind init` creates it again" (helper-63, D304).
+pub(crate) fn lost_history(db: &Path) -> Option<String> {
+    let dir = db.parent()?;
+    let state = if dir.file_name() == Some(std::ffi::OsStr::new("state")) {
+        dir.parent()?
+    } else {
+        dir
+    };
+    let has_objects =
+        std::fs::read_dir(state.join("objects")).is_ok_and(|mut d| d.next().is_some());
+    if !has_objects && !dir.join("clock").exists() {
+        return None;
+    }
+    let wal = wal_path(db);
+    Some(if stranded_wal(db).is_some() {
+        format!(
+            "it has no tables, though its WAL {} still holds the commits of a history: the main file was emptied; keep the WAL, and restore the main file from a backup",
+            crate::names::human_os_path(&wal)
+        )
+    } else {
+        format!(
+            "it has no tables, though checkpoints were taken here: its WAL {}, which held every commit not yet folded into it, was deleted or emptied; put it back from a backup or the trash before anything else writes here",
+            crate::names::human_os_path(&wal)
+        )
+    })
+}
+
 /// The size of a non-empty `-wal` beside `db`: commits of a history
 /// whose main file is missing or empty are still in it, and must not be
 /// overwritten by a new ledger (D212).
@@ -687,8 +720,14 @@ impl Ledger {
             .optional()
             .map_err(|e| match e {
                 // Asked only once the read failed: every command opens here.
-                _ if has_no_tables(&ledger.conn) => Error::LedgerUnfinished {
-                    path: path.to_owned(),
+                _ if has_no_tables(&ledger.conn) => match lost_history(path) {
+                    Some(detail) => Error::LedgerCorrupt {
+                        path: path.to_owned(),
+                        detail,
+                    },
+                    None => Error::LedgerUnfinished {
+                        path: path.to_owned(),
+                    },
                 },
                 rusqlite::Error::SqliteFailure(_, _) => db_err(path)(e),
                 e => Error::LedgerCorrupt {

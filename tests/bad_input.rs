@@ -1268,6 +1268,78 @@ fn doctor_exits_1_on_a_ledger_that_fails_its_integrity_check() {
     assert!(text.contains("DAMAGED"), "{text}{err}");
 }
 
+/// D304: a damaged page past the first opens, and fails at the first
+/// read of it. `doctor` answered with the very error that sent the user
+/// to it (helper-62); it now prints its report with the ways out, the
+/// salvage run on the copy, and exits 1. A ledger whose WAL was deleted
+/// (an agent's `find . -size +100k -delete`) said "`rewind init` creates
+/// it again" (helper-63); it is named as a lost WAL, and no command
+/// makes a new history over it.
+#[test]
+fn doctor_reports_a_damaged_page_and_a_deleted_wal_is_named() {
+    let tmp = common::tmp();
+    let ws = tmp.path();
+    for i in 0..30 {
+        write(&ws.join(format!("f{i}")), format!("{i}\n").as_bytes());
+        common::checkpoint_id(ws, &[&format!("c{i}")]);
+    }
+    let db = ws.join(".rewind/ledger.db");
+    let fold = std::process::Command::new("sqlite3")
+        .arg(&db)
+        .arg("PRAGMA wal_checkpoint(TRUNCATE);")
+        .output()
+        .expect("sqlite3");
+    assert!(fold.status.success());
+    let mut bytes = std::fs::read(&db).expect("ledger");
+    let page = 4096 * 22;
+    assert!(
+        bytes.len() > page + 4096,
+        "a ledger of {} bytes",
+        bytes.len()
+    );
+    for (i, b) in bytes[page..page + 4096].iter_mut().enumerate() {
+        *b = (i * 7 + 3) as u8;
+    }
+    std::fs::write(&db, &bytes).expect("damage page 23");
+    let out = rewind(ws, &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("DAMAGED") && text.contains("cannot be read"),
+        "{text}"
+    );
+    assert!(text.contains(".rewind.copy/ledger.db .recover"), "{text}");
+    let json = rewind_json_any(ws, &["doctor"]);
+    assert!(json["damaged"].is_string(), "{json}");
+
+    // A young history lives in its WAL: delete that, keep the -shm.
+    let young = common::tmp();
+    let ws = young.path();
+    write(&ws.join("a"), b"a\n");
+    common::checkpoint_id(ws, &["first"]);
+    let wal = ws.join(".rewind/ledger.db-wal");
+    std::fs::remove_file(&wal).expect("the agent's find -delete");
+    for args in [&["status"][..], &["list"], &["checkpoint", "after"]] {
+        let out = rewind(ws, &[&["--json"][..], args].concat());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["error"]["code"], "LEDGER_CORRUPT", "{args:?}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("WAL") && !message.contains("creates it again"),
+            "{message}"
+        );
+    }
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "a new history was made over the lost one"
+    );
+}
+
 /// D199: a ledger SQLite cannot open answers `LEDGER_CORRUPT` everywhere,
 /// and the message sends the user to `doctor`, which answered the same
 /// error (helper-28). It now says what is damaged, that the files are
@@ -1295,7 +1367,7 @@ fn doctor_on_a_ledger_that_cannot_be_opened_says_the_ways_out() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("cannot be opened") && text.contains("DAMAGED"),
+        text.contains("cannot be read") && text.contains("DAMAGED"),
         "{text}"
     );
     let out = rewind(ws, &["--json", "doctor"]);
@@ -1387,11 +1459,7 @@ fn a_lost_ledgers_wal_is_never_overwritten() {
         let out = rewind(ws, &["doctor"]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{emptied}: {text}");
-        let said = if emptied {
-            "cannot be opened"
-        } else {
-            "missing"
-        };
+        let said = if emptied { "cannot be read" } else { "missing" };
         assert!(text.contains(said) && text.contains("DAMAGED"), "{text}");
         assert!(
             text.contains(&format!("rewind -C {} init", ws.display())),

@@ -109,14 +109,19 @@ struct Ledger {
 /// damaged (the report still printed: the rest of it helps), as `verify`
 /// exits 1 on a damaged history (helper-28, D193).
 pub fn run(ctx: &Ctx) -> i32 {
-    match report(ctx) {
-        Ok(true) => 0,
-        Ok(false) => 1,
-        Err(e) => {
-            super::report_error(ctx, &e);
-            e.exit_code()
-        }
-    }
+    let failed = match report(ctx) {
+        Ok(true) => return 0,
+        Ok(false) => return 1,
+        // A damaged page past the first opens, and fails the first read
+        // of it: `doctor` answered with the error that sent the user to
+        // it (helper-62, D304). Its report says the ways out.
+        Err(Error::LedgerCorrupt { path, detail }) => unopenable(ctx, &path, &detail).map(|()| 1),
+        Err(e) => Err(e),
+    };
+    failed.unwrap_or_else(|e| {
+        super::report_error(ctx, &e);
+        e.exit_code()
+    })
 }
 
 fn report(ctx: &Ctx) -> Result<bool> {
@@ -464,18 +469,22 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             integrity: detail.to_string(),
         },
         damaged: format!(
-            "the ledger {}, so no checkpoint can be read or taken; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {copy}`), then: restore {ledger} from a backup{}; or start a new history from the tree as it is (`mv {state} {damaged} && rewind -C {root} init`)",
+            "the ledger {}; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {copy}`), then: restore {ledger} from a backup{}; or start a new history from the tree as it is (`mv {state} {damaged} && rewind -C {root} init`)",
             if missing {
-                "is missing"
+                "is missing, so no checkpoint can be read or taken"
             } else {
-                "cannot be opened"
+                "cannot be read, so not every checkpoint can be read and none should be taken"
             },
             if missing {
                 " (with its -wal beside it, if there was one)".to_string()
             } else {
+                // From the copy: opened in place, sqlite3 may fold or
+                // remove the WAL that still holds the history (helper-63).
+                let copied = crate::names::with_suffix(state, ".copy")
+                    .join(ledger.strip_prefix(state).unwrap_or(ledger));
                 format!(
-                    "; or salvage the rows SQLite can still read (`sqlite3 {ledger} .recover | sqlite3 ledger-recovered.db`, then put that file in its place and run `rewind verify --deep`)",
-                    ledger = word(ledger)
+                    "; or salvage the rows SQLite can still read, from the copy (`sqlite3 {copied} .recover | sqlite3 ledger-recovered.db`), then put that file in its place and run `rewind verify --deep`",
+                    copied = word(&copied)
                 )
             },
             state = word(state),
@@ -493,11 +502,7 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             out.ledger
                 .bytes
                 .map_or("size unknown".into(), crate::progress::human_bytes),
-            if missing {
-                "missing"
-            } else {
-                "cannot be opened"
-            },
+            if missing { "missing" } else { "cannot be read" },
             out.ledger.integrity,
             out.damaged
         )
