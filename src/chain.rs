@@ -191,6 +191,9 @@ pub enum Code {
     TruncatedBelowAnchor,
     /// The entry at the anchor's seq has another hash.
     AnchorMismatch,
+    /// A checkpoint's row (root, label, kind, parent, pruned) is not what
+    /// the chain recorded (D305).
+    RowMismatch,
 }
 
 impl Code {
@@ -205,6 +208,7 @@ impl Code {
             Code::GenesisMismatch => "GENESIS_MISMATCH",
             Code::TruncatedBelowAnchor => "TRUNCATED_BELOW_ANCHOR",
             Code::AnchorMismatch => "ANCHOR_MISMATCH",
+            Code::RowMismatch => "ROW_MISMATCH",
         }
     }
 }

@@ -1199,7 +1199,23 @@ impl Ledger {
         anchor: Option<&crate::chain::Anchor>,
     ) -> Result<crate::chain::Verdict> {
         let id = self.meta("workspace_id")?.unwrap_or_default();
-        let mut verdict = crate::chain::verify(&self.conn, &self.path, &id, anchor)?;
+        // The checkpoints' rows are held to what the chain recorded in
+        // the same walk: an edited root, label or prune was caught only
+        // by `--deep`, while a rewind refused the checkpoint as tampered
+        // (helper-62, helper-63, D305).
+        let mut replay = CheckpointReplay::default();
+        let mut verdict =
+            crate::chain::verify_with(&self.conn, &self.path, &id, anchor, &mut |e| replay.see(e))?;
+        if verdict.ok
+            && let Some((seq, reason)) = replay.differences(&self.checkpoints()?).into_iter().next()
+        {
+            verdict.ok = false;
+            verdict.first_bad = Some(crate::chain::FirstBad {
+                seq,
+                code: crate::chain::Code::RowMismatch,
+                reason,
+            });
+        }
         // Every ledger has a genesis from its first open: an empty chain
         // beside checkpoints or effects was deleted, not never written.
         if verdict.ok && verdict.entries == 0 {
@@ -1302,13 +1318,8 @@ impl Ledger {
     /// proof to the table a rewind reads: a row pointed at another
     /// checkpoint's content restored it.
     pub fn checkpoints_against_chain(&self) -> Result<Vec<String>> {
-        // The newest entry recording each checkpoint id.
-        let mut recorded: HashMap<Vec<u8>, crate::chain::Entry> = HashMap::new();
+        let mut replay = CheckpointReplay::default();
         let mut effects = EffectReplay::default();
-        // A ledger older than its chain (a genesis added on upgrade) has
-        // rows no entry recorded: those cannot be checked.
-        let mut genesis_ms = u64::MAX;
-        let mut bad = Vec::new();
         let mut stmt = self
             .conn
             .prepare("SELECT data FROM chain ORDER BY seq")
@@ -1319,33 +1330,14 @@ impl Ledger {
             let Ok(e) = crate::chain::Entry::decode(&data) else {
                 continue; // the chain check reports it
             };
-            match e.kind.as_str() {
-                "genesis" => genesis_ms = genesis_ms.min(e.time_ms),
-                "checkpoint" => {
-                    recorded.insert(e.field("id").unwrap_or_default().to_vec(), e);
-                }
-                _ => effects.see(&e),
-            }
+            replay.see(&e);
+            effects.see(&e);
         }
-        for c in self.checkpoints()? {
-            match recorded.get(c.id.as_bytes()) {
-                None if (c.created_at_ms as u64) < genesis_ms => {}
-                None => bad.push(format!(
-                    "checkpoint {} is in the table but not on the chain",
-                    c.id
-                )),
-                Some(e) => {
-                    let changed = differing_fields(e, &c);
-                    if !changed.is_empty() {
-                        bad.push(format!(
-                            "checkpoint {}'s {} differs from what the chain recorded",
-                            c.id,
-                            changed.join(" and ")
-                        ));
-                    }
-                }
-            }
-        }
+        let mut bad: Vec<String> = replay
+            .differences(&self.checkpoints()?)
+            .into_iter()
+            .map(|(_, why)| why)
+            .collect();
         for row in self.effects()? {
             match effects.take(row.scope.as_bytes(), row.key.as_bytes()) {
                 None => bad.push(format!(
@@ -2355,6 +2347,89 @@ fn differing_fields(e: &crate::chain::Entry, ck: &Checkpoint) -> Vec<&'static st
     .filter(|(name, row)| e.field(name) != Some(row))
     .map(|(name, _)| name)
     .collect()
+}
+
+/// What the chain's `checkpoint` and `gc` entries say of each checkpoint:
+/// its newest recorded fields, and whether a `gc` pruned it. The table's
+/// rows must say the same (D305); plain `verify` and `--deep` both
+/// replay the chain through this.
+#[derive(Default)]
+struct CheckpointReplay {
+    /// The newest entry recording each id, with its seq.
+    recorded: HashMap<Vec<u8>, (u64, crate::chain::Entry)>,
+    pruned: std::collections::HashSet<Vec<u8>>,
+    /// A ledger older than its chain (a genesis added on upgrade) has
+    /// rows no entry recorded: those cannot be checked.
+    genesis_ms: Option<u64>,
+}
+
+impl CheckpointReplay {
+    fn see(&mut self, e: &crate::chain::Entry) {
+        match e.kind.as_str() {
+            "genesis" => {
+                self.genesis_ms = Some(self.genesis_ms.map_or(e.time_ms, |g| g.min(e.time_ms)));
+            }
+            "checkpoint" => {
+                let id = e.field("id").unwrap_or_default().to_vec();
+                self.recorded.insert(id, (e.seq, e.clone()));
+            }
+            "gc" => {
+                let ids = e.field("pruned").unwrap_or_default();
+                self.pruned.extend(
+                    ids.split(|b| *b == b',')
+                        .filter(|i| !i.is_empty())
+                        .map(<[u8]>::to_vec),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Each checkpoint row that differs from the chain: the seq of the
+    /// entry that recorded it (1 when none did), and how.
+    fn differences(&self, checkpoints: &[Checkpoint]) -> Vec<(u64, String)> {
+        let genesis_ms = self.genesis_ms.unwrap_or(u64::MAX);
+        let mut bad = Vec::new();
+        for c in checkpoints {
+            let Some((seq, e)) = self.recorded.get(c.id.as_bytes()) else {
+                if (c.created_at_ms as u64) >= genesis_ms {
+                    bad.push((
+                        1,
+                        format!("checkpoint {} is in the table but not on the chain", c.id),
+                    ));
+                }
+                continue;
+            };
+            let changed = differing_fields(e, c);
+            if !changed.is_empty() {
+                bad.push((
+                    *seq,
+                    format!(
+                        "checkpoint {}'s {} differs from what the chain recorded at entry {seq}",
+                        c.id,
+                        changed.join(" and ")
+                    ),
+                ));
+            }
+            let pruned_on_chain = self.pruned.contains(c.id.as_bytes());
+            if c.pruned != pruned_on_chain {
+                bad.push((
+                    *seq,
+                    format!(
+                        "checkpoint {} is {} in the table, but {} on the chain",
+                        c.id,
+                        if c.pruned { "pruned" } else { "kept" },
+                        if pruned_on_chain {
+                            "a gc pruned it"
+                        } else {
+                            "no gc pruned it"
+                        }
+                    ),
+                ));
+            }
+        }
+        bad
+    }
 }
 
 /// What the chain's `effect` and `effect-outcome` entries leave for each

@@ -490,6 +490,84 @@ fn verify_deep_finds_a_checkpoint_row_changed_behind_the_chain() {
     );
 }
 
+/// D305: plain `verify` holds the checkpoints' rows to the chain too. A
+/// root pointed at another checkpoint's content passed it while a rewind
+/// refused that checkpoint as tampered (helper-62), and a checkpoint
+/// marked pruned by SQL, which `list` then hid, passed even `--deep`
+/// (helper-63): each `gc` records what it pruned, and the rows must say
+/// the same. A real `gc` still verifies.
+#[test]
+fn plain_verify_finds_checkpoint_rows_and_prunes_changed_behind_the_chain() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        write(&root.join("a.txt"), format!("v{i}").as_bytes());
+        ids.push(common::checkpoint_id(root, &[]));
+    }
+    // HEAD and its three parents stay (the recent past).
+    let gc = rewind_json(root, &["gc", "--keep-last", "2", "--keep-within", "0s"]);
+    assert!(
+        gc["pruned"]
+            .as_array()
+            .is_some_and(|p| p.contains(&ids[0].clone().into())),
+        "{gc}"
+    );
+    for args in [&[][..], &["--deep"]] {
+        let (code, v) = verify(root, args);
+        assert_eq!(code, 0, "after a real gc {args:?}: {v}");
+    }
+    let db = root.join(".rewind/ledger.db");
+    for (tamper, what) in [
+        (
+            format!(
+                "UPDATE checkpoints SET root = (SELECT root FROM checkpoints WHERE id = '{}') WHERE id = '{}'",
+                ids[5], ids[6]
+            ),
+            "root",
+        ),
+        (
+            format!(
+                "UPDATE checkpoints SET pruned_at = 1 WHERE id = '{}'",
+                ids[6]
+            ),
+            "pruned in the table",
+        ),
+        (
+            format!(
+                "UPDATE checkpoints SET pruned_at = NULL WHERE id = '{}'",
+                ids[0]
+            ),
+            "kept in the table",
+        ),
+    ] {
+        let before = std::fs::read(&db).expect("ledger");
+        let wal = std::fs::read(root.join(".rewind/ledger.db-wal")).ok();
+        let c = Connection::open(&db).expect("open");
+        c.execute_batch(&tamper).expect("tamper");
+        drop(c);
+        for args in [&[][..], &["--deep"]] {
+            let (code, v) = verify(root, args);
+            assert_eq!(code, 1, "{tamper} {args:?}: {v}");
+            let text = v.to_string();
+            assert!(text.contains(what), "{tamper} {args:?}: {v}");
+        }
+        let (_, v) = verify(root, &[]);
+        assert_eq!(v["first_bad"]["code"], "ROW_MISMATCH", "{v}");
+        // Put the ledger back as it was for the next tamper.
+        std::fs::write(&db, before).expect("restore");
+        match &wal {
+            Some(w) => std::fs::write(root.join(".rewind/ledger.db-wal"), w).expect("wal"),
+            None => {
+                let _ = std::fs::remove_file(root.join(".rewind/ledger.db-wal"));
+            }
+        }
+        let _ = std::fs::remove_file(root.join(".rewind/ledger.db-shm"));
+        let (code, v) = verify(root, &[]);
+        assert_eq!(code, 0, "restored after {tamper}: {v}");
+    }
+}
+
 /// `rewind anchor FILE` run routinely (cron, a CI step) after a truncation
 /// overwrote the one anchor that proved it; and a file name shared by two
 /// workspaces overwrote the other's anchor. An anchor is now replaced only

@@ -35,6 +35,9 @@ pub(crate) struct Out {
     pub pruned_checkpoints: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deep: Option<Deep>,
+    /// Checked against an anchor: the note on truncation is moot.
+    #[serde(skip)]
+    pub anchored: bool,
 }
 
 /// Exit codes (DESIGN §3): 0 intact, 1 tampered, 2 could not be read.
@@ -130,6 +133,7 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         verdict,
         pruned_checkpoints,
         deep,
+        anchored: args.anchor.is_some(),
     })
 }
 
@@ -161,6 +165,8 @@ fn human(out: &Out) -> String {
             s.push_str(&format!("\n  DAMAGED {b}"));
         }
     }
-    s.push_str("\n(truncating the newest entries is undetectable without an anchor: keep `rewind anchor` output elsewhere)");
+    if !out.anchored {
+        s.push_str("\n(truncating the newest entries is undetectable without an anchor: keep `rewind anchor` output elsewhere)");
+    }
     s
 }
