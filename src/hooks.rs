@@ -31,7 +31,9 @@ use crate::names::shell_word;
 mod find;
 mod history;
 pub use history::HistoryLoss;
-use history::{expand_path, git_taking_ignored, home, rm_reaching, rsync_deleting};
+use history::{
+    expand_path, git_taking_ignored, home, rm_reaching, rsync_deleting, word_as_written,
+};
 
 pub use crate::config::{CONFIG_FILE, Config, EffectRule};
 
@@ -377,66 +379,133 @@ impl ToolCall {
     /// -C` move it. `histories`: the `.rewind/` of each workspace the
     /// call could reach. A dry run, a command whose scope holds no
     /// history, and one that already leaves it out pass.
-    pub fn deletes_the_history(&self, cwd: &Path, histories: &[PathBuf]) -> Option<HistoryLoss> {
-        self.commands_with_dirs(cwd).iter().find_map(|(dir, w)| {
-            let (first, rest) = w.split_first()?;
+    ///
+    /// `resolve` makes a path the one the filesystem means (symbolic
+    /// links followed as far as they exist): from a directory reached
+    /// through a link, no path matched the history's, and every check
+    /// let its command through (helper-64). Where a `cd` goes somewhere
+    /// the line does not say, a command is judged from the workspace's
+    /// root and from the last directory known; a form named to run
+    /// instead repeats the `cd`s before it.
+    pub fn deletes_the_history(
+        &self,
+        cwd: &Path,
+        histories: &[PathBuf],
+        resolve: Resolve,
+    ) -> Option<HistoryLoss> {
+        for step in self.commands_with_dirs(cwd, resolve) {
+            let Some((first, rest)) = step.words.split_first() else {
+                continue;
+            };
             let name = first.rsplit('/').next().unwrap_or(first);
-            histories.iter().find_map(|history| match name {
-                "git" => git_taking_ignored(rest, dir, history)
-                    .map(|(runs, instead)| HistoryLoss::IgnoredFiles { runs, instead }),
-                "rm" => rm_reaching(w, dir, history),
-                "find" => find::deleting(w, dir, history),
-                "rsync" => rsync_deleting(w, dir, history),
-                _ => None,
-            })
-        })
+            for history in histories {
+                let root = history.parent().unwrap_or(history).to_path_buf();
+                let candidates = match (&step.dir, name) {
+                    (Some(d), _) => vec![d.clone()],
+                    // git's exclude then names the history absolutely.
+                    (None, "git") => vec![PathBuf::from("/")],
+                    (None, _) => vec![root, step.known.clone()],
+                };
+                for dir in &candidates {
+                    let found = match name {
+                        "git" => git_taking_ignored(rest, dir, history, resolve),
+                        "rm" | "unlink" => rm_reaching(&step.words, dir, history, resolve),
+                        "find" => find::deleting(&step.words, dir, history, resolve),
+                        "rsync" => rsync_deleting(&step.words, dir, history, resolve),
+                        _ => None,
+                    };
+                    if let Some(loss) = found {
+                        return Some(loss.after(&step.cds));
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// The paths the `rm` commands of this shell call name (globs left
     /// out): where to look for a workspace whose history they would take
     /// with them, as `rm -rf proj` run from proj's parent would.
-    pub fn removed_paths(&self, cwd: &Path) -> Vec<PathBuf> {
-        self.commands_with_dirs(cwd)
+    pub fn removed_paths(&self, cwd: &Path, resolve: Resolve) -> Vec<PathBuf> {
+        self.commands_with_dirs(cwd, resolve)
             .iter()
-            .filter(|(_, w)| {
-                w.first()
+            .filter(|step| {
+                step.words
+                    .first()
                     .is_some_and(|f| f.rsplit('/').next() == Some("rm"))
             })
+            .filter_map(|step| Some((step.dir.as_ref()?, &step.words)))
             .flat_map(|(dir, w)| {
                 w[1..]
                     .iter()
                     .filter(|o| !o.starts_with('-') && !o.contains(['*', '?', '[']))
-                    .filter_map(|o| expand_path(o, dir))
+                    .filter_map(|o| expand_path(o, dir).map(|p| resolve(&p)))
                     .collect::<Vec<_>>()
             })
             .collect()
     }
 
-    /// Each simple command of this shell call with the directory it runs
-    /// in: `cwd`, moved by each `cd` or `pushd` before it. Somewhere not
-    /// known (`cd -`, `cd "$DIR"`, `cd "$(git rev-parse
-    /// --show-toplevel)"`, `popd`) is judged as if at the top, so that a
-    /// command there is refused rather than let through (helper-63).
-    fn commands_with_dirs(&self, cwd: &Path) -> Vec<(PathBuf, Vec<String>)> {
-        let mut dir = lexical(cwd);
+    /// Each simple command of this shell call with where it runs: `cwd`,
+    /// moved by each `cd` or `pushd` before it. Somewhere the line does
+    /// not say (`cd -`, `cd "$DIR"`, `popd`) is not known.
+    fn commands_with_dirs(&self, cwd: &Path, resolve: Resolve) -> Vec<Step> {
+        let mut dir = Some(resolve(&lexical(cwd)));
+        let mut known = resolve(&lexical(cwd));
+        let mut cds = Vec::new();
         let mut out = Vec::new();
         for w in self.shell_commands() {
             match w.first().map(String::as_str) {
                 Some("cd" | "pushd") => {
                     let target = w[1..].iter().find(|a| *a == "-" || !a.starts_with('-'));
-                    dir = match target.map(|d| expand_path(d, &dir)) {
-                        Some(Some(d)) => d,
-                        None => home().unwrap_or_else(|| PathBuf::from("/")),
-                        Some(None) => PathBuf::from("/"),
+                    dir = match target {
+                        None => home().map(|h| resolve(&h)),
+                        Some(t) => dir
+                            .as_deref()
+                            .or(Path::new(t).is_absolute().then_some(Path::new("/")))
+                            .and_then(|from| expand_path(t, from))
+                            .map(|d| resolve(&d)),
                     };
+                    cds.push(
+                        w.iter()
+                            .map(|x| word_as_written(x))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    );
                 }
-                Some("popd") => dir = PathBuf::from("/"),
+                Some("popd") => {
+                    dir = None;
+                    cds.push("popd".into());
+                }
                 _ => {}
             }
-            out.push((dir.clone(), w));
+            if let Some(d) = &dir {
+                known = d.clone();
+            }
+            out.push(Step {
+                dir: dir.clone(),
+                known: known.clone(),
+                cds: cds.join(" && "),
+                words: w,
+            });
         }
         out
     }
+}
+
+/// Makes a path the one the filesystem means (see
+/// [`ToolCall::deletes_the_history`]).
+pub type Resolve<'a> = &'a dyn Fn(&Path) -> PathBuf;
+
+/// One simple command of a shell line and where it runs.
+struct Step {
+    /// Its directory; `None` where a `cd` went somewhere the line does
+    /// not say.
+    dir: Option<PathBuf>,
+    /// The last directory known before it.
+    known: PathBuf,
+    /// The `cd`s before it, as a shell line (empty for none).
+    cds: String,
+    words: Vec<String>,
 }
 
 /// A shell line without the text of its here-documents, unless a shell
@@ -562,14 +631,18 @@ impl<'a> Pattern<'a> {
             return Vec::new();
         };
         let mut out: Vec<String> = Vec::new();
-        for c in simple_commands(&call.argument()) {
+        // A here-document's text runs nothing: a script written through
+        // `cat <<EOF` that holds the push is not the push (helper-64).
+        for c in simple_commands(&without_heredoc_text(&call.argument())) {
             // `bash -c 'git push'` is named by the push inside it.
             if shell_string(&c).is_some() {
                 continue;
             }
-            let canonical = canonical_command(&c);
-            if (glob(a, &c) || glob(a, &canonical)) && !out.contains(&canonical) {
-                out.push(canonical);
+            if glob(a, &c) || glob(a, &canonical_command(&c)) {
+                let identity = effect_identity(&c);
+                if !out.contains(&identity) {
+                    out.push(identity);
+                }
             }
         }
         out
@@ -597,8 +670,11 @@ fn is_shell_tool(name: &str) -> bool {
 fn simple_commands(line: &str) -> Vec<String> {
     // A backslash-newline joins two lines into one (`git \⏎ push`).
     let line = &line.replace("\\\n", "");
-    let mut parts = Vec::new();
+    // Each piece of the line, and the command substitutions (`$(…)`,
+    // `` `…` ``) found in it, which run before it.
+    let mut parts: Vec<(String, Vec<String>)> = Vec::new();
     let mut cur = String::new();
+    let mut inner: Vec<String> = Vec::new();
     let mut quote: Option<char> = None;
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
@@ -625,6 +701,32 @@ fn simple_commands(line: &str) -> Vec<String> {
                     }
                 }
             }
+            // `$(…)` and `` `…` `` stay in their word (`rm -rf
+            // $(pwd)/.rewind` is one operand), and their commands are
+            // read too (helper-64, D300).
+            (None | Some('"'), '$') if chars.peek() == Some(&'(') => {
+                chars.next();
+                let mut depth = 1;
+                let mut sub = String::new();
+                for n in chars.by_ref() {
+                    match n {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                    sub.push(n);
+                }
+                cur.push_str(&format!("$({sub})"));
+                inner.push(sub);
+            }
+            (None | Some('"'), '`') => {
+                let sub: String = chars.by_ref().take_while(|n| *n != '`').collect();
+                cur.push_str(&format!("`{sub}`"));
+                inner.push(sub);
+            }
             (Some(_), c) => cur.push(c),
             (None, '\'' | '"') => {
                 quote = Some(c);
@@ -636,15 +738,21 @@ fn simple_commands(line: &str) -> Vec<String> {
             // (helper-63, D301).
             (None, '&') if cur.ends_with(['>', '<']) || chars.peek() == Some(&'>') => cur.push(c),
             (None, '|') if cur.ends_with('>') => cur.push(c),
-            (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}' | '`') => {
-                parts.push(std::mem::take(&mut cur));
+            // A brace is a group only as a word of its own: `find -exec
+            // rm {} +` and `rm -rf ./{a,b}` keep theirs (helper-64).
+            (None, '{' | '}') if !is_group_brace(c, &cur, chars.peek().copied()) => cur.push(c),
+            (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}') => {
+                parts.push((std::mem::take(&mut cur), std::mem::take(&mut inner)));
             }
             (None, c) => cur.push(c),
         }
     }
-    parts.push(cur);
+    parts.push((cur, inner));
     let mut out = Vec::new();
-    for p in &parts {
+    for (p, substitutions) in &parts {
+        for sub in substitutions {
+            out.extend(simple_commands(sub));
+        }
         let cmd = strip_prefixes(squeeze_blanks(p).trim());
         // `bash -c 'git push'`: the commands of the string too.
         if let Some(inner) = shell_string(&cmd) {
@@ -655,6 +763,16 @@ fn simple_commands(line: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether an unquoted `{` or `}` is the shell's group brace: a word of
+/// its own (`{ a; b; }`), not part of one (`{}`, `{a,b}`, `x{1..3}`).
+fn is_group_brace(c: char, before: &str, next: Option<char>) -> bool {
+    let starts_word = before.is_empty() || before.ends_with(char::is_whitespace);
+    match c {
+        '{' => starts_word && next.is_none_or(char::is_whitespace),
+        _ => starts_word && next.is_none_or(|n| n.is_whitespace() || ";&|)".contains(n)),
+    }
 }
 
 /// A shell line with each run of blanks (spaces, tabs) outside quotes
@@ -845,11 +963,25 @@ fn words(cmd: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut cur: Option<(usize, String)> = None;
     let mut quote: Option<char> = None;
-    let mut chars = cmd.char_indices();
+    let mut chars = cmd.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
         // A `#` starting a word starts a comment, to the end of the line.
         if c == '#' && quote.is_none() && cur.is_none() {
             break;
+        }
+        // A redirection ends the word before it: `.rewind>/dev/null` is
+        // `.rewind` and `>/dev/null`, `main&>log` is `main` and `&>log`
+        // (helper-64). Not `2>` (a descriptor) nor `>>`, `>&`.
+        let redirects = quote.is_none()
+            && (matches!(c, '>' | '<')
+                || (c == '&' && chars.peek().is_some_and(|(_, n)| *n == '>')));
+        if redirects
+            && let Some((_, w)) = &cur
+            && !w.is_empty()
+            && !w.chars().all(|d| d.is_ascii_digit())
+            && !w.ends_with(['>', '<', '&'])
+        {
+            out.extend(cur.take());
         }
         let word = &mut cur.get_or_insert_with(|| (at, String::new())).1;
         match (quote, c) {
@@ -921,6 +1053,39 @@ fn canonical_command(cmd: &str) -> String {
         .map(|w| shell_word(w))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A simple command as the effect it is: its words without the
+/// redirections of its output, each quoted as a shell needs it. What it
+/// reads stays: `kubectl apply -f - < staging.yaml` and `< prod.yaml`
+/// are two effects (helper-64, D301).
+fn effect_identity(cmd: &str) -> String {
+    let mut out = Vec::new();
+    let mut it = words(cmd).into_iter().map(|(_, w)| w);
+    while let Some(w) = it.next() {
+        let output = w
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .starts_with(['>', '&']);
+        match redirection(&w) {
+            Some(target_next) if output => {
+                if target_next {
+                    it.next();
+                }
+            }
+            // Input from /dev/null reads nothing (`</dev/null` keeps a
+            // prompt from waiting).
+            Some(true) => {
+                let target = it.next().unwrap_or_default();
+                if target != "/dev/null" {
+                    out.push(shell_word(&w));
+                    out.push(shell_word(&target));
+                }
+            }
+            Some(false) if w.ends_with("/dev/null") => {}
+            _ => out.push(shell_word(&w)),
+        }
+    }
+    out.join(" ")
 }
 
 /// `*` matches any run of characters, `?` any one; everything else is
@@ -1144,8 +1309,11 @@ mod tests {
     fn find_and_rsync_that_would_delete_the_history_are_refused() {
         let history = [PathBuf::from("/w/.rewind")];
         let at = |line: &str, cwd: &str| {
-            call("Bash", serde_json::json!({ "command": line }))
-                .deletes_the_history(Path::new(cwd), &history)
+            call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
+                Path::new(cwd),
+                &history,
+                &|p: &Path| p.to_path_buf(),
+            )
         };
         for (line, cwd) in [
             ("find . -name '*.db' -delete", "/w"),
@@ -1246,6 +1414,86 @@ mod tests {
         }
     }
 
+    /// helper-64's bypasses of the first D300 and its false refusals.
+    #[test]
+    fn deletions_of_the_history_written_other_ways_are_refused_and_cleanups_pass() {
+        let history = [PathBuf::from("/w/.rewind")];
+        let at = |line: &str, cwd: &str| {
+            call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
+                Path::new(cwd),
+                &history,
+                &|p: &Path| p.to_path_buf(),
+            )
+        };
+        for (line, cwd) in [
+            (
+                "cd \"$(git rev-parse --show-toplevel)\" && rm -rf .rewind",
+                "/w/src",
+            ),
+            ("cd \"$SOMEWHERE\" && rm -rf .rewind", "/w"),
+            ("rm -rf \"$(pwd)/.rewind\"", "/w"),
+            ("rm -rf `pwd`/.rewind", "/w"),
+            ("rm -r -- \"$(pwd)\"", "/w"),
+            (
+                "find . -name '*.db' -exec echo removing {} \\; -delete",
+                "/w",
+            ),
+            ("find . -name '*.db' -exec /usr/bin/env rm {} +", "/w"),
+            ("find . -name '*.db' -exec mv {} bk/ \\;", "/w"),
+            ("find . -name '*.db' -delete>/dev/null", "/w"),
+            ("rm -rf .rewind>/dev/null", "/w"),
+            ("rm -rf ./{build,dist,.rewind}", "/w"),
+            ("rm -rf .{rewind,cache}", "/w"),
+            ("rsync -a --delete empty/ ./ --exclude .git", "/w"),
+            ("rsync -a --delete --exclude .rewind/tmp empty/ ./", "/w"),
+            ("rsync -a --remove-source-files ./ bk/", "/w"),
+            ("git -C \"$PWD\" clean -fdx", "/w"),
+            ("git worktree remove --force /w", "/tmp"),
+            ("unlink .rewind/ledger.db", "/w"),
+            ("echo $(rm -rf .rewind)", "/w"),
+        ] {
+            assert!(at(line, cwd).is_some(), "{line} in {cwd}");
+        }
+        for (line, cwd) in [
+            ("find . -type d -empty -delete", "/w"),
+            ("find . -empty -delete", "/w"),
+            ("find . -type f -size 0 -delete", "/w"),
+            ("rsync -avn --delete a/ ./", "/w"),
+            ("rsync --dry-run --delete a/ ./", "/w"),
+            ("cd \"$(mktemp -d)\" && rm -rf ./*", "/w"),
+            ("find . -type f -exec sh -c 'echo \"$1\"' _ {} \\;", "/w"),
+            ("find . -name '*.pyc' -exec rm -f {} +", "/w"),
+            ("rm -rf ./{build,dist}", "/w"),
+            ("git worktree remove ../other", "/w"),
+        ] {
+            assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
+        // A form named after a `cd` repeats it, expansions still expanding.
+        let Some(HistoryLoss::Deletes { instead, .. }) =
+            at("cd src && find .. -name '*.db' -delete", "/w")
+        else {
+            panic!("not refused");
+        };
+        assert!(instead.starts_with("cd src && find .. "), "{instead}");
+        let Some(HistoryLoss::Deletes { instead, .. }) =
+            at("find \"$PWD\" -name '*.db' -exec rm -f {} +", "/w")
+        else {
+            panic!("not refused");
+        };
+        assert!(
+            instead.starts_with("find \"$PWD\" ") && instead.contains(" '{}' + \\)"),
+            "{instead}"
+        );
+        let Some(HistoryLoss::Deletes { instead, .. }) = at("rsync -a --delete empty/ ./", "/w")
+        else {
+            panic!("not refused");
+        };
+        assert!(
+            instead.starts_with("rsync '--filter=P .rewind' '--filter=- .rewind' -a"),
+            "{instead}"
+        );
+    }
+
     /// D301: an effect is the command the rule names, whatever the line
     /// does around it: redirections and pipes do not make another push.
     #[test]
@@ -1310,6 +1558,25 @@ mod tests {
         assert_eq!(
             command_words("git clean -fdx 2>&1 > /dev/null"),
             ["git", "clean", "-fdx"]
+        );
+        // What a command reads is part of it; a here-document is not.
+        let apply = Config::parse("[[effect]]\nmatch = \"Bash(kubectl apply*)\"\n").unwrap();
+        let key = |line: &str| {
+            apply
+                .effect(&call("Bash", serde_json::json!({ "command": line })))
+                .map(|(r, _)| r.key)
+        };
+        assert_eq!(
+            key("kubectl apply -f - < staging.yaml 2>&1").as_deref(),
+            Some("Bash:kubectl apply -f - '<' staging.yaml")
+        );
+        assert_ne!(
+            key("kubectl apply -f - < prod.yaml"),
+            key("kubectl apply -f - < staging.yaml")
+        );
+        assert_ne!(
+            key("cat > deploy.sh <<'EOF'\nkubectl apply -f x\nEOF"),
+            key("kubectl apply -f x")
         );
     }
 
@@ -1392,7 +1659,7 @@ mod tests {
         let history = [PathBuf::from("/w/.rewind")];
         let at = |line: &str, cwd: &str| {
             shell(line)
-                .deletes_the_history(Path::new(cwd), &history)
+                .deletes_the_history(Path::new(cwd), &history, &|p: &Path| p.to_path_buf())
                 .map(|loss| match loss {
                     HistoryLoss::IgnoredFiles { instead, .. } => instead,
                     other => panic!("{line}: {other:?}"),
@@ -1412,7 +1679,7 @@ mod tests {
             (
                 "cd /w/src && cd .. && git clean -xfd",
                 "/w/src",
-                "git clean -xfd -- ':(exclude).rewind'",
+                "cd /w/src && cd .. && git clean -xfd -- ':(exclude).rewind'",
             ),
             (
                 "git -C .. clean -f -x",
@@ -1477,17 +1744,17 @@ mod tests {
             (
                 "cd \"$(git rev-parse --show-toplevel)\" && git clean -fdx",
                 "/w/src",
-                "git clean -fdx -- ':(exclude)/w/.rewind'",
+                "cd \"$(git rev-parse --show-toplevel)\" && git clean -fdx -- ':(exclude)/w/.rewind'",
             ),
             (
                 "pushd .. && git clean -fdx",
                 "/w/src",
-                "git clean -fdx -- ':(exclude).rewind'",
+                "pushd .. && git clean -fdx -- ':(exclude).rewind'",
             ),
             (
                 "cd \"$DIR\" && git clean -fdx",
                 "/w",
-                "git clean -fdx -- ':(exclude)/w/.rewind'",
+                "cd \"$DIR\" && git clean -fdx -- ':(exclude)/w/.rewind'",
             ),
             (
                 "git stash -a",
@@ -1547,7 +1814,11 @@ mod tests {
             "Write",
             serde_json::json!({"file_path": "x", "content": "git clean -fdx"}),
         );
-        assert!(write.deletes_the_history(ws, &history).is_none());
+        assert!(
+            write
+                .deletes_the_history(ws, &history, &|p: &Path| p.to_path_buf())
+                .is_none()
+        );
     }
 
     /// D300: an `rm` that deletes the history, a file in it, or the
@@ -1557,8 +1828,11 @@ mod tests {
     fn rm_of_the_history_or_the_workspace_holding_it_is_refused() {
         let history = [PathBuf::from("/w/.rewind")];
         let at = |line: &str, cwd: &str| {
-            call("Bash", serde_json::json!({ "command": line }))
-                .deletes_the_history(Path::new(cwd), &history)
+            call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
+                Path::new(cwd),
+                &history,
+                &|p: &Path| p.to_path_buf(),
+            )
         };
         for (line, cwd) in [
             ("rm -rf .rewind", "/w"),

@@ -1269,9 +1269,10 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
         // (helper-60).
         ("git clean -fdX", "git clean -fdX -- ':(exclude).rewind'"),
         ("git stash -a", "git stash push -a -- ':(exclude).rewind'"),
+        // The form repeats the `cd` (helper-64).
         (
             "cd src && git stash -a",
-            "git stash push -a -- ':(exclude)../.rewind'",
+            "cd src && git stash push -a -- ':(exclude)../.rewind'",
         ),
     ] {
         let refused = hook("pre-tool-use", &call(command));
@@ -1286,11 +1287,7 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
             "{}",
             stderr(&refused)
         );
-        let from = if command.starts_with("cd src") {
-            ws.join("src")
-        } else {
-            ws.to_path_buf()
-        };
+        let from = ws.to_path_buf();
         let suggested = format!("cd {} && {instead}", from.display());
         let ok = hook("pre-tool-use", &call(&suggested));
         assert_eq!(ok.status.code(), Some(0), "{instead}: {}", stderr(&ok));
@@ -1387,6 +1384,20 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
             stderr(&refused)
         );
     }
+    // Through a symbolic link to the workspace (macOS's /tmp, a linked
+    // home): every check let its command through (helper-64).
+    let link = parent.path().join("link");
+    std::os::unix::fs::symlink(&ws, &link).expect("ln -s");
+    for command in ["rm -rf .rewind", "git clean -fdx", "rm -rf ../link/.rewind"] {
+        let refused = hook("pre-tool-use", &call(command, &link));
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{command} from a link: {}",
+            stderr(&refused)
+        );
+    }
+    std::fs::remove_file(&link).expect("rm link");
     // The form the refusal names for the workspace root, run as shown.
     let refused = stderr(&hook("pre-tool-use", &call("rm -rf proj", parent.path())));
     let instead = refused

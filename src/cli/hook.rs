@@ -179,6 +179,26 @@ fn orphan_effect(
     Ok(None)
 }
 
+/// `path` as the filesystem means it: the longest part that exists with
+/// its links followed, the rest as written (D300).
+fn resolve_links(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(mut real) = std::fs::canonicalize(existing) {
+            real.extend(rest.iter().rev());
+            return rewind_platform::lexical(&real);
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 /// Where the workspace and its rewind.toml are, if anywhere.
 fn locate(start: &Path) -> (PathBuf, Option<PathBuf>) {
     match Workspace::discover(start) {
@@ -212,7 +232,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
             std::env::var_os("CLAUDE_PROJECT_DIR").and_then(|p| Workspace::discover(Path::new(&p))),
         )
         .chain(
-            call.removed_paths(line_dir)
+            call.removed_paths(line_dir, &resolve_links)
                 .iter()
                 .filter_map(|p| Workspace::discover(p)),
         )
@@ -220,7 +240,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         .collect();
     histories.sort();
     histories.dedup();
-    if let Some(loss) = call.deletes_the_history(line_dir, &histories) {
+    if let Some(loss) = call.deletes_the_history(line_dir, &histories, &resolve_links) {
         eprintln!("rewind: refused: {loss}");
         return (out, BLOCK);
     }

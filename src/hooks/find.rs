@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::history::{HistoryLoss, expand_path, fnmatch, joined};
-use crate::names::shell_word;
+use super::Resolve;
+use super::history::{HistoryLoss, expand_path, fnmatch, joined, word_as_written};
 
 /// Three-valued truth, ordered: `and` is the least, `or` the greatest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,8 +45,11 @@ enum Expr {
         fold: bool,
     },
     Type(String),
-    /// `-delete`, or an `-exec` of a command that deletes (`rm`).
-    Deletes,
+    /// `-delete`, or an `-exec` of a command that deletes (`rm`);
+    /// `tree`: it takes a directory with what is in it (`rm -r`, `mv`).
+    Deletes {
+        tree: bool,
+    },
     Prune,
     Constant(Tri),
 }
@@ -57,6 +60,8 @@ enum Expr {
 struct Outcome {
     value: Tri,
     deletes: Tri,
+    /// Whether an action that takes a directory whole ran.
+    takes_tree: Tri,
     prunes: Tri,
 }
 
@@ -65,6 +70,7 @@ impl Expr {
         let leaf = |value| Outcome {
             value,
             deletes: Tri::No,
+            takes_tree: Tri::No,
             prunes: Tri::No,
         };
         match self {
@@ -85,6 +91,7 @@ impl Expr {
                         _ => a_out.value.max(b_out.value),
                     },
                     deletes: a_out.deletes.max(b_out.deletes.min(gate)),
+                    takes_tree: a_out.takes_tree.max(b_out.takes_tree.min(gate)),
                     prunes: a_out.prunes.max(b_out.prunes.min(gate)),
                 }
             }
@@ -93,6 +100,7 @@ impl Expr {
                 Outcome {
                     value: b.value,
                     deletes: a.deletes.max(b.deletes),
+                    takes_tree: a.takes_tree.max(b.takes_tree),
                     prunes: a.prunes.max(b.prunes),
                 }
             }
@@ -115,14 +123,16 @@ impl Expr {
                     Tri::No
                 },
             ),
-            Expr::Deletes => Outcome {
+            Expr::Deletes { tree } => Outcome {
                 value: Tri::Maybe,
                 deletes: Tri::Yes,
+                takes_tree: if *tree { Tri::Yes } else { Tri::No },
                 prunes: Tri::No,
             },
             Expr::Prune => Outcome {
                 value: Tri::Yes,
                 deletes: Tri::No,
+                takes_tree: Tri::No,
                 prunes: Tri::Yes,
             },
             Expr::Constant(t) => leaf(*t),
@@ -189,7 +199,6 @@ fn leading_option(word: &str) -> Option<usize> {
 /// Primaries that take one argument and only test (their value depends
 /// on what is on disk: taken as maybe true), or are global options.
 const TAKES_ONE: &[&str] = &[
-    "-size",
     "-mtime",
     "-mmin",
     "-atime",
@@ -225,6 +234,11 @@ const TAKES_ONE: &[&str] = &[
 
 /// Commands an `-exec` deletes with.
 const DELETERS: &[&str] = &["rm", "unlink", "shred", "truncate"];
+
+/// Commands an `-exec` runs the rest of its words through.
+const WRAPPERS: &[&str] = &[
+    "env", "sudo", "doas", "command", "nice", "nohup", "time", "xargs",
+];
 
 struct Parser<'a> {
     words: &'a [String],
@@ -309,7 +323,7 @@ impl Parser<'_> {
             "-type" | "-xtype" => Expr::Type(argument()),
             "-delete" => {
                 self.depth_first = true;
-                Expr::Deletes
+                Expr::Deletes { tree: false }
             }
             "-exec" | "-execdir" | "-ok" | "-okdir" => {
                 let mut command = Vec::new();
@@ -319,11 +333,40 @@ impl Parser<'_> {
                     }
                     command.push(w.to_string());
                 }
-                let program = command.first().map(|c| c.rsplit('/').next().unwrap_or(c));
+                // The program past wrappers (`env`, `sudo`) and their
+                // options and assignments.
+                let mut rest = command
+                    .iter()
+                    .map(|c| c.rsplit('/').next().unwrap_or(c))
+                    .skip_while(|c| WRAPPERS.contains(c) || c.starts_with('-') || c.contains('='));
+                let program = rest.next();
+                let recursive = command.iter().any(|c| {
+                    c == "--recursive"
+                        || c.starts_with('-') && !c.starts_with("--") && c.contains(['r', 'R'])
+                });
                 match program {
-                    Some(p) if DELETERS.contains(&p) => Expr::Deletes,
-                    // A shell may run anything.
-                    Some("sh" | "bash" | "zsh" | "dash") => Expr::Deletes,
+                    Some("mv") => Expr::Deletes { tree: true },
+                    Some(p) if DELETERS.contains(&p) => Expr::Deletes {
+                        tree: p == "rm" && recursive,
+                    },
+                    // A shell may run anything; unless its script
+                    // deletes nothing, it is taken to.
+                    Some("sh" | "bash" | "zsh" | "dash") => {
+                        let script = command
+                            .iter()
+                            .find(|c| c.contains(' '))
+                            .cloned()
+                            .unwrap_or_default();
+                        if ["rm", "unlink", "mv", "shred", "truncate", "find", "xargs"]
+                            .iter()
+                            .any(|d| script.contains(d))
+                            || script.is_empty()
+                        {
+                            Expr::Deletes { tree: true }
+                        } else {
+                            Expr::Constant(Tri::Maybe)
+                        }
+                    }
                     _ => Expr::Constant(Tri::Maybe),
                 }
             }
@@ -347,7 +390,21 @@ impl Parser<'_> {
                 argument();
                 Expr::Constant(Tri::Yes)
             }
-            "-empty" | "-readable" | "-writable" | "-executable" | "-nouser" | "-nogroup" => {
+            // Nothing of the history, nor a directory holding it, is
+            // empty: `find . -type d -empty -delete` takes none of it.
+            "-empty" => Expr::Constant(Tri::No),
+            // Nor smaller than a byte.
+            "-size" => {
+                let size = argument();
+                if size.starts_with('-')
+                    || size.trim_end_matches(['c', 'k', 'M', 'G', 'b', 'w']) == "0"
+                {
+                    Expr::Constant(Tri::No)
+                } else {
+                    Expr::Constant(Tri::Maybe)
+                }
+            }
+            "-readable" | "-writable" | "-executable" | "-nouser" | "-nogroup" => {
                 Expr::Constant(Tri::Maybe)
             }
             w if TAKES_ONE.contains(&w) || w.starts_with("-newer") => {
@@ -362,7 +419,12 @@ impl Parser<'_> {
 
 /// [`super::ToolCall::deletes_the_history`] for one `find` command
 /// (`words`, `find` first) run in `dir`.
-pub(super) fn deleting(words: &[String], dir: &Path, history: &Path) -> Option<HistoryLoss> {
+pub(super) fn deleting(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
     let mut at = 1;
     while let Some(skip) = words.get(at).and_then(|w| leading_option(w)) {
         at += skip;
@@ -389,7 +451,7 @@ pub(super) fn deleting(words: &[String], dir: &Path, history: &Path) -> Option<H
         depth_first: false,
     };
     let expr = parser.comma();
-    if !expr.holds(&|e| matches!(e, Expr::Deletes)) {
+    if !expr.holds(&|e| matches!(e, Expr::Deletes { .. })) {
         return None;
     }
     // `-delete` turns on `-depth`, under which `-prune` does nothing:
@@ -401,7 +463,7 @@ pub(super) fn deleting(words: &[String], dir: &Path, history: &Path) -> Option<H
     }
     let mut found = None;
     for start in &starts {
-        let Some(from) = expand_path(start, dir) else {
+        let Some(from) = expand_path(start, dir).map(|p| resolve(&p)) else {
             continue;
         };
         let shown_start = match start.trim_end_matches('/') {
@@ -449,7 +511,7 @@ pub(super) fn deleting(words: &[String], dir: &Path, history: &Path) -> Option<H
         };
     }
     let options_end = (at + options_end).min(words.len());
-    let quoted = |ws: &[String]| ws.iter().map(|w| shell_word(w)).collect::<Vec<_>>();
+    let quoted = |ws: &[String]| ws.iter().map(|w| word_as_written(w)).collect::<Vec<_>>();
     let mut instead = quoted(&words[..options_end]);
     instead.extend(
         [
@@ -537,12 +599,12 @@ fn visit(
             name,
             is_dir,
         });
-        if out.deletes >= Tri::Maybe {
-            return Some(if in_history {
-                Deleted::InHistory
-            } else {
-                Deleted::Workspace(full)
-            });
+        // A directory above the history goes only with what is in it.
+        if in_history && out.deletes >= Tri::Maybe {
+            return Some(Deleted::InHistory);
+        }
+        if !in_history && out.takes_tree >= Tri::Maybe {
+            return Some(Deleted::Workspace(full));
         }
         if !limits.depth_first && out.prunes == Tri::Yes {
             pruned.push(full);

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rewind_platform::lexical;
 
+use super::Resolve;
 use crate::names::{self, shell_word};
 
 /// A shell command that would delete a workspace's history, as
@@ -83,6 +84,114 @@ impl std::fmt::Display for HistoryLoss {
     }
 }
 
+impl HistoryLoss {
+    /// The same, for a command run after `cds` (the `cd`s before it in
+    /// its line): a form to run instead repeats them. Run from the
+    /// agent's directory without them, `find .. -delete` reached a
+    /// sibling project (helper-64).
+    pub(super) fn after(self, cds: &str) -> Self {
+        match self {
+            HistoryLoss::IgnoredFiles { runs, instead } if !cds.is_empty() => {
+                HistoryLoss::IgnoredFiles {
+                    runs,
+                    instead: format!("{cds} && {instead}"),
+                }
+            }
+            HistoryLoss::Deletes {
+                runs,
+                history,
+                instead,
+            } if !cds.is_empty() => HistoryLoss::Deletes {
+                runs,
+                history,
+                instead: format!("{cds} && {instead}"),
+            },
+            other => other,
+        }
+    }
+
+    /// The same, naming `args` after `program` as what runs.
+    fn ran(self, args: &[String], program: &str) -> Self {
+        let runs = format!("{program} {}", joined(args));
+        match self {
+            HistoryLoss::Removed { history, .. } => HistoryLoss::Removed { runs, history },
+            HistoryLoss::RemovedWithWorkspace {
+                history, target, ..
+            } => HistoryLoss::RemovedWithWorkspace {
+                runs,
+                history,
+                target,
+            },
+            other => other,
+        }
+    }
+}
+
+/// A word of the agent's line as a form to run instead repeats it:
+/// quoted as a shell needs, but with its expansions still expanding
+/// (`"$PWD"`, `"$(git rev-parse --show-toplevel)"`; single quotes made
+/// them literal, helper-64).
+pub(super) fn word_as_written(w: &str) -> String {
+    if w.contains(['$', '`']) {
+        format!("\"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        shell_word(w)
+    }
+}
+
+/// `path` with the part before its first glob component resolved: a
+/// directory reached through a link is the one the filesystem means.
+fn resolved_to_glob(path: &Path, resolve: Resolve) -> PathBuf {
+    let components: Vec<_> = path.components().collect();
+    let first_glob = components
+        .iter()
+        .position(|c| c.as_os_str().to_string_lossy().contains(['*', '?', '[']))
+        .unwrap_or(components.len());
+    let head: PathBuf = components[..first_glob].iter().collect();
+    let mut out = resolve(&head);
+    out.extend(&components[first_glob..]);
+    out
+}
+
+/// A word's brace expansion, as the shell makes it: `./{build,.rewind}`
+/// is `./build` and `./.rewind` (helper-64). A brace without a comma
+/// inside is literal.
+fn expand_braces(word: &str) -> Vec<String> {
+    let chars: Vec<char> = word.chars().collect();
+    let Some(open) = chars.iter().position(|c| *c == '{') else {
+        return vec![word.to_string()];
+    };
+    let mut depth = 0;
+    let mut commas = Vec::new();
+    let mut close = None;
+    for (i, c) in chars.iter().enumerate().skip(open) {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(i);
+                    break;
+                }
+            }
+            ',' if depth == 1 => commas.push(i),
+            _ => {}
+        }
+    }
+    let (Some(close), false) = (close, commas.is_empty()) else {
+        return vec![word.to_string()];
+    };
+    let text = |a: usize, b: usize| chars[a..b].iter().collect::<String>();
+    let (head, tail) = (text(0, open), text(close + 1, chars.len()));
+    let mut bounds = vec![open];
+    bounds.extend(&commas);
+    bounds.push(close);
+    bounds
+        .windows(2)
+        .flat_map(|w| expand_braces(&format!("{head}{}{tail}", text(w[0] + 1, w[1]))))
+        .collect()
+}
+
 /// The home directory a `~` stands for.
 pub(super) fn home() -> Option<PathBuf> {
     std::env::var_os("HOME")
@@ -103,13 +212,24 @@ pub(super) fn expand_path(word: &str, dir: &Path) -> Option<PathBuf> {
             return None;
         }
         (home()?, rest.trim_start_matches('/'))
-    } else if let Some((var, rest)) = ["$HOME", "${HOME}", "$PWD", "${PWD}"]
-        .iter()
-        .find_map(|v| Some((*v, word.strip_prefix(v)?)))
-        .filter(|(_, rest)| rest.is_empty() || rest.starts_with('/'))
+    } else if let Some((var, rest)) = [
+        "$HOME",
+        "${HOME}",
+        "$PWD",
+        "${PWD}",
+        "$(pwd)",
+        "`pwd`",
+        "$CLAUDE_PROJECT_DIR",
+        "${CLAUDE_PROJECT_DIR}",
+    ]
+    .iter()
+    .find_map(|v| Some((*v, word.strip_prefix(v)?)))
+    .filter(|(_, rest)| rest.is_empty() || rest.starts_with('/'))
     {
         let base = if var.contains("HOME") {
             home()?
+        } else if var.contains("CLAUDE") {
+            PathBuf::from(std::env::var_os("CLAUDE_PROJECT_DIR").filter(|p| !p.is_empty())?)
         } else {
             dir.to_path_buf()
         };
@@ -128,7 +248,12 @@ pub(super) fn expand_path(word: &str, dir: &Path) -> Option<PathBuf> {
 /// `rm` first) run in `dir`: an operand that names the history, a path in
 /// it, or (with `-r`) a directory holding it, globs read as the shell
 /// expands them.
-pub(super) fn rm_reaching(words: &[String], dir: &Path, history: &Path) -> Option<HistoryLoss> {
+pub(super) fn rm_reaching(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
     let mut recursive = false;
     let mut operands = Vec::new();
     let mut after_dashes = false;
@@ -145,7 +270,8 @@ pub(super) fn rm_reaching(words: &[String], dir: &Path, history: &Path) -> Optio
         }
     }
     let depth = history.components().count();
-    for op in operands {
+    let operands: Vec<String> = operands.iter().flat_map(|o| expand_braces(o)).collect();
+    for op in operands.iter().map(String::as_str) {
         let trimmed = op.trim_end_matches('/');
         // rm itself refuses `.`, `..` and `/`-less emptiness.
         if trimmed.is_empty() && op.is_empty()
@@ -153,7 +279,7 @@ pub(super) fn rm_reaching(words: &[String], dir: &Path, history: &Path) -> Optio
         {
             continue;
         }
-        let Some(named) = expand_path(op, dir) else {
+        let Some(named) = expand_path(op, dir).map(|p| resolved_to_glob(&p, resolve)) else {
             continue;
         };
         let named: Vec<String> = named
@@ -171,11 +297,7 @@ pub(super) fn rm_reaching(words: &[String], dir: &Path, history: &Path) -> Optio
         if !matches {
             continue;
         }
-        let runs = words
-            .iter()
-            .map(|w| shell_word(w))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let runs = joined(words);
         let history = history.to_path_buf();
         if named.len() > depth || (named.len() == depth && recursive) {
             return Some(HistoryLoss::Removed { runs, history });
@@ -315,14 +437,15 @@ pub(super) fn git_taking_ignored(
     args: &[String],
     dir: &Path,
     history: &Path,
-) -> Option<(String, String)> {
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
     let mut dir = dir.to_path_buf();
     let mut i = 0;
     // git's own options come before its verb; these take the next word.
     while let Some(a) = args.get(i) {
         match a.as_str() {
             "-C" => {
-                dir = lexical(&dir.join(args.get(i + 1)?));
+                dir = resolve(&expand_path(args.get(i + 1)?, &dir)?);
                 i += 2;
             }
             "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
@@ -332,9 +455,15 @@ pub(super) fn git_taking_ignored(
         }
     }
     let verb = args.get(i)?.as_str();
+    // `git worktree remove PATH` removes PATH as `rm -r` does.
+    if verb == "worktree" && args.get(i + 1).is_some_and(|s| s == "remove") {
+        let path = args[i + 2..].iter().find(|a| !a.starts_with('-'))?;
+        let as_rm = ["rm".to_string(), "-r".into(), path.clone()];
+        return rm_reaching(&as_rm, &dir, history, resolve).map(|loss| loss.ran(args, "git"));
+    }
     let head: Vec<String> = std::iter::once("git")
         .chain(args[..=i].iter().map(String::as_str))
-        .map(shell_word)
+        .map(word_as_written)
         .collect();
     let words = &args[i + 1..];
     let parsed = match verb {
@@ -389,7 +518,7 @@ pub(super) fn git_taking_ignored(
     let line = head
         .iter()
         .cloned()
-        .chain(words.iter().map(|w| shell_word(w)))
+        .chain(words.iter().map(|w| word_as_written(w)))
         .collect::<Vec<_>>()
         .join(" ");
     let mut instead = head;
@@ -398,9 +527,9 @@ pub(super) fn git_taking_ignored(
     if verb == "stash" {
         instead.push("push".into());
     }
-    instead.extend(parsed.options.iter().map(|o| shell_word(o)));
+    instead.extend(parsed.options.iter().map(|o| word_as_written(o)));
     instead.push("--".into());
-    instead.extend(parsed.pathspecs.iter().map(|p| shell_word(p)));
+    instead.extend(parsed.pathspecs.iter().map(|p| word_as_written(p)));
     // From a directory not known (judged as `/`), git takes the
     // absolute path inside its work tree.
     let excluded = if dir == Path::new("/") {
@@ -409,7 +538,10 @@ pub(super) fn git_taking_ignored(
         relative(&dir, history)
     };
     instead.push(shell_word(&format!(":(exclude){excluded}")));
-    Some((line, instead.join(" ")))
+    Some(HistoryLoss::IgnoredFiles {
+        runs: line,
+        instead: instead.join(" "),
+    })
 }
 
 const CLEAN_LONG: &[&str] = &[
@@ -596,53 +728,118 @@ fn relative(from: &Path, to: &Path) -> String {
 /// `rsync` with `--delete` (any of its forms) into a destination that
 /// holds the history, without a filter that names `.rewind`: it deletes
 /// what the source lacks, `.rewind/` included (helper-63).
-pub(super) fn rsync_deleting(words: &[String], dir: &Path, history: &Path) -> Option<HistoryLoss> {
+pub(super) fn rsync_deleting(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
     let args = &words[1..];
-    let deletes = args.iter().any(|a| a.starts_with("--del"));
-    if !deletes {
-        return None;
-    }
-    // The value of each filter option, attached or in the next word.
-    let values = |names: &[&str]| -> Vec<String> {
-        args.iter()
-            .enumerate()
-            .filter_map(|(i, a)| {
-                let (name, attached) = match a.split_once('=') {
-                    Some((n, v)) => (n, Some(v.to_string())),
-                    None => (a.as_str(), None),
-                };
-                names
-                    .contains(&name)
-                    .then(|| attached.or_else(|| args.get(i + 1).cloned()))
-                    .flatten()
-            })
-            .collect()
-    };
-    // `P .rewind` (protect) holds even under `--delete-excluded`; an
-    // exclude only without it.
-    let protected = values(&["--filter", "-f"])
+    let deletes = args
         .iter()
-        .any(|v| (v.starts_with("P ") || v.starts_with("protect ")) && v.contains(".rewind"));
-    let excluded = values(&["--exclude"]).iter().any(|v| v.contains(".rewind"))
-        || values(&["--filter", "-f"])
-            .iter()
-            .any(|v| (v.starts_with("- ") || v.starts_with("exclude ")) && v.contains(".rewind"));
-    let filtered = protected || excluded && !args.iter().any(|a| a == "--delete-excluded");
-    if filtered {
+        .any(|a| a.starts_with("--del") || a == "--remove-source-files");
+    let dry_run = args.iter().any(|a| {
+        a == "--dry-run"
+            || a.len() > 1 && a.starts_with('-') && !a.starts_with("--") && a.contains('n')
+    });
+    if !deletes || dry_run {
         return None;
     }
-    // The destination: the last operand, unless it is remote.
-    let dest = args.iter().rev().find(|a| !a.starts_with('-'))?;
-    if dest.contains(':') {
+    // The words, option values paired with their options: rsync's long
+    // options take `=VALUE` or the next word; these short ones the next.
+    const VALUED: &[&str] = &[
+        "--exclude",
+        "--include",
+        "--filter",
+        "-f",
+        "--exclude-from",
+        "--include-from",
+        "--files-from",
+        "--rsh",
+        "-e",
+        "--rsync-path",
+        "--backup-dir",
+        "--suffix",
+        "--compare-dest",
+        "--copy-dest",
+        "--link-dest",
+        "--chmod",
+        "--chown",
+        "--log-file",
+        "--partial-dir",
+        "--temp-dir",
+        "-T",
+        "--timeout",
+        "--bwlimit",
+        "--max-size",
+        "--min-size",
+        "--port",
+        "--password-file",
+        "--out-format",
+        "--usermap",
+        "--groupmap",
+    ];
+    let mut filters: Vec<(&str, String)> = Vec::new();
+    let mut operands: Vec<&String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if !a.starts_with('-') || a == "-" {
+            operands.push(a);
+            continue;
+        }
+        let (name, attached) = match a.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (a.as_str(), None),
+        };
+        if VALUED.contains(&name) {
+            let value = attached.or_else(|| it.next().cloned()).unwrap_or_default();
+            filters.push((name, value));
+        }
+    }
+    // A rule names the history when its pattern is `.rewind` itself
+    // (`.rewind/tmp` leaves the rest to delete, helper-64).
+    let names_history = |pattern: &str| {
+        let p = pattern.trim_end_matches('/');
+        p == ".rewind" || p.ends_with("/.rewind") || p == "/.rewind"
+    };
+    let rule = |r: &str, kinds: &[&str]| {
+        r.split_once(' ')
+            .is_some_and(|(k, pat)| kinds.contains(&k) && names_history(pat.trim()))
+    };
+    let protected = filters
+        .iter()
+        .any(|(n, v)| matches!(*n, "--filter" | "-f") && rule(v, &["P", "protect"]));
+    let excluded = filters.iter().any(|(n, v)| {
+        *n == "--exclude" && names_history(v)
+            || matches!(*n, "--filter" | "-f") && rule(v, &["-", "exclude"])
+    });
+    if protected || excluded && !args.iter().any(|a| a == "--delete-excluded") {
         return None;
     }
-    let dest = expand_path(dest, dir)?;
-    if !(history.starts_with(&dest) || dest.starts_with(history)) {
+    let remove_source = args.iter().any(|a| a == "--remove-source-files");
+    // `--delete` empties the destination; `--remove-source-files` the
+    // sources. Remote paths are not here.
+    let (dest, sources) = operands.split_last()?;
+    let reached: Vec<&String> = if remove_source {
+        sources.to_vec()
+    } else {
+        vec![dest]
+    };
+    let reaches = reached.iter().filter(|p| !p.contains(':')).any(|p| {
+        expand_path(p, dir)
+            .map(|p| resolve(&p))
+            .is_some_and(|p| history.starts_with(&p) || p.starts_with(history))
+    });
+    if !reaches {
         return None;
     }
     let runs = joined(words);
-    let mut instead: Vec<String> = words.iter().map(|w| shell_word(w)).collect();
+    let mut instead: Vec<String> = words.iter().map(|w| word_as_written(w)).collect();
+    // Protected from deletion, and not taken from a source that has a
+    // `.rewind` of its own (a copy of the workspace put its older
+    // ledger in place of this one, helper-64).
     instead.insert(1, shell_word("--filter=P .rewind"));
+    instead.insert(2, shell_word("--filter=- .rewind"));
     Some(HistoryLoss::Deletes {
         runs,
         history: history.to_path_buf(),
