@@ -100,11 +100,22 @@ impl Request {
                 value.len()
             ));
         }
-        value.chars().find(|c| c.is_control()).map(|c| {
-            format!(
-                "the effect's {field} {value:?} holds the control character {:?}: use printable text",
-                c
-            )
+        // Invisible and reordering characters too (U+202E, U+200B,
+        // U+2028), as labels refuse them (D294): `effects` showed such a
+        // key reordered, and the user must type it to resolve it
+        // (helper-61, D306).
+        value.chars().find(|c| crate::names::unseen(*c)).map(|c| {
+            if c.is_control() {
+                format!(
+                    "the effect's {field} {value:?} holds the control character {c:?}: use printable text"
+                )
+            } else {
+                format!(
+                    "the effect's {field} \"{}\" holds the character U+{:04X}, which a terminal does not show as itself: use visible text",
+                    crate::names::shown(value),
+                    c as u32
+                )
+            }
         })
     }
 

@@ -293,43 +293,72 @@ impl ToolCall {
     /// user; an agent that ran it itself after a timeout on a charge that
     /// went through would charge twice (helper-54).
     pub fn reopens_an_effect(&self) -> bool {
-        self.shell_commands().iter().any(|w| {
-            let Some((first, rest)) = w.split_first() else {
-                return false;
-            };
-            if first.rsplit('/').next() != Some("rewind") {
-                return false;
-            }
-            // The verb is the first word that is no global option (`-C
-            // DIR`, `--json`, `-q`): `rewind restore HEAD -- effects
-            // resolve` names paths (helper-56).
-            let mut args = rest.iter();
-            let mut verb = Vec::new();
-            while let Some(a) = args.next() {
-                if a == "-C" {
-                    args.next();
-                } else if a.starts_with('-') {
-                    if a == "-h" || a == "--help" {
-                        return false;
-                    }
-                } else {
-                    verb.push(a.as_str());
-                    if verb.len() == 2 {
-                        break;
-                    }
-                }
-            }
-            if verb != ["effects", "resolve"] {
-                return false;
-            }
-            let after: Vec<&String> = args.collect();
-            let asks = |x: &str| after.iter().any(|a| *a == x);
+        self.rewind_runs().iter().any(|(verb, after)| {
+            let asks = |x: &str| after.iter().any(|a| a == x);
             let succeeded = after
                 .windows(2)
                 .any(|p| p[0] == "--outcome" && p[1] == "succeeded")
                 || asks("--outcome=succeeded");
-            !(succeeded || asks("-h") || asks("--help"))
+            verb == &["effects", "resolve"] && !(succeeded || asks("-h") || asks("--help"))
         })
+    }
+
+    /// The `rewind gc` of this shell line that prunes past the retention
+    /// policy (`--keep-last`, `--keep-within`, `--force`), as written: an
+    /// agent's own `rewind gc --keep-last 2` after a bad turn pruned the
+    /// checkpoint from before the damage for good (helper-63, D306). Which
+    /// history to give up is a person's decision; `--dry-run` and a plain
+    /// `gc` (the configured policy) pass.
+    pub fn prunes_past_the_policy(&self) -> Option<String> {
+        self.rewind_runs().into_iter().find_map(|(verb, after)| {
+            let overrides = after.iter().any(|a| {
+                ["--keep-last", "--keep-within", "--force"]
+                    .iter()
+                    .any(|o| a == o || a.starts_with(&format!("{o}=")))
+            });
+            let looks = after
+                .iter()
+                .any(|a| matches!(a.as_str(), "--dry-run" | "-h" | "--help"));
+            (verb == ["gc"] && overrides && !looks).then(|| {
+                std::iter::once("rewind gc".to_string())
+                    .chain(after.iter().map(|a| shell_word(a)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        })
+    }
+
+    /// Each `rewind` command of this shell line: its verb (up to two
+    /// words: `effects resolve`) and the words after it. The verb is the
+    /// first word that is no global option (`-C DIR`, `--json`, `-q`):
+    /// `rewind restore HEAD -- effects resolve` names paths (helper-56).
+    fn rewind_runs(&self) -> Vec<(Vec<String>, Vec<String>)> {
+        self.shell_commands()
+            .iter()
+            .filter_map(|w| {
+                let (first, rest) = w.split_first()?;
+                if first.rsplit('/').next() != Some("rewind") {
+                    return None;
+                }
+                let mut args = rest.iter();
+                let mut verb = Vec::new();
+                while let Some(a) = args.next() {
+                    if a == "-C" {
+                        args.next();
+                    } else if a.starts_with('-') {
+                        if a == "-h" || a == "--help" {
+                            return None;
+                        }
+                    } else {
+                        verb.push(a.clone());
+                        if verb.len() == 2 || a != "effects" {
+                            break;
+                        }
+                    }
+                }
+                Some((verb, args.cloned().collect()))
+            })
+            .collect()
     }
 
     /// The file a file tool (Write, Edit, NotebookEdit; Gemini CLI's
@@ -1912,6 +1941,30 @@ mod tests {
                     .contains("find /w -mindepth 1 -maxdepth 1 ! -name .rewind -exec rm -rf {} +")),
             "{shown:?}"
         );
+    }
+
+    /// D306: pruning past the policy is the user's call.
+    #[test]
+    fn an_agents_shell_may_not_prune_past_the_policy() {
+        let shell = |line: &str| call("Bash", serde_json::json!({ "command": line }));
+        for line in [
+            "rewind gc --keep-last 2",
+            "cd /w && rewind -C . gc --force",
+            "rewind --json gc --keep-within=1h",
+            "bash -c 'rewind gc --keep-last 1 --keep-within 0s'",
+        ] {
+            assert!(shell(line).prunes_past_the_policy().is_some(), "{line}");
+        }
+        for line in [
+            "rewind gc",
+            "rewind gc --dry-run --keep-last 2",
+            "rewind gc --help",
+            "rewind list",
+            "echo rewind gc --force",
+            "rewind restore HEAD -- gc --force",
+        ] {
+            assert_eq!(shell(line).prunes_past_the_policy(), None, "{line}");
+        }
     }
 
     #[test]

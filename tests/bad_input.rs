@@ -219,10 +219,20 @@ fn an_effect_named_with_a_control_character_is_refused_and_not_recorded() {
         r#"{"key": "   "}"#,
         r#"{"key": "deploy", "kind": "pay\nFAKE   default:evil  payment"}"#,
         r#"{"key": "deploy", "kind": "   "}"#,
+        // D306: characters a terminal hides or reorders (helper-61).
+        r#"{"key": "deploy\u202eprod"}"#,
+        r#"{"key": "deploy\u200b"}"#,
+        r#"{"key": "deploy", "kind": "pay\u2028ment"}"#,
     ] {
         let out = rewind(&root, &["guard", effect]);
         assert_clear_error(&out, "the effect's");
     }
+    let out = rewind(&root, &["guard", "--key", "déploiement-👩\u{200d}💻"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "accents and emoji joiners are text"
+    );
     let out = rewind(&root, &["guard", "--key", "a\\tb"]);
     assert_eq!(out.status.code(), Some(0), "a backslash is printable");
     let out = rewind(&root, &["--json", "effects"]);
@@ -233,7 +243,7 @@ fn an_effect_named_with_a_control_character_is_refused_and_not_recorded() {
         .iter()
         .filter_map(|e| e["key"].as_str())
         .collect();
-    assert_eq!(keys, ["a\\tb"], "{v}");
+    assert_eq!(keys, ["déploiement-👩\u{200d}💻", "a\\tb"], "{v}");
 }
 
 #[test]

@@ -1467,6 +1467,32 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
     }
 }
 
+/// D306: an agent's own `rewind gc --keep-last 2` after a bad turn
+/// pruned the checkpoint from before the damage for good (helper-63).
+/// Pruning past the policy is refused; a plain `gc` and a dry run pass.
+#[test]
+fn an_agent_may_not_prune_checkpoints_past_the_policy() {
+    let dir = project(false);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint", "before"]);
+    let call = |command: &str| {
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
+            .to_string()
+    };
+    for command in [
+        "rewind gc --keep-last 1",
+        "rewind gc --force --keep-within 0s",
+    ] {
+        let out = hook("pre-tool-use", &call(command));
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        assert!(stderr(&out).contains("user's decision"), "{}", stderr(&out));
+    }
+    for command in ["rewind gc", "rewind gc --dry-run --keep-last 1"] {
+        let out = hook("pre-tool-use", &call(command));
+        assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
+    }
+}
+
 /// D296: an Edit is checkpointed in the workspace of the file it writes.
 /// Sent from a shell in another workspace, it was checkpointed there, and
 /// the edited workspace got nothing (helper-58).

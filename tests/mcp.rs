@@ -57,6 +57,66 @@ fn client(
     eprintln!("{scenario} {profile} {mode}: {}", stdout.trim());
 }
 
+/// A raw stdio session with `rewind mcp` in a directory: one request at
+/// a time, each answer read by its id.
+struct RawSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next: u32,
+}
+
+impl RawSession {
+    fn start(cwd: &Path) -> RawSession {
+        let mut child = common::raw_mcp(cwd);
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut s = RawSession {
+            child,
+            stdin,
+            stdout,
+            next: 2,
+        };
+        s.send(1, common::INITIALIZE);
+        s
+    }
+
+    fn send(&mut self, id: u32, line: &str) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{line}").expect("write");
+        loop {
+            let mut l = String::new();
+            assert!(
+                self.stdout.read_line(&mut l).expect("read") > 0,
+                "server closed"
+            );
+            let v: serde_json::Value = serde_json::from_str(&l).expect("json");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    /// `tools/call` of `name` with `args` (a JSON object's text).
+    fn tool(&mut self, name: &str, args: &str) -> serde_json::Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(
+            id,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
+            ),
+        )
+    }
+}
+
+impl Drop for RawSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn every_profile_lists_described_schema_checked_tools_over_both_lifecycles() {
     let Some(py) = python() else { return };
@@ -214,7 +274,6 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
 /// the workspace is touched.
 #[test]
 fn a_server_whose_workspace_was_renamed_or_removed_touches_nothing_above_it() {
-    use std::io::{BufRead, Write};
     let dir = common::tmp();
     let parent = dir.path();
     let ws = parent.join("proj");
@@ -222,27 +281,8 @@ fn a_server_whose_workspace_was_renamed_or_removed_touches_nothing_above_it() {
     common::write(&parent.join("other/notes"), b"v1\n");
     common::rewind_json(&ws, &["init"]);
     for damage in ["rename", "remove"] {
-        let mut child = common::raw_mcp(&ws);
-        let mut stdin = child.stdin.take().expect("stdin");
-        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-        let mut call = |id: u32, line: String| -> serde_json::Value {
-            writeln!(stdin, "{line}").expect("write");
-            loop {
-                let mut l = String::new();
-                assert!(stdout.read_line(&mut l).expect("read") > 0, "server closed");
-                let v: serde_json::Value = serde_json::from_str(&l).expect("json");
-                if v["id"] == id {
-                    return v;
-                }
-            }
-        };
-        let tool = |id: u32, name: &str, args: &str| {
-            format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
-            )
-        };
-        call(1, common::INITIALIZE.into());
-        let first = call(2, tool(2, "guard_effect", r#"{"key":"deploy-v1"}"#));
+        let mut session = RawSession::start(&ws);
+        let first = session.tool("guard_effect", r#"{"key":"deploy-v1"}"#);
         assert_ne!(first["result"]["isError"], true, "{first}");
         let moved = parent.join("proj-moved");
         match damage {
@@ -250,12 +290,12 @@ fn a_server_whose_workspace_was_renamed_or_removed_touches_nothing_above_it() {
             _ => std::fs::remove_dir_all(&ws).expect("rm -rf"),
         }
         common::write(&parent.join("other/notes"), b"v2\n");
-        for (id, name, args) in [
-            (3, "checkpoint", r#"{"label":"after"}"#),
-            (4, "guard_effect", r#"{"key":"deploy-v1"}"#),
-            (5, "rewind", r#"{"id":"after"}"#),
+        for (name, args) in [
+            ("checkpoint", r#"{"label":"after"}"#),
+            ("guard_effect", r#"{"key":"deploy-v1"}"#),
+            ("rewind", r#"{"id":"after"}"#),
         ] {
-            let out = call(id, tool(id, name, args));
+            let out = session.tool(name, args);
             assert_eq!(out["result"]["isError"], true, "{damage}: {name}: {out}");
             let text = out["result"]["content"][0]["text"]
                 .as_str()
@@ -273,12 +313,47 @@ fn a_server_whose_workspace_was_renamed_or_removed_touches_nothing_above_it() {
             std::fs::read(parent.join("other/notes")).expect("notes"),
             b"v2\n"
         );
-        drop(stdin);
-        let _ = child.wait();
+        drop(session);
         if damage == "rename" {
             std::fs::rename(&moved, &ws).expect("mv back");
         }
     }
+}
+
+/// `backtrack_candidates` pages below the last candidate shown, as
+/// `list` does: by offset, a checkpoint made between two pages showed
+/// one candidate twice (helper-61).
+#[test]
+fn backtrack_candidates_pages_never_repeat_a_candidate() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        common::write(&ws.join("a"), format!("{i}").as_bytes());
+        ids.push(common::checkpoint_id(ws, &[]));
+    }
+    let mut session = RawSession::start(ws);
+    let shown = |v: &serde_json::Value| -> Vec<String> {
+        v["result"]["structuredContent"]["candidates"]
+            .as_array()
+            .expect("candidates")
+            .iter()
+            .map(|c| c["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let first = session.tool("backtrack_candidates", r#"{"limit":2}"#);
+    assert_eq!(shown(&first), [ids[3].clone(), ids[2].clone()], "{first}");
+    let cursor = first["result"]["structuredContent"]["next_cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_string();
+    common::write(&ws.join("a"), b"new");
+    session.tool("checkpoint", "{}");
+    let next = session.tool(
+        "backtrack_candidates",
+        &format!(r#"{{"limit":2,"cursor":"{cursor}"}}"#),
+    );
+    assert_eq!(shown(&next), [ids[1].clone(), ids[0].clone()], "{next}");
 }
 
 /// JSON-RPC 2.0 over raw stdio: every request the server cannot serve is

@@ -221,6 +221,12 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         );
         return (out, BLOCK);
     }
+    if let Some(gc) = call.prunes_past_the_policy() {
+        eprintln!(
+            "rewind: refused: `{gc}` prunes checkpoints the retention policy keeps, and a pruned checkpoint cannot be rewound to; which history to give up is the user's decision, not the agent's: `rewind gc --dry-run` shows what a plain `rewind gc` (the configured policy) would free, or ask the user to run that command in their own terminal"
+        );
+        return (out, BLOCK);
+    }
     let (config_root, workspace) = locate(start);
     // Where there is a history to lose (D296, D300): this workspace's,
     // the line's own, the project's, and any an `rm` names.

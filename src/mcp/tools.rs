@@ -917,18 +917,27 @@ fn backtrack_candidates(ctx: &Ctx, input: CandidatesIn) -> Result<CandidatesOut>
         .filter(|(c, _)| !c.pruned)
         .unzip();
     let total = line.len();
-    let candidates: Vec<Candidate> = line
+    let candidates: Vec<(i64, Candidate)> = line
         .into_iter()
         .zip(attempts)
-        .map(|(c, failed_attempts)| Candidate {
-            id: c.id.clone(),
-            label: c.label.clone(),
-            kind: c.kind.clone(),
-            created_at: c.created_at.clone(),
-            failed_attempts,
+        .map(|(c, failed_attempts)| {
+            (
+                c.seq,
+                Candidate {
+                    id: c.id.clone(),
+                    label: c.label.clone(),
+                    kind: c.kind.clone(),
+                    created_at: c.created_at.clone(),
+                    failed_attempts,
+                },
+            )
         })
         .collect();
-    let (candidates, next_cursor) = input.page.page(candidates)?;
+    // Newest first along HEAD's line: paged below the last one shown, as
+    // `list` is, so a checkpoint made between two pages does not show
+    // one twice (helper-61).
+    let (candidates, next_cursor) = input.page.page_below(candidates, |(seq, _)| *seq)?;
+    let candidates = candidates.into_iter().map(|(_, c)| c).collect();
     Ok(CandidatesOut {
         head,
         total,
