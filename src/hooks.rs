@@ -72,6 +72,10 @@ pub struct ToolCall {
     pub error: Option<Value>,
     #[serde(default, deserialize_with = "lenient_text")]
     pub hook_event_name: Option<String>,
+    /// Claude Code's permission mode (`default`, `acceptEdits`, `plan`,
+    /// `bypassPermissions`, `dontAsk`): whether a person is there to ask.
+    #[serde(default, deserialize_with = "lenient_text")]
+    pub permission_mode: Option<String>,
 }
 
 /// A field the hook only reads along: a number is its text, anything

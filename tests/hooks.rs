@@ -1467,6 +1467,55 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
     }
 }
 
+/// D307: a checkpoint that fails let the call run with exit 1, which
+/// Claude Code shows only in verbose mode and never to the model
+/// (helper-63). Claude Code now gets its own JSON: context for the model,
+/// a message for the user, and in the default permission mode the
+/// user's decision. Other agents keep exit 1.
+#[test]
+fn a_call_claude_code_would_run_without_a_checkpoint_is_said_to_the_model() {
+    let dir = project(false);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint"]);
+    let db = ws.join(".rewind/ledger.db");
+    let mut bytes = std::fs::read(&db).expect("ledger");
+    bytes[..100].fill(0x5a);
+    std::fs::write(&db, &bytes).expect("damage");
+    for side in ["ledger.db-wal", "ledger.db-shm"] {
+        let _ = std::fs::remove_file(ws.join(".rewind").join(side));
+    }
+    let call = |extra: serde_json::Value| {
+        let mut v = serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "rm -rf src"}, "cwd": ws});
+        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            v.extend(extra.clone());
+        }
+        v.to_string()
+    };
+    for (mode, asks) in [("default", true), ("bypassPermissions", false)] {
+        let out = hook(
+            "pre-tool-use",
+            &call(serde_json::json!({"hook_event_name": "PreToolUse", "permission_mode": mode})),
+        );
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("Claude Code JSON");
+        let specific = &v["hookSpecificOutput"];
+        assert_eq!(specific["hookEventName"], "PreToolUse", "{v}");
+        assert!(
+            specific["additionalContext"]
+                .as_str()
+                .is_some_and(|c| c.contains("cannot be undone")),
+            "{v}"
+        );
+        assert!(v["systemMessage"].is_string(), "{v}");
+        assert_eq!(specific["permissionDecision"] == "ask", asks, "{mode}: {v}");
+    }
+    // Another agent's payload: exit 1 as before, nothing on stdout.
+    let out = hook("pre-tool-use", &call(serde_json::json!({})));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(ws.join("src").exists(), "the hook ran nothing");
+}
+
 /// D306: an agent's own `rewind gc --keep-last 2` after a bad turn
 /// pruned the checkpoint from before the damage for good (helper-63).
 /// Pruning past the policy is refused; a plain `gc` and a dry run pass.

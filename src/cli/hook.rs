@@ -1,7 +1,9 @@
 //! `rewind hook pre-tool-use|post-tool-use|post-tool-use-failure`: the agent hook protocol of
 //! Claude Code and Codex. Hook JSON on stdin; exit 0 lets the call run,
 //! exit 2 blocks it with the reason on stderr (shown to the model), exit 1
-//! is a non-blocking error shown to the user.
+//! is a non-blocking error shown to the user. A call Claude Code sends
+//! that runs without its checkpoint is answered in Claude Code's JSON
+//! instead, so that the model learns it too (D307).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -87,6 +89,8 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
         .as_deref()
         .map(|c| ctx.cwd.join(c))
         .unwrap_or_else(|| start.clone());
+    let claude = call.hook_event_name.as_deref() == Some("PreToolUse");
+    let ask = call.permission_mode.as_deref() == Some("default");
     let (out, code) = match args.event {
         Event::PreToolUse => pre(&start, &line_dir, call),
         Event::PostToolUse => post(&start, call, "post-tool-use"),
@@ -95,8 +99,44 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     if let Some(w) = &out.warning {
         eprintln!("rewind hook: {w}");
     }
+    // A checkpoint that failed (a full disk, a damaged ledger) let the
+    // call run unprotected with exit 1, which Claude Code shows the user
+    // only in verbose mode and the model never: the agent went on to
+    // `rm -rf` with nothing to rewind to (helper-63, D307). Claude Code
+    // is told in its own terms: the model reads why, the user sees it,
+    // and where the user approves calls anyway, is asked.
+    if code == 1
+        && claude
+        && !ctx.json
+        && let Some(w) = out.warning.as_deref().filter(|_| out.checkpoint.is_none())
+    {
+        println!("{}", unprotected_call(w, ask));
+        return 0;
+    }
     let _ = ctx.emit(&out, String::new);
     code
+}
+
+/// Claude Code's PreToolUse answer for a call that runs without a
+/// checkpoint: context for the model, a message for the user, and with
+/// `ask` the user's decision (D307).
+fn unprotected_call(warning: &str, ask: bool) -> String {
+    let reason = format!(
+        "rewind took no checkpoint before this call, so it cannot be undone ({warning}); fix that before anything destructive"
+    );
+    let mut specific = serde_json::json!({
+        "hookEventName": "PreToolUse",
+        "additionalContext": reason,
+    });
+    if ask {
+        specific["permissionDecision"] = "ask".into();
+        specific["permissionDecisionReason"] = reason.clone().into();
+    }
+    serde_json::json!({
+        "systemMessage": format!("rewind: {reason}"),
+        "hookSpecificOutput": specific,
+    })
+    .to_string()
 }
 
 /// Where a hook looks for its workspace: the file a file tool writes,
