@@ -32,7 +32,8 @@ mod find;
 mod history;
 pub use history::HistoryLoss;
 use history::{
-    expand_path, git_taking_ignored, home, rm_reaching, rsync_deleting, word_as_written,
+    expand_path, git_taking_ignored, home, mv_reaching, rm_reaching, rsync_deleting,
+    word_as_written,
 };
 
 pub use crate::config::{CONFIG_FILE, Config, EffectRule};
@@ -394,8 +395,7 @@ impl ToolCall {
         if !is_shell_tool(&self.tool_name) {
             return Vec::new();
         }
-        let line = without_heredoc_text(&self.argument());
-        simple_commands(&line)
+        runnable_commands(&self.argument())
             .iter()
             .map(|c| command_words(c))
             .collect()
@@ -443,12 +443,16 @@ impl ToolCall {
                     let found = match name {
                         "git" => git_taking_ignored(rest, dir, history, resolve),
                         "rm" | "unlink" => rm_reaching(&step.words, dir, history, resolve),
+                        "mv" => mv_reaching(&step.words, dir, history, resolve),
                         "find" => find::deleting(&step.words, dir, history, resolve),
                         "rsync" => rsync_deleting(&step.words, dir, history, resolve),
                         _ => None,
                     };
                     if let Some(loss) = found {
-                        return Some(loss.after(&step.cds));
+                        return Some(match step.dir {
+                            Some(_) => loss.after(&step.cds),
+                            None => loss.unclear(history),
+                        });
                     }
                 }
             }
@@ -552,7 +556,7 @@ fn without_heredoc_text(line: &str) -> String {
     while let Some(l) = lines.next() {
         out.push_str(l);
         out.push('\n');
-        let Some(at) = l.find("<<").filter(|&at| !l[at..].starts_with("<<<")) else {
+        let Some(at) = heredoc_at(l) else {
             continue;
         };
         let spec = l[at + 2..].trim_start();
@@ -589,6 +593,47 @@ fn without_heredoc_text(line: &str) -> String {
         }
     }
     out
+}
+
+/// Where a line's here-document operator `<<` is: outside quotes and
+/// arithmetic (`echo "x <<END"` and `$((1<<2))` start none, and took the
+/// lines after them for text, an `rm -rf .rewind` among them, helper-65),
+/// and not a here-string `<<<`.
+fn heredoc_at(line: &str) -> Option<usize> {
+    let bytes = line.as_bytes();
+    let mut quote: Option<u8> = None;
+    let mut arithmetic = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(b'"') if b == b'\\' => i += 1,
+            Some(_) => {}
+            None => match b {
+                b'\\' => i += 1,
+                b'\'' | b'"' => quote = Some(b),
+                b'(' if bytes.get(i + 1) == Some(&b'(') => {
+                    arithmetic += 1;
+                    i += 1;
+                }
+                b')' if arithmetic > 0 && bytes.get(i + 1) == Some(&b')') => {
+                    arithmetic -= 1;
+                    i += 1;
+                }
+                b'<' if arithmetic == 0 && bytes.get(i + 1) == Some(&b'<') => {
+                    if bytes.get(i + 2) == Some(&b'<') {
+                        i += 3;
+                        continue;
+                    }
+                    return Some(i);
+                }
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    None
 }
 
 /// `Tool(glob)` or `glob`.
@@ -666,7 +711,7 @@ impl<'a> Pattern<'a> {
         let mut out: Vec<String> = Vec::new();
         // A here-document's text runs nothing: a script written through
         // `cat <<EOF` that holds the push is not the push (helper-64).
-        for c in simple_commands(&without_heredoc_text(&call.argument())) {
+        for c in runnable_commands(&call.argument()) {
             // `bash -c 'git push'` is named by the push inside it.
             if shell_string(&c).is_some() {
                 continue;
@@ -701,6 +746,24 @@ fn is_shell_tool(name: &str) -> bool {
 /// or braces outside quotes. Not a shell parser; enough to find `git
 /// push` wherever a line puts it (D129, D153).
 fn simple_commands(line: &str) -> Vec<String> {
+    commands_in(line, false)
+}
+
+/// [`simple_commands`] without the text of here-documents, in the line
+/// and in each shell string it runs (`bash -lc '…'`, Codex's argv, whose
+/// here-document text read as commands, helper-65).
+fn runnable_commands(line: &str) -> Vec<String> {
+    commands_in(&without_heredoc_text(line), true)
+}
+
+fn commands_in(line: &str, runnable: bool) -> Vec<String> {
+    let nested = |text: &str| {
+        if runnable {
+            runnable_commands(text)
+        } else {
+            simple_commands(text)
+        }
+    };
     // A backslash-newline joins two lines into one (`git \⏎ push`).
     let line = &line.replace("\\\n", "");
     // Each piece of the line, and the command substitutions (`$(…)`,
@@ -761,6 +824,12 @@ fn simple_commands(line: &str) -> Vec<String> {
                 inner.push(sub);
             }
             (Some(_), c) => cur.push(c),
+            // A comment runs to the end of its line: its `don't` opened a
+            // quote that hid every later line, a repeated push included,
+            // and its `;` split it into commands (helper-65, D301).
+            (None, '#') if cur.is_empty() || cur.ends_with(char::is_whitespace) => {
+                while chars.next_if(|n| *n != '\n').is_some() {}
+            }
             (None, '\'' | '"') => {
                 quote = Some(c);
                 cur.push(c);
@@ -784,12 +853,12 @@ fn simple_commands(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (p, substitutions) in &parts {
         for sub in substitutions {
-            out.extend(simple_commands(sub));
+            out.extend(nested(sub));
         }
         let cmd = strip_prefixes(squeeze_blanks(p).trim());
         // `bash -c 'git push'`: the commands of the string too.
         if let Some(inner) = shell_string(&cmd) {
-            out.extend(simple_commands(&inner));
+            out.extend(nested(&inner));
         }
         if !cmd.is_empty() {
             out.push(cmd);
@@ -1159,6 +1228,7 @@ mod tests {
             tool_response: None,
             error: None,
             hook_event_name: None,
+            permission_mode: None,
         }
     }
 
@@ -1527,6 +1597,70 @@ mod tests {
         );
     }
 
+    /// helper-65's round: false refusals of everyday cleanups, forms that
+    /// ran elsewhere, and the bypasses left.
+    #[test]
+    fn everyday_cleanups_pass_and_the_last_bypasses_are_refused() {
+        let history = [PathBuf::from("/w/.rewind")];
+        let judge = |call: ToolCall, cwd: &str| {
+            call.deletes_the_history(Path::new(cwd), &history, &|p: &Path| p.to_path_buf())
+        };
+        let at = |line: &str| judge(call("Bash", serde_json::json!({ "command": line })), "/w");
+        for line in [
+            "npm test # afterwards; git clean -fdx",
+            "git clean -fdx -e '.*'",
+            "git clean -fdx -e '.rewind/*'",
+            "git clean -fdx '*.log'",
+            "git clean -fxd :/packages",
+            "find . -type f -exec sh -c 'clang-format --dry-run \"$1\"' _ {} \\;",
+            "find . -name .rewind -delete",
+            "find . -type d -delete",
+            "find . -lname '*node_modules*' -delete",
+            "rm -f .rewind/lock",
+            "rm -rf .rewind/tmp",
+            "rm -rf .rewind/tmp/*",
+            "rsync -a --delete --exclude='.rewind/**' a/ ./",
+            "rsync -a --delete --exclude='.rewind/***' a/ ./",
+            "rsync -a --delete --exclude='.*' a/ ./",
+            "rsync -a --delete --exclude='.rewind*' a/ ./",
+            "echo \"x <<END\"\nls",
+            "mv build dist",
+        ] {
+            assert_eq!(at(line), None, "{line}");
+        }
+        let codex = call(
+            "Bash",
+            serde_json::json!({ "command": ["bash", "-lc", "cat > Makefile <<'EOF'\nclean:\n\trm -rf build .rewind\nEOF"] }),
+        );
+        assert_eq!(judge(codex, "/w"), None);
+        for line in [
+            "# don't clean the caches here\nrm -rf .rewind",
+            "echo \"x <<END\"\nrm -rf .rewind",
+            "echo $((1<<2))\nrm -rf .rewind",
+            "rm -rf \"$(git rev-parse --show-toplevel)/.rewind\"",
+            "rm -rf ~+/.rewind",
+            "rsync -a --delete -f '- node_modules' ../template/ ./",
+            "mv .rewind .rewind.old && rm -rf .rewind.old",
+            "mv -t /tmp .rewind",
+            "git -C \"$(git rev-parse --show-toplevel)\" clean -fdx",
+        ] {
+            assert!(at(line).is_some(), "{line}");
+        }
+        // A brace expansion past its bound is judged as written, quickly.
+        let many = format!("rm -f {}", "{a,b}".repeat(24));
+        assert_eq!(at(&many), None);
+        // A comment's apostrophe hid a repeated push from the rules.
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
+        let push = call(
+            "Bash",
+            serde_json::json!({ "command": "# it's done\ngit push origin release-1" }),
+        );
+        assert_eq!(
+            c.effect(&push).map(|(r, _)| r.key).as_deref(),
+            Some("Bash:git push origin release-1")
+        );
+    }
+
     /// D301: an effect is the command the rule names, whatever the line
     /// does around it: redirections and pipes do not make another push.
     #[test]
@@ -1775,19 +1909,9 @@ mod tests {
                 "git clean -fdx -- ':(exclude).rewind'",
             ),
             (
-                "cd \"$(git rev-parse --show-toplevel)\" && git clean -fdx",
-                "/w/src",
-                "cd \"$(git rev-parse --show-toplevel)\" && git clean -fdx -- ':(exclude)/w/.rewind'",
-            ),
-            (
                 "pushd .. && git clean -fdx",
                 "/w/src",
                 "pushd .. && git clean -fdx -- ':(exclude).rewind'",
-            ),
-            (
-                "cd \"$DIR\" && git clean -fdx",
-                "/w",
-                "cd \"$DIR\" && git clean -fdx -- ':(exclude)/w/.rewind'",
             ),
             (
                 "git stash -a",
@@ -1842,6 +1966,23 @@ mod tests {
             ("cat <<'EOF' > notes\ngit clean -fdx\nEOF", "/w"),
         ] {
             assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
+        // Where a `cd` goes the line does not say, no form is named: one
+        // repeating only the `cd` ran elsewhere (helper-65).
+        for (line, cwd) in [
+            (
+                "cd \"$(git rev-parse --show-toplevel)\" && git clean -fdx",
+                "/w/src",
+            ),
+            ("cd \"$DIR\" && git clean -fdx", "/w"),
+            ("git -C \"$ROOT\" clean -fdx", "/w"),
+        ] {
+            let found = shell(line)
+                .deletes_the_history(Path::new(cwd), &history, &|p: &Path| p.to_path_buf());
+            assert!(
+                matches!(found, Some(HistoryLoss::Unclear { .. })),
+                "{line}: {found:?}"
+            );
         }
         let write = call(
             "Write",

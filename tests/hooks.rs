@@ -491,8 +491,6 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
         r#"{"key":"charge-1","payload":"5"}"#,
         r#"{"scope":"-x","key":"a:b"}"#,
         r#"{"scope":"--scope","key":"-k"}"#,
-        // Shown escaped, pasted as the bytes it is (helper-60).
-        "{\"key\":\"evil\u{202e}gnp\"}",
     ] {
         let guard = ["guard", effect];
         assert_eq!(
@@ -508,6 +506,16 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
             "{effect}"
         );
     }
+    // A hook's key holds what the agent ran, U+202E included: shown
+    // escaped, pasted as the bytes it is (helper-60). (`guard` refuses
+    // such a key, D306.)
+    let evil = serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "git push origin evil\u{202e}gnp"}, "cwd": ws})
+        .to_string();
+    assert_eq!(hook("pre-tool-use", &evil).status.code(), Some(0));
+    let refused = hook("pre-tool-use", &evil);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    run_pasted(ws, &fix(&refused));
+    assert_eq!(hook("pre-tool-use", &evil).status.code(), Some(0));
 }
 
 /// A succeeded push stays spent: a failure reported afterwards by another

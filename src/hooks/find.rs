@@ -218,8 +218,6 @@ const TAKES_ONE: &[&str] = &[
     "-samefile",
     "-used",
     "-fstype",
-    "-lname",
-    "-ilname",
     "-regex",
     "-iregex",
     "-context",
@@ -351,17 +349,27 @@ impl Parser<'_> {
                     },
                     // A shell may run anything; unless its script
                     // deletes nothing, it is taken to.
+                    // A shell may run anything: taken to delete unless
+                    // no command of its script is a deleter (by its
+                    // program, not by a substring: `clang-format` holds
+                    // "rm", helper-65).
                     Some("sh" | "bash" | "zsh" | "dash") => {
                         let script = command
-                            .iter()
-                            .find(|c| c.contains(' '))
-                            .cloned()
-                            .unwrap_or_default();
-                        if ["rm", "unlink", "mv", "shred", "truncate", "find", "xargs"]
-                            .iter()
-                            .any(|d| script.contains(d))
-                            || script.is_empty()
-                        {
+                            .windows(2)
+                            .find(|w| w[0].starts_with('-') && w[0].contains('c'))
+                            .map(|w| w[1].clone());
+                        let deletes = script.is_none_or(|script| {
+                            super::runnable_commands(&script).iter().any(|c| {
+                                let program = c.split_whitespace().next().unwrap_or_default();
+                                let program = program.rsplit('/').next().unwrap_or(program);
+                                DELETERS.contains(&program)
+                                    || matches!(
+                                        program,
+                                        "mv" | "find" | "xargs" | "eval" | "sh" | "bash"
+                                    )
+                            })
+                        });
+                        if deletes {
                             Expr::Deletes { tree: true }
                         } else {
                             Expr::Constant(Tri::Maybe)
@@ -392,7 +400,12 @@ impl Parser<'_> {
             }
             // Nothing of the history, nor a directory holding it, is
             // empty: `find . -type d -empty -delete` takes none of it.
+            // Nor is any of it a symbolic link.
             "-empty" => Expr::Constant(Tri::No),
+            "-lname" | "-ilname" => {
+                argument();
+                Expr::Constant(Tri::No)
+            }
             // Nor smaller than a byte.
             "-size" => {
                 let size = argument();
@@ -599,8 +612,11 @@ fn visit(
             name,
             is_dir,
         });
-        // A directory above the history goes only with what is in it.
-        if in_history && out.deletes >= Tri::Maybe {
+        // A directory goes only with what is in it: `-delete` and `rm`
+        // without `-r` leave one that is not empty (`find . -name .rewind
+        // -delete` takes nothing, helper-65).
+        let takes = if is_dir { out.takes_tree } else { out.deletes };
+        if in_history && takes >= Tri::Maybe {
             return Some(Deleted::InHistory);
         }
         if !in_history && out.takes_tree >= Tri::Maybe {

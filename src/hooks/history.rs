@@ -12,6 +12,20 @@ use rewind_platform::lexical;
 use super::Resolve;
 use crate::names::{self, shell_word};
 
+/// What of `.rewind/` a pattern must not take, as paths below the
+/// workspace (`""` is the directory itself): the ledger, its WAL, the
+/// objects. (`tmp/`, `lock`, `clock` and `reserve` are made again.)
+const HISTORY_PARTS: &[&str] = &[
+    "",
+    "/ledger.db",
+    "/ledger.db-wal",
+    "/objects/dd/37f9edb281f5de29e0f43f64dabaea6d693a0a2ca27a622246c9df9d8edcae",
+    "/state/ledger.db",
+];
+
+/// What in `.rewind/` is made again when gone: deleting it loses nothing.
+const REMADE: &[&str] = &["tmp", "lock", "clock", "reserve"];
+
 /// A shell command that would delete a workspace's history, as
 /// [`ToolCall::deletes_the_history`] found it; its `Display` is the
 /// refusal the agent reads.
@@ -21,6 +35,10 @@ pub enum HistoryLoss {
     IgnoredFiles { runs: String, instead: String },
     /// `rm` of the history or of something in it.
     Removed { runs: String, history: PathBuf },
+    /// A command that could delete the history from a directory the line
+    /// does not name (`cd "$DIR"`): no form is named, as one repeating
+    /// only the `cd` ran in another directory (helper-65).
+    Unclear { runs: String, history: PathBuf },
     /// A command that deletes what is in the history (`find -delete`,
     /// `rsync --delete`); `instead` leaves it out.
     Deletes {
@@ -48,6 +66,11 @@ impl std::fmt::Display for HistoryLoss {
             HistoryLoss::Removed { runs, history } => write!(
                 f,
                 "`{runs}` deletes {}, this workspace's history of every checkpoint, and nothing could rewind it; to free space run `rewind gc`; to stop using rewind here, the user deletes it, not the agent",
+                names::human_os_path(history)
+            ),
+            HistoryLoss::Unclear { runs, history } => write!(
+                f,
+                "`{runs}` runs in a directory this line does not name (a `cd` to a variable or to a command's output), and from there it could delete {}, this workspace's history of every checkpoint; name the directory plainly (an absolute path), so that what it takes can be told",
                 names::human_os_path(history)
             ),
             HistoryLoss::Deletes {
@@ -110,6 +133,19 @@ impl HistoryLoss {
         }
     }
 
+    /// The same, for a command whose directory the line does not name.
+    pub(super) fn unclear(self, history: &Path) -> Self {
+        match self {
+            HistoryLoss::IgnoredFiles { runs, .. } | HistoryLoss::Deletes { runs, .. } => {
+                HistoryLoss::Unclear {
+                    runs,
+                    history: history.to_path_buf(),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// The same, naming `args` after `program` as what runs.
     fn ran(self, args: &[String], program: &str) -> Self {
         let runs = format!("{program} {}", joined(args));
@@ -157,9 +193,24 @@ fn resolved_to_glob(path: &Path, resolve: Resolve) -> PathBuf {
 /// is `./build` and `./.rewind` (helper-64). A brace without a comma
 /// inside is literal.
 fn expand_braces(word: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    expand_braces_into(word, &mut out);
+    out
+}
+
+/// At most this many words from one brace expansion; the rest are not
+/// judged (`{a,b}` twenty times over is a million words, and took the
+/// hook 6 s, helper-65).
+const MAX_BRACE_WORDS: usize = 256;
+
+fn expand_braces_into(word: &str, out: &mut Vec<String>) {
+    if out.len() >= MAX_BRACE_WORDS {
+        return;
+    }
     let chars: Vec<char> = word.chars().collect();
     let Some(open) = chars.iter().position(|c| *c == '{') else {
-        return vec![word.to_string()];
+        out.push(word.to_string());
+        return;
     };
     let mut depth = 0;
     let mut commas = Vec::new();
@@ -179,17 +230,17 @@ fn expand_braces(word: &str) -> Vec<String> {
         }
     }
     let (Some(close), false) = (close, commas.is_empty()) else {
-        return vec![word.to_string()];
+        out.push(word.to_string());
+        return;
     };
     let text = |a: usize, b: usize| chars[a..b].iter().collect::<String>();
     let (head, tail) = (text(0, open), text(close + 1, chars.len()));
     let mut bounds = vec![open];
     bounds.extend(&commas);
     bounds.push(close);
-    bounds
-        .windows(2)
-        .flat_map(|w| expand_braces(&format!("{head}{}{tail}", text(w[0] + 1, w[1]))))
-        .collect()
+    for w in bounds.windows(2) {
+        expand_braces_into(&format!("{head}{}{tail}", text(w[0] + 1, w[1])), out);
+    }
 }
 
 /// The home directory a `~` stands for.
@@ -207,7 +258,12 @@ pub(super) fn expand_path(word: &str, dir: &Path) -> Option<PathBuf> {
     if word == "-" {
         return None;
     }
-    let (base, rest) = if let Some(rest) = word.strip_prefix('~') {
+    let (base, rest) = if let Some(rest) = word
+        .strip_prefix("~+")
+        .filter(|r| r.is_empty() || r.starts_with('/'))
+    {
+        (dir.to_path_buf(), rest.trim_start_matches('/'))
+    } else if let Some(rest) = word.strip_prefix('~') {
         if !(rest.is_empty() || rest.starts_with('/')) {
             return None;
         }
@@ -280,6 +336,18 @@ pub(super) fn rm_reaching(
             continue;
         }
         let Some(named) = expand_path(op, dir).map(|p| resolved_to_glob(&p, resolve)) else {
+            // A place only the shell knows, ending in the history's name
+            // (`"$(git rev-parse --show-toplevel)/.rewind"`, helper-65).
+            let tail = op.rsplit(['$', '`', ')', '}']).next().unwrap_or_default();
+            if Path::new(tail)
+                .components()
+                .any(|c| glob_component(&c.as_os_str().to_string_lossy(), ".rewind"))
+            {
+                return Some(HistoryLoss::Unclear {
+                    runs: joined(words),
+                    history: history.to_path_buf(),
+                });
+            }
             continue;
         };
         let named: Vec<String> = named
@@ -297,6 +365,13 @@ pub(super) fn rm_reaching(
         if !matches {
             continue;
         }
+        // What `.rewind/` makes again when gone (`tmp/`, `lock`).
+        if named
+            .get(depth)
+            .is_some_and(|part| REMADE.contains(&part.as_str()))
+        {
+            continue;
+        }
         let runs = joined(words);
         let history = history.to_path_buf();
         if named.len() > depth || (named.len() == depth && recursive) {
@@ -312,6 +387,39 @@ pub(super) fn rm_reaching(
         }
     }
     None
+}
+
+/// [`ToolCall::deletes_the_history`] for one `mv` command: a source that
+/// is the history or holds it takes it away as `rm -r` would (`mv .rewind
+/// old && rm -rf old` passed, helper-65).
+pub(super) fn mv_reaching(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
+    let mut operands: Vec<String> = Vec::new();
+    let mut target_given = false;
+    let mut it = words[1..].iter();
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "-t" | "--target-directory" => {
+                it.next();
+                target_given = true;
+            }
+            w if w.starts_with("--target-directory=") => target_given = true,
+            w if w.starts_with('-') && w != "-" => {}
+            _ => operands.push(w.clone()),
+        }
+    }
+    if !target_given {
+        operands.pop();
+    }
+    let as_rm: Vec<String> = ["rm".to_string(), "-r".into(), "--".into()]
+        .into_iter()
+        .chain(operands)
+        .collect();
+    rm_reaching(&as_rm, dir, history, resolve).map(|loss| loss.ran(&words[1..], "mv"))
 }
 
 const RM_LONG: &[&str] = &[
@@ -440,12 +548,20 @@ pub(super) fn git_taking_ignored(
     resolve: Resolve,
 ) -> Option<HistoryLoss> {
     let mut dir = dir.to_path_buf();
+    // `-C "$ROOT"`: somewhere the line does not say, judged as the top.
+    let mut unknown = false;
     let mut i = 0;
     // git's own options come before its verb; these take the next word.
     while let Some(a) = args.get(i) {
         match a.as_str() {
             "-C" => {
-                dir = resolve(&expand_path(args.get(i + 1)?, &dir)?);
+                match expand_path(args.get(i + 1)?, &dir) {
+                    Some(d) => dir = resolve(&d),
+                    None => {
+                        dir = PathBuf::from("/");
+                        unknown = true;
+                    }
+                }
                 i += 2;
             }
             "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
@@ -495,12 +611,43 @@ pub(super) fn git_taking_ignored(
     let under = |p: &Path| history.starts_with(p) || p.starts_with(history);
     let positive: Vec<&String> = parsed.pathspecs.iter().filter(|p| !is_exclude(p)).collect();
     // A clean acts below its directory; a stash on the whole repository.
+    // The history's paths as a pathspec from `dir` would name them.
+    let from_dir = history
+        .strip_prefix(&dir)
+        .ok()
+        .map(|r| r.to_string_lossy().into_owned());
     let reaches = if positive.is_empty() {
         verb == "stash" || history.starts_with(&dir)
     } else {
         positive.iter().any(|p| {
-            p.starts_with(':') || p.contains(['*', '?', '[']) || under(&lexical(&dir.join(p)))
+            let path = pathspec_path(p);
+            match (p.strip_prefix(":/"), p.starts_with(':')) {
+                // From the top: all of it, or a path we cannot place.
+                (Some(rest), _) => rest.is_empty() || rest.contains(".rewind"),
+                (None, true) => true,
+                // A glob matches across `/`, as git's pathspecs do: it
+                // reaches the history if it names one of its paths
+                // (`*.log` does not, helper-65).
+                _ if path.contains(['*', '?', '[']) => from_dir.as_ref().is_some_and(|rel| {
+                    HISTORY_PARTS
+                        .iter()
+                        .any(|part| fnmatch(path, &format!("{rel}{part}")))
+                }),
+                _ => under(&lexical(&dir.join(path))),
+            }
         })
+    };
+    // An `-e` pattern (git's ignore syntax) that takes `.rewind` keeps
+    // it: `.rewind`, `/.rewind`, `.*`, `.rewind/*` (helper-65).
+    let ignores_history = |e: &str| {
+        let e = e
+            .trim_end_matches("/**")
+            .trim_end_matches("/*")
+            .trim_end_matches('/');
+        match e.strip_prefix('/') {
+            Some(anchored) => dir.join(".rewind") == history && fnmatch(anchored, ".rewind"),
+            None => fnmatch(e, ".rewind"),
+        }
     };
     let left_out = parsed
         .pathspecs
@@ -508,10 +655,7 @@ pub(super) fn git_taking_ignored(
         .any(|p| is_exclude(p) && lexical(&dir.join(pathspec_path(p))) == history)
         || (verb == "clean"
             && !parsed.short('X')
-            && parsed.values.iter().any(|e| {
-                let e = e.trim_end_matches('/');
-                e == ".rewind" || (e == "/.rewind" && dir.join(".rewind") == history)
-            }));
+            && parsed.values.iter().any(|e| ignores_history(e)));
     if !reaches || left_out {
         return None;
     }
@@ -538,6 +682,12 @@ pub(super) fn git_taking_ignored(
         relative(&dir, history)
     };
     instead.push(shell_word(&format!(":(exclude){excluded}")));
+    if unknown {
+        return Some(HistoryLoss::Unclear {
+            runs: line,
+            history: history.to_path_buf(),
+        });
+    }
     Some(HistoryLoss::IgnoredFiles {
         runs: line,
         instead: instead.join(" "),
@@ -738,11 +888,7 @@ pub(super) fn rsync_deleting(
     let deletes = args
         .iter()
         .any(|a| a.starts_with("--del") || a == "--remove-source-files");
-    let dry_run = args.iter().any(|a| {
-        a == "--dry-run"
-            || a.len() > 1 && a.starts_with('-') && !a.starts_with("--") && a.contains('n')
-    });
-    if !deletes || dry_run {
+    if !deletes {
         return None;
     }
     // The words, option values paired with their options: rsync's long
@@ -781,12 +927,19 @@ pub(super) fn rsync_deleting(
     ];
     let mut filters: Vec<(&str, String)> = Vec::new();
     let mut operands: Vec<&String> = Vec::new();
+    let mut dry_run = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if !a.starts_with('-') || a == "-" {
             operands.push(a);
             continue;
         }
+        // `-n` in a cluster of short options, not in a value (`-f '-
+        // node_modules'` read as a dry run, helper-65).
+        dry_run |= a == "--dry-run"
+            || !a.starts_with("--")
+                && a[1..].chars().all(|c| c.is_ascii_alphanumeric())
+                && a.contains('n');
         let (name, attached) = match a.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (a.as_str(), None),
@@ -798,9 +951,15 @@ pub(super) fn rsync_deleting(
     }
     // A rule names the history when its pattern is `.rewind` itself
     // (`.rewind/tmp` leaves the rest to delete, helper-64).
+    // (`.rewind/**` keeps what is in it, so the directory stays too;
+    // `.*` and `.rewind*` take it, helper-65.)
     let names_history = |pattern: &str| {
-        let p = pattern.trim_end_matches('/');
-        p == ".rewind" || p.ends_with("/.rewind") || p == "/.rewind"
+        let p = pattern
+            .trim_end_matches("/***")
+            .trim_end_matches("/**")
+            .trim_end_matches('/');
+        let last = p.rsplit('/').next().unwrap_or(p);
+        fnmatch(last, ".rewind")
     };
     let rule = |r: &str, kinds: &[&str]| {
         r.split_once(' ')
@@ -813,7 +972,7 @@ pub(super) fn rsync_deleting(
         *n == "--exclude" && names_history(v)
             || matches!(*n, "--filter" | "-f") && rule(v, &["-", "exclude"])
     });
-    if protected || excluded && !args.iter().any(|a| a == "--delete-excluded") {
+    if dry_run || protected || excluded && !args.iter().any(|a| a == "--delete-excluded") {
         return None;
     }
     let remove_source = args.iter().any(|a| a == "--remove-source-files");
