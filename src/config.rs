@@ -15,7 +15,11 @@ pub use crate::capture::CONFIG_FILE;
 /// Tools whose calls change files, checkpointed before they run by default:
 /// Claude Code's, then Gemini CLI's (`integrate gemini` installs the same
 /// hooks, whose calls name its own tools), then Codex's file edits (its
-/// shell calls are `Bash`).
+/// shell calls are `Bash`), then MCP tools named for writing (a
+/// filesystem server's `write_file`, an editing server's
+/// `replace_symbol_body`): an Edit made just before an MCP server's write
+/// was lost with it, no checkpoint between (helper-63, D308). A call that
+/// changed nothing costs a checkpoint that reuses HEAD.
 pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &[
     "Bash",
     "Write",
@@ -26,6 +30,16 @@ pub const DEFAULT_CHECKPOINT_TOOLS: &[&str] = &[
     "write_file",
     "replace",
     "apply_patch",
+    "mcp__*write*",
+    "mcp__*edit*",
+    "mcp__*create*",
+    "mcp__*delete*",
+    "mcp__*remove*",
+    "mcp__*move*",
+    "mcp__*rename*",
+    "mcp__*replace*",
+    "mcp__*insert*",
+    "mcp__*patch*",
 ];
 
 #[derive(Debug, Default, Deserialize)]

@@ -468,6 +468,22 @@ impl Error {
                 rewind_platform::Error::new("write", &locked, std::io::Error::from_raw_os_error(1));
             return Error::Immutable { locked, source };
         }
+        // A ledger (or its -wal, -shm) another user owns, most likely
+        // root's from a sudo: named with the `chown`, not as a read-only
+        // filesystem (helper-62, D306).
+        if rewind_platform::euid() != 0
+            && let Some((owner, state)) = [path.clone(), sidecar("-wal"), sidecar("-shm")]
+                .iter()
+                .filter(|p| p.exists())
+                .find_map(|p| foreign_history(p))
+        {
+            return Error::NotOwner {
+                path,
+                owner,
+                me: rewind_platform::euid(),
+                state,
+            };
+        }
         let subvolume = path
             .ancestors()
             .filter_map(|a| rewind_platform::Dir::open(a).ok().map(|d| (a, d)))
@@ -504,7 +520,7 @@ fn over_budget(budget: u64, used: u64, checkpoints: usize, force_frees: Option<u
     use crate::progress::human_bytes;
     if let Some(f) = force_frees.filter(|f| checkpoints > 0 && used.saturating_sub(*f) > budget) {
         return format!(
-            "the store uses {}, over its budget (max_store_bytes = {}), and every remaining checkpoint ({checkpoints}) is protected; `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml to {} or more; no checkpoint was taken",
+            "the store uses {}, over its budget (max_store_bytes = {}), and the policy keeps every remaining checkpoint ({checkpoints}: HEAD and its recent past, the undo target, those of unresolved effects, and labelled ones while keep_labeled is on); `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml to {} or more, or let labelled checkpoints go (`keep_labeled = false` under [retention]); no checkpoint was taken",
             human_bytes(used),
             human_bytes(budget),
             human_bytes(f),

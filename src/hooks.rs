@@ -8,7 +8,8 @@
 //! [hook]
 //! checkpoint = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit",
 //!               "run_shell_command", "write_file", "replace",
-//!               "apply_patch"]  # the default
+//!               "apply_patch", "mcp__*write*", "mcp__*edit*", …]
+//!               # the default: `config::DEFAULT_CHECKPOINT_TOOLS`
 //!
 //! [[effect]]
 //! match = "Bash(git push*)"   # Tool(glob over the command) or a glob over the tool name
@@ -2086,6 +2087,33 @@ mod tests {
                     .contains("find /w -mindepth 1 -maxdepth 1 ! -name .rewind -exec rm -rf {} +")),
             "{shown:?}"
         );
+    }
+
+    /// D308: an MCP server's writing tools are checkpointed by default,
+    /// its reading ones not.
+    #[test]
+    fn mcp_tools_named_for_writing_are_checkpointed_by_default() {
+        let c = Config::default();
+        for tool in [
+            "mcp__filesystem__write_file",
+            "mcp__filesystem__edit_file",
+            "mcp__filesystem__move_file",
+            "mcp__filesystem__create_directory",
+            "mcp__serena__replace_symbol_body",
+            "mcp__serena__insert_after_symbol",
+            "Bash",
+        ] {
+            assert!(c.checkpoints(tool), "{tool}");
+        }
+        for tool in [
+            "mcp__filesystem__read_file",
+            "mcp__filesystem__list_directory",
+            "mcp__serena__find_symbol",
+            "Read",
+            "Grep",
+        ] {
+            assert!(!c.checkpoints(tool), "{tool}");
+        }
     }
 
     /// D306: pruning past the policy is the user's call.

@@ -326,6 +326,46 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
             )),
         "{msg}"
     );
+
+    // Only the ledger and its side files root's: SQLite says "readonly",
+    // which was `READ_ONLY` with a fix for a read-only filesystem
+    // (helper-62, D306).
+    let st = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(root.join(".rewind"))
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    for f in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
+        let p = root.join(".rewind").join(f);
+        if p.exists() {
+            assert!(
+                Command::new("chown")
+                    .arg("root:")
+                    .arg(&p)
+                    .status()
+                    .expect("chown")
+                    .success()
+            );
+        }
+    }
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!(
+            "exec '{}' --json checkpoint",
+            env!("CARGO_BIN_EXE_rewind")
+        ))
+        .current_dir(&root)
+        .output()
+        .expect("su");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NOT_OWNER", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("belongs to root")),
+        "{v}"
+    );
 }
 
 /// A rewind run as root in a user's workspace (`sudo rewind`, or the
