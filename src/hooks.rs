@@ -1192,32 +1192,24 @@ fn effect_identity(cmd: &str) -> String {
 }
 
 /// `*` matches any run of characters, `?` any one; everything else is
-/// literal. Iterative with one backtrack point: linear in practice.
+/// literal.
 pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+    history::wildcard(pattern, text, false)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a Bash line run in `cwd` would delete of the workspace `/w`'s
+    /// history, paths taken as written.
+    fn deletes_in_w(line: &str, cwd: &str) -> Option<HistoryLoss> {
+        call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
+            Path::new(cwd),
+            &[PathBuf::from("/w/.rewind")],
+            &|p: &Path| p.to_path_buf(),
+        )
+    }
 
     fn call(tool: &str, input: Value) -> ToolCall {
         ToolCall {
@@ -1411,14 +1403,7 @@ mod tests {
     /// the history's paths; `rsync --delete` into the workspace.
     #[test]
     fn find_and_rsync_that_would_delete_the_history_are_refused() {
-        let history = [PathBuf::from("/w/.rewind")];
-        let at = |line: &str, cwd: &str| {
-            call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
-                Path::new(cwd),
-                &history,
-                &|p: &Path| p.to_path_buf(),
-            )
-        };
+        let at = deletes_in_w;
         for (line, cwd) in [
             ("find . -name '*.db' -delete", "/w"),
             ("find . -type f -size +100k -delete", "/w"),
@@ -1521,14 +1506,7 @@ mod tests {
     /// helper-64's bypasses of the first D300 and its false refusals.
     #[test]
     fn deletions_of_the_history_written_other_ways_are_refused_and_cleanups_pass() {
-        let history = [PathBuf::from("/w/.rewind")];
-        let at = |line: &str, cwd: &str| {
-            call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
-                Path::new(cwd),
-                &history,
-                &|p: &Path| p.to_path_buf(),
-            )
-        };
+        let at = deletes_in_w;
         for (line, cwd) in [
             (
                 "cd \"$(git rev-parse --show-toplevel)\" && rm -rf .rewind",
@@ -2001,14 +1979,7 @@ mod tests {
     /// history alone passes.
     #[test]
     fn rm_of_the_history_or_the_workspace_holding_it_is_refused() {
-        let history = [PathBuf::from("/w/.rewind")];
-        let at = |line: &str, cwd: &str| {
-            call("Bash", serde_json::json!({ "command": line })).deletes_the_history(
-                Path::new(cwd),
-                &history,
-                &|p: &Path| p.to_path_buf(),
-            )
-        };
+        let at = deletes_in_w;
         for (line, cwd) in [
             ("rm -rf .rewind", "/w"),
             ("rm -r -f .rewind/", "/w"),

@@ -297,25 +297,32 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
     write(&root.join("a.txt"), b"a");
     common::give_to_nobody(&root);
     checkpoint_id(&root, &[]);
+    let chown = |owner: &str, args: &[&str], path: &Path| {
+        let st = Command::new("chown")
+            .args(args)
+            .arg(owner)
+            .arg(path)
+            .status()
+            .expect("chown");
+        assert!(st.success(), "chown {owner} {}", path.display());
+    };
+    let checkpoint_as_nobody = || -> serde_json::Value {
+        let out = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c"])
+            .arg(format!(
+                "exec '{}' --json checkpoint",
+                env!("CARGO_BIN_EXE_rewind")
+            ))
+            .current_dir(&root)
+            .output()
+            .expect("su");
+        assert_eq!(out.status.code(), Some(1));
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
     // Root's history as rewind left it before D148 (which now gives a
     // history root makes in a user's directory to that user).
-    let st = Command::new("chown")
-        .args(["-R", "root:"])
-        .arg(root.join(".rewind"))
-        .status()
-        .expect("chown");
-    assert!(st.success());
-    let out = Command::new("su")
-        .args(["-s", "/bin/sh", "nobody", "-c"])
-        .arg(format!(
-            "exec '{}' --json checkpoint",
-            env!("CARGO_BIN_EXE_rewind")
-        ))
-        .current_dir(&root)
-        .output()
-        .expect("su");
-    assert_eq!(out.status.code(), Some(1));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    chown("root:", &["-R"], &root.join(".rewind"));
+    let v = checkpoint_as_nobody();
     assert_eq!(v["error"]["code"], "NOT_OWNER", "{v}");
     let msg = v["error"]["message"].as_str().unwrap_or("");
     assert!(
@@ -330,35 +337,14 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
     // Only the ledger and its side files root's: SQLite says "readonly",
     // which was `READ_ONLY` with a fix for a read-only filesystem
     // (helper-62, D306).
-    let st = Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(root.join(".rewind"))
-        .status()
-        .expect("chown");
-    assert!(st.success());
+    chown("65534:65534", &["-R"], &root.join(".rewind"));
     for f in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
         let p = root.join(".rewind").join(f);
         if p.exists() {
-            assert!(
-                Command::new("chown")
-                    .arg("root:")
-                    .arg(&p)
-                    .status()
-                    .expect("chown")
-                    .success()
-            );
+            chown("root:", &[], &p);
         }
     }
-    let out = Command::new("su")
-        .args(["-s", "/bin/sh", "nobody", "-c"])
-        .arg(format!(
-            "exec '{}' --json checkpoint",
-            env!("CARGO_BIN_EXE_rewind")
-        ))
-        .current_dir(&root)
-        .output()
-        .expect("su");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = checkpoint_as_nobody();
     assert_eq!(v["error"]["code"], "NOT_OWNER", "{v}");
     assert!(
         v["error"]["message"]

@@ -52,6 +52,12 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The hook refused the call (exit 2) saying `says`.
+fn refused_saying(out: &Output, context: &str, says: &str) {
+    assert_eq!(out.status.code(), Some(2), "{context}: {}", stderr(out));
+    assert!(stderr(out).contains(says), "{context}: {}", stderr(out));
+}
+
 /// The status (`admitted`, `failed`, `succeeded`) of the workspace's first
 /// effect.
 fn first_effect_status(ws: &Path) -> serde_json::Value {
@@ -1053,17 +1059,7 @@ fn an_argv_push_is_the_same_effect_as_recorded_before_and_is_not_reopened_by_arg
         ]),
     ] {
         let refused = hook("pre-tool-use", &call(reopen.clone()));
-        assert_eq!(
-            refused.status.code(),
-            Some(2),
-            "{reopen}: {}",
-            stderr(&refused)
-        );
-        assert!(
-            stderr(&refused).contains("the user's decision"),
-            "{}",
-            stderr(&refused)
-        );
+        refused_saying(&refused, &reopen.to_string(), "the user's decision");
     }
 }
 
@@ -1284,17 +1280,7 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
         ),
     ] {
         let refused = hook("pre-tool-use", &call(command));
-        assert_eq!(
-            refused.status.code(),
-            Some(2),
-            "{command}: {}",
-            stderr(&refused)
-        );
-        assert!(
-            stderr(&refused).contains(&format!("run `{instead}` instead")),
-            "{}",
-            stderr(&refused)
-        );
+        refused_saying(&refused, command, &format!("run `{instead}` instead"));
         let from = ws.to_path_buf();
         let suggested = format!("cd {} && {instead}", from.display());
         let ok = hook("pre-tool-use", &call(&suggested));
@@ -1380,17 +1366,7 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
         ("rm -rf \"$PWD\"", ws.clone()),
     ] {
         let refused = hook("pre-tool-use", &call(command, &cwd));
-        assert_eq!(
-            refused.status.code(),
-            Some(2),
-            "{command}: {}",
-            stderr(&refused)
-        );
-        assert!(
-            stderr(&refused).contains("history of every checkpoint"),
-            "{}",
-            stderr(&refused)
-        );
+        refused_saying(&refused, command, "history of every checkpoint");
     }
     // Through a symbolic link to the workspace (macOS's /tmp, a linked
     // home): every check let its command through (helper-64).

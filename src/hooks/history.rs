@@ -463,6 +463,15 @@ fn glob_component(pattern: &str, name: &str) -> bool {
 /// leading `.` matched as any other character, as `find -name` and
 /// `-path` match. Iterative with one backtrack point.
 pub(super) fn fnmatch(pattern: &str, name: &str) -> bool {
+    wildcard(pattern, name, true)
+}
+
+/// `pattern` over the whole of `text`: `*` any run of characters, `?`
+/// any one, and with `classes` a `[...]` any one of its set; everything
+/// else literal. Iterative with one backtrack point: linear in practice.
+/// The effect rules' globs take no classes (a `[main]` a user meant as a
+/// branch would never match, so `validate_pattern` refuses it).
+pub(super) fn wildcard(pattern: &str, name: &str, classes: bool) -> bool {
     let chars: Vec<char> = pattern.chars().collect();
     let mut pieces = Vec::new();
     let mut i = 0;
@@ -472,7 +481,7 @@ pub(super) fn fnmatch(pattern: &str, name: &str) -> bool {
         pieces.push(match c {
             '*' => GlobPiece::Any,
             '?' => GlobPiece::One,
-            '[' => {
+            '[' if classes => {
                 let mut j = i;
                 let negated = matches!(chars.get(j), Some('!' | '^'));
                 j += usize::from(negated);
