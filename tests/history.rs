@@ -165,12 +165,17 @@ fn a_rewind_to_the_tree_the_workspace_already_is_moves_head_and_keeps_the_note()
             .is_some_and(|w| w.contains("report was not stored")),
         "{noted}"
     );
-    let human = String::from_utf8_lossy(&rewind(root, &["rewind", &a, "--report", "z"]).stdout)
-        .into_owned();
-    assert!(
-        human.contains("warning: the report was not stored"),
-        "{human}"
-    );
+    // On stderr, as `checkpoint`'s warnings, also under `-q` (helper-62).
+    for args in [
+        &["rewind", &a, "--report", "z"][..],
+        &["-q", "rewind", &a, "--report", "z"],
+    ] {
+        let human = String::from_utf8_lossy(&rewind(root, args).stderr).into_owned();
+        assert!(
+            human.contains("rewind: warning: the report was not stored"),
+            "{args:?}: {human}"
+        );
+    }
 }
 
 /// D189: a blank `--report` is no note, as over MCP; it was stored and

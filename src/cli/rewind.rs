@@ -106,6 +106,11 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             super::nearest_existing(&ctx.cwd).display()
         );
     }
+    // A warning goes where `checkpoint`'s go, stderr, so that `-q` and a
+    // script reading stdout still see it (helper-62).
+    if let Some(w) = r.warning.as_deref().filter(|_| !ctx.json) {
+        eprintln!("rewind: warning: {w}");
+    }
     ctx.emit(r, || {
         let mut s = String::new();
         if r.dry_run {
@@ -176,9 +181,6 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             s.push_str(&format!(
                 "\n  {p}: setuid/setgid bits not restored (use --allow-setuid)"
             ));
-        }
-        if let Some(w) = &r.warning {
-            s.push_str(&format!("\nwarning: {w}"));
         }
         s
     })
