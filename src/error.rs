@@ -520,7 +520,7 @@ fn over_budget(budget: u64, used: u64, checkpoints: usize, force_frees: Option<u
     use crate::progress::human_bytes;
     if let Some(f) = force_frees.filter(|f| checkpoints > 0 && used.saturating_sub(*f) > budget) {
         return format!(
-            "the store uses {}, over its budget (max_store_bytes = {}), and the policy keeps every remaining checkpoint ({checkpoints}: HEAD and its recent past, the undo target, those of unresolved effects, and labelled ones while keep_labeled is on); `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml to {} or more, or let labelled checkpoints go (`keep_labeled = false` under [retention]); no checkpoint was taken",
+            "the store uses {}, over its budget (max_store_bytes = {}), and every remaining checkpoint ({checkpoints}) is protected by the policy (HEAD and its recent past, the undo target, those of unresolved effects, and labelled ones while keep_labeled is on); `rewind gc --force` would free only {} (what HEAD holds stays): raise max_store_bytes in rewind.toml to {} or more, or let labelled checkpoints go (`keep_labeled = false` under [retention]); no checkpoint was taken",
             human_bytes(used),
             human_bytes(budget),
             human_bytes(f),
