@@ -431,6 +431,12 @@ impl ToolCall {
             let Some((first, rest)) = step.words.split_first() else {
                 continue;
             };
+            if first == TOO_DEEP {
+                return histories.first().map(|h| HistoryLoss::Unclear {
+                    runs: "this line".into(),
+                    history: h.clone(),
+                });
+            }
             let name = first.rsplit('/').next().unwrap_or(first);
             for history in histories {
                 let root = history.parent().unwrap_or(history).to_path_buf();
@@ -581,8 +587,10 @@ fn without_heredoc_text(line: &str) -> String {
             continue;
         }
         for body in lines.by_ref() {
+            // (`<<-` strips tabs; the line reached here with its blanks
+            // squeezed to spaces, helper-66.)
             let end = if strip_tabs {
-                body.trim_start_matches('\t')
+                body.trim_start_matches([' ', '\t'])
             } else {
                 body
             };
@@ -614,6 +622,14 @@ fn heredoc_at(line: &str) -> Option<usize> {
             None => match b {
                 b'\\' => i += 1,
                 b'\'' | b'"' => quote = Some(b),
+                // A comment: nothing after it opens a here-document.
+                b'#' if i == 0 || bytes[i - 1].is_ascii_whitespace() => return None,
+                // `$[1<<2]`, the old arithmetic.
+                b'$' if bytes.get(i + 1) == Some(&b'[') => {
+                    arithmetic += 1;
+                    i += 1;
+                }
+                b']' if arithmetic > 0 => arithmetic -= 1,
                 b'(' if bytes.get(i + 1) == Some(&b'(') => {
                     arithmetic += 1;
                     i += 1;
@@ -747,22 +763,33 @@ fn is_shell_tool(name: &str) -> bool {
 /// or braces outside quotes. Not a shell parser; enough to find `git
 /// push` wherever a line puts it (D129, D153).
 fn simple_commands(line: &str) -> Vec<String> {
-    commands_in(line, false)
+    commands_in(line, false, 0)
 }
+
+/// How deep `$(…)` and `sh -c` are read. Past it the line is one the
+/// hook cannot judge: `$(` nested 100,000 deep took the hook to 24 GB,
+/// and 10,000 deep crashed it, which let its call through (helper-66).
+const MAX_NESTING: usize = 16;
+
+/// What [`simple_commands`] gives in place of what lies past
+/// [`MAX_NESTING`]: no command, and a sign for the hook's own refusals.
+const TOO_DEEP: &str = "\u{0}too-deep";
 
 /// [`simple_commands`] without the text of here-documents, in the line
 /// and in each shell string it runs (`bash -lc '…'`, Codex's argv, whose
 /// here-document text read as commands, helper-65).
 fn runnable_commands(line: &str) -> Vec<String> {
-    commands_in(&without_heredoc_text(line), true)
+    commands_in(&without_heredoc_text(line), true, 0)
 }
 
-fn commands_in(line: &str, runnable: bool) -> Vec<String> {
+fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
     let nested = |text: &str| {
-        if runnable {
-            runnable_commands(text)
+        if depth >= MAX_NESTING {
+            vec![TOO_DEEP.to_string()]
+        } else if runnable {
+            commands_in(&without_heredoc_text(text), true, depth + 1)
         } else {
-            simple_commands(text)
+            commands_in(text, false, depth + 1)
         }
     };
     // A backslash-newline joins two lines into one (`git \⏎ push`).
@@ -1622,12 +1649,69 @@ mod tests {
             "mv .rewind .rewind.old && rm -rf .rewind.old",
             "mv -t /tmp .rewind",
             "git -C \"$(git rev-parse --show-toplevel)\" clean -fdx",
+            // helper-66
+            "cat <<-EOF > notes.txt\n\tx\n\tEOF\ngit clean -fdx",
+            "ls  # see <<END\ngit clean -fdx",
+            "echo $[1<<2]\nrm -rf .rewind",
+            "mv -t/tmp .rewind",
+            "mv -vt /tmp .rewind",
+            "mv --target /tmp .rewind",
+            "rsync -a --delete ../template/ ./ -B 8192",
+            "rsync -a --delete --exclude='node_modules/*' ../t/ ./",
+            "rsync -a --delete --exclude='*/.rewind' ../t/ ./",
+            "rsync -a --delete --include=.rewind --exclude=.rewind ../t/ ./",
+            "find . -name '*.db' -exec sh -c '\\rm -f \"$1\"' _ {} \\;",
+            "find . -name '*.db' -exec bash --norc -c 'rm -f \"$1\"' _ {} \\;",
+            "find . -name '*.db' -exec timeout 5 rm {} +",
+            "find . -name '*.db' -exec nice -n 5 rm {} +",
         ] {
             assert!(at(line).is_some(), "{line}");
         }
-        // A brace expansion past its bound is judged as written, quickly.
+        for line in [
+            "rsync -a --delay-updates ../template/ ./",
+            "rsync -a --delete -f'- .rewind' ../t/ ./",
+            "rsync -a --delete -f'P .rewind' ../t/ ./",
+            "rsync --list-only --delete ../t/ ./",
+            "git clean -fdx -e '**/.rewind'",
+            "git clean -fdx -- ':(glob)**/*.pyc'",
+            "cd .. && mv w w-renamed",
+            "mv /w /w-old",
+        ] {
+            assert_eq!(at(line), None, "{line}");
+        }
+        // A find's script form keeps its single quotes, so `$1` stays.
+        let Some(HistoryLoss::Deletes { instead, .. }) =
+            at("find . -name '*.db' -exec sh -c 'rm -f \"$1\"' _ {} \\;")
+        else {
+            panic!("not refused");
+        };
+        assert!(instead.contains("'rm -f \"$1\"'"), "{instead}");
+        // A brace expansion past its bound is not judged by guess: it is
+        // refused as a place the line does not spell out, quickly.
         let many = format!("rm -f {}", "{a,b}".repeat(24));
-        assert_eq!(at(&many), None);
+        assert!(matches!(at(&many), Some(HistoryLoss::Unclear { .. })));
+        // Nesting past what is read, and a find too long to evaluate,
+        // are refused, not crashed on (helper-66).
+        let deep = format!(
+            "echo {}rm -rf .rewind{}",
+            "$(".repeat(10_000),
+            ")".repeat(10_000)
+        );
+        assert!(matches!(at(&deep), Some(HistoryLoss::Unclear { .. })));
+        let parens = format!(
+            "find . {} -name x {} -delete",
+            "\\( ".repeat(50_000),
+            "\\) ".repeat(50_000)
+        );
+        assert!(at(&parens).is_some());
+        let parens = format!(
+            "find . {} -name x {} -delete",
+            "\\( ".repeat(500),
+            "\\) ".repeat(500)
+        );
+        assert!(at(&parens).is_some());
+        let nots = format!("find . {} -name x -delete", "! ".repeat(50_000));
+        assert!(at(&nots).is_some());
         // A comment's apostrophe hid a repeated push from the rules.
         let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
         let push = call(
@@ -1865,7 +1949,9 @@ mod tests {
             (
                 "git clean -fdX -e .rewind",
                 "/w",
-                "git clean -fdX -e .rewind -- ':(exclude).rewind'",
+                // Under -X, `-e .rewind` would take it past the exclude
+                // (helper-66): the form leaves it out.
+                "git clean -fdX -- ':(exclude).rewind'",
             ),
             (
                 "git --attr-source HEAD clean -fdx",

@@ -121,8 +121,11 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
 /// checkpoint: context for the model, a message for the user, and with
 /// `ask` the user's decision (D307).
 fn unprotected_call(warning: &str, ask: bool) -> String {
+    let why = warning
+        .strip_prefix("no checkpoint before this call: ")
+        .unwrap_or(warning);
     let reason = format!(
-        "rewind took no checkpoint before this call, so it cannot be undone ({warning}); fix that before anything destructive"
+        "rewind took no checkpoint before this call, so it cannot be undone ({why}); fix that before anything destructive"
     );
     let mut specific = serde_json::json!({
         "hookEventName": "PreToolUse",
@@ -133,7 +136,7 @@ fn unprotected_call(warning: &str, ask: bool) -> String {
         specific["permissionDecisionReason"] = reason.clone().into();
     }
     serde_json::json!({
-        "systemMessage": format!("rewind: {reason}"),
+        "systemMessage": reason,
         "hookSpecificOutput": specific,
     })
     .to_string()

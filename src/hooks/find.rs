@@ -235,7 +235,8 @@ const DELETERS: &[&str] = &["rm", "unlink", "shred", "truncate"];
 
 /// Commands an `-exec` runs the rest of its words through.
 const WRAPPERS: &[&str] = &[
-    "env", "sudo", "doas", "command", "nice", "nohup", "time", "xargs",
+    "env", "sudo", "doas", "command", "nice", "nohup", "time", "xargs", "timeout", "ionice",
+    "stdbuf",
 ];
 
 struct Parser<'a> {
@@ -244,7 +245,12 @@ struct Parser<'a> {
     max_depth: Option<usize>,
     min_depth: usize,
     depth_first: bool,
+    /// Parentheses open: past [`MAX_PARENS`] the rest is taken to
+    /// delete (50,000 of them overflowed the stack, helper-66).
+    parens: usize,
 }
+
+const MAX_PARENS: usize = 64;
 
 impl Parser<'_> {
     fn peek(&self) -> Option<&str> {
@@ -288,13 +294,26 @@ impl Parser<'_> {
 
     fn unary(&mut self) -> Expr {
         match self.peek() {
+            Some("!" | "-not" | "(") if self.parens >= MAX_PARENS => {
+                self.at = self.words.len();
+                Expr::Deletes { tree: true }
+            }
             Some("!" | "-not") => {
                 self.at += 1;
-                Expr::Not(Box::new(self.unary()))
+                self.parens += 1;
+                let inner = self.unary();
+                self.parens -= 1;
+                Expr::Not(Box::new(inner))
+            }
+            Some("(") if self.parens >= MAX_PARENS => {
+                self.at = self.words.len();
+                Expr::Deletes { tree: true }
             }
             Some("(") => {
                 self.at += 1;
+                self.parens += 1;
                 let inner = self.comma();
+                self.parens -= 1;
                 if self.peek() == Some(")") {
                     self.at += 1;
                 }
@@ -333,10 +352,17 @@ impl Parser<'_> {
                 }
                 // The program past wrappers (`env`, `sudo`) and their
                 // options and assignments.
+                // (`\rm` and `"rm"` are rm; a wrapper's numbers, `timeout
+                // 5`, `nice -n 5`, are no program, helper-66.)
                 let mut rest = command
                     .iter()
-                    .map(|c| c.rsplit('/').next().unwrap_or(c))
-                    .skip_while(|c| WRAPPERS.contains(c) || c.starts_with('-') || c.contains('='));
+                    .map(|c| c.trim_start_matches('\\').rsplit('/').next().unwrap_or(c))
+                    .skip_while(|c| {
+                        WRAPPERS.contains(c)
+                            || c.starts_with('-')
+                            || c.contains('=')
+                            || c.chars().next().is_some_and(|d| d.is_ascii_digit())
+                    });
                 let program = rest.next();
                 let recursive = command.iter().any(|c| {
                     c == "--recursive"
@@ -356,11 +382,17 @@ impl Parser<'_> {
                     Some("sh" | "bash" | "zsh" | "dash") => {
                         let script = command
                             .windows(2)
-                            .find(|w| w[0].starts_with('-') && w[0].contains('c'))
+                            .find(|w| {
+                                w[0].starts_with('-')
+                                    && !w[0].starts_with("--")
+                                    && w[0].contains('c')
+                            })
                             .map(|w| w[1].clone());
                         let deletes = script.is_none_or(|script| {
                             super::runnable_commands(&script).iter().any(|c| {
-                                let program = c.split_whitespace().next().unwrap_or_default();
+                                let words = super::command_words(c);
+                                let program = words.first().map(String::as_str).unwrap_or_default();
+                                let program = program.trim_start_matches('\\');
                                 let program = program.rsplit('/').next().unwrap_or(program);
                                 DELETERS.contains(&program)
                                     || matches!(
@@ -456,12 +488,21 @@ pub(super) fn deleting(
     } else {
         explicit
     };
+    // A line too long to read term by term (each term is a level of the
+    // tree that is evaluated): judged unclear, not crashed on.
+    if words.len() > 2_000 {
+        return Some(HistoryLoss::Unclear {
+            runs: "this find".into(),
+            history: history.to_path_buf(),
+        });
+    }
     let mut parser = Parser {
         words: &words[at..],
         at: 0,
         max_depth: None,
         min_depth: 0,
         depth_first: false,
+        parens: 0,
     };
     let expr = parser.comma();
     if !expr.holds(&|e| matches!(e, Expr::Deletes { .. })) {

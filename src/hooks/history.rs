@@ -70,7 +70,7 @@ impl std::fmt::Display for HistoryLoss {
             ),
             HistoryLoss::Unclear { runs, history } => write!(
                 f,
-                "`{runs}` runs in a directory this line does not name (a `cd` to a variable or to a command's output), and from there it could delete {}, this workspace's history of every checkpoint; name the directory plainly (an absolute path), so that what it takes can be told",
+                "`{runs}` names a place this line does not spell out (a variable, a command's output, `cd -`, `popd`, or a nesting too deep to read), and there it could delete {}, this workspace's history of every checkpoint; write the directory or path plainly (an absolute path), so that what it takes can be told",
                 names::human_os_path(history)
             ),
             HistoryLoss::Deletes {
@@ -168,7 +168,10 @@ impl HistoryLoss {
 /// (`"$PWD"`, `"$(git rev-parse --show-toplevel)"`; single quotes made
 /// them literal, helper-64).
 pub(super) fn word_as_written(w: &str) -> String {
-    if w.contains(['$', '`']) {
+    // Only a word that starts with an expansion (a path: `"$PWD/build"`);
+    // a script (`sh -c 'rm "$1"'`) was single-quoted, and double quotes
+    // emptied its `$1` (helper-66).
+    if w.starts_with(['$', '`']) {
         format!("\"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""))
     } else {
         shell_word(w)
@@ -327,6 +330,13 @@ pub(super) fn rm_reaching(
     }
     let depth = history.components().count();
     let operands: Vec<String> = operands.iter().flat_map(|o| expand_braces(o)).collect();
+    // Past the bound, what the shell would make of it is not all known.
+    if operands.len() >= MAX_BRACE_WORDS {
+        return Some(HistoryLoss::Unclear {
+            runs: joined(words),
+            history: history.to_path_buf(),
+        });
+    }
     for op in operands.iter().map(String::as_str) {
         let trimmed = op.trim_end_matches('/');
         // rm itself refuses `.`, `..` and `/`-less emptiness.
@@ -403,11 +413,18 @@ pub(super) fn mv_reaching(
     let mut it = words[1..].iter();
     while let Some(w) = it.next() {
         match w.as_str() {
-            "-t" | "--target-directory" => {
+            "-t" | "--target-directory" | "--target" => {
                 it.next();
                 target_given = true;
             }
-            w if w.starts_with("--target-directory=") => target_given = true,
+            w if w.starts_with("--target") => target_given = true,
+            // `-t/DIR`, `-vt DIR`: the target in the cluster.
+            w if w.starts_with('-') && !w.starts_with("--") && w.contains('t') => {
+                if w.ends_with('t') {
+                    it.next();
+                }
+                target_given = true;
+            }
             w if w.starts_with('-') && w != "-" => {}
             _ => operands.push(w.clone()),
         }
@@ -419,7 +436,11 @@ pub(super) fn mv_reaching(
         .into_iter()
         .chain(operands)
         .collect();
-    rm_reaching(&as_rm, dir, history, resolve).map(|loss| loss.ran(&words[1..], "mv"))
+    // A rename of the workspace takes its history along: only a move of
+    // the history itself, or of what is in it, loses it here (helper-66).
+    rm_reaching(&as_rm, dir, history, resolve)
+        .filter(|loss| matches!(loss, HistoryLoss::Removed { .. }))
+        .map(|loss| loss.ran(&words[1..], "mv"))
 }
 
 const RM_LONG: &[&str] = &[
@@ -633,7 +654,14 @@ pub(super) fn git_taking_ignored(
             match (p.strip_prefix(":/"), p.starts_with(':')) {
                 // From the top: all of it, or a path we cannot place.
                 (Some(rest), _) => rest.is_empty() || rest.contains(".rewind"),
-                (None, true) => true,
+                // `:(glob)**/*.pyc`: read as its path, unless from the top.
+                (None, true)
+                    if p.strip_prefix(":(")
+                        .and_then(|m| m.split_once(')'))
+                        .is_none_or(|(magic, _)| magic.split(',').any(|m| m == "top")) =>
+                {
+                    true
+                }
                 // A glob matches across `/`, as git's pathspecs do: it
                 // reaches the history if it names one of its paths
                 // (`*.log` does not, helper-65).
@@ -650,6 +678,7 @@ pub(super) fn git_taking_ignored(
     // it: `.rewind`, `/.rewind`, `.*`, `.rewind/*` (helper-65).
     let ignores_history = |e: &str| {
         let e = e
+            .trim_start_matches("**/")
             .trim_end_matches("/**")
             .trim_end_matches("/*")
             .trim_end_matches('/');
@@ -680,7 +709,25 @@ pub(super) fn git_taking_ignored(
     if verb == "stash" {
         instead.push("push".into());
     }
-    instead.extend(parsed.options.iter().map(|o| word_as_written(o)));
+    // Under `-X` an `-e` pattern that takes `.rewind` makes git delete it
+    // even past the exclude (git 2.47, helper-66): the form leaves it out.
+    let takes_rewind = |w: &str| ignores_history(w);
+    let mut options = parsed.options.iter().peekable();
+    while let Some(o) = options.next() {
+        if verb == "clean" && parsed.short('X') {
+            if o == "-e" && options.peek().is_some_and(|v| takes_rewind(v)) {
+                options.next();
+                continue;
+            }
+            let attached = o
+                .strip_prefix("--exclude=")
+                .or_else(|| o.strip_prefix("-e").filter(|v| !v.is_empty()));
+            if attached.is_some_and(takes_rewind) {
+                continue;
+            }
+        }
+        instead.push(word_as_written(o));
+    }
     instead.push("--".into());
     instead.extend(parsed.pathspecs.iter().map(|p| word_as_written(p)));
     // From a directory not known (judged as `/`), git takes the
@@ -894,9 +941,10 @@ pub(super) fn rsync_deleting(
     resolve: Resolve,
 ) -> Option<HistoryLoss> {
     let args = &words[1..];
+    // (`--delay-updates` deletes nothing, helper-66.)
     let deletes = args
         .iter()
-        .any(|a| a.starts_with("--del") || a == "--remove-source-files");
+        .any(|a| a == "--del" || a.starts_with("--delete") || a == "--remove-source-files");
     if !deletes {
         return None;
     }
@@ -933,6 +981,27 @@ pub(super) fn rsync_deleting(
         "--out-format",
         "--usermap",
         "--groupmap",
+        "-B",
+        "--block-size",
+        "--modify-window",
+        "--max-delete",
+        "-M",
+        "--remote-option",
+        "--checksum-choice",
+        "--compress-choice",
+        "--compress-level",
+        "--skip-compress",
+        "--info",
+        "--debug",
+        "--stop-after",
+        "--stop-at",
+        "--iconv",
+        "--sockopts",
+        "--address",
+        "--protocol",
+        "--outbuf",
+        "--contimeout",
+        "--checksum-seed",
     ];
     let mut filters: Vec<(&str, String)> = Vec::new();
     let mut operands: Vec<&String> = Vec::new();
@@ -951,37 +1020,73 @@ pub(super) fn rsync_deleting(
                 && a.contains('n');
         let (name, attached) = match a.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
+            // `-f'- .rewind'`: a short option's value attached.
+            None if a.len() > 2 && !a.starts_with("--") && VALUED.contains(&&a[..2]) => {
+                (&a[..2], Some(a[2..].to_string()))
+            }
             None => (a.as_str(), None),
         };
+        dry_run |= name == "--list-only";
         if VALUED.contains(&name) {
             let value = attached.or_else(|| it.next().cloned()).unwrap_or_default();
             filters.push((name, value));
         }
     }
-    // A rule names the history when its pattern is `.rewind` itself
-    // (`.rewind/tmp` leaves the rest to delete, helper-64).
-    // (`.rewind/**` keeps what is in it, so the directory stays too;
-    // `.*` and `.rewind*` take it, helper-65.)
+    // The first filter rule whose pattern matches `.rewind` decides, as
+    // rsync's do: an include lets `--delete` take it, an exclude or a
+    // protect keeps it. A pattern without `/` is matched against the
+    // name, one with `/` against the path below the destination
+    // (`node_modules/*` took `.rewind` for protected, helper-66);
+    // `.rewind/**` keeps what is in it, so the directory stays too.
+    let below_dest = |dest: &Path| {
+        history
+            .strip_prefix(dest)
+            .ok()
+            .map(|r| r.to_string_lossy().into_owned())
+    };
+    let dest_path = operands
+        .last()
+        .and_then(|d| expand_path(d, dir))
+        .map(|d| resolve(&d));
+    let rel = dest_path
+        .as_deref()
+        .and_then(below_dest)
+        .unwrap_or_else(|| ".rewind".into());
     let names_history = |pattern: &str| {
         let p = pattern
             .trim_end_matches("/***")
             .trim_end_matches("/**")
             .trim_end_matches('/');
-        let last = p.rsplit('/').next().unwrap_or(p);
-        fnmatch(last, ".rewind")
+        match p.strip_prefix('/') {
+            Some(anchored) => fnmatch(anchored, &rel),
+            None if p.contains('/') => fnmatch(p, &rel) || fnmatch(&format!("*/{p}"), &rel),
+            None => fnmatch(p, ".rewind"),
+        }
     };
-    let rule = |r: &str, kinds: &[&str]| {
-        r.split_once(' ')
-            .is_some_and(|(k, pat)| kinds.contains(&k) && names_history(pat.trim()))
-    };
-    let protected = filters
-        .iter()
-        .any(|(n, v)| matches!(*n, "--filter" | "-f") && rule(v, &["P", "protect"]));
-    let excluded = filters.iter().any(|(n, v)| {
-        *n == "--exclude" && names_history(v)
-            || matches!(*n, "--filter" | "-f") && rule(v, &["-", "exclude"])
+    let decided = filters.iter().find_map(|(n, v)| {
+        let (kind, pattern) = match *n {
+            "--exclude" => ("-", v.as_str()),
+            "--include" => ("+", v.as_str()),
+            "--filter" | "-f" => {
+                let (k, pat) = v.split_once([' ', '_'])?;
+                let kind = match k {
+                    "-" | "exclude" => "-",
+                    "+" | "include" => "+",
+                    "P" | "protect" => "P",
+                    _ => return None,
+                };
+                (kind, pat.trim())
+            }
+            _ => return None,
+        };
+        names_history(pattern).then_some(kind)
     });
-    if dry_run || protected || excluded && !args.iter().any(|a| a == "--delete-excluded") {
+    let kept = match decided {
+        Some("P") => true,
+        Some("-") => !args.iter().any(|a| a == "--delete-excluded"),
+        _ => false,
+    };
+    if dry_run || kept {
         return None;
     }
     let remove_source = args.iter().any(|a| a == "--remove-source-files");
