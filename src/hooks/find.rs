@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::Resolve;
 use super::history::{HistoryLoss, expand_path, fnmatch, joined, word_as_written};
+use crate::names::shell_word;
 
 /// Three-valued truth, ordered: `and` is the least, `or` the greatest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -233,11 +234,14 @@ const TAKES_ONE: &[&str] = &[
 /// Commands an `-exec` deletes with.
 const DELETERS: &[&str] = &["rm", "unlink", "shred", "truncate"];
 
-/// Commands an `-exec` runs the rest of its words through.
-const WRAPPERS: &[&str] = &[
-    "env", "sudo", "doas", "command", "nice", "nohup", "time", "xargs", "timeout", "ionice",
-    "stdbuf",
-];
+/// The program a simple command runs, by its name: `\rm` and
+/// `/bin/rm` are `rm`.
+fn program_of(cmd: &str) -> String {
+    let words = super::command_words(cmd);
+    let first = words.first().map(String::as_str).unwrap_or_default();
+    let first = first.trim_start_matches('\\');
+    first.rsplit('/').next().unwrap_or(first).to_string()
+}
 
 struct Parser<'a> {
     words: &'a [String],
@@ -350,53 +354,32 @@ impl Parser<'_> {
                     }
                     command.push(w.to_string());
                 }
-                // The program past wrappers (`env`, `sudo`) and their
-                // options and assignments.
-                // (`\rm` and `"rm"` are rm; a wrapper's numbers, `timeout
-                // 5`, `nice -n 5`, are no program, helper-66.)
-                let mut rest = command
-                    .iter()
-                    .map(|c| c.trim_start_matches('\\').rsplit('/').next().unwrap_or(c))
-                    .skip_while(|c| {
-                        WRAPPERS.contains(c)
-                            || c.starts_with('-')
-                            || c.contains('=')
-                            || c.chars().next().is_some_and(|d| d.is_ascii_digit())
-                    });
-                let program = rest.next();
+                // The program past wrappers, their options and operands,
+                // and assignments, read as the hook reads any command
+                // (`env X=1 rm`, `timeout 5 rm`, `nice -n 5 rm`, `\rm`).
+                let line: Vec<String> = command.iter().map(|w| shell_word(w)).collect();
+                let stripped = super::strip_prefixes(&line.join(" "));
+                let program = program_of(&stripped);
                 let recursive = command.iter().any(|c| {
                     c == "--recursive"
                         || c.starts_with('-') && !c.starts_with("--") && c.contains(['r', 'R'])
                 });
-                match program {
-                    Some("mv") => Expr::Deletes { tree: true },
-                    Some(p) if DELETERS.contains(&p) => Expr::Deletes {
+                match program.as_str() {
+                    "mv" => Expr::Deletes { tree: true },
+                    p if DELETERS.contains(&p) => Expr::Deletes {
                         tree: p == "rm" && recursive,
                     },
-                    // A shell may run anything; unless its script
-                    // deletes nothing, it is taken to.
                     // A shell may run anything: taken to delete unless
                     // no command of its script is a deleter (by its
                     // program, not by a substring: `clang-format` holds
                     // "rm", helper-65).
-                    Some("sh" | "bash" | "zsh" | "dash") => {
-                        let script = command
-                            .windows(2)
-                            .find(|w| {
-                                w[0].starts_with('-')
-                                    && !w[0].starts_with("--")
-                                    && w[0].contains('c')
-                            })
-                            .map(|w| w[1].clone());
-                        let deletes = script.is_none_or(|script| {
+                    "sh" | "bash" | "zsh" | "dash" | "ksh" => {
+                        let deletes = super::shell_string(&stripped).is_none_or(|script| {
                             super::runnable_commands(&script).iter().any(|c| {
-                                let words = super::command_words(c);
-                                let program = words.first().map(String::as_str).unwrap_or_default();
-                                let program = program.trim_start_matches('\\');
-                                let program = program.rsplit('/').next().unwrap_or(program);
-                                DELETERS.contains(&program)
+                                let program = program_of(c);
+                                DELETERS.contains(&program.as_str())
                                     || matches!(
-                                        program,
+                                        program.as_str(),
                                         "mv" | "find" | "xargs" | "eval" | "sh" | "bash"
                                     )
                             })
