@@ -46,11 +46,12 @@ impl Config {
 
     /// The first effect rule this call matches, as a barrier request.
     pub fn effect(&self, call: &ToolCall) -> Option<(Request, &EffectRule)> {
-        let rule = self
-            .effects
-            .iter()
-            .find(|r| Pattern::parse(&r.pattern).is_ok_and(|p| p.matches(call)))?;
-        Some((call.request(rule), rule))
+        self.effects.iter().find_map(|rule| {
+            let pattern = Pattern::parse(&rule.pattern).ok()?;
+            pattern
+                .matches(call)
+                .then(|| (call.request(rule, &pattern), rule))
+        })
     }
 }
 
@@ -174,7 +175,7 @@ impl ToolCall {
         label
     }
 
-    fn request(&self, rule: &EffectRule) -> Request {
+    fn request(&self, rule: &EffectRule, pattern: &Pattern<'_>) -> Request {
         let named = rule
             .key
             .as_deref()
@@ -192,9 +193,7 @@ impl ToolCall {
             // The commands the rule names, not the whole line: what the
             // agent pipes the output through is not the effect (D301).
             None if self.tool_input.get("command").is_some() => {
-                let commands = Pattern::parse(&rule.pattern)
-                    .map(|p| p.commands_named(self))
-                    .unwrap_or_default();
+                let commands = pattern.commands_named(&line);
                 let what = if commands.is_empty() {
                     line.clone()
                 } else {
@@ -220,31 +219,26 @@ impl ToolCall {
             .filter(|t| **t != tool)
             .map(|t| Request::bounded_key(format!("{t}:{what}")))
             .collect();
-        // What a build before D301 keyed a shell line by: all of it.
+        // How earlier builds keyed the same command, under any shell tool
+        // (or this tool): the whole line before D301, an argv's bare join
+        // before D293.
+        let tools: &[&str] = if is_shell_tool(&self.tool_name) {
+            SHELL_TOOLS
+        } else {
+            std::slice::from_ref(&tool)
+        };
+        let mut earlier = |what: &str| {
+            former_keys.extend(
+                tools
+                    .iter()
+                    .map(|t| Request::bounded_key(format!("{t}:{what}"))),
+            )
+        };
         if !by_field && line != what && self.tool_input.get("command").is_some() {
-            let tools: &[&str] = if is_shell_tool(&self.tool_name) {
-                SHELL_TOOLS
-            } else {
-                &[tool]
-            };
-            former_keys.extend(
-                tools
-                    .iter()
-                    .map(|t| Request::bounded_key(format!("{t}:{line}"))),
-            );
+            earlier(&line);
         }
-        // What a build before D293 keyed an argv command by.
         if !by_field && let Some(bare) = self.argv_joined_bare().filter(|b| *b != what) {
-            let tools: Vec<&str> = if is_shell_tool(&self.tool_name) {
-                SHELL_TOOLS.to_vec()
-            } else {
-                vec![tool]
-            };
-            former_keys.extend(
-                tools
-                    .iter()
-                    .map(|t| Request::bounded_key(format!("{t}:{bare}"))),
-            );
+            earlier(&bare);
         }
         Request {
             scope: "hook".into(),
@@ -716,19 +710,19 @@ impl<'a> Pattern<'a> {
         tried(&call.argument()) || call.argv_joined_bare().is_some_and(|b| tried(&b))
     }
 
-    /// The simple commands of a shell call this pattern names, each
+    /// The simple commands of a shell call's `line` this pattern names, each
     /// canonical: the effect's identity (D301). Keyed by its whole line,
     /// `git push origin main 2>&1 | tail -3` was another effect than the
     /// push before it, and went through (helper-63). Empty when the
     /// pattern names no command, or only the whole line matches.
-    fn commands_named(&self, call: &ToolCall) -> Vec<String> {
+    fn commands_named(&self, line: &str) -> Vec<String> {
         let Some(a) = self.argument else {
             return Vec::new();
         };
         let mut out: Vec<String> = Vec::new();
         // A here-document's text runs nothing: a script written through
         // `cat <<EOF` that holds the push is not the push (helper-64).
-        for c in runnable_commands(&call.argument()) {
+        for c in runnable_commands(line) {
             // `bash -c 'git push'` is named by the push inside it.
             if shell_string(&c).is_some() {
                 continue;
@@ -1142,15 +1136,33 @@ fn words(cmd: &str) -> Vec<(usize, String)> {
 /// goes, not what runs. `git clean -fdx 2>&1` read `2>` as a pathspec
 /// and passed as a clean of some other path (helper-63, D301).
 fn command_words(cmd: &str) -> Vec<String> {
+    words_keeping_redirections(cmd, |_, _| false)
+}
+
+/// The words of a simple command, each redirection (the operator word,
+/// and its target when that is the next word) kept only where `keep`
+/// says so, given the operator word and its target.
+fn words_keeping_redirections(cmd: &str, keep: impl Fn(&str, &str) -> bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut it = words(cmd).into_iter().map(|(_, w)| w);
     while let Some(w) = it.next() {
         match redirection(&w) {
             // The operator alone: its target is the next word.
             Some(true) => {
-                it.next();
+                let target = it.next().unwrap_or_default();
+                if keep(&w, &target) {
+                    out.push(w);
+                    out.push(target);
+                }
             }
-            Some(false) => {}
+            Some(false) => {
+                let target = w
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .trim_start_matches(['<', '>', '&', '|']);
+                if keep(&w, target) {
+                    out.push(w);
+                }
+            }
             None => out.push(w),
         }
     }
@@ -1178,44 +1190,22 @@ fn redirection(word: &str) -> Option<bool> {
 /// 2>&1`, `git  push "origin" main` and `git push origin main` are one
 /// command (D301).
 fn canonical_command(cmd: &str) -> String {
-    command_words(cmd)
-        .iter()
-        .map(|w| shell_word(w))
-        .collect::<Vec<_>>()
-        .join(" ")
+    history::joined(&command_words(cmd))
 }
 
 /// A simple command as the effect it is: its words without the
 /// redirections of its output, each quoted as a shell needs it. What it
 /// reads stays: `kubectl apply -f - < staging.yaml` and `< prod.yaml`
-/// are two effects (helper-64, D301).
+/// are two effects (helper-64, D301), but not input from /dev/null,
+/// which reads nothing (`</dev/null` keeps a prompt from waiting).
 fn effect_identity(cmd: &str) -> String {
-    let mut out = Vec::new();
-    let mut it = words(cmd).into_iter().map(|(_, w)| w);
-    while let Some(w) = it.next() {
-        let output = w
+    let reads = |op: &str, target: &str| {
+        let output = op
             .trim_start_matches(|c: char| c.is_ascii_digit())
             .starts_with(['>', '&']);
-        match redirection(&w) {
-            Some(target_next) if output => {
-                if target_next {
-                    it.next();
-                }
-            }
-            // Input from /dev/null reads nothing (`</dev/null` keeps a
-            // prompt from waiting).
-            Some(true) => {
-                let target = it.next().unwrap_or_default();
-                if target != "/dev/null" {
-                    out.push(shell_word(&w));
-                    out.push(shell_word(&target));
-                }
-            }
-            Some(false) if w.ends_with("/dev/null") => {}
-            _ => out.push(shell_word(&w)),
-        }
-    }
-    out.join(" ")
+        !output && target != "/dev/null"
+    };
+    history::joined(&words_keeping_redirections(cmd, reads))
 }
 
 /// `*` matches any run of characters, `?` any one; everything else is

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Resolve;
-use super::history::{HistoryLoss, expand_path, fnmatch, joined, word_as_written};
+use super::history::{HISTORY_PATHS, HistoryLoss, expand_path, fnmatch, joined, word_as_written};
 use crate::names::shell_word;
 
 /// Three-valued truth, ordered: `and` is the least, `or` the greatest.
@@ -168,24 +168,6 @@ struct Visited {
     name: String,
     is_dir: bool,
 }
-
-/// What `.rewind/` holds that its history cannot do without, by kind:
-/// the ledger, its WAL, the objects and their fan-out directories, the
-/// btrfs engine's state subvolume. (`tmp/`, `lock` and `reserve` are
-/// made again.)
-const HISTORY_PATHS: &[(&str, bool)] = &[
-    ("", true),
-    ("ledger.db", false),
-    ("ledger.db-wal", false),
-    ("objects", true),
-    ("objects/dd", true),
-    (
-        "objects/dd/37f9edb281f5de29e0f43f64dabaea6d693a0a2ca27a622246c9df9d8edcae",
-        false,
-    ),
-    ("state", true),
-    ("state/ledger.db", false),
-];
 
 /// Options before the start points, and how many words each takes.
 fn leading_option(word: &str) -> Option<usize> {

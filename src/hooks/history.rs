@@ -12,15 +12,23 @@ use rewind_platform::lexical;
 use super::Resolve;
 use crate::names::{self, shell_word};
 
-/// What of `.rewind/` a pattern must not take, as paths below the
-/// workspace (`""` is the directory itself): the ledger, its WAL, the
-/// objects. (`tmp/`, `lock`, `clock` and `reserve` are made again.)
-const HISTORY_PARTS: &[&str] = &[
-    "",
-    "/ledger.db",
-    "/ledger.db-wal",
-    "/objects/dd/37f9edb281f5de29e0f43f64dabaea6d693a0a2ca27a622246c9df9d8edcae",
-    "/state/ledger.db",
+/// What `.rewind/` holds that its history cannot do without, as paths
+/// below it, each with whether it is a directory: the ledger, its WAL,
+/// the objects and their fan-out directories, the btrfs engine's state
+/// subvolume. (`tmp/`, `lock`, `clock` and `reserve` are made again.)
+/// A pattern is judged by whether it would take one of them.
+pub(super) const HISTORY_PATHS: &[(&str, bool)] = &[
+    ("", true),
+    ("ledger.db", false),
+    ("ledger.db-wal", false),
+    ("objects", true),
+    ("objects/dd", true),
+    (
+        "objects/dd/37f9edb281f5de29e0f43f64dabaea6d693a0a2ca27a622246c9df9d8edcae",
+        false,
+    ),
+    ("state", true),
+    ("state/ledger.db", false),
 ];
 
 /// What in `.rewind/` is made again when gone: deleting it loses nothing.
@@ -665,10 +673,16 @@ pub(super) fn git_taking_ignored(
                 // A glob matches across `/`, as git's pathspecs do: it
                 // reaches the history if it names one of its paths
                 // (`*.log` does not, helper-65).
+                // (The history itself and its files: a directory goes
+                // with what is in it.)
                 _ if path.contains(['*', '?', '[']) => from_dir.as_ref().is_some_and(|rel| {
-                    HISTORY_PARTS
+                    HISTORY_PATHS
                         .iter()
-                        .any(|part| fnmatch(path, &format!("{rel}{part}")))
+                        .filter(|(part, is_dir)| part.is_empty() || !is_dir)
+                        .any(|(part, _)| match part {
+                            &"" => fnmatch(path, rel),
+                            part => fnmatch(path, &format!("{rel}/{part}")),
+                        })
                 }),
                 _ => under(&lexical(&dir.join(path))),
             }
