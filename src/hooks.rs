@@ -421,66 +421,17 @@ impl ToolCall {
         histories: &[PathBuf],
         resolve: Resolve,
     ) -> Option<HistoryLoss> {
-        for step in self.commands_with_dirs(cwd, resolve) {
-            let Some((first, rest)) = step.words.split_first() else {
-                continue;
-            };
-            if first == TOO_DEEP {
-                return histories.first().map(|h| HistoryLoss::Unclear {
-                    runs: "this line".into(),
-                    history: h.clone(),
-                });
-            }
-            let name = first.rsplit('/').next().unwrap_or(first);
-            for history in histories {
-                let root = history.parent().unwrap_or(history).to_path_buf();
-                let candidates = match (&step.dir, name) {
-                    (Some(d), _) => vec![d.clone()],
-                    // git's exclude then names the history absolutely.
-                    (None, "git") => vec![PathBuf::from("/")],
-                    (None, _) => vec![root, step.known.clone()],
-                };
-                for dir in &candidates {
-                    let found = match name {
-                        "git" => git_taking_ignored(rest, dir, history, resolve),
-                        "rm" | "unlink" => rm_reaching(&step.words, dir, history, resolve),
-                        "mv" => mv_reaching(&step.words, dir, history, resolve),
-                        "find" => find::deleting(&step.words, dir, history, resolve),
-                        "rsync" => rsync_deleting(&step.words, dir, history, resolve),
-                        _ => None,
-                    };
-                    if let Some(loss) = found {
-                        return Some(match step.dir {
-                            Some(_) => loss.after(&step.cds),
-                            None => loss.unclear(history),
-                        });
-                    }
-                }
-            }
-        }
-        None
+        self.shell_line(cwd, resolve).deletes_the_history(histories)
     }
 
-    /// The paths the `rm` commands of this shell call name (globs left
-    /// out): where to look for a workspace whose history they would take
-    /// with them, as `rm -rf proj` run from proj's parent would.
-    pub fn removed_paths(&self, cwd: &Path, resolve: Resolve) -> Vec<PathBuf> {
-        self.commands_with_dirs(cwd, resolve)
-            .iter()
-            .filter(|step| {
-                step.words
-                    .first()
-                    .is_some_and(|f| f.rsplit('/').next() == Some("rm"))
-            })
-            .filter_map(|step| Some((step.dir.as_ref()?, &step.words)))
-            .flat_map(|(dir, w)| {
-                w[1..]
-                    .iter()
-                    .filter(|o| !o.starts_with('-') && !o.contains(['*', '?', '[']))
-                    .filter_map(|o| expand_path(o, dir).map(|p| resolve(&p)))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+    /// This call's shell line read once: each simple command with where
+    /// it runs, paths resolved with `resolve`. The hook asks it both
+    /// which workspaces an `rm` names and what would delete a history.
+    pub fn shell_line<'r>(&self, cwd: &Path, resolve: Resolve<'r>) -> ShellLine<'r> {
+        ShellLine {
+            steps: self.commands_with_dirs(cwd, resolve),
+            resolve,
+        }
     }
 
     /// Each simple command of this shell call with where it runs: `cwd`,
@@ -527,6 +478,78 @@ impl ToolCall {
             });
         }
         out
+    }
+}
+
+/// A shell line read once (see [`ToolCall::shell_line`]).
+pub struct ShellLine<'r> {
+    steps: Vec<Step>,
+    resolve: Resolve<'r>,
+}
+
+impl ShellLine<'_> {
+    /// See [`ToolCall::deletes_the_history`].
+    pub fn deletes_the_history(&self, histories: &[PathBuf]) -> Option<HistoryLoss> {
+        for step in &self.steps {
+            let Some((first, rest)) = step.words.split_first() else {
+                continue;
+            };
+            if first == TOO_DEEP {
+                return histories.first().map(|h| HistoryLoss::Unclear {
+                    runs: "this line".into(),
+                    history: h.clone(),
+                });
+            }
+            let name = first.rsplit('/').next().unwrap_or(first);
+            for history in histories {
+                let root = history.parent().unwrap_or(history).to_path_buf();
+                let candidates = match (&step.dir, name) {
+                    (Some(d), _) => vec![d.clone()],
+                    // git's exclude then names the history absolutely.
+                    (None, "git") => vec![PathBuf::from("/")],
+                    (None, _) => vec![root, step.known.clone()],
+                };
+                for dir in &candidates {
+                    let found = match name {
+                        "git" => git_taking_ignored(rest, dir, history, self.resolve),
+                        "rm" | "unlink" => rm_reaching(&step.words, dir, history, self.resolve),
+                        "mv" => mv_reaching(&step.words, dir, history, self.resolve),
+                        "find" => find::deleting(&step.words, dir, history, self.resolve),
+                        "rsync" => rsync_deleting(&step.words, dir, history, self.resolve),
+                        _ => None,
+                    };
+                    if let Some(loss) = found {
+                        return Some(match step.dir {
+                            Some(_) => loss.after(&step.cds),
+                            None => loss.unclear(history),
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The paths the `rm` commands of this shell call name (globs left
+    /// out): where to look for a workspace whose history they would take
+    /// with them, as `rm -rf proj` run from proj's parent would.
+    pub fn removed_paths(&self) -> Vec<PathBuf> {
+        self.steps
+            .iter()
+            .filter(|step| {
+                step.words
+                    .first()
+                    .is_some_and(|f| f.rsplit('/').next() == Some("rm"))
+            })
+            .filter_map(|step| Some((step.dir.as_ref()?, &step.words)))
+            .flat_map(|(dir, w)| {
+                w[1..]
+                    .iter()
+                    .filter(|o| !o.starts_with('-') && !o.contains(['*', '?', '[']))
+                    .filter_map(|o| expand_path(o, dir).map(|p| (self.resolve)(&p)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 }
 

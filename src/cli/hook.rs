@@ -271,6 +271,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         return (out, BLOCK);
     }
     let (config_root, workspace) = locate(start);
+    let line = call.shell_line(line_dir, &resolve_links);
     // Where there is a history to lose (D296, D300): this workspace's,
     // the line's own, the project's, and any an `rm` names.
     let mut histories: Vec<PathBuf> = workspace
@@ -281,7 +282,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
             std::env::var_os("CLAUDE_PROJECT_DIR").and_then(|p| Workspace::discover(Path::new(&p))),
         )
         .chain(
-            call.removed_paths(line_dir, &resolve_links)
+            line.removed_paths()
                 .iter()
                 .filter_map(|p| Workspace::discover(p)),
         )
@@ -289,7 +290,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         .collect();
     histories.sort();
     histories.dedup();
-    if let Some(loss) = call.deletes_the_history(line_dir, &histories, &resolve_links) {
+    if let Some(loss) = line.deletes_the_history(&histories) {
         eprintln!("rewind: refused: {loss}");
         return (out, BLOCK);
     }
