@@ -2079,18 +2079,9 @@ impl Workspace {
             // component is never resolved (it may itself be a symlink to
             // restore).
             Err(_) => {
-                let mut existing = norm.parent().map(Path::to_path_buf).ok_or_else(outside)?;
-                let mut rest = vec![norm.file_name().ok_or_else(outside)?.to_os_string()];
-                let real = loop {
-                    match std::fs::canonicalize(&existing) {
-                        Ok(r) => break r,
-                        Err(_) => {
-                            rest.push(existing.file_name().ok_or_else(outside)?.to_os_string());
-                            existing.pop();
-                        }
-                    }
-                };
-                let full = rest.iter().rev().fold(real, |p, c| p.join(c));
+                let parent = norm.parent().ok_or_else(outside)?;
+                let name = norm.file_name().ok_or_else(outside)?;
+                let full = rewind_platform::resolve_existing(parent).join(name);
                 full.strip_prefix(&self.root_path)
                     .map_err(|_| outside())?
                     .to_path_buf()

@@ -809,6 +809,27 @@ pub fn lexical(p: &Path) -> PathBuf {
     out
 }
 
+/// `p` (absolute and lexical) as the filesystem means it: its longest
+/// part that exists with symbolic links followed, the rest as written.
+/// A path named through a link to the workspace is then the workspace's.
+pub fn resolve_existing(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut existing = p;
+    loop {
+        if let Ok(mut real) = std::fs::canonicalize(existing) {
+            real.extend(rest.iter().rev());
+            return real;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
 /// A manifest path must be relative, free of `..`, `.` and NUL: anything else
 /// could name a place outside the workspace.
 pub fn check_relative(rel: &Path) -> std::io::Result<()> {

@@ -30,7 +30,7 @@ pub use clone::{
 };
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, Within, allocate, check_relative, create_in_place_file,
-    file_set_mode, file_set_mtime, lexical,
+    file_set_mode, file_set_mtime, lexical, resolve_existing,
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, extents, next_data};

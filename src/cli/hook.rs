@@ -222,24 +222,10 @@ fn orphan_effect(
     Ok(None)
 }
 
-/// `path` as the filesystem means it: the longest part that exists with
-/// its links followed, the rest as written (D300).
+/// `path` as the filesystem means it (D300): see
+/// [`rewind_platform::resolve_existing`].
 fn resolve_links(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut existing = path;
-    loop {
-        if let Ok(mut real) = std::fs::canonicalize(existing) {
-            real.extend(rest.iter().rev());
-            return rewind_platform::lexical(&real);
-        }
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_owned());
-                existing = parent;
-            }
-            _ => return path.to_path_buf(),
-        }
-    }
+    rewind_platform::lexical(&rewind_platform::resolve_existing(path))
 }
 
 /// Where the workspace and its rewind.toml are, if anywhere.
