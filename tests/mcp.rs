@@ -215,55 +215,30 @@ fn an_unknown_profile_fails_at_startup() {
 /// directory (-C DIR)".
 #[test]
 fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
-    use std::io::{BufRead, Write};
     let dir = common::tmp();
     let ws = dir.path();
     common::write(&ws.join("pkg/a"), b"a\n");
     common::rewind_json(ws, &["init"]);
-    let mut child = common::raw_mcp(&ws.join("pkg"));
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    let mut call = |id: u32, line: String| -> serde_json::Value {
-        writeln!(stdin, "{line}").expect("write");
-        loop {
-            let mut l = String::new();
-            assert!(stdout.read_line(&mut l).expect("read") > 0, "server closed");
-            let v: serde_json::Value = serde_json::from_str(&l).expect("json");
-            if v["id"] == id {
-                return v;
-            }
-        }
-    };
-    let tool = |id: u32, name: &str, args: &str| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
-        )
-    };
-    call(1, common::INITIALIZE.into());
-    let made = call(2, tool(2, "checkpoint", r#"{"label":"good"}"#));
+    let mut session = RawSession::start(&ws.join("pkg"));
+    let made = session.tool("checkpoint", r#"{"label":"good"}"#);
     assert!(
         made["result"]["structuredContent"]["id"].is_string(),
         "{made}"
     );
     std::fs::remove_dir_all(ws.join("pkg")).expect("the agent's rm -rf");
-    let back = call(3, tool(3, "rewind", r#"{"id":"good"}"#));
+    let back = session.tool("rewind", r#"{"id":"good"}"#);
     assert_ne!(back["result"]["isError"], true, "{back}");
     assert_eq!(back["result"]["structuredContent"]["written"], 2, "{back}");
     assert_eq!(std::fs::read(ws.join("pkg/a")).expect("restored"), b"a\n");
     // D196: a report on a rewind with nothing to leave is not dropped
     // silently (helper-26).
-    let again = call(
-        4,
-        tool(4, "rewind", r#"{"id":"good","report":"tried the rm"}"#),
-    );
+    let again = session.tool("rewind", r#"{"id":"good","report":"tried the rm"}"#);
     assert!(
         again["result"]["structuredContent"]["warning"]
             .as_str()
             .is_some_and(|w| w.contains("report was not stored")),
         "{again}"
     );
-    drop(stdin);
-    let _ = child.wait();
 }
 
 /// D302: a server whose workspace's own directory is renamed or removed
