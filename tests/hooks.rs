@@ -48,6 +48,12 @@ fn pre(name: &str, ws: &Path) -> Output {
     hook("pre-tool-use", &payload(name, ws))
 }
 
+/// A Bash call's payload: `command` run in `cwd`.
+fn bash(command: &str, cwd: &Path) -> String {
+    serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": cwd})
+        .to_string()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -1171,10 +1177,7 @@ fn a_push_piped_or_redirected_is_the_same_push() {
         b"[[effect]]\nmatch = \"Bash(git push*)\"\n[[effect]]\nmatch = \"Bash(npm publish)\"\n",
     );
     rewind_json(ws, &["checkpoint"]);
-    let call = |command: &str| {
-        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
-            .to_string()
-    };
+    let call = |command: &str| bash(command, ws);
     for (first, again) in [
         (
             "git push origin main",
@@ -1263,10 +1266,7 @@ fn git_commands_that_would_delete_the_history_are_refused_with_a_safe_form() {
     write(&ws.join("build/out.o"), b"obj");
     write(&ws.join(".gitignore"), b"build/\n");
     rewind_json(ws, &["checkpoint"]);
-    let call = |command: &str| {
-        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
-            .to_string()
-    };
+    let call = |command: &str| bash(command, ws);
     for (command, instead) in [
         ("git clean -fdx", "git clean -fdx -- ':(exclude).rewind'"),
         // `-e` patterns join the ignore rules, which `-X` deletes
@@ -1348,10 +1348,7 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
         .expect("id")
         .to_string();
     let tree = snapshot(&ws);
-    let call = |command: &str, cwd: &Path| {
-        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": cwd})
-            .to_string()
-    };
+    let call = bash;
     let root = ws.display().to_string();
     for (command, cwd) in [
         ("rm -rf .rewind", ws.clone()),
@@ -1508,10 +1505,7 @@ fn an_agent_may_not_prune_checkpoints_past_the_policy() {
     let dir = project(false);
     let ws = dir.path();
     rewind_json(ws, &["checkpoint", "before"]);
-    let call = |command: &str| {
-        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": command}, "cwd": ws})
-            .to_string()
-    };
+    let call = |command: &str| bash(command, ws);
     for command in [
         "rewind gc --keep-last 1",
         "rewind gc --force --keep-within 0s",
