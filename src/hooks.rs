@@ -33,8 +33,8 @@ mod find;
 mod history;
 pub use history::HistoryLoss;
 use history::{
-    expand_path, git_taking_ignored, home, mv_reaching, rm_reaching, rsync_deleting,
-    word_as_written,
+    expand_path, git_taking_ignored, home, mv_reaching, overwrite_reaching, rm_reaching,
+    rsync_deleting, word_as_written,
 };
 
 pub use crate::config::{CONFIG_FILE, Config, EffectRule};
@@ -387,12 +387,21 @@ impl ToolCall {
     /// The words of each simple command a shell call runs; none for
     /// other tools. Here-document text is no command (helper-56).
     fn shell_commands(&self) -> Vec<Vec<String>> {
+        self.shell_commands_and_writes()
+            .into_iter()
+            .map(|(words, _)| words)
+            .collect()
+    }
+
+    /// [`Self::shell_commands`], each with the files its output
+    /// redirections write.
+    fn shell_commands_and_writes(&self) -> Vec<(Vec<String>, Vec<String>)> {
         if !is_shell_tool(&self.tool_name) {
             return Vec::new();
         }
         runnable_commands(&self.argument())
             .iter()
-            .map(|c| command_words(c))
+            .map(|c| (command_words(c), written_by_redirections(c)))
             .collect()
     }
 
@@ -442,7 +451,7 @@ impl ToolCall {
         let mut known = resolve(&lexical(cwd));
         let mut cds = Vec::new();
         let mut out = Vec::new();
-        for w in self.shell_commands() {
+        for (w, writes) in self.shell_commands_and_writes() {
             match w.first().map(String::as_str) {
                 Some("cd" | "pushd") => {
                     let target = w[1..].iter().find(|a| *a == "-" || !a.starts_with('-'));
@@ -475,6 +484,7 @@ impl ToolCall {
                 known: known.clone(),
                 cds: cds.join(" && "),
                 words: w,
+                writes,
             });
         }
         out
@@ -491,9 +501,10 @@ impl ShellLine<'_> {
     /// See [`ToolCall::deletes_the_history`].
     pub fn deletes_the_history(&self, histories: &[PathBuf]) -> Option<HistoryLoss> {
         for step in &self.steps {
-            let Some((first, rest)) = step.words.split_first() else {
-                continue;
-            };
+            // A redirection alone (`> .rewind/ledger.db`) is a command
+            // without words.
+            let first = step.words.first().map_or("", String::as_str);
+            let rest = step.words.get(1..).unwrap_or_default();
             if first == TOO_DEEP {
                 return histories.first().map(|h| HistoryLoss::Unclear {
                     runs: "this line".into(),
@@ -517,7 +528,10 @@ impl ShellLine<'_> {
                         "find" => find::deleting(&step.words, dir, history, self.resolve),
                         "rsync" => rsync_deleting(&step.words, dir, history, self.resolve),
                         _ => None,
-                    };
+                    }
+                    .or_else(|| {
+                        overwrite_reaching(&step.words, &step.writes, dir, history, self.resolve)
+                    });
                     if let Some(loss) = found {
                         return Some(match step.dir {
                             Some(_) => loss.after(&step.cds),
@@ -530,21 +544,30 @@ impl ShellLine<'_> {
         None
     }
 
-    /// The paths the `rm` commands of this shell call name (globs left
-    /// out): where to look for a workspace whose history they would take
-    /// with them, as `rm -rf proj` run from proj's parent would.
+    /// The paths this shell call's `rm` commands and its writes name
+    /// (globs left out): where to look for a workspace whose history they
+    /// would take with them, as `rm -rf proj` or `cp x
+    /// proj/.rewind/ledger.db` run from proj's parent would.
     pub fn removed_paths(&self) -> Vec<PathBuf> {
+        const WRITERS: &[&str] = &[
+            "rm", "cp", "mv", "install", "ln", "truncate", "shred", "tee", "dd",
+        ];
         self.steps
             .iter()
-            .filter(|step| {
-                step.words
+            .filter_map(|step| Some((step.dir.as_ref()?, step)))
+            .flat_map(|(dir, step)| {
+                let program = step
+                    .words
                     .first()
-                    .is_some_and(|f| f.rsplit('/').next() == Some("rm"))
-            })
-            .filter_map(|step| Some((step.dir.as_ref()?, &step.words)))
-            .flat_map(|(dir, w)| {
-                w[1..]
+                    .map(|f| f.rsplit('/').next().unwrap_or(f));
+                let operands = step
+                    .words
                     .iter()
+                    .skip(1)
+                    .filter(|_| program.is_some_and(|p| WRITERS.contains(&p)))
+                    .map(|o| o.strip_prefix("of=").unwrap_or(o));
+                operands
+                    .chain(step.writes.iter().map(String::as_str))
                     .filter(|o| !o.starts_with('-') && !o.contains(['*', '?', '[']))
                     .filter_map(|o| expand_path(o, dir).map(|p| (self.resolve)(&p)))
                     .collect::<Vec<_>>()
@@ -567,6 +590,8 @@ struct Step {
     /// The `cd`s before it, as a shell line (empty for none).
     cds: String,
     words: Vec<String>,
+    /// The files its output redirections write (`> f`, `2>>log`).
+    writes: Vec<String>,
 }
 
 /// A shell line without the text of its here-documents, unless a shell
@@ -1165,7 +1190,7 @@ fn command_words(cmd: &str) -> Vec<String> {
 /// The words of a simple command, each redirection (the operator word,
 /// and its target when that is the next word) kept only where `keep`
 /// says so, given the operator word and its target.
-fn words_keeping_redirections(cmd: &str, keep: impl Fn(&str, &str) -> bool) -> Vec<String> {
+fn words_keeping_redirections(cmd: &str, mut keep: impl FnMut(&str, &str) -> bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut it = words(cmd).into_iter().map(|(_, w)| w);
     while let Some(w) = it.next() {
@@ -1206,6 +1231,23 @@ fn redirection(word: &str) -> Option<bool> {
         return None;
     }
     Some(rest.len() == op.len())
+}
+
+/// The files a simple command's output redirections write: `> f`,
+/// `>>f`, `2>log`, `&>f`, `>|f`, `<>f`; not a descriptor (`>&2`, `2>&1`,
+/// `>&-`).
+fn written_by_redirections(cmd: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    words_keeping_redirections(cmd, |op, target| {
+        let op = op.trim_start_matches(|c: char| c.is_ascii_digit());
+        let writes = op.starts_with(['>', '&']) || op.starts_with("<>");
+        let descriptor = target == "-" || target.chars().all(|c| c.is_ascii_digit());
+        if writes && !descriptor {
+            out.push(target.to_string());
+        }
+        false
+    });
+    out
 }
 
 /// A simple command as one canonical line: its words without
@@ -2071,6 +2113,62 @@ mod tests {
                 .deletes_the_history(ws, &history, &|p: &Path| p.to_path_buf())
                 .is_none()
         );
+    }
+
+    /// D309: a write over what the history holds loses it as an `rm`
+    /// does: a redirection, `truncate`, `shred`, `tee`, `dd of=`, and a
+    /// `cp`, `mv`, `install` or `ln` whose destination is the ledger or
+    /// lands a file of its name in `.rewind/`. Reading the history,
+    /// writing beside it and into what it makes again passes.
+    #[test]
+    fn a_write_over_the_history_is_refused_and_one_beside_it_passes() {
+        let at = deletes_in_w;
+        for (line, cwd) in [
+            ("truncate -s0 .rewind/ledger.db", "/w"),
+            ("truncate --size=0 -- .rewind/ledger.db-wal", "/w"),
+            (": > .rewind/ledger.db-wal", "/w"),
+            ("> /w/.rewind/ledger.db", "/tmp"),
+            ("echo x >>.rewind/objects/ab/cdef", "/w"),
+            ("make 2>&1 &>../.rewind/ledger.db", "/w/src"),
+            ("cp /tmp/x .rewind/ledger.db", "/w"),
+            ("cp backup/ledger.db .rewind/", "/w"),
+            ("cp backup/ledger.db .rewind", "/w"),
+            ("cp -t .rewind x ledger.db", "/w"),
+            ("cp --target-directory=/w/.rewind ledger.db", "/tmp"),
+            ("mv new.db .rewind/ledger.db", "/w"),
+            ("ln -sf /dev/null .rewind/ledger.db", "/w"),
+            ("install -m 644 x .rewind/state/ledger.db", "/w"),
+            ("dd if=/dev/zero of=.rewind/ledger.db bs=1 count=1", "/w"),
+            ("echo hi | tee -a .rewind/ledger.db", "/w"),
+            ("shred -u -n 3 .rewind/ledger.db", "/w"),
+            ("cd /w && truncate -s 0 .rewind/ledger.db", "/tmp"),
+            ("bash -c 'cat /dev/null > .rewind/ledger.db'", "/w"),
+        ] {
+            assert!(
+                matches!(at(line, cwd), Some(HistoryLoss::Overwritten { .. })),
+                "{line} in {cwd}: {:?}",
+                at(line, cwd)
+            );
+        }
+        for (line, cwd) in [
+            ("echo x > .rewind/tmp/y", "/w"),
+            ("echo x > out.txt 2>&1", "/w"),
+            ("make 2>/dev/null >&2", "/w"),
+            ("cmd >&- 2>&1", "/w"),
+            ("cp a b", "/w"),
+            ("cp .rewind/ledger.db /tmp/", "/w"),
+            ("cat .rewind/ledger.db > /tmp/copy.db", "/w"),
+            ("truncate -s 0 log.txt", "/w"),
+            ("truncate -r .rewind/ledger.db copy.db", "/w"),
+            ("ls > .rewind/../list.txt", "/w"),
+            ("tee < .rewind/ledger.db out", "/w"),
+            ("dd if=.rewind/ledger.db of=/tmp/l.db", "/w"),
+            ("cp x ledger.db", "/w"),
+            ("ln -s .rewind/ledger.db", "/w"),
+            ("echo x > .rewind/ledger.db", "/elsewhere"),
+        ] {
+            assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
     }
 
     /// D300: an `rm` that deletes the history, a file in it, or the

@@ -380,7 +380,11 @@ fn run_to(
             setuid_stripped: Vec::new(),
             effects_not_undone: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
-            warning: None,
+            // A dry run records nothing: the agent must know its note
+            // went nowhere, or it never gives it again.
+            warning: opts.report.as_ref().map(|_| {
+                "the report was not stored: a dry run records nothing; give it again with the rewind itself".to_string()
+            }),
         });
     }
 

@@ -1822,6 +1822,13 @@ fn json_is_one_object_and_paths_follow_dash_c() {
     let message = missing["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("checkpoint"), "{missing}");
     assert!(!message.contains("serve-commands"), "{missing}");
+    // Nor the human's (helper-62): stderr listed every internal verb.
+    let human = String::from_utf8_lossy(&rewind(&ws, &["-q"]).stderr).into_owned();
+    assert!(human.contains("requires a subcommand"), "{human}");
+    assert!(human.contains("checkpoint"), "{human}");
+    for hidden in ["serve-commands", "finish-manifests", "writeback"] {
+        assert!(!human.contains(hidden), "{human}");
+    }
     let typo = json_of(&rewind(&ws, &["--json", "chekpoint"]));
     assert!(
         typo["error"]["message"]

@@ -1061,6 +1061,49 @@ fn status_counts_a_path_the_capture_skips_as_the_checkpoint_does() {
     assert_eq!(ck["changes"]["deleted"], 1, "{ck}");
 }
 
+/// D309: a path HEAD holds that a rule just added to `.rewindignore`
+/// leaves out is still on disk: `status` says so once per subtree, where
+/// it printed `D build` and `D build/o.o` like a deletion. A path really
+/// deleted keeps its plain `D`.
+#[test]
+fn status_marks_a_newly_ignored_path_as_still_there_not_deleted() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("build/o.o"), b"object");
+    write(&root.join("build/sub/p"), b"p");
+    write(&root.join("x.log"), b"log");
+    write(&root.join("gone/g"), b"g");
+    common::checkpoint_id(root, &["a"]);
+    write(&root.join(".rewindignore"), b"build/\n*.log\n");
+    std::fs::remove_dir_all(root.join("gone")).expect("rm gone");
+    let status = common::rewind_json(root, &["status"]);
+    let uncaptured = |p: &str| {
+        let c = status["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .find(|c| c["path"] == p)
+            .unwrap_or_else(|| panic!("{p} not listed: {status}"));
+        assert_eq!(c["status"], "deleted", "{status}");
+        c["uncaptured"].as_str().map(str::to_string)
+    };
+    for p in ["build", "build/o.o", "build/sub", "build/sub/p", "x.log"] {
+        let why = uncaptured(p).unwrap_or_else(|| panic!("{p} shown as deleted: {status}"));
+        assert!(why.contains("ignore rules"), "{why}");
+    }
+    for p in ["gone", "gone/g"] {
+        assert_eq!(uncaptured(p), None, "{p} was deleted: {status}");
+    }
+    let human = common::rewind(root, &["status"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("D build (still there, but not captured: the ignore rules"),
+        "{human}"
+    );
+    assert!(human.contains("D build/o.o (still there)\n"), "{human}");
+    assert!(human.contains("D gone\n"), "{human}");
+}
+
 /// D115: as a user who owns the workspace, a change inside a directory
 /// its owner may not write (mode 555 or 500: `chmod -R a-w`, a Go module
 /// cache) is rewound, and the directory keeps its mode. Before, every

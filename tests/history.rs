@@ -165,6 +165,21 @@ fn a_rewind_to_the_tree_the_workspace_already_is_moves_head_and_keeps_the_note()
             .is_some_and(|w| w.contains("report was not stored")),
         "{noted}"
     );
+    // D309: nor does a dry run's, which records nothing.
+    std::fs::write(root.join("f"), b"changed\n").expect("write");
+    let dry = rewind_json(
+        root,
+        &["rewind", &a, "--dry-run", "--report", "just looking"],
+    );
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert!(
+        dry["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("a dry run records nothing")),
+        "{dry}"
+    );
+    assert_eq!(std::fs::read(root.join("f")).expect("read"), b"changed\n");
+    std::fs::write(root.join("f"), b"one\n").expect("write");
     // On stderr, as `checkpoint`'s warnings, also under `-q` (helper-62).
     for args in [
         &["rewind", &a, "--report", "z"][..],

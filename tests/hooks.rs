@@ -1361,6 +1361,14 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
             Path::new("/").to_path_buf(),
         ),
         ("rm -rf \"$PWD\"", ws.clone()),
+        // D309: a write over the ledger, its WAL or an object.
+        ("truncate -s0 .rewind/ledger.db", ws.clone()),
+        (": > .rewind/ledger.db-wal", ws.clone()),
+        ("cd src && cp /dev/null ../.rewind/ledger.db", ws.clone()),
+        (
+            "cp ~/backup/ledger.db proj/.rewind/",
+            parent.path().to_path_buf(),
+        ),
     ] {
         let refused = hook("pre-tool-use", &call(command, &cwd));
         refused_saying(&refused, command, "history of every checkpoint");
@@ -1406,6 +1414,8 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
         "rm -rf src",
         "rm -f .env",
         "find . -name '*.pyc' -delete",
+        "cp .rewind/ledger.db /tmp/ledger-copy.db 2>&1",
+        "echo note > .rewind/tmp/x",
     ] {
         let out = hook("pre-tool-use", &call(harmless, &ws));
         assert!(out.status.success(), "{harmless}: {}", stderr(&out));

@@ -226,9 +226,27 @@ fn a_server_whose_directory_was_removed_still_rewinds_the_removal() {
         "{made}"
     );
     std::fs::remove_dir_all(ws.join("pkg")).expect("the agent's rm -rf");
+    // D309: the dry run lists its plan and says its report went nowhere;
+    // the real rewind gives counts, not the plan again.
+    let dry = session.tool(
+        "rewind",
+        r#"{"id":"good","dry_run":true,"report":"only looking"}"#,
+    );
+    let dry = &dry["result"]["structuredContent"];
+    assert_eq!(common::paths_in(dry, "plan"), ["pkg", "pkg/a"], "{dry}");
+    assert!(
+        dry["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("a dry run records nothing")),
+        "{dry}"
+    );
     let back = session.tool("rewind", r#"{"id":"good"}"#);
     assert_ne!(back["result"]["isError"], true, "{back}");
     assert_eq!(back["result"]["structuredContent"]["written"], 2, "{back}");
+    assert!(
+        back["result"]["structuredContent"].get("plan").is_none(),
+        "{back}"
+    );
     assert_eq!(std::fs::read(ws.join("pkg/a")).expect("restored"), b"a\n");
     // D196: a report on a rewind with nothing to leave is not dropped
     // silently (helper-26).

@@ -14,7 +14,11 @@ pub struct Args {
 enum Sub {
     /// Record what happened to an admitted effect (failed: it may be retried)
     Resolve {
+        /// The effect's key, as `rewind effects` lists it (SCOPE:KEY, or
+        /// KEY with --scope)
         key: String,
+        /// failed: it did not happen, and may be retried; succeeded: it
+        /// happened, and is refused from now on
         #[arg(long, value_parser = ["failed", "succeeded"])]
         outcome: String,
         /// Scope of the key (default: "default"; without it, KEY may

@@ -121,7 +121,13 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<()> {
             };
             text.push_str(&format!(
                 "{}{marker} {}  (manifest not built yet: its snapshot holds it)",
-                if text.is_empty() { "" } else { "\n" },
+                // One line each, after the tree's last (helper-62 saw a
+                // blank line between them).
+                if text.is_empty() || text.ends_with('\n') {
+                    ""
+                } else {
+                    "\n"
+                },
                 row(&p.id, &p.created_at, &p.kind, p.label.as_deref()),
             ));
         }

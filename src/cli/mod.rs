@@ -450,7 +450,7 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
     // Usage errors exit 1 (2 means "refused by the effect barrier").
     let code = if e.use_stderr() { 1 } else { 0 };
     if !json {
-        let _ = e.print();
+        print_usage_error(&e, code);
         return code;
     }
     let rendered = e.render().to_string();
@@ -480,8 +480,24 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
     let message = message.strip_prefix("error: ").unwrap_or(&message);
     let message = without_hidden_verbs(message);
     let _ = writeln!(std::io::stdout(), "{}", json_error("USAGE", &message));
-    let _ = e.print();
+    print_usage_error(&e, code);
     code
+}
+
+/// clap's own rendering, styled as it would print it, on its stream;
+/// an error's list of verbs without the internal ones.
+fn print_usage_error(e: &clap::Error, code: i32) {
+    if code == 0 {
+        let _ = e.print();
+        return;
+    }
+    let rendered = e.render();
+    let text = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        rendered.ansi().to_string()
+    } else {
+        rendered.to_string()
+    };
+    let _ = write!(std::io::stderr(), "{}", without_hidden_verbs(&text));
 }
 
 /// clap's "[subcommands: …]" list names every verb, the internal ones

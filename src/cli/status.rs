@@ -1,10 +1,14 @@
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
 use serde::Serialize;
 
 use super::Ctx;
 use crate::capture::Sink;
-use crate::diff::{self, DiffOptions, Trees};
+use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::error::Result;
-use crate::workspace::ChangeJson;
+use crate::workspace::{ChangeJson, Workspace};
 
 #[derive(Serialize)]
 pub(crate) struct Out {
@@ -30,14 +34,28 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 sk.reason
             ));
         }
+        // The reason once per subtree: below a path that gave it, a
+        // line says only that the path is still there.
+        let mut said: Option<(&str, &str)> = None;
         for c in &out.changes {
+            let note = match c.uncaptured.as_deref() {
+                None => String::new(),
+                Some(why)
+                    if said.is_some_and(|(top, w)| {
+                        w == why && c.path.strip_prefix(top).is_some_and(|r| r.starts_with('/'))
+                    }) =>
+                {
+                    " (still there)".to_string()
+                }
+                Some(why) => {
+                    said = Some((&c.path, why));
+                    format!(" (still there, but not captured: {why})")
+                }
+            };
             s.push_str(&format!(
-                "{} {}{}\n",
+                "{} {}{note}\n",
                 status_letter(c.status),
                 super::human_name(&c.path, c.path_hex.as_deref()),
-                c.uncaptured.as_ref().map_or(String::new(), |why| format!(
-                    " (still there, but not captured: {why})"
-                ))
             ));
         }
         s
@@ -49,7 +67,7 @@ pub(crate) fn compute(ctx: &Ctx) -> Result<Out> {
     ws.read_unlocked(compute_in)
 }
 
-fn compute_in(ws: &mut crate::workspace::Workspace) -> Result<Out> {
+fn compute_in(ws: &mut Workspace) -> Result<Out> {
     ws.recover_if_needed()?;
     let (head, mut overlay) = match ws.head_for_reading()? {
         Some((head, nodes)) => (Some(head), nodes),
@@ -66,6 +84,7 @@ fn compute_in(ws: &mut crate::workspace::Workspace) -> Result<Out> {
     // What the next checkpoint records, as `diff` and `checkpoint` count
     // it: a path the capture skipped (unreadable, a FIFO, a mount point) is
     // absent from it, so "deleted", marked as still there (D121).
+    let excluded = still_there_but_excluded(ws, &changes);
     let mut changes = ChangeJson::from_changes(&changes);
     for c in changes.iter_mut().filter(|c| c.status == "deleted") {
         c.uncaptured = cap
@@ -79,11 +98,50 @@ fn compute_in(ws: &mut crate::workspace::Workspace) -> Result<Out> {
             })
             .map(|s| s.reason.clone());
     }
+    for (c, why) in changes.iter_mut().zip(excluded) {
+        if c.uncaptured.is_none() {
+            c.uncaptured = why;
+        }
+    }
     Ok(Out {
         head: head.map(|h| h.id),
         changes,
         skipped: cap.skipped,
     })
+}
+
+/// For each change, why a path HEAD holds and the capture does not is
+/// still on disk: the ignore rules now in force leave it out (a pattern
+/// just added to `.rewindignore`). Shown as a plain deletion, it sent the
+/// user looking for what deleted `build/` (helper-62); a rewind keeps it
+/// (D168). Only the top-most path of each deleted subtree is looked up.
+fn still_there_but_excluded(ws: &Workspace, changes: &[Change]) -> Vec<Option<String>> {
+    const WHY: &str = "the ignore rules now in force exclude it (`.rewindignore`, `.rewind/ignore`), so the next checkpoint leaves it out and a rewind keeps it";
+    let root = ws.root_dir();
+    // The top-most deleted path last looked up, and whether it is there.
+    let mut last: Option<(&[u8], bool)> = None;
+    changes
+        .iter()
+        .map(|c| {
+            if c.new.is_some() {
+                return None;
+            }
+            let below_last = last.is_some_and(|(top, _)| {
+                c.path
+                    .strip_prefix(top)
+                    .is_some_and(|r| r.first() == Some(&b'/'))
+            });
+            if !below_last {
+                let (parent, name) = crate::capture::split_parent(&c.path);
+                let there = root
+                    .open_beneath(Path::new(OsStr::from_bytes(parent)))
+                    .and_then(|d| d.stat_at(OsStr::from_bytes(name)))
+                    .is_ok();
+                last = Some((&c.path, there));
+            }
+            last.and_then(|(_, there)| there.then(|| WHY.to_string()))
+        })
+        .collect()
 }
 
 pub fn status_letter(status: &str) -> char {

@@ -54,6 +54,9 @@ pub enum HistoryLoss {
         history: PathBuf,
         instead: String,
     },
+    /// A write over a file the history holds (`> .rewind/ledger.db`,
+    /// `truncate`, `cp x .rewind/ledger.db`).
+    Overwritten { runs: String, history: PathBuf },
     /// `rm -r` of the workspace root (or a directory above it), the
     /// history with it.
     RemovedWithWorkspace {
@@ -74,6 +77,11 @@ impl std::fmt::Display for HistoryLoss {
             HistoryLoss::Removed { runs, history } => write!(
                 f,
                 "`{runs}` deletes {}, this workspace's history of every checkpoint, and nothing could rewind it; to free space run `rewind gc`; to stop using rewind here, the user deletes it, not the agent",
+                names::human_os_path(history)
+            ),
+            HistoryLoss::Overwritten { runs, history } => write!(
+                f,
+                "`{runs}` writes over what {} holds, this workspace's history of every checkpoint, and nothing could rewind it; leave it to rewind (`rewind gc` frees space, `rewind doctor` checks and repairs it)",
                 names::human_os_path(history)
             ),
             HistoryLoss::Unclear { runs, history } => write!(
@@ -449,6 +457,131 @@ pub(super) fn mv_reaching(
     rm_reaching(&as_rm, dir, history, resolve)
         .filter(|loss| matches!(loss, HistoryLoss::Removed { .. }))
         .map(|loss| loss.ran(&words[1..], "mv"))
+}
+
+/// [`ToolCall::deletes_the_history`] for what one command writes: its
+/// output redirections (`writes`), and the files `truncate`, `shred`,
+/// `tee`, `dd of=` and the destination of `cp`, `mv`, `install` and `ln`
+/// name. A write over the ledger, its WAL or an object loses the history
+/// as an `rm` does: `truncate -s0 .rewind/ledger.db` and `: >
+/// .rewind/ledger.db-wal` passed (D309). What `.rewind/` makes again
+/// (`tmp/`, `lock`) may be written.
+pub(super) fn overwrite_reaching(
+    words: &[String],
+    writes: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
+    let program = words
+        .first()
+        .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+    let args = words.get(1..).unwrap_or_default();
+    let mut targets: Vec<String> = writes.to_vec();
+    match program {
+        "truncate" => targets.extend(operands(args, &["-s", "-r", "--size", "--reference"])),
+        "shred" => targets.extend(operands(args, &["-n", "-s", "--iterations", "--size"])),
+        "tee" => targets.extend(operands(args, &[])),
+        "dd" => targets.extend(
+            args.iter()
+                .filter_map(|a| a.strip_prefix("of="))
+                .map(str::to_string),
+        ),
+        "cp" | "mv" | "install" | "ln" => {
+            targets.extend(destinations(args, dir, history, resolve));
+        }
+        _ => {}
+    }
+    if targets.is_empty() {
+        return None;
+    }
+    let as_rm: Vec<String> = ["rm".to_string(), "--".into()]
+        .into_iter()
+        .chain(targets)
+        .collect();
+    rm_reaching(&as_rm, dir, history, resolve)
+        .filter(|loss| matches!(loss, HistoryLoss::Removed { .. }))
+        .map(|_| HistoryLoss::Overwritten {
+            runs: joined(words),
+            history: history.to_path_buf(),
+        })
+}
+
+/// A command's operands: its words that are no option, nor the argument
+/// of one of `with_argument` given apart (`-s 0`); all after `--`.
+fn operands(args: &[String], with_argument: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            out.extend(it.by_ref().cloned());
+        } else if with_argument.contains(&a.as_str()) {
+            it.next();
+        } else if !a.starts_with('-') || a == "-" {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// The files `cp`, `mv`, `install` or `ln` writes: each source's name in
+/// the target directory (`-t DIR`, or a last operand that is one of the
+/// history's directories or ends in `/`), else the last operand itself.
+fn destinations(args: &[String], dir: &Path, history: &Path, resolve: Resolve) -> Vec<String> {
+    let mut target_dir: Option<String> = None;
+    let mut ops = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            ops.extend(it.by_ref().cloned());
+        } else if a == "-t" || a == "--target-directory" {
+            target_dir = it.next().cloned();
+        } else if let Some(d) = a.strip_prefix("--target-directory=") {
+            target_dir = Some(d.to_string());
+        } else if let Some(d) = a.strip_prefix("-t").filter(|d| !d.is_empty()) {
+            target_dir = Some(d.to_string());
+        } else if a == "-S" || a == "--suffix" || a == "-m" || a == "-o" || a == "-g" {
+            // install's and cp's options with a separate argument.
+            it.next();
+        } else if !a.starts_with('-') || a == "-" {
+            ops.push(a.clone());
+        }
+    }
+    let (into, sources) = match target_dir {
+        Some(d) => (d, ops),
+        None if ops.len() >= 2 => {
+            let last = ops.pop().unwrap_or_default();
+            let is_dir = last.ends_with('/')
+                || expand_path(&last, dir).is_some_and(|p| {
+                    resolve(&p)
+                        .strip_prefix(history)
+                        .is_ok_and(is_a_history_directory)
+                });
+            if !is_dir {
+                return vec![last];
+            }
+            (last, ops)
+        }
+        // `ln -s TARGET`: a link of that name here.
+        None => return Vec::new(),
+    };
+    sources
+        .iter()
+        .filter_map(|s| s.trim_end_matches('/').rsplit('/').next())
+        .map(|name| format!("{}/{name}", into.trim_end_matches('/')))
+        .collect()
+}
+
+/// Whether a path below the history is one of its directories: itself,
+/// `objects/` and its fan-out directories, `state/`.
+fn is_a_history_directory(rel: &Path) -> bool {
+    let parts: Vec<_> = rel.components().collect();
+    match parts.as_slice() {
+        [] => true,
+        [one] => ["objects", "state"].iter().any(|d| one.as_os_str() == *d),
+        [first, _] => first.as_os_str() == "objects",
+        _ => false,
+    }
 }
 
 const RM_LONG: &[&str] = &[

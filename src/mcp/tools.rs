@@ -532,7 +532,14 @@ impl From<RewindReport> for RewindOut {
             deleted: r.changes.deleted,
             dry_run: r.dry_run,
             plan_fingerprint: r.plan_fingerprint,
-            plan: changes(r.plan.into_iter().take(MAX_LIMIT).collect()),
+            // Only a dry run's: after the real one, `written` and
+            // `deleted` say what it did, and up to 200 paths in every
+            // result filled the agent's context for nothing.
+            plan: if r.dry_run {
+                changes(r.plan.into_iter().take(MAX_LIMIT).collect())
+            } else {
+                Vec::new()
+            },
             kept: r
                 .kept
                 .into_iter()
