@@ -390,6 +390,7 @@ impl ToolCall {
         self.shell_commands_and_writes()
             .into_iter()
             .map(|(words, _)| words)
+            .filter(|w| w.first().is_none_or(|f| f != ASSIGNS))
             .collect()
     }
 
@@ -399,7 +400,7 @@ impl ToolCall {
         if !is_shell_tool(&self.tool_name) {
             return Vec::new();
         }
-        runnable_commands(&self.argument())
+        runnable_commands_and_assignments(&self.argument())
             .iter()
             .map(|c| (command_words(c), written_by_redirections(c)))
             .collect()
@@ -451,7 +452,17 @@ impl ToolCall {
         let mut known = resolve(&lexical(cwd));
         let mut cds = Vec::new();
         let mut out = Vec::new();
+        let mut vars = Variables::default();
+        // Whether the `cd`s so far are spelled out in the line, not
+        // through a variable it set (a form repeating them would run
+        // without the assignment, helper-65).
+        let mut cds_spelled = true;
         for (w, writes) in self.shell_commands_and_writes() {
+            if vars.assign(&w) {
+                continue;
+            }
+            let (w, w_spelled) = vars.expand_all(w);
+            let (writes, writes_spelled) = vars.expand_all(writes);
             match w.first().map(String::as_str) {
                 Some("cd" | "pushd") => {
                     let target = w[1..].iter().find(|a| *a == "-" || !a.starts_with('-'));
@@ -469,6 +480,7 @@ impl ToolCall {
                             .collect::<Vec<_>>()
                             .join(" "),
                     );
+                    cds_spelled &= w_spelled;
                 }
                 Some("popd") => {
                     dir = None;
@@ -483,6 +495,7 @@ impl ToolCall {
                 dir: dir.clone(),
                 known: known.clone(),
                 cds: cds.join(" && "),
+                spelled: cds_spelled && w_spelled && writes_spelled,
                 words: w,
                 writes,
             });
@@ -534,8 +547,8 @@ impl ShellLine<'_> {
                     });
                     if let Some(loss) = found {
                         return Some(match step.dir {
-                            Some(_) => loss.after(&step.cds),
-                            None => loss.unclear(history),
+                            Some(_) if step.spelled => loss.after(&step.cds),
+                            _ => loss.unclear(history),
                         });
                     }
                 }
@@ -592,6 +605,102 @@ struct Step {
     words: Vec<String>,
     /// The files its output redirections write (`> f`, `2>>log`).
     writes: Vec<String>,
+    /// Whether it and the `cd`s before it are as the line spells them,
+    /// no variable the line set read into them: only then is a form
+    /// named that repeats them.
+    spelled: bool,
+}
+
+/// The shell variables a line sets for the commands after it (`D=.rewind;
+/// rm -rf "$D"` passed, D311), read into their words as text: a value
+/// holding another expansion (`D=$(mktemp -d)`) stays one, and
+/// [`expand_path`] then knows no place for it. Words have lost their
+/// quotes, so `'$D'` reads as `"$D"`: it can only refuse more.
+#[derive(Default)]
+struct Variables(std::collections::HashMap<String, String>);
+
+impl Variables {
+    /// Record what a command sets (`D=x`, `export D=x`, `local`,
+    /// `declare`, `readonly`, `typeset`; `unset D` forgets); whether it
+    /// was such a command.
+    fn assign(&mut self, words: &[String]) -> bool {
+        let Some((first, rest)) = words.split_first() else {
+            return false;
+        };
+        match first.as_str() {
+            ASSIGNS | "export" | "local" | "declare" | "typeset" | "readonly" => {
+                for w in rest {
+                    if let Some((name, value)) = w.split_once('=').filter(|_| is_assignment(w)) {
+                        let value = self.expand(value).0;
+                        self.0.insert(name.to_string(), value);
+                    }
+                }
+                first == ASSIGNS
+            }
+            "unset" => {
+                for w in rest {
+                    self.0.remove(w);
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Each word with the variables set earlier in the line read in, and
+    /// whether none was.
+    fn expand_all(&self, words: Vec<String>) -> (Vec<String>, bool) {
+        let mut spelled = true;
+        let words = words
+            .into_iter()
+            .map(|w| {
+                let (w, same) = self.expand(&w);
+                spelled &= same;
+                w
+            })
+            .collect();
+        (words, spelled)
+    }
+
+    /// `word` with `$NAME` and `${NAME}` of the variables set read in, and
+    /// whether it is unchanged.
+    fn expand(&self, word: &str) -> (String, bool) {
+        if self.0.is_empty() || !word.contains('$') {
+            return (word.to_string(), true);
+        }
+        let mut out = String::with_capacity(word.len());
+        let mut same = true;
+        let mut rest = word;
+        while let Some(at) = rest.find('$') {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let (name, len) = match after.strip_prefix('{') {
+                Some(b) => match b.find('}') {
+                    Some(end) => (&b[..end], end + 2),
+                    None => ("", 0),
+                },
+                None => {
+                    let end = after
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(after.len());
+                    (&after[..end], end)
+                }
+            };
+            match self.0.get(name).filter(|_| len > 0) {
+                Some(value) => {
+                    out.push_str(value);
+                    same = false;
+                    rest = &after[len..];
+                }
+                None => {
+                    out.push('$');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        (out, same)
+    }
 }
 
 /// A shell line without the text of its here-documents, unless a shell
@@ -805,7 +914,15 @@ fn is_shell_tool(name: &str) -> bool {
 /// or braces outside quotes. Not a shell parser; enough to find `git
 /// push` wherever a line puts it (D129, D153).
 fn simple_commands(line: &str) -> Vec<String> {
-    commands_in(line, false, 0)
+    without_assignments(commands_in(line, false, 0))
+}
+
+/// Commands without [`ASSIGNS`]' entries.
+fn without_assignments(commands: Vec<String>) -> Vec<String> {
+    commands
+        .into_iter()
+        .filter(|c| !c.starts_with(ASSIGNS))
+        .collect()
 }
 
 /// How deep `$(…)` and `sh -c` are read. Past it the line is one the
@@ -821,6 +938,12 @@ const TOO_DEEP: &str = "\u{0}too-deep";
 /// and in each shell string it runs (`bash -lc '…'`, Codex's argv, whose
 /// here-document text read as commands, helper-65).
 fn runnable_commands(line: &str) -> Vec<String> {
+    without_assignments(runnable_commands_and_assignments(line))
+}
+
+/// [`runnable_commands`] with the variable assignments among them (see
+/// [`ASSIGNS`]).
+fn runnable_commands_and_assignments(line: &str) -> Vec<String> {
     commands_in(&without_heredoc_text(line), true, 0)
 }
 
@@ -925,16 +1048,38 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
         for sub in substitutions {
             out.extend(nested(sub));
         }
-        let cmd = strip_prefixes(squeeze_blanks(p).trim());
+        let squeezed = squeeze_blanks(p);
+        let cmd = strip_prefixes(squeezed.trim());
         // `bash -c 'git push'`: the commands of the string too.
         if let Some(inner) = shell_string(&cmd) {
             out.extend(nested(&inner));
         }
         if !cmd.is_empty() {
             out.push(cmd);
+        } else if words(squeezed.trim())
+            .first()
+            .is_some_and(|(_, w)| is_assignment(w))
+        {
+            // `D=.rewind` alone sets a shell variable a later command
+            // may name (D311).
+            out.push(format!("{ASSIGNS} {}", squeezed.trim()));
         }
     }
     out
+}
+
+/// What [`commands_in`] gives for a command of variable assignments
+/// only (`D=.rewind`), before them: no command, and the values the
+/// hook's own refusals read later words with.
+const ASSIGNS: &str = "\u{0}assigns";
+
+/// Whether a word is `NAME=value`.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+    })
 }
 
 /// Whether an unquoted `{` or `}` is the shell's group brace: a word of
@@ -1080,12 +1225,7 @@ fn strip_prefixes(cmd: &str) -> String {
     let words = words(cmd);
     let mut i = 0;
     while let Some((_, word)) = words.get(i) {
-        let assignment = word.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-        });
-        if assignment || KEYWORDS.contains(&word.as_str()) {
+        if is_assignment(word) || KEYWORDS.contains(&word.as_str()) {
             i += 1;
             continue;
         }
@@ -2113,6 +2253,62 @@ mod tests {
                 .deletes_the_history(ws, &history, &|p: &Path| p.to_path_buf())
                 .is_none()
         );
+    }
+
+    /// D311: a variable the line sets is read into the words after it:
+    /// `D=.rewind; rm -rf "$D"` passed. A `cd` through one is judged
+    /// without a form (the form would run without the assignment); one
+    /// set only for a command (`X=v cmd`), or unset, sets nothing.
+    #[test]
+    fn a_variable_the_line_sets_is_read_into_the_commands_after_it() {
+        let at = deletes_in_w;
+        for line in [
+            "D=.rewind; rm -rf $D",
+            "D=.rewind && rm -rf \"$D\"",
+            "export D=/w/.rewind; rm -rf \"${D}\"",
+            "R=$PWD; rm -rf \"$R\"/.rewind",
+            "B=/w; H=$B/.rewind; rm -rf $H",
+            "bash -c 'D=.rewind; rm -rf $D'",
+        ] {
+            assert!(
+                matches!(at(line, "/w"), Some(HistoryLoss::Removed { .. })),
+                "{line}: {:?}",
+                at(line, "/w")
+            );
+        }
+        assert!(matches!(
+            at("L=.rewind/ledger.db; : > $L", "/w"),
+            Some(HistoryLoss::Overwritten { .. })
+        ));
+        assert!(matches!(
+            at("R=$PWD; rm -rf \"$R\"", "/w"),
+            Some(HistoryLoss::RemovedWithWorkspace { .. })
+        ));
+        for line in [
+            "W=/w; cd $W && git clean -fdx",
+            "W=/w; cd \"$W\" && find . -delete",
+        ] {
+            assert!(
+                matches!(at(line, "/tmp"), Some(HistoryLoss::Unclear { .. })),
+                "{line}: {:?}",
+                at(line, "/tmp")
+            );
+        }
+        for line in [
+            "D=build; rm -rf $D",
+            "D=.rewind; unset D; rm -rf \"$D\"",
+            "D=.rewind cmd; rm -rf \"$D\"",
+            "D=.rewind; echo $D",
+            "D=$(mktemp -d); rm -rf \"$D\"",
+            "for f in a b; do rm -f $f; done",
+        ] {
+            assert_eq!(at(line, "/w"), None, "{line}");
+        }
+        // An assignment is no command an effect rule could match.
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(*)\"\n").unwrap();
+        let set = call("Bash", serde_json::json!({ "command": "D=1; git push" }));
+        let (req, _) = c.effect(&set).expect("matched");
+        assert!(!req.key.contains("D=1"), "{}", req.key);
     }
 
     /// D309: a write over what the history holds loses it as an `rm`

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Resolve;
-use super::history::{HISTORY_PATHS, HistoryLoss, expand_path, fnmatch, joined, word_as_written};
+use super::history::{HISTORY_PATHS, HistoryLoss, expand_path, fnmatch, shown, word_as_written};
 use crate::names::shell_word;
 
 /// Three-valued truth, ordered: `and` is the least, `or` the greatest.
@@ -495,7 +495,7 @@ pub(super) fn deleting(
         }
     }
     let (deleted, from) = found?;
-    let runs = joined(words);
+    let runs = shown(words);
     let history = history.to_path_buf();
     // A find started in the history deletes it by name: no form keeps it.
     if from.starts_with(&history) {

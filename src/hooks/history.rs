@@ -164,7 +164,7 @@ impl HistoryLoss {
 
     /// The same, naming `args` after `program` as what runs.
     fn ran(self, args: &[String], program: &str) -> Self {
-        let runs = format!("{program} {}", joined(args));
+        let runs = format!("{program} {}", shown(args));
         match self {
             HistoryLoss::Removed { history, .. } => HistoryLoss::Removed { runs, history },
             HistoryLoss::RemovedWithWorkspace {
@@ -349,7 +349,7 @@ pub(super) fn rm_reaching(
     // Past the bound, what the shell would make of it is not all known.
     if operands.len() >= MAX_BRACE_WORDS {
         return Some(HistoryLoss::Unclear {
-            runs: joined(words),
+            runs: shown(words),
             history: history.to_path_buf(),
         });
     }
@@ -370,7 +370,7 @@ pub(super) fn rm_reaching(
                 .any(|c| glob_component(&c.as_os_str().to_string_lossy(), ".rewind"))
             {
                 return Some(HistoryLoss::Unclear {
-                    runs: joined(words),
+                    runs: shown(words),
                     history: history.to_path_buf(),
                 });
             }
@@ -398,7 +398,7 @@ pub(super) fn rm_reaching(
         {
             continue;
         }
-        let runs = joined(words);
+        let runs = shown(words);
         let history = history.to_path_buf();
         if named.len() > depth || (named.len() == depth && recursive) {
             return Some(HistoryLoss::Removed { runs, history });
@@ -502,7 +502,12 @@ pub(super) fn overwrite_reaching(
     rm_reaching(&as_rm, dir, history, resolve)
         .filter(|loss| matches!(loss, HistoryLoss::Removed { .. }))
         .map(|_| HistoryLoss::Overwritten {
-            runs: joined(words),
+            // With what its redirections write: `:` alone says nothing.
+            runs: std::iter::once(shown(words))
+                .chain(writes.iter().map(|w| format!("> {}", word_as_written(w))))
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
             history: history.to_path_buf(),
         })
 }
@@ -1253,7 +1258,7 @@ pub(super) fn rsync_deleting(
     if !reaches {
         return None;
     }
-    let runs = joined(words);
+    let runs = shown(words);
     let mut instead: Vec<String> = words.iter().map(|w| word_as_written(w)).collect();
     // Protected from deletion, and not taken from a source that has a
     // `.rewind` of its own (a copy of the workspace put its older
@@ -1265,6 +1270,17 @@ pub(super) fn rsync_deleting(
         history: history.to_path_buf(),
         instead: instead.join(" "),
     })
+}
+
+/// A command's words as a refusal shows what runs: an expansion in
+/// double quotes, as the agent wrote it (`"$PWD"`, not `'$PWD'`, which
+/// names another path).
+pub(super) fn shown(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| word_as_written(w))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A command's words as one line, each quoted as a shell needs it.
