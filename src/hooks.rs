@@ -554,6 +554,58 @@ impl ShellLine<'_> {
                 }
             }
         }
+        self.rewrites_a_listing_of(histories)
+    }
+
+    /// An in-place editor given files the line lists (`grep -rl old . |
+    /// xargs sed -i 's/old/new/g'`, `sed -i … $(grep -rl old .)`), where a
+    /// listing before it takes in a history: the everyday rename rewrote
+    /// the ledger's WAL and objects, and the ledger silently lost its
+    /// newest checkpoints (helper-67, D312). The listing and the editor
+    /// are not matched pipe to pipe: an editor fed by `xargs` or a
+    /// command substitution, after such a listing in the same line.
+    fn rewrites_a_listing_of(&self, histories: &[PathBuf]) -> Option<HistoryLoss> {
+        for (at, editor) in self.steps.iter().enumerate() {
+            if !history::rewrites_in_place(&editor.words) {
+                continue;
+            }
+            let files = history::edited_files(&editor.words);
+            let fed = files.is_empty() || files.iter().any(|f| f.contains(['$', '`']));
+            if !fed {
+                continue;
+            }
+            for lister in &self.steps[..at] {
+                for history in histories {
+                    let root = history.parent().unwrap_or(history).to_path_buf();
+                    let dirs = match &lister.dir {
+                        Some(d) => vec![d.clone()],
+                        None => vec![root, lister.known.clone()],
+                    };
+                    for dir in &dirs {
+                        if let Some(advice) =
+                            history::lists_history(&lister.words, dir, history, self.resolve)
+                        {
+                            return Some(HistoryLoss::Rewritten {
+                                runs: history::shown(&lister.words),
+                                // The editor and its options: its files
+                                // are the listing's.
+                                editor: history::shown(
+                                    &editor
+                                        .words
+                                        .iter()
+                                        .enumerate()
+                                        .take_while(|(i, w)| *i == 0 || w.starts_with('-'))
+                                        .map(|(_, w)| w.clone())
+                                        .collect::<Vec<_>>(),
+                                ),
+                                history: history.clone(),
+                                instead: advice.to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
         None
     }
 
@@ -2339,6 +2391,14 @@ mod tests {
             ("shred -u -n 3 .rewind/ledger.db", "/w"),
             ("cd /w && truncate -s 0 .rewind/ledger.db", "/tmp"),
             ("bash -c 'cat /dev/null > .rewind/ledger.db'", "/w"),
+            // helper-67: `-t` in a cluster or abbreviated, a glob target,
+            // the editors' own operands.
+            ("cp -vt .rewind other/ledger.db", "/w"),
+            ("cp -ft.rewind other/ledger.db", "/w"),
+            ("mv --target=.rewind other/ledger.db", "/w"),
+            ("cp other/ledger.db .rew*", "/w"),
+            ("sed -i 's/a/b/' .rewind/ledger.db", "/w"),
+            ("perl -pi -e 's/a/b/' .rewind/ledger.db-wal", "/w"),
         ] {
             assert!(
                 matches!(at(line, cwd), Some(HistoryLoss::Overwritten { .. })),
@@ -2362,9 +2422,96 @@ mod tests {
             ("cp x ledger.db", "/w"),
             ("ln -s .rewind/ledger.db", "/w"),
             ("echo x > .rewind/ledger.db", "/elsewhere"),
+            // What the history can do without (helper-67).
+            ("echo '/secrets/' >> .rewind/ignore", "/w"),
+            ("echo > .rewind/mount.log", "/w"),
+            ("cp .rewind/ledger.db .rewind/ledger.db.bak", "/w"),
+            ("sed -n 's/a/b/p' .rewind/ledger.db", "/w"),
+            ("sed -e 's/i/x/' in > out", "/w"),
         ] {
             assert_eq!(at(line, cwd), None, "{line} in {cwd}");
         }
+        // Past what can be read: said, not let through.
+        assert!(matches!(
+            at(
+                "truncate -s0 \"$(git rev-parse --show-toplevel)/.rewind/ledger.db\"",
+                "/w/src"
+            ),
+            Some(HistoryLoss::Unclear { .. })
+        ));
+    }
+
+    /// D312: an in-place editor fed a recursive listing that takes in the
+    /// history (`grep -rl old . | xargs sed -i`, the everyday rename)
+    /// rewrote its WAL and objects, and the ledger silently lost its
+    /// newest checkpoints (helper-67). Refused, saying how to leave the
+    /// history out of the listing; a listing that already does, or
+    /// cannot reach it, passes.
+    #[test]
+    fn an_in_place_edit_of_a_listing_that_takes_in_the_history_is_refused() {
+        let at = deletes_in_w;
+        for (line, advice) in [
+            (
+                "grep -rl old . | xargs sed -i 's/old/new/g'",
+                "--exclude-dir=.rewind",
+            ),
+            (
+                "grep -Rl old | xargs -0 sed -i.bak 's/old/new/'",
+                "--exclude-dir=.rewind",
+            ),
+            ("sed -i 's/a/b/g' $(grep -rl a .)", "--exclude-dir=.rewind"),
+            ("sed -Ei 's/a/b/' `grep -lr a /w`", "--exclude-dir=.rewind"),
+            (
+                "grep -rl old . | xargs perl -pi -e 's/old/new/'",
+                "--exclude-dir=.rewind",
+            ),
+            ("find . -type f | xargs sed -i 's/a/b/'", "! -path"),
+            (
+                "find . -type f -print0 | xargs -0 sed -i 's/a/b/'",
+                "! -path",
+            ),
+            (
+                "rg --hidden -l old | xargs sed -i 's/old/new/'",
+                "-g '!.rewind'",
+            ),
+            (
+                "cd /w && grep -rl old . | xargs sed -i 's/o/n/'",
+                "--exclude-dir=.rewind",
+            ),
+        ] {
+            match at(line, "/w") {
+                Some(HistoryLoss::Rewritten { instead, .. }) => {
+                    assert!(instead.contains(advice), "{line}: {instead}")
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            at("find . -type f -exec sed -i 's/a/b/' {} +", "/w"),
+            Some(HistoryLoss::Deletes { .. })
+        ));
+        for line in [
+            "grep -rl --exclude-dir=.rewind old . | xargs sed -i 's/o/n/'",
+            "grep -rl --exclude-dir='.*' old . | xargs sed -i 's/o/n/'",
+            "grep -rl --include='*.py' old . | xargs sed -i 's/o/n/'",
+            "grep -rl old src | xargs sed -i 's/o/n/'",
+            "grep -l old *.py | xargs sed -i 's/o/n/'",
+            "rg -l old | xargs sed -i 's/old/new/'",
+            "git grep -l old | xargs sed -i 's/old/new/'",
+            "find . -name '*.py' | xargs sed -i 's/a/b/'",
+            "find . -type f ! -path '*/.rewind/*' | xargs sed -i 's/a/b/'",
+            "find . -name '*.py' -exec sed -i 's/a/b/' {} +",
+            "grep -rl old . | xargs wc -l",
+            "grep -r old . | head",
+            "sed -i 's/a/b/' src/main.py",
+        ] {
+            assert_eq!(at(line, "/w"), None, "{line}");
+        }
+        assert_eq!(
+            at("grep -rl old . | xargs sed -i 's/o/n/'", "/w/src"),
+            None,
+            "from src/, the listing holds no history"
+        );
     }
 
     /// D300: an `rm` that deletes the history, a file in it, or the

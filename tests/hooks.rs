@@ -1348,6 +1348,8 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
         .expect("id")
         .to_string();
     let tree = snapshot(&ws);
+    // A backup of the project, history and all (`cp -a . ../bak`).
+    std::fs::create_dir_all(parent.path().join("bak/.rewind")).expect("mkdir bak");
     let call = bash;
     let root = ws.display().to_string();
     for (command, cwd) in [
@@ -1361,7 +1363,7 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
             Path::new("/").to_path_buf(),
         ),
         ("rm -rf \"$PWD\"", ws.clone()),
-        // D309: a write over the ledger, its WAL or an object.
+        // D310: a write over the ledger, its WAL or an object.
         ("truncate -s0 .rewind/ledger.db", ws.clone()),
         (": > .rewind/ledger.db-wal", ws.clone()),
         ("cd src && cp /dev/null ../.rewind/ledger.db", ws.clone()),
@@ -1369,6 +1371,10 @@ fn rm_that_would_delete_the_history_is_refused_and_the_named_form_keeps_it() {
             "cp ~/backup/ledger.db proj/.rewind/",
             parent.path().to_path_buf(),
         ),
+        // Restoring a backup of the project, history and all, rolls the
+        // history back (helper-67).
+        ("cp -a ../bak/. .", ws.clone()),
+        ("cp -r bak/.rewind proj/", parent.path().to_path_buf()),
     ] {
         let refused = hook("pre-tool-use", &call(command, &cwd));
         refused_saying(&refused, command, "history of every checkpoint");
@@ -1555,4 +1561,67 @@ fn an_edit_is_checkpointed_in_the_workspace_of_its_file() {
     };
     assert_eq!(hooked(a.path()), 1, "{:?}", checkpoints(a.path()));
     assert_eq!(hooked(b.path()), 0, "{:?}", checkpoints(b.path()));
+}
+
+/// D312: the everyday rename, `grep -rl old . | xargs sed -i
+/// 's/old/new/g'`, lists the history's WAL and objects (they hold the
+/// project's text) and rewrote them: the ledger silently lost its newest
+/// checkpoints, the one made for that very call included (helper-67). It
+/// is refused, naming `--exclude-dir=.rewind`; the line with it, run by
+/// the real tools, renames every file and leaves the history whole.
+#[test]
+fn a_rename_through_grep_and_sed_is_refused_until_its_listing_leaves_the_history_out() {
+    let dir = common::tmp();
+    let ws = dir.path().join("proj");
+    for i in 0..4 {
+        write(
+            &ws.join(format!("src/m{i}.py")),
+            format!("def oldname_{i}():\n    return 'oldname'\n").as_bytes(),
+        );
+    }
+    rewind(&ws, &["init"]);
+    for label in ["one", "two", "three"] {
+        write(
+            &ws.join("src/m0.py"),
+            format!("# {label} oldname\n").as_bytes(),
+        );
+        rewind_json(&ws, &["checkpoint", label]);
+    }
+    let entries = rewind_json(&ws, &["verify"])["entries"].clone();
+    let rename = "grep -rl oldname . | xargs sed -i 's/oldname/newname/g'";
+    for (line, advice) in [
+        (rename, "--exclude-dir=.rewind"),
+        (
+            "find . -type f | xargs sed -i 's/oldname/newname/g'",
+            "! -path",
+        ),
+        (
+            "sed -i 's/oldname/newname/g' $(grep -rl oldname .)",
+            "--exclude-dir=.rewind",
+        ),
+    ] {
+        let refused = hook("pre-tool-use", &bash(line, &ws));
+        refused_saying(&refused, line, "history of every checkpoint");
+        refused_saying(&refused, line, advice);
+    }
+    let fixed = "grep -rl --exclude-dir=.rewind oldname . | xargs sed -i 's/oldname/newname/g'";
+    let ok = hook("pre-tool-use", &bash(fixed, &ws));
+    assert_eq!(ok.status.code(), Some(0), "{fixed}: {}", stderr(&ok));
+    let run = Command::new("sh")
+        .current_dir(&ws)
+        .args(["-c", fixed])
+        .output()
+        .expect("sh");
+    assert!(run.status.success(), "{}", stderr(&run));
+    for i in 0..4 {
+        let text = std::fs::read_to_string(ws.join(format!("src/m{i}.py"))).expect("read");
+        assert!(!text.contains("oldname"), "m{i}.py: {text}");
+    }
+    let after = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(after["ok"], true, "{after}");
+    assert_eq!(after["entries"], entries, "{after}");
+    // And the history still takes the rename back.
+    rewind_json(&ws, &["rewind", "three"]);
+    let back = std::fs::read_to_string(ws.join("src/m1.py")).expect("read");
+    assert!(back.contains("oldname_1"), "{back}");
 }

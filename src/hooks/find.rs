@@ -346,8 +346,17 @@ impl Parser<'_> {
                     c == "--recursive"
                         || c.starts_with('-') && !c.starts_with("--") && c.contains(['r', 'R'])
                 });
+                let in_place = super::history::rewrites_in_place(
+                    &super::words(&stripped)
+                        .into_iter()
+                        .map(|(_, w)| w)
+                        .collect::<Vec<_>>(),
+                );
                 match program.as_str() {
                     "mv" => Expr::Deletes { tree: true },
+                    // `-exec sed -i … {} +` rewrites every file it is
+                    // given, the history's too (helper-67).
+                    _ if in_place => Expr::Deletes { tree: false },
                     p if DELETERS.contains(&p) => Expr::Deletes {
                         tree: p == "rm" && recursive,
                     },
@@ -429,6 +438,60 @@ impl Parser<'_> {
 
 /// [`super::ToolCall::deletes_the_history`] for one `find` command
 /// (`words`, `find` first) run in `dir`.
+/// Whether a `find` lists a file of the history (to feed `xargs sed -i`,
+/// helper-67): its listing actions read as deleting ones, or, with no
+/// action, its whole expression followed by one.
+pub(super) fn lists(words: &[String], dir: &Path, history: &Path, resolve: Resolve) -> bool {
+    const LISTS: &[(&str, usize)] = &[
+        ("-print", 0),
+        ("-print0", 0),
+        ("-ls", 0),
+        ("-printf", 1),
+        ("-fprint", 1),
+        ("-fprint0", 1),
+        ("-fls", 1),
+        ("-fprintf", 2),
+    ];
+    const ACTS: &[&str] = &["-exec", "-execdir", "-ok", "-okdir", "-delete", "-quit"];
+    let has_action = words
+        .iter()
+        .any(|w| LISTS.iter().any(|(a, _)| a == w) || ACTS.contains(&w.as_str()));
+    let mut as_deleting: Vec<String> = Vec::with_capacity(words.len() + 3);
+    if has_action {
+        let mut it = words.iter();
+        while let Some(w) = it.next() {
+            match LISTS.iter().find(|(a, _)| a == w) {
+                Some((_, takes)) => {
+                    for _ in 0..*takes {
+                        it.next();
+                    }
+                    as_deleting.push("-delete".into());
+                }
+                None => as_deleting.push(w.clone()),
+            }
+        }
+    } else {
+        // `find . -type f` is `find . ( -type f ) -print`.
+        let mut at = 1;
+        while let Some(skip) = words.get(at).and_then(|w| leading_option(w)) {
+            at += skip;
+        }
+        while words.get(at).is_some_and(|w| {
+            !(w.len() > 1 && w.starts_with('-') || w == "(" || w == "!" || w == ",")
+        }) {
+            at += 1;
+        }
+        as_deleting.extend(words[..at].iter().cloned());
+        if at < words.len() {
+            as_deleting.push("(".into());
+            as_deleting.extend(words[at..].iter().cloned());
+            as_deleting.push(")".into());
+        }
+        as_deleting.push("-delete".into());
+    }
+    deleting(&as_deleting, dir, history, resolve).is_some()
+}
+
 pub(super) fn deleting(
     words: &[String],
     dir: &Path,

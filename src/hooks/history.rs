@@ -57,6 +57,15 @@ pub enum HistoryLoss {
     /// A write over a file the history holds (`> .rewind/ledger.db`,
     /// `truncate`, `cp x .rewind/ledger.db`).
     Overwritten { runs: String, history: PathBuf },
+    /// A recursive listing that takes in the history (`runs`), fed to an
+    /// in-place editor (`editor`): `grep -rl old . | xargs sed -i …`.
+    Rewritten {
+        runs: String,
+        editor: String,
+        history: PathBuf,
+        /// What leaves the history out of the listing.
+        instead: String,
+    },
     /// `rm -r` of the workspace root (or a directory above it), the
     /// history with it.
     RemovedWithWorkspace {
@@ -82,6 +91,16 @@ impl std::fmt::Display for HistoryLoss {
             HistoryLoss::Overwritten { runs, history } => write!(
                 f,
                 "`{runs}` writes over what {} holds, this workspace's history of every checkpoint, and nothing could rewind it; leave it to rewind (`rewind gc` frees space, `rewind doctor` checks and repairs it)",
+                names::human_os_path(history)
+            ),
+            HistoryLoss::Rewritten {
+                runs,
+                editor,
+                history,
+                instead,
+            } => write!(
+                f,
+                "`{runs}` lists files of {}, this workspace's history of every checkpoint, and `{editor}` rewrites what it is given in place, which nothing could rewind; {instead}",
                 names::human_os_path(history)
             ),
             HistoryLoss::Unclear { runs, history } => write!(
@@ -329,6 +348,19 @@ pub(super) fn rm_reaching(
     history: &Path,
     resolve: Resolve,
 ) -> Option<HistoryLoss> {
+    // What `.rewind/` makes again when gone (`tmp/`, `lock`).
+    reaching(words, dir, history, resolve, &|part| REMADE.contains(&part))
+}
+
+/// [`rm_reaching`], sparing a path in the history whose first component
+/// below it `spared` says loses nothing.
+fn reaching(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+    spared: &dyn Fn(&str) -> bool,
+) -> Option<HistoryLoss> {
     let mut recursive = false;
     let mut operands = Vec::new();
     let mut after_dashes = false;
@@ -391,11 +423,7 @@ pub(super) fn rm_reaching(
         if !matches {
             continue;
         }
-        // What `.rewind/` makes again when gone (`tmp/`, `lock`).
-        if named
-            .get(depth)
-            .is_some_and(|part| REMADE.contains(&part.as_str()))
-        {
+        if named.get(depth).is_some_and(|part| spared(part)) {
             continue;
         }
         let runs = shown(words);
@@ -460,12 +488,12 @@ pub(super) fn mv_reaching(
 }
 
 /// [`ToolCall::deletes_the_history`] for what one command writes: its
-/// output redirections (`writes`), and the files `truncate`, `shred`,
-/// `tee`, `dd of=` and the destination of `cp`, `mv`, `install` and `ln`
-/// name. A write over the ledger, its WAL or an object loses the history
-/// as an `rm` does: `truncate -s0 .rewind/ledger.db` and `: >
-/// .rewind/ledger.db-wal` passed (D309). What `.rewind/` makes again
-/// (`tmp/`, `lock`) may be written.
+/// output redirections (`writes`), the files `truncate`, `shred`, `tee`,
+/// `sed -i` and `perl -i` name, `dd of=`, and the destination of `cp`,
+/// `mv`, `install` and `ln`. A write over the ledger, its WAL, an object
+/// or the btrfs state loses the history as an `rm` does: `truncate -s0
+/// .rewind/ledger.db` and `: > .rewind/ledger.db-wal` passed (D310). The
+/// rest of `.rewind/` (`ignore`, `mount.log`, `tmp/`) may be written.
 pub(super) fn overwrite_reaching(
     words: &[String],
     writes: &[String],
@@ -478,6 +506,9 @@ pub(super) fn overwrite_reaching(
         .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
     let args = words.get(1..).unwrap_or_default();
     let mut targets: Vec<String> = writes.to_vec();
+    // A copy onto the history itself (`cp -a ../bak/.rewind .`) replaces
+    // its files with another copy's.
+    let mut whole = false;
     match program {
         "truncate" => targets.extend(operands(args, &["-s", "-r", "--size", "--reference"])),
         "shred" => targets.extend(operands(args, &["-n", "-s", "--iterations", "--size"])),
@@ -488,28 +519,305 @@ pub(super) fn overwrite_reaching(
                 .map(str::to_string),
         ),
         "cp" | "mv" | "install" | "ln" => {
-            targets.extend(destinations(args, dir, history, resolve));
+            let (files, onto) = destinations(args, dir, history, resolve);
+            targets.extend(files);
+            whole = onto
+                .iter()
+                .any(|t| expand_path(t, dir).is_some_and(|p| resolve(&p) == history));
         }
+        _ if rewrites_in_place(words) => targets.extend(edited_files(words)),
         _ => {}
     }
-    if targets.is_empty() {
+    if targets.is_empty() && !whole {
         return None;
+    }
+    let runs = || {
+        // With what its redirections write: `:` alone says nothing.
+        std::iter::once(shown(words))
+            .chain(writes.iter().map(|w| format!("> {}", word_as_written(w))))
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if whole {
+        return Some(HistoryLoss::Overwritten {
+            runs: runs(),
+            history: history.to_path_buf(),
+        });
     }
     let as_rm: Vec<String> = ["rm".to_string(), "--".into()]
         .into_iter()
         .chain(targets)
         .collect();
-    rm_reaching(&as_rm, dir, history, resolve)
-        .filter(|loss| matches!(loss, HistoryLoss::Removed { .. }))
-        .map(|_| HistoryLoss::Overwritten {
-            // With what its redirections write: `:` alone says nothing.
-            runs: std::iter::once(shown(words))
-                .chain(writes.iter().map(|w| format!("> {}", word_as_written(w))))
-                .filter(|p| !p.is_empty())
-                .collect::<Vec<_>>()
-                .join(" "),
-            history: history.to_path_buf(),
+    // Only what the history cannot do without: a file of its own in
+    // `.rewind/` (`ignore`, `mount.log`, a copy of the ledger) is no loss.
+    let spared = |part: &str| !HELD.iter().any(|h| glob_component(part, h));
+    match reaching(&as_rm, dir, history, resolve, &spared)? {
+        HistoryLoss::Removed { history, .. } => Some(HistoryLoss::Overwritten {
+            runs: runs(),
+            history,
+        }),
+        // Past what can be read (a path only the shell knows ending in
+        // the history's name, too many operands): said, not let through.
+        HistoryLoss::Unclear { history, .. } => Some(HistoryLoss::Unclear {
+            runs: runs(),
+            history,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether a command lists files of the history for another to read:
+/// a recursive `grep` (`-r`, `-R`, `rgrep`) or `rg --hidden`/`-uu` whose
+/// scope holds it, unless it leaves `.rewind` out (`--exclude-dir`, an
+/// `--include` no file of the history matches, `-g '!.rewind'`), or a
+/// `find` whose expression takes one in. `Some(advice)`: how to leave it
+/// out.
+pub(super) fn lists_history(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<&'static str> {
+    let program = words
+        .first()
+        .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+    let args = words.get(1..).unwrap_or_default();
+    let reaches = |ops: &[String]| {
+        let dot = [".".to_string()];
+        let ops = if ops.is_empty() { &dot[..] } else { ops };
+        ops.iter().any(|o| {
+            expand_path(o, dir)
+                .map(|p| resolve(&p))
+                .is_some_and(|p| history.starts_with(&p) || p.starts_with(history))
         })
+    };
+    let history_files: Vec<&str> = HISTORY_PATHS
+        .iter()
+        .filter(|(_, is_dir)| !is_dir)
+        .filter_map(|(p, _)| p.rsplit('/').next())
+        .collect();
+    match program {
+        "grep" | "egrep" | "fgrep" | "rgrep" => {
+            let mut recursive = program == "rgrep";
+            let mut pattern_given = false;
+            let mut excluded = false;
+            let mut includes: Vec<String> = Vec::new();
+            let mut ops = Vec::new();
+            let mut it = args.iter();
+            let leaves_out = |g: &str| wildcard(g.trim_end_matches('/'), ".rewind", true);
+            while let Some(a) = it.next() {
+                let long = a
+                    .strip_prefix("--")
+                    .map(|l| l.split_once('=').unwrap_or((l, "")));
+                match (a.as_str(), long) {
+                    ("--", _) => ops.extend(it.by_ref().cloned()),
+                    (_, Some(("recursive" | "dereference-recursive", _))) => recursive = true,
+                    (_, Some(("directories", v))) => {
+                        let v = if v.is_empty() {
+                            it.next().map_or("", String::as_str)
+                        } else {
+                            v
+                        };
+                        recursive |= v == "recurse";
+                    }
+                    (_, Some(("regexp" | "file", v))) => {
+                        pattern_given = true;
+                        if v.is_empty() {
+                            it.next();
+                        }
+                    }
+                    (_, Some(("exclude-dir", v))) => {
+                        let v = if v.is_empty() {
+                            it.next().map_or("", String::as_str)
+                        } else {
+                            v
+                        };
+                        excluded |= leaves_out(v);
+                    }
+                    (_, Some(("include", v))) => {
+                        let v = if v.is_empty() {
+                            it.next().map_or("", String::as_str)
+                        } else {
+                            v
+                        };
+                        includes.push(v.to_string());
+                    }
+                    (_, Some((name, v))) => {
+                        if v.is_empty()
+                            && matches!(
+                                name,
+                                "exclude"
+                                    | "max-count"
+                                    | "label"
+                                    | "context"
+                                    | "after-context"
+                                    | "before-context"
+                                    | "devices"
+                                    | "binary-files"
+                                    | "exclude-from"
+                            )
+                        {
+                            it.next();
+                        }
+                    }
+                    (w, None) if w.starts_with('-') && w.len() > 1 => {
+                        for (i, c) in w.char_indices().skip(1) {
+                            match c {
+                                'r' | 'R' => recursive = true,
+                                'e' | 'f' | 'A' | 'B' | 'C' | 'm' | 'd' | 'D' => {
+                                    let rest = &w[i + 1..];
+                                    let value = if rest.is_empty() {
+                                        it.next().map_or("", String::as_str)
+                                    } else {
+                                        rest
+                                    };
+                                    pattern_given |= matches!(c, 'e' | 'f');
+                                    recursive |= c == 'd' && value == "recurse";
+                                    break;
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ if !pattern_given => pattern_given = true,
+                    _ => ops.push(a.clone()),
+                }
+            }
+            let included = includes.is_empty()
+                || includes
+                    .iter()
+                    .any(|g| history_files.iter().any(|f| wildcard(g, f, true)));
+            (recursive && !excluded && included && reaches(&ops))
+                .then_some("add `--exclude-dir=.rewind` to the grep")
+        }
+        "rg" => {
+            let hidden = args.iter().any(|a| {
+                a == "--hidden"
+                    || a == "--no-ignore"
+                    || (a.starts_with('-')
+                        && !a.starts_with("--")
+                        && (a.contains('.') || a.matches('u').count() >= 2))
+            });
+            let leaves_out = args.windows(2).any(|w| {
+                matches!(w[0].as_str(), "-g" | "--glob" | "--iglob")
+                    && w[1].starts_with('!')
+                    && w[1].contains(".rewind")
+            }) || args
+                .iter()
+                .any(|a| a.starts_with("--glob=!") && a.contains(".rewind"));
+            let mut ops = Vec::new();
+            let mut pattern_given = false;
+            let mut it = args.iter();
+            while let Some(a) = it.next() {
+                if matches!(
+                    a.as_str(),
+                    "-g" | "--glob"
+                        | "--iglob"
+                        | "-t"
+                        | "--type"
+                        | "-T"
+                        | "--type-not"
+                        | "-m"
+                        | "-A"
+                        | "-B"
+                        | "-C"
+                        | "-j"
+                        | "-M"
+                ) {
+                    it.next();
+                } else if matches!(a.as_str(), "-e" | "--regexp" | "-f" | "--file") {
+                    pattern_given = true;
+                    it.next();
+                } else if a.starts_with('-') {
+                } else if !pattern_given {
+                    pattern_given = true;
+                } else {
+                    ops.push(a.clone());
+                }
+            }
+            (hidden && !leaves_out && reaches(&ops)).then_some("add `-g '!.rewind'` to the rg")
+        }
+        "find" => super::find::lists(words, dir, history, resolve)
+            .then_some("add `! -path '*/.rewind/*'` to the find"),
+        _ => None,
+    }
+}
+
+/// What `.rewind/` holds that its history cannot do without, by the name
+/// below it: a write over any of them loses checkpoints.
+const HELD: &[&str] = &["ledger.db", "ledger.db-wal", "objects", "state"];
+
+/// Whether a command rewrites in place the files it is given: `sed -i`,
+/// `perl -i` (`-pi`, `-i.bak`), `ruby -i`. Fed a recursive listing of
+/// the workspace, it rewrites the history's files too (helper-67).
+pub(super) fn rewrites_in_place(words: &[String]) -> bool {
+    let program = words
+        .first()
+        .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+    let args = words.get(1..).unwrap_or_default();
+    match program {
+        "sed" | "gsed" => args.iter().any(|a| {
+            a == "--in-place"
+                || a.starts_with("--in-place=")
+                || (a.starts_with('-')
+                    && !a.starts_with("--")
+                    && a[1..].starts_with(|c: char| c != 'e' && c != 'f')
+                    && short_cluster_has(a, 'i', "ef"))
+        }),
+        "perl" | "ruby" => args
+            .iter()
+            .take_while(|a| a.starts_with('-'))
+            .any(|a| !a.starts_with("--") && short_cluster_has(a, 'i', "eE")),
+        _ => false,
+    }
+}
+
+/// Whether a short-option cluster (`-Ei`, `-pi.bak`) holds `flag` before
+/// any option in `with_argument`, whose argument is the rest.
+fn short_cluster_has(word: &str, flag: char, with_argument: &str) -> bool {
+    for c in word.chars().skip(1) {
+        if c == flag {
+            return true;
+        }
+        if with_argument.contains(c) {
+            return false;
+        }
+    }
+    false
+}
+
+/// The files an in-place editor is given: its operands past the script
+/// (the first operand, unless `-e` or `-f` gave it).
+pub(super) fn edited_files(words: &[String]) -> Vec<String> {
+    let args = words.get(1..).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut script_given = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            out.extend(it.by_ref().cloned());
+        } else if matches!(
+            a.as_str(),
+            "-e" | "-f" | "--expression" | "--file" | "-E" | "-M" | "-m" | "-I"
+        ) {
+            script_given |= !matches!(a.as_str(), "-M" | "-m" | "-I");
+            it.next();
+        } else if a.starts_with("--expression=") || a.starts_with("--file=") {
+            script_given = true;
+        } else if a.starts_with('-') && a != "-" {
+            // `-pe 's/a/b/'`, `-ne …`: the script is the next word.
+            if a.len() > 1 && a[1..].ends_with(['e', 'E']) && !a.starts_with("--") {
+                script_given = true;
+                it.next();
+            }
+        } else if !script_given {
+            script_given = true;
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
 }
 
 /// A command's operands: its words that are no option, nor the argument
@@ -529,52 +837,96 @@ fn operands(args: &[String], with_argument: &[&str]) -> Vec<String> {
     out
 }
 
-/// The files `cp`, `mv`, `install` or `ln` writes: each source's name in
-/// the target directory (`-t DIR`, or a last operand that is one of the
-/// history's directories or ends in `/`), else the last operand itself.
-fn destinations(args: &[String], dir: &Path, history: &Path, resolve: Resolve) -> Vec<String> {
+/// The files `cp`, `mv`, `install` or `ln` writes, and the directories it
+/// copies whole trees onto. Each source lands by its name in a target
+/// directory: `-t DIR` (also in a cluster, `-vt DIR`, or abbreviated,
+/// `--target=DIR`), or a last operand that is a directory (on disk, or
+/// ending in `/`, or a glob); else the last operand is the file written.
+/// A source ending in `/.` (`cp -a ../bak/. .`) puts what it holds in
+/// the target: its `.rewind`, when it has one, lands on the target's.
+/// Looks at the filesystem: which operands are directories (the
+/// history's own are known by name).
+fn destinations(
+    args: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> (Vec<String>, Vec<String>) {
     let mut target_dir: Option<String> = None;
     let mut ops = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--" {
             ops.extend(it.by_ref().cloned());
-        } else if a == "-t" || a == "--target-directory" {
-            target_dir = it.next().cloned();
-        } else if let Some(d) = a.strip_prefix("--target-directory=") {
-            target_dir = Some(d.to_string());
-        } else if let Some(d) = a.strip_prefix("-t").filter(|d| !d.is_empty()) {
-            target_dir = Some(d.to_string());
-        } else if a == "-S" || a == "--suffix" || a == "-m" || a == "-o" || a == "-g" {
-            // install's and cp's options with a separate argument.
-            it.next();
-        } else if !a.starts_with('-') || a == "-" {
+        } else if let Some(long) = a.strip_prefix("--") {
+            let (name, value) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (long, None),
+            };
+            if name.len() >= 2 && "target-directory".starts_with(name) {
+                target_dir = value.or_else(|| it.next().cloned());
+            } else if value.is_none() && matches!(name, "suffix" | "mode" | "owner" | "group") {
+                it.next();
+            }
+        } else if a.starts_with('-') && a != "-" {
+            match a.find('t') {
+                Some(at) => {
+                    let rest = &a[at + 1..];
+                    target_dir = if rest.is_empty() {
+                        it.next().cloned()
+                    } else {
+                        Some(rest.to_string())
+                    };
+                }
+                // install's and cp's options with a separate argument.
+                None if matches!(a.as_str(), "-S" | "-m" | "-o" | "-g") => {
+                    it.next();
+                }
+                None => {}
+            }
+        } else {
             ops.push(a.clone());
         }
     }
+    let is_dir = |w: &str| {
+        w.ends_with('/')
+            || w.contains(['*', '?', '['])
+            || expand_path(w, dir).map(|p| resolve(&p)).is_some_and(|p| {
+                p.is_dir() || p.strip_prefix(history).is_ok_and(is_a_history_directory)
+            })
+    };
     let (into, sources) = match target_dir {
         Some(d) => (d, ops),
         None if ops.len() >= 2 => {
             let last = ops.pop().unwrap_or_default();
-            let is_dir = last.ends_with('/')
-                || expand_path(&last, dir).is_some_and(|p| {
-                    resolve(&p)
-                        .strip_prefix(history)
-                        .is_ok_and(is_a_history_directory)
-                });
-            if !is_dir {
-                return vec![last];
+            if !is_dir(&last) {
+                return (vec![last], Vec::new());
             }
             (last, ops)
         }
         // `ln -s TARGET`: a link of that name here.
-        None => return Vec::new(),
+        None => return (Vec::new(), Vec::new()),
     };
-    sources
-        .iter()
-        .filter_map(|s| s.trim_end_matches('/').rsplit('/').next())
-        .map(|name| format!("{}/{name}", into.trim_end_matches('/')))
-        .collect()
+    let into = into.trim_end_matches('/').to_string();
+    let mut files = Vec::new();
+    let mut onto = Vec::new();
+    for s in &sources {
+        let trimmed = s.trim_end_matches('/');
+        if trimmed.ends_with("/.") || trimmed == "." {
+            let from = trimmed.trim_end_matches('.').trim_end_matches('/');
+            let holds_history = expand_path(if from.is_empty() { "." } else { from }, dir)
+                .is_some_and(|p| resolve(&p).join(".rewind").is_dir());
+            if holds_history {
+                onto.push(format!("{into}/.rewind"));
+            }
+            continue;
+        }
+        if let Some(name) = trimmed.rsplit('/').next() {
+            files.push(format!("{into}/{name}"));
+            onto.push(format!("{into}/{name}"));
+        }
+    }
+    (files, onto)
 }
 
 /// Whether a path below the history is one of its directories: itself,
