@@ -1161,6 +1161,7 @@ impl Ledger {
         crate::failpoint::hit("guard:before-commit");
         tx.commit().map_err(db_err(&path))?;
         crate::failpoint::hit("guard:after-commit");
+        self.keep_anchor();
         Ok(d)
     }
 
@@ -1190,7 +1191,31 @@ impl Ledger {
         let r = crate::effects::resolve(&tx, scope, key, outcome, call, reopen)
             .map_err(db_err(&path))?;
         tx.commit().map_err(db_err(&path))?;
+        self.keep_anchor();
         Ok(r)
+    }
+
+    /// After a commit: the head kept as this workspace's anchor outside
+    /// it (D313).
+    fn keep_anchor(&self) {
+        let _t = crate::trace::span("keep anchor");
+        if let Ok(id) = self.workspace_id() {
+            crate::kept_anchor::keep(&self.conn, &self.path, &id);
+        }
+    }
+
+    /// Whether the history lost what its kept anchor recorded (D313):
+    /// what to tell the user.
+    pub fn lost_to_kept_anchor(&self) -> Option<String> {
+        let id = self.workspace_id().ok()?;
+        crate::kept_anchor::lost(&self.conn, &self.path, &id)
+    }
+
+    /// The anchor kept for this workspace outside it (D313), and where.
+    pub fn kept_anchor(&self) -> Result<Option<(PathBuf, crate::chain::Anchor)>> {
+        let id = self.workspace_id()?;
+        Ok(crate::kept_anchor::root_of(&self.path)
+            .and_then(|root| crate::kept_anchor::read(&id, root)))
     }
 
     /// Check the event chain (see `chain::verify`).
@@ -1420,8 +1445,11 @@ impl Ledger {
                 path: &path,
             })?
         };
-        let _t = crate::trace::span("commit: wal and sync");
-        tx.commit().map_err(db_err(&path))?;
+        {
+            let _t = crate::trace::span("commit: wal and sync");
+            tx.commit().map_err(db_err(&path))?;
+        }
+        self.keep_anchor();
         Ok(out)
     }
 

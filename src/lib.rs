@@ -23,6 +23,7 @@ pub mod hash;
 pub mod hooks;
 pub mod ids;
 pub mod keep;
+pub mod kept_anchor;
 pub mod ledger;
 pub mod mcp;
 pub mod mount;

@@ -968,6 +968,7 @@ impl Workspace {
     /// (the READ_ONLY error promises that `status`, `list` and `diff`
     /// work there) and is told that the tree it sees is half-rewound.
     pub fn recover_if_needed(&mut self) -> Result<()> {
+        self.warn_if_history_lost();
         let leftovers = self
             .store
             .tmp_dir()
@@ -1034,6 +1035,21 @@ impl Workspace {
                 Ok(())
             }
             r => r,
+        }
+    }
+
+    /// Say, once a process, that the ledger lost what the anchor kept
+    /// outside the workspace recorded (D313): `list` showed one
+    /// checkpoint of four after a `sed -i` over the WAL, and said nothing.
+    fn warn_if_history_lost(&self) {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let _t = crate::trace::span("check kept anchor");
+        if let Some(w) = self.ledger.lost_to_kept_anchor() {
+            WARNED.store(true, std::sync::atomic::Ordering::Relaxed);
+            eprintln!("rewind: warning: {w}");
         }
     }
 

@@ -245,7 +245,8 @@ fn deletion_insertion_reordering_duplication_and_truncation_get_their_codes() {
         ((k + 1) as u64, "BROKEN_LINK".into())
     );
 
-    // Truncation: undetectable without an anchor, caught with one.
+    // Truncation: undetectable without an anchor, caught with one: the
+    // one exported, and the one rewind keeps outside the workspace (D313).
     reset();
     let anchor = dir.path().join("anchor.json");
     rewind_json(root, &["anchor", anchor.to_str().expect("utf8")]);
@@ -253,23 +254,45 @@ fn deletion_insertion_reordering_duplication_and_truncation_get_their_codes() {
         .expect("open")
         .execute("DELETE FROM chain WHERE seq >= ?1", [n - 1])
         .expect("truncate");
-    let (code, v) = verify(root, &[]);
+    let (code, v) = verify_without_kept_anchor(root);
     assert_eq!(code, 0, "truncation is undetectable without an anchor: {v}");
     let (code, v) = verify(root, &["--anchor", anchor.to_str().expect("utf8")]);
     assert_eq!(code, 1);
     assert_eq!(bad(&v), ((n - 1) as u64, "TRUNCATED_BELOW_ANCHOR".into()));
+    let (code, v) = verify(root, &[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(bad(&v), ((n - 1) as u64, "TRUNCATED_BELOW_ANCHOR".into()));
+    assert!(v["kept_anchor"]["path"].is_string(), "{v}");
 
-    // Rewriting the last entry with a recomputed hash: only the anchor sees it.
+    // Rewriting the last entry with a recomputed hash: only an anchor
+    // sees it.
     reset();
     let c = Connection::open(&db).expect("open");
     let (d, h) = forged(n, &all[n as usize - 2].2);
     set_row(&c, n, &d, &h);
     drop(c);
-    assert_eq!(verify(root, &[]).0, 0);
+    assert_eq!(verify_without_kept_anchor(root).0, 0);
     assert_eq!(
         bad(&verify(root, &["--anchor", anchor.to_str().expect("utf8")]).1),
         (n as u64, "ANCHOR_MISMATCH".into())
     );
+    assert_eq!(
+        bad(&verify(root, &[]).1),
+        (n as u64, "ANCHOR_MISMATCH".into())
+    );
+}
+
+/// `verify` with no anchor at all: rewind's own kept in an empty state
+/// directory.
+fn verify_without_kept_anchor(root: &Path) -> (i32, serde_json::Value) {
+    let elsewhere = common::tmp();
+    let out = common::rewind_env(
+        root,
+        &["--json", "verify"],
+        &[("XDG_STATE_HOME", elsewhere.path().to_str().expect("utf8"))],
+    );
+    let v = serde_json::from_slice(&out.stdout).expect("verify JSON");
+    (out.status.code().unwrap_or(-1), v)
 }
 
 #[test]
@@ -337,7 +360,9 @@ fn an_independent_verifier_agrees_on_100_logs() {
             }
         }
         drop(c);
-        let (_, ours) = verify(&root, &[]);
+        // The chain alone, as the independent verifier sees it: not
+        // against the anchor rewind keeps (D313).
+        let (_, ours) = verify_without_kept_anchor(&root);
         let out = Command::new("python3")
             .arg(&script)
             .arg(&db)
@@ -422,7 +447,12 @@ fn a_ledger_from_before_the_chain_gets_a_genesis_and_keeps_working() {
     write(&root.join("a"), b"1");
     let first = checkpoint_id(root, &[]);
     // What an earlier build left: no chain, no effects, no blobs tables,
-    // and no migration stamp (D79).
+    // and no migration stamp (D79); nor the anchor kept since D313.
+    let kept = verify(root, &[]).1["kept_anchor"]["path"]
+        .as_str()
+        .expect("a kept anchor")
+        .to_string();
+    std::fs::remove_file(kept).expect("rm kept anchor");
     let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
     c.execute_batch("DROP TABLE chain; DROP TABLE effects; PRAGMA user_version = 0;")
         .expect("drop");
@@ -703,4 +733,94 @@ fn a_rewind_refuses_a_checkpoint_row_the_chain_does_not_back() {
                 .is_some_and(|s| s.contains(&second) && s.contains("parent")))),
         "{v}"
     );
+}
+
+/// D313: a chain cut at its tail verified, so a history that lost its
+/// newest checkpoints looked whole. helper-67 saw it happen: `grep -rl
+/// old . | xargs sed -i` rewrote the ledger's WAL, SQLite stopped reading
+/// at the first frame whose checksum failed, and `list` showed one
+/// checkpoint of four while `verify` said ok. The anchor rewind keeps
+/// outside the workspace names it: every command warns, `verify` fails,
+/// and a checkpoint on top does not move the anchor; deleting the kept
+/// file accepts the ledger as it is. A copy of the workspace keeps its
+/// own anchor, and both verify.
+#[test]
+fn a_history_that_lost_its_newest_entries_is_named_by_the_anchor_rewind_keeps() {
+    let dir = common::tmp();
+    let ws = dir.path().join("proj");
+    for i in 0..4 {
+        write(
+            &ws.join(format!("m{i}.py")),
+            format!("def oldname_{i}():\n    return 'oldname'\n").as_bytes(),
+        );
+    }
+    rewind_json(&ws, &["checkpoint", "one"]);
+    settle(&ws.join(".rewind/ledger.db"));
+    for label in ["two", "three", "four"] {
+        write(&ws.join("m0.py"), format!("# {label} oldname\n").as_bytes());
+        rewind_json(&ws, &["checkpoint", label]);
+    }
+    // A copy of the workspace, history and all, goes its own way.
+    let copy = dir.path().join("copy");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&ws)
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    write(&copy.join("m1.py"), b"copied\n");
+    rewind_json(&copy, &["checkpoint", "in the copy"]);
+    write(&ws.join("m2.py"), b"original\n");
+    rewind_json(&ws, &["checkpoint", "five"]);
+    for root in [&ws, &copy] {
+        let (code, v) = verify(root, &[]);
+        assert_eq!(code, 0, "{}: {v}", root.display());
+        assert!(v["kept_anchor"]["path"].is_string(), "{v}");
+    }
+    let entries = verify(&ws, &[]).1["entries"].as_u64().expect("entries");
+
+    // The everyday rename, run straight (not through the hook, D312).
+    let sed = Command::new("sh")
+        .current_dir(&ws)
+        .args(["-c", "grep -rl oldname . | xargs sed -i 's/oldname/newname/g'"])
+        .status()
+        .expect("sh");
+    assert!(sed.success());
+    let listed = rewind(&ws, &["list"]);
+    let warning = String::from_utf8_lossy(&listed.stderr).into_owned();
+    assert!(
+        warning.contains("rewind: warning: this workspace's history reached entry")
+            && warning.contains("rewind verify"),
+        "{warning}"
+    );
+    let (code, v) = verify(&ws, &[]);
+    assert_eq!(code, 1, "{v}");
+    let (_, why) = bad(&v);
+    assert!(
+        why == "TRUNCATED_BELOW_ANCHOR" || why == "ANCHOR_MISMATCH",
+        "{v}"
+    );
+    assert!(
+        v["first_bad"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the anchor rewind keeps")),
+        "{v}"
+    );
+    // New entries on top do not bury the loss.
+    write(&ws.join("m3.py"), b"after\n");
+    rewind_json(&ws, &["checkpoint", "after"]);
+    assert_eq!(verify(&ws, &[]).0, 1, "the kept anchor moved past a loss");
+    let kept = v["kept_anchor"]["path"].as_str().expect("path").to_string();
+    let seq = v["kept_anchor"]["seq"].as_u64().expect("seq");
+    assert_eq!(seq, entries, "{v}");
+    // Accepted by deleting it: the next command keeps a new one.
+    std::fs::remove_file(&kept).expect("rm kept anchor");
+    let (code, v) = verify(&ws, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v.get("kept_anchor").is_none(), "{v}");
+    rewind_json(&ws, &["checkpoint", "accepted"]);
+    assert_eq!(verify(&ws, &[]).1["kept_anchor"]["path"], kept.as_str());
+    // The copy never noticed.
+    assert_eq!(verify(&copy, &[]).0, 0);
 }

@@ -495,8 +495,15 @@ fn verify_fails_an_emptied_chain_and_names_a_retyped_entry() {
     workspace(root);
     assert_eq!(guard(root, &["--key", "k"]).0, 0);
     let db = root.join(".rewind/ledger.db");
+    // The chain alone: the anchor rewind keeps (D313) names a cut chain
+    // TRUNCATED_BELOW_ANCHOR first.
+    let no_kept_anchor = common::tmp();
     let verify = || {
-        let out = common::rewind(root, &["--json", "verify"]);
+        let out = common::rewind_env(
+            root,
+            &["--json", "verify"],
+            &[("XDG_STATE_HOME", no_kept_anchor.path().to_str().expect("utf8"))],
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
         (out.status.code(), v)
     };
@@ -522,6 +529,9 @@ fn verify_fails_an_emptied_chain_and_names_a_retyped_entry() {
     assert_eq!(rc, Some(1), "{v}");
     assert_eq!(v["ok"], false, "{v}");
     assert_eq!(v["first_bad"]["code"], "SEQ_GAP", "{v}");
+    let out = common::rewind(root, &["--json", "verify"]);
+    let kept: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(kept["first_bad"]["code"], "TRUNCATED_BELOW_ANCHOR", "{kept}");
 }
 
 #[test]

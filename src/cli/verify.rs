@@ -27,6 +27,12 @@ pub(crate) struct Deep {
 }
 
 #[derive(Serialize)]
+pub(crate) struct KeptAnchor {
+    pub path: PathBuf,
+    pub seq: u64,
+}
+
+#[derive(Serialize)]
 pub(crate) struct Out {
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -38,6 +44,10 @@ pub(crate) struct Out {
     /// Checked against an anchor: the note on truncation is moot.
     #[serde(skip)]
     pub anchored: bool,
+    /// The anchor rewind keeps outside the workspace (D313), when plain
+    /// `verify` checked against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_anchor: Option<KeptAnchor>,
 }
 
 /// Exit codes (DESIGN §3): 0 intact, 1 tampered, 2 could not be read.
@@ -95,7 +105,27 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         }
     });
     let anchor = anchor.filter(|_| foreign.is_none());
+    // Without one given, the one rewind keeps (D313): a chain cut at its
+    // tail verifies otherwise.
+    let kept = match (&args.anchor, ws.ledger().kept_anchor()?) {
+        (None, Some((path, a))) => Some((path, a)),
+        _ => None,
+    };
+    let anchor = anchor.or_else(|| kept.as_ref().map(|(_, a)| a.clone()));
     let mut verdict = ws.ledger().verify_chain(anchor.as_ref())?;
+    if let (Some((path, a)), Some(bad)) = (&kept, verdict.first_bad.as_mut())
+        && matches!(
+            bad.code,
+            crate::chain::Code::TruncatedBelowAnchor | crate::chain::Code::AnchorMismatch
+        )
+    {
+        bad.reason = format!(
+            "{}; the anchor rewind keeps at {} recorded entry {}: the ledger lost its newest entries or holds others (a tool rewrote .rewind/, or a copy of it was put back); if you restored it on purpose, delete that file",
+            bad.reason,
+            crate::names::human_os_path(path),
+            a.seq
+        );
+    }
     if let Some(bad) = foreign {
         verdict.ok = false;
         verdict.head = None;
@@ -133,7 +163,8 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         verdict,
         pruned_checkpoints,
         deep,
-        anchored: args.anchor.is_some(),
+        anchored: args.anchor.is_some() || kept.is_some(),
+        kept_anchor: kept.map(|(path, a)| KeptAnchor { path, seq: a.seq }),
     })
 }
 
@@ -165,7 +196,13 @@ fn human(out: &Out) -> String {
             s.push_str(&format!("\n  DAMAGED {b}"));
         }
     }
-    if !out.anchored {
+    if let Some(k) = &out.kept_anchor {
+        s.push_str(&format!(
+            "\nchecked against the anchor rewind keeps at {} (entry {}); one kept off this machine (`rewind anchor FILE`) survives what this one does not",
+            crate::names::human_os_path(&k.path),
+            k.seq
+        ));
+    } else if !out.anchored {
         s.push_str("\n(truncating the newest entries is undetectable without an anchor: keep `rewind anchor` output elsewhere)");
     }
     s

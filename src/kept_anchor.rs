@@ -1,0 +1,186 @@
+//! The anchor rewind keeps of each workspace's chain head, outside the
+//! workspace (D313).
+//!
+//! A chain cut at its tail verifies (DESIGN §9): without an anchor kept
+//! elsewhere, nothing tells a history that lost its newest entries from
+//! one that never had them. helper-67 saw that happen by accident: `grep
+//! -rl old . | xargs sed -i` rewrote the ledger's WAL, SQLite stopped
+//! reading at the first frame whose checksum failed, and the ledger went
+//! from 6 entries to 3 while `verify` said ok; restoring a backup of the
+//! project, `.rewind/` and all, did the same. So every commit that moves
+//! the head also writes it, as `rewind anchor` would, to
+//! `$XDG_STATE_HOME/rewind/anchors/` (`~/.local/state/…`), one file per
+//! workspace and path, and plain `verify` checks the chain against it.
+//!
+//! The kept anchor only moves forward along the chain it anchors: a
+//! ledger that no longer holds its entry (cut, rolled back, replaced)
+//! leaves it as it is, so `verify` goes on saying so until the user
+//! deletes the file (having restored a backup on purpose). Everything
+//! here is best effort: no state directory, or one that cannot be
+//! written, keeps nothing and stops nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::chain::Anchor;
+use crate::hash::{Hash, hex};
+
+/// Where the anchor of the workspace `workspace_id` at `root` is kept:
+/// keyed by both, so a copy of a workspace (`cp -a proj proj2`, the same
+/// id) keeps its own, and a workspace made again at a path has a new id.
+pub fn path(workspace_id: &str, root: &Path) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".local/state"))
+        })?;
+    let mut key = workspace_id.as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()));
+    let name = hex(&Hash::of(&key).0[..16]);
+    Some(base.join("rewind/anchors").join(format!("{name}.json")))
+}
+
+/// The workspace root of a ledger at `ledger` (`ROOT/.rewind/ledger.db`,
+/// or the btrfs engine's `ROOT/.rewind/state/ledger.db`).
+pub fn root_of(ledger: &Path) -> Option<&Path> {
+    ledger
+        .ancestors()
+        .find(|a| {
+            a.file_name()
+                .is_some_and(|n| n == crate::capture::STATE_DIR)
+        })?
+        .parent()
+}
+
+/// The anchor kept for this workspace, and where, if there is one that
+/// parses and names it.
+pub fn read(workspace_id: &str, root: &Path) -> Option<(PathBuf, Anchor)> {
+    let path = path(workspace_id, root)?;
+    let anchor = Anchor::read(&path).ok()??;
+    (anchor.workspace == workspace_id).then_some((path, anchor))
+}
+
+/// After a commit: keep the chain's head as the workspace's anchor, if
+/// it extends the one kept (or none is).
+pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str) {
+    let Some(root) = root_of(ledger) else {
+        return;
+    };
+    let Ok(Some((seq, head))) = crate::chain::head(conn, ledger) else {
+        return;
+    };
+    if let Some((_, a)) = read(workspace_id, root) {
+        if a.seq == seq && a.head == head.to_hex() {
+            return;
+        }
+        // Only forward along the same chain: a ledger that lost the kept
+        // entry, or holds another there, leaves the evidence alone.
+        if !holds(conn, &a) {
+            return;
+        }
+    }
+    let Some(path) = path(workspace_id, root) else {
+        return;
+    };
+    let anchor = Anchor {
+        workspace: workspace_id.to_string(),
+        seq,
+        head: head.to_hex(),
+    };
+    let _ = write(&path, &anchor);
+}
+
+/// Whether the chain in `conn` holds the kept anchor's entry.
+fn holds(conn: &Connection, a: &Anchor) -> bool {
+    let here: Option<Vec<u8>> = conn
+        .query_row(
+            "SELECT hash FROM chain WHERE seq = ?1",
+            [a.seq as i64],
+            |r| r.get(0),
+        )
+        .optional()
+        .ok()
+        .flatten();
+    here.is_some_and(|h| hex(&h) == a.head)
+}
+
+/// What to tell the user when the ledger no longer holds the entry its
+/// kept anchor recorded: the history lost its newest entries, or was
+/// replaced by another copy. `None` when it holds it, or none is kept.
+pub fn lost(conn: &Connection, ledger: &Path, workspace_id: &str) -> Option<String> {
+    let (path, a) = read(workspace_id, root_of(ledger)?)?;
+    if holds(conn, &a) {
+        return None;
+    }
+    let now = crate::chain::head(conn, ledger)
+        .ok()
+        .flatten()
+        .map_or(0, |(seq, _)| seq);
+    Some(format!(
+        "this workspace's history reached entry {} (the anchor rewind keeps at {}), and its ledger now {}: it lost its newest checkpoints or was replaced by an older copy (a tool that rewrote .rewind/, a restored backup); `rewind verify` says where, and deleting that file accepts the ledger as it is",
+        a.seq,
+        crate::names::human_os_path(&path),
+        if now < a.seq {
+            format!("ends at entry {now}")
+        } else {
+            format!("holds another entry {}", a.seq)
+        }
+    ))
+}
+
+/// Replace the file at `path` with `anchor`, through a temporary file
+/// beside it (a torn write would read as no anchor, never a wrong one).
+fn write(path: &Path, anchor: &Anchor) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.{n}.tmp", std::process::id()));
+    let text = serde_json::to_string(anchor).map_err(std::io::Error::other)?;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp);
+    let mut f = match created {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?
+        }
+        Err(e) => return Err(e),
+    };
+    f.write_all(format!("{text}\n").as_bytes())?;
+    drop(f);
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ledgers_root_is_above_its_rewind_directory() {
+        assert_eq!(
+            root_of(Path::new("/w/p/.rewind/ledger.db")),
+            Some(Path::new("/w/p"))
+        );
+        assert_eq!(
+            root_of(Path::new("/w/p/.rewind/state/ledger.db")),
+            Some(Path::new("/w/p"))
+        );
+        assert_eq!(root_of(Path::new("/w/p/ledger.db")), None);
+    }
+}
