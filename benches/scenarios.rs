@@ -24,7 +24,9 @@
 //!    then `git clean -fdq`. Every restore (rewind and git) is verified against
 //!    a SHA-256 map of the tree taken at the target; a mismatch panics
 //!    (d2 undoes it, d3 runs it with another program's writes pending, d4
-//!    times `status` right after a rewind restored the big file);
+//!    times `status` right after a rewind restored the big file, d5 a
+//!    checkpoint after a line appended to the big file against the same
+//!    with the whole file hashed again, D314);
 //! e. `rewind guard` admitting a new key; f. `rewind verify` of a long chain;
 //! g. `--successive` checkpoints in a row, each after editing 10 small files
 //!    and writing 4 KiB into the big file — rewind, shadow git and rsync
@@ -1835,6 +1837,64 @@ fn scenario_status_after_rewind(
                 series: read,
             },
         ],
+        detail: Value::Null,
+    }
+}
+
+/// d5: a checkpoint after one line is appended to the big file (a log, a
+/// growing dataset), hashed on from the state its previous object kept at
+/// its old end (D314), against the same checkpoint with `REWIND_RESUME=0`,
+/// which reads the whole file again, alternating which goes first.
+fn scenario_append(args: &Args, work: &Path, pair: &Pair, tree: &Tree) -> Scenario {
+    let big = pair.ws.join(&tree.big);
+    let (mut resumed, mut whole) = (Series::default(), Series::default());
+    // The big file's object keeps its states from here on.
+    run(rewind_cmd(&pair.ws).args(["checkpoint", "bench-d5-base", "--json"]));
+    let checkpoint = |series: &mut Series, resume: bool, label: String| {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&big)
+            .unwrap_or_else(|e| panic!("open {} to append: {e}", big.display()));
+        f.write_all(format!("{label}: one more line\n").as_bytes())
+            .unwrap_or_else(|e| panic!("append to {}: {e}", big.display()));
+        drop(f);
+        settle(work);
+        let mut c = rewind_cmd(&pair.ws);
+        c.args(["checkpoint", &label, "--json"]);
+        if !resume {
+            c.env("REWIND_RESUME", "0");
+        }
+        let m = run(c);
+        let got = counts(&m.json(), "d5: checkpoint");
+        assert_eq!(got, (0, 1, 0), "d5: checkpoint counts");
+        series.push(m.ms(), m.maxrss_kib);
+    };
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [d5] checkpoint after a line appended to the big file, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        let (a, b) = (format!("bench-d5-{r}-a"), format!("bench-d5-{r}-b"));
+        if r % 2 == 0 {
+            checkpoint(&mut resumed, true, a);
+            checkpoint(&mut whole, false, b);
+        } else {
+            checkpoint(&mut whole, false, a);
+            checkpoint(&mut resumed, true, b);
+        }
+    }
+    Scenario {
+        id: "d5",
+        name: format!(
+            "d5. checkpoint after a line appended to the {} file (D314)",
+            mib(tree.big_size)
+        ),
+        rewind: resumed,
+        baselines: vec![Baseline {
+            name: "the same with `REWIND_RESUME=0` (the whole file hashed again)".into(),
+            series: whole,
+        }],
         detail: Value::Null,
     }
 }
@@ -5383,6 +5443,7 @@ fn main() {
             scenarios.push(scenario_status_after_rewind(
                 &args, &work, &pair, &tree, &mut rng,
             ));
+            scenarios.push(scenario_append(&args, &work, &pair, &tree));
         }
         if args.wants('e') {
             scenarios.push(scenario_guard(&args, &pair));

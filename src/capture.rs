@@ -1684,13 +1684,21 @@ impl Walker<'_> {
             rel,
             ignores,
             scoped,
-            ..
+            cached,
         } = *here;
         match slot {
             Slot::Same(prev) => Ok(Some(Resolved::Same(prev))),
             Slot::File(name, meta) => {
                 let path = join(rel, name.as_bytes());
-                match self.hash_file(dir, &name, &path, &meta)? {
+                // What the path held when last captured: a big file is
+                // hashed on from what it still shares with it (D314).
+                let prev = cached
+                    .and_then(|c| c.lookup(name.as_bytes()))
+                    .and_then(|r| match r.entry.target {
+                        Target::Object(h) => Some(h),
+                        _ => None,
+                    });
+                match self.hash_file(dir, &name, &path, &meta, prev.as_ref())? {
                     Hashed::File(entry, racy) => {
                         let mut rec = CacheRec::new(entry, &meta, self.clock_ns);
                         rec.racy |= racy;
@@ -1830,7 +1838,14 @@ impl Walker<'_> {
 
     /// Hash (and store) one regular file. Returns the entry and whether it
     /// changed while we read it (then its cache record is marked racy).
-    fn hash_file(&self, dir: &Dir, name: &OsStr, path: &[u8], meta: &Meta) -> Result<Hashed> {
+    fn hash_file(
+        &self,
+        dir: &Dir,
+        name: &OsStr,
+        path: &[u8],
+        meta: &Meta,
+        prev: Option<&Hash>,
+    ) -> Result<Hashed> {
         let (mut file, opened) = match dir.open_read(name) {
             Ok(v) => v,
             Err(e) if e.is_not_found() => return Ok(Hashed::Gone),
@@ -1889,9 +1904,10 @@ impl Walker<'_> {
         if let Some(r) = restored {
             return Ok(Hashed::File(entry(r.hash, r.size), false));
         }
-        let (hash, size) = match self.sink {
+        let (hash, size, read) = match self.sink {
             Sink::Store(store, blobs) => {
-                let ing = store.ingest(&file, meta.size, blobs, self.store_durable_below_ns)?;
+                let ing =
+                    store.ingest(&file, meta.size, blobs, self.store_durable_below_ns, prev)?;
                 Counters::add(&self.counters.bytes_new, ing.new_bytes);
                 let counter = match ing.stored {
                     Stored::Cloned => &self.counters.cloned,
@@ -1912,18 +1928,21 @@ impl Walker<'_> {
                     }
                     _ => {}
                 }
-                (ing.hash, ing.size)
+                (ing.hash, ing.size, ing.read)
             }
-            Sink::HashOnly => hash_reader(&mut file).map_err(|e| {
-                Error::os(rewind_platform::Error::new("read", display_path(path), e))
-            })?,
+            Sink::HashOnly => {
+                let (hash, size) = hash_reader(&mut file).map_err(|e| {
+                    Error::os(rewind_platform::Error::new("read", display_path(path), e))
+                })?;
+                (hash, size, size)
+            }
         };
         crate::failpoint::hit("capture:object-stored");
         let after = dir.stat_at(name).ok();
         let changed_meanwhile = after
             .is_none_or(|a| a.ino != meta.ino || a.ctime_ns != meta.ctime_ns || a.size != size);
         Counters::add(&self.counters.files_hashed, 1);
-        Counters::add(&self.counters.bytes_hashed, size);
+        Counters::add(&self.counters.bytes_hashed, read);
         Ok(Hashed::File(entry(hash, size), changed_meanwhile))
     }
 

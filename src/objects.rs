@@ -20,7 +20,7 @@ use rewind_platform::{CloneOutcome, Dir, Heir, RenameMode, clone_or_copy, copy_w
 
 use crate::blobs::{BlobReader, BlobWriter, INLINE_MAX};
 use crate::error::{Error, Result};
-use crate::hash::{Hash, Hasher};
+use crate::hash::{Hash, Hasher, Midstate, ResumableHasher};
 
 pub struct ObjectStore {
     objects: Dir,
@@ -103,6 +103,9 @@ pub struct Ingested {
     /// fsync, or one was found and no bound was given: only a `syncfs`
     /// covers them. Empty for other objects.
     pub unsynced_chunks: Option<Vec<Hash>>,
+    /// Bytes read to hash it: less than `size` where hashing went on from
+    /// a state the previous version kept (D314).
+    pub read: u64,
 }
 
 /// The chunk files of one chunked object that may not be durable (see
@@ -251,12 +254,17 @@ impl ObjectStore {
     /// copy; the stored size is what was actually read).
     /// `durable_below_ns`: files of the store with an older ctime are on
     /// disk (the workspace's durability mark, `crate::durable`), if known.
+    ///
+    /// `prev`: the object this file's path held before, if any: a big
+    /// clone is hashed from the last state its unchanged blocks reach
+    /// (D314).
     pub fn ingest(
         &self,
         src: &File,
         size: u64,
         blobs: &BlobWriter,
         durable_below_ns: Option<i64>,
+        prev: Option<&Hash>,
     ) -> Result<Ingested> {
         if size < INLINE_MAX {
             let small = read_inline(src, size)
@@ -272,6 +280,7 @@ impl ObjectStore {
                     new_bytes: 0,
                     stored: Stored::Inline,
                     unsynced_chunks: Some(Vec::new()),
+                    read: n,
                 });
             }
         }
@@ -279,9 +288,12 @@ impl ObjectStore {
             return self.ingest_chunked(src, blobs, durable_below_ns);
         }
         // Created read-only: the fd stays writable, the object never is.
-        let (tmp_name, tmp) = self.temp_file("in", 0o444)?;
-        let stored = self.fill_and_hash(src, &tmp, size);
-        let (hash, size, outcome) = match stored {
+        // One that keeps hash states is made read-only once they are set
+        // (as its owner, an xattr needs write permission).
+        let marked = self.should_clone(size) && size >= RESUME_MIN;
+        let (tmp_name, tmp) = self.temp_file("in", if marked { 0o600 } else { 0o444 })?;
+        let stored = self.fill_and_hash(src, &tmp, size, prev);
+        let (hash, size, outcome, read) = match stored {
             Ok(v) => v,
             Err(e) => {
                 let _ = self.tmp.unlink(&tmp_name);
@@ -300,6 +312,7 @@ impl ObjectStore {
             new_bytes,
             stored: outcome,
             unsynced_chunks: Some(Vec::new()),
+            read,
         })
     }
 
@@ -366,6 +379,7 @@ impl ObjectStore {
             new_bytes,
             stored: Stored::Chunked,
             unsynced_chunks: unsynced.into_list(),
+            read: off,
         })
     }
 
@@ -374,21 +388,120 @@ impl ObjectStore {
         src: &File,
         tmp: &File,
         size: u64,
-    ) -> Result<(Hash, u64, CloneOutcome)> {
+        prev: Option<&Hash>,
+    ) -> Result<(Hash, u64, CloneOutcome, u64)> {
         let tmp_path = || self.tmp.path().to_owned();
         if self.should_clone(size) {
             let outcome = clone_or_copy(src.as_fd(), tmp.as_fd())
                 .map_err(|e| Error::os(rewind_platform::Error::new("clone", tmp_path(), e)))?;
             // Hash the clone, not the source: it cannot change under us.
+            if size >= RESUME_MIN {
+                let (hash, size, marks, read) = self
+                    .hash_resuming(tmp, prev.filter(|_| outcome == CloneOutcome::Cloned))
+                    .map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
+                // Advisory: without them the next version is read whole.
+                let _ = rewind_platform::Xattr::add(
+                    tmp.as_fd(),
+                    &[rewind_platform::Xattr {
+                        name: MARKS_XATTR.as_bytes().to_vec(),
+                        value: encode_marks(&marks),
+                    }],
+                );
+                rewind_platform::file_set_mode(tmp, 0o444)
+                    .map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
+                return Ok((hash, size, outcome, read));
+            }
             let (hash, size) = hash_from_start(tmp)
                 .map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
-            Ok((hash, size, outcome))
+            Ok((hash, size, outcome, size))
         } else {
             let mut h = Hasher::default();
             let size = copy_with(src.as_fd(), tmp.as_fd(), |chunk| hash_read(&mut h, chunk))
                 .map_err(|e| Error::os(rewind_platform::Error::new("copy", tmp_path(), e)))?;
-            Ok((h.finish(), size, CloneOutcome::Copied))
+            Ok((h.finish(), size, CloneOutcome::Copied, size))
         }
+    }
+
+    /// SHA-256 of a fresh clone `tmp`, and the states to keep with it
+    /// ([`MARK_EVERY`] apart, and at its last whole 4 KiB). Where `prev`
+    /// (the object this path held) kept states, the clone is read only
+    /// from the last one whose bytes before it both files hold in the very
+    /// same blocks (FIEMAP): a reflink clone shares every block its source
+    /// did not write since, and the same block holds the same bytes. An
+    /// append to a 1 GiB file read it whole at every checkpoint.
+    fn hash_resuming(
+        &self,
+        tmp: &File,
+        prev: Option<&Hash>,
+    ) -> std::io::Result<(Hash, u64, Vec<Midstate>, u64)> {
+        let len = tmp.metadata()?.len();
+        // `REWIND_RESUME=0`: read it whole (the benchmark's baseline).
+        let resume = std::env::var_os("REWIND_RESUME").is_none_or(|v| v != "0");
+        let mut marks = prev
+            .filter(|_| resume)
+            .and_then(|p| self.open_file(p).ok().flatten())
+            .map(|old| self.marks_still_true(tmp, &old, len))
+            .unwrap_or_default();
+        let mut h = marks
+            .last()
+            .map_or_else(ResumableHasher::default, ResumableHasher::resume);
+        let last_whole = len / ALIGN as u64 * ALIGN as u64;
+        let read = read_through(tmp, h.len(), &mut |mut chunk: &[u8]| {
+            crate::progress::hashed(chunk.len() as u64);
+            while !chunk.is_empty() {
+                let at = h.len();
+                let next = ((at / MARK_EVERY + 1) * MARK_EVERY).min(if at < last_whole {
+                    last_whole
+                } else {
+                    u64::MAX
+                });
+                let take = chunk.len().min((next - at).min(usize::MAX as u64) as usize);
+                h.update(&chunk[..take]);
+                chunk = &chunk[take..];
+                if h.len() == next
+                    && let Some(m) = h.midstate()
+                {
+                    marks.push(m);
+                }
+            }
+        })?;
+        let size = h.len();
+        if marks.len() > MARKS_MAX {
+            let step = marks.len().div_ceil(MARKS_MAX);
+            let last = marks.last().copied();
+            marks = marks.into_iter().step_by(step).collect();
+            marks.extend(last.filter(|l| marks.last() != Some(l)));
+        }
+        Ok((h.finish(), size, marks, read))
+    }
+
+    /// The states `old` keeps that hold for `tmp` too: those at or before
+    /// the end of the blocks both files share from their start.
+    fn marks_still_true(&self, tmp: &File, old: &File, len: u64) -> Vec<Midstate> {
+        let Some(kept) =
+            rewind_platform::Xattr::list_where(old.as_fd(), |n| n == MARKS_XATTR.as_bytes())
+                .ok()
+                .and_then(|x| x.into_iter().next())
+                .and_then(|x| decode_marks(&x.value))
+        else {
+            return Vec::new();
+        };
+        let usable: Vec<Midstate> = kept
+            .into_iter()
+            .filter(|m| m.offset <= len && m.offset % ALIGN as u64 == 0)
+            .collect();
+        let Some(upto) = usable.iter().map(|m| m.offset).max() else {
+            return Vec::new();
+        };
+        let path = self.tmp.path();
+        let (Ok(a), Ok(b)) = (
+            rewind_platform::mapping(tmp, upto, path),
+            rewind_platform::mapping(old, upto, path),
+        ) else {
+            return Vec::new();
+        };
+        let same = rewind_platform::same_blocks_prefix(&a, &b);
+        usable.into_iter().filter(|m| m.offset <= same).collect()
     }
 
     /// Rename a filled temp file to its content address. Returns the bytes
@@ -878,6 +991,50 @@ impl ObjectStore {
     }
 }
 
+/// Cloned objects at least this big keep SHA-256 states along their
+/// content, so the next version of their file is hashed from the last
+/// state its unchanged blocks reach (D314).
+const RESUME_MIN: u64 = 64 << 20;
+/// How far apart those states are.
+const MARK_EVERY: u64 = 64 << 20;
+/// At most this many are kept (40 bytes each; xattr values are small).
+const MARKS_MAX: usize = 1024;
+/// The xattr an object keeps them in.
+const MARKS_XATTR: &str = "user.rewind.sha256";
+
+/// `R1`, then each state: its offset (u64) and words (8 × u32), little
+/// endian.
+fn encode_marks(marks: &[Midstate]) -> Vec<u8> {
+    let mut out = b"R1".to_vec();
+    for m in marks {
+        out.extend_from_slice(&m.offset.to_le_bytes());
+        for w in m.state {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn decode_marks(bytes: &[u8]) -> Option<Vec<Midstate>> {
+    let body = bytes.strip_prefix(b"R1")?;
+    if body.len() % 40 != 0 {
+        return None;
+    }
+    Some(
+        body.chunks_exact(40)
+            .map(|c| {
+                let word = |i: usize| {
+                    u32::from_le_bytes(c[8 + 4 * i..12 + 4 * i].try_into().unwrap_or_default())
+                };
+                Midstate {
+                    offset: u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
+                    state: std::array::from_fn(word),
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Files at least this big are hashed with reading and hashing overlapped.
 const PIPELINE_MIN: u64 = 8 << 20;
 const CHUNK: usize = 1 << 20;
@@ -885,23 +1042,30 @@ const ALIGN: usize = 4096;
 
 /// SHA-256 and length of a whole file, read with pread from offset 0
 /// (whatever the fd's current offset).
+pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
+    let mut h = Hasher::default();
+    let n = read_through(file, 0, &mut |chunk| hash_read(&mut h, chunk))?;
+    Ok((h.finish(), n))
+}
+
+/// Read a file from `from` (a multiple of 4 KiB) to its end, handing each
+/// piece to `feed` in order; the bytes read.
 ///
 /// A fresh clone shares extents but not page cache with its source, so
 /// hashing it reads from disk: for big files a reader thread keeps the next
 /// chunks coming while this thread hashes, so the cost is max(read, hash)
 /// rather than their sum.
-pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
+fn read_through(file: &File, from: u64, feed: &mut dyn FnMut(&[u8])) -> std::io::Result<u64> {
     let len = file.metadata()?.len();
-    if len < PIPELINE_MIN {
-        let mut h = Hasher::default();
+    if len.saturating_sub(from) < PIPELINE_MIN {
         let mut buf = vec![0u8; 256 * 1024];
-        let mut off = 0u64;
+        let mut off = from;
         loop {
             let n = read_at_retry(file, &mut buf, off)?;
             if n == 0 {
-                return Ok((h.finish(), off));
+                return Ok(off - from);
             }
-            hash_read(&mut h, &buf[..n]);
+            feed(&buf[..n]);
             off += n as u64;
         }
     }
@@ -917,7 +1081,7 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Chunk>>(4);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         scope.spawn(move || {
-            let mut off = 0u64;
+            let mut off = from;
             let mut direct = direct;
             loop {
                 let mut buf = empty_rx.try_recv().unwrap_or_default();
@@ -948,15 +1112,14 @@ pub fn hash_from_start(file: &File) -> std::io::Result<(Hash, u64)> {
                 }
             }
         });
-        let mut h = Hasher::default();
         let mut total = 0u64;
         for chunk in full_rx {
             let (buf, start, n) = chunk?;
-            hash_read(&mut h, &buf[start..start + n]);
+            feed(&buf[start..start + n]);
             total += n as u64;
             let _ = empty_tx.send(buf);
         }
-        Ok((h.finish(), total))
+        Ok(total)
     });
     if direct {
         rewind_platform::set_direct_io(file, false);

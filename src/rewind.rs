@@ -945,7 +945,7 @@ fn store_what_the_plan_replaces(
         }
         let (file, _) = ws.root_dir().open_read_beneath(rel).map_err(Error::os)?;
         let blobs = crate::blobs::BlobWriter::new(ws.ledger().path());
-        let ingested = ws.store().ingest(&file, e.size, &blobs, None)?;
+        let ingested = ws.store().ingest(&file, e.size, &blobs, None, None)?;
         if ingested.hash != *hash {
             // Not what the capture saw: no copy of that content is left.
             return Err(missing());

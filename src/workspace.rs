@@ -255,6 +255,9 @@ pub struct CheckpointReport {
     pub changes: Option<Counts>,
     pub bytes_new: u64,
     pub files_hashed: u64,
+    /// Bytes those files' hashing read: less than their size where a big
+    /// file was hashed on from what it still shares (D314).
+    pub bytes_hashed: u64,
     pub cloned: u64,
     pub copied: u64,
     pub inlined: u64,
@@ -1818,6 +1821,7 @@ impl Workspace {
             changes: None,
             bytes_new: 0,
             files_hashed: 0,
+            bytes_hashed: 0,
             cloned: 0,
             copied: 0,
             inlined: 0,
@@ -1895,6 +1899,7 @@ impl Workspace {
             changes: Some(changes),
             bytes_new: cap.stats.bytes_new,
             files_hashed: cap.stats.files_hashed,
+            bytes_hashed: cap.stats.bytes_hashed,
             cloned: cap.stats.cloned,
             copied: cap.stats.copied,
             inlined: cap.stats.inlined,

@@ -783,7 +783,10 @@ fn a_history_that_lost_its_newest_entries_is_named_by_the_anchor_rewind_keeps() 
     // The everyday rename, run straight (not through the hook, D312).
     let sed = Command::new("sh")
         .current_dir(&ws)
-        .args(["-c", "grep -rl oldname . | xargs sed -i 's/oldname/newname/g'"])
+        .args([
+            "-c",
+            "grep -rl oldname . | xargs sed -i 's/oldname/newname/g'",
+        ])
         .status()
         .expect("sh");
     assert!(sed.success());

@@ -502,7 +502,10 @@ fn verify_fails_an_emptied_chain_and_names_a_retyped_entry() {
         let out = common::rewind_env(
             root,
             &["--json", "verify"],
-            &[("XDG_STATE_HOME", no_kept_anchor.path().to_str().expect("utf8"))],
+            &[(
+                "XDG_STATE_HOME",
+                no_kept_anchor.path().to_str().expect("utf8"),
+            )],
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
         (out.status.code(), v)
@@ -531,7 +534,10 @@ fn verify_fails_an_emptied_chain_and_names_a_retyped_entry() {
     assert_eq!(v["first_bad"]["code"], "SEQ_GAP", "{v}");
     let out = common::rewind(root, &["--json", "verify"]);
     let kept: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(kept["first_bad"]["code"], "TRUNCATED_BELOW_ANCHOR", "{kept}");
+    assert_eq!(
+        kept["first_bad"]["code"], "TRUNCATED_BELOW_ANCHOR",
+        "{kept}"
+    );
 }
 
 #[test]

@@ -33,7 +33,7 @@ pub use dir::{
     file_set_mode, file_set_mtime, lexical, resolve_existing,
 };
 pub use error::{Error, Result};
-pub use fiemap::{Extent, extents, next_data};
+pub use fiemap::{Extent, Mapped, extents, mapping, next_data, same_blocks_prefix};
 pub use fsinfo::{
     FsInfo, FsKind, available_bytes, clone_support, file_id, mount_at, mounts_below, probe_clone,
 };
