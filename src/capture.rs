@@ -1692,12 +1692,14 @@ impl Walker<'_> {
                 let path = join(rel, name.as_bytes());
                 // What the path held when last captured: a big file is
                 // hashed on from what it still shares with it (D314).
+                // (Or what the last rewind put there: a clone of it.)
                 let prev = cached
                     .and_then(|c| c.lookup(name.as_bytes()))
                     .and_then(|r| match r.entry.target {
                         Target::Object(h) => Some(h),
                         _ => None,
-                    });
+                    })
+                    .or_else(|| self.restored.get(&path).map(|r| r.hash));
                 match self.hash_file(dir, &name, &path, &meta, prev.as_ref())? {
                     Hashed::File(entry, racy) => {
                         let mut rec = CacheRec::new(entry, &meta, self.clock_ns);

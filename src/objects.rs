@@ -404,7 +404,7 @@ impl ObjectStore {
                     tmp.as_fd(),
                     &[rewind_platform::Xattr {
                         name: MARKS_XATTR.as_bytes().to_vec(),
-                        value: encode_marks(&marks),
+                        value: encode_marks(&hash, &marks),
                     }],
                 );
                 rewind_platform::file_set_mode(tmp, 0o444)
@@ -439,8 +439,8 @@ impl ObjectStore {
         let resume = std::env::var_os("REWIND_RESUME").is_none_or(|v| v != "0");
         let mut marks = prev
             .filter(|_| resume)
-            .and_then(|p| self.open_file(p).ok().flatten())
-            .map(|old| self.marks_still_true(tmp, &old, len))
+            .and_then(|p| Some((p, self.open_file(p).ok().flatten()?)))
+            .map(|(p, old)| self.marks_still_true(tmp, p, &old, len))
             .unwrap_or_default();
         let mut h = marks
             .last()
@@ -477,12 +477,12 @@ impl ObjectStore {
 
     /// The states `old` keeps that hold for `tmp` too: those at or before
     /// the end of the blocks both files share from their start.
-    fn marks_still_true(&self, tmp: &File, old: &File, len: u64) -> Vec<Midstate> {
+    fn marks_still_true(&self, tmp: &File, old_hash: &Hash, old: &File, len: u64) -> Vec<Midstate> {
         let Some(kept) =
             rewind_platform::Xattr::list_where(old.as_fd(), |n| n == MARKS_XATTR.as_bytes())
                 .ok()
                 .and_then(|x| x.into_iter().next())
-                .and_then(|x| decode_marks(&x.value))
+                .and_then(|x| decode_marks(old_hash, &x.value))
         else {
             return Vec::new();
         };
@@ -1002,9 +1002,12 @@ const MARKS_MAX: usize = 1024;
 /// The xattr an object keeps them in.
 const MARKS_XATTR: &str = "user.rewind.sha256";
 
-/// `R1`, then each state: its offset (u64) and words (8 × u32), little
-/// endian.
-fn encode_marks(marks: &[Midstate]) -> Vec<u8> {
+/// `R1`, each state (its offset as a u64 and its 8 words as u32s, little
+/// endian), then SHA-256 of the object's name and all before: states
+/// damaged, or carried to another object (`cp -a` of a store), are not
+/// taken. A wrong state would name the next version's object by a hash
+/// its bytes do not have, which a rewind then refuses (D161).
+fn encode_marks(object: &Hash, marks: &[Midstate]) -> Vec<u8> {
     let mut out = b"R1".to_vec();
     for m in marks {
         out.extend_from_slice(&m.offset.to_le_bytes());
@@ -1012,11 +1015,24 @@ fn encode_marks(marks: &[Midstate]) -> Vec<u8> {
             out.extend_from_slice(&w.to_le_bytes());
         }
     }
+    let seal = marks_seal(object, &out);
+    out.extend_from_slice(&seal.0);
     out
 }
 
-fn decode_marks(bytes: &[u8]) -> Option<Vec<Midstate>> {
-    let body = bytes.strip_prefix(b"R1")?;
+fn marks_seal(object: &Hash, body: &[u8]) -> Hash {
+    let mut h = Hasher::default();
+    h.update(&object.0);
+    h.update(body);
+    h.finish()
+}
+
+fn decode_marks(object: &Hash, bytes: &[u8]) -> Option<Vec<Midstate>> {
+    let (sealed, seal) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
+    if marks_seal(object, sealed).0 != seal {
+        return None;
+    }
+    let body = sealed.strip_prefix(b"R1")?;
     if body.len() % 40 != 0 {
         return None;
     }
@@ -1254,6 +1270,32 @@ pub fn hash_reader(r: &mut impl Read) -> std::io::Result<(Hash, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// D314: the states an object keeps are taken only for that object,
+    /// and only undamaged.
+    #[test]
+    fn hash_states_are_sealed_to_their_object() {
+        let marks = [
+            Midstate {
+                offset: 64 << 20,
+                state: [1, 2, 3, 4, 5, 6, 7, 8],
+            },
+            Midstate {
+                offset: 100 << 20,
+                state: [9; 8],
+            },
+        ];
+        let object = Hash::of(b"object");
+        let bytes = encode_marks(&object, &marks);
+        assert_eq!(decode_marks(&object, &bytes).as_deref(), Some(&marks[..]));
+        assert_eq!(decode_marks(&Hash::of(b"another"), &bytes), None);
+        for at in [0, 5, 40, bytes.len() - 1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 1;
+            assert_eq!(decode_marks(&object, &bad), None, "byte {at}");
+        }
+        assert_eq!(decode_marks(&object, b"R1"), None);
+    }
     use std::io::Write;
 
     fn file_of(len: usize) -> File {

@@ -592,4 +592,16 @@ fn big_file_versions_on(fs: Fs) {
         rewind_json(&root, &["rewind", label]);
         assert_eq!(&sha(&big), want, "{}: {label}", fs.name());
     }
+    // The file a rewind put back is a clone of its object: an append to
+    // it is hashed on from that object's states too.
+    shell("printf 'after the rewind\n' >> data.bin");
+    let ck = rewind_json(&root, &["checkpoint", "after"]);
+    let read = ck["bytes_hashed"].as_u64().expect("bytes_hashed");
+    assert!(
+        read <= MIB,
+        "{}: read {read} bytes after a rewind: {ck}",
+        fs.name()
+    );
+    let deep = rewind_json(&root, &["verify", "--deep"]);
+    assert_eq!(deep["ok"], true, "{deep}");
 }
