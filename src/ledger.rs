@@ -1223,6 +1223,31 @@ impl Ledger {
         &self,
         anchor: Option<&crate::chain::Anchor>,
     ) -> Result<crate::chain::Verdict> {
+        // The chain and the checkpoints' rows from one snapshot: read
+        // apart, a checkpoint committed between the two was "in the table
+        // but not on the chain", and `verify` said TAMPERED while other
+        // processes checkpointed (helper-68, D315).
+        self.in_one_snapshot(|| self.verify_chain_now(anchor))
+    }
+
+    /// Run `f`'s reads in one read transaction (one snapshot of the
+    /// ledger), unless one is open already.
+    fn in_one_snapshot<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !self.conn.is_autocommit() {
+            return f();
+        }
+        self.conn
+            .execute_batch("BEGIN DEFERRED")
+            .map_err(self.err())?;
+        let out = f();
+        let _ = self.conn.execute_batch("COMMIT");
+        out
+    }
+
+    fn verify_chain_now(
+        &self,
+        anchor: Option<&crate::chain::Anchor>,
+    ) -> Result<crate::chain::Verdict> {
         let id = self.meta("workspace_id")?.unwrap_or_default();
         // The checkpoints' rows are held to what the chain recorded in
         // the same walk: an edited root, label or prune was caught only
