@@ -565,16 +565,32 @@ impl ShellLine<'_> {
     /// are not matched pipe to pipe: an editor fed by `xargs` or a
     /// command substitution, after such a listing in the same line.
     fn rewrites_a_listing_of(&self, histories: &[PathBuf]) -> Option<HistoryLoss> {
-        for (at, editor) in self.steps.iter().enumerate() {
-            if !history::rewrites_in_place(&editor.words) {
+        // A filter that drops the history's names on the way (`grep -v
+        // .rewind`) makes the listing harmless.
+        let filtered = self.steps.iter().any(|s| {
+            s.words.first().is_some_and(|p| p == "grep")
+                && s.words.iter().any(|w| w == "-v" || w == "--invert-match")
+                && s.words
+                    .iter()
+                    .skip(1)
+                    .any(|w| !w.starts_with('-') && w.contains("rewind"))
+        });
+        for editor in &self.steps {
+            if filtered || !history::rewrites_in_place(&editor.words) {
                 continue;
             }
+            // Given its files by `xargs` (none of its own, or xargs -I's
+            // `{}`), a command substitution, or a loop's variable.
             let files = history::edited_files(&editor.words);
-            let fed = files.is_empty() || files.iter().any(|f| f.contains(['$', '`']));
+            let fed = files.is_empty()
+                || files
+                    .iter()
+                    .any(|f| f.contains(['$', '`']) || f.contains("{}") || f == "%");
             if !fed {
                 continue;
             }
-            for lister in &self.steps[..at] {
+            // Anywhere in the line: `done < <(grep -rl …)` comes after.
+            for lister in &self.steps {
                 for history in histories {
                     let root = history.parent().unwrap_or(history).to_path_buf();
                     let dirs = match &lister.dir {
@@ -615,7 +631,9 @@ impl ShellLine<'_> {
     /// proj/.rewind/ledger.db` run from proj's parent would.
     pub fn removed_paths(&self) -> Vec<PathBuf> {
         const WRITERS: &[&str] = &[
-            "rm", "cp", "mv", "install", "ln", "truncate", "shred", "tee", "dd",
+            "rm", "cp", "mv", "install", "ln", "truncate", "shred", "tee", "dd", "sed", "perl",
+            // And what lists files for an editor (D312).
+            "grep", "egrep", "fgrep", "rgrep", "rg", "find", "ack", "ag",
         ];
         self.steps
             .iter()
@@ -2478,6 +2496,25 @@ mod tests {
                 "cd /w && grep -rl old . | xargs sed -i 's/o/n/'",
                 "--exclude-dir=.rewind",
             ),
+            // helper-68: xargs -I, a listing after its editor, a scope only
+            // the shell knows, ack.
+            (
+                "grep -rl x . | xargs -I{} sed -i 's/x/y/g' {}",
+                "--exclude-dir=.rewind",
+            ),
+            (
+                "grep -rl x . | xargs -I% perl -pi -e 's/x/y/' %",
+                "--exclude-dir=.rewind",
+            ),
+            (
+                "while read -r f; do sed -i 's/x/y/' \"$f\"; done < <(grep -rl x .)",
+                "--exclude-dir=.rewind",
+            ),
+            (
+                "grep -rl x \"$(git rev-parse --show-toplevel)\" | xargs sed -i 's/x/y/'",
+                "--exclude-dir=.rewind",
+            ),
+            ("ack -l x | xargs sed -i 's/x/y/'", "--ignore-dir=.rewind"),
         ] {
             match at(line, "/w") {
                 Some(HistoryLoss::Rewritten { instead, .. }) => {
@@ -2504,6 +2541,16 @@ mod tests {
             "grep -rl old . | xargs wc -l",
             "grep -r old . | head",
             "sed -i 's/a/b/' src/main.py",
+            // helper-68's false refusals.
+            "grep -rn old . | head; git ls-files '*.py' | xargs sed -i 's/old/new/g'",
+            "grep -rn old . | head -20; for f in src/*.py; do sed -i 's/o/n/' \"$f\"; done",
+            "grep -rl x . | grep -v .rewind | xargs sed -i 's/x/y/'",
+            "grep -rl --exclude-dir={.rewind,node_modules,.git} x . | xargs sed -i 's/x/y/'",
+            "find . -type f -not -path '*/\\.*' | xargs sed -i 's/x/y/'",
+            "rg -l --no-ignore x | xargs sed -i 's/x/y/'",
+            "rg -l --hidden -g '*.py' x | xargs sed -i 's/x/y/'",
+            "rg -l --hidden -t py x | xargs sed -i 's/x/y/'",
+            "ack -l --ignore-dir=.rewind x | xargs sed -i 's/x/y/'",
         ] {
             assert_eq!(at(line, "/w"), None, "{line}");
         }

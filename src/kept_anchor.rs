@@ -10,7 +10,8 @@
 //! project, `.rewind/` and all, did the same. So every commit that moves
 //! the head also writes it, as `rewind anchor` would, to
 //! `$XDG_STATE_HOME/rewind/anchors/` (`~/.local/state/…`), one file per
-//! workspace and path, and plain `verify` checks the chain against it.
+//! workspace id and root directory (device and inode), and plain `verify`
+//! checks the chain against it.
 //!
 //! The kept anchor only moves forward along the chain it anchors: a
 //! ledger that no longer holds its entry (cut, rolled back, replaced)
@@ -30,6 +31,7 @@ use crate::hash::{Hash, hex};
 /// Where the anchor of the workspace `workspace_id` at `root` is kept:
 /// keyed by both, so a copy of a workspace (`cp -a proj proj2`, the same
 /// id) keeps its own, and a workspace made again at a path has a new id.
+/// `None` without a state directory, or when `root` cannot be stat'ed.
 pub fn path(workspace_id: &str, root: &Path) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
@@ -37,13 +39,20 @@ pub fn path(workspace_id: &str, root: &Path) -> Option<PathBuf> {
         .or_else(|| {
             std::env::var_os("HOME")
                 .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
+                // Not `/.local/…` for a HOME of `/` (helper-68).
+                .filter(|p| p.is_absolute() && p.parent().is_some())
                 .map(|h| h.join(".local/state"))
         })?;
-    let mut key = workspace_id.as_bytes().to_vec();
-    key.push(0);
-    key.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()));
-    let name = hex(&Hash::of(&key).0[..16]);
+    // The root directory by its device and inode, not its path: a mount
+    // serves the ledger from another path (`/run/rewind/….backing`), and
+    // a workspace moved keeps its anchor (helper-68).
+    let meta = std::fs::metadata(root).ok()?;
+    let key = format!(
+        "{workspace_id}\0{}:{}",
+        std::os::unix::fs::MetadataExt::dev(&meta),
+        std::os::unix::fs::MetadataExt::ino(&meta)
+    );
+    let name = hex(&Hash::of(key.as_bytes()).0[..16]);
     Some(base.join("rewind/anchors").join(format!("{name}.json")))
 }
 
@@ -81,8 +90,9 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str) {
             return;
         }
         // Only forward along the same chain: a ledger that lost the kept
-        // entry, or holds another there, leaves the evidence alone.
-        if !holds(conn, &a) {
+        // entry, or holds another there, leaves the evidence alone; and
+        // never back (another process kept a newer head meanwhile).
+        if a.seq >= seq || !holds(conn, &a) {
             return;
         }
     }

@@ -748,7 +748,7 @@ impl Workspace {
             Identity::of(identity_path, ledger.path()).ok_or_else(|| Error::NotAWorkspace {
                 path: root_path.clone(),
             })?;
-        Ok(Workspace {
+        let ws = Workspace {
             root_path,
             io_path,
             mount,
@@ -766,7 +766,9 @@ impl Workspace {
             lock: None,
             identity,
             in_full: std::cell::Cell::new(false),
-        })
+        };
+        ws.warn_if_history_lost();
+        Ok(ws)
     }
 
     /// From now on, captures walk the whole tree, as `REWIND_ENGINE=walk`
@@ -971,7 +973,6 @@ impl Workspace {
     /// (the READ_ONLY error promises that `status`, `list` and `diff`
     /// work there) and is told that the tree it sees is half-rewound.
     pub fn recover_if_needed(&mut self) -> Result<()> {
-        self.warn_if_history_lost();
         let leftovers = self
             .store
             .tmp_dir()
@@ -1044,6 +1045,8 @@ impl Workspace {
     /// Say, once a process, that the ledger lost what the anchor kept
     /// outside the workspace recorded (D313): `list` showed one
     /// checkpoint of four after a `sed -i` over the WAL, and said nothing.
+    /// At every open, so `checkpoint`, the hooks and `doctor` say it too
+    /// (helper-68).
     fn warn_if_history_lost(&self) {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if WARNED.load(std::sync::atomic::Ordering::Relaxed) {

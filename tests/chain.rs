@@ -790,12 +790,23 @@ fn a_history_that_lost_its_newest_entries_is_named_by_the_anchor_rewind_keeps() 
         .status()
         .expect("sh");
     assert!(sed.success());
-    let listed = rewind(&ws, &["list"]);
-    let warning = String::from_utf8_lossy(&listed.stderr).into_owned();
+    // Every command says it, `checkpoint` and the hooks too (helper-68),
+    // and `doctor` fails.
+    for args in [&["list"][..], &["status"], &["checkpoint", "-q", "during"]] {
+        let out = rewind(&ws, args);
+        let warning = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            warning.contains("rewind: warning: this workspace's history reached entry")
+                && warning.contains("rewind verify"),
+            "{args:?}: {warning}"
+        );
+    }
+    let doctor = rewind(&ws, &["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1));
     assert!(
-        warning.contains("rewind: warning: this workspace's history reached entry")
-            && warning.contains("rewind verify"),
-        "{warning}"
+        String::from_utf8_lossy(&doctor.stdout).contains("\nLOST: "),
+        "{}",
+        String::from_utf8_lossy(&doctor.stdout)
     );
     let (code, v) = verify(&ws, &[]);
     assert_eq!(code, 1, "{v}");

@@ -103,6 +103,9 @@ struct Ledger {
     pending_manifests: usize,
     /// Read-only snapshots under .rewind/state/snapshots (btrfs engine).
     snapshots: usize,
+    /// What the ledger lost against the anchor rewind keeps (D313).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost: Option<String>,
 }
 
 /// Exit 0 when the ledger passes SQLite's integrity check, 1 when it is
@@ -310,6 +313,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
             tree_nodes: ws.ledger().count("trees")?,
             pending_rewind: ws.ledger().intent()?.is_some(),
             pending_manifests: ws.ledger().pending()?.len(),
+            lost: ws.ledger().lost_to_kept_anchor(),
             snapshots: crate::snapshot::names(&ws)?.len(),
         },
     };
@@ -363,9 +367,9 @@ fn report(ctx: &Ctx) -> Result<bool> {
             if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
         ) + if out.ledger.integrity == "ok" { "" } else {
             "\nDAMAGED: the ledger fails SQLite's integrity check; copy .rewind/ aside before anything else writes to it, then `rewind verify --deep` lists what the damage reaches"
-        }
+        } + &out.ledger.lost.as_ref().map_or(String::new(), |l| format!("\nLOST: {l}"))
     })?;
-    Ok(out.ledger.integrity == "ok")
+    Ok(out.ledger.integrity == "ok" && out.ledger.lost.is_none())
 }
 
 fn durability(

@@ -582,14 +582,33 @@ pub(super) fn lists_history(
     let program = words
         .first()
         .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
-    let args = words.get(1..).unwrap_or_default();
+    // `--exclude-dir={.git,.rewind}`: as bash hands it on.
+    let expanded: Vec<String> = words
+        .get(1..)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|w| expand_braces(w))
+        .collect();
+    let args = &expanded[..];
+    // A place only the shell knows (`"$(git rev-parse --show-toplevel)"`)
+    // may hold it.
     let reaches = |ops: &[String]| {
         let dot = [".".to_string()];
         let ops = if ops.is_empty() { &dot[..] } else { ops };
-        ops.iter().any(|o| {
-            expand_path(o, dir)
-                .map(|p| resolve(&p))
-                .is_some_and(|p| history.starts_with(&p) || p.starts_with(history))
+        ops.iter()
+            .any(|o| match expand_path(o, dir).map(|p| resolve(&p)) {
+                Some(p) => history.starts_with(&p) || p.starts_with(history),
+                None => o.contains(['$', '`']),
+            })
+    };
+    // Only a listing of names feeds an editor (`grep -rn` prints lines).
+    let lists_names = |long: &[&str], short: &str| {
+        args.iter().any(|a| {
+            a.strip_prefix("--")
+                .is_some_and(|l| long.contains(&l.split('=').next().unwrap_or(l)))
+                || (a.starts_with('-')
+                    && !a.starts_with("--")
+                    && a[1..].contains(|c| short.contains(c)))
         })
     };
     let history_files: Vec<&str> = HISTORY_PATHS
@@ -688,17 +707,70 @@ pub(super) fn lists_history(
                 || includes
                     .iter()
                     .any(|g| history_files.iter().any(|f| wildcard(g, f, true)));
-            (recursive && !excluded && included && reaches(&ops))
+            let names = lists_names(&["files-with-matches", "files-without-match"], "lL");
+            (recursive && names && !excluded && included && reaches(&ops))
                 .then_some("add `--exclude-dir=.rewind` to the grep")
         }
-        "rg" => {
-            let hidden = args.iter().any(|a| {
-                a == "--hidden"
-                    || a == "--no-ignore"
-                    || (a.starts_with('-')
-                        && !a.starts_with("--")
-                        && (a.contains('.') || a.matches('u').count() >= 2))
+        // Recursive, and reads dot directories, by default.
+        "ack" | "ack-grep" => {
+            let excluded = args.iter().any(|a| {
+                a.strip_prefix("--ignore-dir=")
+                    .or_else(|| a.strip_prefix("--ignore-directory="))
+                    .is_some_and(|d| d.trim_end_matches('/') == ".rewind")
             });
+            let names = lists_names(&["files-with-matches", "files-without-matches"], "lLf");
+            let ops: Vec<String> = args
+                .iter()
+                .filter(|a| !a.starts_with('-'))
+                .skip(usize::from(!args.iter().any(|a| a == "-f")))
+                .cloned()
+                .collect();
+            (names && !excluded && reaches(&ops)).then_some("add `--ignore-dir=.rewind` to the ack")
+        }
+        "ag" => {
+            let hidden = args.iter().any(|a| {
+                matches!(
+                    a.as_str(),
+                    "--hidden" | "--unrestricted" | "-u" | "-U" | "--all-types"
+                )
+            });
+            let names = lists_names(&["files-with-matches", "files-without-matches"], "lLg");
+            (hidden && names && reaches(&[])).then_some("add `--ignore .rewind` to the ag")
+        }
+        "rg" => {
+            // `--no-ignore` alone still skips dot directories.
+            let unrestricted: usize = args
+                .iter()
+                .filter(|a| a.starts_with('-') && !a.starts_with("--"))
+                .map(|a| a.matches('u').count())
+                .sum();
+            let hidden = unrestricted >= 2
+                || args.iter().any(|a| {
+                    a == "--hidden"
+                        || (a.starts_with('-') && !a.starts_with("--") && a.contains('.'))
+                });
+            // An allow-list (`-g '*.py'`, `-t py`) no file of the history
+            // is on.
+            let allowed: Vec<&String> = args
+                .windows(2)
+                .filter(|w| {
+                    matches!(w[0].as_str(), "-g" | "--glob" | "--iglob") && !w[1].starts_with('!')
+                })
+                .map(|w| &w[1])
+                .collect();
+            let typed = args.iter().any(|a| {
+                a == "-t"
+                    || a == "--type"
+                    || (a.starts_with("-t") && a.len() > 2)
+                    || a.starts_with("--type=")
+            });
+            let allow_listed = typed
+                || (!allowed.is_empty()
+                    && !allowed
+                        .iter()
+                        .any(|g| history_files.iter().any(|f| wildcard(g, f, true))));
+            let names = lists_names(&["files-with-matches", "files-without-match", "files"], "l");
+            let hidden = hidden && names && !allow_listed;
             let leaves_out = args.windows(2).any(|w| {
                 matches!(w[0].as_str(), "-g" | "--glob" | "--iglob")
                     && w[1].starts_with('!')
@@ -888,6 +960,24 @@ fn destinations(
             ops.push(a.clone());
         }
     }
+    // Whether the directory `from` names holds a `.rewind`.
+    let holds_history = |from: &str| {
+        expand_path(if from.is_empty() { "." } else { from }, dir)
+            .is_some_and(|p| resolve(&p).join(".rewind").is_dir())
+    };
+    // `cp -rT ../bak .`: the source's content lands in the target.
+    let no_target = args.iter().any(|a| {
+        a == "--no-target-directory"
+            || (a.starts_with('-') && !a.starts_with("--") && a.contains('T'))
+    });
+    if no_target && target_dir.is_none() && ops.len() == 2 {
+        let onto = if holds_history(&ops[0]) {
+            vec![format!("{}/.rewind", ops[1].trim_end_matches('/'))]
+        } else {
+            Vec::new()
+        };
+        return (vec![ops[1].clone()], onto);
+    }
     let is_dir = |w: &str| {
         w.ends_with('/')
             || w.contains(['*', '?', '['])
@@ -914,14 +1004,24 @@ fn destinations(
         let trimmed = s.trim_end_matches('/');
         if trimmed.ends_with("/.") || trimmed == "." {
             let from = trimmed.trim_end_matches('.').trim_end_matches('/');
-            let holds_history = expand_path(if from.is_empty() { "." } else { from }, dir)
-                .is_some_and(|p| resolve(&p).join(".rewind").is_dir());
-            if holds_history {
+            if holds_history(from) {
                 onto.push(format!("{into}/.rewind"));
             }
             continue;
         }
         if let Some(name) = trimmed.rsplit('/').next() {
+            // `../bak/.[!.]*`, `../bak/.*`: a glob that takes the backup's
+            // `.rewind` along.
+            let parent = trimmed
+                .strip_suffix(name)
+                .unwrap_or("")
+                .trim_end_matches('/');
+            if name.contains(['*', '?', '['])
+                && wildcard(name, ".rewind", true)
+                && holds_history(parent)
+            {
+                onto.push(format!("{into}/.rewind"));
+            }
             files.push(format!("{into}/{name}"));
             onto.push(format!("{into}/{name}"));
         }
@@ -1000,6 +1100,12 @@ pub(super) fn wildcard(pattern: &str, name: &str, classes: bool) -> bool {
         pieces.push(match c {
             '*' => GlobPiece::Any,
             '?' => GlobPiece::One,
+            // `\.`: a literal dot, as fnmatch reads it (`-path '*/\.*'`
+            // read a backslash that no name holds, helper-68).
+            '\\' if classes && i < chars.len() => {
+                i += 1;
+                GlobPiece::Literal(chars[i - 1])
+            }
             '[' if classes => {
                 let mut j = i;
                 let negated = matches!(chars.get(j), Some('!' | '^'));
