@@ -1692,14 +1692,17 @@ impl Walker<'_> {
                 let path = join(rel, name.as_bytes());
                 // What the path held when last captured: a big file is
                 // hashed on from what it still shares with it (D314).
-                // (Or what the last rewind put there: a clone of it.)
-                let prev = cached
-                    .and_then(|c| c.lookup(name.as_bytes()))
-                    .and_then(|r| match r.entry.target {
-                        Target::Object(h) => Some(h),
-                        _ => None,
-                    })
-                    .or_else(|| self.restored.get(&path).map(|r| r.hash));
+                // What the last rewind put there first: the file is a
+                // clone of that object, newer than the cache's row
+                // (helper-69).
+                let prev = self.restored.get(&path).map(|r| r.hash).or_else(|| {
+                    cached
+                        .and_then(|c| c.lookup(name.as_bytes()))
+                        .and_then(|r| match r.entry.target {
+                            Target::Object(h) => Some(h),
+                            _ => None,
+                        })
+                });
                 match self.hash_file(dir, &name, &path, &meta, prev.as_ref())? {
                     Hashed::File(entry, racy) => {
                         let mut rec = CacheRec::new(entry, &meta, self.clock_ns);

@@ -400,13 +400,31 @@ impl ObjectStore {
                     .hash_resuming(tmp, prev.filter(|_| outcome == CloneOutcome::Cloned))
                     .map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
                 // Advisory: without them the next version is read whole.
-                let _ = rewind_platform::Xattr::add(
-                    tmp.as_fd(),
-                    &[rewind_platform::Xattr {
-                        name: MARKS_XATTR.as_bytes().to_vec(),
-                        value: encode_marks(&hash, &marks),
-                    }],
-                );
+                // Sealed to this file as it is (its size and mtime, which
+                // the xattr, chmod and rename leave alone): content put
+                // in place over it later (a clone onto the same inode)
+                // moves its mtime, and its states are not taken.
+                if let Ok(meta) = tmp.metadata() {
+                    let file = FileStamp::of(&meta);
+                    let mut marks = marks;
+                    // Thinner until they fit (btrfs takes ~16 KiB).
+                    while rewind_platform::Xattr::add(
+                        tmp.as_fd(),
+                        &[rewind_platform::Xattr {
+                            name: MARKS_XATTR.as_bytes().to_vec(),
+                            value: encode_marks(&hash, file, &marks),
+                        }],
+                    )
+                    .is_err()
+                        && marks.len() > 1
+                    {
+                        let had = marks.len();
+                        marks = thinned(marks, had / 2);
+                        if marks.len() >= had {
+                            marks = marks.last().copied().into_iter().collect();
+                        }
+                    }
+                }
                 rewind_platform::file_set_mode(tmp, 0o444)
                     .map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
                 return Ok((hash, size, outcome, read));
@@ -467,10 +485,7 @@ impl ObjectStore {
         })?;
         let size = h.len();
         if marks.len() > MARKS_MAX {
-            let step = marks.len().div_ceil(MARKS_MAX);
-            let last = marks.last().copied();
-            marks = marks.into_iter().step_by(step).collect();
-            marks.extend(last.filter(|l| marks.last() != Some(l)));
+            marks = thinned(marks, MARKS_MAX);
         }
         Ok((h.finish(), size, marks, read))
     }
@@ -478,17 +493,23 @@ impl ObjectStore {
     /// The states `old` keeps that hold for `tmp` too: those at or before
     /// the end of the blocks both files share from their start.
     fn marks_still_true(&self, tmp: &File, old_hash: &Hash, old: &File, len: u64) -> Vec<Midstate> {
+        let Ok(old_meta) = old.metadata() else {
+            return Vec::new();
+        };
         let Some(kept) =
             rewind_platform::Xattr::list_where(old.as_fd(), |n| n == MARKS_XATTR.as_bytes())
                 .ok()
                 .and_then(|x| x.into_iter().next())
-                .and_then(|x| decode_marks(old_hash, &x.value))
+                .and_then(|x| decode_marks(old_hash, FileStamp::of(&old_meta), &x.value))
         else {
             return Vec::new();
         };
+        // Within both files: past the old object's end, FIEMAP shows a
+        // hole, which a hole in the new file would match (helper-69).
+        let end = len.min(old_meta.len());
         let usable: Vec<Midstate> = kept
             .into_iter()
-            .filter(|m| m.offset <= len && m.offset % ALIGN as u64 == 0)
+            .filter(|m| m.offset <= end && m.offset % ALIGN as u64 == 0)
             .collect();
         let Some(upto) = usable.iter().map(|m| m.offset).max() else {
             return Vec::new();
@@ -997,17 +1018,46 @@ impl ObjectStore {
 const RESUME_MIN: u64 = 64 << 20;
 /// How far apart those states are.
 const MARK_EVERY: u64 = 64 << 20;
-/// At most this many are kept (40 bytes each; xattr values are small).
-const MARKS_MAX: usize = 1024;
+/// At most this many are kept (40 bytes each: ~10 KiB, under btrfs's
+/// xattr limit of about 16 KiB).
+const MARKS_MAX: usize = 256;
 /// The xattr an object keeps them in.
 const MARKS_XATTR: &str = "user.rewind.sha256";
 
+/// An object file's size and mtime, which its hash states are sealed to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FileStamp {
+    size: u64,
+    mtime_ns: i64,
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            size: meta.size(),
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        }
+    }
+}
+
+/// `n` of `marks` at most, spread evenly, the last kept.
+fn thinned(marks: Vec<Midstate>, n: usize) -> Vec<Midstate> {
+    let step = marks.len().div_ceil(n.max(1));
+    let last = marks.last().copied();
+    let mut out: Vec<Midstate> = marks.into_iter().step_by(step).collect();
+    out.extend(last.filter(|l| out.last() != Some(l)));
+    out
+}
+
 /// `R1`, each state (its offset as a u64 and its 8 words as u32s, little
-/// endian), then SHA-256 of the object's name and all before: states
-/// damaged, or carried to another object (`cp -a` of a store), are not
-/// taken. A wrong state would name the next version's object by a hash
-/// its bytes do not have, which a rewind then refuses (D161).
-fn encode_marks(object: &Hash, marks: &[Midstate]) -> Vec<u8> {
+/// endian), then SHA-256 of the object's name, its file's size and mtime
+/// and all before: states damaged, carried to another object (`cp -a` of
+/// a store), or left on a file whose content was replaced in place are
+/// not taken. A wrong state would name the next version's object by a
+/// hash its bytes do not have, which only `verify --deep` finds (a rewind
+/// re-hashes objects up to 64 MiB, D118).
+fn encode_marks(object: &Hash, file: FileStamp, marks: &[Midstate]) -> Vec<u8> {
     let mut out = b"R1".to_vec();
     for m in marks {
         out.extend_from_slice(&m.offset.to_le_bytes());
@@ -1015,21 +1065,23 @@ fn encode_marks(object: &Hash, marks: &[Midstate]) -> Vec<u8> {
             out.extend_from_slice(&w.to_le_bytes());
         }
     }
-    let seal = marks_seal(object, &out);
+    let seal = marks_seal(object, file, &out);
     out.extend_from_slice(&seal.0);
     out
 }
 
-fn marks_seal(object: &Hash, body: &[u8]) -> Hash {
+fn marks_seal(object: &Hash, file: FileStamp, body: &[u8]) -> Hash {
     let mut h = Hasher::default();
     h.update(&object.0);
+    h.update(&file.size.to_le_bytes());
+    h.update(&file.mtime_ns.to_le_bytes());
     h.update(body);
     h.finish()
 }
 
-fn decode_marks(object: &Hash, bytes: &[u8]) -> Option<Vec<Midstate>> {
+fn decode_marks(object: &Hash, file: FileStamp, bytes: &[u8]) -> Option<Vec<Midstate>> {
     let (sealed, seal) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
-    if marks_seal(object, sealed).0 != seal {
+    if marks_seal(object, file, sealed).0 != seal {
         return None;
     }
     let body = sealed.strip_prefix(b"R1")?;
@@ -1286,15 +1338,34 @@ mod tests {
             },
         ];
         let object = Hash::of(b"object");
-        let bytes = encode_marks(&object, &marks);
-        assert_eq!(decode_marks(&object, &bytes).as_deref(), Some(&marks[..]));
-        assert_eq!(decode_marks(&Hash::of(b"another"), &bytes), None);
+        let file = FileStamp {
+            size: 200 << 20,
+            mtime_ns: 1_765_000_000_123_456_789,
+        };
+        let bytes = encode_marks(&object, file, &marks);
+        assert_eq!(
+            decode_marks(&object, file, &bytes).as_deref(),
+            Some(&marks[..])
+        );
+        assert_eq!(decode_marks(&Hash::of(b"another"), file, &bytes), None);
+        // The file cut, or its content replaced in place (helper-69).
+        let cut = FileStamp {
+            size: 64 << 20,
+            ..file
+        };
+        let rewritten = FileStamp {
+            mtime_ns: file.mtime_ns + 1,
+            ..file
+        };
+        assert_eq!(decode_marks(&object, cut, &bytes), None);
+        assert_eq!(decode_marks(&object, rewritten, &bytes), None);
         for at in [0, 5, 40, bytes.len() - 1] {
             let mut bad = bytes.clone();
             bad[at] ^= 1;
-            assert_eq!(decode_marks(&object, &bad), None, "byte {at}");
+            assert_eq!(decode_marks(&object, file, &bad), None, "byte {at}");
         }
-        assert_eq!(decode_marks(&object, b"R1"), None);
+        assert_eq!(decode_marks(&object, file, b"R1"), None);
+        assert_eq!(thinned(marks.to_vec(), 1), vec![marks[0], marks[1]]);
     }
     use std::io::Write;
 

@@ -605,3 +605,80 @@ fn big_file_versions_on(fs: Fs) {
     let deep = rewind_json(&root, &["verify", "--deep"]);
     assert_eq!(deep["ok"], true, "{deep}");
 }
+
+/// D314 (helper-69): the states an object keeps are taken only while it
+/// is the file they were sealed to. An object cut short lent states past
+/// its end (FIEMAP shows a hole there, which a hole in the new file
+/// matched), and one whose content was cloned over in place kept its
+/// states: each named a new checkpoint by a hash its bytes do not have.
+/// Now each new version is named by its own bytes, and `verify --deep`
+/// finds only the object that was damaged.
+#[test]
+fn a_damaged_object_never_lends_its_hash_states() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 2048) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let big = root.join("data.bin");
+    let shell = |script: &str| {
+        let st = std::process::Command::new("sh")
+            .current_dir(&root)
+            .args(["-c", script])
+            .status()
+            .expect("sh");
+        assert!(st.success(), "{script}");
+    };
+    let sha = |p: &std::path::Path| {
+        let out = std::process::Command::new("sha256sum")
+            .arg(p)
+            .output()
+            .expect("sha256sum");
+        String::from_utf8_lossy(&out.stdout)[..64].to_string()
+    };
+    let object = |hash: &str| {
+        root.join(".rewind/objects")
+            .join(&hash[..2])
+            .join(&hash[2..])
+    };
+    for (damage, change) in [
+        // Cut short, then the file holed where the object no longer is.
+        (
+            "truncate -s 64M",
+            "fallocate -p -o 64MiB -l 136MiB data.bin",
+        ),
+        // Content cloned over the object in place (same inode), then an
+        // append to a file that is a clone of that content.
+        (
+            "cp --reflink=always data.bin",
+            "printf EVIL | dd of=data.bin bs=1 seek=10485760 conv=notrunc status=none && printf x >> data.bin",
+        ),
+    ] {
+        write(&big, &pseudo_random(200 << 20, 0x0314_0069));
+        rewind_json(&root, &["checkpoint"]);
+        let first = sha(&big);
+        shell(&format!(
+            "chmod u+w {0} && {damage} {0}",
+            object(&first).display()
+        ));
+        shell(change);
+        rewind_json(&root, &["checkpoint"]);
+        let now = sha(&big);
+        let deep = common::rewind(&root, &["--json", "verify", "--deep"]);
+        let v: serde_json::Value = serde_json::from_slice(&deep.stdout).expect("json");
+        let bad: Vec<&str> = v["deep"]["bad"]
+            .as_array()
+            .expect("bad")
+            .iter()
+            .filter_map(|b| b.as_str())
+            .collect();
+        assert!(
+            bad.iter().all(|b| b.contains(&first)) && !bad.iter().any(|b| b.contains(&now)),
+            "{damage}: {v}"
+        );
+        // Stored under its own name: resumed from the damaged object's
+        // states, it was named `first`, over the damaged object.
+        assert!(object(&now).exists(), "{damage}: no object {now}: {v}");
+        // The damaged object goes, so the next round starts whole.
+        std::fs::remove_file(object(&first)).ok();
+    }
+}
