@@ -532,21 +532,8 @@ fn big_file_versions_on(fs: Fs) {
     write(&big, &pseudo_random(200 * MIB as usize, 0x5eed_0314));
     let first = rewind_json(&root, &["checkpoint", "v0"]);
     assert_eq!(first["bytes_hashed"], 200 * MIB, "{first}");
-    let sha = |p: &std::path::Path| {
-        let out = std::process::Command::new("sha256sum")
-            .arg(p)
-            .output()
-            .expect("sha256sum");
-        String::from_utf8_lossy(&out.stdout)[..64].to_string()
-    };
-    let shell = |script: &str| {
-        let st = std::process::Command::new("sh")
-            .current_dir(&root)
-            .args(["-c", script])
-            .status()
-            .expect("sh");
-        assert!(st.success(), "{script}");
-    };
+    let sha = sha256_of;
+    let shell = |script: &str| sh_in(&root, script);
     let mut versions = vec![("v0".to_string(), sha(&big))];
     // (change, most bytes its checkpoint may read)
     let changes: &[(&str, u64)] = &[
@@ -620,21 +607,8 @@ fn a_damaged_object_never_lends_its_hash_states() {
     };
     let root = lfs.subdir("ws");
     let big = root.join("data.bin");
-    let shell = |script: &str| {
-        let st = std::process::Command::new("sh")
-            .current_dir(&root)
-            .args(["-c", script])
-            .status()
-            .expect("sh");
-        assert!(st.success(), "{script}");
-    };
-    let sha = |p: &std::path::Path| {
-        let out = std::process::Command::new("sha256sum")
-            .arg(p)
-            .output()
-            .expect("sha256sum");
-        String::from_utf8_lossy(&out.stdout)[..64].to_string()
-    };
+    let shell = |script: &str| sh_in(&root, script);
+    let sha = sha256_of;
     let object = |hash: &str| {
         root.join(".rewind/objects")
             .join(&hash[..2])
@@ -681,4 +655,23 @@ fn a_damaged_object_never_lends_its_hash_states() {
         // The damaged object goes, so the next round starts whole.
         std::fs::remove_file(object(&first)).ok();
     }
+}
+
+/// `sha256sum` of a file: the digest anyone can check an object against.
+fn sha256_of(p: &std::path::Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(p)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)[..64].to_string()
+}
+
+/// Run `script` with `sh` in `dir`; it must succeed.
+fn sh_in(dir: &std::path::Path, script: &str) {
+    let st = std::process::Command::new("sh")
+        .current_dir(dir)
+        .args(["-c", script])
+        .status()
+        .expect("sh");
+    assert!(st.success(), "{script}");
 }
