@@ -1223,6 +1223,12 @@ pub(crate) fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// Whether `path` is one of `set` or below one.
+/// Whether `path` is a path inside the directory `top` (not `top` itself).
+pub(crate) fn is_below(path: &[u8], top: &[u8]) -> bool {
+    path.strip_prefix(top)
+        .is_some_and(|r| r.first() == Some(&b'/'))
+}
+
 pub(crate) fn is_at_or_below(path: &[u8], set: &HashSet<Vec<u8>>) -> bool {
     !set.is_empty() && (ancestors(path).any(|a| set.contains(a)) || set.contains(path))
 }
@@ -1690,11 +1696,10 @@ impl Walker<'_> {
             Slot::Same(prev) => Ok(Some(Resolved::Same(prev))),
             Slot::File(name, meta) => {
                 let path = join(rel, name.as_bytes());
-                // What the path held when last captured: a big file is
-                // hashed on from what it still shares with it (D314).
-                // What the last rewind put there first: the file is a
-                // clone of that object, newer than the cache's row
-                // (helper-69).
+                // The object this path held last: a big file is hashed on
+                // from what it still shares with it (D314). What the last
+                // rewind put there comes first: the file is a clone of
+                // that object, newer than the cache's row (helper-69).
                 let prev = self.restored.get(&path).map(|r| r.hash).or_else(|| {
                     cached
                         .and_then(|c| c.lookup(name.as_bytes()))

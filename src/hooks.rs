@@ -524,14 +524,12 @@ impl ShellLine<'_> {
                     history: h.clone(),
                 });
             }
-            let name = first.rsplit('/').next().unwrap_or(first);
+            let name = history::program(&step.words);
             for history in histories {
-                let root = history.parent().unwrap_or(history).to_path_buf();
                 let candidates = match (&step.dir, name) {
-                    (Some(d), _) => vec![d.clone()],
                     // git's exclude then names the history absolutely.
                     (None, "git") => vec![PathBuf::from("/")],
-                    (None, _) => vec![root, step.known.clone()],
+                    _ => step.dirs(history),
                 };
                 for dir in &candidates {
                     let found = match name {
@@ -559,16 +557,17 @@ impl ShellLine<'_> {
 
     /// An in-place editor given files the line lists (`grep -rl old . |
     /// xargs sed -i 's/old/new/g'`, `sed -i … $(grep -rl old .)`), where a
-    /// listing before it takes in a history: the everyday rename rewrote
-    /// the ledger's WAL and objects, and the ledger silently lost its
-    /// newest checkpoints (helper-67, D312). The listing and the editor
-    /// are not matched pipe to pipe: an editor fed by `xargs` or a
-    /// command substitution, after such a listing in the same line.
+    /// listing in the same line takes in a history: the everyday rename
+    /// rewrote the ledger's WAL and objects, and the ledger silently lost
+    /// its newest checkpoints (helper-67, D312). The listing and the
+    /// editor are not matched pipe to pipe: an editor fed by `xargs`, a
+    /// command substitution or a loop's variable, and such a listing
+    /// anywhere in the line (`done < <(grep -rl …)` comes after).
     fn rewrites_a_listing_of(&self, histories: &[PathBuf]) -> Option<HistoryLoss> {
         // A filter that drops the history's names on the way (`grep -v
         // .rewind`) makes the listing harmless.
         let filtered = self.steps.iter().any(|s| {
-            s.words.first().is_some_and(|p| p == "grep")
+            history::program(&s.words) == "grep"
                 && s.words.iter().any(|w| w == "-v" || w == "--invert-match")
                 && s.words
                     .iter()
@@ -589,15 +588,9 @@ impl ShellLine<'_> {
             if !fed {
                 continue;
             }
-            // Anywhere in the line: `done < <(grep -rl …)` comes after.
             for lister in &self.steps {
                 for history in histories {
-                    let root = history.parent().unwrap_or(history).to_path_buf();
-                    let dirs = match &lister.dir {
-                        Some(d) => vec![d.clone()],
-                        None => vec![root, lister.known.clone()],
-                    };
-                    for dir in &dirs {
+                    for dir in &lister.dirs(history) {
                         if let Some(advice) =
                             history::lists_history(&lister.words, dir, history, self.resolve)
                         {
@@ -639,15 +632,12 @@ impl ShellLine<'_> {
             .iter()
             .filter_map(|step| Some((step.dir.as_ref()?, step)))
             .flat_map(|(dir, step)| {
-                let program = step
-                    .words
-                    .first()
-                    .map(|f| f.rsplit('/').next().unwrap_or(f));
+                let writes = WRITERS.contains(&history::program(&step.words));
                 let operands = step
                     .words
                     .iter()
                     .skip(1)
-                    .filter(|_| program.is_some_and(|p| WRITERS.contains(&p)))
+                    .filter(|_| writes)
                     .map(|o| o.strip_prefix("of=").unwrap_or(o));
                 operands
                     .chain(step.writes.iter().map(String::as_str))
@@ -679,6 +669,21 @@ struct Step {
     /// no variable the line set read into them: only then is a form
     /// named that repeats them.
     spelled: bool,
+}
+
+impl Step {
+    /// Where to judge it against `history`: its directory, or where the
+    /// line does not say, the workspace's root and the last directory
+    /// known.
+    fn dirs(&self, history: &Path) -> Vec<PathBuf> {
+        match &self.dir {
+            Some(d) => vec![d.clone()],
+            None => vec![
+                history.parent().unwrap_or(history).to_path_buf(),
+                self.known.clone(),
+            ],
+        }
+    }
 }
 
 /// The shell variables a line sets for the commands after it (`D=.rewind;

@@ -72,20 +72,29 @@ pub fn root_of(ledger: &Path) -> Option<&Path> {
 /// parses and names it.
 pub fn read(workspace_id: &str, root: &Path) -> Option<(PathBuf, Anchor)> {
     let path = path(workspace_id, root)?;
-    let anchor = Anchor::read(&path).ok()??;
-    (anchor.workspace == workspace_id).then_some((path, anchor))
+    let anchor = read_at(&path, workspace_id)?;
+    Some((path, anchor))
+}
+
+/// The anchor in the file at `path`, if it parses and names this
+/// workspace.
+fn read_at(path: &Path, workspace_id: &str) -> Option<Anchor> {
+    Anchor::read(path)
+        .ok()
+        .flatten()
+        .filter(|a| a.workspace == workspace_id)
 }
 
 /// After a commit: keep the chain's head as the workspace's anchor, if
 /// it extends the one kept (or none is).
 pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str) {
-    let Some(root) = root_of(ledger) else {
+    let Some(path) = root_of(ledger).and_then(|root| path(workspace_id, root)) else {
         return;
     };
     let Ok(Some((seq, head))) = crate::chain::head(conn, ledger) else {
         return;
     };
-    if let Some((_, a)) = read(workspace_id, root) {
+    if let Some(a) = read_at(&path, workspace_id) {
         if a.seq == seq && a.head == head.to_hex() {
             return;
         }
@@ -96,9 +105,6 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str) {
             return;
         }
     }
-    let Some(path) = path(workspace_id, root) else {
-        return;
-    };
     let anchor = Anchor {
         workspace: workspace_id.to_string(),
         seq,

@@ -399,32 +399,7 @@ impl ObjectStore {
                 let (hash, size, marks, read) = self
                     .hash_resuming(tmp, prev.filter(|_| outcome == CloneOutcome::Cloned))
                     .map_err(|e| Error::os(rewind_platform::Error::new("read", tmp_path(), e)))?;
-                // Advisory: without them the next version is read whole.
-                // Sealed to this file as it is (its size and mtime, which
-                // the xattr, chmod and rename leave alone): content put
-                // in place over it later (a clone onto the same inode)
-                // moves its mtime, and its states are not taken.
-                if let Ok(meta) = tmp.metadata() {
-                    let file = FileStamp::of(&meta);
-                    let mut marks = marks;
-                    // Thinner until they fit (btrfs takes ~16 KiB).
-                    while rewind_platform::Xattr::add(
-                        tmp.as_fd(),
-                        &[rewind_platform::Xattr {
-                            name: MARKS_XATTR.as_bytes().to_vec(),
-                            value: encode_marks(&hash, file, &marks),
-                        }],
-                    )
-                    .is_err()
-                        && marks.len() > 1
-                    {
-                        let had = marks.len();
-                        marks = thinned(marks, had / 2);
-                        if marks.len() >= had {
-                            marks = marks.last().copied().into_iter().collect();
-                        }
-                    }
-                }
+                keep_marks(tmp, &hash, marks);
                 rewind_platform::file_set_mode(tmp, 0o444)
                     .map_err(|e| Error::os(rewind_platform::Error::new("chmod", tmp_path(), e)))?;
                 return Ok((hash, size, outcome, read));
@@ -1041,6 +1016,35 @@ impl FileStamp {
     }
 }
 
+/// Keep `marks` on the fresh object file `tmp` named `hash`. Advisory:
+/// without them the next version is read whole. Sealed to this file as it
+/// is (its size and mtime, which the xattr, chmod and rename leave alone):
+/// content put in place over it later (a clone onto the same inode) moves
+/// its mtime, and its states are not taken. Thinner until they fit
+/// (btrfs takes ~16 KiB).
+fn keep_marks(tmp: &File, hash: &Hash, mut marks: Vec<Midstate>) {
+    let Ok(meta) = tmp.metadata() else {
+        return;
+    };
+    let file = FileStamp::of(&meta);
+    while rewind_platform::Xattr::add(
+        tmp.as_fd(),
+        &[rewind_platform::Xattr {
+            name: MARKS_XATTR.as_bytes().to_vec(),
+            value: encode_marks(hash, file, &marks),
+        }],
+    )
+    .is_err()
+        && marks.len() > 1
+    {
+        let had = marks.len();
+        marks = thinned(marks, had / 2);
+        if marks.len() >= had {
+            marks = marks.last().copied().into_iter().collect();
+        }
+    }
+}
+
 /// `n` of `marks` at most, spread evenly, the last kept.
 fn thinned(marks: Vec<Midstate>, n: usize) -> Vec<Midstate> {
     let step = marks.len().div_ceil(n.max(1));
@@ -1322,6 +1326,7 @@ pub fn hash_reader(r: &mut impl Read) -> std::io::Result<(Hash, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     /// D314: the states an object keeps are taken only for that object,
     /// and only undamaged.
@@ -1367,7 +1372,6 @@ mod tests {
         assert_eq!(decode_marks(&object, file, b"R1"), None);
         assert_eq!(thinned(marks.to_vec(), 1), vec![marks[0], marks[1]]);
     }
-    use std::io::Write;
 
     fn file_of(len: usize) -> File {
         let mut f = tempfile::tempfile().expect("temp file");

@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::Ctx;
-use crate::capture::Sink;
+use crate::capture::{Sink, is_below};
 use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::error::Result;
 use crate::workspace::{ChangeJson, Workspace};
@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 None => String::new(),
                 Some(why)
                     if said.is_some_and(|(top, w)| {
-                        w == why && c.path.strip_prefix(top).is_some_and(|r| r.starts_with('/'))
+                        w == why && is_below(c.path.as_bytes(), top.as_bytes())
                     }) =>
                 {
                     " (still there)".to_string()
@@ -90,12 +90,7 @@ fn compute_in(ws: &mut Workspace) -> Result<Out> {
         c.uncaptured = cap
             .skipped
             .iter()
-            .find(|s| {
-                c.path == s.path
-                    || c.path
-                        .strip_prefix(s.path.as_str())
-                        .is_some_and(|r| r.starts_with('/'))
-            })
+            .find(|s| c.path == s.path || is_below(c.path.as_bytes(), s.path.as_bytes()))
             .map(|s| s.reason.clone());
     }
     for (c, why) in changes.iter_mut().zip(excluded) {
@@ -126,11 +121,7 @@ fn still_there_but_excluded(ws: &Workspace, changes: &[Change]) -> Vec<Option<St
             if c.new.is_some() {
                 return None;
             }
-            let below_last = last.is_some_and(|(top, _)| {
-                c.path
-                    .strip_prefix(top)
-                    .is_some_and(|r| r.first() == Some(&b'/'))
-            });
+            let below_last = last.is_some_and(|(top, _)| is_below(&c.path, top));
             if !below_last {
                 let (parent, name) = crate::capture::split_parent(&c.path);
                 let there = root

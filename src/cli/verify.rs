@@ -107,9 +107,9 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
     let anchor = anchor.filter(|_| foreign.is_none());
     // Without one given, the one rewind keeps (D313): a chain cut at its
     // tail verifies otherwise.
-    let kept = match (&args.anchor, ws.ledger().kept_anchor()?) {
-        (None, Some((path, a))) => Some((path, a)),
-        _ => None,
+    let kept = match args.anchor {
+        None => ws.ledger().kept_anchor()?,
+        Some(_) => None,
     };
     let anchor = anchor.or_else(|| kept.as_ref().map(|(_, a)| a.clone()));
     let mut verdict = ws.ledger().verify_chain(anchor.as_ref())?;

@@ -346,12 +346,7 @@ impl Parser<'_> {
                     c == "--recursive"
                         || c.starts_with('-') && !c.starts_with("--") && c.contains(['r', 'R'])
                 });
-                let in_place = super::history::rewrites_in_place(
-                    &super::words(&stripped)
-                        .into_iter()
-                        .map(|(_, w)| w)
-                        .collect::<Vec<_>>(),
-                );
+                let in_place = super::history::rewrites_in_place(&super::command_words(&stripped));
                 match program.as_str() {
                     "mv" => Expr::Deletes { tree: true },
                     // `-exec sed -i … {} +` rewrites every file it is
@@ -472,15 +467,7 @@ pub(super) fn lists(words: &[String], dir: &Path, history: &Path, resolve: Resol
         }
     } else {
         // `find . -type f` is `find . ( -type f ) -print`.
-        let mut at = 1;
-        while let Some(skip) = words.get(at).and_then(|w| leading_option(w)) {
-            at += skip;
-        }
-        while words.get(at).is_some_and(|w| {
-            !(w.len() > 1 && w.starts_with('-') || w == "(" || w == "!" || w == ",")
-        }) {
-            at += 1;
-        }
+        let (_, at) = start_points(words);
         as_deleting.extend(words[..at].iter().cloned());
         if at < words.len() {
             as_deleting.push("(".into());
@@ -492,12 +479,9 @@ pub(super) fn lists(words: &[String], dir: &Path, history: &Path, resolve: Resol
     deleting(&as_deleting, dir, history, resolve).is_some()
 }
 
-pub(super) fn deleting(
-    words: &[String],
-    dir: &Path,
-    history: &Path,
-    resolve: Resolve,
-) -> Option<HistoryLoss> {
+/// Where a `find`'s start points begin (past its leading options) and
+/// where its expression begins, in its words.
+fn start_points(words: &[String]) -> (usize, usize) {
     let mut at = 1;
     while let Some(skip) = words.get(at).and_then(|w| leading_option(w)) {
         at += skip;
@@ -509,6 +493,16 @@ pub(super) fn deleting(
     {
         at += 1;
     }
+    (starts_at, at)
+}
+
+pub(super) fn deleting(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
+    let (starts_at, at) = start_points(words);
     let explicit: Vec<&String> = words[starts_at..at].iter().collect();
     let dot = ".".to_string();
     let starts = if explicit.is_empty() {

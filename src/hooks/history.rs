@@ -501,9 +501,7 @@ pub(super) fn overwrite_reaching(
     history: &Path,
     resolve: Resolve,
 ) -> Option<HistoryLoss> {
-    let program = words
-        .first()
-        .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+    let program = program(words);
     let args = words.get(1..).unwrap_or_default();
     let mut targets: Vec<String> = writes.to_vec();
     // A copy onto the history itself (`cp -a ../bak/.rewind .`) replaces
@@ -579,9 +577,7 @@ pub(super) fn lists_history(
     history: &Path,
     resolve: Resolve,
 ) -> Option<&'static str> {
-    let program = words
-        .first()
-        .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+    let program = program(words);
     // `--exclude-dir={.git,.rewind}`: as bash hands it on.
     let expanded: Vec<String> = words
         .get(1..)
@@ -824,9 +820,7 @@ const HELD: &[&str] = &["ledger.db", "ledger.db-wal", "objects", "state"];
 /// `perl -i` (`-pi`, `-i.bak`), `ruby -i`. Fed a recursive listing of
 /// the workspace, it rewrites the history's files too (helper-67).
 pub(super) fn rewrites_in_place(words: &[String]) -> bool {
-    let program = words
-        .first()
-        .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+    let program = program(words);
     let args = words.get(1..).unwrap_or_default();
     match program {
         "sed" | "gsed" => args.iter().any(|a| {
@@ -1728,6 +1722,14 @@ pub(super) fn rsync_deleting(
         history: history.to_path_buf(),
         instead: instead.join(" "),
     })
+}
+
+/// The program a command's words run, without its directory (`/bin/rm`
+/// is `rm`); empty for none.
+pub(super) fn program(words: &[String]) -> &str {
+    words
+        .first()
+        .map_or("", |w| w.rsplit('/').next().unwrap_or(w))
 }
 
 /// A command's words as a refusal shows what runs: an expansion in
