@@ -390,7 +390,7 @@ impl ToolCall {
         self.shell_commands_and_writes()
             .into_iter()
             .map(|(words, _)| words)
-            .filter(|w| w.first().is_none_or(|f| f != ASSIGNS))
+            .filter(|w| w.first().is_none_or(|f| !is_marker(f)))
             .collect()
     }
 
@@ -457,7 +457,30 @@ impl ToolCall {
         // through a variable it set (a form repeating them would run
         // without the assignment, helper-65).
         let mut cds_spelled = true;
+        // What a subshell started with, given back where it ends.
+        let mut saved = Vec::new();
         for (w, writes) in self.shell_commands_and_writes() {
+            match w.first().map(String::as_str) {
+                Some(SCOPE_OPEN) => {
+                    saved.push((
+                        dir.clone(),
+                        known.clone(),
+                        cds.len(),
+                        cds_spelled,
+                        vars.clone(),
+                    ));
+                    continue;
+                }
+                // One without its start (`case x in a)`) closes nothing.
+                Some(SCOPE_CLOSE) => {
+                    if let Some(s) = saved.pop() {
+                        (dir, known, cds_spelled, vars) = (s.0, s.1, s.3, s.4);
+                        cds.truncate(s.2);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             if vars.assign(&w) {
                 continue;
             }
@@ -618,6 +641,30 @@ impl ShellLine<'_> {
         None
     }
 
+    /// The directories this shell call's commands run in, as far as the
+    /// line says: where it starts, each `cd`, `env -C` and `git -C`. Where
+    /// to look for a workspace it works on: from an agent's shell in
+    /// /tmp, `cd ~/proj && git clean -fdx` deleted proj's history, no
+    /// workspace being in sight to refuse it for (D316).
+    pub fn dirs_worked_in(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self
+            .steps
+            .iter()
+            .filter_map(|step| {
+                let dir = step.dir.as_ref()?;
+                match history::program(&step.words) {
+                    "git" => history::git_at(step.words.get(1..)?, dir, self.resolve)
+                        .filter(|at| !at.unknown)
+                        .map(|at| at.dir),
+                    _ => Some(dir.clone()),
+                }
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// The paths this shell call's `rm` commands and its writes name
     /// (globs left out): where to look for a workspace whose history they
     /// would take with them, as `rm -rf proj` or `cp x
@@ -691,7 +738,7 @@ impl Step {
 /// holding another expansion (`D=$(mktemp -d)`) stays one, and
 /// [`expand_path`] then knows no place for it. Words have lost their
 /// quotes, so `'$D'` reads as `"$D"`: it can only refuse more.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Variables(std::collections::HashMap<String, String>);
 
 impl Variables {
@@ -989,15 +1036,21 @@ fn is_shell_tool(name: &str) -> bool {
 /// or braces outside quotes. Not a shell parser; enough to find `git
 /// push` wherever a line puts it (D129, D153).
 fn simple_commands(line: &str) -> Vec<String> {
-    without_assignments(commands_in(line, false, 0))
+    without_markers(commands_in(line, false, 0))
 }
 
-/// Commands without [`ASSIGNS`]' entries.
-fn without_assignments(commands: Vec<String>) -> Vec<String> {
+/// Commands without [`ASSIGNS`]' entries and the scope markers.
+fn without_markers(commands: Vec<String>) -> Vec<String> {
     commands
         .into_iter()
-        .filter(|c| !c.starts_with(ASSIGNS))
+        .filter(|c| !c.starts_with(ASSIGNS) && !is_marker(c))
         .collect()
+}
+
+/// Whether a command (or its first word) is one of [`commands_in`]'s
+/// markers, not a command.
+fn is_marker(first: &str) -> bool {
+    first == ASSIGNS || first == SCOPE_OPEN || first == SCOPE_CLOSE
 }
 
 /// How deep `$(…)` and `sh -c` are read. Past it the line is one the
@@ -1013,11 +1066,12 @@ const TOO_DEEP: &str = "\u{0}too-deep";
 /// and in each shell string it runs (`bash -lc '…'`, Codex's argv, whose
 /// here-document text read as commands, helper-65).
 fn runnable_commands(line: &str) -> Vec<String> {
-    without_assignments(runnable_commands_and_assignments(line))
+    without_markers(runnable_commands_and_assignments(line))
 }
 
 /// [`runnable_commands`] with the variable assignments among them (see
-/// [`ASSIGNS`]).
+/// [`ASSIGNS`]) and where each subshell starts and ends (see
+/// [`SCOPE_OPEN`]).
 fn runnable_commands_and_assignments(line: &str) -> Vec<String> {
     commands_in(&without_heredoc_text(line), true, 0)
 }
@@ -1113,23 +1167,42 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
             (None, '{' | '}') if !is_group_brace(c, &cur, chars.peek().copied()) => cur.push(c),
             (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}') => {
                 parts.push((std::mem::take(&mut cur), std::mem::take(&mut inner)));
+                match c {
+                    '(' => parts.push((SCOPE_OPEN.into(), Vec::new())),
+                    ')' => parts.push((SCOPE_CLOSE.into(), Vec::new())),
+                    _ => {}
+                }
             }
             (None, c) => cur.push(c),
         }
     }
     parts.push((cur, inner));
     let mut out = Vec::new();
+    // What runs in a subshell of its own: a `cd` or an assignment in it
+    // does not reach the commands after it.
+    let scoped = |out: &mut Vec<String>, commands: Vec<String>| {
+        out.push(SCOPE_OPEN.to_string());
+        out.extend(commands);
+        out.push(SCOPE_CLOSE.to_string());
+    };
     for (p, substitutions) in &parts {
+        if is_marker(p) {
+            out.push(p.clone());
+            continue;
+        }
         for sub in substitutions {
-            out.extend(nested(sub));
+            scoped(&mut out, nested(sub));
         }
         let squeezed = squeeze_blanks(p);
-        let cmd = strip_prefixes(squeezed.trim());
+        let (cmd, chdir) = strip_prefixes(squeezed.trim());
         // `bash -c 'git push'`: the commands of the string too.
         if let Some(inner) = shell_string(&cmd) {
-            out.extend(nested(&inner));
+            scoped(&mut out, nested(&inner));
         }
-        if !cmd.is_empty() {
+        if let Some(dir) = chdir.filter(|_| !cmd.is_empty()) {
+            // `env -C DIR cmd`: cmd alone runs in DIR.
+            scoped(&mut out, vec![format!("cd {}", single_quoted(&dir)), cmd]);
+        } else if !cmd.is_empty() {
             out.push(cmd);
         } else if words(squeezed.trim())
             .first()
@@ -1147,6 +1220,13 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
 /// only (`D=.rewind`), before them: no command, and the values the
 /// hook's own refusals read later words with.
 const ASSIGNS: &str = "\u{0}assigns";
+
+/// What [`commands_in`] gives where a subshell starts (`(`, `$(`, `` ` ``,
+/// `sh -c`, `env -C DIR`) and [`SCOPE_CLOSE`] where it ends: a `cd` in
+/// `(cd sub && make)` moved every command after it into `sub`, and `(cd
+/// sub && make); git clean -fdx` went through (D316).
+const SCOPE_OPEN: &str = "\u{0}(";
+const SCOPE_CLOSE: &str = "\u{0})";
 
 /// Whether a word is `NAME=value`.
 fn is_assignment(word: &str) -> bool {
@@ -1295,18 +1375,26 @@ const KEYWORDS: &[&str] = &[
 ];
 
 /// A simple command without its `VAR=value` assignments, keywords and
-/// wrappers; empty when nothing is left.
-fn strip_prefixes(cmd: &str) -> String {
+/// wrappers; empty when nothing is left. With it, the directory a
+/// wrapper runs it in (`env -C DIR`, `sudo -D DIR`), as written.
+fn strip_prefixes(cmd: &str) -> (String, Option<String>) {
     let words = words(cmd);
     let mut i = 0;
+    let mut chdir = None;
     while let Some((_, word)) = words.get(i) {
         if is_assignment(word) || KEYWORDS.contains(&word.as_str()) {
             i += 1;
             continue;
         }
         let name = word.rsplit('/').next().unwrap_or(word);
-        let Some(&(_, with_argument, operands)) = WRAPPERS.iter().find(|w| w.0 == name) else {
+        let Some(&(wrapper, with_argument, operands)) = WRAPPERS.iter().find(|w| w.0 == name)
+        else {
             break;
+        };
+        let chdir_options: &[&str] = match wrapper {
+            "env" => &["-C", "--chdir"],
+            "sudo" => &["-D", "--chdir"],
+            _ => &[],
         };
         i += 1;
         while let Some((_, o)) = words.get(i) {
@@ -1318,6 +1406,9 @@ fn strip_prefixes(cmd: &str) -> String {
                 break;
             }
             i += 1;
+            if let Some(dir) = chdir_of(o, chdir_options, words.get(i).map(|(_, w)| w)) {
+                chdir = Some(dir);
+            }
             // `-u deploy`, not `-udeploy` or `--user=deploy`.
             if with_argument.contains(&o.as_str()) {
                 i += 1;
@@ -1326,9 +1417,30 @@ fn strip_prefixes(cmd: &str) -> String {
         i += operands;
     }
     match words.get(i) {
-        Some((at, _)) => cmd[*at..].to_string(),
-        None => String::new(),
+        Some((at, _)) => (cmd[*at..].to_string(), chdir),
+        None => (String::new(), chdir),
     }
+}
+
+/// The directory a wrapper's option `o` names, if it is one of its
+/// `options` for changing directory: `-C DIR`, `-CDIR`, `--chdir=DIR`,
+/// `--chdir DIR` (`next`: the word after `o`).
+fn chdir_of(o: &str, options: &[&str], next: Option<&String>) -> Option<String> {
+    options.iter().find_map(|opt| {
+        if o == *opt {
+            return next.cloned();
+        }
+        let rest = o.strip_prefix(opt)?;
+        match opt.starts_with("--") {
+            true => rest.strip_prefix('=').map(str::to_string),
+            false => (!rest.is_empty()).then(|| rest.to_string()),
+        }
+    })
+}
+
+/// `word` as one shell word, whatever it holds.
+fn single_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// The string a `sh -c STRING` (bash, zsh, dash; `-lc`, `-ec`) runs.
@@ -1556,6 +1668,8 @@ mod tests {
             "true; git push origin main",
             "make test || git push",
             "(cd x; git push)",
+            "env -C repo git push",
+            "sudo -D repo git push origin",
             "sudo -u me true && env A=1 B=2 git push",
             "echo done\ngit push origin main",
             // D153 (helper-19): wrappers with options, keywords, quoted
@@ -2384,6 +2498,46 @@ mod tests {
         let set = call("Bash", serde_json::json!({ "command": "D=1; git push" }));
         let (req, _) = c.effect(&set).expect("matched");
         assert!(!req.key.contains("D=1"), "{}", req.key);
+    }
+
+    /// D316: a `cd` inside a subshell (`( … )`, `$( … )`, `sh -c`) moves
+    /// only the commands inside it, and `env -C DIR`/`sudo -D DIR` only
+    /// the command they run. The subshell's `cd` used to move every
+    /// command after it, and `(cd src && make); git clean -fdx` passed.
+    #[test]
+    fn a_cd_in_a_subshell_moves_only_the_commands_inside_it() {
+        let at = deletes_in_w;
+        for (line, cwd) in [
+            ("(cd src && make); rm -rf .rewind", "/w"),
+            ("(cd src && make) && git clean -fdx", "/w"),
+            ("(cd src; make) ; rm -f .rewind/ledger.db-wal", "/w"),
+            ("echo $(cd src && pwd); rm -rf .rewind", "/w"),
+            ("echo `cd src`; git clean -fdx", "/w"),
+            ("bash -c 'cd src'; git clean -fdx", "/w"),
+            ("cd src && (cd .. && ls) && rm -rf ../.rewind", "/w"),
+            ("(cd src; (cd ..)); rm -rf .rewind", "/w"),
+            ("D=.rewind; (D=src); rm -rf $D", "/w"),
+            ("env -C /w git clean -fdx", "/tmp"),
+            ("env -C/w git clean -fdx", "/tmp"),
+            ("env --chdir=/w git clean -fdx", "/tmp"),
+            ("env --chdir /w git clean -fdx", "/tmp"),
+            ("sudo -D /w git clean -fdx", "/tmp"),
+            ("env -C .. rm -rf .rewind", "/w/src"),
+        ] {
+            assert!(at(line, cwd).is_some(), "{line} in {cwd}");
+        }
+        for (line, cwd) in [
+            // git clean cleans its own directory's subtree.
+            ("(cd src && git clean -fdx)", "/w"),
+            ("env -C src git clean -fdx", "/w"),
+            ("(cd /tmp && rm -rf .rewind)", "/w"),
+            ("env -C /tmp rm -rf .rewind; ls", "/w"),
+            ("(cd src && make) && git clean -fdx -e .rewind", "/w"),
+            // A `case` pattern's `)` closes no subshell.
+            ("case $1 in a) cd src;; esac; rm -rf build", "/w"),
+        ] {
+            assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
     }
 
     /// D309: a write over what the history holds loses it as an `rm`

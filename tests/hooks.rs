@@ -1625,3 +1625,62 @@ fn a_rename_through_grep_and_sed_is_refused_until_its_listing_leaves_the_history
     let back = std::fs::read_to_string(ws.join("src/m1.py")).expect("read");
     assert!(back.contains("oldname_1"), "{back}");
 }
+
+/// D316: an agent's shell outside every workspace (Codex and Cursor set
+/// no `CLAUDE_PROJECT_DIR`) whose line `cd`s into one works on that one:
+/// the call is checkpointed there, its effect rules apply, and a
+/// deletion of its history is refused. Before, no workspace was in sight:
+/// no checkpoint, a push admitted twice, and `cd ~/proj && git clean
+/// -fdx` deleted proj's history. A `cd` inside a subshell moves only the
+/// commands inside it: `(cd src && make) && git clean -fdx` ran the clean
+/// at the top, where it takes the history, and passed as if in `src`.
+#[test]
+fn a_line_that_cds_into_a_workspace_is_checkpointed_and_judged_there() {
+    let dir = project(true);
+    let ws = dir.path();
+    let outside = common::tmp();
+    let from_outside = |line: &str| {
+        common::rewind_fed(
+            outside.path(),
+            &["hook", "pre-tool-use"],
+            bash(line, outside.path()).as_bytes(),
+            &[] as &[(&str, &str)],
+        )
+    };
+    let quoted = format!("'{}'", ws.display());
+
+    let out = from_outside(&format!("cd {quoted} && rm -rf build"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        checkpoints(ws).len(),
+        1,
+        "checkpointed in the workspace cd'd into"
+    );
+
+    let push = format!("cd {quoted} && git push origin main");
+    let out = from_outside(&push);
+    assert_eq!(out.status.code(), Some(0), "first push: {}", stderr(&out));
+    refused_saying(&from_outside(&push), "the same push again", "already");
+
+    for line in [
+        format!("cd {quoted} && git clean -fdx"),
+        format!("git -C {quoted} clean -fdx"),
+        format!("(cd {quoted} && git clean -fdx)"),
+        format!("env -C {quoted} git clean -fdx"),
+        format!("cd {quoted} && rm -rf .rewind"),
+    ] {
+        refused_saying(&from_outside(&line), &line, "refused");
+    }
+
+    for line in [
+        "(cd src && true) && git clean -fdx",
+        "(cd src; true); rm -rf .rewind",
+        "echo $(cd src && pwd); git clean -fdx",
+    ] {
+        refused_saying(&hook("pre-tool-use", &bash(line, ws)), line, "refused");
+    }
+    // Inside the subshell the clean is src's alone, and keeps the history.
+    let out = hook("pre-tool-use", &bash("(cd src && git clean -fdx)", ws));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(ws.join(".rewind/ledger.db").exists());
+}

@@ -151,7 +151,8 @@ fn unprotected_call(warning: &str, ask: bool) -> String {
 /// project (the agent's shell in /tmp) took no checkpoint and skipped the
 /// barrier. A `cwd` that is gone (the agent's shell removed it) is judged
 /// by its nearest existing directory: it was inside the workspace, and
-/// its rules still apply.
+/// its rules still apply. Past the project, the directories the line
+/// works in (`cd ~/proj && …` from /tmp, D316).
 fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
     let payload_cwd = call.cwd.as_deref().map(|c| ctx.cwd.join(c));
     let written = call.file_written().map(|f| {
@@ -159,10 +160,14 @@ fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
         // `..` by name, as the agent's tool resolves it (helper-60).
         super::nearest_existing(&rewind_platform::lexical(&base.join(f)))
     });
+    let line_dirs = call
+        .shell_line(payload_cwd.as_deref().unwrap_or(&ctx.cwd), &resolve_links)
+        .dirs_worked_in();
     let candidates: Vec<PathBuf> = written
         .into_iter()
         .chain(payload_cwd.map(|c| super::nearest_existing(&c)))
         .chain(std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
+        .chain(line_dirs)
         .chain(std::iter::once(ctx.start_dir()))
         .collect();
     candidates
@@ -270,6 +275,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         .chain(
             line.removed_paths()
                 .iter()
+                .chain(&line.dirs_worked_in())
                 .filter_map(|p| Workspace::discover(p)),
         )
         .map(|root| root.join(crate::capture::STATE_DIR))

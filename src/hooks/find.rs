@@ -340,7 +340,7 @@ impl Parser<'_> {
                 // and assignments, read as the hook reads any command
                 // (`env X=1 rm`, `timeout 5 rm`, `nice -n 5 rm`, `\rm`).
                 let line: Vec<String> = command.iter().map(|w| shell_word(w)).collect();
-                let stripped = super::strip_prefixes(&line.join(" "));
+                let (stripped, _) = super::strip_prefixes(&line.join(" "));
                 let program = program_of(&stripped);
                 let recursive = command.iter().any(|c| {
                     c == "--recursive"

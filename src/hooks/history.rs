@@ -1167,6 +1167,46 @@ pub(super) fn wildcard(pattern: &str, name: &str, classes: bool) -> bool {
     pieces[pi..].iter().all(|p| matches!(p, GlobPiece::Any))
 }
 
+/// Where a git command works, past its own options (`-C DIR`, each
+/// relative to the one before).
+pub(super) struct GitAt {
+    pub dir: PathBuf,
+    /// A `-C "$ROOT"`: somewhere the line does not say, taken as `/`.
+    pub unknown: bool,
+    /// The index of its verb in `args`.
+    pub verb: usize,
+}
+
+/// See [`GitAt`]; `args`: git's words after `git`; `None` when an option
+/// lacks its argument.
+pub(super) fn git_at(args: &[String], dir: &Path, resolve: Resolve) -> Option<GitAt> {
+    let mut at = GitAt {
+        dir: dir.to_path_buf(),
+        unknown: false,
+        verb: 0,
+    };
+    // git's own options come before its verb; these take the next word.
+    while let Some(a) = args.get(at.verb) {
+        match a.as_str() {
+            "-C" => {
+                match expand_path(args.get(at.verb + 1)?, &at.dir) {
+                    Some(d) => at.dir = resolve(&d),
+                    None => {
+                        at.dir = PathBuf::from("/");
+                        at.unknown = true;
+                    }
+                }
+                at.verb += 2;
+            }
+            "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
+            | "--config-env" | "--attr-source" => at.verb += 2,
+            a if a.starts_with('-') => at.verb += 1,
+            _ => break,
+        }
+    }
+    Some(at)
+}
+
 /// [`ToolCall::deletes_the_history`] for one git command: `args` after
 /// `git`, run in `dir`.
 pub(super) fn git_taking_ignored(
@@ -1175,29 +1215,11 @@ pub(super) fn git_taking_ignored(
     history: &Path,
     resolve: Resolve,
 ) -> Option<HistoryLoss> {
-    let mut dir = dir.to_path_buf();
-    // `-C "$ROOT"`: somewhere the line does not say, judged as the top.
-    let mut unknown = false;
-    let mut i = 0;
-    // git's own options come before its verb; these take the next word.
-    while let Some(a) = args.get(i) {
-        match a.as_str() {
-            "-C" => {
-                match expand_path(args.get(i + 1)?, &dir) {
-                    Some(d) => dir = resolve(&d),
-                    None => {
-                        dir = PathBuf::from("/");
-                        unknown = true;
-                    }
-                }
-                i += 2;
-            }
-            "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
-            | "--config-env" | "--attr-source" => i += 2,
-            a if a.starts_with('-') => i += 1,
-            _ => break,
-        }
-    }
+    let GitAt {
+        dir,
+        unknown,
+        verb: i,
+    } = git_at(args, dir, resolve)?;
     let verb = args.get(i)?.as_str();
     // `git worktree remove PATH` removes PATH as `rm -r` does.
     if verb == "worktree" && args.get(i + 1).is_some_and(|s| s == "remove") {
