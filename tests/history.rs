@@ -233,6 +233,30 @@ fn a_label_an_unchanged_automatic_checkpoint_cannot_keep_is_said() {
     assert!(v.get("warnings").is_none(), "{v}");
 }
 
+/// `checkpoint -m LABEL` is `checkpoint LABEL`, as `git commit -m` puts
+/// it; both at once is a usage error that records nothing.
+#[test]
+fn checkpoint_takes_its_label_as_git_commit_takes_a_message() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a"), b"a\n");
+    let v = rewind_json(root, &["checkpoint", "-m", "before refactor"]);
+    assert_eq!(v["label"], "before refactor", "{v}");
+    write(&root.join("a"), b"b\n");
+    rewind_json(root, &["rewind", "before refactor"]);
+    assert_eq!(std::fs::read(root.join("a")).unwrap(), b"a\n");
+    let out = common::rewind(root, &["checkpoint", "x", "--message", "y"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    assert_eq!(listed_count(root), 2, "only the first and the rewind's safety checkpoint");
+}
+
+fn listed_count(root: &std::path::Path) -> usize {
+    rewind_json(root, &["list"])["checkpoints"]
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
 /// An entry whose type changes between the capture's stat and its read
 /// (an editor's atomic save of a symlinked config, a tool rewriting a
 /// link) is captured as what it is then: a symlink turned file failed

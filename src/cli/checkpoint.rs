@@ -5,12 +5,16 @@ use crate::error::Result;
 pub struct Args {
     /// A label to find this checkpoint by later
     label: Option<String>,
+    /// The label, as `git commit -m` takes a message
+    #[arg(short = 'm', long = "message", value_name = "LABEL", conflicts_with = "label")]
+    message: Option<String>,
     /// Kind recorded with the checkpoint (manual, auto, hook)
     #[arg(long, default_value = "manual", value_parser = ["manual", "auto", "hook"])]
     kind: String,
 }
 
-pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
+    args.label = args.label.or(args.message.take());
     let mut ws = ctx.workspace_or_init()?;
     let reuse = args.kind != "manual";
     let mut r = ws.checkpoint(args.label.as_deref(), &args.kind, reuse)?;
