@@ -31,6 +31,7 @@ use crate::names::shell_word;
 
 mod find;
 mod history;
+mod rules;
 pub use history::HistoryLoss;
 use history::{
     expand_path, git_taking_ignored, home, mv_reaching, overwrite_reaching, rm_reaching,
@@ -639,6 +640,19 @@ impl ShellLine<'_> {
             }
         }
         None
+    }
+
+    /// A command of this shell call that changes one of `rules` (the
+    /// `rewind.toml` of each workspace it could reach), as the refusal
+    /// shows it (D317).
+    pub fn changes_the_rules(&self, rules: &[PathBuf]) -> Option<String> {
+        self.steps.iter().find_map(|step| {
+            let dir = step.dir.as_ref()?;
+            rules
+                .iter()
+                .any(|r| rules::changes(&step.words, &step.writes, dir, r, self.resolve))
+                .then(|| history::shown_with_writes(&step.words, &step.writes))
+        })
     }
 
     /// The directories this shell call's commands run in, as far as the
@@ -2573,6 +2587,47 @@ mod tests {
             ("case $1 in a) cd src;; esac; rm -rf build", "/w"),
         ] {
             assert_eq!(at(line, cwd), None, "{line} in {cwd}");
+        }
+    }
+
+    /// D317: a command that writes over, makes, removes or moves away a
+    /// workspace's `rewind.toml` changes the rules that bind the agent;
+    /// reading or copying it does not, nor a glob that happens to take it.
+    #[test]
+    fn a_write_to_the_rules_is_told_apart_from_reading_them() {
+        let changes = |line: &str, cwd: &str| {
+            call("Bash", serde_json::json!({ "command": line }))
+                .shell_line(Path::new(cwd), &|p: &Path| p.to_path_buf())
+                .changes_the_rules(&[PathBuf::from("/w/rewind.toml")])
+        };
+        for (line, cwd) in [
+            ("echo '[retention]' >> rewind.toml", "/w"),
+            ("cat > /w/rewind.toml <<'EOF'\n[x]\nEOF", "/tmp"),
+            ("rm -f rewind.toml", "/w"),
+            ("unlink rewind.toml", "/w"),
+            ("mv rewind.toml rewind.toml.off", "/w"),
+            ("mv other.toml rewind.toml", "/w"),
+            ("sed -i '/git push/d' rewind.toml", "/w"),
+            ("perl -pi -e 's/push/pull/' ../rewind.toml", "/w/src"),
+            ("cp /tmp/lax.toml rewind.toml", "/w"),
+            ("cp /tmp/rewind.toml .", "/w"),
+            ("truncate -s0 rewind.toml", "/w"),
+            ("tee rewind.toml < new.toml", "/w"),
+            ("cd src && rm ../rewind.toml", "/w"),
+            ("(cd /w && : > rewind.toml)", "/tmp"),
+        ] {
+            assert!(changes(line, cwd).is_some(), "{line} in {cwd}");
+        }
+        for (line, cwd) in [
+            ("cat rewind.toml", "/w"),
+            ("grep push rewind.toml", "/w"),
+            ("cp rewind.toml /tmp/rules.bak", "/w"),
+            ("git diff rewind.toml", "/w"),
+            ("rm -rf *", "/w"),
+            ("rm src/rewind.toml", "/w"),
+            ("echo x > rewind.toml", "/w/src"),
+        ] {
+            assert_eq!(changes(line, cwd), None, "{line} in {cwd}");
         }
     }
 

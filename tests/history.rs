@@ -248,7 +248,11 @@ fn checkpoint_takes_its_label_as_git_commit_takes_a_message() {
     let out = common::rewind(root, &["checkpoint", "x", "--message", "y"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
-    assert_eq!(listed_count(root), 2, "only the first and the rewind's safety checkpoint");
+    assert_eq!(
+        listed_count(root),
+        2,
+        "only the first and the rewind's safety checkpoint"
+    );
 }
 
 fn listed_count(root: &std::path::Path) -> usize {

@@ -1684,3 +1684,59 @@ fn a_line_that_cds_into_a_workspace_is_checkpointed_and_judged_there() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(ws.join(".rewind/ledger.db").exists());
 }
+
+/// D317: an agent refused a second push may not take the rule away. Its
+/// shell's `sed -i` of `rewind.toml`, an `rm` of it, and an Edit or Write
+/// of it through the file tools are refused, the file unchanged; reading
+/// it passes, and the push stays refused. A retention policy written in
+/// by the agent would prune what `gc --keep-last` may not (D306).
+#[test]
+fn the_agent_may_not_change_the_rules_that_bind_it() {
+    let dir = project(true);
+    let ws = dir.path();
+    let push = bash("git push origin main", ws);
+    assert_eq!(hook("pre-tool-use", &push).status.code(), Some(0));
+    refused_saying(&hook("pre-tool-use", &push), "the second push", "already");
+    let rules = std::fs::read(ws.join("rewind.toml")).expect("rules");
+
+    for line in [
+        "sed -i '/git push/,+1d' rewind.toml",
+        "rm -f rewind.toml",
+        "mv rewind.toml rewind.toml.off",
+        "printf '[retention]\\nkeep_last = 1\\n' >> rewind.toml",
+    ] {
+        refused_saying(
+            &hook("pre-tool-use", &bash(line, ws)),
+            line,
+            "user's decision",
+        );
+    }
+    let file = ws.join("rewind.toml");
+    for (tool, input) in [
+        (
+            "Edit",
+            serde_json::json!({"file_path": file, "old_string": "git push", "new_string": "git pull"}),
+        ),
+        (
+            "Write",
+            serde_json::json!({"file_path": "rewind.toml", "content": ""}),
+        ),
+    ] {
+        let payload =
+            serde_json::json!({"tool_name": tool, "tool_input": input, "cwd": ws}).to_string();
+        refused_saying(&hook("pre-tool-use", &payload), tool, "rewind.toml");
+    }
+    assert_eq!(std::fs::read(&file).expect("rules"), rules, "unchanged");
+
+    for line in ["cat rewind.toml", "cp rewind.toml /tmp/rules.bak.toml"] {
+        let out = hook("pre-tool-use", &bash(line, ws));
+        assert_eq!(out.status.code(), Some(0), "{line}: {}", stderr(&out));
+    }
+    let other = serde_json::json!({"tool_name": "Write", "tool_input": {"file_path": "src/rewind.toml", "content": "x"}, "cwd": ws}).to_string();
+    assert_eq!(hook("pre-tool-use", &other).status.code(), Some(0));
+    refused_saying(
+        &hook("pre-tool-use", &push),
+        "the push after all that",
+        "already",
+    );
+}

@@ -6,7 +6,12 @@ pub struct Args {
     /// A label to find this checkpoint by later
     label: Option<String>,
     /// The label, as `git commit -m` takes a message
-    #[arg(short = 'm', long = "message", value_name = "LABEL", conflicts_with = "label")]
+    #[arg(
+        short = 'm',
+        long = "message",
+        value_name = "LABEL",
+        conflicts_with = "label"
+    )]
     message: Option<String>,
     /// Kind recorded with the checkpoint (manual, auto, hook)
     #[arg(long, default_value = "manual", value_parser = ["manual", "auto", "hook"])]

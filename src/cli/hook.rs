@@ -286,6 +286,23 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         eprintln!("rewind: refused: {loss}");
         return (out, BLOCK);
     }
+    // The rules that bind the agent are the user's (D317).
+    let rules: Vec<PathBuf> = histories
+        .iter()
+        .filter_map(|h| h.parent())
+        .map(|root| root.join(crate::hooks::CONFIG_FILE))
+        .collect();
+    let edited = call
+        .file_written()
+        .map(|f| resolve_links(&line_dir.join(f)))
+        .filter(|f| rules.contains(f))
+        .map(|f| format!("{} {}", call.tool_name, f.display()));
+    if let Some(runs) = edited.or_else(|| line.changes_the_rules(&rules)) {
+        eprintln!(
+            "rewind: refused: `{runs}` changes rewind.toml, which holds this workspace's effect rules and retention policy: which effects may run again and which checkpoints are kept is the user's decision, not the agent's; reading it is fine; ask the user to make this change in their own editor"
+        );
+        return (out, BLOCK);
+    }
     // Root's server running its owner's hook (D151): not another
     // workspace's rules either.
     if let Some(Err(e)) = workspace.as_deref().map(crate::workspace::check_confined) {

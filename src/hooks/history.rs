@@ -487,6 +487,49 @@ pub(super) fn mv_reaching(
         .map(|loss| loss.ran(&words[1..], "mv"))
 }
 
+/// What one command writes, as written in the line.
+pub(super) struct Written {
+    /// The files it writes over or makes.
+    pub files: Vec<String>,
+    /// The directories a copy puts whole trees onto (see [`destinations`]).
+    pub onto: Vec<String>,
+}
+
+/// [`Written`] for one command: its output redirections (`writes`), the
+/// files `truncate`, `shred`, `tee`, `sed -i` and `perl -i` name, `dd
+/// of=`, and the destination of `cp`, `mv`, `install` and `ln`. `near`:
+/// a directory whose own subdirectories are known by name (see
+/// [`destinations`]).
+pub(super) fn written_by(
+    words: &[String],
+    writes: &[String],
+    dir: &Path,
+    near: &Path,
+    resolve: Resolve,
+) -> Written {
+    let args = words.get(1..).unwrap_or_default();
+    let mut files: Vec<String> = writes.to_vec();
+    let mut onto = Vec::new();
+    match program(words) {
+        "truncate" => files.extend(operands(args, &["-s", "-r", "--size", "--reference"])),
+        "shred" => files.extend(operands(args, &["-n", "-s", "--iterations", "--size"])),
+        "tee" => files.extend(operands(args, &[])),
+        "dd" => files.extend(
+            args.iter()
+                .filter_map(|a| a.strip_prefix("of="))
+                .map(str::to_string),
+        ),
+        "cp" | "mv" | "install" | "ln" => {
+            let (written, trees) = destinations(args, dir, near, resolve);
+            files.extend(written);
+            onto = trees;
+        }
+        _ if rewrites_in_place(words) => files.extend(edited_files(words)),
+        _ => {}
+    }
+    Written { files, onto }
+}
+
 /// [`ToolCall::deletes_the_history`] for what one command writes: its
 /// output redirections (`writes`), the files `truncate`, `shred`, `tee`,
 /// `sed -i` and `perl -i` name, `dd of=`, and the destination of `cp`,
@@ -501,42 +544,19 @@ pub(super) fn overwrite_reaching(
     history: &Path,
     resolve: Resolve,
 ) -> Option<HistoryLoss> {
-    let program = program(words);
-    let args = words.get(1..).unwrap_or_default();
-    let mut targets: Vec<String> = writes.to_vec();
+    let Written {
+        files: targets,
+        onto,
+    } = written_by(words, writes, dir, history, resolve);
     // A copy onto the history itself (`cp -a ../bak/.rewind .`) replaces
     // its files with another copy's.
-    let mut whole = false;
-    match program {
-        "truncate" => targets.extend(operands(args, &["-s", "-r", "--size", "--reference"])),
-        "shred" => targets.extend(operands(args, &["-n", "-s", "--iterations", "--size"])),
-        "tee" => targets.extend(operands(args, &[])),
-        "dd" => targets.extend(
-            args.iter()
-                .filter_map(|a| a.strip_prefix("of="))
-                .map(str::to_string),
-        ),
-        "cp" | "mv" | "install" | "ln" => {
-            let (files, onto) = destinations(args, dir, history, resolve);
-            targets.extend(files);
-            whole = onto
-                .iter()
-                .any(|t| expand_path(t, dir).is_some_and(|p| resolve(&p) == history));
-        }
-        _ if rewrites_in_place(words) => targets.extend(edited_files(words)),
-        _ => {}
-    }
+    let whole = onto
+        .iter()
+        .any(|t| expand_path(t, dir).is_some_and(|p| resolve(&p) == history));
     if targets.is_empty() && !whole {
         return None;
     }
-    let runs = || {
-        // With what its redirections write: `:` alone says nothing.
-        std::iter::once(shown(words))
-            .chain(writes.iter().map(|w| format!("> {}", word_as_written(w))))
-            .filter(|p| !p.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let runs = || shown_with_writes(words, writes);
     if whole {
         return Some(HistoryLoss::Overwritten {
             runs: runs(),
@@ -888,7 +908,7 @@ pub(super) fn edited_files(words: &[String]) -> Vec<String> {
 
 /// A command's operands: its words that are no option, nor the argument
 /// of one of `with_argument` given apart (`-s 0`); all after `--`.
-fn operands(args: &[String], with_argument: &[&str]) -> Vec<String> {
+pub(super) fn operands(args: &[String], with_argument: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -1752,6 +1772,16 @@ pub(super) fn program(words: &[String]) -> &str {
     words
         .first()
         .map_or("", |w| w.rsplit('/').next().unwrap_or(w))
+}
+
+/// [`shown`], with what its output redirections write: `:` alone says
+/// nothing.
+pub(super) fn shown_with_writes(words: &[String], writes: &[String]) -> String {
+    std::iter::once(shown(words))
+        .chain(writes.iter().map(|w| format!("> {}", word_as_written(w))))
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A command's words as a refusal shows what runs: an expansion in
