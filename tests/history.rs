@@ -1449,3 +1449,95 @@ fn a_long_dry_run_lists_its_start_and_counts_the_rest() {
     let json = rewind_json(root, &["rewind", &a, "--dry-run"]);
     assert_eq!(json["plan"].as_array().map(Vec::len), Some(121), "{json}");
 }
+
+/// Whether `make -q` (in `dir`) finds `target` up to date; `None`
+/// without `make`, outside CI.
+fn make_up_to_date(dir: &std::path::Path, target: &str) -> Option<bool> {
+    match Command::new("make")
+        .args(["-q", target])
+        .current_dir(dir)
+        .status()
+    {
+        Ok(s) => Some(s.success()),
+        Err(e) => {
+            common::skip_or_fail(&format!("make: {e}"));
+            None
+        }
+    }
+}
+
+/// D318: without `--exact-times`, the files a rewind writes get mtimes
+/// just below the clock in the order the checkpoint recorded: newer than
+/// anything the rewind left alone, so what depends on a restored source
+/// is rebuilt (DESIGN §4.9), and among themselves as they were, so build
+/// outputs restored with their sources are as fresh as they were. Given
+/// in the order they were written, `out/app` (written before `out/z.o`,
+/// which it is built from) came back older than its input, and `make`
+/// rebuilt it; `cargo clean` and a rewind rebuilt every crate.
+#[test]
+fn restored_files_keep_their_recorded_order_above_what_the_rewind_left_alone() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(
+        &root.join("Makefile"),
+        b"out/app: out/z.o\n\tcat out/z.o > out/app\nout/z.o: src/z.c\n\tmkdir -p out && cp src/z.c out/z.o\n",
+    );
+    write(&root.join("src/z.c"), b"int z;\n");
+    let Some(_) = make_up_to_date(root, "out/app") else {
+        return;
+    };
+    let built = Command::new("make")
+        .arg("out/app")
+        .current_dir(root)
+        .output()
+        .expect("make");
+    assert!(built.status.success(), "{built:?}");
+    // A big file takes D275's path, the small ones the plain one.
+    write(&root.join("out/big.bin"), &vec![7u8; 200 << 10]);
+    let c = checkpoint_id(root, &["built"]);
+    let recorded: Vec<i128> = ["src/z.c", "out/z.o", "out/app"]
+        .iter()
+        .map(|p| mtime_ns(&root.join(p)))
+        .collect();
+    assert!(recorded.windows(2).all(|w| w[0] < w[1]), "{recorded:?}");
+
+    // `make clean`, as an agent runs it, then the rewind.
+    std::fs::remove_dir_all(root.join("out")).expect("rm -rf out");
+    let left_alone = mtime_ns(&root.join("Makefile"));
+    rewind_json(root, &["rewind", &c]);
+    assert_eq!(
+        make_up_to_date(root, "out/app"),
+        Some(true),
+        "make rebuilds"
+    );
+    let now: Vec<i128> = ["out/z.o", "out/app", "out/big.bin"]
+        .iter()
+        .map(|p| mtime_ns(&root.join(p)))
+        .collect();
+    assert!(now[0] < now[1], "z.o then app: {now:?}");
+    assert!(
+        now.iter().all(|m| *m > left_alone),
+        "{now:?} vs {left_alone}"
+    );
+    assert!(
+        now[1] > recorded[2],
+        "the clock's time, not the recorded one"
+    );
+
+    // A source restored alone is newer than the outputs left alone: they
+    // are rebuilt.
+    let c2 = checkpoint_id(root, &["before the edit"]);
+    write(&root.join("src/z.c"), b"int z = 2;\n");
+    let built = Command::new("make")
+        .arg("out/app")
+        .current_dir(root)
+        .output()
+        .expect("make");
+    assert!(built.status.success(), "{built:?}");
+    rewind_json(root, &["restore", &c2, "--", "src/z.c"]);
+    assert_eq!(
+        make_up_to_date(root, "out/app"),
+        Some(false),
+        "stale outputs"
+    );
+}
