@@ -15,7 +15,13 @@ pub struct Common {
     /// A note stored on the branch being left (shown by `list`)
     #[arg(long, value_name = "TEXT")]
     report: Option<String>,
-    /// Restore recorded modification times (default: now, so builds rebuild)
+    /// Restore recorded modification times. By default each file written
+    /// gets one just before the rewind, in the recorded order: builds
+    /// rebuild what depends on a restored file, outputs restored with
+    /// their sources stay fresh, and Python recompiles the `.pyc` of a
+    /// restored `.py`. With this flag, outputs the checkpoint does not
+    /// hold (an ignored `target/`, a build directory elsewhere) may look
+    /// up to date for sources they were not built from
     #[arg(long)]
     exact_times: bool,
     /// Restore setuid/setgid bits too (stripped by default)
