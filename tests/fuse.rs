@@ -3335,6 +3335,62 @@ fn mount_names_the_processes_that_write_the_tree_through_what_they_held_before_i
     );
 }
 
+/// D319 (helper-70): a shell that was in the workspace before the mount
+/// keeps the directory under it, and what it (or a program it starts)
+/// writes there reaches no dirty set: `status` said "no changes" and the
+/// checkpoint kept the old file while it grew. While such a process
+/// lives, every capture through the mount walks the whole tree; once it
+/// is gone, captures are scoped by the dirty set again.
+#[test]
+fn a_shell_from_before_the_mount_is_seen_by_every_checkpoint_while_it_lives() {
+    let Some((_lfs, ws)) = workspace(4, 25) else {
+        return;
+    };
+    write(&ws.join("grow.txt"), b"1\n");
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("read x; echo 2 >> grow.txt; echo done; read y; echo 3 >> grow.txt; echo done; read z")
+        .current_dir(&ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the shell");
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        let _ = shell.kill();
+        let _ = shell.wait();
+        return;
+    };
+    let base = common::checkpoint_id(&ws, &["base"]);
+    let mut stdin = shell.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(shell.stdout.take().expect("stdout"));
+    let mut step = |what: &str| {
+        writeln!(stdin, "go").expect("tell the shell");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).expect("the shell wrote");
+        assert_eq!(line.trim(), "done", "{what}");
+    };
+
+    step("the first append, under the mount");
+    let st = rewind_json(&ws, &["status"]);
+    assert!(
+        st["changes"].to_string().contains("grow.txt"),
+        "status: {st}"
+    );
+    let ck = rewind_json(&ws, &["checkpoint", "grown"]);
+    assert_eq!(ck["changes"]["modified"], 1, "{ck}");
+    step("the second append");
+    let ck = rewind_json(&ws, &["checkpoint", "grown again"]);
+    assert_eq!(ck["changes"]["modified"], 1, "{ck}");
+
+    drop(stdin);
+    let _ = shell.wait();
+    write(&ws.join("d00/f00.txt"), b"edited through the mount\n");
+    let ck = rewind_json(&ws, &["checkpoint", "scoped again"]);
+    assert_eq!(ck["changes"]["modified"], 1, "{ck}");
+    rewind_json(&ws, &["rewind", &base]);
+    assert_eq!(std::fs::read(ws.join("grow.txt")).expect("read"), b"1\n");
+}
+
 /// D264 (helper-44): a rewind SIGKILLed while the mount is frozen is
 /// thawed once the daemon sees its connection close. The next command,
 /// there in that moment to finish the rewind, was refused ("another

@@ -191,6 +191,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             });
         }
     };
+    // The directory's own device, before the mount covers it (D319).
+    let dev_below = std::fs::metadata(dir).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+    let dir_below = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let sh = Arc::new(Shared::new(root).map_err(|e| Error::io("stat", dir, e))?);
     sh.inodes.set_fd_cap(
         std::env::var("REWIND_MOUNT_INODE_FDS")
@@ -264,6 +267,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     };
     drop(lock);
     let _ = sh.notifier.set(session.notifier());
+    if let (true, Ok(dev)) = (bound, &dev_below) {
+        let _ = sh.beneath.set(crate::fs::Beneath::new(dir_below, *dev));
+    }
     let ctx = Arc::new(Ctx {
         sh,
         mountpoint: mountpoint.clone(),

@@ -98,6 +98,54 @@ pub struct Shared {
     /// Who makes new entries, and what the daemon's own umask takes off
     /// their modes: see [`OverlayFs::settle_new`].
     maker: Maker,
+    /// Over the workspace itself: whether processes still work in the
+    /// directory under the mount (D319).
+    pub beneath: OnceLock<Beneath>,
+}
+
+/// Processes that entered the workspace before it was mounted over keep
+/// the directory under the mount, and so do the children they start: a
+/// shell, a watcher, a dev server. What they change never reaches the
+/// dirty set, and a checkpoint scoped by it said "no changes" while a
+/// file grew under it (helper-70). While any such process is seen, every
+/// capture walks the whole tree; once none is, none can come back (a
+/// process reaches that directory only from one that had it).
+pub struct Beneath {
+    dir: std::path::PathBuf,
+    /// The device of the directory under the mount.
+    dev: u64,
+    /// Some process may still work there: look again.
+    suspect: AtomicBool,
+}
+
+impl Beneath {
+    /// Looks once, now that the mount covers `dir` (on device `dev`
+    /// below it).
+    pub fn new(dir: std::path::PathBuf, dev: u64) -> Beneath {
+        let b = Beneath {
+            dir,
+            dev,
+            suspect: AtomicBool::new(true),
+        };
+        b.worked_in();
+        b
+    }
+
+    /// Whether a process works under the mount now. Costs a look through
+    /// `/proc` only while one did at the last look.
+    pub fn worked_in(&self) -> bool {
+        if !self.suspect.load(Ordering::Acquire) {
+            return false;
+        }
+        let me = std::process::id();
+        let seen = rewind_platform::works_beneath(&self.dir, self.dev, |pid, parent| {
+            pid == me || parent == Some(me)
+        });
+        if !seen {
+            self.suspect.store(false, Ordering::Release);
+        }
+        seen
+    }
 }
 
 /// The daemon's identity as it bears on the entries it creates.
@@ -166,6 +214,7 @@ impl Shared {
             cached_opens: AtomicU64::new(0),
             plain_opens: AtomicU64::new(0),
             root_casefold,
+            beneath: OnceLock::new(),
         })
     }
 
@@ -280,6 +329,8 @@ impl Shared {
             .into_iter()
             .chain(mapped.iter().flat_map(|&ino| self.paths_of(ino)))
             .collect();
+        // Changes made under the mount are in no set (D319).
+        set.all |= self.beneath.get().is_some_and(Beneath::worked_in);
         if take {
             let mut m = self.mutation();
             for ino in self.tracker.writers().into_iter().chain(mapped) {

@@ -46,7 +46,7 @@ pub use lock::LockFile;
 pub use process::{
     credentials, euid, holders, is_root, job_begins, job_ends, kill_self, new_session,
     report_sigbus, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
-    terminate_between_jobs, writers_of,
+    terminate_between_jobs, works_beneath, writers_of,
 };
 pub use system::{boot_id, clocks_ns, dirty_bytes, raise_fd_limit, swap_files_under};
 pub use xattr::Xattr;

@@ -79,6 +79,72 @@ pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -
     out
 }
 
+/// Whether some process works in `dir` on device `dev` (the directory a
+/// mount now covers, reached the way it was before the mount): its
+/// working or root directory there, a directory open there, or a file
+/// open there for writing. A process that entered before the mount keeps
+/// that directory, and so do the children it starts; what they change is
+/// unseen by the mount. `skip(pid, parent_pid)` leaves out the caller's
+/// own. Unreadable `/proc` entries are passed over.
+pub fn works_beneath(
+    dir: &std::path::Path,
+    dev: u64,
+    skip: impl Fn(u32, Option<u32>) -> bool,
+) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // The link names the path, the stat the filesystem it is on: a path
+    // under `dir` on `dev` is below the mount, not through it.
+    let beneath = |link: &std::path::Path| {
+        std::fs::read_link(link).is_ok_and(|p| {
+            live_path(p.as_os_str().as_encoded_bytes())
+                .0
+                .starts_with(dir)
+        }) && std::fs::metadata(link).is_ok_and(|m| m.dev() == dev)
+    };
+    processes().any(|(pid, base)| {
+        if skip(pid, parent_pid(&base)) {
+            return false;
+        }
+        if beneath(&base.join("cwd")) || beneath(&base.join("root")) {
+            return true;
+        }
+        // A shared writable mapping made before the mount writes there
+        // with no system call, its descriptor long closed.
+        let shown_dev = format!(
+            "{:02x}:{:02x}",
+            rustix::fs::major(dev),
+            rustix::fs::minor(dev)
+        );
+        if std::fs::read(base.join("maps")).is_ok_and(|m| {
+            maps_lines(&m).any(|l| {
+                l.shared_writable()
+                    && l.dev == shown_dev.as_bytes()
+                    && l.path.is_some_and(|p| live_path(p).0.starts_with(dir))
+            })
+        }) {
+            return true;
+        }
+        std::fs::read_dir(base.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                let link = fd.path();
+                if !beneath(&link) {
+                    return false;
+                }
+                let writable = std::fs::read_to_string(base.join("fdinfo").join(fd.file_name()))
+                    .ok()
+                    .and_then(|info| {
+                        let f = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
+                        u32::from_str_radix(f.trim(), 8).ok()
+                    })
+                    .is_some_and(|flags| flags & 0o3 != 0);
+                writable || std::fs::metadata(&link).is_ok_and(|m| m.is_dir())
+            })
+    })
+}
+
 /// The inode numbers of the files process (or thread) `pid` maps shared
 /// and writable: a write there reaches the file with no system call.
 /// `Ok` and empty when the process is gone; `Err` when its maps cannot be
@@ -95,6 +161,8 @@ pub fn shared_writable_mappings(pid: u32) -> std::io::Result<std::collections::H
 /// perms `rwxs` with `-` for absent and `p` for private.
 struct MapsLine<'a> {
     perms: &'a [u8],
+    /// `major:minor` in hex, as the kernel prints it.
+    dev: &'a [u8],
     ino: u64,
     /// From the first `/` to the end (a path may hold spaces); `None`
     /// for anonymous mappings and `[stack]` and the like.
@@ -112,9 +180,15 @@ fn maps_lines(maps: &[u8]) -> impl Iterator<Item = MapsLine<'_>> {
     maps.split(|b| *b == b'\n').filter_map(|line| {
         let mut f = line.split(|b| *b == b' ').filter(|f| !f.is_empty());
         let perms = f.nth(1)?;
-        let ino = std::str::from_utf8(f.nth(2)?).ok()?.parse().ok()?;
+        let dev = f.nth(1)?;
+        let ino = std::str::from_utf8(f.next()?).ok()?.parse().ok()?;
         let path = line.iter().position(|b| *b == b'/').map(|at| &line[at..]);
-        Some(MapsLine { perms, ino, path })
+        Some(MapsLine {
+            perms,
+            dev,
+            ino,
+            path,
+        })
     })
 }
 

@@ -222,14 +222,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let warnings: Vec<String> = if view.is_some() { Vec::new() } else { rewind_fuse::holders(&root) }
         .into_iter()
         .filter(|h| h.ends_with("working directory") && !h.starts_with(&me))
-        .map(|h| format!("{h} inside {} keeps using the directory under the mount: its changes bypass the dirty set until it cds back in (checkpoints stay correct only after `rewind unmount`)", root.display()))
+        .map(|h| format!("{h} inside {} keeps using the directory under the mount, and so do the programs it starts: until it cds back in or exits, the mount does not see what it changes, and every checkpoint walks the whole tree (D319)", root.display()))
         .chain(
             // So do writes through a descriptor or a shared mapping made
             // before the mount (or before a daemon that died): the daemon
             // never sees them (helper-41, D259).
             if view.is_some() { Vec::new() } else { held_for_writing(&root) }
                 .into_iter()
-                .map(|h| format!("{h}: made before the mount, its writes there bypass the dirty set until it closes or unmaps the file (checkpoints stay correct only after `rewind unmount`)")),
+                .map(|h| format!("{h}: made before the mount, its writes there bypass the dirty set until it closes or unmaps the file, and every checkpoint walks the whole tree until then (D319)")),
         )
         .collect();
     let log_path = root.join(STATE_DIR).join(LOG_FILE);
