@@ -46,6 +46,15 @@ pub enum Error {
         shortfall: Option<(u64, u64)>,
     },
 
+    /// The first checkpoint filled the disk: there is no checkpoint for
+    /// `gc` to prune, and on a filesystem without clones it stores a copy
+    /// of every file (helper-70).
+    #[error(
+        "no space left on the device holding {} for the first checkpoint, which stores a copy of every file this filesystem cannot clone: free some space, or leave big generated directories out with `.rewindignore` at the workspace root (gitignore syntax: `target/`, `node_modules/`, `.venv/`), then retry; the tree was not changed, and what the checkpoint had stored was removed",
+        crate::names::human_os_path(existing_part(path))
+    )]
+    NoSpaceForFirstCheckpoint { path: PathBuf },
+
     /// `gc` itself could not write what it prunes: pointing at `gc` again
     /// sent the user round in a circle (helper-52).
     #[error(
@@ -300,7 +309,9 @@ impl Error {
     /// half-way (a recovery's roll-forward answers that).
     pub fn is_no_space(&self) -> bool {
         match self {
-            Error::NoSpace { .. } | Error::NoSpaceToPrune { .. } => true,
+            Error::NoSpace { .. }
+            | Error::NoSpaceToPrune { .. }
+            | Error::NoSpaceForFirstCheckpoint { .. } => true,
             Error::Unfinished { cause, .. } => cause.is_no_space(),
             _ => false,
         }
@@ -349,7 +360,9 @@ impl Error {
             Error::RolledBack { .. } => "ROLLED_BACK",
             // The cause says what to fix (NO_SPACE: free space).
             Error::Unfinished { cause, .. } => cause.code(),
-            Error::NoSpace { .. } | Error::NoSpaceToPrune { .. } => "NO_SPACE",
+            Error::NoSpace { .. }
+            | Error::NoSpaceToPrune { .. }
+            | Error::NoSpaceForFirstCheckpoint { .. } => "NO_SPACE",
             Error::NotAWorkspace { .. } => "NOT_A_WORKSPACE",
             Error::NotOwner { .. } => "NOT_OWNER",
             Error::RootOnly { .. } => "ROOT_ONLY",

@@ -1708,6 +1708,48 @@ impl Workspace {
         if self.engine == Engine::Btrfs {
             return self.checkpoint_snapshot(label, kind, reuse_if_unchanged);
         }
+        match self.checkpoint_walk(label, kind, reuse_if_unchanged) {
+            Err(Error::NoSpace { path, .. }) if self.ledger.head().is_ok_and(|h| h.is_none()) => {
+                self.forget_a_failed_first_checkpoint();
+                Err(Error::NoSpaceForFirstCheckpoint { path })
+            }
+            r => r,
+        }
+    }
+
+    /// A first checkpoint the disk stopped had committed the small
+    /// objects it spilled ahead of it (more than [`crate::blobs`] keeps in
+    /// memory): tens of MiB in a ledger no checkpoint refers to, after an
+    /// error that said nothing was changed, and ten `gc` runs to give them
+    /// back (helper-70). With no checkpoint at all, every small object is
+    /// such a leftover: they are dropped and their pages given back, with
+    /// the reserve's room if the disk has none left. Best effort: the
+    /// error that stopped the checkpoint is what the user is told.
+    fn forget_a_failed_first_checkpoint(&mut self) {
+        let drop_them = |ws: &mut Workspace| -> Result<usize> {
+            // Folding the WAL first gives back its room (a deletion is
+            // written to the WAL, and the disk is full).
+            let _ = ws.ledger.fold_wal();
+            let n = ws.ledger.write(|tx| tx.delete_blobs_if_no_checkpoint())?;
+            if n > 0 {
+                ws.ledger.release_free_pages()?;
+            }
+            Ok(n)
+        };
+        match drop_them(self) {
+            Err(e) if e.is_no_space() && self.release_reserve() => {
+                let _ = drop_them(self);
+            }
+            _ => {}
+        }
+    }
+
+    fn checkpoint_walk(
+        &mut self,
+        label: Option<&str>,
+        kind: &str,
+        reuse_if_unchanged: bool,
+    ) -> Result<CheckpointReport> {
         let started = Instant::now();
         let t = crate::trace::span("lock and retention");
         self.lock()?;

@@ -712,6 +712,74 @@ fn a_full_disk_fails_cleanly_and_changes_nothing() {
     assert!(!root.join("big.bin").exists());
 }
 
+/// A first checkpoint the disk stopped (ext4: every file is copied) had
+/// committed the small objects it spilled ahead of the checkpoint: tens
+/// of MiB left in the ledger under "nothing was changed", which ten `gc`
+/// runs gave back, and advice to prune checkpoints that did not exist
+/// (helper-70). They are dropped with the failure, and the error names
+/// `.rewindignore`.
+#[test]
+fn a_first_checkpoint_the_disk_stopped_leaves_no_objects_in_the_ledger() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 160) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    // 30 MiB of small files, each stored in the ledger (past what a
+    // capture keeps in memory), then a file too big to copy.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    for i in 0..640 {
+        write(&root.join(format!("small/{i:03}.bin")), &noise(48 << 10));
+    }
+    write(&root.join("zz/big.bin"), &noise(40 << 20));
+    let _ = Command::new("sync").status();
+    let avail = {
+        let dir = rewind_platform::Dir::open(&lfs.mnt).expect("open");
+        let fs = rewind_platform::FsInfo::of(&dir).expect("statfs");
+        fs.blocks_available * fs.block_size
+    };
+    let keep_free = 26u64 << 20;
+    assert!(avail > keep_free, "precondition: {avail} bytes free");
+    let pad = lfs.mnt.join("pad");
+    let padded = Command::new("fallocate")
+        .args(["-l", &(avail - keep_free).to_string()])
+        .arg(&pad)
+        .status()
+        .expect("fallocate");
+    assert!(padded.success());
+    let before = snapshot(&root);
+    let out = rewind(&root, &["checkpoint"]);
+    assert_same("tree untouched", &before, &snapshot(&root));
+    let held: u64 = ["ledger.db", "ledger.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(root.join(".rewind").join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(held < 4 << 20, "the ledger keeps {held} bytes");
+    assert_clear_error(&out, "for the first checkpoint");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(".rewindignore"),
+        "{out:?}"
+    );
+    assert_eq!(rewind_json(&root, &["list"])["total"], 0);
+
+    // As the error says: leave what does not fit out, and the first
+    // checkpoint is made.
+    write(&root.join(".rewindignore"), b"zz/\n");
+    let ck = rewind_json(&root, &["checkpoint", "first"]);
+    assert_eq!(ck["changes"]["added"].as_u64(), Some(642), "{ck}");
+    std::fs::remove_file(&pad).expect("free the space");
+}
+
 /// On a full btrfs every command died of SIGBUS (exit 135, no word):
 /// SQLite stores into its `-shm` through a shared mapping, and a
 /// copy-on-write page with no free block to go to can only fault. The
