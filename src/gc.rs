@@ -111,7 +111,14 @@ pub struct Options {
     pub dry_run: bool,
     /// Also prune protected checkpoints (except HEAD and a rewind in flight).
     pub force: bool,
+    /// How long to go on giving the ledger's free pages back: the user's
+    /// `gc` until none is left (D320), the automatic one after a
+    /// checkpoint a batch at most (it holds up the agent's call).
+    pub give_back: std::time::Duration,
 }
+
+/// [`Options::give_back`] for the `gc` a user runs.
+pub const GIVE_BACK_ALL: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Why each protected checkpoint (by seq) may not be pruned.
 pub fn protections(ws: &Workspace, checkpoints: &[Checkpoint]) -> Result<HashMap<i64, Protection>> {
@@ -232,7 +239,7 @@ pub fn run(ws: &mut Workspace, opts: &Options) -> Result<Report> {
         ws.ledger_mut().write(|tx| tx.delete_meta(OVER_BUDGET))?;
     }
     let live = sel.into_live();
-    let freed = sweep(ws, &live, opts.dry_run)?;
+    let freed = sweep(ws, &live, opts.dry_run, opts.give_back)?;
     Ok(Report {
         dry_run: opts.dry_run,
         pruned,
@@ -282,7 +289,12 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
 }
 
 /// Delete what no checkpoint in `live` reaches (or, dry, count it).
-fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed> {
+fn sweep(
+    ws: &mut Workspace,
+    live: &[Checkpoint],
+    dry_run: bool,
+    give_back: std::time::Duration,
+) -> Result<Freed> {
     let roots: Vec<Hash> = live.iter().map(|c| c.root).collect();
     let (nodes, objects) = mark(ws, &roots)?;
     let mut freed = Freed::default();
@@ -383,7 +395,7 @@ fn sweep(ws: &mut Workspace, live: &[Checkpoint], dry_run: bool) -> Result<Freed
         }
     }
     if !dry_run {
-        (freed.ledger_released, freed.ledger_free) = ws.ledger().release_free_pages()?;
+        (freed.ledger_released, freed.ledger_free) = ws.ledger().release_free_pages(give_back)?;
     }
     Ok(freed)
 }
@@ -492,7 +504,7 @@ fn enforce_budget(
             .into_iter()
             .filter(|c| !c.pruned)
             .collect();
-        sweep(ws, &live, false)?;
+        sweep(ws, &live, false, std::time::Duration::ZERO)?;
         pruned.extend(ids);
         used = crate::du::store_physical(ws)?.total();
         batch *= 2;
@@ -524,7 +536,7 @@ pub fn before_checkpoint(ws: &mut Workspace, policy: &Retention) -> Result<Vec<S
 /// objects map, and what only pruned snapshots held.
 fn force_would_free(ws: &mut Workspace, policy: &Retention) -> Result<u64> {
     let live = selection(ws, policy, true)?.into_live();
-    let f = sweep(ws, &live, true)?;
+    let f = sweep(ws, &live, true, std::time::Duration::ZERO)?;
     Ok(f.tree_bytes + f.unshared + f.snapshot_bytes)
 }
 
@@ -635,6 +647,7 @@ pub fn after_checkpoint(
                     policy: policy.clone(),
                     dry_run: false,
                     force: false,
+                    give_back: std::time::Duration::ZERO,
                 },
             )?;
             pruned.extend(r.pruned);

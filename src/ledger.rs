@@ -260,9 +260,6 @@ fn sync_parent(path: &Path) -> Result<()> {
 /// KiB pages, 32 MiB in a ledger made before D165 (16 KiB pages).
 const RELEASE_PAGES_PER_RUN: u32 = 2048;
 
-/// How long one gc goes on giving free pages back, batch after batch.
-const RELEASE_TIME: Duration = Duration::from_secs(3);
-
 /// A checkpoint row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Checkpoint {
@@ -1705,18 +1702,21 @@ impl Ledger {
     /// `auto_vacuum=INCREMENTAL`; a no-op on older ones), then fold the WAL
     /// into the main file so the space shows in `df`. The bytes given
     /// back, and those still free inside the file.
-    pub fn release_free_pages(&self) -> Result<(u64, u64)> {
+    /// One batch at least; more while `budget` has not passed.
+    pub fn release_free_pages(&self, budget: Duration) -> Result<(u64, u64)> {
         let (_, free_before) = self.used_bytes()?;
         // incremental_vacuum frees one page per step: step it to the end
         // (execute_batch would step once). A page moved costs up to ~0.2
         // ms, so pages go back RELEASE_PAGES_PER_RUN at a time (each batch
-        // folded, so the WAL stays small) until none is free or
-        // RELEASE_TIME has passed; SQLite reuses the rest, and the next
-        // gc returns more. 8 MiB a run took ten runs to give back what a
-        // failed first checkpoint left (helper-70).
+        // folded, so the WAL stays small) until none is free or the budget
+        // has passed; SQLite reuses the rest, and the next gc returns
+        // more. 8 MiB a run took ten runs to give back what a failed first
+        // checkpoint left (helper-70, D320).
         let started = std::time::Instant::now();
         let mut free = free_before;
-        while free > 0 && started.elapsed() < RELEASE_TIME {
+        let mut first = true;
+        while free > 0 && (first || started.elapsed() < budget) {
+            first = false;
             let mut stmt = self
                 .conn
                 .prepare(&format!(

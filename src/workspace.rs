@@ -1732,7 +1732,7 @@ impl Workspace {
             let _ = ws.ledger.fold_wal();
             let n = ws.ledger.write(|tx| tx.delete_blobs_if_no_checkpoint())?;
             if n > 0 {
-                ws.ledger.release_free_pages()?;
+                ws.ledger.release_free_pages(crate::gc::GIVE_BACK_ALL)?;
             }
             Ok(n)
         };

@@ -42,6 +42,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         policy,
         dry_run: args.dry_run,
         force: args.force,
+        give_back: gc::GIVE_BACK_ALL,
     };
     let r = match gc::run(&mut ws, &opts) {
         // An exactly full disk: the reserve's space lets gc start, and
