@@ -1108,6 +1108,8 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
     let mut cur = String::new();
     let mut inner: Vec<String> = Vec::new();
     let mut quote: Option<char> = None;
+    // The subshells and `case`s open where the reader is.
+    let mut open: Vec<Opened> = Vec::new();
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         match (quote, c) {
@@ -1138,19 +1140,7 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
             // read too (helper-64, D300).
             (None | Some('"'), '$') if chars.peek() == Some(&'(') => {
                 chars.next();
-                let mut depth = 1;
-                let mut sub = String::new();
-                for n in chars.by_ref() {
-                    match n {
-                        '(' => depth += 1,
-                        ')' => depth -= 1,
-                        _ => {}
-                    }
-                    if depth == 0 {
-                        break;
-                    }
-                    sub.push(n);
-                }
+                let sub = substitution(&mut chars);
                 cur.push_str(&format!("$({sub})"));
                 inner.push(sub);
             }
@@ -1180,10 +1170,28 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
             // rm {} +` and `rm -rf ./{a,b}` keep theirs (helper-64).
             (None, '{' | '}') if !is_group_brace(c, &cur, chars.peek().copied()) => cur.push(c),
             (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}') => {
-                parts.push((std::mem::take(&mut cur), std::mem::take(&mut inner)));
-                match c {
-                    '(' => parts.push((SCOPE_OPEN.into(), Vec::new())),
-                    ')' => parts.push((SCOPE_CLOSE.into(), Vec::new())),
+                let part = std::mem::take(&mut cur);
+                match first_command_word(&part).as_deref() {
+                    Some("case") => open.push(Opened::Case),
+                    Some("esac") if open.last() == Some(&Opened::Case) => {
+                        open.pop();
+                    }
+                    _ => {}
+                }
+                parts.push((part, std::mem::take(&mut inner)));
+                match (c, open.last()) {
+                    ('(', _) => {
+                        open.push(Opened::Subshell);
+                        parts.push((SCOPE_OPEN.into(), Vec::new()));
+                    }
+                    // `a)` in a `case`: a pattern, not a subshell's end
+                    // (helper-71: `(cd .. && case 1 in 1) git clean -fdx;;
+                    // esac)` ran the clean where the line started).
+                    (')', Some(Opened::Case)) => {}
+                    (')', _) => {
+                        open.pop();
+                        parts.push((SCOPE_CLOSE.into(), Vec::new()));
+                    }
                     _ => {}
                 }
             }
@@ -1228,6 +1236,74 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
         }
     }
     out
+}
+
+/// What a `(` or a `case` opened, for the `)` that follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    Subshell,
+    Case,
+}
+
+/// The first word of a piece of a line that is no keyword (`then case x
+/// in` starts a `case`).
+fn first_command_word(part: &str) -> Option<String> {
+    words(part)
+        .into_iter()
+        .map(|(_, w)| w)
+        .find(|w| !KEYWORDS.contains(&w.as_str()))
+}
+
+/// The text of a `$( … )` whose `$(` was just read, up to its own `)`:
+/// not one inside quotes (`$(echo ')')`), a nested `( … )`, or a `case`
+/// pattern (`$(case a in a) …;; esac)`), each of which ended it early
+/// and hid the rest of the line (helper-71).
+fn substitution(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
+    let mut sub = String::new();
+    let mut depth = 1usize;
+    let mut cases = 0usize;
+    let mut quote: Option<char> = None;
+    let mut word = String::new();
+    while let Some(n) = chars.next() {
+        match (quote, n) {
+            (Some(q), n) if n == q => quote = None,
+            (None | Some('"'), '\\') => {
+                sub.push(n);
+                if let Some(e) = chars.next() {
+                    sub.push(e);
+                }
+                continue;
+            }
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(n),
+            (None, n) if n.is_alphanumeric() || n == '_' => {
+                word.push(n);
+                sub.push(n);
+                continue;
+            }
+            (None, n) => {
+                match std::mem::take(&mut word).as_str() {
+                    "case" => cases += 1,
+                    "esac" => cases = cases.saturating_sub(1),
+                    _ => {}
+                }
+                match n {
+                    '(' => depth += 1,
+                    ')' if cases > 0 => {}
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return sub;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        word.clear();
+        sub.push(n);
+    }
+    sub
 }
 
 /// What [`commands_in`] gives for a command of variable assignments
@@ -2573,6 +2649,19 @@ mod tests {
             ("env --chdir /w git clean -fdx", "/tmp"),
             ("sudo -D /w git clean -fdx", "/tmp"),
             ("env -C .. rm -rf .rewind", "/w/src"),
+            // helper-71: a `case` pattern's `)` is no subshell's end, and
+            // a quoted `)` no substitution's.
+            ("(cd .. && case 1 in 1) git clean -fdx;; esac)", "/w/src"),
+            ("(cd ..; case 1 in 1) rm -rf .rewind;; esac)", "/w/src"),
+            (
+                "echo $(cd ..; case a in a) echo;; esac; rm -rf .rewind)",
+                "/w/src",
+            ),
+            (
+                "x=$(cd .. && case a in a) :;; esac && git clean -fdx)",
+                "/w/src",
+            ),
+            ("echo $(echo ')') && rm -rf ../.rewind", "/w/src"),
         ] {
             assert!(at(line, cwd).is_some(), "{line} in {cwd}");
         }
@@ -2585,6 +2674,8 @@ mod tests {
             ("(cd src && make) && git clean -fdx -e .rewind", "/w"),
             // A `case` pattern's `)` closes no subshell.
             ("case $1 in a) cd src;; esac; rm -rf build", "/w"),
+            ("(case a in (a) ls;; esac); rm -rf build", "/w"),
+            ("echo $(case a in a) echo x;; esac) && rm -rf build", "/w"),
         ] {
             assert_eq!(at(line, cwd), None, "{line} in {cwd}");
         }
