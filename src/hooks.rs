@@ -2706,6 +2706,12 @@ mod tests {
             ("tee rewind.toml < new.toml", "/w"),
             ("cd src && rm ../rewind.toml", "/w"),
             ("(cd /w && : > rewind.toml)", "/tmp"),
+            // helper-71: braces, a glob aimed at it, git.
+            ("mv rewind.toml{,.bak}", "/w"),
+            ("sed -i 's/git push/git pull/' rew*.toml", "/w"),
+            ("rm -f *.toml", "/w"),
+            ("git rm -q rewind.toml", "/w"),
+            ("git mv rewind.toml off.toml", "/w"),
         ] {
             assert!(changes(line, cwd).is_some(), "{line} in {cwd}");
         }
@@ -2715,6 +2721,8 @@ mod tests {
             ("cp rewind.toml /tmp/rules.bak", "/w"),
             ("git diff rewind.toml", "/w"),
             ("rm -rf *", "/w"),
+            ("rm -f *.json", "/w"),
+            ("git rm --cached src/a.py", "/w"),
             ("rm src/rewind.toml", "/w"),
             ("echo x > rewind.toml", "/w/src"),
         ] {

@@ -3391,6 +3391,47 @@ fn a_shell_from_before_the_mount_is_seen_by_every_checkpoint_while_it_lives() {
     assert_eq!(std::fs::read(ws.join("grow.txt")).expect("read"), b"1\n");
 }
 
+/// D319 (helper-71): a descriptor opened for reading before the mount,
+/// by a process whose directory is elsewhere, is opened again for writing
+/// through `/proc/PID/fd/N`: that write too is under the mount, and is in
+/// the next checkpoint.
+#[test]
+fn a_file_held_open_for_reading_from_before_the_mount_is_watched_too() {
+    let Some((_lfs, ws)) = workspace(2, 5) else {
+        return;
+    };
+    let file = ws.join("held.txt");
+    write(&file, b"1\n");
+    let mut holder = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3< \"$1\"; read x; echo 2 >> /proc/self/fd/3; echo done; read y")
+        .arg("sh")
+        .arg(&file)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        let _ = holder.kill();
+        let _ = holder.wait();
+        return;
+    };
+    common::checkpoint_id(&ws, &["base"]);
+    let mut stdin = holder.stdin.take().expect("stdin");
+    writeln!(stdin, "go").expect("tell the holder");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("the holder wrote");
+    let ck = rewind_json(&ws, &["checkpoint", "after"]);
+    drop(stdin);
+    let _ = holder.wait();
+    assert_eq!(ck["changes"]["modified"], 1, "{ck}");
+}
+
 /// D264 (helper-44): a rewind SIGKILLed while the mount is frozen is
 /// thawed once the daemon sees its connection close. The next command,
 /// there in that moment to finish the rewind, was refused ("another

@@ -81,8 +81,8 @@ pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -
 
 /// Whether some process works in `dir` on device `dev` (the directory a
 /// mount now covers, reached the way it was before the mount): its
-/// working or root directory there, a directory open there, or a file
-/// open there for writing. A process that entered before the mount keeps
+/// working or root directory there, anything it holds open there, or a
+/// shared writable mapping there. A process that entered before the mount keeps
 /// that directory, and so do the children it starts; what they change is
 /// unseen by the mount. `skip(pid, parent_pid)` leaves out the caller's
 /// own. Unreadable `/proc` entries are passed over.
@@ -124,24 +124,13 @@ pub fn works_beneath(
         }) {
             return true;
         }
+        // Any descriptor: one open for reading is opened again for
+        // writing through `/proc/PID/fd/N` (helper-71).
         std::fs::read_dir(base.join("fd"))
             .into_iter()
             .flatten()
             .flatten()
-            .any(|fd| {
-                let link = fd.path();
-                if !beneath(&link) {
-                    return false;
-                }
-                let writable = std::fs::read_to_string(base.join("fdinfo").join(fd.file_name()))
-                    .ok()
-                    .and_then(|info| {
-                        let f = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
-                        u32::from_str_radix(f.trim(), 8).ok()
-                    })
-                    .is_some_and(|flags| flags & 0o3 != 0);
-                writable || std::fs::metadata(&link).is_ok_and(|m| m.is_dir())
-            })
+            .any(|fd| beneath(&fd.path()))
     })
 }
 

@@ -230,7 +230,7 @@ fn resolved_to_glob(path: &Path, resolve: Resolve) -> PathBuf {
 /// A word's brace expansion, as the shell makes it: `./{build,.rewind}`
 /// is `./build` and `./.rewind` (helper-64). A brace without a comma
 /// inside is literal.
-fn expand_braces(word: &str) -> Vec<String> {
+pub(super) fn expand_braces(word: &str) -> Vec<String> {
     let mut out = Vec::new();
     expand_braces_into(word, &mut out);
     out
@@ -1085,7 +1085,7 @@ enum GlobPiece {
 /// Whether a shell glob (`*`, `?`, `[...]`) matches one path component
 /// as bash expands it without `dotglob`: a leading `.` only by a `.`
 /// (`rm -rf .[!.]*` takes `.rewind`, `rm -rf *` does not).
-fn glob_component(pattern: &str, name: &str) -> bool {
+pub(super) fn glob_component(pattern: &str, name: &str) -> bool {
     if name.starts_with('.') && !pattern.starts_with('.') {
         return false;
     }

@@ -10,12 +10,16 @@
 use std::path::Path;
 
 use super::Resolve;
-use super::history::{Written, expand_path, operands, program, written_by};
+use super::history::{
+    Written, expand_braces, expand_path, glob_component, operands, program, written_by,
+};
 
 /// Whether one command writes over, makes, removes or moves away `rules`
-/// (a workspace's `rewind.toml`), run in `dir`. Only paths the line
-/// spells out: `rm -rf *` at the top is an agent emptying its workspace,
-/// which a rewind undoes, not a way around the rules.
+/// (a workspace's `rewind.toml`), run in `dir`: as its paths are written,
+/// with their braces (`mv rewind.toml{,.bak}`), or a glob that aims at
+/// it (`rew*.toml`, `*.toml`). Not a bare `*`: `rm -rf *` at the top is an
+/// agent emptying its workspace, which a rewind undoes, not a way around
+/// the rules.
 pub(super) fn changes(
     words: &[String],
     writes: &[String],
@@ -26,12 +30,29 @@ pub(super) fn changes(
     let near = rules.parent().unwrap_or(rules);
     let Written { mut files, .. } = written_by(words, writes, dir, near, resolve);
     let args = words.get(1..).unwrap_or_default();
-    if matches!(program(words), "rm" | "unlink" | "mv") {
+    match program(words) {
         // A move's sources are gone from where they were.
-        files.extend(operands(args, &["-t", "-S", "--suffix"]));
+        "rm" | "unlink" | "mv" => files.extend(operands(args, &["-t", "-S", "--suffix"])),
+        // `git rm`, `git mv`: the same, through git (helper-71).
+        "git" if matches!(args.first().map(String::as_str), Some("rm" | "mv")) => {
+            files.extend(operands(&args[1..], &["-C"]))
+        }
+        _ => {}
     }
-    files
-        .iter()
-        .filter(|f| !f.contains(['*', '?', '[']))
-        .any(|f| expand_path(f, dir).is_some_and(|p| resolve(&p) == rules))
+    let name = rules.file_name().map(|n| n.to_string_lossy().into_owned());
+    files.iter().flat_map(|f| expand_braces(f)).any(|f| {
+        let Some(p) = expand_path(&f, dir) else {
+            return false;
+        };
+        let (Some(parent), Some(last)) = (p.parent(), p.file_name()) else {
+            return false;
+        };
+        let last = last.to_string_lossy();
+        if !last.contains(['*', '?', '[']) {
+            return resolve(&p) == rules;
+        }
+        // A glob that names the file by part of its name.
+        let aims = last.contains("toml") || last.contains("rewind");
+        aims && name.as_deref().is_some_and(|n| glob_component(&last, n)) && resolve(parent) == near
+    })
 }
