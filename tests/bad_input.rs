@@ -726,21 +726,16 @@ fn a_first_checkpoint_the_disk_stopped_leaves_no_objects_in_the_ledger() {
     let root = lfs.subdir("ws");
     // 30 MiB of small files, each stored in the ledger (past what a
     // capture keeps in memory), then a file too big to copy.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut noise = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
     for i in 0..640 {
-        write(&root.join(format!("small/{i:03}.bin")), &noise(48 << 10));
+        write(
+            &root.join(format!("small/{i:03}.bin")),
+            &common::pseudo_random(48 << 10, 0x9e37_79b9 + i),
+        );
     }
-    write(&root.join("zz/big.bin"), &noise(40 << 20));
+    write(
+        &root.join("zz/big.bin"),
+        &common::pseudo_random(40 << 20, 1 << 20),
+    );
     let _ = Command::new("sync").status();
     let avail = {
         let dir = rewind_platform::Dir::open(&lfs.mnt).expect("open");

@@ -1011,19 +1011,11 @@ fn a_read_whose_checkpoint_a_gc_pruned_reads_again() {
 fn one_gc_gives_back_every_free_page_of_the_ledger() {
     let dir = common::tmp();
     let root = dir.path();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut noise = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
     for i in 0..640 {
-        write(&root.join(format!("small/{i:03}.bin")), &noise(48 << 10));
+        write(
+            &root.join(format!("small/{i:03}.bin")),
+            &common::pseudo_random(48 << 10, 0x9e37_79b9 + i),
+        );
     }
     rewind_json(root, &["checkpoint", "with them"]);
     std::fs::remove_dir_all(root.join("small")).expect("rm -rf small");

@@ -1450,6 +1450,16 @@ fn a_long_dry_run_lists_its_start_and_counts_the_rest() {
     assert_eq!(json["plan"].as_array().map(Vec::len), Some(121), "{json}");
 }
 
+/// `make TARGET` in `dir`, which must succeed.
+fn make(dir: &std::path::Path, target: &str) {
+    let built = Command::new("make")
+        .arg(target)
+        .current_dir(dir)
+        .output()
+        .expect("make");
+    assert!(built.status.success(), "{built:?}");
+}
+
 /// Whether `make -q` (in `dir`) finds `target` up to date; `None`
 /// without `make`, outside CI.
 fn make_up_to_date(dir: &std::path::Path, target: &str) -> Option<bool> {
@@ -1486,12 +1496,7 @@ fn restored_files_keep_their_recorded_order_above_what_the_rewind_left_alone() {
     let Some(_) = make_up_to_date(root, "out/app") else {
         return;
     };
-    let built = Command::new("make")
-        .arg("out/app")
-        .current_dir(root)
-        .output()
-        .expect("make");
-    assert!(built.status.success(), "{built:?}");
+    make(root, "out/app");
     // A big file takes D275's path, the small ones the plain one.
     write(&root.join("out/big.bin"), &vec![7u8; 200 << 10]);
     let c = checkpoint_id(root, &["built"]);
@@ -1528,12 +1533,7 @@ fn restored_files_keep_their_recorded_order_above_what_the_rewind_left_alone() {
     // are rebuilt.
     let c2 = checkpoint_id(root, &["before the edit"]);
     write(&root.join("src/z.c"), b"int z = 2;\n");
-    let built = Command::new("make")
-        .arg("out/app")
-        .current_dir(root)
-        .output()
-        .expect("make");
-    assert!(built.status.success(), "{built:?}");
+    make(root, "out/app");
     rewind_json(root, &["restore", &c2, "--", "src/z.c"]);
     assert_eq!(
         make_up_to_date(root, "out/app"),
