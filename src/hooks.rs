@@ -1110,6 +1110,10 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
     let mut quote: Option<char> = None;
     // The subshells and `case`s open where the reader is.
     let mut open: Vec<Opened> = Vec::new();
+    // Where the current list of `&&`/`||`/`|` began, and whether the
+    // piece being read comes after a `|`.
+    let mut list_start = 0usize;
+    let mut piped = false;
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         match (quote, c) {
@@ -1178,7 +1182,29 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
                     }
                     _ => {}
                 }
-                parts.push((part, std::mem::take(&mut inner)));
+                // `&&` and `||` go on with the list; a single `|` makes the
+                // pieces on both sides subshells, a single `&` the whole
+                // list before it (helper-71: `cd src &` moved no command
+                // after it, and `cd src & git clean -fdx` was judged in
+                // `src`).
+                let double = matches!(c, '&' | '|') && chars.peek() == Some(&c);
+                if double {
+                    chars.next();
+                }
+                let pipe = c == '|' && !double;
+                let piece = (part, std::mem::take(&mut inner));
+                if pipe || piped {
+                    parts.push((SCOPE_OPEN.into(), Vec::new()));
+                    parts.push(piece);
+                    parts.push((SCOPE_CLOSE.into(), Vec::new()));
+                } else {
+                    parts.push(piece);
+                }
+                piped = pipe;
+                if c == '&' && !double {
+                    parts.insert(list_start.min(parts.len()), (SCOPE_OPEN.into(), Vec::new()));
+                    parts.push((SCOPE_CLOSE.into(), Vec::new()));
+                }
                 match (c, open.last()) {
                     ('(', _) => {
                         open.push(Opened::Subshell);
@@ -1194,11 +1220,21 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
                     }
                     _ => {}
                 }
+                if !double && !pipe {
+                    list_start = parts.len();
+                }
             }
             (None, c) => cur.push(c),
         }
     }
-    parts.push((cur, inner));
+    if piped {
+        // The last piece of a pipeline is a subshell too.
+        parts.push((SCOPE_OPEN.into(), Vec::new()));
+        parts.push((cur, inner));
+        parts.push((SCOPE_CLOSE.into(), Vec::new()));
+    } else {
+        parts.push((cur, inner));
+    }
     let mut out = Vec::new();
     // What runs in a subshell of its own: a `cd` or an assignment in it
     // does not reach the commands after it.
@@ -2662,6 +2698,12 @@ mod tests {
                 "/w/src",
             ),
             ("echo $(echo ')') && rm -rf ../.rewind", "/w/src"),
+            // A pipeline's pieces and a background list are subshells.
+            ("cd src | true; git clean -fdx", "/w"),
+            ("ls | cd src; rm -rf .rewind", "/w"),
+            ("cd src & git clean -fdx", "/w"),
+            ("cd src && make & git clean -fdx", "/w"),
+            ("sleep 1 & cd src && rm -rf ../.rewind", "/w"),
         ] {
             assert!(at(line, cwd).is_some(), "{line} in {cwd}");
         }
@@ -2676,6 +2718,8 @@ mod tests {
             ("case $1 in a) cd src;; esac; rm -rf build", "/w"),
             ("(case a in (a) ls;; esac); rm -rf build", "/w"),
             ("echo $(case a in a) echo x;; esac) && rm -rf build", "/w"),
+            ("cd src && ls | grep x && rm -rf build", "/w"),
+            ("cd src && rm -rf .rewind | tee log", "/w"),
         ] {
             assert_eq!(at(line, cwd), None, "{line} in {cwd}");
         }

@@ -1656,6 +1656,15 @@ fn a_line_that_cds_into_a_workspace_is_checkpointed_and_judged_there() {
         1,
         "checkpointed in the workspace cd'd into"
     );
+    // A path in it named by an `rm` or a write (helper-71).
+    write(&ws.join("README.md"), b"v2\n");
+    let out = from_outside(&format!("rm -rf '{}'", ws.join("src/lib").display()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        checkpoints(ws).len(),
+        2,
+        "checkpointed in the workspace an rm names"
+    );
 
     let push = format!("cd {quoted} && git push origin main");
     let out = from_outside(&push);

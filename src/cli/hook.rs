@@ -152,7 +152,8 @@ fn unprotected_call(warning: &str, ask: bool) -> String {
 /// barrier. A `cwd` that is gone (the agent's shell removed it) is judged
 /// by its nearest existing directory: it was inside the workspace, and
 /// its rules still apply. Past the project, the directories the line
-/// works in (`cd ~/proj && …` from /tmp, D316).
+/// works in (`cd ~/proj && …` from /tmp, D316), then the paths its `rm`s
+/// and writes name.
 fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
     let payload_cwd = call.cwd.as_deref().map(|c| ctx.cwd.join(c));
     let written = call.file_written().map(|f| {
@@ -160,14 +161,19 @@ fn hook_start(ctx: &Ctx, call: &crate::hooks::ToolCall) -> PathBuf {
         // `..` by name, as the agent's tool resolves it (helper-60).
         super::nearest_existing(&rewind_platform::lexical(&base.join(f)))
     });
-    let line_dirs = call
-        .shell_line(payload_cwd.as_deref().unwrap_or(&ctx.cwd), &resolve_links)
-        .dirs_worked_in();
+    let line = call.shell_line(payload_cwd.as_deref().unwrap_or(&ctx.cwd), &resolve_links);
+    // What its `rm`s and writes name (`rm -rf ~/proj/src` from /tmp,
+    // helper-71), where those are.
+    let named = line
+        .removed_paths()
+        .into_iter()
+        .map(|p| super::nearest_existing(&p));
     let candidates: Vec<PathBuf> = written
         .into_iter()
         .chain(payload_cwd.map(|c| super::nearest_existing(&c)))
         .chain(std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
-        .chain(line_dirs)
+        .chain(line.dirs_worked_in())
+        .chain(named)
         .chain(std::iter::once(ctx.start_dir()))
         .collect();
     candidates
