@@ -1192,14 +1192,11 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
                     chars.next();
                 }
                 let pipe = c == '|' && !double;
-                let piece = (part, std::mem::take(&mut inner));
-                if pipe || piped {
-                    parts.push((SCOPE_OPEN.into(), Vec::new()));
-                    parts.push(piece);
-                    parts.push((SCOPE_CLOSE.into(), Vec::new()));
-                } else {
-                    parts.push(piece);
-                }
+                push_piece(
+                    &mut parts,
+                    (part, std::mem::take(&mut inner)),
+                    pipe || piped,
+                );
                 piped = pipe;
                 if c == '&' && !double {
                     parts.insert(list_start.min(parts.len()), (SCOPE_OPEN.into(), Vec::new()));
@@ -1227,14 +1224,8 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
             (None, c) => cur.push(c),
         }
     }
-    if piped {
-        // The last piece of a pipeline is a subshell too.
-        parts.push((SCOPE_OPEN.into(), Vec::new()));
-        parts.push((cur, inner));
-        parts.push((SCOPE_CLOSE.into(), Vec::new()));
-    } else {
-        parts.push((cur, inner));
-    }
+    // The last piece of a pipeline is a subshell too.
+    push_piece(&mut parts, (cur, inner), piped);
     let mut out = Vec::new();
     // What runs in a subshell of its own: a `cd` or an assignment in it
     // does not reach the commands after it.
@@ -1272,6 +1263,18 @@ fn commands_in(line: &str, runnable: bool, depth: usize) -> Vec<String> {
         }
     }
     out
+}
+
+/// Add a piece of a line (its text and its command substitutions) to
+/// `parts`, between scope markers when it runs in a subshell of its own.
+fn push_piece(parts: &mut Vec<(String, Vec<String>)>, piece: (String, Vec<String>), own: bool) {
+    if own {
+        parts.push((SCOPE_OPEN.into(), Vec::new()));
+        parts.push(piece);
+        parts.push((SCOPE_CLOSE.into(), Vec::new()));
+    } else {
+        parts.push(piece);
+    }
 }
 
 /// What a `(` or a `case` opened, for the `)` that follows.

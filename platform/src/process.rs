@@ -43,40 +43,14 @@ pub fn is_root() -> bool {
 /// Unreadable `/proc` entries (another user's, without root) are passed
 /// over: the answer is what this process can see.
 pub fn holders(dir: &std::path::Path, skip: impl Fn(u32, Option<u32>) -> bool) -> Vec<String> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::PathBuf;
-    let mut out = Vec::new();
-    for (pid, base) in processes() {
-        if skip(pid, parent_pid(&base)) {
-            continue;
-        }
-        // A file replaced or removed since it was opened is still held
-        // at its path (a rewind names holders after replacing the files:
-        // D264).
-        let under = |l: PathBuf| live_path(l.as_os_str().as_bytes()).0.starts_with(dir);
-        let link = |name: &str| std::fs::read_link(base.join(name)).ok();
-        let what = if link("cwd").is_some_and(under) {
-            "working directory"
-        } else if link("root").is_some_and(|r| r != std::path::Path::new("/") && under(r)) {
-            "root directory"
-        } else if std::fs::read_dir(base.join("fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(under))
-        {
-            "open file"
-        } else if std::fs::read(base.join("maps")).is_ok_and(|m| {
-            maps_lines(&m).any(|l| l.path.is_some_and(|p| live_path(p).0.starts_with(dir)))
-        }) {
-            "mapped file"
-        } else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
-        out.push(format!("pid {pid} ({}): {what}", comm.trim()));
-    }
-    out
+    processes()
+        .filter(|(pid, base)| !skip(*pid, parent_pid(base)))
+        .filter_map(|(pid, base)| {
+            let what = held_under(&base, dir, &|_| true, &|_| true)?;
+            let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
+            Some(format!("pid {pid} ({}): {what}", comm.trim()))
+        })
+        .collect()
 }
 
 /// Whether some process works in `dir` on device `dev` (the directory a
@@ -93,45 +67,62 @@ pub fn works_beneath(
 ) -> bool {
     use std::os::unix::fs::MetadataExt;
     // The link names the path, the stat the filesystem it is on: a path
-    // under `dir` on `dev` is below the mount, not through it.
-    let beneath = |link: &std::path::Path| {
-        std::fs::read_link(link).is_ok_and(|p| {
-            live_path(p.as_os_str().as_encoded_bytes())
-                .0
-                .starts_with(dir)
-        }) && std::fs::metadata(link).is_ok_and(|m| m.dev() == dev)
-    };
+    // under `dir` on `dev` is below the mount, not through it. Any
+    // descriptor counts: one open for reading is opened again for writing
+    // through `/proc/PID/fd/N` (helper-71).
+    let on_dev = |link: &std::path::Path| std::fs::metadata(link).is_ok_and(|m| m.dev() == dev);
+    // A shared writable mapping made before the mount writes there with
+    // no system call, its descriptor long closed.
+    let shown_dev = format!(
+        "{:02x}:{:02x}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    let written_on_dev = |l: &MapsLine<'_>| l.shared_writable() && l.dev == shown_dev.as_bytes();
     processes().any(|(pid, base)| {
-        if skip(pid, parent_pid(&base)) {
-            return false;
-        }
-        if beneath(&base.join("cwd")) || beneath(&base.join("root")) {
-            return true;
-        }
-        // A shared writable mapping made before the mount writes there
-        // with no system call, its descriptor long closed.
-        let shown_dev = format!(
-            "{:02x}:{:02x}",
-            rustix::fs::major(dev),
-            rustix::fs::minor(dev)
-        );
-        if std::fs::read(base.join("maps")).is_ok_and(|m| {
-            maps_lines(&m).any(|l| {
-                l.shared_writable()
-                    && l.dev == shown_dev.as_bytes()
-                    && l.path.is_some_and(|p| live_path(p).0.starts_with(dir))
-            })
-        }) {
-            return true;
-        }
-        // Any descriptor: one open for reading is opened again for
-        // writing through `/proc/PID/fd/N` (helper-71).
-        std::fs::read_dir(base.join("fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|fd| beneath(&fd.path()))
+        !skip(pid, parent_pid(&base)) && held_under(&base, dir, &on_dev, &written_on_dev).is_some()
     })
+}
+
+/// What the process at `base` (its `/proc` directory) holds under `dir`,
+/// the first of: its working directory, its root directory (not `/`), an
+/// open descriptor, a mapped file. A `/proc` link (`cwd`, `root`, `fd/N`)
+/// whose target is under `dir` counts where `link_ok` says so, a mapping
+/// there where `map_ok` does. A file replaced or removed since it was
+/// opened is still held at its path (a rewind names holders after
+/// replacing the files: D264).
+fn held_under(
+    base: &std::path::Path,
+    dir: &std::path::Path,
+    link_ok: &dyn Fn(&std::path::Path) -> bool,
+    map_ok: &dyn Fn(&MapsLine<'_>) -> bool,
+) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let held = |link: &std::path::Path, root: bool| {
+        std::fs::read_link(link).is_ok_and(|t| {
+            !(root && t == std::path::Path::new("/"))
+                && live_path(t.as_os_str().as_bytes()).0.starts_with(dir)
+        }) && link_ok(link)
+    };
+    if held(&base.join("cwd"), false) {
+        Some("working directory")
+    } else if held(&base.join("root"), true) {
+        Some("root directory")
+    } else if std::fs::read_dir(base.join("fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| held(&fd.path(), false))
+    {
+        Some("open file")
+    } else if std::fs::read(base.join("maps")).is_ok_and(|m| {
+        maps_lines(&m)
+            .any(|l| l.path.is_some_and(|p| live_path(p).0.starts_with(dir)) && map_ok(&l))
+    }) {
+        Some("mapped file")
+    } else {
+        None
+    }
 }
 
 /// The inode numbers of the files process (or thread) `pid` maps shared
