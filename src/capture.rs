@@ -1222,13 +1222,13 @@ pub(crate) fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// Whether `path` is one of `set` or below one.
 /// Whether `path` is a path inside the directory `top` (not `top` itself).
 pub(crate) fn is_below(path: &[u8], top: &[u8]) -> bool {
     path.strip_prefix(top)
         .is_some_and(|r| r.first() == Some(&b'/'))
 }
 
+/// Whether `path` is one of `set` or below one.
 pub(crate) fn is_at_or_below(path: &[u8], set: &HashSet<Vec<u8>>) -> bool {
     !set.is_empty() && (ancestors(path).any(|a| set.contains(a)) || set.contains(path))
 }

@@ -118,6 +118,21 @@ impl Status {
     }
 }
 
+/// Keep the changes at or below one of `filters` (workspace-relative
+/// paths; the empty path is the whole tree). No filter keeps everything.
+pub fn retain_under(changes: &mut Vec<Change>, filters: &[Vec<u8>]) {
+    if filters.is_empty() {
+        return;
+    }
+    changes.retain(|c| {
+        filters.iter().any(|f| {
+            f.is_empty()
+                || c.path == *f
+                || (c.path.starts_with(f) && c.path.get(f.len()) == Some(&b'/'))
+        })
+    });
+}
+
 /// One changed path. `old` is the entry on the "from" side, `new` on the
 /// "to" side.
 #[derive(Debug, Clone)]

@@ -721,6 +721,12 @@ impl ObjectStore {
         })
     }
 
+    /// Run `f`, whose reads of small objects share one read transaction
+    /// (see [`BlobReader::in_one_read`]).
+    pub fn in_one_read<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.blobs.in_one_read(f)
+    }
+
     /// The chunk list of a chunked object, if it is one.
     pub fn chunks_of(&self, hash: &Hash) -> Result<Option<Vec<Hash>>> {
         self.blobs.chunks(hash)

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Called with (what is being done, items done so far), at most every
-/// [`OBSERVER_EVERY`].
-pub type ProgressFn = dyn Fn(&'static str, u64) + Send + Sync;
+/// Called with (what is being done, items done so far, how many there are
+/// when that is known), at most every [`OBSERVER_EVERY`].
+pub type ProgressFn = dyn Fn(&'static str, u64, Option<u64>) + Send + Sync;
 
 /// A machine caller's view of long work: where it is, and a flag that asks
 /// it to stop. Stopping is honoured only where it loses nothing: during a
@@ -32,6 +32,9 @@ struct Shared {
     enabled: bool,
     message: &'static str,
     count: AtomicU64,
+    /// How many items there are; 0 while unknown (a walk finds out only
+    /// at its end).
+    total: AtomicU64,
     bar: OnceLock<ProgressBar>,
     observer: Option<Observer>,
     /// Milliseconds since `start` of the last observer call.
@@ -77,13 +80,14 @@ impl Progress {
         observer: Option<Observer>,
     ) -> Progress {
         if let Some(o) = &observer {
-            (o.on_progress)(message, 0);
+            (o.on_progress)(message, 0, None);
         }
         let shared = Arc::new(Shared {
             start: Instant::now(),
             enabled,
             message,
             count: AtomicU64::new(0),
+            total: AtomicU64::new(0),
             bar: OnceLock::new(),
             observer,
             observed_ms: AtomicU64::new(0),
@@ -125,6 +129,13 @@ impl Progress {
             .is_some_and(|o| o.cancel.load(Ordering::Relaxed))
     }
 
+    /// How many items the work has, once known: the line then reads
+    /// "restoring: 30555/63479" (helper-70: a count alone did not say
+    /// whether to wait a second or an hour).
+    pub fn set_total(&self, total: u64) {
+        self.shared.total.store(total, Ordering::Relaxed);
+    }
+
     pub fn inc(&self, n: u64) {
         let sh = &self.shared;
         let count = sh.count.fetch_add(n, Ordering::Relaxed) + n;
@@ -137,7 +148,8 @@ impl Progress {
                     .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
             {
-                (o.on_progress)(sh.message, count);
+                let total = sh.total.load(Ordering::Relaxed);
+                (o.on_progress)(sh.message, count, (total > 0).then_some(total));
             }
         }
         if !sh.enabled || (sh.bar.get().is_none() && sh.start.elapsed() < sh.delay) {
@@ -156,24 +168,37 @@ impl Progress {
 
 impl Shared {
     /// The line on stderr, made the first time it is needed.
-    fn bar(&self) -> &ProgressBar {
+    fn bar(self: &Arc<Self>) -> &ProgressBar {
         self.bar.get_or_init(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
                 .with_elapsed(self.start.elapsed());
             let since = self.hashed_at_start;
-            let style = ProgressStyle::with_template("{spinner} {msg}: {pos}{read} ({elapsed})")
-                .map(|st| {
-                    st.with_key(
-                        "read",
-                        move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                            let n = HASHED.load(Ordering::Relaxed).saturating_sub(since);
-                            if n > 0 {
-                                let _ = write!(w, ", {} read", human_bytes(n));
-                            }
-                        },
-                    )
-                })
-                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            let shared = Arc::clone(self);
+            let style =
+                ProgressStyle::with_template("{spinner} {msg}: {pos}{of}{read} ({elapsed})")
+                    .map(|st| {
+                        st.with_key(
+                            "of",
+                            move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                match shared.total.load(Ordering::Relaxed) {
+                                    0 => {}
+                                    n => {
+                                        let _ = write!(w, "/{n}");
+                                    }
+                                }
+                            },
+                        )
+                        .with_key(
+                            "read",
+                            move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                let n = HASHED.load(Ordering::Relaxed).saturating_sub(since);
+                                if n > 0 {
+                                    let _ = write!(w, ", {} read", human_bytes(n));
+                                }
+                            },
+                        )
+                    })
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner());
             bar.set_style(style);
             bar.set_message(self.message);
             bar.set_position(self.count.load(Ordering::Relaxed));

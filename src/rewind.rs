@@ -880,14 +880,19 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
     // success over a wrong tree (D118). Past the budget, presence and
     // length are checked; `verify --deep` re-hashes everything.
     let mut budget = VERIFY_BUDGET;
+    ws.store()
+        .in_one_read(|| check_each_object(ws, changes, &mut budget))
+}
+
+fn check_each_object(ws: &Workspace, changes: &[Change], budget: &mut u64) -> Result<()> {
     for c in changes {
         let Some(e) = c.new.as_ref() else { continue };
         let crate::tree::Target::Object(hash) = &e.target else {
             continue;
         };
         let mut damaged = !ws.store().contains(hash, e.size)?;
-        if !damaged && e.size <= budget {
-            budget -= e.size;
+        if !damaged && e.size <= *budget {
+            *budget -= e.size;
             damaged = !ws.store().is_intact(hash, e.size)?;
         }
         if damaged {
@@ -1054,16 +1059,18 @@ fn apply_plan(
 ) -> Result<ApplyReport> {
     let progress = ws.progress("restoring");
     let source = snapshot::open(ws, target_id)?;
-    apply::apply(
-        ws.root_dir(),
-        ws.store(),
-        source.as_ref(),
-        trees,
-        changes,
-        aopts,
-        &progress,
-        &|| ws.clock_past_now(),
-    )
+    ws.store().in_one_read(|| {
+        apply::apply(
+            ws.root_dir(),
+            ws.store(),
+            source.as_ref(),
+            trees,
+            changes,
+            aopts,
+            &progress,
+            &|| ws.clock_past_now(),
+        )
+    })
 }
 
 /// How a rewind ends (see [`finish`]).

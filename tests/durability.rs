@@ -183,6 +183,34 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
             &want_a,
         );
 
+        // A deleted directory of 300 small files (a `node_modules` in
+        // little): past 64 entries their writeback starts on a thread of
+        // its own (D321), and one syncfs covers them.
+        for f in 0..300 {
+            write(
+                &ws.join(format!("deps/p{}/f{f}.js", f % 7)),
+                format!("module.exports = {f};\n").as_bytes(),
+            );
+        }
+        let b = checkpoint_id(&ws, &["B"]);
+        let want_b = snapshot(&ws);
+        std::fs::remove_dir_all(ws.join("deps")).expect("remove deps");
+        fs.sync();
+        let trace = traced(&ws, &["rewind", &b]);
+        assert!(
+            trace.contains("syncfs (workspace)"),
+            "{name}: a 307-entry rewind should syncfs:\n{trace}"
+        );
+        survives_a_cut(
+            &fs,
+            name,
+            &format!("{name}: a deleted 300-file directory restored, then a power cut"),
+            &b,
+            &want_b,
+        );
+        std::fs::remove_dir_all(ws.join("deps")).expect("remove deps");
+        assert!(rewind(&ws, &["checkpoint", "no deps"]).status.success());
+
         // An acknowledged checkpoint is there after the cut, and restores.
         write(&ws.join("src/d1/f3.rs"), b"checkpointed\n");
         // 400 KB: the walk engine stores it as an object file, and fsyncs

@@ -576,6 +576,118 @@ fn status_and_diff_report_changes_and_patches() {
     assert_eq!(d["changes"].as_array().expect("changes").len(), 3);
 }
 
+/// helper-70: after `rm -rf node_modules`, `status` printed 12,000 lines
+/// and no count. A deleted or added directory with 10 or more entries
+/// below is one line with their number, unless `--all`; the list ends with
+/// a count of each kind; `--json` still lists every path; `diff` shows the
+/// same lines. A directory with fewer entries lists them.
+#[test]
+fn status_folds_a_deleted_directory_into_one_line_and_counts_each_kind() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for f in 0..12 {
+        write(&root.join(format!("deps/p{}/f{f}.js", f % 3)), b"x\n");
+    }
+    write(&root.join("few/a"), b"a");
+    write(&root.join("few/b"), b"b");
+    write(&root.join("x.txt"), b"one\n");
+    let a = checkpoint_id(root, &["-m", "before the damage"]);
+    std::fs::remove_dir_all(root.join("deps")).expect("rm deps");
+    std::fs::remove_dir_all(root.join("few")).expect("rm few");
+    write(&root.join("x.txt"), b"two\n");
+    write(&root.join("new.txt"), b"hi\n");
+    let human = |args: &[&str]| {
+        let out = common::rewind(root, args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let st = human(&["status"]);
+    assert!(
+        st.starts_with(&format!("HEAD {a}  \"before the damage\"\n")),
+        "{st}"
+    );
+    assert!(
+        st.contains("D deps/ (15 entries; --all lists them)\n"),
+        "{st}"
+    );
+    assert!(
+        !st.contains("deps/p0"),
+        "a folded directory's entries: {st}"
+    );
+    for line in [
+        "D few\n",
+        "D few/a\n",
+        "D few/b\n",
+        "A new.txt\n",
+        "M x.txt\n",
+    ] {
+        assert!(st.contains(line), "{line:?} missing: {st}");
+    }
+    assert!(st.ends_with("1 added, 1 modified, 19 deleted\n"), "{st}");
+    let all = human(&["status", "--all"]);
+    assert!(
+        all.contains("D deps\n") && all.contains("D deps/p0/f0.js\n"),
+        "{all}"
+    );
+    assert_eq!(
+        all.lines().filter(|l| l.starts_with("D ")).count(),
+        19,
+        "{all}"
+    );
+    let json = rewind_json(root, &["status"]);
+    assert_eq!(json["changes"].as_array().map(Vec::len), Some(21), "{json}");
+    let diff = human(&["diff", &a]);
+    assert!(
+        diff.contains("D deps/ (15 entries; --all lists them)\n"),
+        "{diff}"
+    );
+    assert!(human(&["diff", "--all", &a]).contains("D deps/p1/f4.js\n"));
+}
+
+/// `status PATH...` lists only the changes at or below those paths, named
+/// from the current directory as `git status` takes them; a path outside
+/// the workspace is refused and changes nothing.
+#[test]
+fn status_takes_paths_and_refuses_one_outside_the_workspace() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("src/a.rs"), b"a");
+    write(&root.join("src/b.rs"), b"b");
+    write(&root.join("docs/r.md"), b"r");
+    let head = checkpoint_id(root, &[]);
+    write(&root.join("src/a.rs"), b"a2");
+    write(&root.join("docs/r.md"), b"r2");
+    let paths = |cwd: &std::path::Path, args: &[&str]| {
+        let mut all = vec!["status"];
+        all.extend_from_slice(args);
+        let out = rewind_json(cwd, &all);
+        common::changed_paths(&out)
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(paths(root, &["src"]), ["src/a.rs"]);
+    assert_eq!(
+        paths(root, &["docs/r.md", "src/a.rs"]),
+        ["docs/r.md", "src/a.rs"]
+    );
+    assert_eq!(paths(&root.join("src"), &["."]), ["src/a.rs"]);
+    assert_eq!(paths(&root.join("src"), &["../docs"]), ["docs/r.md"]);
+    assert_eq!(paths(root, &["src/b.rs"]), Vec::<String>::new());
+    let out = common::rewind(root, &["status", "src/b.rs"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no changes under these paths"),
+        "{out:?}"
+    );
+    let outside = common::rewind(root, &["status", "/etc"]);
+    assert_eq!(outside.status.code(), Some(1), "{outside:?}");
+    let err = String::from_utf8_lossy(&outside.stderr);
+    assert!(err.contains("/etc is outside the workspace"), "{err}");
+    let status = rewind_json(root, &["status"]);
+    assert_eq!(status["head"], head.as_str(), "{status}");
+    assert_eq!(common::changed_paths(&status), ["docs/r.md", "src/a.rs"]);
+}
+
 /// A patch shows the content of a file that replaced a directory (or was
 /// replaced by one) against /dev/null, and a mode change as git does.
 /// Before, the new file's content was missing and a chmod printed a bare

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::Ctx;
-use super::status::status_letter;
+use super::status::render_changes;
 use crate::capture::Sink;
 use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::error::{Error, Result};
@@ -19,6 +19,10 @@ pub struct Args {
     /// Show a unified text diff of changed files
     #[arg(long)]
     pub patch: bool,
+    /// List every changed path: an added or deleted directory is
+    /// otherwise one line with the number of entries below it
+    #[arg(long, short)]
+    pub all: bool,
     /// Only these paths
     #[arg(last = true)]
     pub paths: Vec<PathBuf>,
@@ -68,15 +72,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         if let Some(p) = &out.patch {
             return p.clone();
         }
-        let mut s = String::new();
-        for c in &out.changes {
-            s.push_str(&format!(
-                "{} {}\n",
-                status_letter(c.status),
-                super::human_name(&c.path, c.path_hex.as_deref())
-            ));
-        }
-        s
+        render_changes(&out.changes, args.all)
     })
 }
 
@@ -150,15 +146,7 @@ fn compute_in(
         (None, None) => crate::tree::Node::empty_hash(),
     };
     let mut changes = diff::diff(&trees, &from_root, &to_root, DiffOptions::default())?;
-    if !filters.is_empty() {
-        changes.retain(|c| {
-            filters.iter().any(|f| {
-                f.is_empty()
-                    || c.path == *f
-                    || (c.path.starts_with(f) && c.path.get(f.len()) == Some(&b'/'))
-            })
-        });
-    }
+    diff::retain_under(&mut changes, &filters);
     let patch = if args.patch {
         let range = patch_range(changes.len())?;
         let snapshot_of = |c: &Option<crate::ledger::Checkpoint>| match c {

@@ -66,8 +66,8 @@ enum Command {
     Checkpoint(checkpoint::Args),
     /// Checkpoints as a tree, HEAD marked, with branch notes (the newest 50; `--all`)
     List(list::Args),
-    /// What changed since HEAD
-    Status,
+    /// What changed since HEAD (`status PATH...`: only there)
+    Status(status::Args),
     /// Changed paths between two checkpoints (TO defaults to the live tree)
     Diff(diff::Args),
     /// Make the tree equal to a checkpoint (saves the live tree first)
@@ -421,7 +421,7 @@ fn root_only(command: &Command) -> Option<(&'static str, &'static str)> {
     match command {
         Command::Checkpoint(_)
         | Command::List(_)
-        | Command::Status
+        | Command::Status(_)
         | Command::Diff(_)
         | Command::Guard(_)
         | Command::Effects(_)
@@ -534,7 +534,7 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
         Command::Init(a) => init::run(&ctx, a),
         Command::Checkpoint(a) => checkpoint::run(&ctx, a),
         Command::List(a) => list::run(&ctx, &a),
-        Command::Status => status::run(&ctx),
+        Command::Status(a) => status::run(&ctx, a),
         Command::Diff(a) => diff::run(&ctx, a),
         Command::Rewind(a) => rewind::run(&ctx, crate::rewind::Op::Rewind, a),
         Command::Replay(a) => rewind::run(&ctx, crate::rewind::Op::Replay, a),

@@ -328,28 +328,31 @@ fn progress_observer(
 ) -> Observer {
     let Some(token) = context.meta.get_progress_token() else {
         return Observer {
-            on_progress: Arc::new(|_, _| {}),
+            on_progress: Arc::new(|_, _, _| {}),
             cancel,
         };
     };
     let peer = context.peer.clone();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&'static str, u64)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&'static str, u64, Option<u64>)>();
     tokio::spawn(async move {
         let mut last = -1.0f64;
-        while let Some((what, n)) = rx.recv().await {
+        while let Some((what, n, total)) = rx.recv().await {
             // Progress must increase; phases restart their counts.
             let progress = (n as f64).max(last + 1.0);
             last = progress;
-            let p = ProgressNotificationParam::new(token.clone(), progress)
-                .with_message(format!("{tool}: {what} ({n})"));
+            let p =
+                ProgressNotificationParam::new(token.clone(), progress).with_message(match total {
+                    Some(t) => format!("{tool}: {what} ({n}/{t})"),
+                    None => format!("{tool}: {what} ({n})"),
+                });
             if peer.notify_progress(p).await.is_err() {
                 break;
             }
         }
     });
     Observer {
-        on_progress: Arc::new(move |what, n| {
-            let _ = tx.send((what, n));
+        on_progress: Arc::new(move |what, n, total| {
+            let _ = tx.send((what, n, total));
         }),
         cancel,
     }

@@ -771,7 +771,7 @@ pub struct StatusOut {
 }
 
 fn status(ctx: &Ctx, input: PageIn) -> Result<StatusOut> {
-    let out = crate::cli::status::compute(ctx)?;
+    let out = crate::cli::status::compute(ctx, &[])?;
     let total = out.changes.len();
     let (changes, next_cursor) = input.page(changes(out.changes))?;
     Ok(StatusOut {
@@ -819,6 +819,7 @@ fn diff(ctx: &Ctx, input: DiffIn) -> Result<DiffOut> {
         from: input.from,
         to: input.to,
         patch: input.patch,
+        all: true,
         paths: input.paths.iter().map(PathBuf::from).collect(),
     };
     // The patch covers only this page's files, so it is paged too.
