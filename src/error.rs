@@ -110,7 +110,7 @@ pub enum Error {
     )]
     NotAWorkspace { path: PathBuf },
 
-    #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history", crate::names::human_os_path(path), path.parent().map(|p| crate::names::human_os_path(p).into_owned()).unwrap_or_default())]
+    #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history (`rewind deinit --yes` deletes what is left of it, btrfs snapshots included, which `rm -rf` cannot)", crate::names::human_os_path(path), path.parent().map(|p| crate::names::human_os_path(p).into_owned()).unwrap_or_default())]
     LedgerMissing { path: PathBuf },
 
     #[error(

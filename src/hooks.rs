@@ -329,6 +329,18 @@ impl ToolCall {
         })
     }
 
+    /// Whether this shell line runs `rewind deinit` (but for its help or
+    /// `--dry-run`): deleting every checkpoint is the user's decision,
+    /// as deleting `.rewind/` is (D300, D323).
+    pub fn runs_deinit(&self) -> bool {
+        self.rewind_runs().iter().any(|(verb, after)| {
+            verb.first().is_some_and(|v| v == "deinit")
+                && !after
+                    .iter()
+                    .any(|a| matches!(a.as_str(), "--dry-run" | "-h" | "--help"))
+        })
+    }
+
     /// Each `rewind` command of this shell line: its verb (up to two
     /// words: `effects resolve`) and the words after it. The verb is the
     /// first word that is no global option (`-C DIR`, `--json`, `-q`):
@@ -3100,6 +3112,29 @@ mod tests {
             "rewind restore HEAD -- gc --force",
         ] {
             assert_eq!(shell(line).prunes_past_the_policy(), None, "{line}");
+        }
+    }
+
+    /// D323: deleting the whole history is the user's call.
+    #[test]
+    fn an_agents_shell_may_not_delete_the_history() {
+        let shell = |line: &str| call("Bash", serde_json::json!({ "command": line }));
+        for line in [
+            "rewind deinit --yes",
+            "cd /w && rewind -C . deinit --yes",
+            "yes | rewind --json deinit --yes",
+            "sh -c 'rewind deinit --yes'",
+        ] {
+            assert!(shell(line).runs_deinit(), "{line}");
+        }
+        for line in [
+            "rewind deinit --dry-run",
+            "rewind deinit --help",
+            "rewind status",
+            "echo rewind deinit --yes",
+            "rewind restore HEAD -- deinit",
+        ] {
+            assert!(!shell(line).runs_deinit(), "{line}");
         }
     }
 

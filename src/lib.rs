@@ -11,6 +11,7 @@ pub mod capture;
 pub mod chain;
 pub mod cli;
 pub mod config;
+pub mod deinit;
 pub mod diff;
 pub mod du;
 pub mod durable;

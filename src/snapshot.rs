@@ -226,8 +226,14 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     let Some(dir) = existing_snapshots_dir(ws)? else {
         return Ok(false);
     };
-    let name = OsStr::new(id);
-    let mut deleted = rewind_platform::delete_subvolume(&dir, name);
+    delete_in(&dir, OsStr::new(id), ws.root_path(), "rewind gc")
+}
+
+/// Delete the snapshot `name` in `dir`, a workspace's snapshot directory
+/// (of the workspace at `root`); `again`: the command to run once the
+/// cause of a refusal is fixed. `false`: there is no such snapshot.
+pub(crate) fn delete_in(dir: &Dir, name: &OsStr, root: &Path, again: &str) -> Result<bool> {
+    let mut deleted = rewind_platform::delete_subvolume(dir, name);
     // A non-root user may delete a subvolume (`user_subvol_rm_allowed`)
     // only with write access to its root, which a read-only snapshot
     // refuses (EROFS): every gc failed, claiming nothing was changed
@@ -236,7 +242,7 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
     if deleted.as_ref().is_err_and(|e| e.is_read_only()) && !rewind_platform::is_root() {
         if let Ok(snap) = dir.open_dir(name) {
             if rewind_platform::set_subvolume_readonly(&snap, false).is_ok() {
-                deleted = rewind_platform::delete_subvolume(&dir, name);
+                deleted = rewind_platform::delete_subvolume(dir, name);
                 // Still there (its own mode keeps the user out): read-only
                 // again, as every snapshot is trusted to be (helper-43).
                 if deleted.is_err() {
@@ -249,34 +255,36 @@ pub(crate) fn delete(ws: &Workspace, id: &str) -> Result<bool> {
         Ok(()) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            let path = dir.path().join(id);
+            let path = dir.path().join(name);
             // Root was told to get root rights, and `chattr -i` alone
             // fails on a read-only snapshot (helper-28, D202).
-            let reason = if dir.is_locked_at(OsStr::new(id)).unwrap_or(false) {
+            let reason = if dir.is_locked_at(name).unwrap_or(false) {
                 let p = crate::names::shell_word(&path.to_string_lossy());
                 format!(
-                    "deleting a snapshot was refused: it is immutable or append-only (`lsattr -d {p}`), which not even root can delete; `sudo btrfs property set {p} ro false && sudo chattr -i -a {p}`, then run `rewind gc` again"
+                    "deleting a snapshot was refused: it is immutable or append-only (`lsattr -d {p}`), which not even root can delete; `sudo btrfs property set {p} ro false && sudo chattr -i -a {p}`, then run `{again}` again"
                 )
             } else if rewind_platform::is_root() {
                 format!("deleting a snapshot was refused ({e})")
-            } else if rewind_platform::can_delete_snapshots(ws.root_path()) {
+            } else if rewind_platform::can_delete_snapshots(root) {
                 // The option is there: the snapshot's own mode refuses
                 // (helper-43: a workspace root of mode 555 when taken).
                 let p = crate::names::shell_word(&path.to_string_lossy());
                 format!(
-                    "deleting a snapshot was refused ({e}): its top directory's mode keeps this user out (`ls -ld {p}`); `btrfs property set {p} ro false && chmod u+w {p}`, then run `rewind gc` again (or run it as root)"
+                    "deleting a snapshot was refused ({e}): its top directory's mode keeps this user out (`ls -ld {p}`); `btrfs property set {p} ro false && chmod u+w {p}`, then run `{again}` again (or run it as root)"
                 )
             } else {
-                "deleting a snapshot was refused: as a non-root user btrfs needs the `user_subvol_rm_allowed` mount option (or run `rewind gc` as root)".into()
+                format!(
+                    "deleting a snapshot was refused: as a non-root user btrfs needs the `user_subvol_rm_allowed` mount option (or run `{again}` as root)"
+                )
             };
             Err(Error::Btrfs { path, reason })
         }
         // Still not deleted: said as a snapshot left (gc frees the rest),
         // not as an error that stops gc after it pruned.
         Err(e) => Err(Error::Btrfs {
-            path: dir.path().join(id),
+            path: dir.path().join(name),
             reason: format!(
-                "deleting a snapshot failed ({e}); run `rewind gc` again once that is fixed"
+                "deleting a snapshot failed ({e}); run `{again}` again once that is fixed"
             ),
         }),
     }

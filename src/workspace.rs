@@ -947,6 +947,17 @@ impl Workspace {
         Ok(())
     }
 
+    /// The workspace lock alone, taken if it is not held yet, with the
+    /// ledger and every other descriptor closed: what deleting the whole
+    /// history holds while it deletes (`rewind deinit`). An interrupted
+    /// rewind is finished first, so the tree left behind is a whole one.
+    pub(crate) fn into_lock(mut self) -> Result<LockFile> {
+        self.lock_for_snapshot()?;
+        self.lock
+            .take()
+            .ok_or_else(|| Error::Usage("internal: no workspace lock".into()))
+    }
+
     /// [`Workspace::lock`] without building pending manifests: what a
     /// btrfs checkpoint needs, which must not wait for earlier manifests.
     fn lock_for_snapshot(&mut self) -> Result<()> {

@@ -1231,3 +1231,138 @@ fn a_restored_file_is_not_read_again_until_it_changes() {
         &[("REWIND_MANIFEST", "inline")],
     );
 }
+
+/// The subvolumes on `lfs`, as `btrfs subvolume list` prints them.
+fn subvolumes(lfs: &LoopFs) -> Vec<String> {
+    let out = std::process::Command::new("btrfs")
+        .args(["subvolume", "list"])
+        .arg(&lfs.mnt)
+        .output()
+        .expect("btrfs subvolume list");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// D323 (helper-70): `rm -rf .rewind` in a btrfs-engine workspace
+/// deleted the ledger, then stopped on the first read-only snapshot,
+/// leaving snapshots no command named. `rewind deinit --yes` deletes
+/// every snapshot, the state subvolume and the rest, and leaves the files
+/// exactly as they were; without `--yes` it deletes nothing. It also
+/// finishes what a failed `rm -rf` left.
+#[test]
+fn deinit_deletes_every_snapshot_and_the_history_and_leaves_the_files() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    let checkpoint = |label: &str| {
+        write(&ws.join("src/d0/f0.rs"), format!("{label}\n").as_bytes());
+        assert!(rewind(&ws, &["checkpoint", label]).status.success());
+    };
+    for label in ["one", "two", "three"] {
+        checkpoint(label);
+    }
+    assert_eq!(engine(&ws), "btrfs");
+    assert_eq!(snapshot_names(&ws).len(), 3);
+    let want = snapshot(&ws);
+
+    let out = rewind(&ws, &["deinit"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("3 checkpoints and their 3 btrfs snapshots") && err.contains("--yes"),
+        "{err}"
+    );
+    let dry = rewind_json(&ws, &["deinit", "--dry-run"]);
+    assert_eq!(
+        (&dry["checkpoints"], &dry["snapshots"], &dry["deleted"]),
+        (&3.into(), &3.into(), &false.into()),
+        "{dry}"
+    );
+    assert_eq!(
+        snapshot_names(&ws).len(),
+        3,
+        "nothing is deleted without --yes"
+    );
+    assert_eq!(listed(&ws).len(), 3);
+
+    let done = rewind_json(&ws, &["deinit", "--yes"]);
+    assert_eq!(done["deleted"], true, "{done}");
+    assert_eq!(done["snapshots"], 3, "{done}");
+    assert!(!ws.join(".rewind").exists());
+    common::assert_same("the files after deinit", &want, &snapshot(&ws));
+    assert_eq!(subvolumes(&lfs).len(), 1, "{:?}", subvolumes(&lfs));
+    // A new history starts from the tree as it is.
+    checkpoint("again");
+    assert_eq!(engine(&ws), "btrfs");
+    assert_eq!(listed(&ws).len(), 1);
+
+    // What `rm -rf` leaves: the ledger gone, the snapshots there.
+    checkpoint("before rm");
+    let rm = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(ws.join(".rewind"))
+        .output()
+        .expect("rm");
+    assert!(!rm.status.success(), "rm -rf deleted read-only snapshots");
+    assert!(!ws.join(".rewind/state/ledger.db").exists());
+    let missing = rewind(&ws, &["status"]);
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("rewind deinit --yes"),
+        "{missing:?}"
+    );
+    let want = snapshot(&ws);
+    let done = rewind_json(&ws, &["deinit", "--yes"]);
+    assert_eq!(done["deleted"], true, "{done}");
+    assert_eq!(done["snapshots"], 2, "{done}");
+    assert!(!ws.join(".rewind").exists());
+    common::assert_same("the files after rm -rf and deinit", &want, &snapshot(&ws));
+    assert_eq!(subvolumes(&lfs).len(), 1, "{:?}", subvolumes(&lfs));
+}
+
+/// D323: a non-root owner deletes their btrfs history where btrfs lets
+/// them delete subvolumes (`user_subvol_rm_allowed`); elsewhere `deinit`
+/// names the option and deletes nothing, so no half history is left.
+#[test]
+fn a_non_root_owners_deinit_deletes_all_or_nothing() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let Some(ws) = nobodys_subvolume(&lfs) else {
+        return;
+    };
+    let as_nobody = |args: &[&str]| as_nobody(&ws, args);
+    for label in ["one", "two"] {
+        std::fs::write(ws.join("src/d0/f0.rs"), format!("{label}\n")).expect("edit");
+        let (code, _, err) = as_nobody(&["--json", "checkpoint", label]);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let (code, _, err) = as_nobody(&["deinit", "--yes"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("user_subvol_rm_allowed") && err.contains("nothing was deleted"),
+        "{err}"
+    );
+    assert_eq!(snapshot_names(&ws).len(), 2);
+    let (code, l, err) = as_nobody(&["--json", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(l["checkpoints"].as_array().map(Vec::len), Some(2), "{l}");
+
+    let remount = std::process::Command::new("mount")
+        .args(["-o", "remount,user_subvol_rm_allowed"])
+        .arg(&lfs.mnt)
+        .status()
+        .expect("mount");
+    assert!(remount.success(), "remount with user_subvol_rm_allowed");
+    let want = snapshot(&ws);
+    let (code, v, err) = as_nobody(&["--json", "deinit", "--yes"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["snapshots"], 2, "{v}");
+    assert!(!ws.join(".rewind").exists());
+    common::assert_same("nobody's files after deinit", &want, &snapshot(&ws));
+    assert_eq!(subvolumes(&lfs).len(), 1, "{:?}", subvolumes(&lfs));
+}

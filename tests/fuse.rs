@@ -1306,9 +1306,23 @@ fn unmount_of_a_busy_mount_names_the_holder_and_keeps_the_mount() {
         "not the command server, whose log is the backing file: {err}"
     );
     assert!(m.status().pid > 0, "still mounted");
+    // D323: its daemon holds the history open: `deinit` says to unmount
+    // first and deletes nothing.
+    let out = rewind(
+        Path::new("/"),
+        &["-C", &ws.display().to_string(), "deinit", "--yes"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rewind unmount"), "{err}");
+    assert!(m.status().pid > 0, "still mounted");
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     m.unmount();
+    assert!(
+        ws.join(".rewind/ledger.db").exists(),
+        "deinit deleted nothing"
+    );
 }
 
 /// `rewind mount WS --at VIEW`, which must succeed; the guard is keyed

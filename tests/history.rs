@@ -688,6 +688,56 @@ fn status_takes_paths_and_refuses_one_outside_the_workspace() {
     assert_eq!(common::changed_paths(&status), ["docs/r.md", "src/a.rs"]);
 }
 
+/// D323: `rewind deinit --yes` deletes the whole history and its kept
+/// anchor, and leaves every file as it was; without `--yes` it deletes
+/// nothing. It names an agent configuration that would start a new
+/// history, and the next checkpoint does.
+#[test]
+fn deinit_deletes_the_history_and_its_anchor_and_leaves_the_files() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let state = common::tmp();
+    let env = [("XDG_STATE_HOME", state.path().to_str().expect("utf8"))];
+    write(&root.join("src/a.rs"), b"a");
+    write(&root.join("big.bin"), &vec![7u8; 300 << 10]);
+    let run = |args: &[&str]| common::rewind_env(root, args, &env);
+    assert!(run(&["checkpoint", "one"]).status.success());
+    write(&root.join("src/a.rs"), b"a2");
+    assert!(run(&["checkpoint", "two"]).status.success());
+    assert!(run(&["integrate", "claude"]).status.success());
+    let anchors = || {
+        std::fs::read_dir(state.path().join("rewind/anchors"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(anchors(), 1);
+    let want = common::snapshot(root);
+
+    let refused = run(&["deinit"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(root.join(".rewind/ledger.db").exists());
+    let out = run(&["--json", "deinit", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["deleted"], true, "{v}");
+    assert_eq!(v["checkpoints"], 2, "{v}");
+    let configured = v["still_configured"].to_string();
+    assert!(configured.contains(".claude/settings.json"), "{v}");
+    assert!(!root.join(".rewind").exists());
+    assert_eq!(anchors(), 0, "the kept anchor of a deleted history");
+    common::assert_same("the files after deinit", &want, &common::snapshot(root));
+    let again = run(&["deinit", "--yes"]);
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not a rewind workspace"));
+    assert!(run(&["checkpoint", "new"]).status.success());
+    assert_eq!(
+        rewind_json(root, &["list"])["checkpoints"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
 /// A patch shows the content of a file that replaced a directory (or was
 /// replaced by one) against /dev/null, and a mode change as git does.
 /// Before, the new file's content was missing and a chmod printed a bare

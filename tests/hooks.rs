@@ -1536,6 +1536,21 @@ fn an_agent_may_not_prune_checkpoints_past_the_policy() {
     }
 }
 
+/// D323: `rewind deinit --yes` deletes every checkpoint; run by the agent
+/// it is refused, and the history stays. Its dry run passes.
+#[test]
+fn an_agent_may_not_delete_the_history_with_deinit() {
+    let dir = project(false);
+    let ws = dir.path();
+    rewind_json(ws, &["checkpoint", "before"]);
+    let out = hook("pre-tool-use", &bash("rewind deinit --yes", ws));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("user's decision"), "{}", stderr(&out));
+    assert!(ws.join(".rewind").is_dir());
+    let out = hook("pre-tool-use", &bash("rewind deinit --dry-run", ws));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 /// D296: an Edit is checkpointed in the workspace of the file it writes.
 /// Sent from a shell in another workspace, it was checkpointed there, and
 /// the edited workspace got nothing (helper-58).

@@ -261,6 +261,12 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         );
         return (out, BLOCK);
     }
+    if call.runs_deinit() {
+        eprintln!(
+            "rewind: refused: `rewind deinit` deletes every checkpoint of the workspace for good; that is the user's decision, not the agent's: ask the user to run it in their own terminal if they mean it"
+        );
+        return (out, BLOCK);
+    }
     if let Some(gc) = call.prunes_past_the_policy() {
         eprintln!(
             "rewind: refused: `{gc}` prunes checkpoints the retention policy keeps, and a pruned checkpoint cannot be rewound to; which history to give up is the user's decision, not the agent's: `rewind gc --dry-run` shows what a plain `rewind gc` (the configured policy) would free, or ask the user to run that command in their own terminal"

@@ -3,6 +3,7 @@
 
 mod anchor;
 mod checkpoint;
+mod deinit;
 pub(crate) mod diff;
 mod doctor;
 mod du;
@@ -93,6 +94,8 @@ enum Command {
     Du,
     /// Prune checkpoints by the retention policy and free what only they used
     Gc(gc::Args),
+    /// Delete the workspace's whole history (`--yes`), leaving its files as they are
+    Deinit(deinit::Args),
     /// MCP server on stdio for AI agents (tools: checkpoint, rewind, guard_effect, ...)
     Mcp(mcp::Args),
     /// Agent hooks: `hook pre-tool-use` / `post-tool-use` / `post-tool-use-failure` read the hook JSON on stdin
@@ -546,6 +549,7 @@ fn run(cli: Cli, cwd: PathBuf, warm: Option<WarmSlot>) -> i32 {
         Command::Guard(a) => return guard::run(&ctx, a),
         Command::Effects(a) => effects::run(&ctx, a),
         Command::Gc(a) => gc::run(&ctx, a),
+        Command::Deinit(a) => deinit::run(&ctx, a),
         Command::Du => du::run(&ctx),
         Command::Mcp(a) => mcp::run(&ctx, a),
         Command::Hook(a) => return hook::run(&ctx, a),

@@ -1,0 +1,147 @@
+//! `rewind deinit`: delete a workspace's whole history, leaving its files
+//! as they are.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::Ctx;
+use crate::error::{Error, Result};
+use crate::workspace::Workspace;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Delete it: every checkpoint, for good (without this nothing is
+    /// deleted)
+    #[arg(long)]
+    yes: bool,
+    /// Say what would be deleted; delete nothing
+    #[arg(long, conflicts_with = "yes")]
+    dry_run: bool,
+}
+
+#[derive(Serialize)]
+struct Out {
+    workspace: String,
+    /// Checkpoints in the ledger; none when it could not be read.
+    checkpoints: Option<usize>,
+    /// The btrfs engine's snapshots, one per checkpoint it took.
+    snapshots: usize,
+    deleted: bool,
+    /// Agent configuration files that still run rewind here: the agent's
+    /// next call starts a new history.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    still_configured: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+/// Files `rewind integrate` writes in a workspace.
+const AGENT_FILES: &[&str] = &[
+    ".mcp.json",
+    ".claude/settings.json",
+    ".gemini/settings.json",
+    ".cursor/mcp.json",
+    ".codex/config.toml",
+];
+
+pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let start = ctx.start_dir();
+    let root = Workspace::discover(&start).ok_or(Error::NotAWorkspace { path: start })?;
+    // The daemon holds the history open and serves the tree from it.
+    if crate::mount::MountLink::connect(&root)?.is_some() {
+        return Err(Error::InvalidPath {
+            reason: format!(
+                "is served by `rewind mount`, whose daemon holds its history open: `rewind unmount {}` first, then `rewind deinit --yes`",
+                crate::names::shell_word(&root.to_string_lossy())
+            ),
+            path: root,
+        });
+    }
+    let mut warnings = Vec::new();
+    // Opened to finish an interrupted rewind (the tree left is then a
+    // whole checkpoint's) and to count. A ledger that cannot be read is
+    // no reason to keep it: it goes as it is.
+    let (lock, checkpoints, id) = match Workspace::open(&root, false) {
+        Ok(ws) => {
+            let checkpoints = ws.ledger().checkpoints()?.len();
+            let id = ws.ledger().workspace_id().ok();
+            let lock = if args.yes {
+                Some(ws.into_lock()?)
+            } else {
+                None
+            };
+            (lock, Some(checkpoints), id)
+        }
+        Err(
+            e @ (Error::LedgerCorrupt { .. }
+            | Error::LedgerMissing { .. }
+            | Error::LedgerUnfinished { .. }),
+        ) => {
+            warnings.push(format!(
+                "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
+            ));
+            (None, None, None)
+        }
+        Err(e) => return Err(e),
+    };
+    let root_dir = rewind_platform::Dir::open(&root).map_err(Error::os)?;
+    let snapshots = crate::deinit::snapshots(&root_dir)?.len();
+    let shown = root.to_string_lossy().into_owned();
+    let what = match checkpoints {
+        Some(n) => format!("{n} checkpoints"),
+        None => "its checkpoints".into(),
+    };
+    let what = match snapshots {
+        0 => what,
+        n => format!("{what} and their {n} btrfs snapshots"),
+    };
+    if !args.yes && !args.dry_run {
+        return Err(Error::Usage(format!(
+            "`rewind deinit` deletes the history of {shown} ({what}) for good, and no rewind can bring it back; nothing was deleted: run `rewind deinit --yes` to delete it (`--dry-run` only says what would go)"
+        )));
+    }
+    let removed = if args.yes {
+        let removed = crate::deinit::remove(&root_dir)?;
+        drop(lock);
+        if let Some(p) = id.and_then(|id| crate::kept_anchor::path(&id, &root)) {
+            let _ = std::fs::remove_file(p);
+        }
+        Some(removed)
+    } else {
+        None
+    };
+    let out = Out {
+        workspace: shown.clone(),
+        checkpoints,
+        snapshots: removed.as_ref().map_or(snapshots, |r| r.snapshots),
+        deleted: removed.is_some(),
+        still_configured: still_configured(&root),
+        warnings,
+    };
+    for w in &out.warnings {
+        eprintln!("rewind: warning: {w}");
+    }
+    ctx.emit(&out, || {
+        let mut s = match out.deleted {
+            true => format!("deleted the history of {shown}: {what}; its files are as they were\n"),
+            false => format!("would delete the history of {shown}: {what}; nothing was deleted\n"),
+        };
+        for f in &out.still_configured {
+            s.push_str(&format!(
+                "note: {f} still runs rewind here: the agent's next call starts a new history; remove rewind's entries from it to stop that\n"
+            ));
+        }
+        s
+    })
+}
+
+/// The agent configuration files in `root` that name rewind.
+fn still_configured(root: &Path) -> Vec<String> {
+    AGENT_FILES
+        .iter()
+        .map(|f| root.join(f))
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b.windows(6).any(|w| w == b"rewind")))
+        .map(|p: PathBuf| p.to_string_lossy().into_owned())
+        .collect()
+}
