@@ -689,11 +689,26 @@ pub fn after_checkpoint(
     Ok((pruned, warning))
 }
 
+/// What [`missing`] found, and how many btrfs snapshots it walked.
+pub struct Missing {
+    pub damage: Vec<String>,
+    pub snapshots_walked: usize,
+}
+
 /// Content a live checkpoint reaches that is not in the store (`verify
 /// --deep`): after any gc, crashed or not, this must be empty.
-pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
+pub fn missing(ws: &Workspace) -> Result<Missing> {
     let checkpoints = ws.ledger().checkpoints()?;
     let mut out = Vec::new();
+    // One line for all the snapshots: each walk alone is under the second
+    // a line waits for, and 29 of them showed nothing for 14 s (helper-70).
+    let snapshots = checkpoints
+        .iter()
+        .filter(|c| !c.pruned && c.stats["engine"] == "btrfs")
+        .count();
+    let progress = ws.progress("verifying snapshots");
+    progress.set_total(snapshots as u64);
+    let mut walked = 0;
     let mut seen = HashSet::new();
     let mut stack: Vec<(Hash, String)> = Vec::new();
     for c in checkpoints.iter().filter(|c| !c.pruned) {
@@ -709,7 +724,9 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
                 c.id
             )),
             Some(snap) => {
-                let root = crate::snapshot::root_of(ws, &snap)?;
+                let root = crate::snapshot::root_of(ws, &snap, "")?;
+                walked += 1;
+                progress.inc(1);
                 if root != c.root {
                     out.push(format!(
                         "snapshot of checkpoint {} does not match its manifest (root {} instead of {})",
@@ -719,6 +736,7 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
             }
         }
     }
+    progress.finish();
     while let Some((h, owner)) = stack.pop() {
         if !seen.insert(h) {
             continue;
@@ -741,5 +759,8 @@ pub fn missing(ws: &Workspace) -> Result<Vec<String>> {
             }
         }
     }
-    Ok(out)
+    Ok(Missing {
+        damage: out,
+        snapshots_walked: walked,
+    })
 }

@@ -195,14 +195,19 @@ pub(crate) fn open(ws: &Workspace, id: &str) -> Result<Option<Dir>> {
 }
 
 /// The root hash of the tree a snapshot holds, walked and hashed (the
-/// stat cache vouches for unchanged inodes).
-pub(crate) fn root_of(ws: &Workspace, snap: &Dir) -> Result<crate::hash::Hash> {
+/// stat cache vouches for unchanged inodes). `message`: its progress
+/// line's, none when empty (the caller shows its own).
+pub(crate) fn root_of(
+    ws: &Workspace,
+    snap: &Dir,
+    message: &'static str,
+) -> Result<crate::hash::Hash> {
     let cap = ws.capture_dir(
         snap,
         false,
         crate::capture::Sink::HashOnly,
         i64::MIN,
-        "verifying",
+        message,
     )?;
     Ok(cap.root)
 }
@@ -215,7 +220,7 @@ pub(crate) fn holds(ws: &Workspace, snap: &Dir, root: &crate::hash::Hash) -> Res
     if !rewind_platform::subvolume_written_since_creation(snap).map_err(Error::os)? {
         return Ok(true);
     }
-    Ok(root_of(ws, snap)? == *root)
+    Ok(root_of(ws, snap, "verifying")? == *root)
 }
 
 /// Delete a checkpoint's snapshot; false when it had none.

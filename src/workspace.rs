@@ -928,7 +928,12 @@ impl Workspace {
         &self.root
     }
 
+    /// Progress of long work, shown as `message`; none for an empty one
+    /// (part of work that shows its own).
     pub(crate) fn progress(&self, message: &'static str) -> Progress {
+        if message.is_empty() {
+            return Progress::hidden();
+        }
         Progress::with_observer(message, self.show_progress, self.observer.clone())
     }
 

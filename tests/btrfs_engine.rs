@@ -291,6 +291,12 @@ fn rewind_clones_from_the_snapshot_and_undo_returns_exactly() {
     assert!(common::temp_leftovers(&ws).is_empty());
     let v = rewind_json(&ws, &["verify", "--deep"]);
     assert_eq!(v["ok"], true, "{v}");
+    // Every snapshot is walked, and the report says so (helper-70).
+    assert_eq!(
+        v["deep"]["snapshots"].as_u64(),
+        Some(snapshot_names(&ws).len() as u64),
+        "{v}"
+    );
 }
 
 /// D173: the btrfs engine's safety snapshot holds every file it saw, so a

@@ -21,6 +21,8 @@ pub(crate) struct Deep {
     pub tree_nodes: u64,
     pub small_objects: u64,
     pub object_files: u64,
+    /// btrfs snapshots walked and hashed against their manifests.
+    pub snapshots: usize,
     /// Content reachable from a live checkpoint that is missing, and
     /// stored content whose bytes do not match its name.
     pub bad: Vec<String>,
@@ -138,13 +140,15 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         let mut bad: Vec<String> = bad_trees.iter().map(|h| format!("tree node {h}")).collect();
         bad.extend(bad_blobs.iter().map(|h| format!("small object {h}")));
         bad.extend(bad_files.iter().map(|h| format!("object file {h}")));
-        bad.extend(crate::gc::missing(&ws)?);
+        let missing = crate::gc::missing(&ws)?;
+        bad.extend(missing.damage);
         bad.extend(ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)?);
         bad.extend(ws.ledger().checkpoints_against_chain()?);
         Some(Deep {
             tree_nodes,
             small_objects,
             object_files,
+            snapshots: missing.snapshots_walked,
             bad,
         })
     } else {
@@ -192,6 +196,9 @@ fn human(out: &Out) -> String {
             "\ndeep: {} tree nodes, {} small objects, {} object files re-hashed",
             d.tree_nodes, d.small_objects, d.object_files
         ));
+        if d.snapshots > 0 {
+            s.push_str(&format!(", {} btrfs snapshots walked", d.snapshots));
+        }
         for b in &d.bad {
             s.push_str(&format!("\n  DAMAGED {b}"));
         }
