@@ -168,7 +168,7 @@ pub static TOOLS: &[ToolDef] = &[
         "What changed since HEAD",
         READ,
         Profile::Recovery,
-        PageIn,
+        StatusIn,
         StatusOut,
         status,
         "Paths changed in the live workspace since the current checkpoint (HEAD)."
@@ -760,6 +760,16 @@ fn list(ctx: &Ctx, input: ListIn) -> Result<ListOut> {
     })
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusIn {
+    /// Only these paths (relative to the workspace)
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(flatten)]
+    page: PageIn,
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct StatusOut {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -770,10 +780,11 @@ pub struct StatusOut {
     next_cursor: Option<String>,
 }
 
-fn status(ctx: &Ctx, input: PageIn) -> Result<StatusOut> {
-    let out = crate::cli::status::compute(ctx, &[])?;
+fn status(ctx: &Ctx, input: StatusIn) -> Result<StatusOut> {
+    let paths: Vec<PathBuf> = input.paths.iter().map(PathBuf::from).collect();
+    let out = crate::cli::status::compute(ctx, &paths)?;
     let total = out.changes.len();
-    let (changes, next_cursor) = input.page(changes(out.changes))?;
+    let (changes, next_cursor) = input.page.page(changes(out.changes))?;
     Ok(StatusOut {
         head: out.head,
         total,

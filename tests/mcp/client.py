@@ -124,6 +124,9 @@ async def session(binary, workdir, profile, mode):
         paths = {ch["path"]: ch["status"] for ch in st["changes"]}
         assert paths.get("README") == "modified" and paths.get("new.txt") == "added", paths
         assert paths.get("src") == "deleted" or paths.get("src/m0.py") == "deleted", paths
+        # Only under the paths asked for (D322).
+        only = await k.ok("status", {"paths": ["src"]})
+        assert only["total"] == 6 and all(ch["path"].startswith("src") for ch in only["changes"]), only
         d = await k.ok("diff", {"from": base["id"], "patch": True, "paths": ["README"]})
         assert d["total"] == 1 and "-v1" in d["patch"] and "+broken" in d["patch"], d
         plan = await k.ok("rewind", {"id": "base", "dry_run": True})
