@@ -644,6 +644,34 @@ fn status_folds_a_deleted_directory_into_one_line_and_counts_each_kind() {
     assert!(human(&["diff", "--all", &a]).contains("D deps/p1/f4.js\n"));
 }
 
+/// helper-70: after `npm install` rewrote files with the same bytes, a
+/// checkpoint said `0 B new (168 cloned, 10525 small in the ledger)`, as
+/// if it had stored them. It says they were read again and were stored
+/// already.
+#[test]
+fn a_checkpoint_of_files_rewritten_with_the_same_bytes_says_nothing_was_stored() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for f in 0..5 {
+        write(&root.join(format!("m/f{f}.js")), b"same\n");
+    }
+    checkpoint_id(root, &[]);
+    for f in 0..5 {
+        write(&root.join(format!("m/f{f}.js")), b"same\n");
+    }
+    let out = common::rewind(root, &["checkpoint", "again"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("0 B new (5 files read again, all already stored)"),
+        "{text}"
+    );
+    write(&root.join("m/new.js"), b"new\n");
+    let out = common::rewind(root, &["checkpoint"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(1 small in the ledger)"), "{text}");
+}
+
 /// `status PATH...` lists only the changes at or below those paths, named
 /// from the current directory as `git status` takes them; a path outside
 /// the workspace is refused and changes nothing.

@@ -72,8 +72,13 @@ pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
         if r.inlined > 0 {
             how.push(format!("{} small in the ledger", r.inlined));
         }
+        let read = r.cloned + r.copied + r.inlined;
         let how = if how.is_empty() {
             String::new()
+        } else if r.bytes_new == 0 {
+            // Files rewritten with the same bytes (`npm install` again):
+            // "168 cloned" read as if they had been stored (helper-70).
+            format!(" ({read} files read again, all already stored)")
         } else {
             format!(" ({})", how.join(", "))
         };
