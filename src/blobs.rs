@@ -316,10 +316,16 @@ impl BlobReader {
     /// transaction: each lookup on its own took and released the WAL's
     /// read lock, two `fcntl`s a lookup, for 60,000 lookups in a row
     /// (D321). What `f` reads is the ledger as of its first lookup.
+    /// Best effort: without the transaction (one could not begin) each
+    /// lookup takes its own, as before; a read has nothing to lose at its
+    /// end, and is rolled back if it cannot be committed, so that no
+    /// later call of a long-lived server reads an old snapshot.
     pub fn in_one_read<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        self.with(|conn| conn.execute_batch("BEGIN"))?;
+        let began = self.with(|conn| conn.execute_batch("BEGIN")).is_ok();
         let out = f();
-        self.with(|conn| conn.execute_batch("COMMIT"))?;
+        if began && self.with(|conn| conn.execute_batch("COMMIT")).is_err() {
+            let _ = self.with(|conn| conn.execute_batch("ROLLBACK"));
+        }
         out
     }
 
@@ -347,4 +353,43 @@ impl BlobReader {
 /// A manifest is the chunks' hashes, 32 bytes each, in file order.
 pub fn decode_manifest(m: &[u8]) -> Vec<Hash> {
     m.chunks_exact(32).filter_map(Hash::from_slice).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// D321: the reads of one call share a snapshot of the ledger, and
+    /// nothing of it outlives the call, also when calls nest.
+    #[test]
+    fn reads_in_one_transaction_see_one_snapshot_and_leave_none_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ledger.db");
+        let w = crate::ledger::open_connection(&path).expect("open");
+        w.execute_batch(&format!("PRAGMA journal_mode=WAL; {SCHEMA}"))
+            .expect("schema");
+        let put = |h: &Hash| {
+            w.execute(
+                "INSERT INTO blobs(hash, data) VALUES (?1, ?2)",
+                params![&h.0[..], b"x".as_slice()],
+            )
+            .expect("insert")
+        };
+        let (a, b, c) = (Hash::of(b"a"), Hash::of(b"b"), Hash::of(b"c"));
+        put(&a);
+        let r = BlobReader::new(&path, false);
+        let seen = r
+            .in_one_read(|| {
+                let before = r.has(&a)?;
+                put(&b);
+                Ok((before, r.has(&b)?))
+            })
+            .expect("read");
+        assert_eq!(seen, (true, false), "one snapshot for the whole call");
+        assert!(r.has(&b).expect("has"), "the next read sees the new row");
+        let nested = r.in_one_read(|| r.in_one_read(|| r.has(&a)));
+        assert!(nested.expect("nested"), "a nested call still reads");
+        put(&c);
+        assert!(r.has(&c).expect("has"), "no transaction was left open");
+    }
 }
