@@ -928,23 +928,23 @@ struct Writeback {
         std::sync::mpsc::SyncSender<std::fs::File>,
         std::thread::JoinHandle<()>,
     )>,
+    /// Past [`Touched::MAX`] with no thread: none could be started, or
+    /// the process has no descriptors to spare for one.
+    inline: bool,
 }
 
 impl Writeback {
-    /// Open files waiting for the thread: a bound on descriptors held.
-    const QUEUE: usize = 256;
+    /// Most open files waiting for the thread: the descriptors it holds.
+    /// 256 failed with EMFILE under hard limits of 160 to 400 that the
+    /// apply alone fits in, once the thread fell behind a slow disk
+    /// (helper-72); a quarter of what the process may still open, at most
+    /// 16, keeps it inside any limit, and no thread where that is none.
+    const QUEUE: u64 = 16;
 
     fn start(&mut self, file: std::fs::File, bulk: bool) {
-        if bulk && self.thread.is_none() {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<std::fs::File>(Self::QUEUE);
-            let spawned = std::thread::Builder::new()
-                .name("writeback".into())
-                .spawn(move || {
-                    rx.into_iter()
-                        .for_each(|f| rewind_platform::start_writeback(&f))
-                });
-            // No thread (a process at its limit): this one does it.
-            self.thread = spawned.ok().map(|t| (tx, t));
+        if bulk && self.thread.is_none() && !self.inline {
+            self.thread = Self::spawn();
+            self.inline = self.thread.is_none();
         }
         match &self.thread {
             Some((tx, _)) => {
@@ -954,6 +954,27 @@ impl Writeback {
             }
             None => rewind_platform::start_writeback(&file),
         }
+    }
+
+    fn spawn() -> Option<(
+        std::sync::mpsc::SyncSender<std::fs::File>,
+        std::thread::JoinHandle<()>,
+    )> {
+        let queue = rewind_platform::fd_headroom()
+            .map_or(0, |h| h / 4)
+            .min(Self::QUEUE);
+        if queue == 0 {
+            return None;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<std::fs::File>(queue as usize);
+        std::thread::Builder::new()
+            .name("writeback".into())
+            .spawn(move || {
+                rx.into_iter()
+                    .for_each(|f| rewind_platform::start_writeback(&f))
+            })
+            .ok()
+            .map(|t| (tx, t))
     }
 
     /// Every file handed over has had its writeback started and is closed.

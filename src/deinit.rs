@@ -43,48 +43,89 @@ pub fn snapshots(root: &Dir) -> Result<Vec<(Dir, OsString)>> {
     Ok(out)
 }
 
-/// Delete `root/.rewind` whole: each snapshot, then the state subvolume,
-/// then the rest. A refusal (a snapshot a non-root user may not delete)
-/// stops it there and names the fix; what was deleted before stays
-/// deleted, and running it again takes the rest.
+/// Delete `root/.rewind` whole, in an order that leaves no history that
+/// looks whole but is not (helper-72: one stopped half-way by an
+/// immutable file passed `status`, `doctor` and `verify`, and its
+/// rewinds failed on missing objects):
+/// 1. what would refuse is checked first: a non-root user's snapshots
+///    where btrfs does not let them delete subvolumes stop it before
+///    anything goes;
+/// 2. the ledger: from here on the history is gone, and whatever is left
+///    says so (`LEDGER_MISSING`, naming this command to finish);
+/// 3. the snapshots, then everything but the lock, then the state
+///    subvolume, then `.rewind/` with the lock last: a command that was
+///    waiting on it finds no ledger, never a half-deleted one to write
+///    into. A directory a late writer filled meanwhile is emptied again.
 pub fn remove(root: &Dir) -> Result<Removed> {
     let mut removed = Removed::default();
+    let Some(meta) = existing(root, OsStr::new(STATE_DIR))? else {
+        return Ok(removed);
+    };
+    let state = existing(&meta, OsStr::new(STATE_SUBVOLUME))?;
     let snapshots = snapshots(root)?;
-    // Refused before the first one: half a history is worse than either.
     if !snapshots.is_empty() && !rewind_platform::can_delete_snapshots(root.path()) {
         return Err(Error::Btrfs {
             path: root.path().join(STATE_DIR),
             reason: "its btrfs snapshots can be deleted only by root, or by their owner where the filesystem is mounted with `user_subvol_rm_allowed`; nothing was deleted: run `sudo rewind deinit --yes`".into(),
         });
     }
+    let holders: Vec<&Dir> = std::iter::once(&meta).chain(state.as_ref()).collect();
+    for dir in &holders {
+        for name in LEDGER_FILES {
+            unlink_if_there(dir, OsStr::new(name))?;
+        }
+    }
     for (dir, name) in snapshots {
         if crate::snapshot::delete_in(&dir, &name, root.path(), "rewind deinit --yes")? {
             removed.snapshots += 1;
         }
     }
-    if let Some(meta) = existing(root, OsStr::new(STATE_DIR))? {
-        let name = OsStr::new(STATE_SUBVOLUME);
-        let nested = existing(&meta, name)?
-            .map(|state| rewind_platform::is_subvolume(&state).map(|yes| yes.then_some(state)))
-            .transpose()
-            .map_err(Error::os)?
-            .flatten();
+    for dir in &holders {
+        for child in dir.entries().map_err(Error::os)? {
+            if child != "lock" && child != STATE_SUBVOLUME {
+                dir.remove_all(&child).map_err(Error::os)?;
+            }
+        }
+    }
+    if let Some(state) = state {
         // `remove_all` never crosses into a nested subvolume: it goes on
         // its own, by the ioctl, or (a non-root user without
         // `user_subvol_rm_allowed`) emptied and removed as a directory,
         // which an empty subvolume allows.
-        if let Some(state) = nested
-            && rewind_platform::delete_subvolume(&meta, name).is_err()
-        {
+        let name = OsStr::new(STATE_SUBVOLUME);
+        let is_subvolume = rewind_platform::is_subvolume(&state).map_err(Error::os)?;
+        if !is_subvolume || rewind_platform::delete_subvolume(&meta, name).is_err() {
             for child in state.entries().map_err(Error::os)? {
                 state.remove_all(&child).map_err(Error::os)?;
             }
             meta.rmdir(name).map_err(Error::os)?;
         }
     }
-    root.remove_all(OsStr::new(STATE_DIR)).map_err(Error::os)?;
+    let mut tries = 0;
+    loop {
+        match root.remove_all(OsStr::new(STATE_DIR)) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 3 => tries += 1,
+            Err(e) => return Err(Error::os(e)),
+        }
+    }
     root.fsync().map_err(Error::os)?;
     Ok(removed)
+}
+
+/// The ledger and the files SQLite keeps beside it.
+const LEDGER_FILES: [&str; 4] = [
+    crate::workspace::LEDGER_FILE,
+    "ledger.db-wal",
+    "ledger.db-shm",
+    "ledger.db-journal",
+];
+
+fn unlink_if_there(dir: &Dir, name: &OsStr) -> Result<()> {
+    match dir.unlink(name) {
+        Err(e) if !e.is_not_found() => Err(Error::os(e)),
+        _ => Ok(()),
+    }
 }
 
 /// The directory `name` in `dir`, if there is one. A symlink is none: it

@@ -331,14 +331,26 @@ impl ToolCall {
 
     /// Whether this shell line runs `rewind deinit` (but for its help or
     /// `--dry-run`): deleting every checkpoint is the user's decision,
-    /// as deleting `.rewind/` is (D300, D323).
+    /// as deleting `.rewind/` is (D300, D323). Also any shell line that
+    /// holds the words `deinit` and `--yes` anywhere: `$(which rewind)
+    /// deinit --yes`, `R=rewind; $R …`, `xargs`, `python -c` put the verb
+    /// where no parse of the line finds it (helper-72), and no other
+    /// tool an agent runs takes those two.
     pub fn runs_deinit(&self) -> bool {
-        self.rewind_runs().iter().any(|(verb, after)| {
+        let parsed = self.rewind_runs().iter().any(|(verb, after)| {
             verb.first().is_some_and(|v| v == "deinit")
                 && !after
                     .iter()
                     .any(|a| matches!(a.as_str(), "--dry-run" | "-h" | "--help"))
-        })
+        });
+        let text = self.argument();
+        let words: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .collect();
+        parsed
+            || (is_shell_tool(&self.tool_name)
+                && words.contains(&"deinit")
+                && words.contains(&"--yes"))
     }
 
     /// Each `rewind` command of this shell line: its verb (up to two
@@ -3124,6 +3136,10 @@ mod tests {
             "cd /w && rewind -C . deinit --yes",
             "yes | rewind --json deinit --yes",
             "sh -c 'rewind deinit --yes'",
+            "$(which rewind) deinit --yes",
+            "R=rewind; $R deinit --yes",
+            "echo deinit --yes | xargs rewind",
+            "python3 -c \"import subprocess; subprocess.run(['rewind','deinit','--yes'])\"",
         ] {
             assert!(shell(line).runs_deinit(), "{line}");
         }
@@ -3131,7 +3147,7 @@ mod tests {
             "rewind deinit --dry-run",
             "rewind deinit --help",
             "rewind status",
-            "echo rewind deinit --yes",
+            "git submodule deinit --force vendor/lib",
             "rewind restore HEAD -- deinit",
         ] {
             assert!(!shell(line).runs_deinit(), "{line}");

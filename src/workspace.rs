@@ -952,15 +952,28 @@ impl Workspace {
         Ok(())
     }
 
-    /// The workspace lock alone, taken if it is not held yet, with the
-    /// ledger and every other descriptor closed: what deleting the whole
-    /// history holds while it deletes (`rewind deinit`). An interrupted
-    /// rewind is finished first, so the tree left behind is a whole one.
-    pub(crate) fn into_lock(mut self) -> Result<LockFile> {
-        self.lock_for_snapshot()?;
-        self.lock
-            .take()
-            .ok_or_else(|| Error::Usage("internal: no workspace lock".into()))
+    /// The workspace lock alone, with the ledger and every other
+    /// descriptor closed: what deleting the whole history holds while it
+    /// deletes (`rewind deinit`). Nothing is recovered: deleting a
+    /// history never changes the tree. `Err(op)` names a rewind-like
+    /// operation interrupted half-way, which only this history can finish
+    /// or take back.
+    pub(crate) fn into_lock(mut self) -> Result<std::result::Result<LockFile, String>> {
+        let path = self.meta_path.join("lock");
+        let lock = match self.lock.take() {
+            Some(l) => l,
+            None => {
+                match LockFile::acquire_in(&self.meta, "lock", LOCK_TIMEOUT).map_err(Error::os)? {
+                    Ok(l) => l,
+                    Err(pid) => return Err(Error::Locked { path, pid }),
+                }
+            }
+        };
+        // Looked at under the lock: none can begin meanwhile.
+        Ok(match self.ledger.intent()? {
+            Some(i) => Err(i.op),
+            None => Ok(lock),
+        })
     }
 
     /// [`Workspace::lock`] without building pending manifests: what a

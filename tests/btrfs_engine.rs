@@ -1280,7 +1280,7 @@ fn deinit_deletes_every_snapshot_and_the_history_and_leaves_the_files() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("3 checkpoints and their 3 btrfs snapshots") && err.contains("--yes"),
+        err.contains("3 checkpoints and 3 btrfs snapshots") && err.contains("--yes"),
         "{err}"
     );
     let dry = rewind_json(&ws, &["deinit", "--dry-run"]);

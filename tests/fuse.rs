@@ -1400,6 +1400,18 @@ fn a_view_mount_serves_the_workspace_elsewhere() {
         b"dir 0 file 0\n"
     );
     assert!(!ws.join("d02/new-beside").exists());
+    // D323: `deinit` in the workspace directory or in the view names the
+    // view to unmount first, and deletes nothing (helper-72).
+    for dir in [&ws, &view] {
+        let out = rewind(dir, &["deinit", "--yes"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("rewind unmount {}", view.display())),
+            "{err}"
+        );
+    }
+    assert!(ws.join(".rewind/ledger.db").exists());
     m.unmount();
 }
 

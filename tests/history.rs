@@ -642,6 +642,21 @@ fn status_folds_a_deleted_directory_into_one_line_and_counts_each_kind() {
         "{diff}"
     );
     assert!(human(&["diff", "--all", &a]).contains("D deps/p1/f4.js\n"));
+    // A name that is not UTF-8 is quoted whole, slash included, as the
+    // paths `--all` lists below it (helper-72).
+    use std::os::unix::ffi::OsStrExt;
+    let odd = root.join(std::ffi::OsStr::from_bytes(b"bad\xffdir"));
+    for f in 0..10 {
+        write(&odd.join(format!("f{f}")), b"x");
+    }
+    checkpoint_id(root, &[]);
+    std::fs::remove_dir_all(&odd).expect("rm");
+    let st = human(&["status"]);
+    assert!(
+        st.contains("D \"bad\\xffdir/\" (10 entries; --all lists them)\n"),
+        "{st}"
+    );
+    assert!(human(&["status", "--all"]).contains("D \"bad\\xffdir/f0\"\n"));
 }
 
 /// helper-70: after `npm install` rewrote files with the same bytes, a
@@ -707,6 +722,14 @@ fn status_takes_paths_and_refuses_one_outside_the_workspace() {
         String::from_utf8_lossy(&out.stdout).contains("no changes under these paths"),
         "{out:?}"
     );
+    assert!(out.stderr.is_empty(), "{out:?}");
+    // A typo is said, not taken for "no changes" (helper-72).
+    let out = common::rewind(root, &["status", "scr"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("scr is neither in the tree nor in HEAD"),
+        "{out:?}"
+    );
     let outside = common::rewind(root, &["status", "/etc"]);
     assert_eq!(outside.status.code(), Some(1), "{outside:?}");
     let err = String::from_utf8_lossy(&outside.stderr);
@@ -764,6 +787,107 @@ fn deinit_deletes_the_history_and_its_anchor_and_leaves_the_files() {
             .map(Vec::len),
         Some(1)
     );
+}
+
+/// D323 (helper-72): `deinit` never changes the tree. After a rewind
+/// killed half-way and edits made since, it finished the rewind first,
+/// which kept those edits only in a checkpoint, and then deleted that
+/// checkpoint. It now refuses, deletes nothing and names the way on.
+#[test]
+fn deinit_after_an_interrupted_rewind_deletes_nothing_and_keeps_later_edits() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for f in 0..4 {
+        write(&root.join(format!("f{f}")), b"v1");
+    }
+    let a = checkpoint_id(root, &["a"]);
+    for f in 0..4 {
+        write(&root.join(format!("f{f}")), b"v2");
+    }
+    let killed = common::rewind_env(
+        root,
+        &["rewind", &a],
+        &[("REWIND_FAILPOINT", "apply:file-written:2")],
+    );
+    assert!(!killed.status.success());
+    write(&root.join("f3"), b"written after the crash");
+    write(&root.join("new"), b"new after the crash");
+    let want = common::snapshot(root);
+    for args in [&["deinit", "--yes"][..], &["deinit", "--dry-run"]] {
+        let out = common::rewind(root, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("was interrupted") && err.contains("nothing was deleted"),
+            "{err}"
+        );
+    }
+    common::assert_same(
+        "the tree after a refused deinit",
+        &want,
+        &common::snapshot(root),
+    );
+    assert!(root.join(".rewind/ledger.db").exists());
+}
+
+/// D323 (helper-72): a `deinit` stopped half-way (an immutable file in
+/// `.rewind/`) left a history that passed `status` and `verify` while
+/// its rewinds failed on missing objects. The ledger goes first now:
+/// what is left says it is gone and names `deinit`, which finishes once
+/// the cause is fixed.
+#[test]
+fn a_deinit_stopped_half_way_leaves_no_history_that_looks_whole() {
+    if !common::is_root() {
+        common::skip_or_fail("chattr +i needs root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("big.bin"), &vec![3u8; 300 << 10]);
+    write(&root.join("small"), b"s");
+    checkpoint_id(root, &["one"]);
+    let objects = root.join(".rewind/objects");
+    let stuck = walkdir_files(&objects)
+        .into_iter()
+        .next()
+        .expect("an object file");
+    let chattr = |flag: &str| {
+        let ok = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&stuck)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "chattr {flag}");
+    };
+    chattr("+i");
+    let out = common::rewind(root, &["deinit", "--yes"]);
+    chattr("-i");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let status = common::rewind(root, &["status"]);
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        !status.status.success(),
+        "a half-deleted history answered status"
+    );
+    assert!(err.contains("rewind deinit --yes"), "{err}");
+    let out = common::rewind(root, &["deinit", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!root.join(".rewind").exists());
+    assert_eq!(std::fs::read(root.join("small")).expect("read"), b"s");
+}
+
+/// Every regular file below `dir`.
+fn walkdir_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// A patch shows the content of a file that replaced a directory (or was

@@ -774,6 +774,42 @@ fn a_tree_a_thousand_directories_deep_round_trips_exactly() {
     }
 }
 
+/// D321: a big restore hands its files to a writeback thread, which holds
+/// at most a quarter of the descriptors the process may still open (16
+/// at most). Holding up to 256, it failed with EMFILE under hard limits
+/// of 160 to 400 that the apply alone fits in, once the thread fell
+/// behind a slow disk (helper-72).
+#[test]
+fn a_restore_of_10000_files_fits_in_24_descriptors() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for d in 0..100 {
+        for f in 0..100 {
+            let line = format!("module.exports = {};\n", d * 100 + f);
+            write(
+                &root.join(format!("pkg{d}/lib/sub/f{f}.js")),
+                line.repeat(f * 37 % 3000 / line.len() + 1).as_bytes(),
+            );
+        }
+    }
+    let id = common::checkpoint_id(root, &["all"]);
+    let want = common::snapshot(root);
+    for d in 0..100 {
+        std::fs::remove_dir_all(root.join(format!("pkg{d}"))).expect("rm");
+    }
+    let out = common::rewind_under_ulimit(root, "-n 24", &format!("rewind {id}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::assert_same(
+        "10,000 files restored under 24 descriptors",
+        &want,
+        &common::snapshot(root),
+    );
+}
+
 /// D268: the walk holds a descriptor per level on each walking thread.
 /// Under the usual soft limit of 1,024 descriptors, two chains of 1,000
 /// levels stopped every command with EMFILE, the rewind that would remove

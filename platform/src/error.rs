@@ -84,7 +84,7 @@ fn fd_limit_hint(e: &io::Error) -> String {
         .map(|n| format!(" of {n}"))
         .unwrap_or_default();
     format!(
-        " (the open-file limit{limit} was reached, in a directory tree that deep: raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
+        " (the open-file limit{limit} was reached; a deep directory tree holds one per level: raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
     )
 }
 

@@ -48,6 +48,6 @@ pub use process::{
     report_sigbus, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
     terminate_between_jobs, works_beneath, writers_of,
 };
-pub use system::{boot_id, clocks_ns, dirty_bytes, raise_fd_limit, swap_files_under};
+pub use system::{boot_id, clocks_ns, dirty_bytes, fd_headroom, raise_fd_limit, swap_files_under};
 pub use xattr::Xattr;
 pub use xfs::{xfs_bulkstat_ranges, xfs_chunk_ranges};

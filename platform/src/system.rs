@@ -97,9 +97,30 @@ pub fn raise_fd_limit() {
     }
 }
 
+/// How many more descriptors this process may open: its soft limit less
+/// those open now (`/proc/self/fd`). `None` when either is unknown.
+pub fn fd_headroom() -> Option<u64> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current?;
+    // The listing's own descriptor is one of those counted.
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(limit.saturating_sub(open))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fd_headroom_shrinks_by_what_is_opened() {
+        let before = fd_headroom().expect("headroom");
+        let held: Vec<std::fs::File> = (0..5)
+            .map(|_| std::fs::File::open("/proc/self/status").expect("open"))
+            .collect();
+        let after = fd_headroom().expect("headroom");
+        drop(held);
+        // Other test threads may open and close files meanwhile.
+        assert!(after + 5 <= before + 2, "{before} then {after}");
+    }
 
     #[test]
     fn dirty_bytes_add_dirty_and_writeback() {

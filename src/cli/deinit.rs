@@ -48,53 +48,72 @@ const AGENT_FILES: &[&str] = &[
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let start = ctx.start_dir();
     let root = Workspace::discover(&start).ok_or(Error::NotAWorkspace { path: start })?;
-    // The daemon holds the history open and serves the tree from it.
-    if crate::mount::MountLink::connect(&root)?.is_some() {
+    let shown = root.to_string_lossy().into_owned();
+    // A daemon holds the history open and serves the tree from it: over
+    // the workspace itself, or as a view elsewhere (its claim names it).
+    let mounted = match crate::mount::MountLink::connect(&root)? {
+        Some(_) => Some(root.clone()),
+        None => rewind_fuse::holder(&root).map(|h| h.mountpoint),
+    };
+    if let Some(mp) = mounted {
         return Err(Error::InvalidPath {
             reason: format!(
-                "is served by `rewind mount`, whose daemon holds its history open: `rewind unmount {}` first, then `rewind deinit --yes`",
-                crate::names::shell_word(&root.to_string_lossy())
+                "is served by `rewind mount` at {}, whose daemon holds its history open: `rewind unmount {}` first, then `rewind deinit --yes`",
+                crate::names::human_os_path(&mp),
+                crate::names::shell_word(&mp.to_string_lossy())
             ),
             path: root,
         });
     }
     let mut warnings = Vec::new();
-    // Opened to finish an interrupted rewind (the tree left is then a
-    // whole checkpoint's) and to count. A ledger that cannot be read is
-    // no reason to keep it: it goes as it is.
-    let (lock, checkpoints, id) = match Workspace::open(&root, false) {
-        Ok(ws) => {
-            let checkpoints = ws.ledger().checkpoints()?.len();
-            let id = ws.ledger().workspace_id().ok();
-            let lock = if args.yes {
-                Some(ws.into_lock()?)
-            } else {
-                None
-            };
-            (lock, Some(checkpoints), id)
-        }
+    // Opened to count, and to see that no rewind was interrupted: one
+    // is never finished here (that would change the tree, and what was
+    // written since the crash would be kept only in a checkpoint this
+    // then deletes, helper-72). A ledger that cannot be read is no reason
+    // to keep it: it goes as it is.
+    let opened = match Workspace::open(&root, false) {
+        Ok(ws) => Some(ws),
         Err(
             e @ (Error::LedgerCorrupt { .. }
             | Error::LedgerMissing { .. }
             | Error::LedgerUnfinished { .. }),
         ) => {
             warnings.push(format!(
-                "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
+                "the ledger could not be read ({e}): it is deleted as it is"
             ));
-            (None, None, None)
+            None
         }
         Err(e) => return Err(e),
     };
+    let (checkpoints, id) = match &opened {
+        Some(ws) => (
+            Some(ws.ledger().checkpoints()?.len() + ws.ledger().pending()?.len()),
+            ws.ledger().workspace_id().ok(),
+        ),
+        None => (None, None),
+    };
     let root_dir = rewind_platform::Dir::open(&root).map_err(Error::os)?;
     let snapshots = crate::deinit::snapshots(&root_dir)?.len();
-    let shown = root.to_string_lossy().into_owned();
     let what = match checkpoints {
+        Some(1) => "1 checkpoint".to_string(),
         Some(n) => format!("{n} checkpoints"),
         None => "its checkpoints".into(),
     };
     let what = match snapshots {
         0 => what,
-        n => format!("{what} and their {n} btrfs snapshots"),
+        1 => format!("{what} and 1 btrfs snapshot"),
+        n => format!("{what} and {n} btrfs snapshots"),
+    };
+    let lock = match opened {
+        Some(ws) => match ws.into_lock()? {
+            Ok(lock) => Some(lock),
+            Err(op) => {
+                return Err(Error::Usage(format!(
+                    "a {op} in {shown} was interrupted and the tree is half-way there; deleting the history now would keep the tree that way and lose the only record of what to finish: run `rewind status` (it finishes the {op}, first saving anything written since in a checkpoint) or `rewind undo` once it is finished, then `rewind deinit --yes`; nothing was deleted"
+                )));
+            }
+        },
+        None => None,
     };
     if !args.yes && !args.dry_run {
         return Err(Error::Usage(format!(

@@ -17,6 +17,10 @@ pub(crate) struct Out {
     /// why the restored files show as added (helper-70).
     #[serde(skip)]
     pub head_label: Option<String>,
+    /// Paths asked for that are neither in the tree nor in HEAD: a typo
+    /// reads as "no changes" otherwise (as `diff` says, helper-52).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub changes: Vec<ChangeJson>,
     pub skipped: Vec<crate::capture::Skipped>,
 }
@@ -27,12 +31,15 @@ pub struct Args {
     /// otherwise one line with the number of entries below it
     #[arg(long, short)]
     pub all: bool,
-    /// Only these paths (relative to the current directory)
+    /// Only these paths (relative to the current directory, or to -C DIR)
     pub paths: Vec<PathBuf>,
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let out = compute(ctx, &args.paths)?;
+    for w in &out.warnings {
+        eprintln!("rewind: warning: {w}");
+    }
     ctx.emit(&out, || {
         let mut s = format!(
             "HEAD {}{}\n",
@@ -100,8 +107,14 @@ pub(crate) fn render_changes(changes: &[ChangeJson], all: bool) -> String {
         };
         let name = super::human_name(&c.path, c.path_hex.as_deref());
         if whole {
+            // Quoted as a whole, as `--all` quotes the paths below it.
+            let dir = super::human_name(
+                &format!("{}/", c.path),
+                c.path_hex.as_ref().map(|h| format!("{h}2f")).as_deref(),
+            )
+            .into_owned();
             s.push_str(&format!(
-                "{} {name}/ ({below} entries; --all lists them)\n",
+                "{} {dir} ({below} entries; --all lists them)\n",
                 status_letter(c.status)
             ));
             i += 1 + below;
@@ -161,6 +174,21 @@ fn compute_in(ws: &mut Workspace, filters: &[Vec<u8>]) -> Result<Out> {
         .unwrap_or_else(crate::tree::Node::empty_hash);
     let mut changes = diff::diff(&trees, &from, &cap.root, DiffOptions::default())?;
     diff::retain_under(&mut changes, filters);
+    let mut warnings = Vec::new();
+    for f in filters.iter().filter(|f| !f.is_empty()) {
+        let (parent, name) = crate::capture::split_parent(f);
+        let on_disk = ws
+            .root_dir()
+            .open_beneath(Path::new(OsStr::from_bytes(parent)))
+            .and_then(|d| d.stat_at(OsStr::from_bytes(name)))
+            .is_ok();
+        if !on_disk && trees.entry_at(&from, f)?.is_none() {
+            warnings.push(format!(
+                "{} is neither in the tree nor in HEAD",
+                crate::names::human_path(&crate::capture::display_path(f))
+            ));
+        }
+    }
     // What the next checkpoint records, as `diff` and `checkpoint` count
     // it: a path the capture skipped (unreadable, a FIFO, a mount point) is
     // absent from it, so "deleted", marked as still there (D121).
@@ -179,6 +207,7 @@ fn compute_in(ws: &mut Workspace, filters: &[Vec<u8>]) -> Result<Out> {
         }
     }
     Ok(Out {
+        warnings,
         head_label: head.as_ref().and_then(|h| h.label.clone()),
         head: head.map(|h| h.id),
         changes,
