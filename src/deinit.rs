@@ -43,36 +43,76 @@ pub fn snapshots(root: &Dir) -> Result<Vec<(Dir, OsString)>> {
     Ok(out)
 }
 
-/// Delete `root/.rewind` whole, in an order that leaves no history that
-/// looks whole but is not (helper-72: one stopped half-way by an
-/// immutable file passed `status`, `doctor` and `verify`, and its
-/// rewinds failed on missing objects):
-/// 1. what would refuse is checked first: a non-root user's snapshots
-///    where btrfs does not let them delete subvolumes stop it before
-///    anything goes;
-/// 2. the ledger: from here on the history is gone, and whatever is left
-///    says so (`LEDGER_MISSING`, naming this command to finish);
-/// 3. the snapshots, then everything but the lock, then the state
-///    subvolume, then `.rewind/` with the lock last: a command that was
-///    waiting on it finds no ledger, never a half-deleted one to write
-///    into. A directory a late writer filled meanwhile is emptied again.
-pub fn remove(root: &Dir) -> Result<Removed> {
-    let mut removed = Removed::default();
-    let Some(meta) = existing(root, OsStr::new(STATE_DIR))? else {
-        return Ok(removed);
-    };
-    let state = existing(&meta, OsStr::new(STATE_SUBVOLUME))?;
-    let snapshots = snapshots(root)?;
-    if !snapshots.is_empty() && !rewind_platform::can_delete_snapshots(root.path()) {
+/// What `.rewind/` holds while a deletion is under way, with the cause
+/// that stopped it once one did: every command then says the history is
+/// being deleted and how to finish, where "the ledger is missing: restore
+/// it from a backup" sent the user looking for one (helper-73).
+pub const MARKER: &str = "deinit";
+
+/// Why the history at `root` is half-deleted: `Some(cause)` (none known
+/// yet) when a deletion began there and did not finish.
+pub fn stopped_half_way(root: &std::path::Path) -> Option<Option<String>> {
+    let marker = root.join(STATE_DIR).join(MARKER);
+    std::fs::symlink_metadata(&marker).ok()?;
+    let cause = std::fs::read_to_string(&marker).unwrap_or_default();
+    Some(Some(cause.trim().to_string()).filter(|c| !c.is_empty()))
+}
+
+/// Why deleting the history at `root` would be refused before anything
+/// goes: a non-root user's btrfs snapshots where btrfs does not let them
+/// delete subvolumes. Half a history, whose checkpoints name snapshots
+/// that are gone, is worse than either.
+pub fn check(root: &Dir) -> Result<()> {
+    if !snapshots(root)?.is_empty() && !rewind_platform::can_delete_snapshots(root.path()) {
         return Err(Error::Btrfs {
             path: root.path().join(STATE_DIR),
             reason: "its btrfs snapshots can be deleted only by root, or by their owner where the filesystem is mounted with `user_subvol_rm_allowed`; nothing was deleted: run `sudo rewind deinit --yes`".into(),
         });
     }
-    let holders: Vec<&Dir> = std::iter::once(&meta).chain(state.as_ref()).collect();
+    Ok(())
+}
+
+/// Delete `root/.rewind` whole, in an order that leaves no history that
+/// looks whole but is not (helper-72: one stopped half-way by an
+/// immutable file passed `status`, `doctor` and `verify`, and its
+/// rewinds failed on missing objects):
+/// 1. what would refuse is checked first ([`check`]);
+/// 2. [`MARKER`] is made, then the ledger goes: from here on the history
+///    is gone, and whatever is left says so and how to finish;
+/// 3. the snapshots, then everything but the lock and the marker, then
+///    the state subvolume, then `.rewind/` with them. No other mount or
+///    subvolume is ever crossed, one mounted right in `.rewind/`
+///    included. A directory a late writer filled meanwhile is emptied
+///    again. A command that was waiting on the lock finds it deleted
+///    and does nothing ([`LockFile::is_deleted`]).
+pub fn remove(root: &Dir) -> Result<Removed> {
+    let Some(meta) = existing(root, OsStr::new(STATE_DIR))? else {
+        return Ok(Removed::default());
+    };
+    check(root)?;
+    meta.open_or_create(OsStr::new(MARKER), 0o600, false)
+        .map_err(Error::os)?;
+    meta.fsync().map_err(Error::os)?;
+    let removed = remove_marked(root, &meta);
+    if let Err(e) = &removed {
+        // Said by every command from now on.
+        let _ = std::fs::write(meta.path().join(MARKER), e.to_string());
+        return Err(Error::HistoryBeingDeleted {
+            path: root.path().to_path_buf(),
+            cause: Some(e.to_string()),
+        });
+    }
+    removed
+}
+
+fn remove_marked(root: &Dir, meta: &Dir) -> Result<Removed> {
+    let mut removed = Removed::default();
+    let state = existing(meta, OsStr::new(STATE_SUBVOLUME))?;
+    let snapshots = snapshots(root)?;
+    let holders: Vec<&Dir> = std::iter::once(meta).chain(state.as_ref()).collect();
     for dir in &holders {
         for name in LEDGER_FILES {
-            unlink_if_there(dir, OsStr::new(name))?;
+            dir.remove_all(OsStr::new(name)).map_err(Error::os)?;
         }
     }
     for (dir, name) in snapshots {
@@ -80,12 +120,13 @@ pub fn remove(root: &Dir) -> Result<Removed> {
             removed.snapshots += 1;
         }
     }
+    let keep = [
+        OsStr::new("lock"),
+        OsStr::new(MARKER),
+        OsStr::new(STATE_SUBVOLUME),
+    ];
     for dir in &holders {
-        for child in dir.entries().map_err(Error::os)? {
-            if child != "lock" && child != STATE_SUBVOLUME {
-                dir.remove_all(&child).map_err(Error::os)?;
-            }
-        }
+        dir.remove_all_but(&keep).map_err(Error::os)?;
     }
     if let Some(state) = state {
         // `remove_all` never crosses into a nested subvolume: it goes on
@@ -94,10 +135,8 @@ pub fn remove(root: &Dir) -> Result<Removed> {
         // which an empty subvolume allows.
         let name = OsStr::new(STATE_SUBVOLUME);
         let is_subvolume = rewind_platform::is_subvolume(&state).map_err(Error::os)?;
-        if !is_subvolume || rewind_platform::delete_subvolume(&meta, name).is_err() {
-            for child in state.entries().map_err(Error::os)? {
-                state.remove_all(&child).map_err(Error::os)?;
-            }
+        if !is_subvolume || rewind_platform::delete_subvolume(meta, name).is_err() {
+            state.remove_all_but(&[]).map_err(Error::os)?;
             meta.rmdir(name).map_err(Error::os)?;
         }
     }
@@ -120,13 +159,6 @@ const LEDGER_FILES: [&str; 4] = [
     "ledger.db-shm",
     "ledger.db-journal",
 ];
-
-fn unlink_if_there(dir: &Dir, name: &OsStr) -> Result<()> {
-    match dir.unlink(name) {
-        Err(e) if !e.is_not_found() => Err(Error::os(e)),
-        _ => Ok(()),
-    }
-}
 
 /// The directory `name` in `dir`, if there is one. A symlink is none: it
 /// is unlinked, and what it points to is left alone.

@@ -120,6 +120,22 @@ pub enum Error {
     HistoryElsewhere { path: PathBuf },
 
     #[error(
+        "the history of {} is being deleted: `rewind deinit` stopped half-way{}, after its ledger; nothing can be rewound there any more: run `rewind deinit --yes` to remove the rest (once what stopped it is fixed), and a checkpoint then starts a new history",
+        crate::names::human_os_path(path),
+        cause.as_deref().map(|c| format!(" ({c})")).unwrap_or_default()
+    )]
+    HistoryBeingDeleted {
+        path: PathBuf,
+        cause: Option<String>,
+    },
+
+    #[error(
+        "the history of {} was deleted (`rewind deinit`) while this command waited for it: nothing was done; run the command again (a checkpoint starts a new history)",
+        crate::names::human_os_path(path)
+    )]
+    HistoryDeleted { path: PathBuf },
+
+    #[error(
         "the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more",
         crate::names::human_os_path(path)
     )]
@@ -368,7 +384,10 @@ impl Error {
             Error::RootOnly { .. } => "ROOT_ONLY",
             Error::Immutable { .. } => "IMMUTABLE",
             Error::ReadOnly { .. } => "READ_ONLY",
-            Error::LedgerMissing { .. } | Error::HistoryElsewhere { .. } => "LEDGER_MISSING",
+            Error::LedgerMissing { .. }
+            | Error::HistoryElsewhere { .. }
+            | Error::HistoryBeingDeleted { .. }
+            | Error::HistoryDeleted { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
             Error::HistoryChanged { .. } => "HISTORY_CHANGED",
             Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",

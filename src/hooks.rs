@@ -332,10 +332,11 @@ impl ToolCall {
     /// Whether this shell line runs `rewind deinit` (but for its help or
     /// `--dry-run`): deleting every checkpoint is the user's decision,
     /// as deleting `.rewind/` is (D300, D323). Also any shell line that
-    /// holds the words `deinit` and `--yes` anywhere: `$(which rewind)
-    /// deinit --yes`, `R=rewind; $R …`, `xargs`, `python -c` put the verb
-    /// where no parse of the line finds it (helper-72), and no other
-    /// tool an agent runs takes those two.
+    /// holds the words `rewind`, `deinit` and `--yes` anywhere:
+    /// `$(which rewind) deinit --yes`, `R=rewind; $R …`, `xargs`,
+    /// `python -c` put the verb where no parse of the line finds it
+    /// (helper-72). Without `rewind`, `deinit` and `--yes` are a commit
+    /// message's or another tool's (helper-73).
     pub fn runs_deinit(&self) -> bool {
         let parsed = self.rewind_runs().iter().any(|(verb, after)| {
             verb.first().is_some_and(|v| v == "deinit")
@@ -349,8 +350,9 @@ impl ToolCall {
             .collect();
         parsed
             || (is_shell_tool(&self.tool_name)
-                && words.contains(&"deinit")
-                && words.contains(&"--yes"))
+                && ["rewind", "deinit", "--yes"]
+                    .iter()
+                    .all(|w| words.contains(w)))
     }
 
     /// Each `rewind` command of this shell line: its verb (up to two
@@ -3148,6 +3150,8 @@ mod tests {
             "rewind deinit --help",
             "rewind status",
             "git submodule deinit --force vendor/lib",
+            "git commit -m 'deinit: ask before --yes'",
+            "./deinit.sh --yes",
             "rewind restore HEAD -- deinit",
         ] {
             assert!(!shell(line).runs_deinit(), "{line}");

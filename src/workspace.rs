@@ -593,6 +593,12 @@ impl Workspace {
             }
         };
         check_confined(&root_path)?;
+        if let Some(cause) = crate::deinit::stopped_half_way(&root_path) {
+            return Err(Error::HistoryBeingDeleted {
+                path: root_path,
+                cause,
+            });
+        }
         let mount = match MountLink::connect(&root_path)? {
             Some(m) => Some(m),
             None => Self::view_of(&root_path)?,
@@ -952,28 +958,42 @@ impl Workspace {
         Ok(())
     }
 
-    /// The workspace lock alone, with the ledger and every other
-    /// descriptor closed: what deleting the whole history holds while it
-    /// deletes (`rewind deinit`). Nothing is recovered: deleting a
-    /// history never changes the tree. `Err(op)` names a rewind-like
-    /// operation interrupted half-way, which only this history can finish
-    /// or take back.
-    pub(crate) fn into_lock(mut self) -> Result<std::result::Result<LockFile, String>> {
+    /// Take the workspace lock, waiting for its holder. A lock whose file
+    /// was unlinked meanwhile is a history `rewind deinit` deleted while
+    /// this command waited: what it opened before is gone with it, and
+    /// going on wrote checkpoints no history holds and rewound over work
+    /// with a safety checkpoint `undo` could not reach (helper-73).
+    fn take_lock(&mut self) -> Result<()> {
+        if self.lock.is_some() {
+            return Ok(());
+        }
         let path = self.meta_path.join("lock");
-        let lock = match self.lock.take() {
-            Some(l) => l,
-            None => {
-                match LockFile::acquire_in(&self.meta, "lock", LOCK_TIMEOUT).map_err(Error::os)? {
-                    Ok(l) => l,
-                    Err(pid) => return Err(Error::Locked { path, pid }),
-                }
+        match LockFile::acquire_in(&self.meta, "lock", LOCK_TIMEOUT).map_err(Error::os)? {
+            Ok(l) if l.is_deleted() => Err(Error::HistoryDeleted {
+                path: self.root_path.clone(),
+            }),
+            Ok(l) => {
+                self.lock = Some(l);
+                Ok(())
             }
-        };
-        // Looked at under the lock: none can begin meanwhile.
-        Ok(match self.ledger.intent()? {
-            Some(i) => Err(i.op),
-            None => Ok(lock),
-        })
+            Err(pid) => Err(Error::Locked { path, pid }),
+        }
+    }
+
+    /// The workspace lock, without the recovery every writer runs after
+    /// taking it: what deleting the whole history holds (`rewind
+    /// deinit`), which never changes the tree. Gives the rewind-like
+    /// operation interrupted half-way, if there is one: only this history
+    /// can finish it or take it back.
+    pub(crate) fn lock_as_is(&mut self) -> Result<Option<String>> {
+        self.take_lock()?;
+        Ok(self.ledger.intent()?.map(|i| i.op))
+    }
+
+    /// The lock [`Workspace::lock_as_is`] took, with the ledger and every
+    /// other descriptor closed.
+    pub(crate) fn into_lock(mut self) -> Option<LockFile> {
+        self.lock.take()
     }
 
     /// [`Workspace::lock`] without building pending manifests: what a
@@ -983,11 +1003,7 @@ impl Workspace {
             return Ok(());
         }
         self.ledger.check_writable()?;
-        let path = self.meta_path.join("lock");
-        match LockFile::acquire_in(&self.meta, "lock", LOCK_TIMEOUT).map_err(Error::os)? {
-            Ok(l) => self.lock = Some(l),
-            Err(pid) => return Err(Error::Locked { path, pid }),
-        }
+        self.take_lock()?;
         self.ensure_reserve();
         self.store.clean_tmp()?;
         crate::rewind::recover(self)?;

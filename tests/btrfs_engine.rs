@@ -1347,6 +1347,10 @@ fn a_non_root_owners_deinit_deletes_all_or_nothing() {
         let (code, _, err) = as_nobody(&["--json", "checkpoint", label]);
         assert_eq!(code, Some(0), "{err}");
     }
+    // The dry run says so too, before anything (helper-73).
+    let (code, _, err) = as_nobody(&["deinit", "--dry-run"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("user_subvol_rm_allowed"), "{err}");
     let (code, _, err) = as_nobody(&["deinit", "--yes"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(

@@ -239,6 +239,53 @@ fn a_bind_mount_from_the_same_filesystem_is_not_crossed() {
     );
 }
 
+/// D323 (helper-73): a directory bind-mounted right inside `.rewind/`
+/// was emptied by `deinit`, which removed `.rewind/`'s entries one by
+/// one: the mount check looked only below each. It is refused, naming
+/// it, and nothing outside is touched; once unmounted, `deinit` finishes.
+#[test]
+fn deinit_never_deletes_through_a_mount_inside_the_history() {
+    if !common::is_root() {
+        common::skip_or_fail("bind mounts need root");
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path().join("ws");
+    let outside = outside_fixture(dir.path());
+    write(&root.join("top.txt"), b"top");
+    checkpoint_id(&root, &[]);
+    let outside_before = snapshot(&outside);
+    let point = root.join(".rewind/mnt");
+    std::fs::create_dir(&point).expect("mkdir");
+    let st = Command::new("mount")
+        .arg("--bind")
+        .arg(&outside)
+        .arg(&point)
+        .status()
+        .expect("mount");
+    assert!(st.success());
+    let out = common::rewind(&root, &["deinit", "--yes"]);
+    let unmounted = Command::new("umount").arg(&point).status();
+    assert!(unmounted.is_ok_and(|s| s.success()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not crossed"), "{err}");
+    assert_same(
+        "outside, mounted in .rewind/",
+        &outside_before,
+        &snapshot(&outside),
+    );
+    let out = common::rewind(&root, &["deinit", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!root.join(".rewind").exists());
+    assert_same(
+        "outside, after deinit",
+        &outside_before,
+        &snapshot(&outside),
+    );
+    assert_eq!(std::fs::read(root.join("top.txt")).expect("top"), b"top");
+}
+
 /// `.rewind/` holds a copy of every file, a 0600 `.env` included, in
 /// objects of mode 0444 and a WAL of 0644: it is made 0700, and one made
 /// 0755 by an older build is tightened by the next command (D140).

@@ -869,11 +869,62 @@ fn a_deinit_stopped_half_way_leaves_no_history_that_looks_whole() {
         !status.status.success(),
         "a half-deleted history answered status"
     );
-    assert!(err.contains("rewind deinit --yes"), "{err}");
+    // Said as what it is, with what stopped it (helper-73).
+    assert!(
+        err.contains("is being deleted") && err.contains("rewind deinit --yes"),
+        "{err}"
+    );
+    assert!(err.contains("Operation not permitted"), "{err}");
     let out = common::rewind(root, &["deinit", "--yes"]);
     assert!(out.status.success(), "{out:?}");
     assert!(!root.join(".rewind").exists());
     assert_eq!(std::fs::read(root.join("small")).expect("read"), b"s");
+}
+
+/// D323 (helper-73): a command waiting on the lock while the history
+/// was deleted took the lock of the deleted history and went on: a
+/// checkpoint answered with an id no history held, a rewind overwrote
+/// work with a safety checkpoint `undo` could not reach. It now finds
+/// the lock's file gone and does nothing.
+#[test]
+fn a_command_that_waited_while_the_history_was_deleted_does_nothing() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("work"), b"v1");
+    let a = checkpoint_id(root, &["a"]);
+    write(&root.join("work"), b"unsaved work");
+    // Another process holds the lock; the deletion happens under it.
+    let mut holder = std::process::Command::new("flock")
+        .arg(root.join(".rewind/lock"))
+        .args(["sleep", "1.5"])
+        .spawn()
+        .expect("flock");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let waiter = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(root)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("rewind")
+    };
+    let rewinding = waiter(&["rewind", &a]);
+    let checkpointing = waiter(&["checkpoint", "late"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::remove_dir_all(root.join(".rewind")).expect("rm");
+    let _ = holder.wait();
+    for child in [rewinding, checkpointing] {
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("was deleted"), "{err}");
+    }
+    assert_eq!(
+        std::fs::read(root.join("work")).expect("read"),
+        b"unsaved work"
+    );
+    assert!(!root.join(".rewind").exists());
 }
 
 /// Every regular file below `dir`.

@@ -530,6 +530,34 @@ impl Dir {
         }
     }
 
+    /// Remove every entry of this directory but those named in `keep`,
+    /// as [`Dir::remove_all`] does, never crossing into another mount
+    /// or a nested btrfs subvolume: one mounted right here is an error
+    /// naming it, with nothing below it touched (helper-73: a bind mount
+    /// in `.rewind/` was emptied, each entry being removed on its own).
+    pub fn remove_all_but(&self, keep: &[&OsStr]) -> Result<()> {
+        let top = self.within()?;
+        for child in self.entries()? {
+            if keep.contains(&child.as_os_str()) {
+                continue;
+            }
+            let (meta, mount) = match self.stat_mount_at(&child) {
+                Ok(m) => m,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            if meta.kind == EntryKind::Dir && !top.holds(&meta, mount) {
+                return Err(Error::new(
+                    "remove a tree holding a mount point or nested subvolume (not crossed)",
+                    self.child(&child),
+                    Errno::BUSY,
+                ));
+            }
+            self.remove_all(&child)?;
+        }
+        Ok(())
+    }
+
     /// Open the directory `name` to empty it, making it readable and
     /// writable by its owner first where it is not (mode 0 directories).
     fn open_to_empty(&self, name: &OsStr) -> Result<Dir> {

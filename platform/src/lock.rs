@@ -64,4 +64,11 @@ impl LockFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether the lock's file was unlinked: its directory was deleted
+    /// (`rewind deinit`) while this process waited for the lock, and what
+    /// it opened before is gone with it.
+    pub fn is_deleted(&self) -> bool {
+        rustix::fs::fstat(&self._file).is_ok_and(|st| st.st_nlink == 0)
+    }
 }

@@ -76,23 +76,34 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         Err(
             e @ (Error::LedgerCorrupt { .. }
             | Error::LedgerMissing { .. }
-            | Error::LedgerUnfinished { .. }),
+            | Error::LedgerUnfinished { .. }
+            | Error::HistoryBeingDeleted { .. }),
         ) => {
-            warnings.push(format!(
-                "the ledger could not be read ({e}): it is deleted as it is"
-            ));
+            if !matches!(e, Error::HistoryBeingDeleted { .. }) {
+                warnings.push(format!(
+                    "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
+                ));
+            }
             None
         }
         Err(e) => return Err(e),
     };
-    let (checkpoints, id) = match &opened {
-        Some(ws) => (
-            Some(ws.ledger().checkpoints()?.len() + ws.ledger().pending()?.len()),
-            ws.ledger().workspace_id().ok(),
-        ),
-        None => (None, None),
-    };
     let root_dir = rewind_platform::Dir::open(&root).map_err(Error::os)?;
+    crate::deinit::check(&root_dir)?;
+    // Counted under the lock: what is deleted is what is said.
+    let (checkpoints, id, lock) = match opened {
+        Some(mut ws) => {
+            if let Some(op) = ws.lock_as_is()? {
+                return Err(Error::Usage(format!(
+                    "`rewind {op}` in {shown} was interrupted and the tree is half-way there; deleting the history now would keep the tree that way and lose the only record of what to finish: run `rewind status` (it finishes the {op}, first saving anything written since in a checkpoint), then `rewind deinit --yes`; nothing was deleted"
+                )));
+            }
+            let checkpoints = ws.ledger().checkpoints()?.len() + ws.ledger().pending()?.len();
+            let id = ws.ledger().workspace_id().ok();
+            (Some(checkpoints), id, ws.into_lock())
+        }
+        None => (None, None, None),
+    };
     let snapshots = crate::deinit::snapshots(&root_dir)?.len();
     let what = match checkpoints {
         Some(1) => "1 checkpoint".to_string(),
@@ -103,17 +114,6 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         0 => what,
         1 => format!("{what} and 1 btrfs snapshot"),
         n => format!("{what} and {n} btrfs snapshots"),
-    };
-    let lock = match opened {
-        Some(ws) => match ws.into_lock()? {
-            Ok(lock) => Some(lock),
-            Err(op) => {
-                return Err(Error::Usage(format!(
-                    "a {op} in {shown} was interrupted and the tree is half-way there; deleting the history now would keep the tree that way and lose the only record of what to finish: run `rewind status` (it finishes the {op}, first saving anything written since in a checkpoint) or `rewind undo` once it is finished, then `rewind deinit --yes`; nothing was deleted"
-                )));
-            }
-        },
-        None => None,
     };
     if !args.yes && !args.dry_run {
         return Err(Error::Usage(format!(
