@@ -49,12 +49,15 @@ pub fn snapshots(root: &Dir) -> Result<Vec<(Dir, OsString)>> {
 /// it from a backup" sent the user looking for one (helper-73).
 pub const MARKER: &str = "deinit";
 
-/// Why the history at `root` is half-deleted: `Some(cause)` (none known
-/// yet) when a deletion began there and did not finish.
-pub fn stopped_half_way(root: &std::path::Path) -> Option<Option<String>> {
-    let marker = root.join(STATE_DIR).join(MARKER);
-    std::fs::symlink_metadata(&marker).ok()?;
-    let cause = std::fs::read_to_string(&marker).unwrap_or_default();
+/// Why the history whose `.rewind/` is `state` is half-deleted:
+/// `Some(cause)` (none known yet) when a deletion began there and did not
+/// finish.
+pub fn stopped_half_way(state: &Dir) -> Option<Option<String>> {
+    state.stat_at(OsStr::new(MARKER)).ok()?;
+    let mut cause = String::new();
+    if let Ok((mut f, _)) = state.open_read(OsStr::new(MARKER)) {
+        let _ = std::io::Read::read_to_string(&mut f, &mut cause);
+    }
     Some(Some(cause.trim().to_string()).filter(|c| !c.is_empty()))
 }
 

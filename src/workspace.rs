@@ -593,12 +593,6 @@ impl Workspace {
             }
         };
         check_confined(&root_path)?;
-        if let Some(cause) = crate::deinit::stopped_half_way(&root_path) {
-            return Err(Error::HistoryBeingDeleted {
-                path: root_path,
-                cause,
-            });
-        }
         let mount = match MountLink::connect(&root_path)? {
             Some(m) => Some(m),
             None => Self::view_of(&root_path)?,
@@ -676,6 +670,14 @@ impl Workspace {
             (None, None) => root_path.clone(),
         };
         crate::names::show_as(&io_path, &root_path);
+        // Looked at in the backing tree's `.rewind/`: through a mount
+        // whose daemon is stopped, a path lookup would hang.
+        if let Some(cause) = crate::deinit::stopped_half_way(&state) {
+            return Err(Error::HistoryBeingDeleted {
+                path: root_path,
+                cause,
+            });
+        }
         let fs = FsInfo::of(&state).map_err(Error::os)?;
         if !fs.read_only {
             keep_private(&state);
