@@ -20,9 +20,11 @@ pub struct Removed {
     pub snapshots: usize,
 }
 
-/// The snapshots in `root/.rewind` (in `state/snapshots/`, or beside
-/// the ledger in a history from before the state subvolume, D126).
-pub fn snapshots(root: &Dir) -> Result<Vec<(Dir, OsString)>> {
+/// The snapshots in `root/.rewind`: each snapshot directory (in
+/// `state/snapshots/`, or beside the ledger in a history from before the
+/// state subvolume, D126) with the names in it. One descriptor per
+/// directory, not per snapshot: a long history has hundreds.
+pub fn snapshots(root: &Dir) -> Result<Vec<(Dir, Vec<OsString>)>> {
     let Some(meta) = existing(root, OsStr::new(STATE_DIR))? else {
         return Ok(Vec::new());
     };
@@ -33,14 +35,22 @@ pub fn snapshots(root: &Dir) -> Result<Vec<(Dir, OsString)>> {
         let Some(dir) = existing(&holder, OsStr::new(SNAPSHOT_DIR))? else {
             continue;
         };
-        for name in dir.entries().map_err(Error::os)? {
-            let is_dir = dir.stat_at(&name).is_ok_and(|m| m.kind == EntryKind::Dir);
-            if is_dir {
-                out.push((dir.try_clone().map_err(Error::os)?, name));
-            }
+        let names: Vec<OsString> = dir
+            .entries()
+            .map_err(Error::os)?
+            .into_iter()
+            .filter(|n| dir.stat_at(n).is_ok_and(|m| m.kind == EntryKind::Dir))
+            .collect();
+        if !names.is_empty() {
+            out.push((dir, names));
         }
     }
     Ok(out)
+}
+
+/// How many snapshots [`snapshots`] found.
+pub fn count(snapshots: &[(Dir, Vec<OsString>)]) -> usize {
+    snapshots.iter().map(|(_, names)| names.len()).sum()
 }
 
 /// What `.rewind/` holds while a deletion is under way, with the cause
@@ -118,9 +128,11 @@ fn remove_marked(root: &Dir, meta: &Dir) -> Result<Removed> {
             dir.remove_all(OsStr::new(name)).map_err(Error::os)?;
         }
     }
-    for (dir, name) in snapshots {
-        if crate::snapshot::delete_in(&dir, &name, root.path(), "rewind deinit --yes")? {
-            removed.snapshots += 1;
+    for (dir, names) in snapshots {
+        for name in names {
+            if crate::snapshot::delete_in(&dir, &name, root.path(), "rewind deinit --yes")? {
+                removed.snapshots += 1;
+            }
         }
     }
     let keep = [

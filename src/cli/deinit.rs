@@ -104,7 +104,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         None => (None, None, None),
     };
-    let snapshots = crate::deinit::snapshots(&root_dir)?.len();
+    let snapshots = crate::deinit::count(&crate::deinit::snapshots(&root_dir)?);
     let what = match checkpoints {
         Some(1) => "1 checkpoint".to_string(),
         Some(n) => format!("{n} checkpoints"),
