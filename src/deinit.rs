@@ -75,8 +75,8 @@ pub fn stopped_half_way(state: &Dir) -> Option<Option<String>> {
 /// goes: a non-root user's btrfs snapshots where btrfs does not let them
 /// delete subvolumes. Half a history, whose checkpoints name snapshots
 /// that are gone, is worse than either.
-pub fn check(root: &Dir) -> Result<()> {
-    if !snapshots(root)?.is_empty() && !rewind_platform::can_delete_snapshots(root.path()) {
+pub fn check(root: &Dir, snapshots: &[(Dir, Vec<OsString>)]) -> Result<()> {
+    if !snapshots.is_empty() && !rewind_platform::can_delete_snapshots(root.path()) {
         return Err(Error::Btrfs {
             path: root.path().join(STATE_DIR),
             reason: "its btrfs snapshots can be deleted only by root, or by their owner where the filesystem is mounted with `user_subvol_rm_allowed`; nothing was deleted: run `sudo rewind deinit --yes`".into(),
@@ -97,19 +97,22 @@ pub fn check(root: &Dir) -> Result<()> {
 ///    subvolume is ever crossed, one mounted right in `.rewind/`
 ///    included. A directory a late writer filled meanwhile is emptied
 ///    again. A command that was waiting on the lock finds it deleted
-///    and does nothing ([`LockFile::is_deleted`]).
-pub fn remove(root: &Dir) -> Result<Removed> {
+///    and does nothing ([`rewind_platform::LockFile::is_deleted`]).
+///
+/// `snapshots`: what [`snapshots`] found there, under the lock.
+pub fn remove(root: &Dir, snapshots: Vec<(Dir, Vec<OsString>)>) -> Result<Removed> {
     let Some(meta) = existing(root, OsStr::new(STATE_DIR))? else {
         return Ok(Removed::default());
     };
-    check(root)?;
-    meta.open_or_create(OsStr::new(MARKER), 0o600, false)
+    check(root, &snapshots)?;
+    let mut marker = meta
+        .open_or_create(OsStr::new(MARKER), 0o600, false)
         .map_err(Error::os)?;
     meta.fsync().map_err(Error::os)?;
-    let removed = remove_marked(root, &meta);
+    let removed = remove_marked(root, &meta, snapshots);
     if let Err(e) = &removed {
         // Said by every command from now on.
-        let _ = std::fs::write(meta.path().join(MARKER), e.to_string());
+        let _ = std::io::Write::write_all(&mut marker, e.to_string().as_bytes());
         return Err(Error::HistoryBeingDeleted {
             path: root.path().to_path_buf(),
             cause: Some(e.to_string()),
@@ -118,10 +121,9 @@ pub fn remove(root: &Dir) -> Result<Removed> {
     removed
 }
 
-fn remove_marked(root: &Dir, meta: &Dir) -> Result<Removed> {
+fn remove_marked(root: &Dir, meta: &Dir, snapshots: Vec<(Dir, Vec<OsString>)>) -> Result<Removed> {
     let mut removed = Removed::default();
     let state = existing(meta, OsStr::new(STATE_SUBVOLUME))?;
-    let snapshots = snapshots(root)?;
     let holders: Vec<&Dir> = std::iter::once(meta).chain(state.as_ref()).collect();
     for dir in &holders {
         for name in LEDGER_FILES {

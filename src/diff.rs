@@ -125,11 +125,9 @@ pub fn retain_under(changes: &mut Vec<Change>, filters: &[Vec<u8>]) {
         return;
     }
     changes.retain(|c| {
-        filters.iter().any(|f| {
-            f.is_empty()
-                || c.path == *f
-                || (c.path.starts_with(f) && c.path.get(f.len()) == Some(&b'/'))
-        })
+        filters
+            .iter()
+            .any(|f| f.is_empty() || c.path == *f || crate::capture::is_below(&c.path, f))
     });
 }
 

@@ -344,15 +344,16 @@ impl ToolCall {
                     .iter()
                     .any(|a| matches!(a.as_str(), "--dry-run" | "-h" | "--help"))
         });
-        let text = self.argument();
-        let words: Vec<&str> = text
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-            .collect();
         parsed
-            || (is_shell_tool(&self.tool_name)
-                && ["rewind", "deinit", "--yes"]
+            || (is_shell_tool(&self.tool_name) && {
+                let text = self.argument();
+                let words: Vec<&str> = text
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                    .collect();
+                ["rewind", "deinit", "--yes"]
                     .iter()
-                    .all(|w| words.contains(w)))
+                    .all(|w| words.contains(w))
+            })
     }
 
     /// Each `rewind` command of this shell line: its verb (up to two

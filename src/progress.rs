@@ -33,8 +33,9 @@ struct Shared {
     message: &'static str,
     count: AtomicU64,
     /// How many items there are; 0 while unknown (a walk finds out only
-    /// at its end).
-    total: AtomicU64,
+    /// at its end). Shared with the line's style, which reads it on each
+    /// draw: the style held by `bar` must not hold `Shared` itself.
+    total: Arc<AtomicU64>,
     bar: OnceLock<ProgressBar>,
     observer: Option<Observer>,
     /// Milliseconds since `start` of the last observer call.
@@ -87,7 +88,7 @@ impl Progress {
             enabled,
             message,
             count: AtomicU64::new(0),
-            total: AtomicU64::new(0),
+            total: Arc::new(AtomicU64::new(0)),
             bar: OnceLock::new(),
             observer,
             observed_ms: AtomicU64::new(0),
@@ -168,19 +169,19 @@ impl Progress {
 
 impl Shared {
     /// The line on stderr, made the first time it is needed.
-    fn bar(self: &Arc<Self>) -> &ProgressBar {
+    fn bar(&self) -> &ProgressBar {
         self.bar.get_or_init(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
                 .with_elapsed(self.start.elapsed());
             let since = self.hashed_at_start;
-            let shared = Arc::clone(self);
+            let total = Arc::clone(&self.total);
             let style =
                 ProgressStyle::with_template("{spinner} {msg}: {pos}{of}{read} ({elapsed})")
                     .map(|st| {
                         st.with_key(
                             "of",
                             move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                                match shared.total.load(Ordering::Relaxed) {
+                                match total.load(Ordering::Relaxed) {
                                     0 => {}
                                     n => {
                                         let _ = write!(w, "/{n}");

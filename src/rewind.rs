@@ -879,20 +879,19 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
     // place (same size) was restored as if whole, and the rewind reported
     // success over a wrong tree (D118). Past the budget, presence and
     // length are checked; `verify --deep` re-hashes everything.
-    let mut budget = VERIFY_BUDGET;
-    ws.store()
-        .in_one_read(|| check_each_object(ws, changes, &mut budget))
+    ws.store().in_one_read(|| check_each_object(ws, changes))
 }
 
-fn check_each_object(ws: &Workspace, changes: &[Change], budget: &mut u64) -> Result<()> {
+fn check_each_object(ws: &Workspace, changes: &[Change]) -> Result<()> {
+    let mut budget = VERIFY_BUDGET;
     for c in changes {
         let Some(e) = c.new.as_ref() else { continue };
         let crate::tree::Target::Object(hash) = &e.target else {
             continue;
         };
         let mut damaged = !ws.store().contains(hash, e.size)?;
-        if !damaged && e.size <= *budget {
-            *budget -= e.size;
+        if !damaged && e.size <= budget {
+            budget -= e.size;
             damaged = !ws.store().is_intact(hash, e.size)?;
         }
         if damaged {

@@ -73,23 +73,21 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     // to keep it: it goes as it is.
     let opened = match Workspace::open(&root, false) {
         Ok(ws) => Some(ws),
+        // A deletion stopped half-way: this one finishes it.
+        Err(Error::HistoryBeingDeleted { .. }) => None,
         Err(
             e @ (Error::LedgerCorrupt { .. }
             | Error::LedgerMissing { .. }
-            | Error::LedgerUnfinished { .. }
-            | Error::HistoryBeingDeleted { .. }),
+            | Error::LedgerUnfinished { .. }),
         ) => {
-            if !matches!(e, Error::HistoryBeingDeleted { .. }) {
-                warnings.push(format!(
-                    "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
-                ));
-            }
+            warnings.push(format!(
+                "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
+            ));
             None
         }
         Err(e) => return Err(e),
     };
     let root_dir = rewind_platform::Dir::open(&root).map_err(Error::os)?;
-    crate::deinit::check(&root_dir)?;
     // Counted under the lock: what is deleted is what is said.
     let (checkpoints, id, lock) = match opened {
         Some(mut ws) => {
@@ -104,7 +102,9 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         None => (None, None, None),
     };
-    let snapshots = crate::deinit::count(&crate::deinit::snapshots(&root_dir)?);
+    let found = crate::deinit::snapshots(&root_dir)?;
+    crate::deinit::check(&root_dir, &found)?;
+    let snapshots = crate::deinit::count(&found);
     let what = match checkpoints {
         Some(1) => "1 checkpoint".to_string(),
         Some(n) => format!("{n} checkpoints"),
@@ -121,7 +121,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         )));
     }
     let removed = if args.yes {
-        let removed = crate::deinit::remove(&root_dir)?;
+        let removed = crate::deinit::remove(&root_dir, found)?;
         drop(lock);
         if let Some(p) = id.and_then(|id| crate::kept_anchor::path(&id, &root)) {
             let _ = std::fs::remove_file(p);

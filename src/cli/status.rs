@@ -105,7 +105,6 @@ pub(crate) fn render_changes(changes: &[ChangeJson], all: bool) -> String {
                 format!(" (still there, but not captured: {why})")
             }
         };
-        let name = super::human_name(&c.path, c.path_hex.as_deref());
         if whole {
             // Quoted as a whole, as `--all` quotes the paths below it.
             let dir = super::human_name(
@@ -119,6 +118,7 @@ pub(crate) fn render_changes(changes: &[ChangeJson], all: bool) -> String {
             ));
             i += 1 + below;
         } else {
+            let name = super::human_name(&c.path, c.path_hex.as_deref());
             s.push_str(&format!("{} {name}{note}\n", status_letter(c.status)));
             i += 1;
         }
