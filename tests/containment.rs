@@ -200,21 +200,7 @@ fn a_bind_mount_from_the_same_filesystem_is_not_crossed() {
     write(&root.join("top.txt"), b"top");
     let a = checkpoint_id(&root, &[]);
     let outside_before = snapshot(&outside);
-    std::fs::create_dir(root.join("shared")).expect("mkdir");
-    let st = Command::new("mount")
-        .arg("--bind")
-        .arg(&outside)
-        .arg(root.join("shared"))
-        .status()
-        .expect("mount");
-    assert!(st.success());
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(root.join("shared"));
+    let _guard = bind_mount(&outside, &root.join("shared"));
     let v = rewind_json(&root, &["checkpoint"]);
     assert!(
         v["skipped"]
@@ -239,6 +225,37 @@ fn a_bind_mount_from_the_same_filesystem_is_not_crossed() {
     );
 }
 
+/// `from` bind-mounted on `to` (made here) until the guard drops.
+fn bind_mount(from: &Path, to: &Path) -> Unmount {
+    std::fs::create_dir(to).expect("mkdir");
+    let st = Command::new("mount")
+        .arg("--bind")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("mount");
+    assert!(
+        st.success(),
+        "mount --bind {} {}",
+        from.display(),
+        to.display()
+    );
+    Unmount(to.to_path_buf())
+}
+
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let ok = Command::new("umount").arg(&self.0).status();
+        assert!(
+            std::thread::panicking() || ok.is_ok_and(|s| s.success()),
+            "umount {}",
+            self.0.display()
+        );
+    }
+}
+
 /// D323 (helper-73): a directory bind-mounted right inside `.rewind/`
 /// was emptied by `deinit`, which removed `.rewind/`'s entries one by
 /// one: the mount check looked only below each. It is refused, naming
@@ -255,18 +272,9 @@ fn deinit_never_deletes_through_a_mount_inside_the_history() {
     write(&root.join("top.txt"), b"top");
     checkpoint_id(&root, &[]);
     let outside_before = snapshot(&outside);
-    let point = root.join(".rewind/mnt");
-    std::fs::create_dir(&point).expect("mkdir");
-    let st = Command::new("mount")
-        .arg("--bind")
-        .arg(&outside)
-        .arg(&point)
-        .status()
-        .expect("mount");
-    assert!(st.success());
+    let mounted = bind_mount(&outside, &root.join(".rewind/mnt"));
     let out = common::rewind(&root, &["deinit", "--yes"]);
-    let unmounted = Command::new("umount").arg(&point).status();
-    assert!(unmounted.is_ok_and(|s| s.success()));
+    drop(mounted);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("not crossed"), "{err}");
