@@ -557,9 +557,14 @@ pub fn apply(
     //    change's ancestors against the set is enough (O(depth) each).
     let mut removed_dirs: HashSet<&[u8]> = HashSet::new();
     let mut removals: Vec<&Change> = Vec::new();
+    // Every entry that goes, those below a removed directory included: a
+    // deleted `node_modules` showed `0/1` until its 60,000 entries were
+    // gone (helper-74).
+    let mut going = 0u64;
     for ch in changes {
         let Some(old) = &ch.old else { continue };
         let goes = ch.new.as_ref().is_none_or(|n| n.kind() != old.kind());
+        going += u64::from(goes);
         if !goes || ancestors(&ch.path).any(|a| removed_dirs.contains(a)) {
             continue;
         }
@@ -569,12 +574,12 @@ pub fn apply(
         removals.push(ch);
     }
     removals.sort_by_key(|c| std::cmp::Reverse(c.depth()));
-    // What the progress line counts: each removal, each file written.
+    // What the progress line counts: each entry removed, each file written.
     let files = changes
         .iter()
         .filter(|c| c.new.as_ref().is_some_and(|n| n.kind() == Kind::File))
         .count();
-    progress.set_total((removals.len() + files) as u64);
+    progress.set_total(going + files as u64);
     for ch in removals {
         let (parent, name) = split_parent(&ch.path);
         // Its directory removed meanwhile by another program: so is it.
@@ -593,6 +598,7 @@ pub fn apply(
             trees,
             &ch.path,
             &mut report,
+            progress,
         )?;
         // A type change is one entry written, as its dry run counts it:
         // what it replaced is no deletion of its own; what was below a
@@ -611,7 +617,6 @@ pub fn apply(
             report.touched.dir(parent);
         }
         failpoint::hit("apply:removed");
-        progress.inc(1);
     }
     parents.forget();
 
@@ -691,7 +696,19 @@ pub fn apply(
                 {
                     Some((n, f)) => (n, f, false),
                     None => {
-                        let (n, f, how) = store.materialize(hash, new.size)?;
+                        let (n, f, how) = store.materialize(hash, new.size).map_err(|e| {
+                            // Named for the file it was for, as the objects
+                            // check names one.
+                            match &e {
+                                Error::Os(os) if os.kind() == std::io::ErrorKind::InvalidData => {
+                                    Error::ObjectMissing {
+                                        hash: hash.to_hex(),
+                                        path: dest(&ch.path),
+                                    }
+                                }
+                                _ => e,
+                            }
+                        })?;
                         (n, f, how == CloneOutcome::Copied)
                     }
                 };
@@ -1103,7 +1120,9 @@ fn remove_guided(
     trees: &Trees<'_>,
     path: &[u8],
     report: &mut ApplyReport,
+    progress: &Progress,
 ) -> Result<()> {
+    progress.inc(1);
     let meta = match dir.stat_at(name) {
         Ok(m) => m,
         Err(e) if e.is_not_found() => return Ok(()),
@@ -1155,6 +1174,7 @@ fn remove_guided(
             trees,
             &child_path,
             report,
+            progress,
         )?;
     }
     // Kept because something below it was kept: that entry says why, and

@@ -61,7 +61,7 @@ const BUFFER_BUDGET: usize = 16 << 20;
 
 type Blob = (Hash, Vec<u8>);
 
-/// Collects blobs from many walker threads. Up to [`BUFFER_BUDGET`] bytes
+/// Collects blobs from many walker threads. Up to `BUFFER_BUDGET` bytes
 /// stay in memory and are committed in the same transaction as the
 /// checkpoint that names them (one fsync for an incremental checkpoint);
 /// the rest goes to a writer thread with its own connection, committed

@@ -463,7 +463,7 @@ impl ScopeBuilder {
     }
 
     /// `inodes` is every inode that changed, with nothing left out (see
-    /// [`Scope::inodes`]).
+    /// `Scope::inodes`).
     pub fn all_changed_inodes(&mut self, inodes: HashSet<u64>) {
         self.inodes = Some(inodes);
     }

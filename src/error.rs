@@ -110,7 +110,11 @@ pub enum Error {
     )]
     NotAWorkspace { path: PathBuf },
 
-    #[error("the ledger {} is missing: restore it from a backup, or move {} aside and run `rewind init` to start a new history (`rewind deinit --yes` deletes what is left of it, btrfs snapshots included, which `rm -rf` cannot)", crate::names::human_os_path(path), path.parent().map(|p| crate::names::human_os_path(p).into_owned()).unwrap_or_default())]
+    #[error(
+        "the ledger {} is missing: restore it from a backup, or start a new history from the tree as it is with `{}` (deinit deletes what is left of the old one, btrfs snapshots included, which `rm -rf` cannot)",
+        crate::names::human_os_path(path),
+        start_over(path)
+    )]
     LedgerMissing { path: PathBuf },
 
     #[error(
@@ -480,6 +484,18 @@ fn read_only_fix(path: &Path, subvolume: Option<&Path>, denied: bool) -> String 
             "{} is on a read-only filesystem: remount it read-write (mount -o remount,rw), then retry",
             crate::names::human_os_path(path),
         ),
+    }
+}
+
+/// The commands that replace the history of the ledger at `ledger` with
+/// a new one, pasted from anywhere (`deinit` runs only at the root).
+fn start_over(ledger: &Path) -> String {
+    match crate::kept_anchor::root_of(ledger) {
+        Some(root) => {
+            let root = crate::names::shell_word(&root.to_string_lossy());
+            format!("rewind -C {root} deinit --yes && rewind -C {root} init")
+        }
+        None => "rewind deinit --yes && rewind init".into(),
     }
 }
 

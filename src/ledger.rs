@@ -477,6 +477,9 @@ pub struct Ledger {
     /// ([`Ledger::begin_unlocked_read`]): other connections' commits since
     /// move it.
     read_from: std::cell::Cell<Option<i64>>,
+    /// Left at `synchronous=NORMAL` by a [`Ledger::write_without_sync`]
+    /// that could not set it back: the next write sets it first.
+    unsynced: bool,
 }
 
 /// How long a statement waits for another process's transaction.
@@ -575,14 +578,14 @@ fn count_wal_frames(wal: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusq
 impl Ledger {
     /// For a process that keeps this ledger open between commands (the
     /// command server, `rewind mcp`): the commit that takes the WAL past
-    /// [`FOLD_AT_FRAMES`] no longer folds it (28–38 ms, every ~14th FUSE
+    /// `FOLD_AT_FRAMES` no longer folds it (28–38 ms, every ~14th FUSE
     /// checkpoint); [`Ledger::fold_wal_later`] does, after the reply.
     pub fn defer_wal_folds(&self) {
         self.conn.wal_hook(Some(count_wal_frames));
     }
 
     /// Fold the WAL on a thread of its own if a commit left it past
-    /// [`FOLD_AT_FRAMES`]. The thread's connection folds what is there
+    /// `FOLD_AT_FRAMES`. The thread's connection folds what is there
     /// without waiting for anyone (`PASSIVE`): a command arriving
     /// meanwhile reads and commits as usual, and the next commit after a
     /// complete fold starts the WAL over.
@@ -615,7 +618,7 @@ impl Ledger {
     /// Fold the WAL into the main file and start a new one, for a command
     /// off the agent's path (the detached manifest builder): the next
     /// command then indexes one frame on open instead of up to
-    /// [`WAL_KEPT_ON_CLOSE`] of WAL (D74). The new WAL gets its first
+    /// `WAL_KEPT_ON_CLOSE` of WAL (D74). The new WAL gets its first
     /// commit here (`wal_folded_at`), so its header's fsync is paid here
     /// too and not by the next command's commit. Never waits: if another
     /// connection is reading or writing, nothing happens and `false` is
@@ -834,6 +837,7 @@ impl Ledger {
             path: path.to_owned(),
             nodes: Default::default(),
             access,
+            unsynced: false,
             read_from: Default::default(),
         })
     }
@@ -948,6 +952,7 @@ impl Ledger {
             path: path.to_owned(),
             nodes: Default::default(),
             access: Access::ReadWrite,
+            unsynced: false,
             read_from: Default::default(),
         })
     }
@@ -1458,6 +1463,7 @@ impl Ledger {
     /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit if it succeeds.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         self.check_writable()?;
+        self.synced()?;
         let path = self.path.clone();
         let tx = self
             .conn
@@ -1476,6 +1482,36 @@ impl Ledger {
         }
         self.keep_anchor();
         Ok(out)
+    }
+
+    /// [`Ledger::write`] without waiting for the disk: the commit is in
+    /// the WAL, and the next synced commit (any writer's: the WAL is one
+    /// sequence) makes it durable. Only for a commit whose content the
+    /// caller has already made durable elsewhere and recovers from there
+    /// after a power cut: the btrfs engine's acknowledgement, whose record
+    /// its snapshot carries (D324).
+    pub fn write_without_sync<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let path = self.path.clone();
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL")
+            .map_err(db_err(&path))?;
+        let out = self.write(f);
+        // FULL again whatever happened: every other commit waits for the
+        // disk (DESIGN §4.6); failing that, the next `write` tries again
+        // before it commits anything.
+        self.unsynced = true;
+        self.synced().and(out)
+    }
+
+    /// Back to `synchronous=FULL` after [`Ledger::write_without_sync`].
+    fn synced(&mut self) -> Result<()> {
+        if self.unsynced {
+            self.conn
+                .execute_batch("PRAGMA synchronous=FULL")
+                .map_err(db_err(&self.path))?;
+            self.unsynced = false;
+        }
+        Ok(())
     }
 
     pub fn head(&self) -> Result<Option<Checkpoint>> {
@@ -1948,6 +1984,16 @@ impl Ledger {
             .optional()
             .map(|o| o.is_some())
             .map_err(self.err())
+    }
+
+    /// Whether a checkpoint, pending checkpoint or alias has this id.
+    pub fn knows_id(&self, id: &str) -> Result<bool> {
+        id_taken(&self.conn, id).map_err(self.err())
+    }
+
+    /// The seq the next checkpoint gets.
+    pub fn next_seq(&self) -> Result<i64> {
+        next_seq(&self.conn).map_err(self.err())
     }
 
     /// The checkpoint an id was folded into, if it was.

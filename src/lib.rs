@@ -5,6 +5,7 @@
 //! → [`diff`] and [`apply`] (plans) → [`workspace`] and [`rewind`] (the
 //! operations and their crash-safety rules) → [`cli`].
 
+pub mod acknowledged;
 pub mod apply;
 pub mod blobs;
 pub mod capture;

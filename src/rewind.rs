@@ -40,6 +40,16 @@ pub enum Op {
     Restore,
 }
 
+/// "restore from X" (it copies paths out of X), "rewind to X" (the tree
+/// becomes X): the label "before restore to X" misread (helper-74).
+pub fn preposition(op: &str) -> &'static str {
+    if op == Op::Restore.as_str() {
+        "from"
+    } else {
+        "to"
+    }
+}
+
 impl Op {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -519,7 +529,12 @@ fn run_to(
     let head_matches = head.is_some() && safety_changes == diff::Counts::default();
     let workspace_id = ws.ledger().meta("workspace_id")?.unwrap_or_default();
     let ws_engine = ws.engine().0;
-    let label = format!("before {} to {}", op.as_str(), target.id);
+    let label = format!(
+        "before {} {} {}",
+        op.as_str(),
+        preposition(op.as_str()),
+        target.id
+    );
     let intent_options = serde_json::json!({
         "exact_times": opts.exact_times,
         "allow_setuid": opts.allow_setuid,

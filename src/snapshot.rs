@@ -10,7 +10,7 @@
 //! pending row are both durable before the acknowledgement, and the
 //! snapshot is read-only, so building the manifest later gives exactly the
 //! tree building it at once would have (D47). Commands that read
-//! checkpoints call [`finish_pending`] first; writers of the stat cache
+//! checkpoints call `finish_pending` first; writers of the stat cache
 //! hold `manifest.lock` (beside the ledger) while they do.
 //!
 //! Snapshots live in `.rewind/state/snapshots/<id>`. A nested subvolume is not
@@ -329,15 +329,14 @@ struct Taken {
     clock_ns: i64,
 }
 
-/// Reserve the next seq and id and snapshot the live tree under that id.
-/// The id is reserved (not committed) before the snapshot is named after
-/// it: only this process writes checkpoints while it holds the workspace
-/// lock, and an orphan snapshot left by a crash before the commit is
-/// removed by gc.
+/// Reserve the next seq and id, with the filesystem clock before the
+/// snapshot to be named after the id. Reserved, not committed: only this
+/// process writes checkpoints while it holds the workspace lock, and an
+/// orphan snapshot left by a crash before the commit is removed by gc
+/// (or adopted, when it holds its own acknowledgement's record: D324).
 fn take_new(ws: &Workspace) -> Result<Taken> {
     let clock_ns = ws.fs_clock_ns();
     let (seq, id) = reserve(ws)?;
-    take(ws, &id)?;
     Ok(Taken { seq, id, clock_ns })
 }
 
@@ -350,25 +349,43 @@ pub(crate) fn acknowledge(
     kind: &str,
     reuse: bool,
 ) -> Result<Pending> {
+    let Taken { seq, id, clock_ns } = take_new(ws)?;
+    let mut pending = Pending {
+        seq,
+        id,
+        parent: None,
+        label: label.map(str::to_owned),
+        kind: kind.to_owned(),
+        created_at_ms: time::now_ms(),
+        clock_ns,
+        reuse,
+    };
+    // Into the snapshot with the tree: the row's durability (D324).
+    crate::acknowledged::write(ws, &pending)?;
     // Deleted again if the pending row is not committed (a full disk):
     // a snapshot no row names was found only by the next gc (D120).
-    let snap = take_snapshot(ws)?;
+    let snap = snapshot_as(
+        ws,
+        Taken {
+            seq,
+            id: pending.id.clone(),
+            clock_ns,
+        },
+    )?;
     failpoint::hit("btrfs:snapshotted");
     let _t = crate::trace::span("commit pending checkpoint");
-    let pending = ws.ledger_mut().write(|tx| {
-        let p = Pending {
-            seq: snap.seq,
-            id: snap.id.clone(),
-            parent: tx.head_seq()?,
-            label: label.map(str::to_owned),
-            kind: kind.to_owned(),
-            created_at_ms: time::now_ms(),
-            clock_ns: snap.clock_ns,
-            reuse,
-        };
-        tx.insert_pending(&p)?;
-        tx.set_meta("head", &snap.seq.to_string())?;
-        Ok(p)
+    // No wait for the disk: the snapshot just made holds this row, and
+    // the next command adopts it from there if a power cut loses it.
+    pending.parent = ws.ledger_mut().write_without_sync(|tx| {
+        // Read in the transaction: a manifest builder folding HEAD into
+        // its parent needs no workspace lock.
+        let parent = tx.head_seq()?;
+        tx.insert_pending(&Pending {
+            parent,
+            ..pending.clone()
+        })?;
+        tx.set_meta("head", &seq.to_string())?;
+        Ok(parent)
     })?;
     snap.keep();
     failpoint::hit("btrfs:acknowledged");
@@ -405,7 +422,14 @@ impl Drop for NewSnapshot {
 /// Snapshot the live tree under the next seq and id. The caller holds the
 /// workspace lock, so the reserved seq and id stay free until its commit.
 pub(crate) fn take_snapshot(ws: &mut Workspace) -> Result<NewSnapshot> {
-    let Taken { seq, id, clock_ns } = take_new(ws)?;
+    let taken = take_new(ws)?;
+    snapshot_as(ws, taken)
+}
+
+/// Snapshot the live tree under a seq and id reserved by the caller.
+fn snapshot_as(ws: &Workspace, reserved: Taken) -> Result<NewSnapshot> {
+    take(ws, &reserved.id)?;
+    let Taken { seq, id, clock_ns } = reserved;
     Ok(NewSnapshot {
         seq,
         id,

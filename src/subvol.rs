@@ -4,7 +4,7 @@
 //!
 //! Before it makes anything it refuses, naming the path, what it could not
 //! carry over faithfully or take out of the old tree afterwards
-//! ([`survey`]): a mount point or nested subvolume below DIR (the copy
+//! (`survey`): a mount point or nested subvolume below DIR (the copy
 //! would not cross it and the cleanup would empty it), an immutable or
 //! append-only entry (the cleanup could not remove it), a FIFO, socket or
 //! device, and, without root, an entry another user owns (only root can

@@ -889,6 +889,11 @@ impl Workspace {
 
     /// Where mutable state lives (lock files, the clock file, snapshots):
     /// `.rewind/state/` on a btrfs subvolume (D50), else `.rewind/`.
+    /// `.rewind/` itself, in the workspace's own subvolume on btrfs.
+    pub(crate) fn state_dir(&self) -> &Dir {
+        &self.state
+    }
+
     pub(crate) fn meta_dir(&self) -> &Dir {
         &self.meta
     }
@@ -1006,6 +1011,9 @@ impl Workspace {
         }
         self.ledger.check_writable()?;
         self.take_lock()?;
+        if crate::acknowledged::unadopted(self) {
+            crate::acknowledged::adopt(self)?;
+        }
         self.ensure_reserve();
         self.store.clean_tmp()?;
         crate::rewind::recover(self)?;
@@ -1014,7 +1022,9 @@ impl Workspace {
 
     /// Finish an interrupted rewind and clean a crashed writer's temp files,
     /// if there are any (read-only commands call this so they never report a
-    /// half-applied tree). Costs one readdir and one query otherwise.
+    /// half-applied tree), or adopt a btrfs checkpoint whose row a power
+    /// cut lost (D324). Costs one readdir, one small read and a query or
+    /// two otherwise.
     ///
     /// On a read-only filesystem nothing can be finished: a reader goes on
     /// (the READ_ONLY error promises that `status`, `list` and `diff`
@@ -1027,7 +1037,11 @@ impl Workspace {
             .map(|e| !e.is_empty())
             .unwrap_or(false);
         let intent = self.ledger.intent()?;
-        if !(leftovers || intent.is_some() || self.ledger.has_pending()?) {
+        if !(leftovers
+            || intent.is_some()
+            || self.ledger.has_pending()?
+            || crate::acknowledged::unadopted(self))
+        {
             return Ok(());
         }
         if self.fs.read_only {

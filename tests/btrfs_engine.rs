@@ -515,7 +515,7 @@ fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
     {
         let ws = lfs.subvolume(&format!("ws{i}"));
         common::populate_src_tree(&ws);
-        let base = common::checkpoint_id(&ws, &["base"]);
+        common::checkpoint_id(&ws, &["base"]);
         write(&ws.join("src/d2/f7.rs"), b"edited before the kill\n");
         let at_kill = snapshot(&ws);
         let out = rewind_env(
@@ -537,16 +537,10 @@ fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
             .iter()
             .filter_map(|c| c["label"].as_str())
             .collect();
-        let acknowledged = *point != "btrfs:snapshotted";
-        assert_eq!(
-            labels,
-            if acknowledged {
-                vec!["base", "killed"]
-            } else {
-                vec!["base"]
-            },
-            "{point}: {l}"
-        );
+        // Killed before its row was committed, the snapshot holds the
+        // row's copy and is adopted (D324): a checkpoint no one was told
+        // of, but whole.
+        assert_eq!(labels, vec!["base", "killed"], "{point}: {l}");
         let doctor = rewind_json(&ws, &["doctor"]);
         assert_eq!(doctor["ledger"]["integrity"], "ok", "{point}: {doctor}");
         assert_eq!(
@@ -555,19 +549,56 @@ fn a_sigkill_at_each_btrfs_point_loses_nothing_acknowledged() {
         );
         let v = rewind_json(&ws, &["verify", "--deep"]);
         assert_eq!(v["ok"], true, "{point}: {v}");
-        if acknowledged {
-            // Restorable exactly, from its snapshot.
-            write(&ws.join("src/d2/f7.rs"), b"damage\n");
-            rewind_json(&ws, &["rewind", "killed"]);
-            common::assert_same(point, &at_kill, &snapshot(&ws));
-        } else {
-            // The unacknowledged snapshot is an orphan: gc removes it.
-            let g = rewind_json(&ws, &["gc"]);
-            assert_eq!(g["freed"]["snapshots"], 1, "{point}: {g}");
-            assert_eq!(snapshot_names(&ws), vec![base.clone()], "{point}");
-        }
+        // Restorable exactly, from its snapshot.
+        write(&ws.join("src/d2/f7.rs"), b"damage\n");
+        rewind_json(&ws, &["rewind", "killed"]);
+        common::assert_same(point, &at_kill, &snapshot(&ws));
         assert!(common::temp_leftovers(&ws).is_empty(), "{point}");
     }
+}
+
+/// A rewind killed after its safety snapshot leaves an orphan that holds
+/// the record of the checkpoint before it, not its own: never adopted as
+/// a checkpoint, even when the live record sends the next command looking
+/// (D324); gc removes it.
+#[test]
+fn a_killed_rewinds_safety_snapshot_is_never_adopted_as_a_checkpoint() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    common::populate_src_tree(&ws);
+    let base = common::checkpoint_id(&ws, &["base"]);
+    rewind_json(&ws, &["list"]);
+    write(&ws.join("src/d2/f7.rs"), b"edited\n");
+    let killed = rewind_env(
+        &ws,
+        &["rewind", &base],
+        &[("REWIND_FAILPOINT", "rewind:captured")],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed.status),
+        Some(9),
+        "not killed: {}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    assert_eq!(snapshot_names(&ws).len(), 2, "base and the orphan");
+    // A record no ledger row names sends the next command through every
+    // snapshot no row names.
+    write(&ws.join(".rewind/acknowledged"), b"not a record");
+    let l = rewind(&ws, &["--json", "list"]);
+    assert!(l.status.success(), "{l:?}");
+    let stderr = String::from_utf8_lossy(&l.stderr);
+    assert!(!stderr.contains("is back"), "adopted: {stderr}");
+    let l: serde_json::Value = serde_json::from_slice(&l.stdout).expect("json");
+    assert_eq!(l["checkpoints"].as_array().map(Vec::len), Some(1), "{l}");
+    assert!(
+        !ws.join(".rewind/acknowledged").exists(),
+        "the record that was looked into is retired"
+    );
+    let g = rewind_json(&ws, &["gc"]);
+    assert_eq!(g["freed"]["snapshots"], 1, "{g}");
+    assert_eq!(snapshot_names(&ws), vec![base]);
 }
 
 /// `verify` and `anchor` right after a checkpoint whose manifest is still
@@ -1316,9 +1347,11 @@ fn deinit_deletes_every_snapshot_and_the_history_and_leaves_the_files() {
         .expect("rm");
     assert!(!rm.status.success(), "rm -rf deleted read-only snapshots");
     assert!(!ws.join(".rewind/state/ledger.db").exists());
-    let missing = rewind(&ws, &["status"]);
+    // Named with -C: `deinit` runs only at the root (helper-74).
+    let missing = rewind(&ws.join("src"), &["status"]);
+    let fix = format!("rewind -C {} deinit --yes", ws.display());
     assert!(
-        String::from_utf8_lossy(&missing.stderr).contains("rewind deinit --yes"),
+        String::from_utf8_lossy(&missing.stderr).contains(&fix),
         "{missing:?}"
     );
     let want = snapshot(&ws);

@@ -675,3 +675,64 @@ fn sh_in(dir: &std::path::Path, script: &str) {
         .expect("sh");
     assert!(st.success(), "{script}");
 }
+
+/// A damaged chunk of a file past the objects check's 64 MiB (which
+/// reads no more than that of a plan) was restored as it was, and then
+/// vouched for by the stat cache: `status` said "no changes" and the
+/// next checkpoint recorded the bad bytes under the good hash
+/// (helper-74). The copy reads every chunk anyway and now checks it: the
+/// rewind is refused naming the file, and the tree is left as it was.
+#[test]
+fn a_damaged_chunk_past_the_objects_check_is_never_restored_on_ext4() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 1024) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    write(&root.join("keep.txt"), b"kept");
+    write(
+        &root.join("big.bin"),
+        &pseudo_random(80 << 20, 0x51_7CC1_B727_220A),
+    );
+    let ck = rewind_json(&root, &["checkpoint", "big"]);
+    assert_eq!(ck["copied"], 1, "the chunked path: {ck}");
+    // Same length, other bytes: a chunk the length check lets through.
+    let chunk = walk_files(&root.join(".rewind/objects"))
+        .into_iter()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 1 << 20))
+        .expect("a 1 MiB chunk file");
+    let mut perms = std::fs::metadata(&chunk).expect("stat").permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&chunk, perms).expect("chmod");
+    let mut bytes = std::fs::read(&chunk).expect("read chunk");
+    bytes[100] ^= 0xff;
+    std::fs::write(&chunk, &bytes).expect("damage the chunk");
+    std::fs::remove_file(root.join("big.bin")).expect("rm");
+    let before = common::snapshot(&root);
+    let out = rewind(&root, &["--json", "rewind", "big"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(v["error"]["code"], "OBJECT_MISSING", "{v}");
+    assert!(message.contains("big.bin"), "names the file: {v}");
+    common::assert_same("the tree after the refused rewind", &before, &common::snapshot(&root));
+    let st = rewind_json(&root, &["status"]);
+    assert_eq!(
+        common::changed_paths(&st),
+        ["big.bin"],
+        "the deletion still shows: {st}"
+    );
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

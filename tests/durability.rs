@@ -241,6 +241,78 @@ fn an_acknowledged_rewind_or_checkpoint_survives_a_power_cut_on_btrfs() {
     }
 }
 
+/// A btrfs checkpoint's ledger row is committed without waiting for the
+/// disk: the snapshot just made holds a copy of it (D324). Two such rows,
+/// whose manifests nothing has built yet, are lost to a power cut; the
+/// copy's first command adopts both from their snapshots, in order, and
+/// both restore exactly.
+#[test]
+fn checkpoints_whose_rows_a_power_cut_lost_come_back_from_their_snapshots() {
+    let Some(fs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    fs.remount("commit=300");
+    fs.subvolume("ws");
+    let ws = fs.mnt.join("ws");
+    populate_src_tree(&ws);
+    let a = checkpoint_id(&ws, &["A"]);
+    assert!(rewind(&ws, &["finish-manifests"]).status.success());
+    fs.sync();
+    // No manifest builder: its synced commit would make the rows durable.
+    let deferred = ("REWIND_MANIFEST", "deferred");
+    let mut acked = Vec::new();
+    for label in ["B", "C"] {
+        write(&ws.join(format!("src/d1/{label}.rs")), label.as_bytes());
+        // Its id from its own answer: another command would build the
+        // manifests.
+        let out = rewind_env(
+            &ws,
+            &["--json", "checkpoint", label],
+            &[deferred, ("REWIND_TRACE", "1")],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let trace = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            trace.contains("commit pending checkpoint"),
+            "{label}: not a btrfs acknowledgement:\n{trace}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let id = v["id"].as_str().expect("id").to_string();
+        acked.push((id, snapshot(&ws)));
+    }
+    let copy = fs.power_cut_copy();
+    let copied = copy.mnt.join("ws");
+    let out = rewind(&copied, &["--json", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (id, _) in &acked {
+        assert!(
+            stderr.contains(&format!("checkpoint {id}")) && stderr.contains("is back"),
+            "{id}: its row was not lost, or not adopted: {stderr}"
+        );
+    }
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let labels: Vec<&str> = list["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .filter_map(|c| c["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["A", "B", "C"], "{list}");
+    assert_survived(
+        "two lost rows adopted",
+        &copy,
+        "ws",
+        &acked[1].0,
+        &acked[1].1,
+    );
+    let v = rewind_json(&copied, &["verify"]);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(rewind(&copied, &["rewind", &acked[0].0]).status.success());
+    assert_same("B after the cut", &acked[0].1, &snapshot(&copied));
+    assert!(rewind(&copied, &["rewind", &a]).status.success());
+}
+
 /// Change a file in place, without truncating it: XFS writes a file
 /// back as soon as it is closed after a truncation (so that a crash does
 /// not leave it empty), which would make the edit durable by itself.

@@ -657,6 +657,11 @@ fn status_folds_a_deleted_directory_into_one_line_and_counts_each_kind() {
         "{st}"
     );
     assert!(human(&["status", "--all"]).contains("D \"bad\\xffdir/f0\"\n"));
+    // One change is counted too (helper-74: the line was left out).
+    checkpoint_id(root, &[]);
+    write(&root.join("x.txt"), b"three\n");
+    let st = human(&["status"]);
+    assert!(st.ends_with("M x.txt\n1 modified\n"), "{st}");
 }
 
 /// helper-70: after `npm install` rewrote files with the same bytes, a
@@ -787,6 +792,65 @@ fn deinit_deletes_the_history_and_its_anchor_and_leaves_the_files() {
             .map(Vec::len),
         Some(1)
     );
+}
+
+/// helper-74: `deinit --yes` run again in a nested workspace it had just
+/// deleted (or in any subdirectory) deleted the history of the workspace
+/// above, which no one named. It deletes only the history of the
+/// directory it runs at, and names the `-C` that deletes the one above.
+#[test]
+fn deinit_never_deletes_the_history_of_a_workspace_above_it() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("o"), b"outer");
+    assert!(
+        common::rewind(root, &["checkpoint", "outer"])
+            .status
+            .success()
+    );
+    let inner = root.join("in");
+    write(&inner.join("i"), b"inner");
+    // Said, not silent: commands run there use the new history.
+    let init = common::rewind(&inner, &["init"]);
+    assert!(init.status.success(), "{init:?}");
+    assert!(
+        String::from_utf8_lossy(&init.stderr).contains("is inside the workspace"),
+        "{init:?}"
+    );
+    assert!(
+        common::rewind(&inner, &["checkpoint", "inner"])
+            .status
+            .success()
+    );
+    assert!(
+        common::rewind(&inner, &["deinit", "--yes"])
+            .status
+            .success()
+    );
+    assert!(!inner.join(".rewind").exists());
+    for args in [&["deinit", "--yes"][..], &["deinit", "--dry-run"]] {
+        let out = common::rewind(&inner, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        let fix = format!("rewind -C {} deinit --yes", root.display());
+        assert!(
+            err.contains("is not a workspace root") && err.contains(&fix),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        rewind_json(root, &["list"])["checkpoints"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "the outer history"
+    );
+    let out = common::rewind(
+        &inner,
+        &["-C", root.to_str().expect("utf8"), "deinit", "--yes"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(!root.join(".rewind").exists());
 }
 
 /// D323 (helper-72): `deinit` never changes the tree. After a rewind

@@ -302,7 +302,7 @@ pub struct MountStatus {
 /// few hundred thousand descriptors (~0.5 s). Only a stopped or hung
 /// daemon takes 5 s, and a command that waits longer looks hung itself.
 /// Requests that may rightly take longer wait while the daemon runs
-/// ([`Client::wait_while_running`]).
+/// (`Client::wait_while_running`).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn is_timeout(e: &std::io::Error) -> bool {

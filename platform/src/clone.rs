@@ -68,7 +68,7 @@ pub fn copy_with(
 const SPARSE_BLOCK: usize = 4096;
 
 /// Write `buf` at offset `at` of `file`, a new file, leaving each
-/// [`SPARSE_BLOCK`] of zeros (counted from `at`) unwritten: a hole there
+/// `SPARSE_BLOCK` of zeros (counted from `at`) unwritten: a hole there
 /// reads back as zeros and takes no space. Where a filesystem cannot
 /// clone, a sparse file's data islands came back as whole 1 MiB chunks,
 /// zeros included (helper-30). The caller sets the file's length: a hole

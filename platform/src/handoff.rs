@@ -18,7 +18,7 @@ use rustix::net::{
 /// At most this many descriptors travel with one message.
 const MAX_FDS: usize = 3;
 
-/// Send `data` with `fds` (at most [`MAX_FDS`]) attached to its first
+/// Send `data` with `fds` (at most `MAX_FDS`) attached to its first
 /// byte.
 pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];

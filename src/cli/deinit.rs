@@ -47,8 +47,23 @@ const AGENT_FILES: &[&str] = &[
 
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let start = ctx.start_dir();
-    let root = Workspace::discover(&start).ok_or(Error::NotAWorkspace { path: start })?;
+    let root = Workspace::discover(&start).ok_or(Error::NotAWorkspace {
+        path: start.clone(),
+    })?;
     let shown = root.to_string_lossy().into_owned();
+    // Run again from a nested workspace it had just deleted, or from any
+    // subdirectory, it deleted the history of a workspace above, which
+    // the user never named (helper-74): it is named, with -C.
+    if std::fs::canonicalize(&start).is_ok_and(|s| s != root) {
+        return Err(Error::InvalidPath {
+            reason: format!(
+                "is not a workspace root: the workspace it is in is {}; `rewind deinit` deletes only the history it is run at, so run `rewind -C {} deinit --yes` to delete that one",
+                crate::names::human_os_path(&root),
+                crate::names::shell_word(&shown)
+            ),
+            path: start,
+        });
+    }
     // A daemon holds the history open and serves the tree from it: over
     // the workspace itself, or as a view elsewhere (its claim names it).
     let mounted = match crate::mount::MountLink::connect(&root)? {

@@ -464,6 +464,9 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
     let name = |p: &Path| crate::names::human_os_path(p).into_owned();
     // Pasted into a shell: each path one word, whatever it holds.
     let word = |p: &Path| crate::names::shell_word(&p.to_string_lossy());
+    // Beside the workspace, not in it: a copy inside was captured by the
+    // next checkpoint, old objects and all (helper-74).
+    let copy_aside = crate::names::with_suffix(root, ".rewind.copy");
     let out = Unopenable {
         workspace: name(root),
         ledger: Ledger {
@@ -473,7 +476,7 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             integrity: detail.to_string(),
         },
         damaged: format!(
-            "the ledger {}; the workspace's files are not in it and are untouched. Copy {state} aside first (`cp -a {state} {copy}`), then: restore {ledger} from a backup{}; or start a new history from the tree as it is (`mv {state} {damaged} && rewind -C {root} init`)",
+            "the ledger {}; the workspace's files are not in it and are untouched. Copy {state} aside first, out of the workspace (`cp -a {state} {copy}`), then: restore {ledger} from a backup{}; or start a new history from the tree as it is (`rewind -C {root} deinit --yes && rewind -C {root} init`: deinit deletes what is left of this one)",
             if missing {
                 "is missing, so no checkpoint can be read or taken"
             } else {
@@ -484,16 +487,14 @@ fn unopenable(ctx: &Ctx, ledger: &Path, detail: &str) -> Result<()> {
             } else {
                 // From the copy: opened in place, sqlite3 may fold or
                 // remove the WAL that still holds the history (helper-63).
-                let copied = crate::names::with_suffix(state, ".copy")
-                    .join(ledger.strip_prefix(state).unwrap_or(ledger));
+                let copied = copy_aside.join(ledger.strip_prefix(state).unwrap_or(ledger));
                 format!(
                     "; or salvage the rows SQLite can still read, from the copy (`sqlite3 {copied} .recover | sqlite3 ledger-recovered.db`), then put that file in its place and run `rewind verify --deep`",
                     copied = word(&copied)
                 )
             },
             state = word(state),
-            copy = word(&crate::names::with_suffix(state, ".copy")),
-            damaged = word(&crate::names::with_suffix(state, ".damaged")),
+            copy = word(&copy_aside),
             ledger = word(ledger),
             root = word(root),
         ),

@@ -53,6 +53,22 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         );
     }
     let (ws, created) = Workspace::init(&dir, false)?;
+    // A workspace inside another went unsaid: from then on `status`,
+    // `list` and `rewind` there used a new, empty history (helper-74).
+    if created
+        && let Some(outer) = ws
+            .root_path()
+            .parent()
+            .and_then(Workspace::discover)
+            .filter(|o| o != ws.root_path())
+    {
+        eprintln!(
+            "rewind: note: {} is inside the workspace {}: it has a history of its own now, which commands run in it use; {}'s checkpoints still hold its files, never its history",
+            crate::names::human_os_path(ws.root_path()),
+            crate::names::human_os_path(&outer),
+            crate::names::human_os_path(&outer),
+        );
+    }
     let out = Out {
         workspace: ws.root_path().display().to_string(),
         engine: ws.engine().0.as_str(),

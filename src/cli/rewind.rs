@@ -119,10 +119,11 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
     }
     ctx.emit(r, || {
         let mut s = String::new();
+        let toward = crate::rewind::preposition(r.op);
         if r.dry_run {
             s.push_str(&format!(
-                "plan: {} to {} ({} to write, {} to delete)\n",
-                r.op, r.rewound_to, r.changes.written, r.changes.deleted
+                "plan: {} {} {} ({} to write, {} to delete)\n",
+                r.op, toward, r.rewound_to, r.changes.written, r.changes.deleted
             ));
             // A plan of thousands (a `node_modules` swapped) scrolled the
             // summary away (helper-58): its first lines, and the rest
@@ -158,17 +159,17 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
         if r.safety_checkpoint.is_none() && r.plan.is_empty() && !r.kept.is_empty() {
             // Not "already equals it": what is kept differs (helper-30).
             s.push_str(&format!(
-                "{} to {}: nothing done, nothing recorded: the tree differs from it only where it keeps what is there now (below, each with its reason)",
+                "{} {toward} {}: nothing done, nothing recorded: the tree differs from it only where it keeps what is there now (below, each with its reason)",
                 r.op, r.rewound_to
             ));
         } else if r.safety_checkpoint.is_none() && r.plan.is_empty() {
             s.push_str(&format!(
-                "{} to {}: the tree already equals it; nothing done, nothing recorded (`rewind undo` still undoes the last change)",
+                "{} {toward} {}: the tree already equals it; nothing done, nothing recorded (`rewind undo` still undoes the last change)",
                 r.op, r.rewound_to
             ));
         } else {
             s.push_str(&format!(
-                "{} to {}: {} written, {} deleted in {} ms",
+                "{} {toward} {}: {} written, {} deleted in {} ms",
                 r.op, r.rewound_to, r.changes.written, r.changes.deleted, r.duration_ms
             ));
         }

@@ -14,7 +14,7 @@ use crate::workspace::{ChangeJson, Workspace};
 pub(crate) struct Out {
     pub head: Option<String>,
     /// Says what HEAD is: after a restore, "before restore from …" tells
-    /// why the restored files show as added (helper-70).
+    /// why the restored files show as changes (helper-70).
     #[serde(skip)]
     pub head_label: Option<String>,
     /// Paths asked for that are neither in the tree nor in HEAD: a typo
@@ -123,7 +123,8 @@ pub(crate) fn render_changes(changes: &[ChangeJson], all: bool) -> String {
             i += 1;
         }
     }
-    if changes.len() > 1 {
+    // Even for one change: the README promises the count (helper-74).
+    if !changes.is_empty() {
         s.push_str(&summary(changes));
         s.push('\n');
     }

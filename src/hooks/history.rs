@@ -35,7 +35,7 @@ pub(super) const HISTORY_PATHS: &[(&str, bool)] = &[
 const REMADE: &[&str] = &["tmp", "lock", "clock", "reserve"];
 
 /// A shell command that would delete a workspace's history, as
-/// [`ToolCall::deletes_the_history`] found it; its `Display` is the
+/// [`super::ToolCall::deletes_the_history`] found it; its `Display` is the
 /// refusal the agent reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HistoryLoss {
@@ -85,7 +85,7 @@ impl std::fmt::Display for HistoryLoss {
             ),
             HistoryLoss::Removed { runs, history } => write!(
                 f,
-                "`{runs}` deletes {}, this workspace's history of every checkpoint, and nothing could rewind it; to free space run `rewind gc`; to stop using rewind here, the user deletes it, not the agent",
+                "`{runs}` deletes {}, this workspace's history of every checkpoint, and nothing could rewind it; to free space run `rewind gc`; to stop using rewind here, the user runs `rewind deinit --yes`, not the agent",
                 names::human_os_path(history)
             ),
             HistoryLoss::Overwritten { runs, history } => write!(
