@@ -166,8 +166,15 @@ pub(crate) fn adopt(ws: &mut Workspace) -> Result<Vec<String>> {
         );
         adopted.push(p.id);
     }
-    match ws.state_dir().unlink(OsStr::new(RECORD)) {
-        Err(e) if !e.is_not_found() => Err(Error::os(e)),
-        _ => Ok(adopted),
+    let dir = ws.state_dir();
+    match dir.unlink(OsStr::new(RECORD)) {
+        Ok(()) => Ok(adopted),
+        Err(e) if e.is_not_found() => Ok(adopted),
+        // Not a file (a directory made by hand failed every command,
+        // helper-75): it is ours to remove all the same.
+        Err(_) => dir
+            .remove_all(OsStr::new(RECORD))
+            .map(|()| adopted)
+            .map_err(Error::os),
     }
 }

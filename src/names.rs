@@ -248,3 +248,12 @@ pub fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
 pub fn human_os_path(path: &Path) -> Cow<'_, str> {
     human_bytes_name(path.as_os_str().as_bytes())
 }
+
+/// "1 checkpoint", "2 checkpoints": a count with its noun (plural by `s`).
+pub fn counted(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}

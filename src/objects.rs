@@ -852,7 +852,9 @@ impl ObjectStore {
             if Hash::of(&buf) != *c {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
-                    format!("chunk {c} of a stored file does not hash to its name: the store is damaged"),
+                    format!(
+                        "chunk {c} of a stored file does not hash to its name: the store is damaged"
+                    ),
                 ));
             }
             rewind_platform::write_sparse(dst.as_fd(), &buf, len)?;

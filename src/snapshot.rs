@@ -476,7 +476,10 @@ pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
         return Ok(0);
     };
     let mut n = 0;
-    for p in ws.ledger().pending()? {
+    // Read again after each: a fold gives the next its parent's parent,
+    // and the list read once kept the folded parent, which the commit
+    // then named (FOREIGN KEY constraint failed, helper-75).
+    while let Some(p) = ws.ledger().pending()?.into_iter().next() {
         finish_one(ws, &p)?;
         n += 1;
     }

@@ -138,11 +138,12 @@ fn is_snapshot_placeholder(state: &Dir) -> bool {
 }
 
 /// Where the workspace's mutable state is: `.rewind/state/` when that
-/// subvolume holds the ledger, else `.rewind/` itself.
+/// subvolume is there (it holds the ledger, or held it: a missing one is
+/// named there, helper-75), else `.rewind/` itself.
 fn meta_path(root_path: &Path) -> PathBuf {
     let state = root_path.join(STATE_DIR);
     let nested = state.join(STATE_SUBVOLUME);
-    if nested.join(LEDGER_FILE).exists() {
+    if nested.join(LEDGER_FILE).exists() || nested.is_dir() {
         nested
     } else {
         state
@@ -1056,6 +1057,12 @@ impl Workspace {
                 "on this read-only filesystem",
                 "remount it read-write: mount -o remount,rw",
             );
+            if crate::acknowledged::unadopted(self) {
+                // `list` left them out without a word (helper-75).
+                eprintln!(
+                    "rewind: warning: checkpoints acknowledged before a crash or power cut may be missing from the ledger; their snapshots hold them, and the first command on a read-write filesystem brings them back (mount -o remount,rw)"
+                );
+            }
             return Ok(());
         }
         match self.lock() {

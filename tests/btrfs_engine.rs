@@ -599,6 +599,56 @@ fn a_killed_rewinds_safety_snapshot_is_never_adopted_as_a_checkpoint() {
     let g = rewind_json(&ws, &["gc"]);
     assert_eq!(g["freed"]["snapshots"], 1, "{g}");
     assert_eq!(snapshot_names(&ws), vec![base]);
+    // Not a file at all (made by hand): every command failed on it
+    // (helper-75); it is looked past and removed.
+    std::fs::create_dir_all(ws.join(".rewind/acknowledged/x")).expect("mkdir");
+    let l = rewind(&ws, &["list"]);
+    assert!(l.status.success(), "{l:?}");
+    assert!(!ws.join(".rewind/acknowledged").exists());
+}
+
+/// Manifests built in one run, oldest first, where an automatic checkpoint
+/// identical to its parent is folded while a later one is still pending:
+/// the later one's parent moved, and the run committed it under the
+/// folded one (FOREIGN KEY constraint failed, helper-75). After a power
+/// cut that lost their rows, D324's adoption makes exactly this.
+#[test]
+fn a_fold_in_the_middle_of_pending_manifests_gives_the_next_its_new_parent() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    write(&ws.join("a"), b"a");
+    common::checkpoint_id(&ws, &["A"]);
+    assert!(rewind(&ws, &["finish-manifests"]).status.success());
+    let deferred = [("REWIND_MANIFEST", "deferred")];
+    write(&ws.join("b"), b"b");
+    assert!(
+        rewind_env(&ws, &["checkpoint", "B"], &deferred)
+            .status
+            .success()
+    );
+    let auto = rewind_env(&ws, &["checkpoint", "--kind", "auto", "B again"], &deferred);
+    assert!(auto.status.success(), "{auto:?}");
+    write(&ws.join("c"), b"c");
+    assert!(
+        rewind_env(&ws, &["checkpoint", "C"], &deferred)
+            .status
+            .success()
+    );
+    let out = rewind(&ws, &["finish-manifests"]);
+    assert!(out.status.success(), "{out:?}");
+    let l = rewind_json(&ws, &["list"]);
+    let rows = l["checkpoints"].as_array().expect("checkpoints");
+    let labels: Vec<&str> = rows.iter().filter_map(|c| c["label"].as_str()).collect();
+    assert_eq!(
+        labels,
+        ["A", "B", "C"],
+        "the automatic one folded into B: {l}"
+    );
+    assert_eq!(rows[2]["parent"], rows[1]["id"], "C's parent is B: {l}");
+    let v = rewind_json(&ws, &["verify", "--deep"]);
+    assert_eq!(v["ok"], true, "{v}");
 }
 
 /// `verify` and `anchor` right after a checkpoint whose manifest is still
@@ -1347,13 +1397,14 @@ fn deinit_deletes_every_snapshot_and_the_history_and_leaves_the_files() {
         .expect("rm");
     assert!(!rm.status.success(), "rm -rf deleted read-only snapshots");
     assert!(!ws.join(".rewind/state/ledger.db").exists());
-    // Named with -C: `deinit` runs only at the root (helper-74).
+    // Named with -C: `deinit` runs only at the root (helper-74); and the
+    // ledger named where it lived, not `.rewind/ledger.db`, where a
+    // backup put back opened as a walk engine's history (helper-75).
     let missing = rewind(&ws.join("src"), &["status"]);
     let fix = format!("rewind -C {} deinit --yes", ws.display());
-    assert!(
-        String::from_utf8_lossy(&missing.stderr).contains(&fix),
-        "{missing:?}"
-    );
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains(&fix), "{missing:?}");
+    assert!(err.contains(".rewind/state/ledger.db is missing"), "{err}");
     let want = snapshot(&ws);
     let done = rewind_json(&ws, &["deinit", "--yes"]);
     assert_eq!(done["deleted"], true, "{done}");

@@ -717,7 +717,11 @@ fn a_damaged_chunk_past_the_objects_check_is_never_restored_on_ext4() {
     assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
     assert_eq!(v["error"]["cause"], "OBJECT_MISSING", "{v}");
     assert!(message.contains("big.bin"), "names the file: {v}");
-    common::assert_same("the tree after the refused rewind", &before, &common::snapshot(&root));
+    common::assert_same(
+        "the tree after the refused rewind",
+        &before,
+        &common::snapshot(&root),
+    );
     // And `verify --deep` names the damage the rewind met.
     let out = rewind(&root, &["--json", "verify", "--deep"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");

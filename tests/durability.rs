@@ -282,6 +282,16 @@ fn checkpoints_whose_rows_a_power_cut_lost_come_back_from_their_snapshots() {
     }
     let copy = fs.power_cut_copy();
     let copied = copy.mnt.join("ws");
+    // Read-only, nothing can be adopted: said, not left out silently
+    // (helper-75).
+    copy.remount("ro");
+    let out = rewind(&copied, &["--json", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("may be missing from the ledger"),
+        "{out:?}"
+    );
+    copy.remount("rw");
     let out = rewind(&copied, &["--json", "list"]);
     assert!(out.status.success(), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);

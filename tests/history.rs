@@ -832,7 +832,8 @@ fn deinit_never_deletes_the_history_of_a_workspace_above_it() {
         let out = common::rewind(&inner, args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        let fix = format!("rewind -C {} deinit --yes", root.display());
+        // The flag given: a dry run is not sent to `--yes` (helper-75).
+        let fix = format!("rewind -C {} {} {}", root.display(), args[0], args[1]);
         assert!(
             err.contains("is not a workspace root") && err.contains(&fix),
             "{err}"
@@ -851,6 +852,41 @@ fn deinit_never_deletes_the_history_of_a_workspace_above_it() {
     );
     assert!(out.status.success(), "{out:?}");
     assert!(!root.join(".rewind").exists());
+}
+
+/// helper-75: a ledger that opens but whose pages do not read sent the
+/// user in a circle: `doctor` said `deinit --yes && init`, and `deinit`
+/// failed with "rewind doctor shows more". It is deleted as it is, with a
+/// warning, as one that does not open.
+#[test]
+fn deinit_deletes_a_ledger_whose_pages_do_not_read() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for i in 0..5 {
+        write(&root.join(format!("f{i}")), format!("{i}").as_bytes());
+        checkpoint_id(root, &[]);
+    }
+    let db = root.join(".rewind/ledger.db");
+    {
+        let conn = rusqlite::Connection::open(&db).expect("open the ledger");
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .expect("fold");
+    }
+    // The WAL holds a frame again: the ledger opens from it.
+    write(&root.join("f5"), b"5");
+    checkpoint_id(root, &[]);
+    let mut bytes = std::fs::read(&db).expect("read");
+    for page in (4096..bytes.len()).step_by(4096) {
+        bytes[page..page + 100].fill(0xde);
+    }
+    std::fs::write(&db, &bytes).expect("damage");
+    let want = common::snapshot(root);
+    let out = common::rewind(root, &["deinit", "--yes"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("could not be read"), "{err}");
+    assert!(!root.join(".rewind").exists());
+    common::assert_same("the files", &want, &common::snapshot(root));
 }
 
 /// D323 (helper-72): `deinit` never changes the tree. After a rewind

@@ -57,9 +57,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     if std::fs::canonicalize(&start).is_ok_and(|s| s != root) {
         return Err(Error::InvalidPath {
             reason: format!(
-                "is not a workspace root: the workspace it is in is {}; `rewind deinit` deletes only the history it is run at, so run `rewind -C {} deinit --yes` to delete that one",
+                "is not a workspace root: the workspace it is in is {}; `rewind deinit` deletes only the history it is run at, so run `rewind -C {} deinit {}` for that one",
                 crate::names::human_os_path(&root),
-                crate::names::shell_word(&shown)
+                crate::names::shell_word(&shown),
+                if args.dry_run { "--dry-run" } else { "--yes" }
             ),
             path: start,
         });
@@ -95,9 +96,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             | Error::LedgerMissing { .. }
             | Error::LedgerUnfinished { .. }),
         ) => {
-            warnings.push(format!(
-                "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
-            ));
+            warnings.push(unreadable(&e));
             None
         }
         Err(e) => return Err(e),
@@ -106,14 +105,29 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     // Counted under the lock: what is deleted is what is said.
     let (checkpoints, id, lock) = match opened {
         Some(mut ws) => {
-            if let Some(op) = ws.lock_as_is()? {
-                return Err(Error::Usage(format!(
-                    "`rewind {op}` in {shown} was interrupted and the tree is half-way there; deleting the history now would keep the tree that way and lose the only record of what to finish: run `rewind status` (it finishes the {op}, first saving anything written since in a checkpoint), then `rewind deinit --yes`; nothing was deleted"
-                )));
+            // A ledger that opens but whose pages do not read: deleted as
+            // it is, as one that does not open (helper-75: `doctor` sent
+            // the user here, and this sent them back to `doctor`).
+            let counted = match ws.lock_as_is() {
+                Ok(op) => ws
+                    .ledger()
+                    .checkpoints()
+                    .and_then(|c| Ok((op, c.len() + ws.ledger().pending()?.len()))),
+                Err(e) => Err(e),
+            };
+            match counted {
+                Ok((Some(op), _)) => {
+                    return Err(Error::Usage(format!(
+                        "`rewind {op}` in {shown} was interrupted and the tree is half-way there; deleting the history now would keep the tree that way and lose the only record of what to finish: run `rewind status` (it finishes the {op}, first saving anything written since in a checkpoint), then `rewind deinit --yes`; nothing was deleted"
+                    )));
+                }
+                Ok((None, n)) => (Some(n), ws.ledger().workspace_id().ok(), ws.into_lock()),
+                Err(e @ Error::LedgerCorrupt { .. }) => {
+                    warnings.push(unreadable(&e));
+                    (None, None, ws.into_lock())
+                }
+                Err(e) => return Err(e),
             }
-            let checkpoints = ws.ledger().checkpoints()?.len() + ws.ledger().pending()?.len();
-            let id = ws.ledger().workspace_id().ok();
-            (Some(checkpoints), id, ws.into_lock())
         }
         None => (None, None, None),
     };
@@ -168,6 +182,13 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         }
         s
     })
+}
+
+/// The warning for a ledger that cannot be read, which goes as it is.
+fn unreadable(e: &Error) -> String {
+    format!(
+        "the ledger could not be read ({e}): it is deleted as it is, and a rewind it may have been in the middle of is not finished"
+    )
 }
 
 /// The agent configuration files in `root` that name rewind.

@@ -334,7 +334,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
     );
     ctx.emit(&out, || {
         format!(
-            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\ndurability  {}\nledger      {}: integrity {}, {} checkpoints, {} tree nodes, {} snapshots{}{}",
+            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\ndurability  {}\nledger      {}: integrity {}, {}, {}, {}{}{}",
             out.workspace,
             if out.read_only {
                 format!("{} (mounted read-only: list, status, diff, du and verify work; nothing can be checkpointed or rewound until it is remounted read-write)", out.fs)
@@ -360,9 +360,9 @@ fn report(ctx: &Ctx) -> Result<bool> {
             out.durability.note,
             out.ledger.path,
             out.ledger.integrity,
-            out.ledger.checkpoints,
-            out.ledger.tree_nodes,
-            out.ledger.snapshots,
+            crate::names::counted(out.ledger.checkpoints as u64, "checkpoint"),
+            crate::names::counted(out.ledger.tree_nodes as u64, "tree node"),
+            crate::names::counted(out.ledger.snapshots as u64, "snapshot"),
             if out.ledger.pending_manifests > 0 { format!(", {} manifests being built", out.ledger.pending_manifests) } else { String::new() },
             if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
         ) + if out.ledger.integrity == "ok" { "" } else {

@@ -108,6 +108,13 @@ fn request(args: Args) -> Result<Request> {
             former_keys: Vec::new(),
         });
     };
+    // `guard --payload P` alone read an empty stdin and called it bad
+    // JSON (helper-74): what is missing is the key.
+    if text.trim().is_empty() {
+        return Err(Error::Usage(
+            "no effect given: name it with --key KEY (and --payload, --scope, --kind), or give its JSON as the argument or on stdin".into(),
+        ));
+    }
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         Error::Usage(format!(
             "the effect is not valid JSON ({e}); expected {{\"key\": ..., \"payload\": ...}}"
