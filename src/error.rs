@@ -201,7 +201,9 @@ pub enum Error {
     #[error("{}: {reason}", crate::names::human_os_path(path))]
     InvalidPath { path: PathBuf, reason: String },
 
-    #[error("nothing to undo: no rewind, replay or restore has been done in this workspace")]
+    #[error(
+        "nothing to undo: no rewind, replay or restore has been done in this workspace (`undo` takes back those, not edits: `rewind rewind HEAD` puts the tree back to the last checkpoint, saving the edits in one first)"
+    )]
     NothingToUndo,
 
     #[error("{0}")]

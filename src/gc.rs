@@ -764,3 +764,49 @@ pub fn missing(ws: &Workspace) -> Result<Missing> {
         snapshots_walked: walked,
     })
 }
+
+/// Where each of `wanted` is held: a path and the newest checkpoint that
+/// holds it there, for each one found. `verify --deep` named damaged
+/// objects by hash alone, which told no one what was affected
+/// (helper-74). Walks trees only while something is still unfound, each
+/// tree node once (the first checkpoint to reach it names the path).
+pub fn where_held(ws: &Workspace, wanted: &[Hash]) -> Result<HashMap<Hash, (String, Vec<u8>)>> {
+    let mut left: HashSet<Hash> = wanted.iter().copied().collect();
+    let mut found = HashMap::new();
+    let mut seen = HashSet::new();
+    for c in ws
+        .ledger()
+        .checkpoints()?
+        .iter()
+        .rev()
+        .filter(|c| !c.pruned)
+    {
+        let mut stack: Vec<(Hash, Vec<u8>)> = vec![(c.root, Vec::new())];
+        while let Some((h, path)) = stack.pop() {
+            if left.is_empty() {
+                return Ok(found);
+            }
+            if !seen.insert(h) {
+                continue;
+            }
+            let Some(node) = ws.ledger().tree_uncached(&h)? else {
+                continue;
+            };
+            for e in &node.entries {
+                let mut p = path.clone();
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(&e.name);
+                match e.target {
+                    Target::Tree(t) => stack.push((t, p)),
+                    Target::Object(o) if left.remove(&o) => {
+                        found.insert(o, (c.id.clone(), p));
+                    }
+                    Target::Object(_) | Target::Link(_) => {}
+                }
+            }
+        }
+    }
+    Ok(found)
+}

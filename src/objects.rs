@@ -866,7 +866,7 @@ impl ObjectStore {
 
     /// Chunked objects whose chunks are missing or do not add up to the
     /// object's hash (`verify --deep`).
-    pub fn bad_manifests(&self, manifests: &[(Hash, Vec<Hash>)]) -> Result<Vec<String>> {
+    pub fn bad_manifests(&self, manifests: &[(Hash, Vec<Hash>)]) -> Result<Vec<Hash>> {
         let mut bad = Vec::new();
         for (hash, chunks) in manifests {
             let mut h = Hasher::default();
@@ -888,7 +888,7 @@ impl ObjectStore {
                 }
             }
             if !ok || h.finish() != *hash {
-                bad.push(format!("chunked object {hash}"));
+                bad.push(*hash);
             }
         }
         Ok(bad)

@@ -431,6 +431,14 @@ fn verify_deep_finds_a_damaged_object_the_chain_cannot_see() {
         bad[0].as_str().unwrap_or("").starts_with("object file"),
         "{v}"
     );
+    // Named with the file that holds it (D325).
+    assert!(
+        bad[0]
+            .as_str()
+            .unwrap_or("")
+            .contains(": big.bin in checkpoint"),
+        "{v}"
+    );
     // And a damaged small object.
     let c = Connection::open(root.join(".rewind/ledger.db")).expect("open");
     c.execute("UPDATE blobs SET data = CAST('tampered' AS BLOB)", [])

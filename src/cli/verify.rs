@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::Ctx;
 use crate::chain::{Anchor, Verdict};
 use crate::error::{Error, Result};
+use crate::hash::Hash;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -137,12 +138,35 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
         let (tree_nodes, bad_trees) = ws.ledger().bad_tree_nodes()?;
         let (small_objects, bad_blobs) = ws.ledger().bad_blobs()?;
         let (object_files, bad_files) = ws.store().verify_files()?;
+        let bad_chunked = ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)?;
+        // Each named with a file that holds it: a hash alone told no one
+        // what was affected (helper-74).
+        let damaged: Vec<Hash> = bad_blobs
+            .iter()
+            .copied()
+            .chain(bad_files.iter().filter_map(|h| Hash::from_hex(h)))
+            .chain(bad_chunked.iter().copied())
+            .collect();
+        let held = match damaged.is_empty() {
+            true => Default::default(),
+            false => crate::gc::where_held(&ws, &damaged)?,
+        };
+        let named = |what: &str, h: &Hash| match held.get(h) {
+            Some((id, path)) => format!(
+                "{what} {h}: {} in checkpoint {id}",
+                crate::names::human_bytes_name(path)
+            ),
+            None => format!("{what} {h}"),
+        };
         let mut bad: Vec<String> = bad_trees.iter().map(|h| format!("tree node {h}")).collect();
-        bad.extend(bad_blobs.iter().map(|h| format!("small object {h}")));
-        bad.extend(bad_files.iter().map(|h| format!("object file {h}")));
+        bad.extend(bad_blobs.iter().map(|h| named("small object", h)));
+        bad.extend(bad_files.iter().map(|h| match Hash::from_hex(h) {
+            Some(h) => named("object file", &h),
+            None => format!("object file {h}"),
+        }));
         let missing = crate::gc::missing(&ws)?;
         bad.extend(missing.damage);
-        bad.extend(ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)?);
+        bad.extend(bad_chunked.iter().map(|h| named("chunked object", h)));
         bad.extend(ws.ledger().checkpoints_against_chain()?);
         Some(Deep {
             tree_nodes,
