@@ -32,7 +32,30 @@ use crate::hash::{Hash, hex};
 /// keyed by both, so a copy of a workspace (`cp -a proj proj2`, the same
 /// id) keeps its own, and a workspace made again at a path has a new id.
 /// `None` without a state directory, or when `root` cannot be stat'ed.
+/// An anchor kept under the key before session 40 is moved here.
 pub fn path(workspace_id: &str, root: &Path) -> Option<PathBuf> {
+    let meta = std::fs::metadata(root).ok()?;
+    let ino = std::os::unix::fs::MetadataExt::ino(&meta);
+    let dev = std::os::unix::fs::MetadataExt::dev(&meta);
+    // The root directory by its filesystem and inode, not its path: a
+    // mount serves the ledger from another path (`/run/rewind/….backing`),
+    // and a workspace moved keeps its anchor (helper-68). The filesystem
+    // by its statfs id where it has one: a btrfs subvolume's `st_dev` is
+    // handed out again at each mount, and after a reboot the anchor was
+    // not found (the check silently off) or another's was (helper-76).
+    let fs = rewind_platform::filesystem_id(root).unwrap_or(dev);
+    let kept = keyed(workspace_id, fs, ino)?;
+    if fs != dev && !kept.exists() {
+        if let Some(before) = keyed(workspace_id, dev, ino).filter(|p| p.exists()) {
+            let _ = std::fs::rename(before, &kept);
+        }
+    }
+    Some(kept)
+}
+
+/// The anchor file of `workspace_id` for a root on filesystem `fs` at
+/// inode `ino`, under `$XDG_STATE_HOME/rewind/anchors/`.
+fn keyed(workspace_id: &str, fs: u64, ino: u64) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -43,15 +66,7 @@ pub fn path(workspace_id: &str, root: &Path) -> Option<PathBuf> {
                 .filter(|p| p.is_absolute() && p.parent().is_some())
                 .map(|h| h.join(".local/state"))
         })?;
-    // The root directory by its device and inode, not its path: a mount
-    // serves the ledger from another path (`/run/rewind/….backing`), and
-    // a workspace moved keeps its anchor (helper-68).
-    let meta = std::fs::metadata(root).ok()?;
-    let key = format!(
-        "{workspace_id}\0{}:{}",
-        std::os::unix::fs::MetadataExt::dev(&meta),
-        std::os::unix::fs::MetadataExt::ino(&meta)
-    );
+    let key = format!("{workspace_id}\0{fs}:{ino}");
     let name = hex(&Hash::of(key.as_bytes()).0[..16]);
     Some(base.join("rewind/anchors").join(format!("{name}.json")))
 }

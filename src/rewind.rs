@@ -374,6 +374,10 @@ fn run_to(
         // `--dry-run --expect` asks whether the plan is still that one:
         // answered as the real run would, not ignored (helper-31, D214).
         check_expected(opts, &fp)?;
+        // Refused as the real run would be: a dry run offered the plan of
+        // a changed snapshot, which the rewind then refused (helper-76).
+        check_space(ws, &changes)?;
+        check_objects(ws, &target, &changes)?;
         return Ok(RewindReport {
             op: op.as_str(),
             rewound_to: target.id.clone(),

@@ -150,6 +150,16 @@ fn outside_a_workspace_says_run_init() {
         assert_clear_error(&out, "is not a directory: name the workspace's directory");
     }
     assert!(!missing.exists(), "nothing made");
+    // Inside a workspace too: it acted on the one around the file
+    // (helper-74).
+    let ws = dir.path().join("ws-file");
+    workspace_with_checkpoint(&ws);
+    let inner = ws.join("a-file");
+    write(&inner, b"x");
+    for verb in ["status", "checkpoint"] {
+        let out = rewind(dir.path(), &["-C", inner.to_str().expect("utf8"), verb]);
+        assert_clear_error(&out, "is not a directory: name the workspace's directory");
+    }
     // An empty checkpoint is a usage error, not "no checkpoint matches
     // ''", and an empty label is said without a stray space (D225).
     let ws = dir.path().join("ws-empty");

@@ -458,6 +458,9 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
     let victim_id = &live[live.len() - 1];
     write(&ws.join("src/d0/f0.rs"), b"live edit\n");
     let before = common::snapshot(&ws);
+    // Its dry run says so too: it offered a plan to apply (helper-76).
+    let dry = rewind(&ws, &["--json", "rewind", victim_id, "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1), "{dry:?}");
     let out = rewind(&ws, &["--json", "rewind", victim_id]);
     assert_eq!(
         out.status.code(),
@@ -1459,4 +1462,50 @@ fn a_non_root_owners_deinit_deletes_all_or_nothing() {
     assert!(!ws.join(".rewind").exists());
     common::assert_same("nobody's files after deinit", &want, &snapshot(&ws));
     assert_eq!(subvolumes(&lfs).len(), 1, "{:?}", subvolumes(&lfs));
+}
+
+/// The anchor rewind keeps outside the workspace (D313) is found again
+/// after the filesystem is mounted again. It was keyed by the root's
+/// `st_dev`, which btrfs hands a subvolume anew at each mount: after a
+/// reboot `verify` checked against nothing, and a stale anchor of an
+/// earlier mount could come back (helper-76). It is keyed by the statfs
+/// filesystem id, which btrfs derives from its UUID and the subvolume.
+#[test]
+fn the_kept_anchor_outlives_a_remount_of_btrfs() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 256) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    let state = common::tmp();
+    let env = [("XDG_STATE_HOME", state.path().to_str().expect("utf8"))];
+    write(&ws.join("a"), b"a");
+    assert!(
+        rewind_env(&ws, &["checkpoint", "one"], &env)
+            .status
+            .success()
+    );
+    let kept = |ws: &Path| {
+        let out = rewind_env(ws, &["--json", "verify"], &env);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["ok"], true, "{v}");
+        v["kept_anchor"].clone()
+    };
+    let before = kept(&ws);
+    assert!(before.is_object(), "anchored before: {before}");
+    let dev = std::fs::metadata(&ws).expect("stat").dev();
+    // Another btrfs mounted meanwhile takes the device numbers this one
+    // let go, as at a reboot.
+    let other = lfs.remount_after(|| {
+        let other = LoopFs::new(Fs::Btrfs, 256).expect("a second btrfs");
+        std::fs::metadata(other.subvolume("x")).expect("stat");
+        other
+    });
+    assert_ne!(
+        std::fs::metadata(&ws).expect("stat").dev(),
+        dev,
+        "the subvolume's st_dev did not change: this tests nothing"
+    );
+    assert_eq!(kept(&ws), before, "the same anchor, found again");
+    drop(other);
 }

@@ -58,6 +58,19 @@ impl fmt::Display for FsKind {
     }
 }
 
+/// The statfs filesystem id (`f_fsid`) of the filesystem holding `path`,
+/// when it gives one. Unlike `st_dev` it outlives a remount where the
+/// filesystem derives it from its UUID: btrfs (with the subvolume's id
+/// mixed in, where `st_dev` is an anonymous number handed out again at
+/// each mount) and ext4. `None` where it is zero or statfs fails.
+pub fn filesystem_id(path: &std::path::Path) -> Option<u64> {
+    let st = rustix::fs::statfs(path).ok()?;
+    // SAFETY: `fsid_t` is two `c_int`s with no invalid bit patterns.
+    let [a, b]: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
+    let id = (u64::from(a as u32) << 32) | u64::from(b as u32);
+    (id != 0).then_some(id)
+}
+
 /// What statfs says about the filesystem holding a directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FsInfo {

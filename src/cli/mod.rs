@@ -230,7 +230,7 @@ impl Ctx {
     /// Open the workspace holding the start directory.
     pub fn workspace(&self) -> Result<Held<'_>> {
         let _t = crate::trace::span("open workspace");
-        let start = self.start_dir();
+        let start = self.existing_start_dir()?;
         match Workspace::discover(&start) {
             Some(root) => self.observed(self.reuse_or_open(&root)?),
             None if !start.is_dir() => Err(not_a_directory(start)),
@@ -250,10 +250,22 @@ impl Ctx {
         }
     }
 
+    /// The start directory, refused when it names something else: `-C`
+    /// naming a file was taken inside a workspace (as the workspace
+    /// around it) and refused outside one (helper-74). A missing one is
+    /// left to the caller, which says how to make it.
+    fn existing_start_dir(&self) -> Result<PathBuf> {
+        let start = self.start_dir();
+        match start.exists() && !start.is_dir() {
+            true => Err(not_a_directory(start)),
+            false => Ok(start),
+        }
+    }
+
     /// Open the workspace, creating it if needed (checkpoint, init).
     pub fn workspace_or_init(&self) -> Result<Held<'_>> {
         let _t = crate::trace::span("open workspace");
-        let start = self.start_dir();
+        let start = self.existing_start_dir()?;
         let ws = match Workspace::discover(&start) {
             Some(root) => match self.reuse_or_open(&root) {
                 // Its first `init` or checkpoint was killed before the

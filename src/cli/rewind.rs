@@ -182,7 +182,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             s.push_str(&format!("\n  {}: {}", super::human_name(&k.path, k.path_hex.as_deref()), k.reason));
         }
         for e in &r.effects_not_undone {
-            s.push_str(&format!("\n  NOT UNDONE: effect {}:{} ({}) was admitted on the timeline you left; `guard` will refuse it again", e.scope, e.key, e.kind));
+            s.push_str(&format!("\n  NOT UNDONE: effect {}:{} ({}) was admitted on a timeline the tree is no longer on, and a rewind does not undo it; `guard` will refuse it again", e.scope, e.key, e.kind));
         }
         for p in &r.setuid_stripped {
             s.push_str(&format!(

@@ -776,6 +776,9 @@ pub struct StatusOut {
     head: Option<String>,
     total: usize,
     changes: Vec<Change>,
+    /// Paths asked for that are neither in the tree nor in HEAD (a typo)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
 }
@@ -789,6 +792,8 @@ fn status(ctx: &Ctx, input: StatusIn) -> Result<StatusOut> {
         head: out.head,
         total,
         changes,
+        // An agent read "no changes" for a mistyped path (helper-76).
+        warnings: out.warnings,
         next_cursor,
     })
 }

@@ -220,6 +220,36 @@ impl LoopFs {
         LoopFs::mount(self.fs, dir).expect("mount the copy of the image")
     }
 
+    /// Unmount, run `between`, and mount the same image at the same place
+    /// again (as a reboot does); what `between` returns lives on.
+    pub fn remount_after<T>(&self, between: impl FnOnce() -> T) -> T {
+        let unmounted = (0..50).any(|_| {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !ok {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            ok
+        });
+        assert!(unmounted, "umount {}", self.mnt.display());
+        let kept = between();
+        let opts = match self.fs {
+            Fs::Xfs => "loop,nouuid",
+            _ => "loop",
+        };
+        run_ok(
+            Command::new("mount")
+                .arg("-o")
+                .arg(opts)
+                .arg(self._dir.path().join("img"))
+                .arg(&self.mnt),
+            "mount the image again",
+        );
+        kept
+    }
+
     /// A fresh directory on this filesystem.
     /// Let every user reach the mount (search on each directory above
     /// it), as a test run as another user needs; modes are kept else.

@@ -127,6 +127,10 @@ async def session(binary, workdir, profile, mode):
         # Only under the paths asked for (D322).
         only = await k.ok("status", {"paths": ["src"]})
         assert only["total"] == 6 and all(ch["path"].startswith("src") for ch in only["changes"]), only
+        assert "warnings" not in only, only
+        # A mistyped path is said, as the CLI says it (helper-76).
+        typo = await k.ok("status", {"paths": ["srcc"]})
+        assert typo["total"] == 0 and "srcc" in " ".join(typo.get("warnings", [])), typo
         d = await k.ok("diff", {"from": base["id"], "patch": True, "paths": ["README"]})
         assert d["total"] == 1 and "-v1" in d["patch"] and "+broken" in d["patch"], d
         plan = await k.ok("rewind", {"id": "base", "dry_run": True})
