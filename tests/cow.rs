@@ -696,7 +696,7 @@ fn a_damaged_chunk_past_the_objects_check_is_never_restored_on_ext4() {
     let ck = rewind_json(&root, &["checkpoint", "big"]);
     assert_eq!(ck["copied"], 1, "the chunked path: {ck}");
     // Same length, other bytes: a chunk the length check lets through.
-    let chunk = walk_files(&root.join(".rewind/objects"))
+    let chunk = common::files_below(&root.join(".rewind/objects"))
         .into_iter()
         .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 1 << 20))
         .expect("a 1 MiB chunk file");
@@ -731,17 +731,4 @@ fn a_damaged_chunk_past_the_objects_check_is_never_restored_on_ext4() {
         bad.contains("chunked object") && bad.contains(": big.bin in checkpoint"),
         "{v}"
     );
-}
-
-fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -947,7 +947,7 @@ fn a_deinit_stopped_half_way_leaves_no_history_that_looks_whole() {
     write(&root.join("small"), b"s");
     checkpoint_id(root, &["one"]);
     let objects = root.join(".rewind/objects");
-    let stuck = walkdir_files(&objects)
+    let stuck = common::files_below(&objects)
         .into_iter()
         .next()
         .expect("an object file");
@@ -1025,20 +1025,6 @@ fn a_command_that_waited_while_the_history_was_deleted_does_nothing() {
         b"unsaved work"
     );
     assert!(!root.join(".rewind").exists());
-}
-
-/// Every regular file below `dir`.
-fn walkdir_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walkdir_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// A patch shows the content of a file that replaced a directory (or was

@@ -1549,3 +1549,17 @@ pub fn a_restored_file_is_not_read_again_until_it_changes(ws: &Path, env: &[(&st
     run(&["rewind", "d"]);
     assert_eq!(std::fs::read(&big).expect("big"), changed);
 }
+
+/// Every file below `dir` (what is not a directory), depth first.
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_below(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
