@@ -475,11 +475,22 @@ pub(crate) fn finish_pending(ws: &mut Workspace) -> Result<usize> {
     let Some(_lock) = wait_for_builder(ws)? else {
         return Ok(0);
     };
+    // What is pending now, and no more: a checkpoint acknowledged
+    // meanwhile is its own process's to finish (inline, or its builder).
+    let Some(last) = ws.ledger().pending()?.last().map(|p| p.seq) else {
+        return Ok(0);
+    };
     let mut n = 0;
     // Read again after each: a fold gives the next its parent's parent,
     // and the list read once kept the folded parent, which the commit
     // then named (FOREIGN KEY constraint failed, helper-75).
-    while let Some(p) = ws.ledger().pending()?.into_iter().next() {
+    while let Some(p) = ws
+        .ledger()
+        .pending()?
+        .into_iter()
+        .next()
+        .filter(|p| p.seq <= last)
+    {
         finish_one(ws, &p)?;
         n += 1;
     }
