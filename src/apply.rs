@@ -574,12 +574,20 @@ pub fn apply(
         removals.push(ch);
     }
     removals.sort_by_key(|c| std::cmp::Reverse(c.depth()));
-    // What the progress line counts: each entry removed, each file written.
-    let files = changes
+    // What the progress line counts: each entry removed, each file and
+    // directory made, as the final line's "written" counts them (its
+    // total counted files only, helper-74 and helper-76).
+    let made = changes
         .iter()
-        .filter(|c| c.new.as_ref().is_some_and(|n| n.kind() == Kind::File))
+        .filter(|c| {
+            c.new.as_ref().is_some_and(|n| match n.kind() {
+                Kind::File => true,
+                Kind::Dir => c.old.as_ref().is_none_or(|o| o.kind() != Kind::Dir),
+                Kind::Symlink => false,
+            })
+        })
         .count();
-    progress.set_total(going + files as u64);
+    progress.set_total(going + made as u64);
     for ch in removals {
         let (parent, name) = split_parent(&ch.path);
         // Its directory removed meanwhile by another program: so is it.
@@ -675,6 +683,7 @@ pub fn apply(
                     }
                     report.written += 1;
                     report.touched.dir(&ch.path);
+                    progress.inc(1);
                     failpoint::hit("apply:dir-created");
                 } else {
                     changed_in_place.insert(ch.path.clone());

@@ -724,13 +724,16 @@ pub fn missing(ws: &Workspace) -> Result<Missing> {
                 c.id
             )),
             Some(snap) => {
-                let root = crate::snapshot::root_of(ws, &snap, "")?;
+                let walk = crate::snapshot::walk_of(ws, &snap, "")?;
                 walked += 1;
                 progress.inc(1);
-                if root != c.root {
+                if walk.root != c.root {
                     out.push(format!(
-                        "snapshot of checkpoint {} does not match its manifest (root {} instead of {})",
-                        c.id, root, c.root
+                        "snapshot of checkpoint {} does not match its manifest (root {} instead of {}){}",
+                        c.id,
+                        walk.root,
+                        c.root,
+                        differing_paths(ws, &walk, &c.root)
                     ));
                 }
             }
@@ -763,6 +766,40 @@ pub fn missing(ws: &Workspace) -> Result<Missing> {
         damage: out,
         snapshots_walked: walked,
     })
+}
+
+/// What differs between a snapshot's walk and the manifest it should
+/// equal, its first paths: the roots alone told no one what was changed,
+/// nor that only times were (helper-76). Empty when the diff cannot be
+/// made (a node of the manifest missing is said on its own).
+fn differing_paths(ws: &Workspace, walk: &crate::capture::Capture, manifest: &Hash) -> String {
+    const SHOWN: usize = 5;
+    let trees = crate::diff::Trees::with_overlay(ws.ledger(), walk.overlay());
+    let opts = crate::diff::DiffOptions {
+        compare_mtime: true,
+    };
+    let Ok(changes) = crate::diff::diff(&trees, manifest, &walk.root, opts) else {
+        return String::new();
+    };
+    if changes.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = changes
+        .iter()
+        .take(SHOWN)
+        .map(|c| {
+            format!(
+                "{} {}",
+                crate::names::human_bytes_name(&c.path),
+                c.status().as_str()
+            )
+        })
+        .collect();
+    let more = match changes.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!(": {}{more} (an mtime counts)", shown.join(", "))
 }
 
 /// Where each of `wanted` is held: a path and the newest checkpoint that

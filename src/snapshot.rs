@@ -202,14 +202,23 @@ pub(crate) fn root_of(
     snap: &Dir,
     message: &'static str,
 ) -> Result<crate::hash::Hash> {
-    let cap = ws.capture_dir(
+    Ok(walk_of(ws, snap, message)?.root)
+}
+
+/// The tree a snapshot holds, walked and hashed (see [`root_of`]), with
+/// its nodes, for a diff against the manifest it should equal.
+pub(crate) fn walk_of(
+    ws: &Workspace,
+    snap: &Dir,
+    message: &'static str,
+) -> Result<crate::capture::Capture> {
+    ws.capture_dir(
         snap,
         false,
         crate::capture::Sink::HashOnly,
         i64::MIN,
         message,
-    )?;
-    Ok(cap.root)
+    )
 }
 
 /// Whether the snapshot `snap` may be restored from as checkpoint `root`:

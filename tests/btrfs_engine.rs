@@ -450,8 +450,10 @@ fn gc_deletes_the_snapshots_of_pruned_checkpoints_and_verify_deep_catches_a_chan
     assert!(
         deep_bad()
             .iter()
-            .any(|b| b.contains("does not match its manifest")),
-        "edited snapshot not reported"
+            .any(|b| b.contains("does not match its manifest")
+                && b.contains(": src/d0/f0.rs modified")),
+        "edited snapshot not reported with the path that changed: {:?}",
+        deep_bad()
     );
     // A rewind to it refuses before changing anything: its clones would
     // restore the edit, not the checkpoint.

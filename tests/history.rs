@@ -1820,6 +1820,53 @@ fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
     );
 }
 
+/// A rewind's progress total is what its final line counts: every entry
+/// deleted, those below a deleted directory included, and every file and
+/// directory written. It showed `0/1` for a deleted directory of 60,000
+/// entries (helper-74), and counted files alone against a "written" that
+/// counts directories too (helper-76).
+#[test]
+fn a_rewinds_progress_total_is_what_it_deletes_and_writes() {
+    if Command::new("script").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs util-linux's script"
+        );
+        return;
+    }
+    let dir = common::tmp();
+    let root = dir.path();
+    for f in 0..5 {
+        write(&root.join(format!("back/f{f}")), b"back");
+    }
+    checkpoint_id(root, &["A"]);
+    std::fs::remove_dir_all(root.join("back")).expect("rm");
+    for d in 0..3 {
+        for f in 0..100 {
+            write(&root.join(format!("gone/d{d}/f{f}")), b"x");
+        }
+    }
+    let out = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} rewind A", env!("CARGO_BIN_EXE_rewind")),
+            "/dev/null",
+        ])
+        .current_dir(root)
+        .env("REWIND_PROGRESS_DELAY_MS", "0")
+        .output()
+        .expect("script");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    // 1 + 3 + 300 deleted; the directory and its 5 files written.
+    assert!(shown.contains("6 written, 304 deleted"), "{shown}");
+    assert!(
+        shown.contains("restoring: ") && shown.contains("/310 "),
+        "{shown}"
+    );
+    assert!(!shown.contains("/1 "), "{shown}");
+}
+
 /// D295: `diff --patch` left out a file over the patch limit whose size
 /// changed, as if unchanged (helper-58): its content was read from
 /// neither side, and two empty sides compared equal. It is shown as git
