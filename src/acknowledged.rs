@@ -24,7 +24,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use rewind_platform::{Dir, RenameMode};
-use serde::{Deserialize, Serialize};
 
 use crate::capture::STATE_DIR;
 use crate::error::{Error, Result};
@@ -39,30 +38,9 @@ const RECORD_TMP: &str = "acknowledged.tmp";
 /// Larger is not a record of ours.
 const RECORD_MAX: u64 = 4096;
 
-/// A pending row, as the record holds it.
-#[derive(Serialize, Deserialize)]
-struct Record {
-    seq: i64,
-    id: String,
-    label: Option<String>,
-    kind: String,
-    created_at_ms: i64,
-    clock_ns: i64,
-    reuse: bool,
-}
-
 /// Write `p`'s record, to be taken into its snapshot. Replaced whole
 /// (a temporary name, then a rename), so a reader never sees half of one.
 pub(crate) fn write(ws: &Workspace, p: &Pending) -> Result<()> {
-    let record = Record {
-        seq: p.seq,
-        id: p.id.clone(),
-        label: p.label.clone(),
-        kind: p.kind.clone(),
-        created_at_ms: p.created_at_ms,
-        clock_ns: p.clock_ns,
-        reuse: p.reuse,
-    };
     let dir = ws.state_dir();
     let tmp = OsStr::new(RECORD_TMP);
     let failed = |e: std::io::Error| {
@@ -72,7 +50,7 @@ pub(crate) fn write(ws: &Workspace, p: &Pending) -> Result<()> {
             e,
         ))
     };
-    let text = serde_json::to_vec(&record).map_err(|e| failed(std::io::Error::other(e)))?;
+    let text = serde_json::to_vec(p).map_err(|e| failed(std::io::Error::other(e)))?;
     let mut f = dir.open_or_create(tmp, 0o600, false).map_err(Error::os)?;
     // Root's in a user's history: theirs (D148).
     if let Some(h) = rewind_platform::Heir::of(dir).map_err(Error::os)? {
@@ -87,7 +65,7 @@ pub(crate) fn write(ws: &Workspace, p: &Pending) -> Result<()> {
 
 /// The record in `dir` (a `.rewind/`): `None` when there is none;
 /// `Some(None)` when it cannot be read as one.
-fn read(dir: &Dir, rel: &Path) -> Option<Option<Record>> {
+fn read(dir: &Dir, rel: &Path) -> Option<Option<Pending>> {
     let (f, meta) = match dir.open_read_beneath(rel) {
         Ok(x) => x,
         Err(e) if e.is_not_found() => return None,
@@ -115,9 +93,8 @@ pub(crate) fn unadopted(ws: &Workspace) -> bool {
 }
 
 /// Adopt every snapshot whose row a power cut lost, oldest first; then
-/// retire the live record. The caller holds the workspace lock. Returns
-/// the ids adopted.
-pub(crate) fn adopt(ws: &mut Workspace) -> Result<Vec<String>> {
+/// retire the live record. The caller holds the workspace lock.
+pub(crate) fn adopt(ws: &mut Workspace) -> Result<()> {
     let mut found = Vec::new();
     for name in crate::snapshot::names(ws)? {
         if !crate::ids::is_id(&name) || ws.ledger().knows_id(&name)? {
@@ -128,30 +105,20 @@ pub(crate) fn adopt(ws: &mut Workspace) -> Result<Vec<String>> {
         };
         // A rewind's safety snapshot holds the record of the checkpoint
         // before it: only a record naming its own snapshot is adopted.
-        if let Some(Some(r)) = read(&snap, &Path::new(STATE_DIR).join(RECORD))
-            && r.id == name
+        if let Some(Some(p)) = read(&snap, &Path::new(STATE_DIR).join(RECORD))
+            && p.id == name
         {
-            found.push(r);
+            found.push(p);
         }
     }
-    found.sort_by_key(|r| r.seq);
-    let mut adopted = Vec::new();
-    for r in found {
+    found.sort_by_key(|p| p.seq);
+    for mut p in found {
         // Older than a row the ledger has: not the newest commits, so not
         // what a power cut took (an old binary wrote on after it).
-        if r.seq < ws.ledger().next_seq()? {
+        if p.seq < ws.ledger().next_seq()? {
             continue;
         }
-        let p = Pending {
-            seq: r.seq,
-            id: r.id,
-            parent: ws.ledger().head_seq()?,
-            label: r.label,
-            kind: r.kind,
-            created_at_ms: r.created_at_ms,
-            clock_ns: r.clock_ns,
-            reuse: r.reuse,
-        };
+        p.parent = ws.ledger().head_seq()?;
         ws.ledger_mut().write(|tx| {
             tx.insert_pending(&p)?;
             tx.set_meta("head", &p.seq.to_string())
@@ -164,17 +131,13 @@ pub(crate) fn adopt(ws: &mut Workspace) -> Result<Vec<String>> {
                 .map(|l| format!(" ({l})"))
                 .unwrap_or_default()
         );
-        adopted.push(p.id);
     }
     let dir = ws.state_dir();
     match dir.unlink(OsStr::new(RECORD)) {
-        Ok(()) => Ok(adopted),
-        Err(e) if e.is_not_found() => Ok(adopted),
+        Ok(()) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         // Not a file (a directory made by hand failed every command,
         // helper-75): it is ours to remove all the same.
-        Err(_) => dir
-            .remove_all(OsStr::new(RECORD))
-            .map(|()| adopted)
-            .map_err(Error::os),
+        Err(_) => dir.remove_all(OsStr::new(RECORD)).map_err(Error::os),
     }
 }

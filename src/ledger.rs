@@ -334,10 +334,13 @@ CREATE TABLE IF NOT EXISTS aliases(id TEXT PRIMARY KEY, seq INTEGER NOT NULL) WI
 ";
 
 /// A checkpoint acknowledged before its manifest exists (btrfs engine).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// As JSON it is the record its snapshot holds (`crate::acknowledged`),
+/// without the parent, which is HEAD when the row is committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Pending {
     pub seq: i64,
     pub id: String,
+    #[serde(skip)]
     pub parent: Option<i64>,
     pub label: Option<String>,
     pub kind: String,

@@ -358,29 +358,22 @@ pub(crate) fn acknowledge(
     kind: &str,
     reuse: bool,
 ) -> Result<Pending> {
-    let Taken { seq, id, clock_ns } = take_new(ws)?;
+    let taken = take_new(ws)?;
     let mut pending = Pending {
-        seq,
-        id,
+        seq: taken.seq,
+        id: taken.id.clone(),
         parent: None,
         label: label.map(str::to_owned),
         kind: kind.to_owned(),
         created_at_ms: time::now_ms(),
-        clock_ns,
+        clock_ns: taken.clock_ns,
         reuse,
     };
     // Into the snapshot with the tree: the row's durability (D324).
     crate::acknowledged::write(ws, &pending)?;
     // Deleted again if the pending row is not committed (a full disk):
     // a snapshot no row names was found only by the next gc (D120).
-    let snap = snapshot_as(
-        ws,
-        Taken {
-            seq,
-            id: pending.id.clone(),
-            clock_ns,
-        },
-    )?;
+    let snap = snapshot_as(ws, taken)?;
     failpoint::hit("btrfs:snapshotted");
     let _t = crate::trace::span("commit pending checkpoint");
     // No wait for the disk: the snapshot just made holds this row, and
@@ -393,7 +386,7 @@ pub(crate) fn acknowledge(
             parent,
             ..pending.clone()
         })?;
-        tx.set_meta("head", &seq.to_string())?;
+        tx.set_meta("head", &pending.seq.to_string())?;
         Ok(parent)
     })?;
     snap.keep();

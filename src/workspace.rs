@@ -888,13 +888,13 @@ impl Workspace {
         (self.engine, self.engine_reason)
     }
 
-    /// Where mutable state lives (lock files, the clock file, snapshots):
-    /// `.rewind/state/` on a btrfs subvolume (D50), else `.rewind/`.
     /// `.rewind/` itself, in the workspace's own subvolume on btrfs.
     pub(crate) fn state_dir(&self) -> &Dir {
         &self.state
     }
 
+    /// Where mutable state lives (lock files, the clock file, snapshots):
+    /// `.rewind/state/` on a btrfs subvolume (D50), else `.rewind/`.
     pub(crate) fn meta_dir(&self) -> &Dir {
         &self.meta
     }
@@ -1038,11 +1038,8 @@ impl Workspace {
             .map(|e| !e.is_empty())
             .unwrap_or(false);
         let intent = self.ledger.intent()?;
-        if !(leftovers
-            || intent.is_some()
-            || self.ledger.has_pending()?
-            || crate::acknowledged::unadopted(self))
-        {
+        let unadopted = crate::acknowledged::unadopted(self);
+        if !(leftovers || intent.is_some() || self.ledger.has_pending()? || unadopted) {
             return Ok(());
         }
         if self.fs.read_only {
@@ -1057,7 +1054,7 @@ impl Workspace {
                 "on this read-only filesystem",
                 "remount it read-write: mount -o remount,rw",
             );
-            if crate::acknowledged::unadopted(self) {
+            if unadopted {
                 // `list` left them out without a word (helper-75).
                 eprintln!(
                     "rewind: warning: checkpoints acknowledged before a crash or power cut may be missing from the ledger; their snapshots hold them, and the first command on a read-write filesystem brings them back (mount -o remount,rw)"

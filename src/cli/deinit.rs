@@ -108,13 +108,10 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             // A ledger that opens but whose pages do not read: deleted as
             // it is, as one that does not open (helper-75: `doctor` sent
             // the user here, and this sent them back to `doctor`).
-            let counted = match ws.lock_as_is() {
-                Ok(op) => ws
-                    .ledger()
-                    .checkpoints()
-                    .and_then(|c| Ok((op, c.len() + ws.ledger().pending()?.len()))),
-                Err(e) => Err(e),
-            };
+            let counted = ws.lock_as_is().and_then(|op| {
+                let n = ws.ledger().checkpoints()?.len() + ws.ledger().pending()?.len();
+                Ok((op, n))
+            });
             match counted {
                 Ok((Some(op), _)) => {
                     return Err(Error::Usage(format!(
@@ -135,14 +132,15 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     crate::deinit::check(&root_dir, &found)?;
     let snapshots = crate::deinit::count(&found);
     let what = match checkpoints {
-        Some(1) => "1 checkpoint".to_string(),
-        Some(n) => format!("{n} checkpoints"),
+        Some(n) => crate::names::counted(n as u64, "checkpoint"),
         None => "its checkpoints".into(),
     };
     let what = match snapshots {
         0 => what,
-        1 => format!("{what} and 1 btrfs snapshot"),
-        n => format!("{what} and {n} btrfs snapshots"),
+        n => format!(
+            "{what} and {}",
+            crate::names::counted(n as u64, "btrfs snapshot")
+        ),
     };
     if !args.yes && !args.dry_run {
         return Err(Error::Usage(format!(
