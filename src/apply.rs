@@ -1192,6 +1192,10 @@ fn remove_guided(
     rmdir_or_keep(dir, name, path, report, below_kept)
 }
 
+/// Why a directory the plan deletes is still there: its capture did not
+/// hold all of it (a nested workspace's history, an ignored file).
+pub(crate) const HOLDS_UNCAPTURED: &str = "kept: holds files that were not captured";
+
 /// `below_kept`: an entry below it is already reported as kept, which
 /// explains this directory too.
 fn rmdir_or_keep(
@@ -1209,10 +1213,7 @@ fn rmdir_or_keep(
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) if e.raw_os_error() == Some(39) && below_kept => Ok(()),
         Err(e) if e.raw_os_error() == Some(39) => {
-            report.kept.push(Skipped::new(
-                path,
-                "kept: holds files that were not captured",
-            ));
+            report.kept.push(Skipped::new(path, HOLDS_UNCAPTURED));
             Ok(())
         }
         Err(e) => Err(Error::os(e)),

@@ -193,6 +193,68 @@ pub(crate) fn what_the_target_ignores(
     Ok(changes)
 }
 
+/// What a dry run shows for a directory the plan deletes while it holds
+/// something its capture left out (a nested workspace's `.rewind/`, an
+/// ignored or unreadable file, one made since): the apply empties it of
+/// what the capture held and keeps it, with `apply::HOLDS_UNCAPTURED`,
+/// and so keeps every directory above it. The dry run listed it as
+/// deleted (helper-76). Only the dry run looks: a readdir per deleted
+/// directory would cost every real rewind what its `rmdir` finds anyway,
+/// and the plan's fingerprint is taken before this, so `--expect` names
+/// the same plan either way.
+pub(crate) fn what_deletions_leave(
+    ws: &Workspace,
+    trees: &Trees<'_>,
+    changes: Vec<Change>,
+    kept: &mut Vec<Skipped>,
+) -> Result<Vec<Change>> {
+    let root = ws.root_dir();
+    let mut holding: Vec<Vec<u8>> = Vec::new();
+    for c in &changes {
+        let Some(old) = c.old.as_ref().filter(|o| o.kind() == Kind::Dir) else {
+            continue;
+        };
+        if c.new.as_ref().is_some_and(|n| n.kind() == Kind::Dir) {
+            continue;
+        }
+        let Target::Tree(h) = old.target else {
+            continue;
+        };
+        let Ok(live) = root.open_beneath(Path::new(OsStr::from_bytes(&c.path))) else {
+            continue;
+        };
+        let Ok(names) = live.entries() else {
+            continue;
+        };
+        let node = trees.node(&h)?;
+        let captured: HashSet<&[u8]> = node.entries.iter().map(|e| e.name.as_slice()).collect();
+        if names.iter().any(|n| !captured.contains(n.as_bytes())) {
+            holding.push(c.path.clone());
+        }
+    }
+    if holding.is_empty() {
+        return Ok(changes);
+    }
+    // Every directory above one kept is kept too; the deepest says why,
+    // as the apply reports it (D166).
+    let holders: HashSet<&[u8]> = holding
+        .iter()
+        .flat_map(|p| crate::capture::ancestors(p).chain(std::iter::once(p.as_slice())))
+        .collect();
+    let changes = changes
+        .into_iter()
+        .filter(|c| {
+            !(holders.contains(c.path.as_slice())
+                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir))
+        })
+        .collect();
+    let deepest = holding
+        .iter()
+        .filter(|p| !holding.iter().any(|q| crate::capture::is_below(q, p)));
+    kept.extend(deepest.map(|p| Skipped::new(p, crate::apply::HOLDS_UNCAPTURED)));
+    Ok(changes)
+}
+
 /// As root running a workspace owner's command (through root's door, or
 /// their `rewind mcp`, D151), the changes that user could not make
 /// themselves are kept and reported, as D152 keeps out of the capture what

@@ -360,7 +360,9 @@ fn run_to(
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-        let Planned { changes, kept, .. } = plan_in(
+        let Planned {
+            changes, mut kept, ..
+        } = plan_in(
             ws,
             &trees,
             &cap.root,
@@ -369,7 +371,6 @@ fn run_to(
             &opts.paths,
             dopts,
         )?;
-        let counts = diff::count(&changes);
         let fp = fingerprint(op, &target.root, &changes, opts);
         // `--dry-run --expect` asks whether the plan is still that one:
         // answered as the real run would, not ignored (helper-31, D214).
@@ -378,6 +379,8 @@ fn run_to(
         // a changed snapshot, which the rewind then refused (helper-76).
         check_space(ws, &changes)?;
         check_objects(ws, &target, &changes)?;
+        let changes = keep::what_deletions_leave(ws, &trees, changes, &mut kept)?;
+        let counts = diff::count(&changes);
         return Ok(RewindReport {
             op: op.as_str(),
             rewound_to: target.id.clone(),

@@ -282,6 +282,77 @@ fn deletion_insertion_reordering_duplication_and_truncation_get_their_codes() {
     );
 }
 
+/// Before session 40 the kept anchor's file was keyed by the root's
+/// `st_dev` (D325 keys it by the statfs filesystem id): one kept under
+/// the old key is moved to the new one and still catches a cut chain,
+/// rather than being left behind while `verify` checks against nothing.
+#[test]
+fn an_anchor_kept_under_the_device_number_is_moved_and_still_anchors() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = common::tmp();
+    let root = dir.path();
+    let state = common::tmp();
+    let env = [("XDG_STATE_HOME", state.path().to_str().expect("utf8"))];
+    let verify_here = || {
+        let out = common::rewind_env(root, &["--json", "verify"], &env);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("verify JSON");
+        (out.status.code().unwrap_or(-1), v)
+    };
+    let checkpoint = |n: u32| {
+        write(&root.join("a"), format!("{n}").as_bytes());
+        assert!(
+            common::rewind_env(root, &["checkpoint"], &env)
+                .status
+                .success()
+        );
+    };
+    checkpoint(1);
+    checkpoint(2);
+    // A backup of the ledger, put back after one more checkpoint: a
+    // history cut at its tail, which only an anchor tells (D313).
+    let ledger = root.join(".rewind/ledger.db");
+    let files = ["", "-wal", "-shm"].map(|s| PathBuf::from(format!("{}{s}", ledger.display())));
+    let backup: Vec<Option<Vec<u8>>> = files.iter().map(|f| std::fs::read(f).ok()).collect();
+    checkpoint(3);
+    let (code, v) = verify_here();
+    assert_eq!(code, 0, "{v}");
+    let kept = PathBuf::from(v["kept_anchor"]["path"].as_str().expect("a kept anchor"));
+    let anchor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&kept).expect("read anchor")).expect("anchor JSON");
+    let id = anchor["workspace"].as_str().expect("workspace id");
+    let meta = std::fs::metadata(root).expect("stat root");
+    let key = format!("{id}\0{}:{}", meta.dev(), meta.ino());
+    let name = rewind::hash::hex(&rewind::hash::Hash::of(key.as_bytes()).0[..16]);
+    let legacy = kept.with_file_name(format!("{name}.json"));
+    assert_ne!(
+        legacy, kept,
+        "this filesystem's id is its device number: this tests nothing"
+    );
+    std::fs::rename(&kept, &legacy).expect("move the anchor to the old key");
+    for (f, b) in files.iter().zip(&backup) {
+        match b {
+            Some(b) => std::fs::write(f, b).expect("restore ledger"),
+            None => {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
+    assert_eq!(
+        verify_without_kept_anchor(root).0,
+        0,
+        "the cut is undetectable without the anchor"
+    );
+    let (code, v) = verify_here();
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(bad(&v).1, "TRUNCATED_BELOW_ANCHOR", "{v}");
+    assert_eq!(
+        v["kept_anchor"]["path"],
+        kept.to_str().expect("utf8"),
+        "{v}"
+    );
+    assert!(kept.exists() && !legacy.exists(), "moved, not copied");
+}
+
 /// `verify` with no anchor at all: rewind's own kept in an empty state
 /// directory.
 fn verify_without_kept_anchor(root: &Path) -> (i32, serde_json::Value) {

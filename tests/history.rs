@@ -1281,6 +1281,60 @@ fn a_rewind_counts_what_its_dry_run_counts() {
     }
 }
 
+/// A directory the plan deletes but the rewind keeps, because it holds
+/// what its capture left out (a nested workspace's history, an ignored
+/// file), was listed by the dry run as deleted (helper-76): the dry run
+/// now keeps it, with the rewind's reason, and counts what the rewind
+/// does; its fingerprint still names the plan the rewind applies.
+#[test]
+fn a_dry_run_keeps_the_directories_its_rewind_keeps() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join(".rewindignore"), b"*.o\n");
+    write(&root.join("src/main.c"), b"int main;\n");
+    let base = checkpoint_id(root, &["base"]);
+    write(&root.join("vendor/lib/x.c"), b"x\n");
+    let nested = rewind(&root.join("vendor/lib"), &["init"]);
+    assert!(nested.status.success(), "{nested:?}");
+    write(&root.join("build/obj/a.c"), b"a\n");
+    write(&root.join("build/obj/a.o"), b"\x7fELF\n");
+    write(&root.join("gone/g"), b"g\n");
+    let plan = rewind_json(root, &["rewind", &base, "--dry-run"]);
+    let listed: Vec<&str> = plan["plan"]
+        .as_array()
+        .expect("plan")
+        .iter()
+        .map(|c| c["path"].as_str().expect("path"))
+        .collect();
+    for still_there in ["vendor", "vendor/lib", "build", "build/obj"] {
+        assert!(!listed.contains(&still_there), "{still_there}: {plan}");
+    }
+    for gone in ["vendor/lib/x.c", "build/obj/a.c", "gone", "gone/g"] {
+        assert!(listed.contains(&gone), "{gone}: {plan}");
+    }
+    let kept: Vec<&str> = plan["kept"]
+        .as_array()
+        .expect("kept")
+        .iter()
+        .map(|k| k["path"].as_str().expect("path"))
+        .collect();
+    assert_eq!(kept, ["build/obj", "vendor/lib"], "{plan}");
+    let human = rewind(root, &["rewind", &base, "--dry-run"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("  build/obj: kept: holds files that were not captured\n"),
+        "{human}"
+    );
+    assert!(!human.contains("D build/obj\n"), "{human}");
+    let fp = plan["plan_fingerprint"].as_str().expect("fingerprint");
+    let done = rewind_json(root, &["rewind", &base, "--expect", fp]);
+    assert_eq!(done["changes"], plan["changes"], "{done}\n{plan}");
+    assert_eq!(done["kept"], plan["kept"], "{done}\n{plan}");
+    assert!(root.join("vendor/lib/.rewind").is_dir());
+    assert!(root.join("build/obj/a.o").is_file());
+    assert!(!root.join("gone").exists());
+}
+
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
 /// (which must take it whole, but the `excluded` files); the tree after,
 /// outside `.rewind/`.

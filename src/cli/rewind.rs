@@ -143,9 +143,10 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
             }
             // What the rewind would keep, with why: the human dry run
             // listed none of it (helper-43, D264).
+            // Each reason starts with "kept:", as the rewind prints it.
             for k in &r.kept {
                 s.push_str(&format!(
-                    "  kept {}: {}\n",
+                    "  {}: {}\n",
                     super::human_name(&k.path, k.path_hex.as_deref()),
                     k.reason
                 ));
