@@ -145,8 +145,9 @@ impl ToolCall {
         Some(self.argv()?.join(" ").trim().to_string())
     }
 
-    /// A checkpoint label naming the call, short enough to read in `list`.
-    pub fn label(&self) -> String {
+    /// A checkpoint label naming the call, short enough to read in `list`;
+    /// a path inside the workspace at `root` is named from its root.
+    pub fn label(&self, root: &std::path::Path) -> String {
         // Control and invisible characters (a newline, a terminal escape, a
         // direction override) would reach `list` and the user's terminal.
         let mut arg: String = self
@@ -154,10 +155,12 @@ impl ToolCall {
             .chars()
             .map(|c| if crate::names::unseen(c) { ' ' } else { c })
             .collect();
-        // Paths inside the project read better relative to it.
-        if let Some(cwd) = &self.cwd
-            && let Some(rel) = arg.strip_prefix(&format!("{}/", cwd.trim_end_matches('/')))
-        {
+        // Paths inside the project read better relative to it: to its
+        // root, as `status` and `list` name them, not to the payload's
+        // `cwd`, which may be anywhere (`/tmp` gave `h77/mnt/proj/…`,
+        // helper-77).
+        let root = root.to_string_lossy();
+        if let Some(rel) = arg.strip_prefix(&format!("{}/", root.trim_end_matches('/'))) {
             arg = rel.to_string();
         }
         let tool: String = self

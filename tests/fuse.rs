@@ -1614,6 +1614,51 @@ fn a_workspace_whose_path_holds_a_newline_or_no_utf8_mounts() {
     }
 }
 
+/// The README's `sudo rewind mount .` on a project with no history was
+/// refused with "not a rewind workspace" (helper-77): a mount makes the
+/// directory a workspace, as a first checkpoint does, and says so; one
+/// too broad to be a workspace on its own is still refused.
+#[test]
+fn a_mount_makes_a_fresh_project_a_workspace_as_a_first_checkpoint_does() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("fresh");
+    write(&ws.join("src/main.rs"), b"fn main() {}\n");
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    write(&ws.join("src/main.rs"), b"fn main() { broken }\n");
+    let ck = rewind_json(&ws, &["checkpoint", "after"]);
+    assert_eq!(ck["engine"], "fuse", "{ck}");
+    let listed = rewind_json(&ws, &["list"]);
+    assert_eq!(listed["total"], 1, "{listed}");
+    drop(m);
+    assert!(ws.join(".rewind/ledger.db").is_file());
+    // Said, in both forms.
+    let other = lfs.subdir("other");
+    write(&other.join("a"), b"a");
+    let out = rewind(
+        Path::new("/"),
+        &["--json", "mount", other.to_str().expect("utf8")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let _m = MountGuard { dir: other.clone() };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("mount JSON");
+    assert_eq!(v["initialized"], true, "{v}");
+    // A sticky world-writable directory is not made one by a mount.
+    let tmpish = lfs.subdir("shared");
+    chmod(&tmpish, 0o1777);
+    let out = rewind(Path::new("/"), &["mount", tmpish.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a mount does not make it a workspace"),
+        "{err}"
+    );
+    assert!(!tmpish.join(".rewind").exists());
+}
+
 /// `sudo rewind mount .` over a user's workspace locked that user out:
 /// without `allow_other` only root could reach the mount point. The mount
 /// over the workspace itself now lets everyone in under the usual

@@ -269,6 +269,36 @@ fn keep_within_keeps_young_checkpoints_and_protected_ones_need_force() {
     assert_eq!(bad.status.code(), Some(1));
 }
 
+/// `gc` printed every pruned id on one line, 499 of them in an agent's
+/// context (helper-77): the human report lists the first ten and counts
+/// the rest; `--json` still lists every one.
+#[test]
+fn a_human_gc_report_lists_ten_pruned_ids_and_counts_the_rest() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let mut ids = Vec::new();
+    for i in 0..17 {
+        write(&ws.join("a.txt"), format!("{i}\n").as_bytes());
+        ids.push(common::checkpoint_id(ws, &[]));
+    }
+    let dry = rewind_json(ws, &["gc", "--keep-last", "2", "--dry-run"]);
+    let pruned = strs(&dry["pruned"]);
+    // HEAD and its three parents are protected (the recent past).
+    assert_eq!(pruned, ids[..13].to_vec(), "{dry}");
+    let out = rewind(ws, &["gc", "--keep-last", "2"]);
+    assert!(out.status.success(), "{out:?}");
+    let human = String::from_utf8_lossy(&out.stdout);
+    let first = human.lines().next().expect("a line");
+    assert_eq!(
+        first,
+        format!(
+            "pruned 13 checkpoints, kept 4 (4 protected): {} … and 3 more (`--json` lists every one)",
+            pruned[..10].join(" ")
+        ),
+        "{human}"
+    );
+}
+
 /// D190: content only a pruned checkpoint held is freed even when that
 /// checkpoint was the last tree the stat cache described (a secret
 /// checkpointed by mistake, then a rewind away from it): its cache rows

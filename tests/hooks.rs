@@ -208,6 +208,38 @@ fn write_and_edit_are_checkpointed_and_read_is_not() {
     assert_eq!(checkpoints(ws).len(), n, "Read took a checkpoint");
 }
 
+/// A file tool's label named its path from the payload's `cwd`, which can
+/// be anywhere: `/tmp` gave `before Write: h77/mnt/proj/web/lib/util.js`
+/// (helper-77). It is named from the workspace root, as `status` does.
+#[test]
+fn a_file_tools_label_names_its_path_from_the_workspace_root() {
+    let dir = project(false);
+    let ws = dir.path();
+    for (i, cwd) in [std::path::PathBuf::from("/"), ws.join("src")]
+        .iter()
+        .enumerate()
+    {
+        write(&ws.join("src/lib/util.py"), format!("x = {i}\n").as_bytes());
+        let stdin = serde_json::json!({
+            "session_id": "s",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Write",
+            "tool_input": {"file_path": ws.join("src/lib/util.py"), "content": "y"},
+            "cwd": cwd,
+        })
+        .to_string();
+        let out = hook("pre-tool-use", &stdin);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let cks = checkpoints(ws);
+        assert_eq!(
+            cks.last().expect("a checkpoint")["label"],
+            "before Write: src/lib/util.py",
+            "cwd {}",
+            cwd.display()
+        );
+    }
+}
+
 /// `integrate gemini` installs these hooks; Gemini CLI's calls name its own
 /// tools, and none of them took a checkpoint.
 #[test]

@@ -23,6 +23,9 @@ pub struct Args {
     force: bool,
 }
 
+/// Pruned ids a human report lists before it counts the rest.
+const PRUNED_SHOWN: usize = 10;
+
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let mut ws = ctx.workspace()?;
     // Flags given: they are the whole policy. None: rewind.toml's [retention].
@@ -67,14 +70,22 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     ctx.emit(&r, || {
         let verb = if r.dry_run { "would prune" } else { "pruned" };
         let mut s = format!(
-            "{verb} {} checkpoint{}, kept {} ({} protected)",
-            r.pruned.len(),
-            if r.pruned.len() == 1 { "" } else { "s" },
+            "{verb} {}, kept {} ({} protected)",
+            crate::names::counted(r.pruned.len() as u64, "checkpoint"),
             r.kept,
             r.protected.len()
         );
+        // 499 ids on one line filled an agent's context (helper-77): the
+        // oldest few, and the rest counted; `--json` lists every one.
         if !r.pruned.is_empty() {
-            s.push_str(&format!(": {}", r.pruned.join(" ")));
+            let shown = &r.pruned[..r.pruned.len().min(PRUNED_SHOWN)];
+            s.push_str(&format!(": {}", shown.join(" ")));
+            if r.pruned.len() > shown.len() {
+                s.push_str(&format!(
+                    " … and {} more (`--json` lists every one)",
+                    r.pruned.len() - shown.len()
+                ));
+            }
         }
         let f = &r.freed;
         s.push_str(&format!(

@@ -381,7 +381,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
     // Checkpoint first: an admitted effect is then recorded against the
     // tree it was made from, which is what a later rewind compares with.
     if checkpoint && let Some(ws) = ws.as_mut() {
-        match ws.checkpoint(Some(&call.label()), "hook", true) {
+        match ws.checkpoint(Some(&call.label(&root)), "hook", true) {
             Ok(r) => out.checkpoint = Some(r.id),
             Err(e) => out.warning = Some(format!("no checkpoint before this call: {e}")),
         }

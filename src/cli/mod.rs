@@ -273,22 +273,27 @@ impl Ctx {
                 Err(Error::LedgerUnfinished { .. }) => Workspace::init(&root, self.progress())?.0,
                 r => r?,
             },
-            None => {
-                if !start.is_dir() {
-                    return Err(not_a_directory(start));
-                }
-                if let Some(what) = too_broad_for_a_workspace(&start) {
-                    return Err(Error::InvalidPath {
-                        path: start,
-                        reason: format!(
-                            "is {what}: a checkpoint does not make it a workspace on its own (it would capture everything below it, and `integrate` run anywhere under it would write there); run rewind in a project directory, or `rewind init` here if you mean it"
-                        ),
-                    });
-                }
-                Workspace::init(&start, self.progress())?.0
-            }
+            None => self.init_implicitly(&start, "a checkpoint")?,
         };
         self.observed(ws)
+    }
+
+    /// Make `start` a workspace because `what` (a first checkpoint, a
+    /// mount) found none there or above, unless it is too broad to be
+    /// one without `rewind init` (D162).
+    pub fn init_implicitly(&self, start: &std::path::Path, what: &str) -> Result<Workspace> {
+        if !start.is_dir() {
+            return Err(not_a_directory(start.to_path_buf()));
+        }
+        if let Some(too_broad) = too_broad_for_a_workspace(start) {
+            return Err(Error::InvalidPath {
+                path: start.to_path_buf(),
+                reason: format!(
+                    "is {too_broad}: {what} does not make it a workspace on its own (it would capture everything below it, and `integrate` run anywhere under it would write there); run rewind in a project directory, or `rewind init` here if you mean it"
+                ),
+            });
+        }
+        Ok(Workspace::init(start, self.progress())?.0)
     }
 
     /// The workspace at `root`: the one a long-lived caller kept, if it is

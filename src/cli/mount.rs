@@ -55,6 +55,8 @@ pub struct UnmountArgs {
 struct Mounted {
     mounted: String,
     workspace: String,
+    /// The mount made the directory a workspace: it had none.
+    initialized: bool,
     daemon_pid: u32,
     passthrough: bool,
     log: String,
@@ -88,7 +90,16 @@ fn door_owner(root: &Path, view: bool) -> Option<u32> {
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
-    let root = target(ctx, a.dir.as_deref())?;
+    // A directory no workspace holds is made one, as a first checkpoint
+    // would: the README's `sudo rewind mount .` was refused on a fresh
+    // project (helper-77).
+    let (root, initialized) = match target(ctx, a.dir.as_deref()) {
+        Err(Error::NotAWorkspace { path }) if !a.foreground => {
+            let ws = ctx.init_implicitly(&path, "a mount")?;
+            (ws.root_path().to_path_buf(), true)
+        }
+        r => (r?, false),
+    };
     // Opening checks it is a workspace, finishes an interrupted rewind and
     // refuses a second mount (its daemon answers).
     let mut ws = Workspace::open(&root, false)?;
@@ -361,6 +372,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     let out = Mounted {
         mounted: mountpoint.display().to_string(),
         workspace: root.display().to_string(),
+        initialized,
         daemon_pid: status.pid,
         passthrough: status.passthrough,
         log: log_path.display().to_string(),
@@ -370,8 +382,16 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         eprintln!("rewind: warning: {w}");
     }
     ctx.emit(&out, || {
+        let made = if out.initialized {
+            format!(
+                "initialized workspace {} (it had no .rewind/)\n",
+                out.workspace
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "mounted {} (daemon pid {}, {}); `rewind unmount {}` to stop",
+            "{made}mounted {} (daemon pid {}, {}); `rewind unmount {}` to stop",
             out.mounted,
             out.daemon_pid,
             if out.passthrough {

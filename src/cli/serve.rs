@@ -283,7 +283,7 @@ pub fn forward(
             }
             Ok(n) if n >= 1 && answer[0] == ACCEPTED => {
                 eprintln!(
-                    "rewind: error: the command server of {} stopped while running this command (killed or crashed); like a killed command, it may have left it unfinished: the next command finishes an interrupted rewind; run it again",
+                    "rewind: error: the command server of {} stopped while running this command (killed or crashed), as if the command itself were killed: it may or may not have taken effect (`rewind list` shows what was recorded; the next command finishes an interrupted rewind), so check before running it again",
                     root.display()
                 );
                 return Some(1);
