@@ -100,16 +100,13 @@ fn read_at(path: &Path, workspace_id: &str) -> Option<Anchor> {
         .filter(|a| a.workspace == workspace_id)
 }
 
-/// After a commit: keep the chain's head as the workspace's anchor, if
-/// it extends the one kept (or none is).
-pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str) {
-    let Some(path) = root_of(ledger).and_then(|root| path(workspace_id, root)) else {
-        return;
-    };
+/// After a commit: keep the chain's head as the workspace's anchor at
+/// `path` ([`path`]), if it extends the one kept (or none is).
+pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) {
     let Ok(Some((seq, head))) = crate::chain::head(conn, ledger) else {
         return;
     };
-    if let Some(a) = read_at(&path, workspace_id) {
+    if let Some(a) = read_at(path, workspace_id) {
         if a.seq == seq && a.head == head.to_hex() {
             return;
         }
@@ -125,7 +122,7 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str) {
         seq,
         head: head.to_hex(),
     };
-    let _ = write(&path, &anchor);
+    let _ = write(path, &anchor);
 }
 
 /// Whether the chain in `conn` holds the kept anchor's entry.

@@ -483,6 +483,9 @@ pub struct Ledger {
     /// Left at `synchronous=NORMAL` by a [`Ledger::write_without_sync`]
     /// that could not set it back: the next write sets it first.
     unsynced: bool,
+    /// Where this workspace's anchor is kept (D313), found once: a stat,
+    /// a statfs and a query that every commit repeated.
+    kept_anchor: std::cell::OnceCell<Option<(String, PathBuf)>>,
 }
 
 /// How long a statement waits for another process's transaction.
@@ -841,6 +844,7 @@ impl Ledger {
             nodes: Default::default(),
             access,
             unsynced: false,
+            kept_anchor: std::cell::OnceCell::new(),
             read_from: Default::default(),
         })
     }
@@ -956,6 +960,7 @@ impl Ledger {
             nodes: Default::default(),
             access: Access::ReadWrite,
             unsynced: false,
+            kept_anchor: std::cell::OnceCell::new(),
             read_from: Default::default(),
         })
     }
@@ -1207,8 +1212,14 @@ impl Ledger {
     /// it (D313).
     fn keep_anchor(&self) {
         let _t = crate::trace::span("keep anchor");
-        if let Ok(id) = self.workspace_id() {
-            crate::kept_anchor::keep(&self.conn, &self.path, &id);
+        let kept = self.kept_anchor.get_or_init(|| {
+            let id = self.workspace_id().ok().filter(|id| !id.is_empty())?;
+            let path = crate::kept_anchor::root_of(&self.path)
+                .and_then(|root| crate::kept_anchor::path(&id, root))?;
+            Some((id, path))
+        });
+        if let Some((id, path)) = kept {
+            crate::kept_anchor::keep(&self.conn, &self.path, id, path);
         }
     }
 
@@ -1472,18 +1483,25 @@ impl Ledger {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db_err(&path))?;
+        let appended = std::cell::Cell::new(false);
         let out = {
             let _t = crate::trace::span("commit: rows");
             f(&Tx {
                 tx: &tx,
                 path: &path,
+                appended: &appended,
             })?
         };
         {
             let _t = crate::trace::span("commit: wal and sync");
             tx.commit().map_err(db_err(&path))?;
         }
-        self.keep_anchor();
+        // Only a commit that moved the chain's head moves its anchor: a
+        // btrfs acknowledgement (a pending row) or a stat cache update
+        // read the anchor file for nothing.
+        if appended.get() {
+            self.keep_anchor();
+        }
         Ok(out)
     }
 
@@ -2095,6 +2113,8 @@ impl Ledger {
 pub struct Tx<'a> {
     tx: &'a rusqlite::Transaction<'a>,
     path: &'a Path,
+    /// Set once an entry goes on the chain.
+    appended: &'a std::cell::Cell<bool>,
 }
 
 impl Tx<'_> {
@@ -2104,6 +2124,7 @@ impl Tx<'_> {
 
     /// Append an event to the chain, committed with this transaction.
     pub fn event(&self, kind: &str, fields: crate::chain::Fields) -> Result<u64> {
+        self.appended.set(true);
         crate::chain::append(self.tx, kind, fields).map_err(self.err())
     }
 
