@@ -1111,10 +1111,19 @@ fn lookup_target(trees: &Trees<'_>, path: &[u8]) -> Option<Entry> {
     trees.entry_at(&root, path).ok().flatten()
 }
 
+/// `entry`'s mode as the rewind may restore it: a file's setuid and
+/// setgid bits only with `--allow-setuid`. A directory's setgid bit is
+/// kept: it grants nothing, it gives what is made inside the
+/// directory's group, and stripping it changed a shared project's
+/// group for every file made after the rewind (helper-79).
 fn allowed_mode(entry: &Entry, opts: ApplyOptions, path: &[u8], report: &mut ApplyReport) -> u32 {
-    if entry.mode & SETID_BITS != 0 && !opts.allow_setuid {
+    let risky = match entry.kind() {
+        Kind::Dir => entry.mode & SETID_BITS & !0o2000,
+        _ => entry.mode & SETID_BITS,
+    };
+    if risky != 0 && !opts.allow_setuid {
         report.setuid_stripped.push(display_path(path));
-        entry.mode & !SETID_BITS
+        entry.mode & !risky
     } else {
         entry.mode
     }

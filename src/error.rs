@@ -74,12 +74,16 @@ pub enum Error {
         denied: bool,
     },
 
-    #[error("{}: permission denied: it belongs to {}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner", crate::names::human_os_path(path), owner_name(*owner), crate::names::human_os_path(state))]
+    #[error("{}", not_owner(path, *owner, *me, state, *from_sudo))]
     NotOwner {
         path: PathBuf,
         owner: u32,
         me: u32,
         state: PathBuf,
+        /// Root's history in this user's own workspace: a `sudo rewind`
+        /// made it, and `chown` gives it back. Anything else is another
+        /// user's, and the `chown` told them to take it (helper-79).
+        from_sudo: bool,
     },
 
     /// What root's command server does not do for a workspace's owner
@@ -309,6 +313,21 @@ fn existing_part(path: &Path) -> &Path {
         .unwrap_or(path)
 }
 
+fn not_owner(path: &Path, owner: u32, me: u32, state: &Path, from_sudo: bool) -> String {
+    let path = crate::names::human_os_path(path);
+    let owner_name = owner_name(owner);
+    if from_sudo {
+        format!(
+            "{path}: permission denied: it belongs to {owner_name}, not to this user (uid {me}), most likely from a rewind run with sudo; give the history back with `sudo chown -R {me}: {}`, or run rewind as its owner",
+            crate::names::human_os_path(state)
+        )
+    } else {
+        format!(
+            "{path}: permission denied: it belongs to {owner_name}, not to this user (uid {me}): it is another user's history, which only they (or root) may read or change; run rewind as its owner"
+        )
+    }
+}
+
 fn owner_name(uid: u32) -> String {
     match uid {
         0 => "root".into(),
@@ -355,12 +374,7 @@ impl Error {
         } else if e.is_permission_denied()
             && let Some((owner, state)) = foreign_history(&e.path)
         {
-            Error::NotOwner {
-                path: e.path,
-                owner,
-                me: rewind_platform::euid(),
-                state,
-            }
+            Error::not_owner(e.path, owner, state)
         } else {
             Error::Os(e)
         }
@@ -502,6 +516,22 @@ fn start_over(ledger: &Path) -> String {
 }
 
 impl Error {
+    /// `NOT_OWNER` for `path` in the history `state`, which `owner` owns.
+    fn not_owner(path: PathBuf, owner: u32, state: PathBuf) -> Error {
+        let me = rewind_platform::euid();
+        let from_sudo = owner == 0
+            && state.parent().is_some_and(|root| {
+                std::fs::metadata(root).is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me)
+            });
+        Error::NotOwner {
+            path,
+            owner,
+            me,
+            state,
+            from_sudo,
+        }
+    }
+
     /// `READ_ONLY` for `path`, naming the read-only btrfs subvolume it is
     /// in when the filesystem itself is mounted read-write. Rewind's own
     /// snapshots are read-only by design and never named.
@@ -527,12 +557,7 @@ impl Error {
                 .filter(|p| p.exists())
                 .find_map(|p| foreign_history(p))
         {
-            return Error::NotOwner {
-                path,
-                owner,
-                me: rewind_platform::euid(),
-                state,
-            };
+            return Error::not_owner(path, owner, state);
         }
         let subvolume = path
             .ancestors()

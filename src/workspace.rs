@@ -715,7 +715,21 @@ impl Workspace {
             r => r.map_err(Error::os),
         };
         let objects = open_or_make("objects")?;
-        let tmp = open_or_make("tmp")?;
+        // `tmp` holds nothing once no command runs: a file or link put in
+        // its place stopped every command, `deinit` too, on a bare
+        // ENOTDIR (helper-79). It is replaced; the objects never are.
+        let tmp = match state.open_dir(OsStr::new("tmp")) {
+            // ENOTDIR, or ELOOP for a symbolic link.
+            Err(e) if matches!(e.raw_os_error(), Some(20 | 40)) && !fs.read_only => {
+                eprintln!(
+                    "rewind: warning: {} was not a directory (something other than rewind put it there): replaced by the directory rewind keeps its temporary files in",
+                    crate::names::human_os_path(&root_path.join(STATE_DIR).join("tmp"))
+                );
+                state.unlink(OsStr::new("tmp")).map_err(Error::os)?;
+                made_dir(&state, "tmp")?
+            }
+            _ => open_or_make("tmp")?,
+        };
         // A workspace made before the guards gets them now (one stat when
         // they are there); failing to write them must not stop a command.
         if let Err(e) = crate::git_guard::ensure(&state, &tmp) {

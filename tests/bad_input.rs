@@ -1984,3 +1984,46 @@ fn json_is_one_object_and_paths_follow_dash_c() {
         String::from_utf8_lossy(&held.stdout)
     );
 }
+
+/// `.rewind/tmp` replaced by a file or a symbolic link (the hook admits
+/// `rm -rf .rewind/tmp; touch .rewind/tmp`) stopped every command, `deinit`
+/// too, on a bare ENOTDIR (helper-79). It holds nothing between commands:
+/// it is made again, with a warning, and nothing it pointed to is touched.
+#[test]
+fn a_file_or_link_in_place_of_the_temporary_directory_is_replaced() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a"), b"a");
+    let one = checkpoint_id(root, &["one"]);
+    let elsewhere = common::tmp();
+    write(&elsewhere.path().join("keep"), b"keep");
+    let tmp = root.join(".rewind/tmp");
+    for link in [false, true] {
+        std::fs::remove_dir_all(&tmp).expect("rm tmp");
+        if link {
+            std::os::unix::fs::symlink(elsewhere.path(), &tmp).expect("symlink");
+        } else {
+            write(&tmp, b"not a directory");
+        }
+        write(&root.join("a"), format!("{link}").as_bytes());
+        let out = rewind(root, &["checkpoint", "-q"]);
+        assert!(out.status.success(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(".rewind/tmp was not a directory"), "{err}");
+        let meta = std::fs::symlink_metadata(&tmp).expect("stat tmp");
+        assert!(meta.is_dir(), "made again as a directory");
+        assert_eq!(
+            std::fs::read_dir(elsewhere.path()).expect("ls").count(),
+            1,
+            "the link's target untouched"
+        );
+    }
+    assert!(rewind(root, &["rewind", &one, "-q"]).status.success());
+    assert_eq!(std::fs::read(root.join("a")).expect("read"), b"a");
+    write(&tmp.with_file_name("tmp2"), b"");
+    std::fs::remove_dir_all(&tmp).expect("rm tmp");
+    std::fs::rename(tmp.with_file_name("tmp2"), &tmp).expect("file at tmp");
+    let out = rewind(root, &["deinit", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!root.join(".rewind").exists());
+}

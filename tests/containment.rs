@@ -407,6 +407,20 @@ fn a_history_left_by_root_names_its_owner_and_the_fix() {
             .is_some_and(|m| m.contains("belongs to root")),
         "{v}"
     );
+
+    // Another user's workspace and history: the `chown` told the intruder
+    // to take it (helper-79). Now: run rewind as its owner.
+    chown("daemon:", &["-R"], &root);
+    let st = Command::new("chmod").arg("a+rx").arg(&root).status();
+    assert!(st.is_ok_and(|s| s.success()));
+    let v = checkpoint_as_nobody();
+    assert_eq!(v["error"]["code"], "NOT_OWNER", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("it belongs to uid 1") && msg.contains("another user's history"),
+        "{msg}"
+    );
+    assert!(!msg.contains("chown"), "{msg}");
 }
 
 /// A rewind run as root in a user's workspace (`sudo rewind`, or the
@@ -1603,7 +1617,7 @@ fn a_users_rewind_keeps_what_they_cannot_change_and_rewinds_the_rest() {
     // The human dry run lists them too.
     let human = as_nobody(&root, &format!("{bin} rewind one --dry-run"));
     let human = String::from_utf8_lossy(&human.stdout);
-    assert!(human.contains("kept cfg/app.conf"), "{human}");
+    assert!(human.contains("  cfg/app.conf: kept: "), "{human}");
     let done = as_nobody(&root, &format!("{bin} --json rewind one"));
     let v: serde_json::Value = serde_json::from_slice(&done.stdout).expect("json");
     assert!(kept_conf(&v) && kept_r(&v), "{v}");

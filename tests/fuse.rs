@@ -1614,6 +1614,75 @@ fn a_workspace_whose_path_holds_a_newline_or_no_utf8_mounts() {
     }
 }
 
+/// helper-79: without `XDG_RUNTIME_DIR` a user's sockets live in
+/// `/tmp/rewind-UID`, which anyone can make first; its maker then put a
+/// listener at a workspace's command socket and received the user's
+/// command, cwd and terminal. A client now sends nothing to a listener
+/// that is neither this user nor root, and says why.
+#[test]
+fn a_command_is_never_handed_to_another_users_listener() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some((lfs, ws)) = workspace(1, 2) else {
+        return;
+    };
+    common::give_to_nobody(&ws);
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    // The runtime directory, made by `daemon` (uid 1) and open to all.
+    let xdg = lfs.subdir("xdg");
+    let rt = xdg.join("rewind");
+    std::fs::create_dir(&rt).expect("mkdir");
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let st = Command::new("chown").args(["daemon:"]).arg(&rt).status();
+    assert!(st.is_ok_and(|s| s.success()), "chown daemon");
+    // The command socket's name: FNV-1a of the workspace's path.
+    let root = ws.canonicalize().expect("canonical");
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in root.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let sock = rt.join(format!("{h:016x}.cmd"));
+    let got = lfs.mnt.join("got");
+    let listener = format!(
+        r#"import socket, os, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(1)
+s.settimeout(20); c, _ = s.accept(); c.settimeout(2)
+n = 0
+try:
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        n += len(b)
+except Exception: pass
+open(sys.argv[2], "w").write(str(n))"#
+    );
+    let mut evil = Command::new("runuser")
+        .args(["-u", "daemon", "--", "python3", "-c", &listener])
+        .arg(&sock)
+        .arg(&got)
+        .spawn()
+        .expect("listener");
+    std::fs::set_permissions(&lfs.mnt, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let t = std::time::Instant::now();
+    while !sock.exists() && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = as_user(
+        "nobody",
+        &ws,
+        &format!("XDG_RUNTIME_DIR='{}' '{bin}' status", xdg.display()),
+    );
+    let _ = evil.wait();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is served by uid 1, neither this user nor root"),
+        "{err}"
+    );
+    let received = std::fs::read_to_string(&got).expect("the listener's count");
+    assert_eq!(received, "0", "the listener received the command");
+}
+
 /// The README's `sudo rewind mount .` on a project with no history was
 /// refused with "not a rewind workspace" (helper-77): a mount makes the
 /// directory a workspace, as a first checkpoint does, and says so; one

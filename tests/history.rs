@@ -1587,6 +1587,37 @@ fn setuid_bits_are_restored_only_when_allowed() {
     assert_eq!(mode(&root.join("tool")), 0o4755);
 }
 
+/// A directory's setgid bit gives no one any right: it makes what is
+/// created in it take its group, as a shared project needs. A rewind
+/// stripped it from each directory it made, even where the kernel had
+/// set it (helper-79), and new files then took the user's own group.
+/// Only a file's setuid and setgid bits wait for `--allow-setuid`.
+#[test]
+fn a_directorys_setgid_bit_is_restored_and_a_files_is_not() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("shared/lib/tool"), b"#!/bin/sh\n");
+    common::chmod(&root.join("shared/lib/tool"), 0o2755);
+    common::chmod(&root.join("shared/lib"), 0o2775);
+    common::chmod(&root.join("shared"), 0o3775);
+    let a = checkpoint_id(root, &[]);
+    std::fs::remove_dir_all(root.join("shared")).expect("rm");
+    let r = rewind_json(root, &["rewind", &a]);
+    assert_eq!(
+        r["setuid_stripped"],
+        serde_json::json!(["shared/lib/tool"]),
+        "{r}"
+    );
+    let mode = |p: &str| {
+        std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(root.join(p)).expect("stat").permissions(),
+        ) & 0o7777
+    };
+    assert_eq!(mode("shared"), 0o3775, "setgid and sticky kept");
+    assert_eq!(mode("shared/lib"), 0o2775);
+    assert_eq!(mode("shared/lib/tool"), 0o755);
+}
+
 /// Counts a list of `{path, status}` changes the way a checkpoint counts
 /// them (a type change is a modification).
 fn counted(changes: &serde_json::Value) -> (u64, u64, u64) {

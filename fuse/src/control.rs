@@ -45,6 +45,66 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
+/// [`runtime_dir`], made if missing, once it is sure to be this user's
+/// alone: a directory (not a link to one) owned by this user that no one
+/// else may enter. `/tmp/rewind-UID` can be made by anyone first: another
+/// user who made it received a user's commands, their arguments and
+/// their terminal (helper-79).
+pub fn private_runtime_dir() -> Result<PathBuf> {
+    let rt = runtime_dir();
+    make_private(&rt, rustix::process::geteuid().as_raw())?;
+    Ok(rt)
+}
+
+/// Make `rt` (mode 0700) unless it exists; then check that it is a
+/// directory of user `me`'s that no one else may enter, closing it to
+/// others if it is theirs.
+fn make_private(rt: &Path, me: u32) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(rt)
+        .map_err(|e| Error::io("create", rt, e))?;
+    let meta = std::fs::symlink_metadata(rt).map_err(|e| Error::io("inspect", rt, e))?;
+    let why = if meta.file_type().is_symlink() {
+        Some("a symbolic link".to_string())
+    } else if !meta.is_dir() {
+        Some("not a directory".to_string())
+    } else if meta.uid() != me {
+        Some(format!("it belongs to uid {}", meta.uid()))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(Error::UnsafeRuntimeDir {
+            path: rt.to_path_buf(),
+            why,
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(rt, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io("make private", rt, e))?;
+    }
+    Ok(())
+}
+
+/// Refuse the other end of `stream`, connected at `path`, unless it runs
+/// as this user or as root (whose mount a workspace's owner reaches
+/// through its door, D151): checked before anything is sent, a
+/// descriptor least of all.
+pub fn check_peer(stream: &UnixStream, path: &Path) -> Result<()> {
+    let me = rustix::process::geteuid().as_raw();
+    match rewind_platform::peer_uid(stream) {
+        Ok(uid) if uid == me || uid == 0 => Ok(()),
+        Ok(uid) => Err(Error::ForeignSocket {
+            path: path.to_path_buf(),
+            uid,
+        }),
+        Err(e) => Err(Error::io("check who listens at", path, e)),
+    }
+}
+
 /// The name of a mount point's files in the runtime directory. FNV-1a:
 /// stable across builds; the daemon's answer names its mount point, so a
 /// collision is detected, not trusted.
@@ -452,6 +512,7 @@ impl Client {
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(unresponsive(0)),
             Err(e) => return Err(Error::io("connect to the rewind daemon at", sock, e)),
         };
+        check_peer(&stream, &sock)?;
         // The listener's pid, known before it answers anything.
         let peer = rewind_platform::peer_pid(&stream).unwrap_or(0);
         let io = |e: std::io::Error| {
@@ -717,6 +778,40 @@ mod tests {
 
     fn hello(pid: &str, mp: &[u8], backing: &[u8]) -> Vec<u8> {
         [pid.as_bytes(), b"\n", mp, b"\n", backing].concat()
+    }
+
+    /// helper-79: `/tmp/rewind-UID` made first by another user, or a
+    /// link put there, took a user's sockets. Only a directory of the
+    /// user's own is used, and closed to others if it was open.
+    #[test]
+    fn the_runtime_directory_is_used_only_if_it_is_the_users_own() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = tempfile::tempdir().expect("tempdir");
+        let me = rustix::process::geteuid().as_raw();
+        let made = t.path().join("made/rewind");
+        make_private(&made, me).expect("made");
+        let mode = std::fs::metadata(&made).expect("stat").mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // Ours but open to all: closed.
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        make_private(&made, me).expect("ours");
+        assert_eq!(
+            std::fs::metadata(&made).expect("stat").mode() & 0o777,
+            0o700
+        );
+        // Another user's, as it looks to them.
+        let err = make_private(&made, me + 1)
+            .expect_err("another's")
+            .to_string();
+        assert!(err.contains(&format!("it belongs to uid {me}")), "{err}");
+        // A link to a directory of ours is still a link.
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&made, &link).expect("symlink");
+        let err = make_private(&link, me).expect_err("a link").to_string();
+        assert!(err.contains("a symbolic link"), "{err}");
+        let file = t.path().join("file");
+        std::fs::write(&file, b"").expect("write");
+        assert!(make_private(&file, me).is_err());
     }
 
     #[test]

@@ -123,9 +123,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     let mountpoint = opts.view.clone().unwrap_or_else(|| dir.to_path_buf());
     // Made here, before anything is put in it: it holds the backing
     // trees' binds, closed to other users.
-    let rt = control::runtime_dir();
-    std::fs::create_dir_all(&rt).map_err(|e| Error::io("create", &rt, e))?;
-    let _ = rustix::fs::chmod(&rt, Mode::from_raw_mode(0o700));
+    control::private_runtime_dir()?;
     control::sweep_runtime_dir();
     // From the check for a dead mount to this one's mount (D222).
     let lock = control::MountLock::take(&mountpoint);

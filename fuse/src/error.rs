@@ -26,6 +26,14 @@ pub enum Error {
         "{path} was a view of a workspace elsewhere, whose mount daemon had died; its dead mount is detached and nothing is there: mount it again from the workspace (`rewind mount WORKSPACE --at {path}`), or run rewind in the workspace"
     )]
     DeadView { path: PathBuf },
+    #[error(
+        "{path} is not this user's own private directory ({why}): another user may have made it to take rewind's sockets; remove it (as its owner, or root), or set XDG_RUNTIME_DIR to a directory only you can enter"
+    )]
+    UnsafeRuntimeDir { path: PathBuf, why: String },
+    #[error(
+        "{path} is served by uid {uid}, neither this user nor root: refusing to talk to it (another user may be standing in for rewind's daemon); remove it and the directory holding it, or set XDG_RUNTIME_DIR to a directory only you can enter"
+    )]
+    ForeignSocket { path: PathBuf, uid: u32 },
     #[error("cannot unmount {path}: it is busy ({holders}); close them{} and retry", if holders.contains("working directory") { " (a shell inside: `cd` out of it first)" } else { "" })]
     Busy { path: PathBuf, holders: String },
 }

@@ -31,8 +31,8 @@ pub mod wire;
 pub use claim::{CLAIM_FILE, Holder, claimed_workspace, holder};
 pub use companion::Companion;
 pub use control::{
-    ANSWER_TIMEOUT, Client, DOORS_DIR, MountLock, MountStatus, backing_path, command_socket_path,
-    door_path, runtime_dir, socket_path,
+    ANSWER_TIMEOUT, Client, DOORS_DIR, MountLock, MountStatus, backing_path, check_peer,
+    command_socket_path, door_path, private_runtime_dir, runtime_dir, socket_path,
 };
 pub use daemon::{
     NO_FUSERMOUNT3, ServeOptions, detach_dead, detach_dead_mount, dev_fuse_usable, fusermount3,

@@ -271,6 +271,13 @@ pub fn forward(
     let waited = std::time::Instant::now();
     loop {
         let sock = UnixStream::connect(&socket).ok()?;
+        // Not this user's server, nor root's: its listener gets nothing,
+        // this terminal least of all (helper-79).
+        if let Err(e) = rewind_fuse::check_peer(&sock, &socket) {
+            let e = Error::Mount(e);
+            super::report(json, &e);
+            return Some(e.exit_code());
+        }
         rewind_platform::send_with_stdio(&sock, &req).ok()?;
         // "Accepted" and the exit code in one wakeup; a server that closes
         // before accepting never ran the command (rule 2).
