@@ -1643,8 +1643,7 @@ fn a_command_is_never_handed_to_another_users_listener() {
     }
     let sock = rt.join(format!("{h:016x}.cmd"));
     let got = lfs.mnt.join("got");
-    let listener = format!(
-        r#"import socket, os, sys
+    let listener = r#"import socket, os, sys
 s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(1)
 s.settimeout(20); c, _ = s.accept(); c.settimeout(2)
 n = 0
@@ -1654,10 +1653,9 @@ try:
         if not b: break
         n += len(b)
 except Exception: pass
-open(sys.argv[2], "w").write(str(n))"#
-    );
+open(sys.argv[2], "w").write(str(n))"#;
     let mut evil = Command::new("runuser")
-        .args(["-u", "daemon", "--", "python3", "-c", &listener])
+        .args(["-u", "daemon", "--", "python3", "-c", listener])
         .arg(&sock)
         .arg(&got)
         .spawn()
