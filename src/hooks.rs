@@ -589,6 +589,7 @@ impl ShellLine<'_> {
                     let found = match name {
                         "git" => git_taking_ignored(rest, dir, history, self.resolve),
                         "rm" | "unlink" => rm_reaching(&step.words, dir, history, self.resolve),
+                        "btrfs" => history::btrfs_reaching(&step.words, dir, history, self.resolve),
                         "mv" => mv_reaching(&step.words, dir, history, self.resolve),
                         "find" => find::deleting(&step.words, dir, history, self.resolve),
                         "rsync" => rsync_deleting(&step.words, dir, history, self.resolve),
@@ -782,8 +783,17 @@ impl Step {
 /// holding another expansion (`D=$(mktemp -d)`) stays one, and
 /// [`expand_path`] then knows no place for it. Words have lost their
 /// quotes, so `'$D'` reads as `"$D"`: it can only refuse more.
+/// A `for` loop's variable takes each of its words in turn (`for s in
+/// .rewind/*; do rm -rf $s; done` passed, helper-79): a word naming it
+/// is read once per value.
 #[derive(Default, Clone)]
-struct Variables(std::collections::HashMap<String, String>);
+struct Variables {
+    scalars: std::collections::HashMap<String, String>,
+    lists: std::collections::HashMap<String, Vec<String>>,
+}
+
+/// Values of a `for` loop read, at most: past it, the rest are left out.
+const MAX_LOOP_WORDS: usize = 256;
 
 impl Variables {
     /// Record what a command sets (`D=x`, `export D=x`, `local`,
@@ -798,14 +808,29 @@ impl Variables {
                 for w in rest {
                     if let Some((name, value)) = w.split_once('=').filter(|_| is_assignment(w)) {
                         let value = self.expand(value).0;
-                        self.0.insert(name.to_string(), value);
+                        self.lists.remove(name);
+                        self.scalars.insert(name.to_string(), value);
                     }
                 }
                 first == ASSIGNS
             }
+            "for" => match rest {
+                [name, kw, values @ ..] if kw == "in" => {
+                    let values = values
+                        .iter()
+                        .take(MAX_LOOP_WORDS)
+                        .map(|v| self.expand(v).0)
+                        .collect();
+                    self.scalars.remove(name);
+                    self.lists.insert(name.clone(), values);
+                    true
+                }
+                _ => false,
+            },
             "unset" => {
                 for w in rest {
-                    self.0.remove(w);
+                    self.scalars.remove(w);
+                    self.lists.remove(w);
                 }
                 false
             }
@@ -819,19 +844,44 @@ impl Variables {
         let mut spelled = true;
         let words = words
             .into_iter()
-            .map(|w| {
+            .flat_map(|w| {
                 let (w, same) = self.expand(&w);
                 spelled &= same;
-                w
+                let each = self.each_value(&w);
+                spelled &= each.is_none();
+                each.unwrap_or_else(|| vec![w])
             })
             .collect();
         (words, spelled)
     }
 
+    /// `word` once per value of the first loop variable it names, if it
+    /// names one.
+    fn each_value(&self, word: &str) -> Option<Vec<String>> {
+        if !word.contains('$') {
+            return None;
+        }
+        self.lists.iter().find_map(|(name, values)| {
+            let braced = format!("${{{name}}}");
+            let bare = format!("${name}");
+            let named = word.contains(&braced)
+                || word.match_indices(&bare).any(|(at, _)| {
+                    !word[at + bare.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                });
+            named.then(|| {
+                values
+                    .iter()
+                    .map(|v| word.replace(&braced, v).replace(&bare, v))
+                    .collect()
+            })
+        })
+    }
+
     /// `word` with `$NAME` and `${NAME}` of the variables set read in, and
     /// whether it is unchanged.
     fn expand(&self, word: &str) -> (String, bool) {
-        if self.0.is_empty() || !word.contains('$') {
+        if self.scalars.is_empty() || !word.contains('$') {
             return (word.to_string(), true);
         }
         let mut out = String::with_capacity(word.len());
@@ -852,7 +902,7 @@ impl Variables {
                     (&after[..end], end)
                 }
             };
-            match self.0.get(name).filter(|_| len > 0) {
+            match self.scalars.get(name).filter(|_| len > 0) {
                 Some(value) => {
                     out.push_str(value);
                     same = false;
@@ -2693,6 +2743,39 @@ mod tests {
         let set = call("Bash", serde_json::json!({ "command": "D=1; git push" }));
         let (req, _) = c.effect(&set).expect("matched");
         assert!(!req.key.contains("D=1"), "{}", req.key);
+    }
+
+    /// helper-79: a `for` loop's variable took none of its words, and
+    /// `btrfs subvolume delete` of the btrfs engine's snapshots (with
+    /// `user_subvol_rm_allowed`) was no deletion: both passed, and the
+    /// checkpoints were gone.
+    #[test]
+    fn a_loops_words_and_btrfs_deleting_a_snapshot_are_judged() {
+        let at = deletes_in_w;
+        for line in [
+            "for s in .rewind/*; do rm -rf $s; done",
+            "for s in build .rewind; do rm -rf \"${s}\"; done",
+            "for s in .rewind/state/snapshots/*; do btrfs property set -f $s ro false; btrfs subvolume delete $s; done",
+            "btrfs subvolume delete .rewind/state/snapshots/abc",
+            "btrfs -q su de -c /w/.rewind/state/snapshots/abc",
+            "sudo btrfs property set .rewind/snapshots/x ro false",
+        ] {
+            assert!(
+                matches!(at(line, "/w"), Some(HistoryLoss::Removed { .. })),
+                "{line}: {:?}",
+                at(line, "/w")
+            );
+        }
+        for line in [
+            "for s in a b; do rm -rf $s/build; done",
+            "for s in .rewind/*; do echo $s; done",
+            "btrfs subvolume delete /tmp/snap",
+            "btrfs subvolume list .rewind",
+            "btrfs property get .rewind/snapshots/x ro",
+            "btrfs subvolume snapshot -r . .rewind-copy",
+        ] {
+            assert_eq!(at(line, "/w"), None, "{line}");
+        }
     }
 
     /// D316: a `cd` inside a subshell (`( … )`, `$( … )`, `sh -c`) moves

@@ -352,6 +352,49 @@ pub(super) fn rm_reaching(
     reaching(words, dir, history, resolve, &|part| REMADE.contains(&part))
 }
 
+/// `btrfs subvolume delete` or `btrfs property set … ro false` of a
+/// snapshot in the history: with `user_subvol_rm_allowed` an agent could
+/// delete the btrfs engine's checkpoints themselves (helper-79). Every
+/// path the command names is judged as `rm -r` would be.
+pub(super) fn btrfs_reaching(
+    words: &[String],
+    dir: &Path,
+    history: &Path,
+    resolve: Resolve,
+) -> Option<HistoryLoss> {
+    let args: Vec<&str> = words
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .skip_while(|w| w.starts_with('-'))
+        .collect();
+    let [group, command, rest @ ..] = args.as_slice() else {
+        return None;
+    };
+    // btrfs takes any unique prefix (`su de`, `prop s`).
+    let is = |word: &str, name: &str| word.len() >= 2.min(name.len()) && name.starts_with(word);
+    let changes = (is(group, "subvolume") && is(command, "delete"))
+        || (is(group, "property") && is(command, "set"));
+    if !changes {
+        return None;
+    }
+    let mut as_rm: Vec<String> = ["rm", "-r", "--"].map(String::from).to_vec();
+    as_rm.extend(rest.iter().filter(|w| !w.starts_with('-')).map(|w| w.to_string()));
+    let runs = shown(words);
+    Some(match reaching(&as_rm, dir, history, resolve, &|_| false)? {
+        HistoryLoss::Removed { history, .. } => HistoryLoss::Removed { runs, history },
+        HistoryLoss::RemovedWithWorkspace {
+            history, target, ..
+        } => HistoryLoss::RemovedWithWorkspace {
+            runs,
+            history,
+            target,
+        },
+        HistoryLoss::Unclear { history, .. } => HistoryLoss::Unclear { runs, history },
+        other => other,
+    })
+}
+
 /// [`rm_reaching`], sparing a path in the history whose first component
 /// below it `spared` says loses nothing.
 fn reaching(
