@@ -659,6 +659,15 @@ pub fn scope_from_stats(cache: &StatCache, stats: &[Meta]) -> Scope {
                 .and_then(|p| p.lookup(name));
             if !own.is_some_and(vouched) {
                 scope.dir_changed(rel.clone());
+                // Listed in full, its rule file is not looked at one by
+                // one: changed or gone, it still changes what is captured
+                // below (helper-78; one added is seen by the walk).
+                if dir
+                    .lookup(IGNORE_FILE.as_bytes())
+                    .is_some_and(|rec| !vouched(rec))
+                {
+                    scope.entry_changed(rel, IGNORE_FILE.as_bytes());
+                }
                 continue;
             }
         }
@@ -1341,6 +1350,13 @@ impl Walker<'_> {
         let has_rules = names
             .iter()
             .any(|(n, _, _)| n.as_bytes() == IGNORE_FILE.as_bytes());
+        // A rule file added or removed here since the cache changes what
+        // is captured anywhere below, where nothing moved: the cached
+        // subtrees kept leaving out (or holding) what the old rules said,
+        // and a file a removed rule had hidden was in no checkpoint, then
+        // lost (helper-78). Below here, nothing is taken from the scope.
+        let scoped = scoped
+            && cached.is_none_or(|c| c.lookup(IGNORE_FILE.as_bytes()).is_some() == has_rules);
         let ignores = self.ignore_stack(&dir, &rel, has_rules, parent_ignores)?;
         let here = Here {
             dir: &dir,

@@ -379,7 +379,11 @@ pub(super) fn btrfs_reaching(
         return None;
     }
     let mut as_rm: Vec<String> = ["rm", "-r", "--"].map(String::from).to_vec();
-    as_rm.extend(rest.iter().filter(|w| !w.starts_with('-')).map(|w| w.to_string()));
+    as_rm.extend(
+        rest.iter()
+            .filter(|w| !w.starts_with('-'))
+            .map(|w| w.to_string()),
+    );
     let runs = shown(words);
     Some(match reaching(&as_rm, dir, history, resolve, &|_| false)? {
         HistoryLoss::Removed { history, .. } => HistoryLoss::Removed { runs, history },
