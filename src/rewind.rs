@@ -360,9 +360,7 @@ fn run_to(
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
         let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
-        let Planned {
-            changes, mut kept, ..
-        } = plan_in(
+        let Planned { changes, mut kept } = plan_in(
             ws,
             &trees,
             &cap.root,
@@ -440,11 +438,7 @@ fn run_to(
     let trees = Trees::with_overlay(ws.ledger(), cap.overlay()).with_target(target.root);
     let (changes, kept_skipped) = {
         let _t = crate::trace::span("plan");
-        let Planned {
-            changes,
-            skipped,
-            kept,
-        } = plan_in(
+        let Planned { changes, kept } = plan_in(
             ws,
             &trees,
             &cap.root,
@@ -453,21 +447,7 @@ fn run_to(
             &opts.paths,
             dopts,
         )?;
-        let here: Vec<Skipped> = skipped
-            .iter()
-            .filter(|p| trees.entry_at(&cap.root, p).ok().flatten().is_some())
-            .map(|p| {
-                Skipped::new(
-                    p,
-                    format!(
-                        "kept: checkpoint {} skipped it (unreadable, not a regular file, or a mount point then), so it holds nothing for it",
-                        target.id
-                    ),
-                )
-            })
-            .chain(kept)
-            .collect();
-        (changes, here)
+        (changes, kept)
     };
     let fp = fingerprint(op, &target.root, &changes, opts);
     check_expected(opts, &fp)?;
@@ -801,13 +781,12 @@ impl Held {
 }
 
 /// A rewind's plan in this workspace: what `target_id`'s checkpoint
-/// skipped is left alone (D143; `skipped`, for the report); what the
+/// skipped is left alone (D143) and, where it is here now, reported; what the
 /// live capture did not see (D168), what the target's own ignore rules
 /// excluded (D167) and, as root for the workspace's owner, what they
 /// could not change (D164) are set apart, each with its reason (`kept`).
 struct Planned {
     changes: Vec<Change>,
-    skipped: Vec<Vec<u8>>,
     kept: Vec<Skipped>,
 }
 
@@ -830,15 +809,24 @@ fn plan_in(
         &skipped,
         dopts,
     )?;
-    let mut kept = Vec::new();
+    // What the target's capture skipped and is here now: the dry run
+    // left these out, the rewind listed them (helper-78).
+    let mut kept: Vec<Skipped> = skipped
+        .iter()
+        .filter(|p| trees.entry_at(from, p).ok().flatten().is_some())
+        .map(|p| {
+            Skipped::new(
+                p,
+                format!(
+                    "kept: checkpoint {target_id} skipped it (unreadable, not a regular file, or a mount point then), so it holds nothing for it"
+                ),
+            )
+        })
+        .collect();
     let changes = keep::what_the_capture_did_not_see(ws, trees, from, changes, &mut kept)?;
     let changes = keep::what_the_target_ignores(ws, trees, to, target_id, changes, &mut kept)?;
     let changes = keep::what_the_owner_could_not_change(ws, changes, &mut kept)?;
-    Ok(Planned {
-        changes,
-        skipped,
-        kept,
-    })
+    Ok(Planned { changes, kept })
 }
 
 /// Where clones are impossible, restored files take real space: refuse

@@ -1335,6 +1335,25 @@ fn a_dry_run_keeps_the_directories_its_rewind_keeps() {
     assert!(!root.join("gone").exists());
 }
 
+/// What the target's capture skipped (a FIFO then, a file now) is kept
+/// by the rewind and said; its dry run said nothing (helper-78).
+#[test]
+fn a_dry_run_names_what_the_target_skipped_as_its_rewind_does() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let fifo = Command::new("mkfifo").arg(root.join("c")).status();
+    assert!(fifo.is_ok_and(|s| s.success()));
+    let c0 = checkpoint_id(root, &["c0"]);
+    std::fs::remove_file(root.join("c")).expect("rm fifo");
+    write(&root.join("c"), b"hi\n");
+    checkpoint_id(root, &["c1"]);
+    let plan = rewind_json(root, &["rewind", &c0, "--dry-run"]);
+    let done = rewind_json(root, &["rewind", &c0]);
+    assert_eq!(plan["kept"], done["kept"], "{plan}\n{done}");
+    assert_eq!(plan["kept"][0]["path"], "c", "{plan}");
+    assert_eq!(std::fs::read(root.join("c")).expect("read"), b"hi\n");
+}
+
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
 /// (which must take it whole, but the `excluded` files); the tree after,
 /// outside `.rewind/`.
