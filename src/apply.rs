@@ -1089,13 +1089,12 @@ fn keep_vanished(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut Ap
 /// Leave an entry the capture never saw, and everything the plan would
 /// put below it, as it is, and say so.
 fn keep_uncaptured(path: &[u8], uncaptured: &mut HashSet<Vec<u8>>, report: &mut ApplyReport) {
-    keep_as_is(
-        path,
-        uncaptured,
-        report,
-        "kept: something no checkpoint captured is there (ignored, unreadable, or made during the rewind)",
-    );
+    keep_as_is(path, uncaptured, report, UNCAPTURED_THERE);
 }
+
+/// Why an entry the plan replaces is still there: something its capture
+/// did not see is in it or at it.
+pub(crate) const UNCAPTURED_THERE: &str = "kept: something no checkpoint captured is there (ignored, unreadable, or made during the rewind)";
 
 /// Leave `path`, and everything the plan would put below it, as it is,
 /// and report why.

@@ -172,16 +172,32 @@ pub(crate) fn what_the_target_ignores(
         .iter()
         .flat_map(|p| crate::capture::ancestors(p))
         .collect();
+    // A directory the target has a file or link at, kept because it
+    // holds what is kept: its file is not restored, and is said so
+    // (helper-78: `src` stayed a directory, named nowhere).
+    let mut not_restored = Vec::new();
     let changes = changes
         .into_iter()
         .filter(|c| {
             let holds_kept = holders.contains(c.path.as_slice())
                 && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
                 && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
+            if holds_kept && let Some(n) = &c.new {
+                not_restored.push((c.path.clone(), n.kind()));
+            }
             let is_excluded = c.new.is_none() && excluded(&c.path);
             !holds_kept && !is_excluded
         })
         .collect();
+    kept.extend(not_restored.iter().map(|(p, kind)| {
+        Skipped::new(
+            p,
+            format!(
+                "kept: a directory, since it holds what is kept below; checkpoint {target_id} has a {} here, which is not restored",
+                kind.as_str()
+            ),
+        )
+    }));
     kept.extend(tops.iter().map(|p| {
         Skipped::new(
             p,
@@ -241,17 +257,29 @@ pub(crate) fn what_deletions_leave(
         .iter()
         .flat_map(|p| crate::capture::ancestors(p).chain(std::iter::once(p.as_slice())))
         .collect();
+    // A directory the target has a file or link at stays a directory:
+    // said as the apply says it, not left out (helper-78).
+    let mut replaced = Vec::new();
     let changes = changes
         .into_iter()
         .filter(|c| {
-            !(holders.contains(c.path.as_slice())
-                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir))
+            let held = holders.contains(c.path.as_slice())
+                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir);
+            if held && c.new.is_some() {
+                replaced.push(c.path.clone());
+            }
+            !held
         })
         .collect();
     let deepest = holding
         .iter()
         .filter(|p| !holding.iter().any(|q| crate::capture::is_below(q, p)));
     kept.extend(deepest.map(|p| Skipped::new(p, crate::apply::HOLDS_UNCAPTURED)));
+    kept.extend(
+        replaced
+            .iter()
+            .map(|p| Skipped::new(p, crate::apply::UNCAPTURED_THERE)),
+    );
     Ok(changes)
 }
 

@@ -1354,6 +1354,45 @@ fn a_dry_run_names_what_the_target_skipped_as_its_rewind_does() {
     assert_eq!(std::fs::read(root.join("c")).expect("read"), b"hi\n");
 }
 
+/// A directory where the target has a file, kept because it holds what is
+/// kept (an ignored file), was named nowhere: the file silently was not
+/// restored; and a dry run left out the type change its rewind reported
+/// (helper-78). Both now name it, the same way.
+#[test]
+fn a_directory_kept_where_the_target_has_a_file_is_named_by_dry_run_and_rewind() {
+    for (rules_then, rules_now, ignored) in [
+        (&b"cache\n"[..], None, "cache"),
+        (&b"*.log\n"[..], Some(&b"*.log\n"[..]), "a/x.log"),
+    ] {
+        let dir = common::tmp();
+        let root = dir.path();
+        write(&root.join(".rewindignore"), rules_then);
+        write(&root.join("src"), b"content\n");
+        let c1 = checkpoint_id(root, &["c1"]);
+        std::fs::remove_file(root.join("src")).expect("rm");
+        match rules_now {
+            Some(r) => write(&root.join(".rewindignore"), r),
+            None => std::fs::remove_file(root.join(".rewindignore")).expect("rm rules"),
+        }
+        write(&root.join("src").join(ignored), b"ignored\n");
+        write(&root.join("src/g"), b"other\n");
+        checkpoint_id(root, &["c2"]);
+        let plan = rewind_json(root, &["rewind", &c1, "--dry-run"]);
+        let done = rewind_json(root, &["rewind", &c1]);
+        assert_eq!(plan["kept"], done["kept"], "{plan}\n{done}");
+        assert_eq!(plan["changes"], done["changes"], "{plan}\n{done}");
+        assert!(
+            done["kept"]
+                .as_array()
+                .expect("kept")
+                .iter()
+                .any(|k| k["path"] == "src"),
+            "{done}"
+        );
+        assert!(root.join("src").join(ignored).is_file());
+    }
+}
+
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
 /// (which must take it whole, but the `excluded` files); the tree after,
 /// outside `.rewind/`.
