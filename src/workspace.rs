@@ -620,6 +620,21 @@ impl Workspace {
     /// those, and were lost with them (D141).
     fn view_of(root: &Path) -> Result<Option<MountLink>> {
         let Some(h) = rewind_fuse::holder(root).filter(|h| h.mountpoint != root) else {
+            // A view whose daemon was killed: its dead mount failed every
+            // program in it with ENOTCONN until a command ran there
+            // (helper-79). Detached from here too, and said.
+            if let Some(view) = rewind_fuse::dead_view(root) {
+                let lock = rewind_fuse::MountLock::take(&view);
+                if rewind_fuse::detach_dead(&view).is_ok() {
+                    eprintln!(
+                        "rewind: the view of this workspace at {} had lost its daemon (killed or crashed): its dead mount is detached; `rewind mount {} --at {}` serves it again",
+                        crate::names::human_os_path(&view),
+                        crate::names::human_os_path(root),
+                        crate::names::human_os_path(&view)
+                    );
+                }
+                drop(lock);
+            }
             return Ok(None);
         };
         MountLink::connect(&h.mountpoint).map_err(|e| match e {

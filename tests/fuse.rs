@@ -1534,6 +1534,40 @@ fn a_view_whose_daemon_was_killed_mounts_again() {
     m.unmount();
 }
 
+/// A view whose daemon was killed stayed a dead mount (every program in
+/// it failing ENOTCONN) until a command ran in the view itself; commands
+/// in the workspace said nothing (helper-79). The next one there detaches
+/// it and says how to serve it again.
+#[test]
+fn a_command_in_the_workspace_detaches_its_dead_view() {
+    let Some((lfs, ws)) = workspace(1, 1) else {
+        return;
+    };
+    let view = lfs.mnt.join("view");
+    let m = mount_view(&ws, &view);
+    // SAFETY: plain kill(2).
+    assert_eq!(
+        unsafe { libc::kill(m.status().pid as i32, libc::SIGKILL) },
+        0
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(std::fs::read_dir(&view).is_err(), "a dead mount to detach");
+    std::mem::forget(m);
+    let out = rewind(&ws, &["status"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("had lost its daemon") && err.contains("--at"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(&view).is_ok_and(|mut d| d.next().is_none()),
+        "the view is an empty directory again"
+    );
+    let out = rewind(&ws, &["status"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("lost its daemon"));
+}
+
 /// A command in a view whose daemon died said it would walk the tree,
 /// then that the view was no workspace: there was nothing to walk. It
 /// now says the view was one, and how to mount it again (helper-29,

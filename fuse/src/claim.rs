@@ -133,6 +133,20 @@ fn holder_of(file: &File) -> Option<Holder> {
 /// until the final newline is there. The mount point is everything
 /// between the first and that last newline: it may hold newlines itself
 /// (helper-29, D207).
+/// The view the last daemon of the workspace `workspace` served, if its
+/// claim names one and no daemon holds the claim now: one SIGKILLed
+/// leaves its dead mount there, which only a command run in the view
+/// detached (helper-79).
+pub fn dead_view(workspace: &Path) -> Option<PathBuf> {
+    if holder(workspace).is_some() {
+        return None;
+    }
+    let buf = std::fs::read(workspace.join(CLAIM_FILE)).ok()?;
+    let h = parse_claim(&buf)?;
+    (h.mountpoint != workspace && crate::daemon::is_dead_rewind_mount(&h.mountpoint))
+        .then_some(h.mountpoint)
+}
+
 fn parse_claim(buf: &[u8]) -> Option<Holder> {
     let nl = buf.iter().position(|&b| b == b'\n')?;
     let pid = std::str::from_utf8(&buf[..nl]).ok()?.parse().ok()?;

@@ -563,7 +563,7 @@ pub fn dev_fuse_usable() -> bool {
 }
 
 /// A rewind mount whose daemon is gone: every request fails ENOTCONN.
-fn is_dead_rewind_mount(path: &Path) -> bool {
+pub(crate) fn is_dead_rewind_mount(path: &Path) -> bool {
     // statfs, not stat: the kernel answers a stat of the mount's root
     // from its attribute cache for the TTL, dead daemon or not; a statfs
     // always asks. ECONNABORTED: a request in flight when the daemon

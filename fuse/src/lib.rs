@@ -28,7 +28,7 @@ mod gate;
 mod inodes;
 pub mod wire;
 
-pub use claim::{CLAIM_FILE, Holder, claimed_workspace, holder};
+pub use claim::{CLAIM_FILE, Holder, claimed_workspace, dead_view, holder};
 pub use companion::Companion;
 pub use control::{
     ANSWER_TIMEOUT, Client, DOORS_DIR, MountLock, MountStatus, backing_path, check_peer,
