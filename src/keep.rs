@@ -263,8 +263,11 @@ pub(crate) fn what_deletions_leave(
     let changes = changes
         .into_iter()
         .filter(|c| {
+            // A directory the target also has (a mode or time put back)
+            // stays a change: the rewind makes it (helper-78).
             let held = holders.contains(c.path.as_slice())
-                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir);
+                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
+                && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
             if held && c.new.is_some() {
                 replaced.push(c.path.clone());
             }

@@ -1393,6 +1393,33 @@ fn a_directory_kept_where_the_target_has_a_file_is_named_by_dry_run_and_rewind()
     }
 }
 
+/// A dry run dropped the mode the rewind puts back on the parent of a
+/// directory it keeps (0 written against the rewind's 1, helper-78).
+#[test]
+fn a_dry_run_counts_the_mode_put_back_above_a_kept_directory() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join(".rewindignore"), b"x.log\n");
+    std::fs::create_dir(root.join("p")).expect("mkdir");
+    common::chmod(&root.join("p"), 0o755);
+    let c1 = checkpoint_id(root, &["c1"]);
+    common::chmod(&root.join("p"), 0o700);
+    write(&root.join("p/q/x.log"), b"ignored\n");
+    write(&root.join("p/q/f"), b"f\n");
+    checkpoint_id(root, &["c2"]);
+    let plan = rewind_json(root, &["rewind", &c1, "--dry-run"]);
+    let done = rewind_json(root, &["rewind", &c1]);
+    assert_eq!(plan["changes"], done["changes"], "{plan}\n{done}");
+    assert_eq!(plan["changes"]["written"], 1, "{plan}");
+    assert_eq!(plan["kept"], done["kept"], "{plan}\n{done}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(root.join("p"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+}
+
 /// Apply `patch` in reverse to the tree at `root` with `git apply -R`
 /// (which must take it whole, but the `excluded` files); the tree after,
 /// outside `.rewind/`.
