@@ -69,6 +69,9 @@ pub struct Footprint {
     /// them measured as content no object file holds (each once).
     pub snapshots: u64,
     pub snapshot_files: u64,
+    /// Snapshots on disk that no kept checkpoint has (a pruned one `gc`
+    /// could not delete, helper-79): their space is not measured.
+    pub snapshots_left: u64,
     /// Filesystem metadata the object files cost (inodes, extent records):
     /// an estimate, see [`MetadataCost`].
     pub metadata_estimate: u64,
@@ -333,6 +336,7 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
         }
     }
     let (snapshots, snapshot_files) = snapshot_extents(ws, &mut objects)?;
+    let snapshots_left = (crate::snapshot::names(ws)?.len() as u64).saturating_sub(snapshots);
     let object_physical = if method == "fiemap" {
         let all: Vec<(u64, u64)> = objects.values().flatten().copied().collect();
         outside(&union(all), &live)
@@ -352,6 +356,7 @@ pub fn store_physical(ws: &Workspace) -> Result<StorePhysical> {
             object_extents,
             snapshots,
             snapshot_files,
+            snapshots_left,
             metadata_estimate,
             reserve,
             physical: ledger_file + object_physical + metadata_estimate + reserve,

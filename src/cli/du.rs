@@ -48,6 +48,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             f.object_extents,
             human_bytes(f.reserve)
         ));
+        if f.snapshots_left > 0 {
+            s.push_str(&format!(
+                "\n{} that no kept checkpoint has {} still on disk, not counted above (`rewind gc` deletes them where this user may, see `rewind doctor`)",
+                crate::names::counted(f.snapshots_left, "btrfs snapshot"),
+                if f.snapshots_left == 1 { "is" } else { "are" }
+            ));
+        }
         s
     })
 }
