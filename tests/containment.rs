@@ -1631,3 +1631,31 @@ fn a_users_rewind_keeps_what_they_cannot_change_and_rewinds_the_rest() {
     );
     assert_eq!(std::fs::read(root.join("r/f")).expect("read"), b"root's\n");
 }
+
+/// `-C` into a directory behind one this user may not enter said "does
+/// not exist" (helper-79): it says the user cannot reach it.
+#[test]
+fn a_directory_this_user_cannot_reach_is_named_as_such() {
+    if !common::is_root() {
+        return;
+    }
+    let dir = common::tmp();
+    let closed = dir.path().join("closed");
+    std::fs::create_dir_all(closed.join("ws")).expect("mkdir");
+    common::chmod(dir.path(), 0o755);
+    common::chmod(&closed, 0o700);
+    let out = Command::new("su")
+        .args(["-s", "/bin/sh", "nobody", "-c"])
+        .arg(format!(
+            "exec '{}' -C '{}' status",
+            env!("CARGO_BIN_EXE_rewind"),
+            closed.join("ws").display()
+        ))
+        .current_dir("/")
+        .output()
+        .expect("su");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot be reached by this user"), "{err}");
+    assert!(!err.contains("does not exist"), "{err}");
+}

@@ -650,10 +650,16 @@ pub(crate) fn too_broad_for_a_workspace(dir: &std::path::Path) -> Option<&'stati
 /// verb says the same, where `checkpoint` and `init` gave a bare OS
 /// error (helper-31, D218).
 pub(crate) fn not_a_directory(path: PathBuf) -> Error {
-    let reason = if path.exists() {
-        "is not a directory: name the workspace's directory (-C DIR)"
-    } else {
-        "does not exist: name the workspace's directory (-C DIR) or run from inside it (`mkdir` it first for a new workspace)"
+    let reason = match std::fs::metadata(&path) {
+        Ok(_) => "is not a directory: name the workspace's directory (-C DIR)",
+        // Not "does not exist" for a directory above it this user may not
+        // enter (helper-79).
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            "cannot be reached by this user (a directory on the way denies it: `ls -ld` each one shows whose it is): run rewind as a user who may enter it"
+        }
+        Err(_) => {
+            "does not exist: name the workspace's directory (-C DIR) or run from inside it (`mkdir` it first for a new workspace)"
+        }
     };
     Error::InvalidPath {
         path,
