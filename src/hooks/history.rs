@@ -183,7 +183,11 @@ impl HistoryLoss {
 
     /// The same, naming `args` after `program` as what runs.
     fn ran(self, args: &[String], program: &str) -> Self {
-        let runs = format!("{program} {}", shown(args));
+        self.running(format!("{program} {}", shown(args)))
+    }
+
+    /// The same, with `runs` as what runs (a removal, or one unclear).
+    fn running(self, runs: String) -> Self {
         match self {
             HistoryLoss::Removed { history, .. } => HistoryLoss::Removed { runs, history },
             HistoryLoss::RemovedWithWorkspace {
@@ -193,6 +197,7 @@ impl HistoryLoss {
                 history,
                 target,
             },
+            HistoryLoss::Unclear { history, .. } => HistoryLoss::Unclear { runs, history },
             other => other,
         }
     }
@@ -384,19 +389,7 @@ pub(super) fn btrfs_reaching(
             .filter(|w| !w.starts_with('-'))
             .map(|w| w.to_string()),
     );
-    let runs = shown(words);
-    Some(match reaching(&as_rm, dir, history, resolve, &|_| false)? {
-        HistoryLoss::Removed { history, .. } => HistoryLoss::Removed { runs, history },
-        HistoryLoss::RemovedWithWorkspace {
-            history, target, ..
-        } => HistoryLoss::RemovedWithWorkspace {
-            runs,
-            history,
-            target,
-        },
-        HistoryLoss::Unclear { history, .. } => HistoryLoss::Unclear { runs, history },
-        other => other,
-    })
+    Some(reaching(&as_rm, dir, history, resolve, &|_| false)?.running(shown(words)))
 }
 
 /// [`rm_reaching`], sparing a path in the history whose first component
