@@ -619,23 +619,13 @@ impl Workspace {
     /// replaced, for the view's entry TTL: writes through the view went to
     /// those, and were lost with them (D141).
     fn view_of(root: &Path) -> Result<Option<MountLink>> {
-        let Some(h) = rewind_fuse::holder(root).filter(|h| h.mountpoint != root) else {
-            // A view whose daemon was killed: its dead mount failed every
-            // program in it with ENOTCONN until a command ran there
-            // (helper-79). Detached from here too, and said.
-            if let Some(view) = rewind_fuse::dead_view(root) {
-                let lock = rewind_fuse::MountLock::take(&view);
-                if rewind_fuse::detach_dead(&view).is_ok() {
-                    eprintln!(
-                        "rewind: the view of this workspace at {} had lost its daemon (killed or crashed): its dead mount is detached; `rewind mount {} --at {}` serves it again",
-                        crate::names::human_os_path(&view),
-                        crate::names::human_os_path(root),
-                        crate::names::human_os_path(&view)
-                    );
-                }
-                drop(lock);
+        let h = match rewind_fuse::holder(root) {
+            Some(h) if h.mountpoint != root => h,
+            Some(_) => return Ok(None),
+            None => {
+                Self::detach_dead_view(root);
+                return Ok(None);
             }
-            return Ok(None);
         };
         MountLink::connect(&h.mountpoint).map_err(|e| match e {
             // A stopped or hung daemon is its own error: `doctor` reports
@@ -650,6 +640,24 @@ impl Workspace {
                 ),
             },
         })
+    }
+
+    /// A view whose daemon was killed: its dead mount failed every program
+    /// in it with ENOTCONN until a command ran there (helper-79). Detached
+    /// from the workspace too, and said.
+    fn detach_dead_view(root: &Path) {
+        if let Some(view) = rewind_fuse::dead_view(root) {
+            let lock = rewind_fuse::MountLock::take(&view);
+            if rewind_fuse::detach_dead(&view).is_ok() {
+                eprintln!(
+                    "rewind: the view of this workspace at {} had lost its daemon (killed or crashed): its dead mount is detached; `rewind mount {} --at {}` serves it again",
+                    crate::names::human_os_path(&view),
+                    crate::names::human_os_path(root),
+                    crate::names::human_os_path(&view)
+                );
+            }
+            drop(lock);
+        }
     }
 
     /// Open the mounted workspace `root` (canonical) through `access`, a
