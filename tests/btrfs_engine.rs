@@ -1502,15 +1502,17 @@ fn the_kept_anchor_outlives_a_remount_of_btrfs() {
         assert_eq!(v["ok"], true, "{v}");
         v["kept_anchor"].clone()
     };
-    let before = kept(&ws);
-    assert!(before.is_object(), "anchored before: {before}");
-    let dev = std::fs::metadata(&ws).expect("stat").dev();
-    // No manifest builder left holding the filesystem.
+    // The checkpoint goes on the chain with its manifest (the
+    // acknowledgement's pending row moves no anchor), and no manifest
+    // builder is then left holding the filesystem.
     assert!(
         rewind_env(&ws, &["finish-manifests"], &env)
             .status
             .success()
     );
+    let before = kept(&ws);
+    assert!(before.is_object(), "anchored before: {before}");
+    let dev = std::fs::metadata(&ws).expect("stat").dev();
     // Another btrfs mounted meanwhile takes the device numbers this one
     // let go, as at a reboot (tests running beside this one take and
     // give back numbers too: tried again until the number moved).
