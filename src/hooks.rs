@@ -783,6 +783,7 @@ impl Step {
 /// holding another expansion (`D=$(mktemp -d)`) stays one, and
 /// [`expand_path`] then knows no place for it. Words have lost their
 /// quotes, so `'$D'` reads as `"$D"`: it can only refuse more.
+///
 /// A `for` loop's variable takes each of its words in turn (`for s in
 /// .rewind/*; do rm -rf $s; done` passed, helper-79): a word naming it
 /// is read once per value.

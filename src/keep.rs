@@ -175,19 +175,10 @@ pub(crate) fn what_the_target_ignores(
     // A directory the target has a file or link at, kept because it
     // holds what is kept: its file is not restored, and is said so
     // (helper-78: `src` stayed a directory, named nowhere).
-    let mut not_restored = Vec::new();
+    let (changes, not_restored) = without_held_directories(changes, &holders);
     let changes = changes
         .into_iter()
-        .filter(|c| {
-            let holds_kept = holders.contains(c.path.as_slice())
-                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
-                && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
-            if holds_kept && let Some(n) = &c.new {
-                not_restored.push((c.path.clone(), n.kind()));
-            }
-            let is_excluded = c.new.is_none() && excluded(&c.path);
-            !holds_kept && !is_excluded
-        })
+        .filter(|c| !(c.new.is_none() && excluded(&c.path)))
         .collect();
     kept.extend(not_restored.iter().map(|(p, kind)| {
         Skipped::new(
@@ -259,21 +250,7 @@ pub(crate) fn what_deletions_leave(
         .collect();
     // A directory the target has a file or link at stays a directory:
     // said as the apply says it, not left out (helper-78).
-    let mut replaced = Vec::new();
-    let changes = changes
-        .into_iter()
-        .filter(|c| {
-            // A directory the target also has (a mode or time put back)
-            // stays a change: the rewind makes it (helper-78).
-            let held = holders.contains(c.path.as_slice())
-                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
-                && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
-            if held && c.new.is_some() {
-                replaced.push(c.path.clone());
-            }
-            !held
-        })
-        .collect();
+    let (changes, replaced) = without_held_directories(changes, &holders);
     let deepest = holding
         .iter()
         .filter(|p| !holding.iter().any(|q| crate::capture::is_below(q, p)));
@@ -281,9 +258,34 @@ pub(crate) fn what_deletions_leave(
     kept.extend(
         replaced
             .iter()
-            .map(|p| Skipped::new(p, crate::apply::UNCAPTURED_THERE)),
+            .map(|(p, _)| Skipped::new(p, crate::apply::UNCAPTURED_THERE)),
     );
     Ok(changes)
+}
+
+/// `changes` without those that would delete or replace a directory in
+/// `holders`, which stays because something kept is in it; and, of
+/// those left out, each path the target has a file or link at, with its
+/// kind. A directory the target also has (a mode or time put back) stays
+/// a change: the rewind makes it (helper-78).
+fn without_held_directories(
+    changes: Vec<Change>,
+    holders: &HashSet<&[u8]>,
+) -> (Vec<Change>, Vec<(Vec<u8>, Kind)>) {
+    let mut replaced = Vec::new();
+    let changes = changes
+        .into_iter()
+        .filter(|c| {
+            let held = holders.contains(c.path.as_slice())
+                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
+                && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
+            if held && let Some(n) = &c.new {
+                replaced.push((c.path.clone(), n.kind()));
+            }
+            !held
+        })
+        .collect();
+    (changes, replaced)
 }
 
 /// As root running a workspace owner's command (through root's door, or

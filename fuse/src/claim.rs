@@ -129,24 +129,22 @@ fn holder_of(file: &File) -> Option<Holder> {
     }
 }
 
-/// A claim as [`Claim::take`] writes it, `PID\nMOUNTPOINT\n`; `None`
-/// until the final newline is there. The mount point is everything
-/// between the first and that last newline: it may hold newlines itself
-/// (helper-29, D207).
 /// The view the last daemon of the workspace `workspace` served, if its
-/// claim names one and no daemon holds the claim now: one SIGKILLed
-/// leaves its dead mount there, which only a command run in the view
-/// detached (helper-79).
+/// claim names one and that view is a dead rewind mount: one SIGKILLed
+/// leaves it there, which only a command run in the view detached
+/// (helper-79). A live daemon's view is never dead, so the claim is read
+/// without its lock.
 pub fn dead_view(workspace: &Path) -> Option<PathBuf> {
-    if holder(workspace).is_some() {
-        return None;
-    }
     let buf = std::fs::read(workspace.join(CLAIM_FILE)).ok()?;
     let h = parse_claim(&buf)?;
     (h.mountpoint != workspace && crate::daemon::is_dead_rewind_mount(&h.mountpoint))
         .then_some(h.mountpoint)
 }
 
+/// A claim as [`Claim::take`] writes it, `PID\nMOUNTPOINT\n`; `None`
+/// until the final newline is there. The mount point is everything
+/// between the first and that last newline: it may hold newlines itself
+/// (helper-29, D207).
 fn parse_claim(buf: &[u8]) -> Option<Holder> {
     let nl = buf.iter().position(|&b| b == b'\n')?;
     let pid = std::str::from_utf8(&buf[..nl]).ok()?.parse().ok()?;

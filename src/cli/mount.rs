@@ -93,16 +93,15 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     // A directory no workspace holds is made one, as a first checkpoint
     // would: the README's `sudo rewind mount .` was refused on a fresh
     // project (helper-77).
-    let (root, initialized) = match target(ctx, a.dir.as_deref()) {
-        Err(Error::NotAWorkspace { path }) if !a.foreground => {
-            let ws = ctx.init_implicitly(&path, "a mount")?;
-            (ws.root_path().to_path_buf(), true)
-        }
-        r => (r?, false),
-    };
     // Opening checks it is a workspace, finishes an interrupted rewind and
     // refuses a second mount (its daemon answers).
-    let mut ws = Workspace::open(&root, false)?;
+    let (mut ws, initialized) = match target(ctx, a.dir.as_deref()) {
+        Err(Error::NotAWorkspace { path }) if !a.foreground => {
+            (ctx.init_implicitly(&path, "a mount")?, true)
+        }
+        r => (Workspace::open(&r?, false)?, false),
+    };
+    let root = ws.root_path().to_path_buf();
     if let Some(m) = ws.mount() {
         return Err(Error::Mount(rewind_fuse::Error::AlreadyMounted {
             path: m.mount_point().to_path_buf(),
