@@ -135,6 +135,13 @@ impl Progress {
     /// whether to wait a second or an hour).
     pub fn set_total(&self, total: u64) {
         self.shared.total.store(total, Ordering::Relaxed);
+        // Drawn now: once the steady tick runs, updates draw nothing until
+        // its next tick, and work done within that 100 ms never showed its
+        // total at all (the line read "restoring: 0" to the end). The length
+        // is not in the template; setting it is what draws.
+        if let Some(bar) = self.shared.bar.get() {
+            bar.set_length(total);
+        }
     }
 
     pub fn inc(&self, n: u64) {
