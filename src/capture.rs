@@ -1091,6 +1091,9 @@ struct Walker<'a> {
 fn ignore_matcher(text: &str, path: &Path) -> Result<ignore::gitignore::Gitignore> {
     let mut builder = ignore::gitignore::GitignoreBuilder::new("/");
     for line in text.lines() {
+        // A NUL ends the pattern, as git reads it (a C string): kept in,
+        // the pattern matched no name, and what git ignores was captured.
+        let line = line.split('\0').next().unwrap_or_default();
         // A bad pattern is reported by the builder; keep the good ones.
         let _ = builder.add_line(None, line);
     }
@@ -2012,6 +2015,14 @@ enum Hashed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nul_in_a_rule_line_ends_its_pattern_as_in_git() {
+        let m = ignore_matcher("build\0junk\n*.log\n", Path::new(".rewindignore")).expect("rules");
+        assert!(m.matched("build", true).is_ignore());
+        assert!(m.matched("a.log", false).is_ignore());
+        assert!(!m.matched("buildjunk", true).is_ignore());
+    }
 
     #[test]
     fn ancestors_are_listed_top_most_first_without_the_path_itself() {
