@@ -1642,6 +1642,7 @@ fn strip_prefixes(cmd: &str) -> (String, Option<String>) {
             _ => &[],
         };
         i += 1;
+        let mut split = None;
         while let Some((_, o)) = words.get(i) {
             if o == "--" {
                 i += 1;
@@ -1654,10 +1655,23 @@ fn strip_prefixes(cmd: &str) -> (String, Option<String>) {
             if let Some(dir) = chdir_of(o, chdir_options, words.get(i).map(|(_, w)| w)) {
                 chdir = Some(dir);
             }
+            // `env -S 'rm -rf .rewind'` runs the words of its string, then
+            // the words after it: both are the command (passed unseen).
+            if wrapper == "env"
+                && let Some(s) =
+                    chdir_of(o, &["-S", "--split-string"], words.get(i).map(|(_, w)| w))
+            {
+                split = Some(s);
+            }
             // `-u deploy`, not `-udeploy` or `--user=deploy`.
             if with_argument.contains(&o.as_str()) {
                 i += 1;
             }
+        }
+        if let Some(split) = split {
+            let rest = words.get(i).map_or("", |(at, _)| &cmd[*at..]);
+            let (inner, inner_chdir) = strip_prefixes(&format!("{split} {rest}"));
+            return (inner, inner_chdir.or(chdir));
         }
         i += operands;
     }
@@ -1688,9 +1702,15 @@ fn single_quoted(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-/// The string a `sh -c STRING` (bash, zsh, dash; `-lc`, `-ec`) runs.
+/// The string a `sh -c STRING` (bash, zsh, dash; `-lc`, `-ec`) runs, or
+/// `eval`'s words joined as it joins them: `eval rm -rf .rewind` passed
+/// the hook as a command named `eval`.
 fn shell_string(cmd: &str) -> Option<String> {
     let w = words(cmd);
+    if w.first().is_some_and(|(_, first)| first == "eval") {
+        let args: Vec<&str> = w[1..].iter().map(|(_, a)| a.as_str()).collect();
+        return Some(args.join(" "));
+    }
     let shell = w.first()?.1.rsplit('/').next()?.to_string();
     if !["sh", "bash", "zsh", "dash", "ksh"].contains(&shell.as_str()) {
         return None;
@@ -2777,6 +2797,44 @@ mod tests {
         ] {
             assert_eq!(at(line, "/w"), None, "{line}");
         }
+    }
+
+    /// `eval rm -rf .rewind` was a command named `eval`, and `env -S 'rm
+    /// -rf .rewind'` one with no command at all: both passed.
+    #[test]
+    fn eval_and_env_split_string_run_the_commands_they_are_given() {
+        let at = deletes_in_w;
+        for line in [
+            "eval rm -rf .rewind",
+            "eval \"rm -rf .rew\"\"ind\"",
+            "eval 'cd .rewind && rm -rf *'",
+            "env -S 'rm -rf .rewind'",
+            "env -S\"rm -rf\" .rewind",
+            "env --split-string='sudo rm -rf' /w/.rewind",
+            "env -i -S 'rm -rf .rewind'",
+        ] {
+            assert!(
+                matches!(at(line, "/w"), Some(HistoryLoss::Removed { .. })),
+                "{line}: {:?}",
+                at(line, "/w")
+            );
+        }
+        for line in [
+            "eval \"$(ssh-agent -s)\"",
+            "eval rm -rf build",
+            "env -S 'rm -rf build'",
+            "env -S 'echo .rewind'",
+        ] {
+            assert_eq!(at(line, "/w"), None, "{line}");
+        }
+        // The effect is the command eval runs.
+        let c = Config::parse("[[effect]]\nmatch = \"Bash(git push*)\"\n").unwrap();
+        let set = call(
+            "Bash",
+            serde_json::json!({ "command": "eval git push origin main" }),
+        );
+        let (req, _) = c.effect(&set).expect("matched");
+        assert!(req.key.contains("git push origin main"), "{}", req.key);
     }
 
     /// D316: a `cd` inside a subshell (`( … )`, `$( … )`, `sh -c`) moves
