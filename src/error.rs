@@ -39,11 +39,11 @@ pub enum Error {
         cause: Box<Error>,
     },
 
-    #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), shortfall.map(|(need, free)| format!(" (this needs {} and {} are free)", crate::progress::human_bytes(need), crate::progress::human_bytes(free))).unwrap_or_default())]
+    #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), shortfall.map(|s| s.to_string()).unwrap_or_default())]
     NoSpace {
         path: PathBuf,
-        /// Bytes needed and bytes free, when known before starting.
-        shortfall: Option<(u64, u64)>,
+        /// What ran short, when known.
+        shortfall: Option<Shortfall>,
     },
 
     /// The first checkpoint filled the disk: there is no checkpoint for
@@ -307,6 +307,41 @@ fn locked_by(pid: Option<u32>, path: &Path) -> String {
 /// The deepest part of `path` that exists: a full disk was said to hold
 /// `.rewind/tmp/ch.27621.0`, a temporary file already removed
 /// (helper-59).
+/// What a full disk ran short of, when known: said in [`Error::NoSpace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortfall {
+    /// Bytes the work needs and bytes free, known before it started.
+    Bytes { needed: u64, free: u64 },
+    /// Inodes: how many the work makes, when known before it started,
+    /// and how many are free (`df -i`).
+    Inodes { needed: Option<u64>, free: u64 },
+}
+
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::progress::human_bytes;
+        match self {
+            Shortfall::Bytes { needed, free } => write!(
+                f,
+                " (this needs {} and {} are free)",
+                human_bytes(*needed),
+                human_bytes(*free)
+            ),
+            Shortfall::Inodes {
+                needed: Some(n),
+                free,
+            } => write!(
+                f,
+                " (this makes {n} files and directories and {free} more fit: the filesystem has run out of inodes, not bytes, `df -i`)"
+            ),
+            Shortfall::Inodes { needed: None, .. } => write!(
+                f,
+                " (no inode is left, though bytes may be: `df -i`; each file, directory and stored object takes one)"
+            ),
+        }
+    }
+}
+
 fn existing_part(path: &Path) -> &Path {
     path.ancestors()
         .find(|p| p.symlink_metadata().is_ok())
@@ -358,13 +393,20 @@ impl Error {
         }
     }
 
+    /// A full disk at `path`, saying so when it is the inodes that ran
+    /// out: `NO_SPACE` with "free some space" while `df -h` showed 54 MB
+    /// free sent the user looking for bytes (helper-81).
+    pub fn no_space(path: PathBuf) -> Error {
+        let shortfall = rewind_platform::available_inodes(existing_part(&path))
+            .filter(|free| *free == 0)
+            .map(|free| Shortfall::Inodes { needed: None, free });
+        Error::NoSpace { path, shortfall }
+    }
+
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
     pub fn os(e: rewind_platform::Error) -> Error {
         if e.is_no_space() {
-            Error::NoSpace {
-                path: e.path,
-                shortfall: None,
-            }
+            Error::no_space(e.path)
         } else if e.raw_os_error() == Some(30) {
             Error::read_only(e.path) // EROFS
         } else if e.raw_os_error() == Some(1)
@@ -453,10 +495,7 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
                 path: path.to_owned(),
                 detail: source.to_string(),
             },
-            Some(rusqlite::ErrorCode::DiskFull) => Error::NoSpace {
-                path: path.to_owned(),
-                shortfall: None,
-            },
+            Some(rusqlite::ErrorCode::DiskFull) => Error::no_space(path.to_owned()),
             // A write to a ledger opened on a read-only filesystem (D119).
             Some(rusqlite::ErrorCode::ReadOnly) => Error::read_only(path.to_owned()),
             // A write SQLite could not make is "disk I/O error" to it, ENOSPC
@@ -468,10 +507,7 @@ pub(crate) fn db_err(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> Erro
                 if rewind_platform::available_bytes(path.parent().unwrap_or(path))
                     .is_some_and(|b| b < 1 << 20) =>
             {
-                Error::NoSpace {
-                    path: path.to_owned(),
-                    shortfall: None,
-                }
+                Error::no_space(path.to_owned())
             }
             _ => Error::Db {
                 path: path.to_owned(),

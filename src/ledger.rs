@@ -992,10 +992,7 @@ impl Ledger {
     }
 
     fn disk_full(&self) -> Error {
-        Error::NoSpace {
-            path: self.path.clone(),
-            shortfall: None,
-        }
+        Error::no_space(self.path.clone())
     }
 
     /// A read that takes no workspace lock (`status`, `diff`, a dry run)

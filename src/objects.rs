@@ -1029,7 +1029,7 @@ impl FileStamp {
         use std::os::unix::fs::MetadataExt;
         FileStamp {
             size: meta.size(),
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            mtime_ns: rewind_platform::ns_since_epoch(meta.mtime(), meta.mtime_nsec()),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::capture::{Sink, Skipped};
 use crate::chain::Fields;
 use crate::diff::{self, Change, DiffOptions, Trees};
 use crate::durable::{self, Before, Synced};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortfall};
 use crate::failpoint;
 use crate::hash::{Hash, Hasher};
 use crate::keep;
@@ -829,30 +829,70 @@ fn plan_in(
     Ok(Planned { changes, kept })
 }
 
-/// Where clones are impossible, restored files take real space: refuse
-/// before touching anything rather than fail half-way on a full disk.
+/// Refuse before touching anything rather than fail half-way on a full
+/// disk: the inodes the plan makes must be free (ext4 has a fixed
+/// number, and ran out with bytes to spare, helper-81), and where clones
+/// are impossible, the blocks its files and directories take. Bytes were
+/// counted, not blocks: 30,000 one-byte files passed as 165 KiB and
+/// needed 120 MiB, and the rewind stopped half-way (helper-81).
 fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
+    let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
+    let (made, removed) = changes.iter().fold((0u64, 0u64), |(m, r), c| {
+        match (&c.old, &c.new) {
+            (None, Some(_)) => (m + 1, r),
+            (Some(o), Some(n)) if o.kind() != n.kind() => (m + 1, r + 1),
+            (Some(_), None) => (m, r + 1),
+            _ => (m, r),
+        }
+    });
+    // The apply removes first: what it removes frees the inodes it makes.
+    let inodes = made.saturating_sub(removed) + INODE_MARGIN;
+    if let Some(free) = fs.inodes_writable
+        && inodes > free
+    {
+        return Err(Error::NoSpace {
+            path: ws.root_path().to_owned(),
+            shortfall: Some(Shortfall::Inodes {
+                needed: Some(made),
+                free,
+            }),
+        });
+    }
     if ws.clones() {
         return Ok(());
     }
+    let block = fs.block_size.max(512);
+    let blocks = |bytes: u64| bytes.div_ceil(block).saturating_mul(block);
     let needed: u64 = changes
         .iter()
-        .filter_map(|c| c.new.as_ref())
-        .map(|e| match &e.target {
-            crate::tree::Target::Object(hash) => ws.store().bytes_to_write(hash, e.size),
-            _ => 0,
+        .filter_map(|c| Some((c.old.as_ref(), c.new.as_ref()?)))
+        .map(|(old, e)| match &e.target {
+            crate::tree::Target::Object(hash) => blocks(ws.store().bytes_to_write(hash, e.size)),
+            // A directory kept as one takes nothing more.
+            crate::tree::Target::Tree(_) if old.is_some_and(|o| o.kind() == crate::tree::Kind::Dir) => 0,
+            crate::tree::Target::Tree(_) => block,
+            // ext4 keeps a target under 60 bytes in the inode.
+            crate::tree::Target::Link(t) if t.len() >= 60 => block,
+            crate::tree::Target::Link(_) => 0,
         })
         .sum();
-    let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
+    let needed = needed.saturating_add(1 << 20);
     let available = fs.writable_bytes();
-    if needed.saturating_add(1 << 20) > available {
+    if needed > available {
         return Err(Error::NoSpace {
             path: ws.root_path().to_owned(),
-            shortfall: Some((needed.saturating_add(1 << 20), available)),
+            shortfall: Some(Shortfall::Bytes {
+                needed,
+                free: available,
+            }),
         });
     }
     Ok(())
 }
+
+/// Inodes a rewind keeps free beyond those its plan makes: its temporary
+/// files, the ledger's journal, its safety checkpoint's objects.
+const INODE_MARGIN: u64 = 64;
 
 /// Every object the plan restores is stored whole (a stat or a ledger lookup each; the
 /// target's btrfs snapshot, when it has one, holds them instead): refuse

@@ -1267,8 +1267,10 @@ impl Workspace {
                 let _ = std::io::Write::write_all(&mut &f, b"t");
                 f.metadata()
                     .map(|m| {
-                        std::os::unix::fs::MetadataExt::ctime(&m) * 1_000_000_000
-                            + std::os::unix::fs::MetadataExt::ctime_nsec(&m)
+                        rewind_platform::ns_since_epoch(
+                            std::os::unix::fs::MetadataExt::ctime(&m),
+                            std::os::unix::fs::MetadataExt::ctime_nsec(&m),
+                        )
                     })
                     .unwrap_or(i64::MIN)
             }

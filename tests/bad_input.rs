@@ -2027,3 +2027,139 @@ fn a_file_or_link_in_place_of_the_temporary_directory_is_replaced() {
     assert!(out.status.success(), "{out:?}");
     assert!(!root.join(".rewind").exists());
 }
+
+/// Make empty files in `dir` until the filesystem has no inode left, then
+/// free `keep` of them; the files are `dir/i*`.
+fn use_up_inodes(dir: &Path, keep: usize) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let mut made = 0;
+    while std::fs::File::create(dir.join(format!("i{made}"))).is_ok() {
+        made += 1;
+        assert!(made < 1_000_000, "no inode limit reached");
+    }
+    for i in 0..keep.min(made) {
+        std::fs::remove_file(dir.join(format!("i{i}"))).expect("rm");
+    }
+}
+
+/// helper-81: ext4 has a fixed number of inodes, and a rewind that made
+/// more files than were left stopped half-way with "no space left … free
+/// some space" while `df -h` showed space to spare. It is refused before
+/// anything changes, naming inodes and both counts; once they are free,
+/// the same rewind works.
+#[test]
+fn a_rewind_that_makes_more_files_than_inodes_are_free_is_refused_first() {
+    let Some(lfs) = LoopFs::made_with(Fs::Ext4, 64, &["-N", "1024"]) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    for i in 0..300 {
+        write(&root.join(format!("many/f{i}")), b"x");
+    }
+    let id = checkpoint_id(&root, &["with many"]);
+    std::fs::remove_dir_all(root.join("many")).expect("rm");
+    checkpoint_id(&root, &["without"]);
+    use_up_inodes(&lfs.mnt.join("pad"), 100);
+    let before = snapshot(&root);
+    let out = rewind(&root, &["--json", "rewind", &id]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("this makes 301 files and directories and")
+            && msg.contains("run out of inodes, not bytes"),
+        "names inodes and both counts: {msg}"
+    );
+    assert_same("refused: tree untouched", &before, &snapshot(&root));
+    assert_eq!(rewind_json(&root, &["status"])["changes"], serde_json::json!([]));
+    std::fs::remove_dir_all(lfs.mnt.join("pad")).expect("rm pad");
+    let r = rewind_json(&root, &["rewind", &id]);
+    assert_eq!(r["changes"]["written"], 301, "{r}");
+}
+
+/// helper-81: the space check counted a restored file's bytes, not the
+/// blocks it takes: 30,000 one-byte files passed as 165 KiB where they
+/// needed 120 MiB, and the rewind stopped half-way on a full disk. Each
+/// file now counts its blocks, each directory made one.
+#[test]
+fn a_rewind_counts_the_blocks_its_small_files_take() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    for d in 0..4 {
+        for f in 0..1000 {
+            write(&root.join(format!("small/d{d}/f{f}")), b"y");
+        }
+    }
+    let id = checkpoint_id(&root, &["with small"]);
+    std::fs::remove_dir_all(root.join("small")).expect("rm");
+    checkpoint_id(&root, &["without"]);
+    let dir = rewind_platform::Dir::open(&lfs.mnt).expect("open");
+    let fs = rewind_platform::FsInfo::of(&dir).expect("statfs");
+    // 4,000 blocks of at least 1 KiB are wanted; 3 MiB are left.
+    assert!(fs.block_size >= 1024, "{fs:?}");
+    let pad = fs.blocks_free * fs.block_size - (3 << 20);
+    let st = Command::new("fallocate")
+        .args(["-l", &pad.to_string()])
+        .arg(lfs.mnt.join("pad"))
+        .status()
+        .expect("fallocate");
+    assert!(st.success());
+    let before = snapshot(&root);
+    let out = rewind(&root, &["--json", "rewind", &id]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains("this needs "), "{msg}");
+    assert_same("refused: tree untouched", &before, &snapshot(&root));
+    assert_eq!(rewind_json(&root, &["status"])["changes"], serde_json::json!([]));
+    std::fs::remove_file(lfs.mnt.join("pad")).expect("rm pad");
+    let r = rewind_json(&root, &["rewind", &id]);
+    assert_eq!(r["changes"]["written"], 4005, "{r}");
+}
+
+/// helper-81: a write past the file size limit (`ulimit -f`) raised
+/// SIGXFSZ, which killed the rewind with no message; the next command
+/// rolled it forward and was killed the same way, `list` and `verify`
+/// included. The write now fails with EFBIG: the rewind rolls back naming
+/// the limit, and every command still answers under it.
+#[test]
+fn a_write_past_the_file_size_limit_is_an_error_and_the_rewind_rolls_back() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let big = common::pseudo_random(3 << 20, 11);
+    write(&root.join("big.bin"), &big);
+    let id = checkpoint_id(&root, &["big"]);
+    write(&root.join("big.bin"), b"small now");
+    checkpoint_id(&root, &["small"]);
+    let limited = |args: &[&str]| {
+        Command::new("prlimit")
+            .arg("--fsize=1000000")
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_rewind"))
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .expect("prlimit")
+    };
+    let before = snapshot(&root);
+    let out = limited(&["--json", "rewind", &id]);
+    assert_eq!(out.status.code(), Some(1), "an exit, not a signal: {out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "ROLLED_BACK", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("the file size limit of 1000000 bytes was reached"),
+        "{msg}"
+    );
+    assert_same("rolled back", &before, &snapshot(&root));
+    for args in [&["--json", "list"][..], &["--json", "verify"]] {
+        let out = limited(args);
+        assert!(out.status.success(), "{args:?} under the limit: {out:?}");
+    }
+    rewind_json(&root, &["rewind", &id]);
+    assert_eq!(std::fs::read(root.join("big.bin")).expect("read"), big);
+}

@@ -2210,3 +2210,42 @@ fn restored_files_keep_their_recorded_order_above_what_the_rewind_left_alone() {
         "stale outputs"
     );
 }
+
+/// helper-81: a file dated past 2262-04-11 (XFS's bigtime, ext4's
+/// extra time bits) came back from `--exact-times` dated 1901: its time
+/// in nanoseconds wrapped, and the filesystem clamped what it was given;
+/// a debug build panicked on the product. Such a time is kept at the last
+/// one nanoseconds hold; the times before it, 1960's too, exactly.
+#[test]
+fn a_time_past_2262_is_restored_as_the_last_one_nanoseconds_hold() {
+    // 256-byte inodes hold times past 2038 (a small ext4 has 128).
+    let Some(lfs) = common::LoopFs::made_with(common::Fs::Ext4, 64, &["-I", "256"]) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    for (name, when) in [
+        ("far", "2300-06-01 12:00:00"),
+        ("near", "2262-04-11 00:00:00"),
+        ("old", "1960-01-01 00:00:00"),
+    ] {
+        write(&root.join(name), name.as_bytes());
+        let t = Command::new("touch")
+            .args(["-d", when])
+            .arg(root.join(name))
+            .status()
+            .expect("touch -d");
+        assert!(t.success());
+    }
+    let recorded = |n: &str| mtime_ns(&root.join(n));
+    let (near, old) = (recorded("near"), recorded("old"));
+    assert!(recorded("far") > i64::MAX as i128, "ext4 holds 2300");
+    let a = checkpoint_id(&root, &[]);
+    for n in ["far", "near", "old"] {
+        write(&root.join(n), b"changed");
+    }
+    rewind_json(&root, &["rewind", &a, "--exact-times"]);
+    assert_eq!(recorded("far"), i64::MAX as i128, "2262-04-11 23:47:16");
+    assert_eq!(recorded("near"), near);
+    assert_eq!(recorded("old"), old);
+    assert_eq!(std::fs::read(root.join("far")).expect("read"), b"far");
+}

@@ -95,6 +95,15 @@ pub struct Meta {
     pub gid: u32,
 }
 
+/// A file time as nanoseconds since the epoch, the way every stat is
+/// kept. Past i64's range (after 2262-04-11 23:47:16 UTC, before 1677)
+/// it saturates: a file dated 2300 came back dated 1901 (the product
+/// wrapped, and the filesystem clamped what it was given, helper-81),
+/// and a debug build panicked. Such a time is restored as the bound.
+pub fn ns_since_epoch(sec: i64, nsec: i64) -> i64 {
+    sec.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
 impl Meta {
     /// The stat of an open file (`fstat`).
     pub fn of_file(file: &File) -> std::io::Result<Meta> {
@@ -106,8 +115,8 @@ impl Meta {
             kind: EntryKind::from_file_type(FileType::from_raw_mode(st.st_mode as _)),
             mode: st.st_mode & 0o7777,
             size: st.st_size as u64,
-            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
-            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+            mtime_ns: ns_since_epoch(st.st_mtime, st.st_mtime_nsec as i64),
+            ctime_ns: ns_since_epoch(st.st_ctime, st.st_ctime_nsec as i64),
             dev: st.st_dev,
             ino: st.st_ino,
             nlink: st.st_nlink,
@@ -118,7 +127,7 @@ impl Meta {
     }
 
     fn from_statx(x: &rustix::fs::Statx) -> Meta {
-        let ns = |t: &rustix::fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
+        let ns = |t: &rustix::fs::StatxTimestamp| ns_since_epoch(t.tv_sec, i64::from(t.tv_nsec));
         Meta {
             kind: EntryKind::from_file_type(FileType::from_raw_mode(u32::from(x.stx_mode) as _)),
             mode: u32::from(x.stx_mode) & 0o7777,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 /// An OS call failed on a path. Carries the operation and the path so that a
 /// user-facing message can say exactly what went wrong where.
 #[derive(Debug, thiserror::Error)]
-#[error("{op} {}: {source}{}", path.display(), fd_limit_hint(source))]
+#[error("{op} {}: {source}{}", path.display(), limit_hint(source))]
 pub struct Error {
     pub op: &'static str,
     pub path: PathBuf,
@@ -72,20 +72,31 @@ impl Error {
     }
 }
 
-/// What to do about EMFILE: the walk holds a descriptor per directory
-/// level, so a deep tree meets the limit where a shallow one never does
-/// (D268).
-fn fd_limit_hint(e: &io::Error) -> String {
-    if e.raw_os_error() != Some(libc_errno::EMFILE) {
-        return String::new();
+/// What to do when a resource limit stopped the call: EMFILE (the walk
+/// holds a descriptor per directory level, so a deep tree meets the limit
+/// where a shallow one never does, D268), EFBIG (`ulimit -f`: a write
+/// past it fails with EFBIG once SIGXFSZ is ignored, see
+/// [`crate::fail_writes_past_the_size_limit`]).
+fn limit_hint(e: &io::Error) -> String {
+    use rustix::process::{Resource, getrlimit};
+    match e.raw_os_error() {
+        Some(libc_errno::EMFILE) => {
+            let limit = getrlimit(Resource::Nofile)
+                .current
+                .map(|n| format!(" of {n}"))
+                .unwrap_or_default();
+            format!(
+                " (the open-file limit{limit} was reached: rewind holds a descriptor per level of a deep directory tree, and a few for its own work; raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
+            )
+        }
+        Some(libc_errno::EFBIG) => match getrlimit(Resource::Fsize).current {
+            Some(n) => format!(
+                " (the file size limit of {n} bytes was reached, `ulimit -f`: raise it, `ulimit -f unlimited`, and run the command again)"
+            ),
+            None => " (the file is larger than this filesystem allows)".into(),
+        },
+        _ => String::new(),
     }
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .map(|n| format!(" of {n}"))
-        .unwrap_or_default();
-    format!(
-        " (the open-file limit{limit} was reached; a deep directory tree holds one per level: raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
-    )
 }
 
 /// The few errno values we classify. Spelled out rather than pulling in libc.
@@ -98,4 +109,5 @@ pub(crate) mod libc_errno {
     pub const ETXTBSY: i32 = 26;
     pub const EROFS: i32 = 30;
     pub const EMFILE: i32 = 24;
+    pub const EFBIG: i32 = 27;
 }

@@ -80,6 +80,9 @@ pub struct FsInfo {
     pub blocks_total: u64,
     pub blocks_free: u64,
     pub blocks_available: u64,
+    /// Inodes this process may still make ([`available_inodes`]); `None`
+    /// where the filesystem makes them as needed.
+    pub inodes_writable: Option<u64>,
     /// Mounted read-only (ST_RDONLY).
     pub read_only: bool,
 }
@@ -98,6 +101,7 @@ impl FsInfo {
             blocks_total: st.f_blocks as u64,
             blocks_free: st.f_bfree as u64,
             blocks_available: st.f_bavail as u64,
+            inodes_writable: inodes_left(&vfs),
         })
     }
 
@@ -242,6 +246,22 @@ pub(crate) fn unescape_octal(s: &[u8]) -> Vec<u8> {
 pub fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Inodes a writer may still make on the filesystem holding `path`
+/// (`f_favail`, root's `f_ffree`), if statvfs answers and the filesystem
+/// has a fixed number of them: ext4 runs out of inodes with bytes to
+/// spare, btrfs (which reports 0 in all) never does.
+pub fn available_inodes(path: &std::path::Path) -> Option<u64> {
+    let v = rustix::fs::statvfs(path).ok()?;
+    inodes_left(&v)
+}
+
+fn inodes_left(v: &rustix::fs::StatVfs) -> Option<u64> {
+    (v.f_files > 0).then_some(match crate::is_root() {
+        true => v.f_ffree,
+        false => v.f_favail,
+    })
 }
 
 /// Bytes an unprivileged writer may still allocate on the filesystem

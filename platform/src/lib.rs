@@ -30,11 +30,12 @@ pub use clone::{
 };
 pub use dir::{
     Dir, EntryKind, Meta, RenameMode, Within, allocate, check_relative, create_in_place_file,
-    file_set_mode, file_set_mtime, lexical, resolve_existing,
+    file_set_mode, file_set_mtime, lexical, ns_since_epoch, resolve_existing,
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, Mapped, extents, mapping, next_data, same_blocks_prefix};
 pub use fsinfo::{
+    available_inodes,
     FsInfo, FsKind, available_bytes, clone_support, file_id, filesystem_id, mount_at, mounts_below,
     probe_clone,
 };
@@ -45,7 +46,7 @@ pub use handoff::{
 pub use heir::{Heir, UserAccess};
 pub use lock::LockFile;
 pub use process::{
-    credentials, euid, holders, is_root, job_begins, job_ends, kill_self, new_session,
+    credentials, euid, fail_writes_past_the_size_limit, holders, is_root, is_running, job_begins, job_ends, kill_self, new_session,
     report_sigbus, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
     terminate_between_jobs, works_beneath, writers_of,
 };

@@ -267,9 +267,21 @@ fn processes() -> impl Iterator<Item = (u32, std::path::PathBuf)> {
 /// The parent pid in `/proc/PID/stat` (after the command name, which may
 /// hold spaces and parentheses: the last `)` ends it).
 fn parent_pid(proc_dir: &std::path::Path) -> Option<u32> {
+    stat_field(proc_dir, 1)?.parse().ok()
+}
+
+/// Field `n` after the command name in `/proc/PID/stat` (0: the state).
+fn stat_field(proc_dir: &std::path::Path, n: usize) -> Option<String> {
     let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    rest.split_whitespace().nth(n).map(str::to_string)
+}
+
+/// Whether process `pid` still runs: it exists and has not exited (a
+/// zombie has closed its descriptors, and released its locks with them).
+pub fn is_running(pid: u32) -> bool {
+    let dir = std::path::Path::new("/proc").join(pid.to_string());
+    stat_field(&dir, 0).is_some_and(|state| !matches!(state.as_str(), "Z" | "X"))
 }
 
 /// This process's effective uid.
@@ -302,6 +314,17 @@ pub fn report_sigbus(human: &'static [u8], json: &'static [u8]) {
         on_sigbus as *const () as usize,
         libc::SA_RESETHAND,
     );
+}
+
+/// A write past the file size limit (`ulimit -f`) raises SIGXFSZ, whose
+/// default action kills the process with no message. A rewind killed so
+/// was rolled forward by the next command, which the limit killed too:
+/// every command, `list` and `verify` included, died silently
+/// (helper-81). Ignored, the write fails with EFBIG: an error that names
+/// the limit, and the rewind rolls back. Children inherit the
+/// disposition, and meet the limit as an error too.
+pub fn fail_writes_past_the_size_limit() {
+    install_handler(libc::SIGXFSZ, libc::SIG_IGN, 0);
 }
 
 /// Install `handler` for `signal` with `flags`: an `extern "C"` fn's

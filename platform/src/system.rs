@@ -15,7 +15,7 @@ pub fn boot_id() -> Option<String> {
 /// Their difference moves only when someone steps the real-time clock
 /// (or the machine sleeps): file times come from the real-time clock.
 pub fn clocks_ns() -> (i64, i64) {
-    let ns = |t: rustix::time::Timespec| t.tv_sec.saturating_mul(1_000_000_000) + t.tv_nsec;
+    let ns = |t: rustix::time::Timespec| crate::ns_since_epoch(t.tv_sec, t.tv_nsec);
     (
         ns(clock_gettime(ClockId::Realtime)),
         ns(clock_gettime(ClockId::Boottime)),

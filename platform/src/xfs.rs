@@ -78,8 +78,8 @@ fn meta(b: &Bulkstat, dev: u64) -> Meta {
         // The size on disk: it lags a write until writeback, unlike the
         // times (callers compare times, not sizes).
         size: b.size,
-        mtime_ns: b.mtime * 1_000_000_000 + i64::from(b.mtime_nsec),
-        ctime_ns: b.ctime * 1_000_000_000 + i64::from(b.ctime_nsec),
+        mtime_ns: crate::ns_since_epoch(b.mtime, i64::from(b.mtime_nsec)),
+        ctime_ns: crate::ns_since_epoch(b.ctime, i64::from(b.ctime_nsec)),
         dev,
         ino: b.ino,
         nlink: u64::from(b.nlink),

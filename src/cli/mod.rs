@@ -344,6 +344,7 @@ const SIGBUS_JSON: &[u8] = b"{\"version\":1,\"error\":{\"code\":\"NO_SPACE\",\"m
 /// and map errors to exit codes.
 pub fn main() -> i32 {
     rewind_platform::report_sigbus(SIGBUS_HUMAN, SIGBUS_JSON);
+    rewind_platform::fail_writes_past_the_size_limit();
     rewind_platform::raise_fd_limit();
     if let Some(root) = std::env::var_os(crate::workspace::CONFINE_VAR) {
         crate::workspace::confine(Some(root.into()));

@@ -495,13 +495,19 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<()> {
             // `rewind unmount .` from inside the mount must not be the
             // process that keeps it busy.
             let _ = std::env::set_current_dir("/");
+            let daemon = link.daemon_pid();
             link.unmount()?;
             drop(link);
             // The daemon removes its socket (and bind mount) once the
-            // kernel ends the session.
+            // kernel ends the session, then exits, which releases its
+            // claim: a `rewind mount` right after an unmount that had only
+            // waited for the socket was refused as ALREADY_MOUNTED, naming
+            // the daemon on its way out (the suite, under load).
             let sock = rewind_fuse::socket_path(&root);
             let gone = Instant::now();
-            while sock.exists() && gone.elapsed() < Duration::from_secs(5) {
+            while (sock.exists() || rewind_platform::is_running(daemon))
+                && gone.elapsed() < Duration::from_secs(5)
+            {
                 std::thread::sleep(Duration::from_millis(2));
             }
             Some((workspace, "requested"))

@@ -32,7 +32,7 @@ impl Fs {
         }
     }
 
-    fn mkfs(self, img: &Path) -> Command {
+    fn mkfs(self, img: &Path, extra: &[&str]) -> Command {
         let mut c;
         match self {
             Fs::Ext4 => {
@@ -48,7 +48,7 @@ impl Fs {
                 c.args(["-q", "-f"]);
             }
         }
-        c.arg(img);
+        c.args(extra).arg(img);
         c
     }
 }
@@ -89,6 +89,12 @@ impl LoopFs {
     /// Make and mount `fs` of `size_mb`. `None` (with the reason printed)
     /// when not root or the mkfs tool is missing, outside CI.
     pub fn new(fs: Fs, size_mb: u64) -> Option<LoopFs> {
+        LoopFs::made_with(fs, size_mb, &[])
+    }
+
+    /// [`LoopFs::new`] with `extra` options for mkfs (`-N 300`: ext4
+    /// with few inodes).
+    pub fn made_with(fs: Fs, size_mb: u64, extra: &[&str]) -> Option<LoopFs> {
         if !is_root() {
             skip_or_fail(&format!("{} on a loop device needs root", fs.name()));
             return None;
@@ -103,7 +109,7 @@ impl LoopFs {
         let f = std::fs::File::create(&img).expect("create image");
         f.set_len(size_mb << 20).expect("size image");
         drop(f);
-        match fs.mkfs(&img).output() {
+        match fs.mkfs(&img, extra).output() {
             Ok(o) if o.status.success() => {}
             Ok(o) => panic!(
                 "mkfs {} failed: {}",
