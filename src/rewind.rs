@@ -836,15 +836,16 @@ fn plan_in(
 /// counted, not blocks: 30,000 one-byte files passed as 165 KiB and
 /// needed 120 MiB, and the rewind stopped half-way (helper-81).
 fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
+    check_descriptors(ws, changes)?;
     let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
-    let (made, removed) = changes.iter().fold((0u64, 0u64), |(m, r), c| {
-        match (&c.old, &c.new) {
+    let (made, removed) = changes
+        .iter()
+        .fold((0u64, 0u64), |(m, r), c| match (&c.old, &c.new) {
             (None, Some(_)) => (m + 1, r),
             (Some(o), Some(n)) if o.kind() != n.kind() => (m + 1, r + 1),
             (Some(_), None) => (m, r + 1),
             _ => (m, r),
-        }
-    });
+        });
     // The apply removes first: what it removes frees the inodes it makes.
     let inodes = made.saturating_sub(removed) + INODE_MARGIN;
     if let Some(free) = fs.inodes_writable
@@ -869,7 +870,11 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
         .map(|(old, e)| match &e.target {
             crate::tree::Target::Object(hash) => blocks(ws.store().bytes_to_write(hash, e.size)),
             // A directory kept as one takes nothing more.
-            crate::tree::Target::Tree(_) if old.is_some_and(|o| o.kind() == crate::tree::Kind::Dir) => 0,
+            crate::tree::Target::Tree(_)
+                if old.is_some_and(|o| o.kind() == crate::tree::Kind::Dir) =>
+            {
+                0
+            }
             crate::tree::Target::Tree(_) => block,
             // ext4 keeps a target under 60 bytes in the inode.
             crate::tree::Target::Link(t) if t.len() >= 60 => block,
@@ -889,6 +894,55 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The apply removes a directory holding a descriptor per level below
+/// it, and so would the rollback of a removal stopped half-way: a chain
+/// 120 levels deep under `ulimit -n 32` stopped the rewind half-way, and
+/// it could not go back (helper-81). Refused before anything changes
+/// instead, naming the limit (D268 says how to raise it).
+fn check_descriptors(ws: &Workspace, changes: &[Change]) -> Result<()> {
+    let depth = |p: &[u8]| p.iter().filter(|b| **b == b'/').count() as u64 + 1;
+    // Changes come in pre-order: each path below the top-most directory
+    // removed holds the levels between the two.
+    let mut top: Option<&[u8]> = None;
+    let mut deepest: Option<(u64, &[u8])> = None;
+    for c in changes {
+        match top {
+            Some(t) if crate::capture::is_below(&c.path, t) => {
+                let held = depth(&c.path) - depth(t);
+                if deepest.is_none_or(|(d, _)| held > d) {
+                    deepest = Some((held, &c.path));
+                }
+            }
+            _ => {
+                let removed_dir = c
+                    .old
+                    .as_ref()
+                    .is_some_and(|o| o.kind() == crate::tree::Kind::Dir)
+                    && c.new
+                        .as_ref()
+                        .is_none_or(|n| n.kind() != crate::tree::Kind::Dir);
+                top = removed_dir.then_some(c.path.as_slice());
+            }
+        }
+    }
+    let (Some((held, deepest)), Some(headroom)) = (deepest, rewind_platform::fd_headroom()) else {
+        return Ok(());
+    };
+    if held.saturating_add(FD_MARGIN) <= headroom {
+        return Ok(());
+    }
+    const EMFILE: i32 = 24;
+    Err(Error::Os(rewind_platform::Error::new(
+        "nothing was changed: removing needs a descriptor per level down to",
+        ws.root_path().join(OsStr::from_bytes(deepest)),
+        std::io::Error::from_raw_os_error(EMFILE),
+    )))
+}
+
+/// Descriptors the apply holds beside a removal's chain: the parent it
+/// works in, the store, the ledger.
+const FD_MARGIN: u64 = 8;
 
 /// Inodes a rewind keeps free beyond those its plan makes: its temporary
 /// files, the ledger's journal, its safety checkpoint's objects.

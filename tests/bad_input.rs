@@ -2071,7 +2071,10 @@ fn a_rewind_that_makes_more_files_than_inodes_are_free_is_refused_first() {
         "names inodes and both counts: {msg}"
     );
     assert_same("refused: tree untouched", &before, &snapshot(&root));
-    assert_eq!(rewind_json(&root, &["status"])["changes"], serde_json::json!([]));
+    assert_eq!(
+        rewind_json(&root, &["status"])["changes"],
+        serde_json::json!([])
+    );
     std::fs::remove_dir_all(lfs.mnt.join("pad")).expect("rm pad");
     let r = rewind_json(&root, &["rewind", &id]);
     assert_eq!(r["changes"]["written"], 301, "{r}");
@@ -2113,7 +2116,10 @@ fn a_rewind_counts_the_blocks_its_small_files_take() {
     let msg = v["error"]["message"].as_str().unwrap_or("");
     assert!(msg.contains("this needs "), "{msg}");
     assert_same("refused: tree untouched", &before, &snapshot(&root));
-    assert_eq!(rewind_json(&root, &["status"])["changes"], serde_json::json!([]));
+    assert_eq!(
+        rewind_json(&root, &["status"])["changes"],
+        serde_json::json!([])
+    );
     std::fs::remove_file(lfs.mnt.join("pad")).expect("rm pad");
     let r = rewind_json(&root, &["rewind", &id]);
     assert_eq!(r["changes"]["written"], 4005, "{r}");

@@ -1001,3 +1001,49 @@ fn a_rewind_of_thousands_of_big_files_needs_no_descriptor_each() {
     let status = common::rewind_json(&ws, &["status"]);
     assert!(common::changed_paths(&status).is_empty(), "{status}");
 }
+
+/// helper-81: the apply removes a directory holding a descriptor per level
+/// below it, and a chain 120 levels deep under `ulimit -n 32` stopped the
+/// rewind half-way, unable to go back. XFS's bulk stat, as root, spares
+/// the capture its walk, so the apply was the first to meet the chain.
+/// Refused before anything changes now, naming the limit; with the limit
+/// raised, the same rewind works.
+#[test]
+fn a_removal_deeper_than_the_descriptor_limit_is_refused_before_it_starts() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 300) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    for f in 0..20 {
+        write(&root.join(format!("t/f{f}")), b"t");
+    }
+    let b = common::checkpoint_id(&root, &["B"]);
+    std::fs::remove_dir_all(root.join("t")).expect("rm");
+    std::fs::create_dir(root.join("deep")).expect("mkdir");
+    common::nest(&root.join("deep"), 120, b"bottom");
+    common::checkpoint_id(&root, &["C"]);
+    let before = common::snapshot(&root);
+    let out = common::rewind_under_ulimit(&root, "-n 32", &format!("--json rewind {b}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("nothing was changed")
+            && message.contains("open-file limit of 32")
+            && message.contains("ulimit -Hn"),
+        "{v}"
+    );
+    common::assert_same("refused: untouched", &before, &common::snapshot(&root));
+    let status = common::rewind_json(&root, &["status"]);
+    assert_eq!(
+        status["changes"],
+        serde_json::json!([]),
+        "no rewind left pending"
+    );
+    let out = common::rewind_under_ulimit(&root, "-n 256", &format!("--json rewind {b}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!root.join("deep").exists() && root.join("t/f19").exists());
+}

@@ -86,7 +86,7 @@ fn limit_hint(e: &io::Error) -> String {
                 .map(|n| format!(" of {n}"))
                 .unwrap_or_default();
             format!(
-                " (the open-file limit{limit} was reached: rewind holds a descriptor per level of a deep directory tree, and a few for its own work; raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
+                " (the open-file limit{limit} is too low for this: rewind holds a descriptor per level of a deep directory tree, and a few for its own work; raise the hard limit, `ulimit -Hn` or /etc/security/limits.conf, and run the command again; for a mount, mount again from there)"
             )
         }
         Some(libc_errno::EFBIG) => match getrlimit(Resource::Fsize).current {

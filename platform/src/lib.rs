@@ -35,9 +35,8 @@ pub use dir::{
 pub use error::{Error, Result};
 pub use fiemap::{Extent, Mapped, extents, mapping, next_data, same_blocks_prefix};
 pub use fsinfo::{
-    available_inodes,
-    FsInfo, FsKind, available_bytes, clone_support, file_id, filesystem_id, mount_at, mounts_below,
-    probe_clone,
+    FsInfo, FsKind, available_bytes, available_inodes, clone_support, file_id, filesystem_id,
+    mount_at, mounts_below, probe_clone,
 };
 pub use handoff::{
     Ended, StdioSwap, Watched, child_or_hangup, peer_pid, peer_uid, recv_all, recv_with_fds,
@@ -46,9 +45,9 @@ pub use handoff::{
 pub use heir::{Heir, UserAccess};
 pub use lock::LockFile;
 pub use process::{
-    credentials, euid, fail_writes_past_the_size_limit, holders, is_root, is_running, job_begins, job_ends, kill_self, new_session,
-    report_sigbus, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
-    terminate_between_jobs, works_beneath, writers_of,
+    credentials, euid, fail_writes_past_the_size_limit, holders, is_root, is_running, job_begins,
+    job_ends, kill_self, new_session, report_sigbus, shared_writable_mappings, sigbus_json,
+    spawn_tied, stop_self, terminate_between_jobs, works_beneath, writers_of,
 };
 pub use system::{boot_id, clocks_ns, dirty_bytes, fd_headroom, raise_fd_limit, swap_files_under};
 pub use xattr::Xattr;
