@@ -847,9 +847,10 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
             _ => (m, r),
         });
     // The apply removes first: what it removes frees the inodes it makes.
-    let inodes = made.saturating_sub(removed) + INODE_MARGIN;
-    if let Some(free) = fs.inodes_writable
-        && inodes > free
+    let net = made.saturating_sub(removed);
+    if net > 0
+        && let Some(free) = fs.inodes_writable
+        && net + INODE_MARGIN > free
     {
         return Err(Error::NoSpace {
             path: ws.root_path().to_owned(),
@@ -944,9 +945,9 @@ fn check_descriptors(ws: &Workspace, changes: &[Change]) -> Result<()> {
 /// works in, the store, the ledger.
 const FD_MARGIN: u64 = 8;
 
-/// Inodes a rewind keeps free beyond those its plan makes: its temporary
-/// files, the ledger's journal, its safety checkpoint's objects.
-const INODE_MARGIN: u64 = 64;
+/// Inodes a rewind that makes files keeps free beyond them: its
+/// temporary files, the ledger's journal.
+const INODE_MARGIN: u64 = 8;
 
 /// Every object the plan restores is stored whole (a stat or a ledger lookup each; the
 /// target's btrfs snapshot, when it has one, holds them instead): refuse
