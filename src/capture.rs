@@ -968,9 +968,15 @@ pub(crate) fn with_rules(
 /// `parent` with the rules of the `.rewindignore` in `dir` (at `rel`) on
 /// top, when it holds one as a regular file.
 pub(crate) fn with_rules_in(dir: &Dir, rel: &[u8], parent: &IgnoreStack) -> Result<IgnoreStack> {
+    Ok(rules_in(dir, rel, parent)?.0)
+}
+
+/// [`with_rules_in`], with the hash of the rule file's bytes (`None`
+/// where there is no regular rule file).
+fn rules_in(dir: &Dir, rel: &[u8], parent: &IgnoreStack) -> Result<(IgnoreStack, Option<Hash>)> {
     let (mut f, _) = match dir.open_read(OsStr::new(IGNORE_FILE)) {
         Ok(v) => v,
-        Err(_) => return Ok(parent.clone()), // not a regular file: not a rule file
+        Err(_) => return Ok((parent.clone(), None)), // not a regular file: not a rule file
     };
     let mut bytes = Vec::new();
     let path = PathBuf::from(OsStr::from_bytes(&join(rel, IGNORE_FILE.as_bytes())));
@@ -982,7 +988,8 @@ pub(crate) fn with_rules_in(dir: &Dir, rel: &[u8], parent: &IgnoreStack) -> Resu
     // Refused, it stopped every checkpoint and every rewind, even the one
     // that would have put the target's rules back (helper-32, D223); the
     // target's own rules are read the same way.
-    with_rules(parent, rel, &String::from_utf8_lossy(&bytes), &path)
+    let stack = with_rules(parent, rel, &String::from_utf8_lossy(&bytes), &path)?;
+    Ok((stack, Some(Hash::of(&bytes))))
 }
 
 /// Whether the rules in `stack` exclude `rel`; the nearest rule file that
@@ -1283,17 +1290,18 @@ impl Walker<'_> {
         o.skipped.push(Skipped::new(rel, reason));
     }
 
+    /// The rules in force in `dir`, and the hash of its rule file's bytes.
     fn ignore_stack(
         &self,
         dir: &Dir,
         rel: &[u8],
         has_rules: bool,
         parent: &IgnoreStack,
-    ) -> Result<IgnoreStack> {
+    ) -> Result<(IgnoreStack, Option<Hash>)> {
         if !has_rules {
-            return Ok(parent.clone());
+            return Ok((parent.clone(), None));
         }
-        with_rules_in(dir, rel, parent)
+        rules_in(dir, rel, parent)
     }
 
     /// Capture one directory: stat every entry here (cheap, sequential),
@@ -1353,14 +1361,29 @@ impl Walker<'_> {
         let has_rules = names
             .iter()
             .any(|(n, _, _)| n.as_bytes() == IGNORE_FILE.as_bytes());
-        // A rule file added or removed here since the cache changes what
-        // is captured anywhere below, where nothing moved: the cached
-        // subtrees kept leaving out (or holding) what the old rules said,
-        // and a file a removed rule had hidden was in no checkpoint, then
-        // lost (helper-78). Below here, nothing is taken from the scope.
+        let (ignores, rules_hash) = self.ignore_stack(&dir, &rel, has_rules, parent_ignores)?;
+        // A rule file added, removed or rewritten here since the cache
+        // changes what is captured anywhere below, where nothing moved:
+        // the cached subtrees kept leaving out (or holding) what the old
+        // rules said, and a file a removed rule had hidden was in no
+        // checkpoint, then lost (helper-78). Compared by content: a rule
+        // file swapped with another file by RENAME_EXCHANGE moves no ctime
+        // on XFS, and the bulk stat vouched for the old one (helper-82).
+        // Below here, nothing is taken from the scope.
         let scoped = scoped
-            && cached.is_none_or(|c| c.lookup(IGNORE_FILE.as_bytes()).is_some() == has_rules);
-        let ignores = self.ignore_stack(&dir, &rel, has_rules, parent_ignores)?;
+            && cached.is_none_or(|c| {
+                let before = c
+                    .lookup(IGNORE_FILE.as_bytes())
+                    .map(|r| match &r.entry.target {
+                        Target::Object(h) => Some(*h),
+                        _ => None,
+                    });
+                match (before, rules_hash) {
+                    (None, None) => true,
+                    (Some(was), now) => was.is_some() && was == now,
+                    (None, Some(_)) => false,
+                }
+            });
         let here = Here {
             dir: &dir,
             mirror: mirror.as_ref(),

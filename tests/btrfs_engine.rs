@@ -1568,3 +1568,64 @@ fn du_counts_the_snapshots_no_kept_checkpoint_has() {
     assert!(rewind(&ws, &["gc"]).status.success());
     assert_eq!(left(&ws), 0);
 }
+
+/// helper-82: the changed-inode scope took a changed inode's names from
+/// the INODE_REF items in leaves written since the last snapshot, and
+/// looked the rest up only when it found none. A write through one of
+/// 1,000 hard links (each in its own directory) found 322 names: the
+/// checkpoint's manifest held the old content for the other 678 while
+/// its snapshot held the new, `verify --deep` said DAMAGED, and a rewind
+/// to it restored the old bytes. An inode with fewer names found than
+/// links is looked up whole.
+#[test]
+fn a_write_through_one_of_many_hard_links_reaches_every_name() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 1024) else {
+        return;
+    };
+    // No atime updates: reading the directories would rewrite their
+    // leaves and hide the names' old ones.
+    lfs.remount("noatime");
+    let ws = lfs.subvolume("ws");
+    let first = ws.join("d0000/f");
+    write(&first, b"version-1\n");
+    for i in 1..1000 {
+        let d = ws.join(format!("d{i:04}"));
+        std::fs::create_dir(&d).expect("mkdir");
+        std::fs::hard_link(&first, d.join("f")).expect("link");
+    }
+    lfs.sync();
+    let c1 = common::checkpoint_id(&ws, &["c1"]);
+    {
+        use std::io::{Seek, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .expect("open");
+        f.seek(std::io::SeekFrom::Start(8)).expect("seek");
+        f.write_all(b"2").expect("write");
+    }
+    let c2 = common::checkpoint_id(&ws, &["c2"]);
+    let diff = rewind_json(&ws, &["diff", &c1, &c2]);
+    assert_eq!(
+        diff["changes"].as_array().map(Vec::len),
+        Some(1000),
+        "every name changed"
+    );
+    let deep = rewind(&ws, &["verify", "--deep"]);
+    assert!(
+        deep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deep.stdout)
+    );
+    for i in 0..1000 {
+        let p = ws.join(format!("d{i:04}/f"));
+        std::fs::remove_file(&p).expect("rm");
+        write(&p, b"version-1\n");
+    }
+    common::checkpoint_id(&ws, &["c3"]);
+    rewind_json(&ws, &["rewind", &c2]);
+    let restored = (0..1000)
+        .filter(|i| std::fs::read(ws.join(format!("d{i:04}/f"))).expect("read") == b"version-2\n")
+        .count();
+    assert_eq!(restored, 1000, "every name holds what c2 holds");
+}

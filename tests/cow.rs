@@ -799,3 +799,59 @@ fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
         );
     }
 }
+
+/// helper-82: a `.rewindignore` swapped with another file by
+/// `renameat2(RENAME_EXCHANGE)` (`mv --exchange`) moves neither inode's
+/// ctime on XFS, and the old rule file's inode still exists elsewhere,
+/// so the bulk stat vouched for the directory's rule record: the new
+/// rules were not applied below it. A file the old rule hid was in no
+/// checkpoint, and `rm -rf` then lost it. The walk now compares the rule
+/// file's content with its record.
+#[test]
+fn a_rule_file_swapped_by_rename_exchange_reaches_the_next_checkpoint() {
+    for fs in [Fs::Ext4, Fs::Xfs, Fs::Btrfs] {
+        let Some(lfs) = LoopFs::new(fs, 512) else {
+            return;
+        };
+        let ws = match fs {
+            Fs::Btrfs => lfs.subvolume("ws"),
+            _ => lfs.subdir("ws"),
+        };
+        let name = fs.name();
+        write(&ws.join("c/.rewindignore"), b"d*/\n");
+        write(&ws.join("c/b/d1/data"), b"precious\n");
+        write(&ws.join("c/b/keep"), b"x\n");
+        write(&ws.join("o/notes"), b"# no rules\n");
+        rewind_json(&ws, &["checkpoint", "c1"]);
+        let open = |d: &str| rewind_platform::Dir::open(&ws.join(d)).expect("open");
+        let exchanged = open("c").rename(
+            std::ffi::OsStr::new(".rewindignore"),
+            &open("o"),
+            std::ffi::OsStr::new("notes"),
+            rewind_platform::RenameMode::Exchange,
+        );
+        assert!(exchanged.is_ok(), "{name}: {exchanged:?}");
+        let c2 = rewind_json(&ws, &["checkpoint", "c2"]);
+        let diff = rewind_json(&ws, &["diff", "c1", "c2"]);
+        assert!(
+            diff["changes"]
+                .as_array()
+                .expect("changes")
+                .iter()
+                .any(|c| c["path"] == "c/b/d1/data" && c["status"] == "added"),
+            "{name}: {diff}"
+        );
+        std::fs::remove_dir_all(ws.join("c/b/d1")).expect("rm -rf");
+        rewind_json(&ws, &["checkpoint", "c3"]);
+        assert!(
+            rewind(&ws, &["rewind", c2["id"].as_str().expect("id"), "-q"])
+                .status
+                .success()
+        );
+        assert_eq!(
+            std::fs::read(ws.join("c/b/d1/data")).ok().as_deref(),
+            Some(&b"precious\n"[..]),
+            "{name}: what the swapped-out rule hid came back"
+        );
+    }
+}
