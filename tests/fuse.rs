@@ -3657,3 +3657,61 @@ fn a_restored_file_is_not_read_again_until_it_changes() {
     };
     common::a_restored_file_is_not_read_again_until_it_changes(&ws, &env);
 }
+
+/// helper-82: a bind mount of the workspace made before `rewind mount`
+/// (as a container's `-v` is) reaches the tree under the mount without
+/// passing it: what was written there was in no checkpoint, `status`
+/// said "no changes", and after `rm` and a rewind it was gone. The mount
+/// now says where else the tree is reached, and while it is, every
+/// capture walks.
+#[test]
+fn a_write_through_a_bind_mount_made_before_the_mount_is_checkpointed() {
+    let Some(lfs) = LoopFs::new(Fs::Xfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("ws");
+    write(&ws.join("f"), b"v1\n");
+    let alias = lfs.mnt.join("alias");
+    std::fs::create_dir(&alias).expect("mkdir alias");
+    let bound = Command::new("mount")
+        .arg("--bind")
+        .arg(&ws)
+        .arg(&alias)
+        .status()
+        .expect("mount --bind");
+    assert!(bound.success());
+    struct Unbind(PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unbind = Unbind(alias.clone());
+    let out = rewind(
+        Path::new("/"),
+        &["--json", "mount", &ws.display().to_string()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _mounted = MountGuard { dir: ws.clone() };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let named = v["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(|w| w.as_str())
+        .any(|w| w.contains(&format!("is also reached at {}", alias.display())));
+    assert!(named, "{v}");
+    let c1 = common::checkpoint_id(&ws, &["c1"]);
+    write(&alias.join("f"), b"v2 beside\n");
+    let c2 = common::checkpoint_id(&ws, &["c2"]);
+    let diff = rewind_json(&ws, &["diff", &c1, &c2]);
+    assert_eq!(diff["changes"][0]["path"], "f", "{diff}");
+    std::fs::remove_file(ws.join("f")).expect("rm");
+    common::checkpoint_id(&ws, &["c3"]);
+    rewind_json(&ws, &["rewind", &c2]);
+    assert_eq!(std::fs::read(ws.join("f")).expect("read"), b"v2 beside\n");
+}

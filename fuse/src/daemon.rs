@@ -266,7 +266,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     drop(lock);
     let _ = sh.notifier.set(session.notifier());
     if let (true, Ok(dev)) = (bound, &dev_below) {
-        let _ = sh.beneath.set(crate::fs::Beneath::new(dir_below, *dev));
+        let _ = sh
+            .beneath
+            .set(crate::fs::Beneath::new(dir_below, backing.clone(), *dev));
     }
     let ctx = Arc::new(Ctx {
         sh,
@@ -579,7 +581,7 @@ pub(crate) fn is_dead_rewind_mount(path: &Path) -> bool {
 /// made of it).
 pub fn is_rewind_mount(path: &Path) -> bool {
     rewind_platform::mount_at(path).is_some_and(|(kind, source)| {
-        (kind == b"fuse" || kind == b"fuse.rewind") && source == b"rewind"
+        crate::FUSE_KINDS.contains(&kind.as_slice()) && source == b"rewind"
     })
 }
 

@@ -112,6 +112,9 @@ pub struct Shared {
 /// process reaches that directory only from one that had it).
 pub struct Beneath {
     dir: std::path::PathBuf,
+    /// The daemon's own bind mount of `dir`, from which the other paths
+    /// that reach it are found.
+    bind: std::path::PathBuf,
     /// The device of the directory under the mount.
     dev: u64,
     /// Some process may still work there: look again.
@@ -121,9 +124,10 @@ pub struct Beneath {
 impl Beneath {
     /// Looks once, now that the mount covers `dir` (on device `dev`
     /// below it).
-    pub fn new(dir: std::path::PathBuf, dev: u64) -> Beneath {
+    pub fn new(dir: std::path::PathBuf, bind: std::path::PathBuf, dev: u64) -> Beneath {
         let b = Beneath {
             dir,
+            bind,
             dev,
             suspect: AtomicBool::new(true),
         };
@@ -131,9 +135,15 @@ impl Beneath {
         b
     }
 
-    /// Whether a process works under the mount now. Costs a look through
-    /// `/proc` only while one did at the last look.
+    /// Whether a process works under the mount now, or could: another
+    /// path reaches what the mount covers (a bind mount made before it,
+    /// helper-82), which a process may write through at any time. Costs
+    /// a read of the mount table, and a look through `/proc` only while a
+    /// process worked there at the last look.
     pub fn worked_in(&self) -> bool {
+        if !self.elsewhere().is_empty() {
+            return true;
+        }
         if !self.suspect.load(Ordering::Acquire) {
             return false;
         }
@@ -145,6 +155,12 @@ impl Beneath {
             self.suspect.store(false, Ordering::Release);
         }
         seen
+    }
+
+    /// The other paths that reach the directory under the mount, in this
+    /// mount namespace.
+    pub fn elsewhere(&self) -> Vec<std::path::PathBuf> {
+        rewind_platform::reached_elsewhere(&self.bind, crate::FUSE_KINDS)
     }
 }
 

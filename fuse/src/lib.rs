@@ -41,5 +41,9 @@ pub use daemon::{
 pub use dirty::{DirtySet, Names};
 pub use error::{Error, Result};
 
+/// The types a rewind mount has in the mount table: `fuse.rewind`, or
+/// `fuse` where the subtype is not kept.
+pub const FUSE_KINDS: &[&[u8]] = &[b"fuse.rewind", b"fuse"];
+
 /// The daemon's answer to a freeze while another connection holds one.
 pub const FROZEN_BY_ANOTHER: &str = "another rewind holds the mount frozen";

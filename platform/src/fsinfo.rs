@@ -168,9 +168,12 @@ pub fn probe_clone(dir: &Dir) -> Result<bool> {
     Ok(rustix::fs::ioctl_ficlone(&dst, &src).is_ok())
 }
 
-/// One line of /proc/self/mountinfo: the mount point (unescaped), and the
+/// One line of /proc/self/mountinfo: the device, the directory of the
+/// filesystem it shows (unescaped), the mount point (unescaped), and the
 /// filesystem type and source that follow the optional fields' `-`.
 struct MountLine<'a> {
+    dev: &'a [u8],
+    root: Vec<u8>,
     point: Vec<u8>,
     kind: Option<&'a [u8]>,
     source: Option<&'a [u8]>,
@@ -185,11 +188,75 @@ fn mount_table(table: &[u8]) -> impl DoubleEndedIterator<Item = MountLine<'_>> {
         let point = unescape_octal(fields.get(4)?);
         let dash = fields.iter().position(|f| *f == b"-");
         Some(MountLine {
+            dev: fields.get(2)?,
+            root: unescape_octal(fields.get(3)?),
             point,
             kind: dash.and_then(|d| fields.get(d + 1).copied()),
             source: dash.and_then(|d| fields.get(d + 2).copied()),
         })
     })
+}
+
+/// Where else, in this mount namespace, the directory bound at
+/// `bind_point` (a bind mount of it, as the mount daemon keeps of the
+/// directory it covers) can be reached without passing a mount of a
+/// type in `covered_by` (the FUSE mount over it): another bind mount of
+/// it, of a directory above it or below it, or the same filesystem
+/// mounted again. What is written there never passes the covering mount
+/// (helper-82: a bind made before `rewind mount`, as a container's `-v`
+/// is). Other mount namespaces are not looked at.
+pub fn reached_elsewhere(
+    bind_point: &std::path::Path,
+    covered_by: &[&[u8]],
+) -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let want = bind_point.as_os_str().as_bytes();
+    let Some(bound) = mount_table(&table).rfind(|m| m.point == want) else {
+        return Vec::new();
+    };
+    let (dev, dir) = (bound.dev, bound.root.clone());
+    let covered: Vec<Vec<u8>> = mount_table(&table)
+        .filter(|m| m.kind.is_some_and(|k| covered_by.contains(&k)))
+        .map(|m| m.point)
+        .collect();
+    // `a` is `b` or a directory above it.
+    let at_or_above = |a: &[u8], b: &[u8]| {
+        a == b || a == b"/" || (b.starts_with(a) && b.get(a.len()) == Some(&b'/'))
+    };
+    let mut out = Vec::new();
+    for m in mount_table(&table).filter(|m| m.dev == dev && m.point != want) {
+        let shown = if at_or_above(&m.root, &dir) {
+            // The directory, where this mount shows it.
+            let below = &dir[m.root.len().min(dir.len())..];
+            let below = below.strip_prefix(b"/").unwrap_or(below);
+            let mut p = m.point.clone();
+            if !below.is_empty() {
+                if p.last() != Some(&b'/') {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(below);
+            }
+            p
+        } else if at_or_above(&dir, &m.root) {
+            // A directory inside it, mounted on its own.
+            m.point.clone()
+        } else {
+            continue;
+        };
+        if !covered.contains(&shown)
+            && !out
+                .iter()
+                .any(|o: &std::path::PathBuf| o.as_os_str().as_bytes() == shown)
+        {
+            out.push(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+                shown,
+            )));
+        }
+    }
+    out
 }
 
 /// Whether any filesystem is mounted strictly below `path` (per

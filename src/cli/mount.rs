@@ -229,7 +229,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     // Processes already inside keep the directory they entered: the
     // backing tree, which the daemon does not see them change.
     let me = format!("pid {} ", std::process::id());
-    let warnings: Vec<String> = if view.is_some() { Vec::new() } else { rewind_fuse::holders(&root) }
+    let mut warnings: Vec<String> = if view.is_some() { Vec::new() } else { rewind_fuse::holders(&root) }
         .into_iter()
         .filter(|h| h.ends_with("working directory") && !h.starts_with(&me))
         .map(|h| format!("{h} inside {} keeps using the directory under the mount, and so do the programs it starts: until it cds back in or exits, the mount does not see what it changes, and every checkpoint walks the whole tree (D319)", root.display()))
@@ -358,6 +358,16 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
     // Mounted: the view stays.
     std::mem::forget(made_view.take());
     let status = link.status()?;
+    // Another path to the tree under the mount, found from the daemon's
+    // own bind mount of it: a bind mount of it, or of a directory above
+    // or below it, made before (helper-82, D330).
+    if view.is_none() {
+        let elsewhere = rewind_platform::reached_elsewhere(
+            &rewind_fuse::backing_path(&mountpoint),
+            rewind_fuse::FUSE_KINDS,
+        );
+        warnings.extend(elsewhere.iter().map(|p| format!("{} is also reached at {} (a mount made before this one): what is written there bypasses the mount, so every checkpoint walks the whole tree while it is mounted; `umount {}` and mount again for checkpoints that look only at what changed (D330)", root.display(), p.display(), p.display())));
+    }
     drop(link);
     record(
         &mountpoint,
