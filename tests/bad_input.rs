@@ -2042,6 +2042,21 @@ fn use_up_inodes(dir: &Path, keep: usize) {
     }
 }
 
+/// The message of `rewind ID`'s refusal for want of space, which must
+/// change nothing and leave no rewind pending.
+fn refused_for_space(root: &Path, id: &str) -> String {
+    let before = snapshot(root);
+    let out = rewind(root, &["--json", "rewind", id]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    assert_same("refused: tree untouched", &before, &snapshot(root));
+    assert_eq!(
+        rewind_json(root, &["status"])["changes"],
+        serde_json::json!([])
+    );
+    v["error"]["message"].as_str().unwrap_or("").to_string()
+}
+
 /// helper-81: ext4 has a fixed number of inodes, and a rewind that made
 /// more files than were left stopped half-way with "no space left … free
 /// some space" while `df -h` showed space to spare. It is refused before
@@ -2060,20 +2075,11 @@ fn a_rewind_that_makes_more_files_than_inodes_are_free_is_refused_first() {
     std::fs::remove_dir_all(root.join("many")).expect("rm");
     checkpoint_id(&root, &["without"]);
     use_up_inodes(&lfs.mnt.join("pad"), 100);
-    let before = snapshot(&root);
-    let out = rewind(&root, &["--json", "rewind", &id]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
-    let msg = v["error"]["message"].as_str().unwrap_or("");
+    let msg = refused_for_space(&root, &id);
     assert!(
         msg.contains("this makes 301 files and directories and")
             && msg.contains("run out of inodes, not bytes"),
         "names inodes and both counts: {msg}"
-    );
-    assert_same("refused: tree untouched", &before, &snapshot(&root));
-    assert_eq!(
-        rewind_json(&root, &["status"])["changes"],
-        serde_json::json!([])
     );
     std::fs::remove_dir_all(lfs.mnt.join("pad")).expect("rm pad");
     let r = rewind_json(&root, &["rewind", &id]);
@@ -2109,17 +2115,8 @@ fn a_rewind_counts_the_blocks_its_small_files_take() {
         .status()
         .expect("fallocate");
     assert!(st.success());
-    let before = snapshot(&root);
-    let out = rewind(&root, &["--json", "rewind", &id]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
-    let msg = v["error"]["message"].as_str().unwrap_or("");
+    let msg = refused_for_space(&root, &id);
     assert!(msg.contains("this needs "), "{msg}");
-    assert_same("refused: tree untouched", &before, &snapshot(&root));
-    assert_eq!(
-        rewind_json(&root, &["status"])["changes"],
-        serde_json::json!([])
-    );
     std::fs::remove_file(lfs.mnt.join("pad")).expect("rm pad");
     let r = rewind_json(&root, &["rewind", &id]);
     assert_eq!(r["changes"]["written"], 4005, "{r}");

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{Fs, LoopFs, pseudo_random, rewind, rewind_json, write};
 
 /// `len` bytes of xorshift output. Not periodic: on ext4 big files are
@@ -743,15 +745,7 @@ fn a_damaged_chunk_past_the_objects_check_is_never_restored_on_ext4() {
 /// btrfs's snapshots.
 #[test]
 fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
-    for fs in [Fs::Ext4, Fs::Xfs, Fs::Btrfs] {
-        let Some(lfs) = LoopFs::new(fs, 512) else {
-            return;
-        };
-        let ws = match fs {
-            Fs::Btrfs => lfs.subvolume("ws"),
-            _ => lfs.subdir("ws"),
-        };
-        let name = fs.name();
+    on_each_engine(|ws, name| {
         write(&ws.join("a"), b"seed\n");
         rewind_json(&ws, &["checkpoint", "c0"]);
         write(&ws.join("build/.rewindignore"), b"gen/*\n");
@@ -797,6 +791,22 @@ fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
             ws.join("c/d/t.tmp").is_file(),
             "{name}: a rewind deleted a file the live rules ignore"
         );
+    });
+}
+
+/// `check(workspace, engine name)` on a fresh workspace for each engine
+/// a capture can be scoped by: the walk on ext4, XFS's bulk stat (as
+/// root), btrfs's snapshots (a subvolume).
+fn on_each_engine(mut check: impl FnMut(&Path, &str)) {
+    for fs in [Fs::Ext4, Fs::Xfs, Fs::Btrfs] {
+        let Some(lfs) = LoopFs::new(fs, 512) else {
+            return;
+        };
+        let ws = match fs {
+            Fs::Btrfs => lfs.subvolume("ws"),
+            _ => lfs.subdir("ws"),
+        };
+        check(&ws, fs.name());
     }
 }
 
@@ -809,15 +819,7 @@ fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
 /// file's content with its record.
 #[test]
 fn a_rule_file_swapped_by_rename_exchange_reaches_the_next_checkpoint() {
-    for fs in [Fs::Ext4, Fs::Xfs, Fs::Btrfs] {
-        let Some(lfs) = LoopFs::new(fs, 512) else {
-            return;
-        };
-        let ws = match fs {
-            Fs::Btrfs => lfs.subvolume("ws"),
-            _ => lfs.subdir("ws"),
-        };
-        let name = fs.name();
+    on_each_engine(|ws, name| {
         write(&ws.join("c/.rewindignore"), b"d*/\n");
         write(&ws.join("c/b/d1/data"), b"precious\n");
         write(&ws.join("c/b/keep"), b"x\n");
@@ -853,5 +855,5 @@ fn a_rule_file_swapped_by_rename_exchange_reaches_the_next_checkpoint() {
             Some(&b"precious\n"[..]),
             "{name}: what the swapped-out rule hid came back"
         );
-    }
+    });
 }
