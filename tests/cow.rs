@@ -747,15 +747,15 @@ fn a_damaged_chunk_past_the_objects_check_is_never_restored_on_ext4() {
 fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
     on_each_engine(|ws, name| {
         write(&ws.join("a"), b"seed\n");
-        rewind_json(&ws, &["checkpoint", "c0"]);
+        rewind_json(ws, &["checkpoint", "c0"]);
         write(&ws.join("build/.rewindignore"), b"gen/*\n");
         write(&ws.join("build/gen/data"), b"precious\n");
         write(&ws.join("c/d/t.tmp"), b"scratch\n");
-        rewind_json(&ws, &["checkpoint", "c1"]);
+        rewind_json(ws, &["checkpoint", "c1"]);
         // Removed: what it hid is captured from now on.
         std::fs::remove_file(ws.join("build/.rewindignore")).expect("rm rule");
-        let c2 = rewind_json(&ws, &["checkpoint", "c2"]);
-        let diff = rewind_json(&ws, &["diff", "c1", "c2"]);
+        let c2 = rewind_json(ws, &["checkpoint", "c2"]);
+        let diff = rewind_json(ws, &["diff", "c1", "c2"]);
         let changed: Vec<&str> = diff["changes"]
             .as_array()
             .expect("changes")
@@ -765,7 +765,7 @@ fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
         assert!(changed.contains(&"build/gen/data"), "{name}: {diff}");
         std::fs::remove_dir_all(ws.join("build")).expect("rm -rf build");
         assert!(
-            rewind(&ws, &["rewind", c2["id"].as_str().expect("id"), "-q"])
+            rewind(ws, &["rewind", c2["id"].as_str().expect("id"), "-q"])
                 .status
                 .success()
         );
@@ -776,8 +776,8 @@ fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
         );
         // Added: what it hides is left out from now on, and kept.
         write(&ws.join(".rewindignore"), b"*.tmp\n");
-        rewind_json(&ws, &["checkpoint", "c3"]);
-        let diff = rewind_json(&ws, &["diff", "c2", "c3"]);
+        rewind_json(ws, &["checkpoint", "c3"]);
+        let diff = rewind_json(ws, &["diff", "c2", "c3"]);
         assert!(
             diff["changes"]
                 .as_array()
@@ -786,7 +786,7 @@ fn a_rule_file_added_or_removed_reaches_the_next_checkpoint() {
                 .any(|c| c["path"] == "c/d/t.tmp" && c["status"] == "deleted"),
             "{name}: {diff}"
         );
-        assert!(rewind(&ws, &["rewind", "c0", "-q"]).status.success());
+        assert!(rewind(ws, &["rewind", "c0", "-q"]).status.success());
         assert!(
             ws.join("c/d/t.tmp").is_file(),
             "{name}: a rewind deleted a file the live rules ignore"
@@ -824,7 +824,7 @@ fn a_rule_file_swapped_by_rename_exchange_reaches_the_next_checkpoint() {
         write(&ws.join("c/b/d1/data"), b"precious\n");
         write(&ws.join("c/b/keep"), b"x\n");
         write(&ws.join("o/notes"), b"# no rules\n");
-        rewind_json(&ws, &["checkpoint", "c1"]);
+        rewind_json(ws, &["checkpoint", "c1"]);
         let open = |d: &str| rewind_platform::Dir::open(&ws.join(d)).expect("open");
         let exchanged = open("c").rename(
             std::ffi::OsStr::new(".rewindignore"),
@@ -833,8 +833,8 @@ fn a_rule_file_swapped_by_rename_exchange_reaches_the_next_checkpoint() {
             rewind_platform::RenameMode::Exchange,
         );
         assert!(exchanged.is_ok(), "{name}: {exchanged:?}");
-        let c2 = rewind_json(&ws, &["checkpoint", "c2"]);
-        let diff = rewind_json(&ws, &["diff", "c1", "c2"]);
+        let c2 = rewind_json(ws, &["checkpoint", "c2"]);
+        let diff = rewind_json(ws, &["diff", "c1", "c2"]);
         assert!(
             diff["changes"]
                 .as_array()
@@ -844,9 +844,9 @@ fn a_rule_file_swapped_by_rename_exchange_reaches_the_next_checkpoint() {
             "{name}: {diff}"
         );
         std::fs::remove_dir_all(ws.join("c/b/d1")).expect("rm -rf");
-        rewind_json(&ws, &["checkpoint", "c3"]);
+        rewind_json(ws, &["checkpoint", "c3"]);
         assert!(
-            rewind(&ws, &["rewind", c2["id"].as_str().expect("id"), "-q"])
+            rewind(ws, &["rewind", c2["id"].as_str().expect("id"), "-q"])
                 .status
                 .success()
         );
