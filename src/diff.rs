@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::hash::Hash;
 use crate::ledger::Ledger;
-use crate::tree::{Entry, Node, SharedNode, Target};
+use crate::tree::{Entry, Kind, Node, SharedNode, Target};
 
 /// Reads tree nodes from the ledger, or from an in-memory overlay of nodes
 /// that were captured but not persisted (status, dry runs).
@@ -152,6 +152,13 @@ impl Change {
 
     pub fn depth(&self) -> usize {
         self.path.iter().filter(|&&c| c == b'/').count()
+    }
+
+    /// Whether it takes a directory away: deletes it, or puts another
+    /// kind of entry in its place.
+    pub fn removes_dir(&self) -> bool {
+        self.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
+            && self.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir)
     }
 }
 

@@ -304,9 +304,6 @@ fn locked_by(pid: Option<u32>, path: &Path) -> String {
     }
 }
 
-/// The deepest part of `path` that exists: a full disk was said to hold
-/// `.rewind/tmp/ch.27621.0`, a temporary file already removed
-/// (helper-59).
 /// What a full disk ran short of, when known: said in [`Error::NoSpace`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shortfall {
@@ -342,6 +339,9 @@ impl std::fmt::Display for Shortfall {
     }
 }
 
+/// The deepest part of `path` that exists: a full disk was said to hold
+/// `.rewind/tmp/ch.27621.0`, a temporary file already removed
+/// (helper-59).
 fn existing_part(path: &Path) -> &Path {
     path.ancestors()
         .find(|p| p.symlink_metadata().is_ok())

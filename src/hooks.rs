@@ -1652,14 +1652,14 @@ fn strip_prefixes(cmd: &str) -> (String, Option<String>) {
                 break;
             }
             i += 1;
-            if let Some(dir) = chdir_of(o, chdir_options, words.get(i).map(|(_, w)| w)) {
+            if let Some(dir) = option_value(o, chdir_options, words.get(i).map(|(_, w)| w)) {
                 chdir = Some(dir);
             }
             // `env -S 'rm -rf .rewind'` runs the words of its string, then
             // the words after it: both are the command (passed unseen).
             if wrapper == "env"
                 && let Some(s) =
-                    chdir_of(o, &["-S", "--split-string"], words.get(i).map(|(_, w)| w))
+                    option_value(o, &["-S", "--split-string"], words.get(i).map(|(_, w)| w))
             {
                 split = Some(s);
             }
@@ -1681,10 +1681,10 @@ fn strip_prefixes(cmd: &str) -> (String, Option<String>) {
     }
 }
 
-/// The directory a wrapper's option `o` names, if it is one of its
-/// `options` for changing directory: `-C DIR`, `-CDIR`, `--chdir=DIR`,
-/// `--chdir DIR` (`next`: the word after `o`).
-fn chdir_of(o: &str, options: &[&str], next: Option<&String>) -> Option<String> {
+/// The value option `o` gives, if it is one of `options`: `-C DIR`,
+/// `-CDIR`, `--chdir=DIR`, `--chdir DIR` (`next`: the word after `o`).
+/// A wrapper's directory (`env -C`, `sudo -D`), `env -S`'s string.
+fn option_value(o: &str, options: &[&str], next: Option<&String>) -> Option<String> {
     options.iter().find_map(|opt| {
         if o == *opt {
             return next.cloned();

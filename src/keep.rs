@@ -218,13 +218,10 @@ pub(crate) fn what_deletions_leave(
     let root = ws.root_dir();
     let mut holding: Vec<Vec<u8>> = Vec::new();
     for c in &changes {
-        let Some(old) = c.old.as_ref().filter(|o| o.kind() == Kind::Dir) else {
-            continue;
-        };
-        if c.new.as_ref().is_some_and(|n| n.kind() == Kind::Dir) {
+        if !c.removes_dir() {
             continue;
         }
-        let Target::Tree(h) = old.target else {
+        let Some(Target::Tree(h)) = c.old.as_ref().map(|o| &o.target) else {
             continue;
         };
         let Ok(live) = root.open_beneath(Path::new(OsStr::from_bytes(&c.path))) else {
@@ -233,7 +230,7 @@ pub(crate) fn what_deletions_leave(
         let Ok(names) = live.entries() else {
             continue;
         };
-        let node = trees.node(&h)?;
+        let node = trees.node(h)?;
         let captured: HashSet<&[u8]> = node.entries.iter().map(|e| e.name.as_slice()).collect();
         if names.iter().any(|n| !captured.contains(n.as_bytes())) {
             holding.push(c.path.clone());
@@ -276,9 +273,7 @@ fn without_held_directories(
     let changes = changes
         .into_iter()
         .filter(|c| {
-            let held = holders.contains(c.path.as_slice())
-                && c.old.as_ref().is_some_and(|o| o.kind() == Kind::Dir)
-                && c.new.as_ref().is_none_or(|n| n.kind() != Kind::Dir);
+            let held = holders.contains(c.path.as_slice()) && c.removes_dir();
             if held && let Some(n) = &c.new {
                 replaced.push((c.path.clone(), n.kind()));
             }

@@ -840,11 +840,11 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
     let fs = rewind_platform::FsInfo::of(ws.root_dir()).map_err(Error::os)?;
     let (made, removed) = changes
         .iter()
-        .fold((0u64, 0u64), |(m, r), c| match (&c.old, &c.new) {
-            (None, Some(_)) => (m + 1, r),
-            (Some(o), Some(n)) if o.kind() != n.kind() => (m + 1, r + 1),
-            (Some(_), None) => (m, r + 1),
-            _ => (m, r),
+        .fold((0u64, 0u64), |(m, r), c| match c.status() {
+            diff::Status::Added => (m + 1, r),
+            diff::Status::Type => (m + 1, r + 1),
+            diff::Status::Deleted => (m, r + 1),
+            diff::Status::Modified => (m, r),
         });
     // The apply removes first: what it removes frees the inodes it makes.
     let net = made.saturating_sub(removed);
@@ -902,29 +902,19 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
 /// it could not go back (helper-81). Refused before anything changes
 /// instead, naming the limit (D268 says how to raise it).
 fn check_descriptors(ws: &Workspace, changes: &[Change]) -> Result<()> {
-    let depth = |p: &[u8]| p.iter().filter(|b| **b == b'/').count() as u64 + 1;
     // Changes come in pre-order: each path below the top-most directory
     // removed holds the levels between the two.
-    let mut top: Option<&[u8]> = None;
+    let mut top: Option<&Change> = None;
     let mut deepest: Option<(u64, &[u8])> = None;
     for c in changes {
         match top {
-            Some(t) if crate::capture::is_below(&c.path, t) => {
-                let held = depth(&c.path) - depth(t);
+            Some(t) if crate::capture::is_below(&c.path, &t.path) => {
+                let held = (c.depth() - t.depth()) as u64;
                 if deepest.is_none_or(|(d, _)| held > d) {
                     deepest = Some((held, &c.path));
                 }
             }
-            _ => {
-                let removed_dir = c
-                    .old
-                    .as_ref()
-                    .is_some_and(|o| o.kind() == crate::tree::Kind::Dir)
-                    && c.new
-                        .as_ref()
-                        .is_none_or(|n| n.kind() != crate::tree::Kind::Dir);
-                top = removed_dir.then_some(c.path.as_slice());
-            }
+            _ => top = c.removes_dir().then_some(c),
         }
     }
     let (Some((held, deepest)), Some(headroom)) = (deepest, rewind_platform::fd_headroom()) else {

@@ -159,7 +159,7 @@ impl Beneath {
 
     /// The other paths that reach the directory under the mount, in this
     /// mount namespace.
-    pub fn elsewhere(&self) -> Vec<std::path::PathBuf> {
+    fn elsewhere(&self) -> Vec<std::path::PathBuf> {
         rewind_platform::reached_elsewhere(&self.bind, crate::FUSE_KINDS)
     }
 }
