@@ -3715,3 +3715,77 @@ fn a_write_through_a_bind_mount_made_before_the_mount_is_checkpointed() {
     rewind_json(&ws, &["rewind", &c2]);
     assert_eq!(std::fs::read(ws.join("f")).expect("read"), b"v2 beside\n");
 }
+
+/// The daemon reads the mount table again only when the kernel says it
+/// changed (`MountWatch`). A bind of the workspace's parent made while
+/// mounted shows the directory under the mount (a bind without `--rbind`
+/// carries no mounts below it), and what is written there must be in the
+/// next checkpoint, though the captures before it were scoped by the
+/// dirty set; once it is gone, the dirty set scopes them again. On ext4,
+/// where a capture that is not scoped looks at every entry (XFS's bulk
+/// stat would scope it too, and hide whether it walked).
+#[test]
+fn a_bind_of_the_parent_made_while_mounted_is_seen_by_the_next_checkpoint() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("ws");
+    write(&ws.join("f"), b"v1\n");
+    for i in 0..200 {
+        write(&ws.join(format!("d/{i:03}")), b"x\n");
+    }
+    // Entries a checkpoint looked at.
+    let looked = |label: &str| {
+        let v = rewind_json(&ws, &["checkpoint", label]);
+        let id = v["id"].as_str().expect("checkpoint id").to_string();
+        (id, v["entries"].as_u64().expect("entries"))
+    };
+    let out = rewind(Path::new("/"), &["mount", &ws.display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _mounted = MountGuard { dir: ws.clone() };
+    rewind_json(&ws, &["checkpoint", "c0"]);
+    write(&ws.join("g"), b"through the mount\n");
+    let (c1, few) = looked("c1");
+    assert!(few < 20, "scoped by the dirty set: {few} entries");
+    let alias = lfs.subdir("alias");
+    let bound = Command::new("mount")
+        .arg("--bind")
+        .arg(&lfs.mnt)
+        .arg(&alias)
+        .status()
+        .expect("mount --bind");
+    assert!(bound.success());
+    struct Unbind(PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let unbind = Unbind(alias.clone());
+    let beneath = alias.join("ws");
+    assert!(
+        beneath.join(".rewind").symlink_metadata().is_ok(),
+        "the bind shows the directory under the mount, .rewind/ and all"
+    );
+    write(&beneath.join("f"), b"v2 beneath\n");
+    let (c2, all) = looked("c2");
+    assert!(
+        all > 200,
+        "walked while the bind shows the tree: {all} entries"
+    );
+    let diff = rewind_json(&ws, &["diff", &c1, &c2]);
+    assert_eq!(diff["changes"][0]["path"], "f", "{diff}");
+    drop(unbind);
+    std::fs::remove_file(ws.join("f")).expect("rm");
+    let (_, few) = looked("c3");
+    assert!(
+        few < 20,
+        "scoped again once the bind is gone: {few} entries"
+    );
+    rewind_json(&ws, &["rewind", &c2]);
+    assert_eq!(std::fs::read(ws.join("f")).expect("read"), b"v2 beneath\n");
+}

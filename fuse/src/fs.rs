@@ -119,17 +119,28 @@ pub struct Beneath {
     dev: u64,
     /// Some process may still work there: look again.
     suspect: AtomicBool,
+    /// Says when the mount table changed, so that the paths found in it
+    /// are looked for again only then, not at every capture.
+    mounts: rewind_platform::MountWatch,
+    /// The other paths that reach `dir`, as the mount table last said.
+    elsewhere: Mutex<Vec<std::path::PathBuf>>,
 }
 
 impl Beneath {
     /// Looks once, now that the mount covers `dir` (on device `dev`
     /// below it).
     pub fn new(dir: std::path::PathBuf, bind: std::path::PathBuf, dev: u64) -> Beneath {
+        // The watch first: a mount made between it and the read below is
+        // then read again at the next capture, not missed.
+        let mounts = rewind_platform::MountWatch::new();
+        let elsewhere = rewind_platform::reached_elsewhere(&bind, crate::FUSE_KINDS);
         let b = Beneath {
             dir,
             bind,
             dev,
             suspect: AtomicBool::new(true),
+            mounts,
+            elsewhere: Mutex::new(elsewhere),
         };
         b.worked_in();
         b
@@ -138,10 +149,11 @@ impl Beneath {
     /// Whether a process works under the mount now, or could: another
     /// path reaches what the mount covers (a bind mount made before it,
     /// helper-82), which a process may write through at any time. Costs
-    /// a read of the mount table, and a look through `/proc` only while a
-    /// process worked there at the last look.
+    /// a poll of the mount table (read again only when it changed), and a
+    /// look through `/proc` only while a process worked there at the
+    /// last look.
     pub fn worked_in(&self) -> bool {
-        if !self.elsewhere().is_empty() {
+        if self.reached_elsewhere() {
             return true;
         }
         if !self.suspect.load(Ordering::Acquire) {
@@ -157,10 +169,17 @@ impl Beneath {
         seen
     }
 
-    /// The other paths that reach the directory under the mount, in this
-    /// mount namespace.
-    fn elsewhere(&self) -> Vec<std::path::PathBuf> {
-        rewind_platform::reached_elsewhere(&self.bind, crate::FUSE_KINDS)
+    /// Whether another path reaches the directory under the mount, in
+    /// this mount namespace.
+    fn reached_elsewhere(&self) -> bool {
+        let mut known = self
+            .elsewhere
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.mounts.changed() {
+            *known = rewind_platform::reached_elsewhere(&self.bind, crate::FUSE_KINDS);
+        }
+        !known.is_empty()
     }
 }
 

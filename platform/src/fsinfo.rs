@@ -259,6 +259,53 @@ pub fn reached_elsewhere(
     out
 }
 
+/// Tells whether this mount namespace's table may have changed since the
+/// last look, for a caller that keeps an answer derived from it (the
+/// mount daemon asks [`reached_elsewhere`] at every capture). Reading the
+/// table costs a read and a parse of every line: ~20 µs with 20 mounts,
+/// more with a container runtime's hundreds. The kernel raises POLLPRI
+/// on an open `/proc/self/mountinfo` once per change since the last
+/// poll, so a poll with no wait answers in well under a microsecond.
+pub struct MountWatch {
+    table: Option<std::fs::File>,
+}
+
+impl MountWatch {
+    /// Starts watching now: a change after this call is reported by the
+    /// next [`MountWatch::changed`]. So open it before reading the table
+    /// whose answer is kept, never after.
+    pub fn new() -> MountWatch {
+        MountWatch {
+            table: std::fs::File::open("/proc/self/mountinfo").ok(),
+        }
+    }
+
+    /// Whether the table changed since the last call (or since
+    /// [`MountWatch::new`]). Without `/proc`, or when the poll fails,
+    /// always yes: the caller reads again, as it would without a watch.
+    pub fn changed(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let Some(table) = &self.table else {
+            return true;
+        };
+        let mut fds = [PollFd::new(table, PollFlags::PRI)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&now)) {
+            Ok(_) => fds[0].revents().intersects(PollFlags::PRI | PollFlags::ERR),
+            Err(_) => true,
+        }
+    }
+}
+
+impl Default for MountWatch {
+    fn default() -> Self {
+        MountWatch::new()
+    }
+}
+
 /// Whether any filesystem is mounted strictly below `path` (per
 /// /proc/self/mountinfo; an unreadable table counts as yes).
 pub fn mounts_below(path: &std::path::Path) -> bool {

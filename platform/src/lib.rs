@@ -35,8 +35,8 @@ pub use dir::{
 pub use error::{Error, Result};
 pub use fiemap::{Extent, Mapped, extents, mapping, next_data, same_blocks_prefix};
 pub use fsinfo::{
-    FsInfo, FsKind, available_bytes, available_inodes, clone_support, file_id, filesystem_id,
-    mount_at, mounts_below, probe_clone, reached_elsewhere,
+    FsInfo, FsKind, MountWatch, available_bytes, available_inodes, clone_support, file_id,
+    filesystem_id, mount_at, mounts_below, probe_clone, reached_elsewhere,
 };
 pub use handoff::{
     Ended, StdioSwap, Watched, child_or_hangup, peer_pid, peer_uid, recv_all, recv_with_fds,
