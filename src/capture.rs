@@ -1958,8 +1958,9 @@ impl Walker<'_> {
         }
         let (hash, size, read) = match self.sink {
             Sink::Store(store, blobs) => {
-                let ing =
-                    store.ingest(&file, meta.size, blobs, self.store_durable_below_ns, prev)?;
+                let ing = store
+                    .ingest(&file, meta.size, blobs, self.store_durable_below_ns, prev)
+                    .map_err(|e| e.storing(path, meta.size))?;
                 Counters::add(&self.counters.bytes_new, ing.new_bytes);
                 let counter = match ing.stored {
                     Stored::Cloned => &self.counters.cloned,

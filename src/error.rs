@@ -39,21 +39,27 @@ pub enum Error {
         cause: Box<Error>,
     },
 
-    #[error("no space left on the device holding {}{}: free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), shortfall.map(|s| s.to_string()).unwrap_or_default())]
+    #[error("no space left on the device holding {}{}{}: {}free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), storing.as_ref().map(Storing::what).unwrap_or_default(), shortfall.map(|s| s.to_string()).unwrap_or_default(), storing.as_ref().map(Storing::fix).unwrap_or_default())]
     NoSpace {
         path: PathBuf,
         /// What ran short, when known.
         shortfall: Option<Shortfall>,
+        /// The file whose copy the disk had no room for, when one did.
+        storing: Option<Storing>,
     },
 
     /// The first checkpoint filled the disk: there is no checkpoint for
     /// `gc` to prune, and on a filesystem without clones it stores a copy
     /// of every file (helper-70).
     #[error(
-        "no space left on the device holding {} for the first checkpoint, which stores a copy of every file this filesystem cannot clone: free some space, or leave big generated directories out with `.rewindignore` at the workspace root (gitignore syntax: `target/`, `node_modules/`, `.venv/`), then retry; the tree was not changed, and what the checkpoint had stored was removed",
-        crate::names::human_os_path(existing_part(path))
+        "no space left on the device holding {} for the first checkpoint, which stores a copy of every file this filesystem cannot clone{}: free some space, or leave big generated directories out with `.rewindignore` at the workspace root (gitignore syntax: `target/`, `node_modules/`, `.venv/`), then retry; the tree was not changed, and what the checkpoint had stored was removed",
+        crate::names::human_os_path(existing_part(path)),
+        storing.as_ref().map(|s| format!(" (it stopped at {})", s.file())).unwrap_or_default()
     )]
-    NoSpaceForFirstCheckpoint { path: PathBuf },
+    NoSpaceForFirstCheckpoint {
+        path: PathBuf,
+        storing: Option<Storing>,
+    },
 
     /// `gc` itself could not write what it prunes: pointing at `gc` again
     /// sent the user round in a circle (helper-52).
@@ -304,6 +310,51 @@ fn locked_by(pid: Option<u32>, path: &Path) -> String {
     }
 }
 
+/// The file a capture was storing a copy of when the disk filled
+/// (a filesystem that cannot clone). Usually the cause: one big new file,
+/// as a runaway log that filled the disk, and a rewind away from it that
+/// first saves the tree, so that `undo` can bring it back, needs room for
+/// a second copy. "Free some space" alone did not say where (D332).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Storing {
+    /// The file, relative to the workspace root.
+    pub rel: Vec<u8>,
+    pub size: u64,
+    /// Set by a rewind whose target has no entry at `rel`: its path,
+    /// and the operation ("rewind to ID (LABEL)"). The rewind deletes the file;
+    /// deleting it first costs nothing the rewind would keep, save the
+    /// copy `undo` would bring back.
+    pub removed_by: Option<(PathBuf, String)>,
+}
+
+impl Storing {
+    /// "PATH (SIZE)".
+    fn file(&self) -> String {
+        format!(
+            "{} ({})",
+            crate::capture::display_path(&self.rel),
+            crate::progress::human_bytes(self.size)
+        )
+    }
+
+    fn what(&self) -> String {
+        format!(
+            " to store a copy of {}, which this filesystem cannot clone",
+            self.file()
+        )
+    }
+
+    fn fix(&self) -> String {
+        match &self.removed_by {
+            Some((abs, target)) => format!(
+                "a rewind first saves the tree as it is, so that `undo` can bring it back, and the {target} deletes this file: if it is not needed back, delete it (`rm {}`) and run the rewind again; or ",
+                crate::names::shell_word(&abs.to_string_lossy())
+            ),
+            None => String::new(),
+        }
+    }
+}
+
 /// What a full disk ran short of, when known: said in [`Error::NoSpace`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shortfall {
@@ -400,7 +451,33 @@ impl Error {
         let shortfall = rewind_platform::available_inodes(existing_part(&path))
             .filter(|free| *free == 0)
             .map(|free| Shortfall::Inodes { needed: None, free });
-        Error::NoSpace { path, shortfall }
+        Error::NoSpace {
+            path,
+            shortfall,
+            storing: None,
+        }
+    }
+
+    /// This error, saying which file's copy the disk had no room for
+    /// (see [`Storing`]); any other error as it is. A disk out of inodes
+    /// says that instead: a smaller file would not have fitted either.
+    pub fn storing(self, rel: &[u8], size: u64) -> Error {
+        match self {
+            Error::NoSpace {
+                path,
+                shortfall: None,
+                storing: None,
+            } => Error::NoSpace {
+                path,
+                shortfall: None,
+                storing: Some(Storing {
+                    rel: rel.to_vec(),
+                    size,
+                    removed_by: None,
+                }),
+            },
+            e => e,
+        }
     }
 
     /// Wrap an OS error, turning ENOSPC/EDQUOT into the actionable variant.
@@ -677,6 +754,7 @@ mod tests {
         let cause = Error::NoSpace {
             path: PathBuf::from("/ws/.rewind/tmp/x"),
             shortfall: None,
+            storing: None,
         };
         let unfinished = Error::Unfinished {
             op: "rewind",

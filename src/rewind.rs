@@ -427,7 +427,9 @@ fn run_to(
     let new_objects = ws.store().track_new()?;
     let mut cap = match &safety_snapshot {
         Some(s) => snapshot::capture(ws, s)?,
-        None => ws.capture_live()?,
+        None => ws
+            .capture_live()
+            .map_err(|e| deleted_by_the_rewind(ws, op, &target, opts, e))?,
     };
     failpoint::hit("rewind:captured");
     // Read before the apply: what it restores gets an older mtime (D275).
@@ -858,6 +860,7 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
                 needed: Some(made),
                 free,
             }),
+            storing: None,
         });
     }
     if ws.clones() {
@@ -891,6 +894,7 @@ fn check_space(ws: &Workspace, changes: &[Change]) -> Result<()> {
                 needed,
                 free: available,
             }),
+            storing: None,
         });
     }
     Ok(())
@@ -1374,6 +1378,44 @@ fn roll_back(
 /// missing"; now it is `PRUNED`. A row whose root, label, kind or parent
 /// was edited by SQL restored another tree; now it is `TAMPERED`, and
 /// nothing changes.
+/// A safety capture the disk stopped while storing a file the whole-tree
+/// rewind deletes (its target has nothing at that path): say so, and
+/// that deleting it first frees the room (D332). A runaway log that
+/// filled the disk stopped the very rewind that would remove it, with
+/// "free some space" and no word of which file.
+fn deleted_by_the_rewind(
+    ws: &Workspace,
+    op: Op,
+    target: &Checkpoint,
+    opts: &RewindOptions,
+    e: Error,
+) -> Error {
+    let Error::NoSpace {
+        path,
+        shortfall,
+        storing: Some(mut storing),
+    } = e
+    else {
+        return e;
+    };
+    let whole_tree = op != Op::Restore && opts.paths.is_empty();
+    let in_target = Trees::new(ws.ledger()).entry_at(&target.root, &storing.rel);
+    if whole_tree && matches!(in_target, Ok(None)) {
+        let named = match &target.label {
+            Some(l) => format!("{} ({l})", target.id),
+            None => target.id.clone(),
+        };
+        let abs = ws.root_path().join(OsStr::from_bytes(&storing.rel));
+        let doing = format!("{} {} {named}", op.as_str(), preposition(op.as_str()));
+        storing.removed_by = Some((abs, doing));
+    }
+    Error::NoSpace {
+        path,
+        shortfall,
+        storing: Some(storing),
+    }
+}
+
 fn confirm_target(ws: &Workspace, target: Checkpoint) -> Result<Checkpoint> {
     let now = ws
         .ledger()

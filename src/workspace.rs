@@ -1813,9 +1813,11 @@ impl Workspace {
             return self.checkpoint_snapshot(label, kind, reuse_if_unchanged);
         }
         match self.checkpoint_walk(label, kind, reuse_if_unchanged) {
-            Err(Error::NoSpace { path, .. }) if self.ledger.head().is_ok_and(|h| h.is_none()) => {
+            Err(Error::NoSpace { path, storing, .. })
+                if self.ledger.head().is_ok_and(|h| h.is_none()) =>
+            {
                 self.forget_a_failed_first_checkpoint();
-                Err(Error::NoSpaceForFirstCheckpoint { path })
+                Err(Error::NoSpaceForFirstCheckpoint { path, storing })
             }
             r => r,
         }

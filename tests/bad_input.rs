@@ -722,6 +722,80 @@ fn a_full_disk_fails_cleanly_and_changes_nothing() {
     assert!(!root.join("big.bin").exists());
 }
 
+/// D332: an agent's runaway log filled the disk (ext4: no clones). The
+/// rewind that deletes it first saves the tree, so that `undo` can bring
+/// the log back, and that needs room for a copy: it was refused with
+/// "free some space", naming neither the file nor that deleting it would
+/// do. It names the file, its size, that the rewind deletes it and the
+/// `rm`; a checkpoint names the file too. Done as it says, the rewind
+/// works.
+#[test]
+fn a_rewind_stopped_by_the_file_it_deletes_names_it_and_how_to_go_on() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 64) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    write(&root.join("src/main.rs"), b"fn main() {}\n");
+    let id = checkpoint_id(&root, &["clean"]);
+    write(&root.join("src/main.rs"), b"broken\n");
+    let log = root.join("logs/runaway.log");
+    std::fs::create_dir_all(log.parent().expect("parent")).expect("mkdir logs");
+    // Until the disk is full (dd fails at ENOSPC), with bytes that do
+    // not repeat: chunks of zeros are stored once.
+    let _ = Command::new("dd")
+        .args(["if=/dev/urandom", &format!("of={}", log.display()), "bs=1M"])
+        .output();
+    let _ = Command::new("sync").status();
+    assert!(
+        std::fs::metadata(&log).expect("log").len() > 30 << 20,
+        "the log filled the disk"
+    );
+
+    let out = rewind(&root, &["--json", "checkpoint"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    let said = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("to store a copy of logs/runaway.log (") && said.contains(" MiB)"),
+        "{said}"
+    );
+
+    let before = snapshot(&root);
+    let out = rewind(&root, &["--json", "rewind", &id]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "NO_SPACE", "{v}");
+    assert_same("refused: tree untouched", &before, &snapshot(&root));
+    let said = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("to store a copy of logs/runaway.log (")
+            && said.contains(&format!("the rewind to {id} (clean) deletes this file")),
+        "{said}"
+    );
+    let rm = said
+        .split("(`")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .expect("a command in the message");
+    assert_eq!(rm, format!("rm {}", log.display()), "{said}");
+    let ran = Command::new("sh").arg("-c").arg(rm).status().expect("sh");
+    assert!(ran.success());
+
+    rewind_json(&root, &["rewind", &id]);
+    assert_eq!(
+        std::fs::read(root.join("src/main.rs")).expect("main.rs"),
+        b"fn main() {}\n"
+    );
+    assert!(!root.join("logs").exists());
+    // What was saved first is the tree without the log: `undo` brings
+    // the broken edit back, not the log.
+    rewind_json(&root, &["undo"]);
+    assert_eq!(
+        std::fs::read(root.join("src/main.rs")).expect("main.rs"),
+        b"broken\n"
+    );
+    assert!(!log.exists());
+}
+
 /// A first checkpoint the disk stopped (ext4: every file is copied) had
 /// committed the small objects it spilled ahead of the checkpoint: tens
 /// of MiB left in the ledger under "nothing was changed", which ten `gc`
