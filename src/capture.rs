@@ -1378,9 +1378,13 @@ impl Walker<'_> {
                         Target::Object(h) => Some(*h),
                         _ => None,
                     });
+                // `before`: whether the cache has an entry of that name,
+                // and its content if it was a regular file (a rule file).
                 match (before, rules_hash) {
                     (None, None) => true,
-                    (Some(was), now) => was.is_some() && was == now,
+                    // Rules unchanged, or none then and none now (a
+                    // directory or symlink of that name, still not a file).
+                    (Some(was), now) => was == now,
                     (None, Some(_)) => false,
                 }
             });

@@ -609,6 +609,16 @@ pub fn resolve(
             "{scope}:{key} was admitted for call {admitted}; the outcome of call {asked} is not its outcome"
         )));
     }
+    // Admitted by a build from before the call was kept (D108): any
+    // named call's failure read as its own, and a refused retry's failure
+    // event reopened a push still running (helper-83). Only a success, or
+    // a person, resolves it.
+    if status == "admitted" && admitted_call.is_none() && call.is_some() && outcome == "failed" {
+        return Ok(Resolution::Refused(format!(
+            "{scope}:{key} was admitted by an earlier build of rewind, which kept no call, so a call's failure cannot be told to be its own (if it did not happen, the user runs {})",
+            resolve_command(scope, key, false)
+        )));
+    }
     if status == "succeeded" && !reopen {
         return Ok(Resolution::Refused(format!(
             "{scope}:{key} already succeeded; a later failure does not reopen it (if it really did not happen, the user runs {})",

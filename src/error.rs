@@ -39,13 +39,14 @@ pub enum Error {
         cause: Box<Error>,
     },
 
-    #[error("no space left on the device holding {}{}{}: {}free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), storing.as_ref().map(Storing::what).unwrap_or_default(), shortfall.map(|s| s.to_string()).unwrap_or_default(), storing.as_ref().map(Storing::fix).unwrap_or_default())]
+    #[error("no space left on the device holding {}{}{}: {}free some space (`rewind gc` prunes old checkpoints, `rewind du` shows what they hold), then retry; nothing was changed", crate::names::human_os_path(existing_part(path)), storing.as_deref().map(Storing::what).unwrap_or_default(), shortfall.map(|s| s.to_string()).unwrap_or_default(), storing.as_deref().map(Storing::fix).unwrap_or_default())]
     NoSpace {
         path: PathBuf,
         /// What ran short, when known.
         shortfall: Option<Shortfall>,
-        /// The file whose copy the disk had no room for, when one did.
-        storing: Option<Storing>,
+        /// The file whose copy the disk had no room for, when one did
+        /// (boxed: every `Result` carries this error's size).
+        storing: Option<Box<Storing>>,
     },
 
     /// The first checkpoint filled the disk: there is no checkpoint for
@@ -58,7 +59,7 @@ pub enum Error {
     )]
     NoSpaceForFirstCheckpoint {
         path: PathBuf,
-        storing: Option<Storing>,
+        storing: Option<Box<Storing>>,
     },
 
     /// `gc` itself could not write what it prunes: pointing at `gc` again
@@ -148,6 +149,26 @@ pub enum Error {
         crate::names::human_os_path(path)
     )]
     HistoryDeleted { path: PathBuf },
+
+    /// A later build wrote this history (D334): an earlier build that
+    /// writes it leaves out the rows and keys it does not know.
+    #[error(
+        "the ledger {} was written by a later build of rewind ({found}; this build, {}, reads up to ledger format {} and schema {}): run the later rewind here, and in every agent's hook and MCP settings (`rewind integrate AGENT`, run with it, writes its path there); nothing was changed",
+        crate::names::human_os_path(path),
+        crate::BUILD,
+        crate::ledger::FORMAT_VERSION,
+        crate::ledger::MIGRATED
+    )]
+    NewerLedger { path: PathBuf, found: String },
+
+    /// An earlier build's ledger on a read-only filesystem: it is upgraded
+    /// once, at the first open that may write (helper-83: "read-only"
+    /// alone, from the very commands that say they work read-only).
+    #[error(
+        "the ledger {} was written by an earlier build of rewind and is upgraded once, the first time this build opens it on a writable filesystem; this one is read-only: run the earlier rewind to read it, or mount the filesystem read-write and run `rewind list` once; nothing was changed",
+        crate::names::human_os_path(path)
+    )]
+    LedgerNeedsUpgrade { path: PathBuf },
 
     #[error(
         "the ledger {} is unreadable or corrupt ({detail}): restore it from a backup; `rewind doctor` shows more",
@@ -470,11 +491,11 @@ impl Error {
             } => Error::NoSpace {
                 path,
                 shortfall: None,
-                storing: Some(Storing {
+                storing: Some(Box::new(Storing {
                     rel: rel.to_vec(),
                     size,
                     removed_by: None,
-                }),
+                })),
             },
             e => e,
         }
@@ -528,6 +549,8 @@ impl Error {
             | Error::HistoryBeingDeleted { .. }
             | Error::HistoryDeleted { .. } => "LEDGER_MISSING",
             Error::LedgerCorrupt { .. } => "LEDGER_CORRUPT",
+            Error::NewerLedger { .. } => "LEDGER_NEWER",
+            Error::LedgerNeedsUpgrade { .. } => "READ_ONLY",
             Error::HistoryChanged { .. } => "HISTORY_CHANGED",
             Error::LedgerUnfinished { .. } => "LEDGER_UNFINISHED",
             Error::Db { .. } => "LEDGER",
@@ -771,6 +794,48 @@ mod tests {
             "{text}"
         );
         assert!(!Error::NothingToUndo.is_no_space());
+    }
+
+    /// D332: the file a full disk stopped a capture at is named, by
+    /// the checkpoint and by a first checkpoint; a disk out of inodes
+    /// keeps its own reason, and other errors pass as they are.
+    #[test]
+    fn a_full_disk_names_the_file_it_was_storing() {
+        let full = || Error::NoSpace {
+            path: PathBuf::from("/nonexistent/ws/.rewind/tmp"),
+            shortfall: None,
+            storing: None,
+        };
+        let said = full().storing(b"logs/run.log", 3 << 20).to_string();
+        assert!(
+            said.contains("to store a copy of logs/run.log (3.0 MiB), which this filesystem cannot clone: free some space"),
+            "{said}"
+        );
+        let Error::NoSpace { storing, .. } = full().storing(b"big", 5 << 20) else {
+            panic!("still NoSpace");
+        };
+        let first = Error::NoSpaceForFirstCheckpoint {
+            path: PathBuf::from("/nonexistent/ws/.rewind/tmp"),
+            storing,
+        }
+        .to_string();
+        assert!(
+            first.contains("cannot clone (it stopped at big (5.0 MiB)): free"),
+            "{first}"
+        );
+        let inodes = Error::NoSpace {
+            path: PathBuf::from("/nonexistent"),
+            shortfall: Some(Shortfall::Inodes {
+                needed: None,
+                free: 0,
+            }),
+            storing: None,
+        };
+        assert!(!inodes.storing(b"big", 1).to_string().contains("big"));
+        assert!(matches!(
+            Error::NothingToUndo.storing(b"big", 1),
+            Error::NothingToUndo
+        ));
     }
 
     /// D225: a lock whose recorded pid has exited is not blamed on it.

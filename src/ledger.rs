@@ -20,14 +20,21 @@ use std::collections::HashMap;
 /// which a format-1 rewind cannot read. A format-1 ledger is read as it is
 /// and marked 2 when opened, so that an older rewind refuses it by its
 /// version instead of calling its first compact node corrupt.
-pub const FORMAT_VERSION: &str = "2";
+/// 3: the same tables as a format-2 ledger at [`MIGRATED`] 5, marked so
+/// that every build before it refuses it by its version (D334): they
+/// opened a ledger this build had migrated and wrote it without the rows
+/// and keys they did not know (a stat cache that hid a skipped path, a
+/// snapshot `gc` took for an orphan, a push admitted under its old key).
+pub const FORMAT_VERSION: &str = "3";
 const FORMAT_V1: &str = "1";
+const FORMAT_V2: &str = "2";
 
 /// What [`Ledger::migrate`] has brought a ledger up to, kept in SQLite's
 /// `user_version` (the file header: no query plan, no table). A ledger
 /// stamped with it skips the checks, eight statements parsed and run on
-/// every open. Bump it when `migrate` learns something new.
-const MIGRATED: i64 = 5;
+/// every open. Bump it when `migrate` learns something new: a build that
+/// finds a higher stamp refuses the ledger (a later build's, D334).
+pub const MIGRATED: i64 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -757,17 +764,21 @@ impl Ledger {
                 ledger.migrate()?;
                 Ok(ledger)
             }
-            Some(FORMAT_V1) => {
+            Some(FORMAT_V1 | FORMAT_V2) => {
                 ledger.migrate()?;
                 // Best effort: a ledger we cannot write gets no compact
-                // nodes either.
-                let _ = ledger.set_meta_now("format_version", FORMAT_VERSION);
+                // nodes either, and an older build may still write it.
+                let _ = ledger.mark_format();
                 Ok(ledger)
             }
+            Some(v) if v.parse::<u32>().is_ok_and(|n| n > 3) => Err(Error::NewerLedger {
+                path: path.to_owned(),
+                found: format!("ledger format {v}"),
+            }),
             Some(v) => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
                 detail: format!(
-                    "format version {v}, this rewind reads {FORMAT_V1} and {FORMAT_VERSION}"
+                    "format version {v}, this rewind reads {FORMAT_V1} to {FORMAT_VERSION}"
                 ),
             }),
             None => Err(Error::LedgerCorrupt {
@@ -834,8 +845,26 @@ impl Ledger {
                 detail: e.to_string(),
             },
         })?;
-        if version.as_deref() != Some(FORMAT_VERSION) || migrated < MIGRATED {
-            return Err(read_only());
+        match version.as_deref() {
+            Some(v) if v.parse::<u32>().is_ok_and(|n| n > 3) => {
+                return Err(Error::NewerLedger {
+                    path: path.to_owned(),
+                    found: format!("ledger format {v}"),
+                });
+            }
+            _ if migrated > MIGRATED => {
+                return Err(Error::NewerLedger {
+                    path: path.to_owned(),
+                    found: format!("ledger schema {migrated}"),
+                });
+            }
+            // Format 3 is format 2 at schema 5, marked (D334).
+            Some(FORMAT_VERSION | FORMAT_V2) if migrated == MIGRATED => {}
+            _ => {
+                return Err(Error::LedgerNeedsUpgrade {
+                    path: path.to_owned(),
+                });
+            }
         }
         conn.set_prepared_statement_cache_capacity(64);
         Ok(Ledger {
@@ -1039,7 +1068,13 @@ impl Ledger {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(db_err(&path))?;
-        if done >= MIGRATED {
+        if done > MIGRATED {
+            return Err(Error::NewerLedger {
+                path,
+                found: format!("ledger schema {done}"),
+            });
+        }
+        if done == MIGRATED {
             return Ok(());
         }
         for schema in [
@@ -1080,6 +1115,20 @@ impl Ledger {
         // checked again next time.
         let _ = self.conn.pragma_update(None, "user_version", MIGRATED);
         Ok(())
+    }
+
+    /// Mark a ledger of an earlier format as this build's (D334), and drop
+    /// its stat cache in the same transaction: a build before format 3
+    /// may have written rows there after this one migrated the ledger
+    /// (without `skips`, so a skipped path went unrecorded, helper-83).
+    /// The next capture walks and writes the cache again.
+    fn mark_format(&self) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.conn.unchecked_transaction().map_err(db_err(&path))?;
+        tx.execute_batch("DELETE FROM stat_cache")
+            .map_err(db_err(&path))?;
+        put_meta(&tx, "format_version", FORMAT_VERSION).map_err(db_err(&path))?;
+        tx.commit().map_err(db_err(&path))
     }
 
     /// `ALTER TABLE table ADD COLUMN column decl`, unless a ledger written

@@ -5,6 +5,9 @@
 //! → [`diff`] and [`apply`] (plans) → [`workspace`] and [`rewind`] (the
 //! operations and their crash-safety rules) → [`cli`].
 
+/// This build: the version and the commit it was built from (build.rs),
+/// as `rewind --version` and the errors that tell builds apart say it.
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("REWIND_COMMIT"), ")");
 pub mod acknowledged;
 pub mod apply;
 pub mod blobs;

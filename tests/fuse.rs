@@ -3789,3 +3789,39 @@ fn a_bind_of_the_parent_made_while_mounted_is_seen_by_the_next_checkpoint() {
     rewind_json(&ws, &["rewind", &c2]);
     assert_eq!(std::fs::read(ws.join("f")).expect("read"), b"v2 beneath\n");
 }
+
+/// A `.rewindignore` that is not a regular file holds no rules, before
+/// and after: an edit elsewhere must not make the capture walk the whole
+/// tree below it. The rule-file comparison (D330) read a cached entry of
+/// that name that was no file as rules that had changed, and walked in
+/// full at every checkpoint (ext4: a walk looks at every entry).
+#[test]
+fn a_rule_file_name_that_is_a_directory_does_not_make_every_checkpoint_walk() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 256) else {
+        return;
+    };
+    let ws = lfs.subdir("ws");
+    std::fs::create_dir_all(ws.join(".rewindignore")).expect("mkdir .rewindignore");
+    write(&ws.join(".rewindignore/inside"), b"not rules\n");
+    for i in 0..200 {
+        write(&ws.join(format!("d/{i:03}")), b"x\n");
+    }
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    rewind_json(&ws, &["checkpoint", "c0"]);
+    // An edit outside `d/`: a directory the dirty set lists counts all
+    // its entries, looked at or not.
+    for round in 0..2 {
+        write(&ws.join("top"), format!("edit {round}\n").as_bytes());
+        let v = rewind_json(&ws, &["checkpoint"]);
+        let changed = v["changes"]["added"].as_u64().unwrap_or(0)
+            + v["changes"]["modified"].as_u64().unwrap_or(0);
+        assert_eq!(changed, 1, "{v}");
+        let entries = v["entries"].as_u64().expect("entries");
+        assert!(
+            entries < 20,
+            "round {round}: looked at {entries} entries: {v}"
+        );
+    }
+}

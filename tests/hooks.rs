@@ -637,6 +637,42 @@ fn only_the_admitted_call_resolves_a_running_effect() {
     assert_eq!(hook("pre-tool-use", &third).status.code(), Some(2));
 }
 
+/// helper-83: a push admitted by a build from before the admitted call
+/// was kept (its row has none) was reopened by the failure event of a
+/// retry the barrier refused after an upgrade, and a third push went
+/// through. Such a row takes a failure from no call; a person reopens it.
+#[test]
+fn a_push_admitted_without_its_call_is_not_reopened_by_another_calls_failure() {
+    let dir = project(true);
+    let ws = dir.path();
+    assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
+    rusqlite::Connection::open(ws.join(".rewind/ledger.db"))
+        .expect("open ledger")
+        .execute("UPDATE effects SET admitted_call = NULL", [])
+        .expect("as an earlier build left it");
+    let retry = payload("bash_push.json", ws).replace("STU2", "STU8");
+    assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(2));
+    let failed = payload("post_push_failure.json", ws).replace("STU2", "STU8");
+    let out = hook("post-tool-use-failure", &failed);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("kept no call"), "{}", stderr(&out));
+    assert_eq!(first_effect_status(ws), "admitted");
+    let third = payload("bash_push.json", ws).replace("STU2", "STU7");
+    assert_eq!(
+        hook("pre-tool-use", &third).status.code(),
+        Some(2),
+        "a push still running was admitted again"
+    );
+    // The command the message names reopens it.
+    let err = stderr(&out);
+    let fix = err
+        .split('`')
+        .find(|s| s.starts_with("rewind effects resolve"))
+        .unwrap_or_else(|| panic!("no command in: {err}"));
+    run_pasted(ws, fix);
+    assert_eq!(first_effect_status(ws), "failed");
+}
+
 #[test]
 fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
     let dir = project(true);

@@ -113,8 +113,9 @@ fn a_ledger_with_canonical_rows_still_reads_verifies_and_rewinds_exactly() {
     assert!(tree_rows(&db).iter().all(|(_, d)| d.starts_with(b"RWT1")));
     deep_ok(root);
     // Opened once, the ledger says it may hold compact nodes: a format-1
-    // rewind refuses it by its version rather than calling a node corrupt.
-    assert_eq!(format_version(&db), "2");
+    // rewind refuses it by its version rather than calling a node corrupt
+    // (and it is marked as this build's, D334).
+    assert_eq!(format_version(&db), "3");
     let v = rewind_json(root, &["status"]);
     assert_eq!(v["changes"].as_array().map(Vec::len), Some(0), "{v}");
     // New nodes go in compact, beside the old ones; both read back.
@@ -142,27 +143,74 @@ fn a_ledger_with_canonical_rows_still_reads_verifies_and_rewinds_exactly() {
     deep_ok(root);
 }
 
+/// D334: builds before format 3 wrote a ledger this one had migrated,
+/// leaving out the rows and keys they did not know (helper-83), and every
+/// one of them refuses a ledger whose format it does not read. A format-2
+/// ledger is marked 3 when opened, and its stat cache, which such a build
+/// may have written, is dropped with the mark. A later build's format or
+/// schema is refused by name, with nothing changed.
 #[test]
-fn new_ledgers_are_format_2_and_a_later_format_is_refused_by_its_version() {
+fn new_ledgers_are_format_3_and_a_later_format_or_schema_is_refused_by_name() {
     let dir = common::tmp();
     let root = dir.path();
     write(&root.join("a"), b"a");
     rewind_json(root, &["checkpoint"]);
     let db = root.join(".rewind/ledger.db");
-    assert_eq!(format_version(&db), "2");
-    Connection::open(&db)
-        .expect("open")
-        .execute(
-            "UPDATE meta SET value = '3' WHERE key = 'format_version'",
-            [],
-        )
-        .expect("format 3");
+    assert_eq!(format_version(&db), "3");
+    let sql = |q: &str| {
+        Connection::open(&db)
+            .expect("open")
+            .execute_batch(q)
+            .expect("sql");
+    };
+    let cached = || -> i64 {
+        Connection::open(&db)
+            .expect("open")
+            .query_row("SELECT count(*) FROM stat_cache", [], |r| r.get(0))
+            .expect("count")
+    };
+    assert!(cached() > 0, "a checkpoint keeps a stat cache");
+    sql("UPDATE meta SET value = '2' WHERE key = 'format_version'");
+    let v = rewind_json(root, &["status"]);
+    assert_eq!(v["changes"], serde_json::json!([]), "{v}");
+    assert_eq!(format_version(&db), "3");
+    assert_eq!(cached(), 0, "the stat cache goes with the mark");
+    write(&root.join("b"), b"b");
+    let v = rewind_json(root, &["checkpoint"]);
+    assert_eq!(v["changes"]["added"], 1, "{v}");
+    assert!(cached() > 0, "and is written again");
+
+    let refused = |field: &str| {
+        let before = std::fs::read(&db).expect("ledger bytes");
+        for args in [&["--json", "status"][..], &["--json", "checkpoint"][..]] {
+            let out = rewind(root, args);
+            assert_eq!(out.status.code(), Some(1));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            assert_eq!(v["error"]["code"], "LEDGER_NEWER", "{v}");
+            let msg = v["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                msg.contains(&format!("written by a later build of rewind ({field};"))
+                    && msg.contains("this build, 0.1.0 (")
+                    && msg.contains("nothing was changed"),
+                "{v}"
+            );
+        }
+        assert_eq!(std::fs::read(&db).expect("ledger bytes"), before);
+    };
+    sql("UPDATE meta SET value = '4' WHERE key = 'format_version'");
+    refused("ledger format 4");
+    sql("UPDATE meta SET value = '3' WHERE key = 'format_version'; PRAGMA user_version = 6;");
+    refused("ledger schema 6");
+    // Not a number: damage, not a later build.
+    sql("UPDATE meta SET value = 'x' WHERE key = 'format_version'; PRAGMA user_version = 5;");
     let out = rewind(root, &["--json", "status"]);
-    assert_ne!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert_eq!(v["error"]["code"], "LEDGER_CORRUPT", "{v}");
     assert!(
-        msg.contains("format version 3, this rewind reads 1 and 2"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("format version x, this rewind reads 1 to 3"),
         "{v}"
     );
 }

@@ -42,7 +42,7 @@ pub const JSON_VERSION: u32 = 1;
 #[derive(Parser, Debug)]
 #[command(
     name = "rewind",
-    version,
+    version = crate::BUILD,
     about = "Reversible workspaces: O(changed) checkpoints and crash-safe rewinds of a whole directory tree"
 )]
 pub struct Cli {
