@@ -459,6 +459,34 @@ fn a_read_only_workspace_reads_its_history_and_refuses_writes() {
     reads("read-only, no WAL");
     lfs.remount("rw");
     assert_same("read-only: tree untouched", &before, &snapshot(&root));
+    // A format-2 ledger at schema 5 (the last build before format 3)
+    // reads as it is; an earlier schema needs its one upgrade, and says
+    // so rather than "read-only" from a command that works read-only
+    // (helper-83, D334).
+    let set = |q: &str| {
+        rusqlite::Connection::open(&db)
+            .expect("open ledger")
+            .execute_batch(q)
+            .expect("sql");
+    };
+    set("UPDATE meta SET value = '2' WHERE key = 'format_version'");
+    lfs.remount("ro");
+    reads("read-only, format 2");
+    lfs.remount("rw");
+    set("PRAGMA user_version = 4");
+    lfs.remount("ro");
+    let out = rewind(&root, &["--json", "list"]);
+    lfs.remount("rw");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["error"]["code"], "READ_ONLY", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("written by an earlier build of rewind and is upgraded once"),
+        "{v}"
+    );
+    reads("read-write again: upgraded");
 }
 
 /// A rewind killed halfway, then the filesystem remounted read-only (an
