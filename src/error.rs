@@ -153,7 +153,7 @@ pub enum Error {
     /// A later build wrote this history (D334): an earlier build that
     /// writes it leaves out the rows and keys it does not know.
     #[error(
-        "the ledger {} was written by a later build of rewind ({found}; this build, {}, reads up to ledger format {} and schema {}): run the later rewind here, and in every agent's hook and MCP settings (`rewind integrate AGENT`, run with it, writes its path there); nothing was changed",
+        "the ledger {} was written by a later build of rewind ({found}; this build, {}, reads up to ledger format {} and schema {}): run the later rewind here, and in every agent's hook and MCP settings (its `doctor` names the rewind each agent runs, and its `integrate AGENT` points the agent at it); nothing was changed",
         crate::names::human_os_path(path),
         crate::BUILD,
         crate::ledger::FORMAT_VERSION,

@@ -827,3 +827,63 @@ fn codex_inline_tables_are_merged_like_standard_ones() {
     let again = rewind_json(dir, &["integrate", "codex"]);
     assert_eq!(again["files"][0]["action"], "unchanged", "{again}");
 }
+
+/// D334: an agent whose hooks still run an earlier build after an upgrade
+/// meets a history that build refuses (its hooks fail closed, or run the
+/// call unchecked); `doctor` names the rewind each config runs and says
+/// whether it is this build, and which `integrate` points it here.
+#[test]
+fn doctor_names_the_rewind_each_agent_runs() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    rewind_json(ws, &["init"]);
+    // The default `--command`: this binary's absolute path (it is not
+    // the `rewind` on the tests' PATH).
+    rewind_json(ws, &["integrate", "claude"]);
+    // Another binary: a copy of this one is another build as far as a
+    // path can tell.
+    let other = ws.join("bin/old rewind");
+    std::fs::create_dir_all(other.parent().expect("parent")).expect("mkdir bin");
+    std::fs::copy(env!("CARGO_BIN_EXE_rewind"), &other).expect("copy the binary");
+    rewind_json(
+        ws,
+        &[
+            "integrate",
+            "gemini",
+            "--command",
+            &other.display().to_string(),
+        ],
+    );
+    let v = rewind_json(ws, &["doctor"]);
+    let agents = v["agents"].as_array().expect("agents");
+    let runs = |file: &str| {
+        agents
+            .iter()
+            .find(|a| a["file"] == file)
+            .unwrap_or_else(|| panic!("{file} in {v}"))
+    };
+    assert_eq!(runs(".claude/settings.json")["this_build"], true, "{v}");
+    assert_eq!(runs(".mcp.json")["this_build"], true, "{v}");
+    let gemini = runs(".gemini/settings.json");
+    assert_eq!(gemini["this_build"], false, "{v}");
+    assert_eq!(gemini["program"], other.display().to_string(), "{v}");
+    let out = rewind(ws, &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(".gemini/settings.json runs")
+            && text.contains("another build, not this one")
+            && text.contains("`rewind integrate gemini`"),
+        "{text}"
+    );
+    // Pointed here again, it is this build.
+    rewind_json(ws, &["integrate", "gemini"]);
+    let v = rewind_json(ws, &["doctor"]);
+    assert!(
+        v["agents"]
+            .as_array()
+            .expect("agents")
+            .iter()
+            .all(|a| a["this_build"] == true),
+        "{v}"
+    );
+}

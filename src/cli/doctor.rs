@@ -35,6 +35,20 @@ struct Out {
     fuse: Fuse,
     durability: Durability,
     ledger: Ledger,
+    /// The rewind each agent's settings run (`integrate` writes them): a
+    /// hook left on an earlier build after an upgrade is refused by the
+    /// history, and lets every call through unchecked (D334).
+    agents: Vec<AgentProgram>,
+}
+
+#[derive(Serialize)]
+struct AgentProgram {
+    /// The config file, relative to the workspace root.
+    file: String,
+    /// The program its hooks or MCP server run, as written.
+    program: String,
+    /// That program is this binary (`null`: it names nothing here).
+    this_build: Option<bool>,
 }
 
 /// What a rewind must make durable besides what it writes (D85).
@@ -270,7 +284,16 @@ fn report(ctx: &Ctx) -> Result<bool> {
         _ => fuse_note,
     };
     let durability = durability(&ws, engine)?;
+    let agents = super::integrate::configured_programs(ws.root_path())
+        .into_iter()
+        .map(|(file, program)| AgentProgram {
+            this_build: super::integrate::runs_this_build(&program),
+            file,
+            program,
+        })
+        .collect();
     let out = Out {
+        agents,
         workspace: ws.root_path().display().to_string(),
         fs: fs.kind.to_string(),
         read_only: fs.read_only,
@@ -368,6 +391,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
         ) + if out.ledger.integrity == "ok" { "" } else {
             "\nDAMAGED: the ledger fails SQLite's integrity check; copy .rewind/ aside before anything else writes to it, then `rewind verify --deep` lists what the damage reaches"
         } + &out.ledger.lost.as_ref().map_or(String::new(), |l| format!("\nLOST: {l}"))
+            + &agents_lines(&out.agents)
     })?;
     Ok(out.ledger.integrity == "ok" && out.ledger.lost.is_none())
 }
@@ -406,6 +430,27 @@ fn durability(
         dirty_bytes,
         note,
     })
+}
+
+/// One line per agent config: the rewind it runs, and whether that is
+/// this build.
+fn agents_lines(agents: &[AgentProgram]) -> String {
+    agents
+        .iter()
+        .map(|a| {
+            let program = crate::names::shell_word(&a.program);
+            let verdict = match a.this_build {
+                Some(true) => format!("this build ({})", crate::BUILD),
+                Some(false) => format!(
+                    "another build, not this one ({}): `{program} --version` prints which; `rewind integrate {}`, run with this binary, points the agent here",
+                    crate::BUILD,
+                    super::integrate::agent_of(&a.file)
+                ),
+                None => "which is not found here: the agent's calls run unchecked unless its PATH differs".to_string(),
+            };
+            format!("\nagent       {} runs {program}: {verdict}", a.file)
+        })
+        .collect()
 }
 
 /// What `doctor` says of /dev/fuse.

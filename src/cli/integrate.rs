@@ -671,3 +671,135 @@ fn array_of_tables_mut(item: &mut toml_edit::Item) -> Option<&mut toml_edit::Arr
     }
     item.as_array_of_tables_mut()
 }
+
+/// The config files `integrate` writes, relative to the project root.
+const CONFIG_FILES: &[&str] = &[
+    ".mcp.json",
+    ".claude/settings.json",
+    ".gemini/settings.json",
+    ".cursor/mcp.json",
+    ".codex/config.toml",
+];
+
+/// The agent whose settings `file` (one of [`CONFIG_FILES`]) holds.
+pub(crate) fn agent_of(file: &str) -> &'static str {
+    match file.split('/').next().unwrap_or_default() {
+        ".gemini" => "gemini",
+        ".cursor" => "cursor",
+        ".codex" => "codex",
+        _ => "claude",
+    }
+}
+
+/// The rewind programs the agents' settings under `root` run: each
+/// config file `integrate` writes, with the program of every rewind hook
+/// (`PROGRAM hook VERB`) and MCP server (`args` starting with `mcp`) in
+/// it, as written. A hook left on an earlier build after an upgrade is
+/// refused by the history (D334), and `doctor` names it.
+pub(crate) fn configured_programs(root: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for rel in CONFIG_FILES {
+        let Ok(text) = std::fs::read_to_string(root.join(rel)) else {
+            continue;
+        };
+        let mut found = Vec::new();
+        if rel.ends_with(".toml") {
+            if let Ok(doc) = text.parse::<toml_edit::DocumentMut>() {
+                toml_programs(doc.as_item(), &mut found);
+            }
+        } else if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            json_programs(&v, &mut found);
+        }
+        found.dedup();
+        out.extend(found.into_iter().map(|p| (rel.to_string(), p)));
+    }
+    out
+}
+
+/// The program of a `PROGRAM hook VERB` command, or of a server entry
+/// whose arguments start with `mcp`, unquoted as [`hook_command`] quotes.
+fn program_of(command: &str, args_start_with_mcp: bool) -> Option<String> {
+    let program = match command.find(" hook ") {
+        Some(at) => command[..at].trim(),
+        None if args_start_with_mcp => command.trim(),
+        None => return None,
+    };
+    let program = match program
+        .strip_prefix('\'')
+        .and_then(|p| p.strip_suffix('\''))
+    {
+        Some(inner) => inner.replace(r"'\''", "'"),
+        // A hook the user wrapped (`bash -c '… rewind`): not ours to read.
+        None if program.contains(char::is_whitespace) => return None,
+        None => program.to_string(),
+    };
+    (!program.is_empty()).then_some(program)
+}
+
+fn json_programs(v: &Value, found: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(c)) = m.get("command") {
+                let mcp = m
+                    .get("args")
+                    .and_then(|a| a.get(0))
+                    .is_some_and(|a| a == "mcp");
+                found.extend(program_of(c, mcp));
+            }
+            m.values().for_each(|v| json_programs(v, found));
+        }
+        Value::Array(a) => a.iter().for_each(|v| json_programs(v, found)),
+        _ => {}
+    }
+}
+
+fn toml_programs(item: &toml_edit::Item, found: &mut Vec<String>) {
+    use toml_edit::Item;
+    let table_like = match item {
+        Item::Table(t) => Some(t as &dyn toml_edit::TableLike),
+        Item::Value(toml_edit::Value::InlineTable(t)) => Some(t as &dyn toml_edit::TableLike),
+        Item::ArrayOfTables(a) => {
+            a.iter()
+                .for_each(|t| toml_programs(&Item::Table(t.clone()), found));
+            None
+        }
+        Item::Value(toml_edit::Value::Array(a)) => {
+            for v in a.iter() {
+                toml_programs(&Item::Value(v.clone()), found);
+            }
+            None
+        }
+        _ => None,
+    };
+    let Some(t) = table_like else {
+        return;
+    };
+    if let Some(c) = t.get("command").and_then(Item::as_str) {
+        let mcp = t
+            .get("args")
+            .and_then(Item::as_array)
+            .and_then(|a| a.get(0))
+            .and_then(|v| v.as_str())
+            == Some("mcp");
+        found.extend(program_of(c, mcp));
+    }
+    for (_, v) in t.iter() {
+        toml_programs(v, found);
+    }
+}
+
+/// Whether `program` (an absolute path, or a name looked up on this
+/// PATH) is this very binary; `None` when it names nothing here.
+pub(crate) fn runs_this_build(program: &str) -> Option<bool> {
+    let me = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .ok()?;
+    let found = if program.contains('/') {
+        Path::new(program).canonicalize().ok()
+    } else {
+        on_path(program)
+            .find(|c| c.is_file())
+            .and_then(|p| p.canonicalize().ok())
+    }?;
+    Some(found == me)
+}
