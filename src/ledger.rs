@@ -1117,6 +1117,20 @@ impl Ledger {
         Ok(())
     }
 
+    /// Whether the ledger is still of this build's format and schema: a
+    /// server that keeps it open between calls (D63) checks before each,
+    /// as a later build may have opened and migrated it meanwhile, and
+    /// this one would write it blind to that build's rows (D334).
+    pub fn still_ours(&self) -> bool {
+        let found: rusqlite::Result<(Option<String>, i64)> = self.conn.cached_row(
+            "SELECT (SELECT value FROM meta WHERE key = 'format_version'), \
+             (SELECT user_version FROM pragma_user_version)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        );
+        matches!(found, Ok((Some(v), n)) if v == FORMAT_VERSION && n <= MIGRATED)
+    }
+
     /// Mark a ledger of an earlier format as this build's (D334), and drop
     /// its stat cache in the same transaction: a build before format 3
     /// may have written rows there after this one migrated the ledger

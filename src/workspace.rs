@@ -829,10 +829,12 @@ impl Workspace {
 
     /// Whether this open workspace still stands for what its path names:
     /// the same root, ledger and mount (a live daemon) as when it was
-    /// opened. Three `stat`s; a long-lived process asks before reusing it.
+    /// opened, and a ledger still of this build's format (D334). Three
+    /// `stat`s and one query; a long-lived process asks before reusing it.
     pub fn is_current(&self) -> bool {
         Identity::of(&self.root_path, self.ledger.path()) == Some(self.identity)
             && self.mount.as_ref().is_none_or(MountLink::is_alive)
+            && self.ledger.still_ours()
     }
 
     /// End of a command in a process that keeps the workspace open: give

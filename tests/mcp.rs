@@ -349,6 +349,41 @@ fn backtrack_candidates_pages_never_repeat_a_candidate() {
     assert_eq!(shown(&next), [ids[1].clone(), ids[0].clone()], "{next}");
 }
 
+/// D334: a server keeps its workspace open between calls (D63); a later
+/// build that opens and migrates the ledger meanwhile makes it one this
+/// build must not write. The next call opens it again and is refused
+/// as `LEDGER_NEWER`, with nothing written.
+#[test]
+fn a_server_whose_ledger_a_later_build_migrated_refuses_the_next_call() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    common::write(&ws.join("a"), b"1");
+    let mut session = RawSession::start(ws);
+    let first = session.tool("checkpoint", "{}");
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    let db = ws.join(".rewind/ledger.db");
+    rusqlite::Connection::open(&db)
+        .expect("open ledger")
+        .execute_batch("PRAGMA user_version = 6")
+        .expect("as a later build stamps it");
+    let count = || -> i64 {
+        rusqlite::Connection::open(&db)
+            .expect("open ledger")
+            .query_row("SELECT count(*) FROM checkpoints", [], |r| r.get(0))
+            .expect("count")
+    };
+    let before = count();
+    common::write(&ws.join("a"), b"2");
+    let next = session.tool("checkpoint", "{}");
+    assert_eq!(next["result"]["isError"], true, "{next}");
+    let text = next["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("LEDGER_NEWER") || text.contains("written by a later build"),
+        "{next}"
+    );
+    assert_eq!(count(), before, "the refused call wrote a checkpoint");
+}
+
 /// JSON-RPC 2.0 over raw stdio: every request the server cannot serve is
 /// answered with its id and a standard code (a line that is not JSON with
 /// -32700 and id null), nothing is changed, and the session goes on. rmcp
