@@ -14,7 +14,7 @@ fn main() {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "commit unknown".to_string());
+        .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=REWIND_COMMIT={commit}");
     // Run again when HEAD moves; only for paths that exist, as a missing
     // one would run this script (and rebuild the crate) every time.

@@ -5,9 +5,10 @@
 //! → [`diff`] and [`apply`] (plans) → [`workspace`] and [`rewind`] (the
 //! operations and their crash-safety rules) → [`cli`].
 
-/// This build: the version and the commit it was built from (build.rs),
+/// This build: the version and, as semver build metadata, the commit it
+/// was built from (build.rs): `0.1.0+ec62d394e`,
 /// as `rewind --version` and the errors that tell builds apart say it.
-pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("REWIND_COMMIT"), ")");
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("REWIND_COMMIT"));
 pub mod acknowledged;
 pub mod apply;
 pub mod blobs;

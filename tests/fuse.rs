@@ -3658,6 +3658,32 @@ fn a_restored_file_is_not_read_again_until_it_changes() {
     common::a_restored_file_is_not_read_again_until_it_changes(&ws, &env);
 }
 
+/// A bind mount of `dir` at `at` (not `--rbind`: no mount below `dir`
+/// comes along), detached lazily when dropped.
+struct Unbind(PathBuf);
+
+impl Drop for Unbind {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn bind(dir: &Path, at: &Path) -> Unbind {
+    let bound = Command::new("mount")
+        .arg("--bind")
+        .arg(dir)
+        .arg(at)
+        .status()
+        .expect("mount --bind");
+    assert!(
+        bound.success(),
+        "mount --bind {} {}",
+        dir.display(),
+        at.display()
+    );
+    Unbind(at.to_path_buf())
+}
+
 /// helper-82: a bind mount of the workspace made before `rewind mount`
 /// (as a container's `-v` is) reaches the tree under the mount without
 /// passing it: what was written there was in no checkpoint, `status`
@@ -3673,20 +3699,7 @@ fn a_write_through_a_bind_mount_made_before_the_mount_is_checkpointed() {
     write(&ws.join("f"), b"v1\n");
     let alias = lfs.mnt.join("alias");
     std::fs::create_dir(&alias).expect("mkdir alias");
-    let bound = Command::new("mount")
-        .arg("--bind")
-        .arg(&ws)
-        .arg(&alias)
-        .status()
-        .expect("mount --bind");
-    assert!(bound.success());
-    struct Unbind(PathBuf);
-    impl Drop for Unbind {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _unbind = Unbind(alias.clone());
+    let _unbind = bind(&ws, &alias);
     let out = rewind(
         Path::new("/"),
         &["--json", "mount", &ws.display().to_string()],
@@ -3752,20 +3765,7 @@ fn a_bind_of_the_parent_made_while_mounted_is_seen_by_the_next_checkpoint() {
     let (c1, few) = looked("c1");
     assert!(few < 20, "scoped by the dirty set: {few} entries");
     let alias = lfs.subdir("alias");
-    let bound = Command::new("mount")
-        .arg("--bind")
-        .arg(&lfs.mnt)
-        .arg(&alias)
-        .status()
-        .expect("mount --bind");
-    assert!(bound.success());
-    struct Unbind(PathBuf);
-    impl Drop for Unbind {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let unbind = Unbind(alias.clone());
+    let unbind = bind(&lfs.mnt, &alias);
     let beneath = alias.join("ws");
     assert!(
         beneath.join(".rewind").symlink_metadata().is_ok(),

@@ -82,6 +82,14 @@ fn run_pasted(ws: &Path, command: &str) {
     assert!(sh.status.success(), "{command}: {}", stderr(&sh));
 }
 
+/// The `rewind effects resolve …` a refusal or a warning names.
+fn resolve_command_in(err: &str) -> String {
+    err.split('`')
+        .find(|s| s.starts_with("rewind effects resolve"))
+        .unwrap_or_else(|| panic!("no command in: {err}"))
+        .to_string()
+}
+
 fn project(with_rules: bool) -> tempfile::TempDir {
     let dir = common::tmp();
     write(&dir.path().join("src/main.py"), b"print('v1')\n");
@@ -493,10 +501,7 @@ fn a_refusal_names_the_command_that_reopens_an_effect_that_did_not_happen() {
     let fix = |refusal: &Output| {
         let err = stderr(refusal);
         assert_eq!(refusal.status.code(), Some(2), "{err}");
-        err.split('`')
-            .find(|s| s.starts_with("rewind effects resolve"))
-            .unwrap_or_else(|| panic!("no command in: {err}"))
-            .to_string()
+        resolve_command_in(&err)
     };
     // Never reported: `--outcome failed` is enough.
     assert_eq!(pre("bash_push.json", ws).status.code(), Some(0));
@@ -603,12 +608,7 @@ fn a_succeeded_effect_is_not_reopened_by_a_later_failure() {
     assert_eq!(first_effect_status(ws), "succeeded");
     // The command the error gives runs as pasted: the key is quoted
     // (helper-31, D214).
-    let err = stderr(&out);
-    let fix = err
-        .split('`')
-        .find(|s| s.starts_with("rewind effects resolve"))
-        .unwrap_or_else(|| panic!("no command in: {err}"));
-    run_pasted(ws, fix);
+    run_pasted(ws, &resolve_command_in(&stderr(&out)));
     assert_eq!(first_effect_status(ws), "failed");
     assert_eq!(hook("pre-tool-use", &retry).status.code(), Some(0));
 }
@@ -664,12 +664,7 @@ fn a_push_admitted_without_its_call_is_not_reopened_by_another_calls_failure() {
         "a push still running was admitted again"
     );
     // The command the message names reopens it.
-    let err = stderr(&out);
-    let fix = err
-        .split('`')
-        .find(|s| s.starts_with("rewind effects resolve"))
-        .unwrap_or_else(|| panic!("no command in: {err}"));
-    run_pasted(ws, fix);
+    run_pasted(ws, &resolve_command_in(&stderr(&out)));
     assert_eq!(first_effect_status(ws), "failed");
 }
 

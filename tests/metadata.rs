@@ -190,7 +190,7 @@ fn new_ledgers_are_format_3_and_a_later_format_or_schema_is_refused_by_name() {
             let msg = v["error"]["message"].as_str().unwrap_or("");
             assert!(
                 msg.contains(&format!("written by a later build of rewind ({field};"))
-                    && msg.contains("this build, 0.1.0 (")
+                    && msg.contains("this build, 0.1.0+")
                     && msg.contains("nothing was changed"),
                 "{v}"
             );

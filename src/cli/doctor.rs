@@ -284,7 +284,9 @@ fn report(ctx: &Ctx) -> Result<bool> {
         _ => fuse_note,
     };
     let durability = durability(&ws, engine)?;
-    let agents = super::integrate::configured_programs(ws.root_path())
+    // Read beside the mount, not through it: its daemon may be stopped
+    // (D99), and a read through it would wait for ever.
+    let agents = super::integrate::configured_programs(ws.io_path())
         .into_iter()
         .map(|(file, program)| AgentProgram {
             this_build: super::integrate::runs_this_build(&program),

@@ -217,7 +217,7 @@ impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(
-                Implementation::new("rewind", env!("CARGO_PKG_VERSION"))
+                Implementation::new("rewind", crate::BUILD)
                     .with_title("rewind: reversible workspaces"),
             )
             .with_instructions(INSTRUCTIONS)
