@@ -15,7 +15,11 @@ fn main() {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_string());
-    println!("cargo:rustc-env=REWIND_COMMIT={commit}");
+    // Not a `REWIND_*` name: cargo sets it in the environment of
+    // `cargo test`'s processes too, and a command with a `REWIND_*`
+    // variable runs in its own process, never in a mount's command
+    // server (D93), which eight tests of the mount then missed.
+    println!("cargo:rustc-env=BUILT_FROM_COMMIT={commit}");
     // Run again when HEAD moves; only for paths that exist, as a missing
     // one would run this script (and rebuild the crate) every time.
     for p in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {

@@ -8,7 +8,7 @@
 /// This build: the version and, as semver build metadata, the commit it
 /// was built from (build.rs): `0.1.0+ec62d394e`,
 /// as `rewind --version` and the errors that tell builds apart say it.
-pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("REWIND_COMMIT"));
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("BUILT_FROM_COMMIT"));
 pub mod acknowledged;
 pub mod apply;
 pub mod blobs;
