@@ -668,6 +668,40 @@ fn a_push_admitted_without_its_call_is_not_reopened_by_another_calls_failure() {
     assert_eq!(first_effect_status(ws), "failed");
 }
 
+/// helper-83: a push an earlier build admitted under its own key (the
+/// whole line, before D301) whose failure is reported after the upgrade:
+/// this build looked only under its key, found nothing, and dropped the
+/// failure without a word, so the retry was refused. The outcome now
+/// reaches the row under the former key.
+#[test]
+fn a_failure_reaches_a_push_an_earlier_build_admitted_under_its_whole_line() {
+    let dir = project(true);
+    let ws = dir.path();
+    let line = "git push origin main 2>&1 | tail -3";
+    let with_line = |file: &str| {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&payload(file, ws)).expect("payload json");
+        v["tool_input"]["command"] = serde_json::Value::from(line);
+        v.to_string()
+    };
+    let pre_push = with_line("bash_push.json");
+    assert_eq!(hook("pre-tool-use", &pre_push).status.code(), Some(0));
+    let changed = rusqlite::Connection::open(ws.join(".rewind/ledger.db"))
+        .expect("open ledger")
+        .execute("UPDATE effects SET key = ?1", [format!("Bash:{line}")])
+        .expect("as an earlier build keyed it");
+    assert_eq!(changed, 1);
+    let out = hook(
+        "post-tool-use-failure",
+        &with_line("post_push_failure.json"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(first_effect_status(ws), "failed", "{}", stderr(&out));
+    // (The retry itself is not tried here: the row was renamed behind the
+    // chain, which records the key an effect was admitted under, and the
+    // barrier refuses a row the chain disagrees with.)
+}
+
 #[test]
 fn a_broken_ledger_fails_closed_for_a_matching_rule_only() {
     let dir = project(true);

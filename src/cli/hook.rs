@@ -441,14 +441,22 @@ fn post(start: &Path, call: ToolCall, event: &'static str) -> (Out, i32) {
     };
     let failed = event == "post-tool-use-failure" || call.failed();
     let outcome = if failed { "failed" } else { "succeeded" };
+    let call_id = call.tool_use_id.as_deref().filter(|c| !c.is_empty());
     let result = Workspace::open(&guard_root, false).and_then(|mut ws| {
-        ws.ledger_mut().resolve_effect(
-            &req.scope,
-            &req.key,
-            outcome,
-            call.tool_use_id.as_deref().filter(|c| !c.is_empty()),
-            false,
-        )
+        // An earlier build admitted the call under a key of its own (the
+        // whole line before D301, the other agent's tool before D210):
+        // its outcome goes there when this build's key holds nothing.
+        // Found nowhere, a failure was dropped without a word, and the
+        // push stayed spent (helper-83).
+        for key in std::iter::once(&req.key).chain(&req.former_keys) {
+            let r = ws
+                .ledger_mut()
+                .resolve_effect(&req.scope, key, outcome, call_id, false)?;
+            if !matches!(r, Resolution::Unknown) {
+                return Ok(r);
+            }
+        }
+        Ok(Resolution::Unknown)
     });
     match result {
         Ok(Resolution::Recorded(_)) => out.resolved = Some(outcome.into()),
