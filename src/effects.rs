@@ -61,6 +61,12 @@ pub struct Request {
 pub const KEY_MAX: usize = 4096;
 
 impl Request {
+    /// The key this build records the effect under, then the keys
+    /// earlier builds recorded the same call under.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.key).chain(&self.former_keys)
+    }
+
     /// `key` itself up to [`KEY_MAX`] bytes, else its first 256 bytes (to
     /// a character boundary), an ellipsis and the SHA-256 of the whole
     /// key: still exact (two commands that differ anywhere get two keys),
@@ -358,7 +364,7 @@ pub fn decide(conn: &Connection, req: &Request) -> rusqlite::Result<Decision> {
     let mut existing: Option<Row> = None;
     // The key the row is under: an older release's form of this key.
     let mut found_key = &req.key;
-    for key in std::iter::once(&req.key).chain(&req.former_keys) {
+    for key in req.keys() {
         found_key = key;
         existing = conn
             .cached_row(

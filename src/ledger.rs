@@ -693,6 +693,22 @@ fn has_no_tables(conn: &Connection) -> bool {
     .is_ok_and(|tables| tables == 0)
 }
 
+/// `LEDGER_NEWER` when a later build wrote the ledger at `path` (D334): a
+/// format number above this build's, or a schema stamp above
+/// [`MIGRATED`]. A format that is no number is not judged here.
+fn refuse_a_later_build(path: &Path, format: Option<&str>, schema: i64) -> Result<()> {
+    let ours = FORMAT_VERSION.parse::<u32>().ok();
+    let found = match format.and_then(|v| v.parse::<u32>().ok()) {
+        Some(n) if ours.is_some_and(|o| n > o) => format!("ledger format {n}"),
+        _ if schema > MIGRATED => format!("ledger schema {schema}"),
+        _ => return Ok(()),
+    };
+    Err(Error::NewerLedger {
+        path: path.to_owned(),
+        found,
+    })
+}
+
 impl Ledger {
     /// Open an existing ledger. A missing file is an error here (never
     /// silently recreated: that would orphan the history).
@@ -758,6 +774,8 @@ impl Ledger {
                 },
                 e => e,
             })?;
+        // Its schema stamp is judged by `migrate`.
+        refuse_a_later_build(path, version.as_deref(), 0)?;
         match version.as_deref() {
             Some(FORMAT_VERSION) => {
                 let _t = crate::trace::span("migrate ledger");
@@ -771,10 +789,6 @@ impl Ledger {
                 let _ = ledger.mark_format();
                 Ok(ledger)
             }
-            Some(v) if v.parse::<u32>().is_ok_and(|n| n > 3) => Err(Error::NewerLedger {
-                path: path.to_owned(),
-                found: format!("ledger format {v}"),
-            }),
             Some(v) => Err(Error::LedgerCorrupt {
                 path: path.to_owned(),
                 detail: format!(
@@ -845,19 +859,8 @@ impl Ledger {
                 detail: e.to_string(),
             },
         })?;
+        refuse_a_later_build(path, version.as_deref(), migrated)?;
         match version.as_deref() {
-            Some(v) if v.parse::<u32>().is_ok_and(|n| n > 3) => {
-                return Err(Error::NewerLedger {
-                    path: path.to_owned(),
-                    found: format!("ledger format {v}"),
-                });
-            }
-            _ if migrated > MIGRATED => {
-                return Err(Error::NewerLedger {
-                    path: path.to_owned(),
-                    found: format!("ledger schema {migrated}"),
-                });
-            }
             // Format 3 is format 2 at schema 5, marked (D334).
             Some(FORMAT_VERSION | FORMAT_V2) if migrated == MIGRATED => {}
             _ => {
@@ -1068,12 +1071,7 @@ impl Ledger {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(db_err(&path))?;
-        if done > MIGRATED {
-            return Err(Error::NewerLedger {
-                path,
-                found: format!("ledger schema {done}"),
-            });
-        }
+        refuse_a_later_build(&path, None, done)?;
         if done == MIGRATED {
             return Ok(());
         }

@@ -1372,12 +1372,6 @@ fn roll_back(
     }
 }
 
-/// The target as the ledger has it now that the lock is held, checked
-/// against the chain entry that recorded it (D112). A `gc` that pruned it
-/// while this command waited for the lock gave "ledger corrupt: tree node
-/// missing"; now it is `PRUNED`. A row whose root, label, kind or parent
-/// was edited by SQL restored another tree; now it is `TAMPERED`, and
-/// nothing changes.
 /// A safety capture the disk stopped while storing a file the whole-tree
 /// rewind deletes (its target has nothing at that path): say so, and
 /// that deleting it first frees the room (D332). A runaway log that
@@ -1399,8 +1393,12 @@ fn deleted_by_the_rewind(
         return e;
     };
     let whole_tree = op != Op::Restore && opts.paths.is_empty();
-    let in_target = Trees::new(ws.ledger()).entry_at(&target.root, &storing.rel);
-    if whole_tree && matches!(in_target, Ok(None)) {
+    if whole_tree
+        && matches!(
+            Trees::new(ws.ledger()).entry_at(&target.root, &storing.rel),
+            Ok(None)
+        )
+    {
         let named = match &target.label {
             Some(l) => format!("{} ({l})", target.id),
             None => target.id.clone(),
@@ -1416,6 +1414,12 @@ fn deleted_by_the_rewind(
     }
 }
 
+/// The target as the ledger has it now that the lock is held, checked
+/// against the chain entry that recorded it (D112). A `gc` that pruned it
+/// while this command waited for the lock gave "ledger corrupt: tree node
+/// missing"; now it is `PRUNED`. A row whose root, label, kind or parent
+/// was edited by SQL restored another tree; now it is `TAMPERED`, and
+/// nothing changes.
 fn confirm_target(ws: &Workspace, target: Checkpoint) -> Result<Checkpoint> {
     let now = ws
         .ledger()

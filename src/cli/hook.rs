@@ -448,7 +448,7 @@ fn post(start: &Path, call: ToolCall, event: &'static str) -> (Out, i32) {
         // its outcome goes there when this build's key holds nothing.
         // Found nowhere, a failure was dropped without a word, and the
         // push stayed spent (helper-83).
-        for key in std::iter::once(&req.key).chain(&req.former_keys) {
+        for key in req.keys() {
             let r = ws
                 .ledger_mut()
                 .resolve_effect(&req.scope, key, outcome, call_id, false)?;

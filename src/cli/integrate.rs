@@ -236,9 +236,8 @@ fn default_command() -> String {
     let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else {
         return "rewind".into();
     };
-    let on_path = on_path("rewind").find(|c| c.is_file());
-    match on_path.and_then(|p| p.canonicalize().ok()) {
-        Some(p) if p == me => "rewind".into(),
+    match runs_this_build("rewind") {
+        Some(true) => "rewind".into(),
         _ => me.display().to_string(),
     }
 }
@@ -710,7 +709,10 @@ pub(crate) fn configured_programs(root: &Path) -> Vec<(String, String)> {
         } else if let Ok(v) = serde_json::from_str::<Value>(&text) {
             json_programs(&v, &mut found);
         }
-        found.dedup();
+        // Once each: a file's hooks and server may name the same program
+        // in any order.
+        let mut seen = std::collections::HashSet::new();
+        found.retain(|p| seen.insert(p.clone()));
         out.extend(found.into_iter().map(|p| (rel.to_string(), p)));
     }
     out
