@@ -360,6 +360,12 @@ pub struct Scope {
 /// checkpoint's time on ext4, where nothing is cloned.
 const WRITE_BACK_MAX: u64 = 8 << 20;
 
+/// How many times a file is copied while it keeps changing under the copy
+/// before what was read last is kept ([`Capture::unsettled`]). A clone is one
+/// instant and needs none of it; a copy takes as long as its bytes do,
+/// and a SQLite database copied during a commit is malformed.
+pub const READS_OF_A_CHANGING_FILE: u32 = 4;
+
 /// A scope naming at most this many directories and entries is small
 /// ([`Scope::is_small`]).
 const SMALL_SCOPE: usize = 64;
@@ -476,6 +482,20 @@ impl ScopeBuilder {
 }
 
 impl Scope {
+    /// The directories this scope names changes in that `taken` does not
+    /// (or names other changes in): what changed after `taken` was taken
+    /// from the same tracker, which keeps the taken set in what it shows.
+    pub fn changes_beyond(&self, taken: &Scope) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = self
+            .dirty
+            .iter()
+            .filter(|(dir, names)| taken.dirty.get(*dir) != Some(*names))
+            .map(|(dir, _)| dir.clone())
+            .collect();
+        out.extend(self.deep.difference(&taken.deep).cloned());
+        out
+    }
+
     pub fn new(dirty: HashMap<Vec<u8>, Option<HashSet<Vec<u8>>>>, deep: HashSet<Vec<u8>>) -> Scope {
         let mut spine = HashSet::new();
         spine.insert(Vec::new());
@@ -853,6 +873,61 @@ pub struct Capture {
     /// Paths the last rewind restored (D275) for which this capture's
     /// stat-cache records now vouch: their rows go when it is persisted.
     pub restored_done: Vec<Vec<u8>>,
+    /// Files whose bytes in this capture may not be from one moment with
+    /// the rest: copied (no clone) while something wrote them, every one
+    /// of [`READS_OF_A_CHANGING_FILE`] times, or changed after they were
+    /// read in every round ([`Capture::moved_since_read`]). Said to the
+    /// user: a database does not survive that.
+    pub unsettled: Vec<Vec<u8>>,
+    /// The files whose stat must still hold when the capture is done for
+    /// its files to be from one moment, with the stat it read them at.
+    settle: Vec<(Vec<u8>, Seen)>,
+    /// The object of every file it read and kept (not those of reads it
+    /// discarded): see [`Capture::objects_kept`].
+    read_objects: Vec<Hash>,
+    /// Paths that moved after this capture read them (or, through the
+    /// mount, directories that changed meanwhile beyond what it looked
+    /// at; `""`: anywhere): it is not of one moment.
+    pub moved: Vec<Vec<u8>>,
+}
+
+/// A file's stat as a capture saw it before reading it, or a directory's
+/// before listing it (its times move when an entry comes or goes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    ino: u64,
+    ctime_ns: i64,
+    mtime_ns: i64,
+    /// `None` for a directory, whose size says nothing more.
+    size: Option<u64>,
+}
+
+impl Seen {
+    fn of(r: &CacheRec) -> Seen {
+        Seen {
+            ino: r.ino,
+            ctime_ns: r.ctime_ns,
+            mtime_ns: r.entry.mtime_ns,
+            size: (r.entry.kind() != Kind::Dir).then_some(r.entry.size),
+        }
+    }
+
+    fn of_dir(m: &Meta) -> Seen {
+        Seen {
+            ino: m.ino,
+            ctime_ns: m.ctime_ns,
+            mtime_ns: m.mtime_ns,
+            size: None,
+        }
+    }
+
+    fn still(&self, m: &Meta) -> bool {
+        let kind = match self.size {
+            Some(size) => m.kind == EntryKind::File && m.size == size,
+            None => m.kind == EntryKind::Dir,
+        };
+        kind && m.ino == self.ino && m.ctime_ns == self.ctime_ns && m.mtime_ns == self.mtime_ns
+    }
 }
 
 /// When a capture starts, by the filesystem's clock, and from which ctime
@@ -867,6 +942,45 @@ pub struct Clock {
 }
 
 impl Capture {
+    /// The files this capture read (and, where it stat'ed every entry,
+    /// the other files in their directories) whose stat moved since it
+    /// read them. None: every file it holds is as it was at one moment,
+    /// the end of the reading (each file's stat held from before its read
+    /// to now, and every read came before every stat here). A dev
+    /// server's SQLite database read before a WAL checkpoint with its WAL
+    /// read after the restart that followed was malformed after a rewind,
+    /// with each file read whole (helper-84).
+    pub fn moved_since_read(&self, root: &Dir) -> Vec<Vec<u8>> {
+        self.settle
+            .iter()
+            .filter(|(path, seen)| {
+                let now = match path.is_empty() {
+                    true => root.meta(),
+                    false => root.stat_at(OsStr::from_bytes(path)),
+                };
+                !now.is_ok_and(|m| seen.still(&m))
+            })
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
+    /// The object and chunk files the files this capture read are stored
+    /// in: any other object file it made came from a read it discarded
+    /// ([`crate::objects::NewObjects::keep_named`]).
+    pub fn objects_kept(&self) -> HashSet<Hash> {
+        let mut kept: HashSet<Hash> = self.read_objects.iter().copied().collect();
+        for (whole, list) in &self.manifests {
+            if kept.contains(whole) {
+                for c in list.chunks_exact(32) {
+                    let mut h = [0u8; 32];
+                    h.copy_from_slice(c);
+                    kept.insert(Hash(h));
+                }
+            }
+        }
+        kept
+    }
+
     /// Decoded new nodes, for reading a tree that is not persisted (status),
     /// and the replaced ones, for reading the tree before it.
     pub fn overlay(&self) -> HashMap<Hash, SharedNode> {
@@ -897,6 +1011,12 @@ struct Outputs {
     /// covers the capture.
     objects_unknown: bool,
     restored_done: Vec<Vec<u8>>,
+    /// Files that changed every time they were copied.
+    mixed: Vec<Vec<u8>>,
+    /// Files to stat again once everything is read ([`Capture::settle`]).
+    settle: Vec<(Vec<u8>, Seen)>,
+    /// The object of every file this capture read and kept.
+    read_objects: Vec<Hash>,
 }
 
 /// Counters bumped from every walker thread: atomics, not the mutex.
@@ -1143,6 +1263,7 @@ pub fn capture(
     writers: &Writers,
 ) -> Result<Capture> {
     let root_meta = root.meta().map_err(Error::os)?;
+    let root_seen = Seen::of_dir(&root_meta);
     let (mirror, scope) = match guide {
         Guide::None => (None, None),
         Guide::Mirror(m) => (Some(m), None),
@@ -1216,6 +1337,14 @@ pub fn capture(
         durable: None,
         durable_changed: false,
         restored_done: out.restored_done,
+        unsettled: out.mixed,
+        settle: {
+            let mut settle = out.settle;
+            settle.push((Vec::new(), root_seen));
+            settle
+        },
+        read_objects: out.read_objects,
+        moved: Vec::new(),
     })
 }
 
@@ -1445,6 +1574,27 @@ impl Walker<'_> {
             if !recent.is_empty() {
                 self.lock_out().recent.extend(recent);
             }
+        }
+        // What must not move before the end for the capture to be of one
+        // moment: the files read here and the directories it listed (an
+        // entry made after the listing moves its directory's times) and,
+        // walked whole, every directory and the neighbours of what it read
+        // (a database's WAL read here, the database itself vouched for by
+        // the cache and written meanwhile).
+        let read_here = recs
+            .iter()
+            .any(|r| matches!(r, Resolved::New(n) if n.entry.kind() == Kind::File));
+        let settle: Vec<(Vec<u8>, Seen)> = recs
+            .iter()
+            .filter(|r| match r.rec().entry.kind() {
+                Kind::File => matches!(r, Resolved::New(_)) || (read_here && !scoped),
+                Kind::Dir => matches!(r, Resolved::New(_)) || !scoped,
+                Kind::Symlink => false,
+            })
+            .map(|r| (join(&rel, &r.rec().entry.name), Seen::of(r.rec())))
+            .collect();
+        if !settle.is_empty() {
+            self.lock_out().settle.extend(settle);
         }
         let skips = self.lock_out().skip_dirs.contains(&rel);
         if let Some(c) = cached
@@ -1754,20 +1904,49 @@ impl Walker<'_> {
                             _ => None,
                         })
                 });
-                match self.hash_file(dir, &name, &path, &meta, prev.as_ref())? {
-                    Hashed::File(entry, racy) => {
-                        let mut rec = CacheRec::new(entry, &meta, self.clock_ns);
-                        rec.racy |= racy;
-                        // The cache vouches for it from now on, in place
-                        // of what the rewind recorded (used or stale).
-                        if !rec.racy && self.restored.contains_key(&path) {
-                            self.lock_out().restored_done.push(path);
+                let mut meta = meta;
+                let mut reads = 1u32;
+                let hashed = loop {
+                    match self.hash_file(dir, &name, &path, &meta, prev.as_ref())? {
+                        Hashed::Mixed(entry) if reads >= READS_OF_A_CHANGING_FILE => {
+                            self.lock_out().mixed.push(path.clone());
+                            break Hashed::File(entry, true);
                         }
-                        Ok(Some(Resolved::New(rec)))
+                        // Read again from a fresh stat: a dev server's
+                        // SQLite database copied while it committed was
+                        // malformed after a rewind to the checkpoint
+                        // (helper-84: 249 of 300 on ext4).
+                        Hashed::Mixed(_) => match dir.stat_at(&name) {
+                            Ok(now) if now.kind == EntryKind::File => {
+                                meta = now;
+                                reads += 1;
+                            }
+                            Ok(_) => break Hashed::NotAFile,
+                            Err(e) if e.is_not_found() => break Hashed::Gone,
+                            Err(e) => return Err(Error::os(e)),
+                        },
+                        other => break other,
                     }
-                    Hashed::Gone => Ok(None),
-                    Hashed::NotAFile => self.resolve_again(here, name, tries),
+                };
+                let (entry, racy) = match hashed {
+                    Hashed::File(entry, racy) => (entry, racy),
+                    // Read as often as allowed, changing each time: kept,
+                    // said, and read again by the next capture.
+                    Hashed::Mixed(entry) => (entry, true),
+                    Hashed::Gone => return Ok(None),
+                    Hashed::NotAFile => return self.resolve_again(here, name, tries),
+                };
+                if let Target::Object(h) = entry.target {
+                    self.lock_out().read_objects.push(h);
                 }
+                let mut rec = CacheRec::new(entry, &meta, self.clock_ns);
+                rec.racy |= racy;
+                // The cache vouches for it from now on, in place of what
+                // the rewind recorded (used or stale).
+                if !rec.racy && self.restored.contains_key(&path) {
+                    self.lock_out().restored_done.push(path);
+                }
+                Ok(Some(Resolved::New(rec)))
             }
             Slot::Link(name, meta) => {
                 let target = match dir.readlink(&name) {
@@ -1960,7 +2139,7 @@ impl Walker<'_> {
         if let Some(r) = restored {
             return Ok(Hashed::File(entry(r.hash, r.size), false));
         }
-        let (hash, size, read) = match self.sink {
+        let (hash, size, read, in_one_instant) = match self.sink {
             Sink::Store(store, blobs) => {
                 let ing = store
                     .ingest(&file, meta.size, blobs, self.store_durable_below_ns, prev)
@@ -1985,13 +2164,13 @@ impl Walker<'_> {
                     }
                     _ => {}
                 }
-                (ing.hash, ing.size, ing.read)
+                (ing.hash, ing.size, ing.read, ing.stored == Stored::Cloned)
             }
             Sink::HashOnly => {
                 let (hash, size) = hash_reader(&mut file).map_err(|e| {
                     Error::os(rewind_platform::Error::new("read", display_path(path), e))
                 })?;
-                (hash, size, size)
+                (hash, size, size, false)
             }
         };
         crate::failpoint::hit("capture:object-stored");
@@ -2000,6 +2179,9 @@ impl Walker<'_> {
             .is_none_or(|a| a.ino != meta.ino || a.ctime_ns != meta.ctime_ns || a.size != size);
         Counters::add(&self.counters.files_hashed, 1);
         Counters::add(&self.counters.bytes_hashed, read);
+        if changed_meanwhile && !in_one_instant {
+            return Ok(Hashed::Mixed(entry(hash, size)));
+        }
         Ok(Hashed::File(entry(hash, size), changed_meanwhile))
     }
 
@@ -2034,6 +2216,9 @@ impl Walker<'_> {
 enum Hashed {
     /// Its entry, and whether it changed while read (then racy).
     File(Entry, bool),
+    /// Read by copying while something wrote it: the bytes may come
+    /// from several moments (a clone is one instant, a copy is not).
+    Mixed(Entry),
     /// Gone, or left out (skipped, with the reason recorded).
     Gone,
     /// No longer a regular file: to be looked at again.

@@ -481,6 +481,8 @@ pub struct Ledger {
     /// that keeps the ledger open (D63) diffs the next capture against
     /// the last one's nodes without reading and verifying them again.
     nodes: std::cell::RefCell<HashMap<Hash, SharedNode>>,
+    /// What `nodes` holds, by [`crate::tree::Node::approx_bytes`].
+    nodes_bytes: std::cell::Cell<usize>,
     /// Opened for reading only, and why ([`Ledger::open_read_only`]).
     access: Access,
     /// SQLite's `data_version` when a read that takes no lock began
@@ -658,8 +660,10 @@ impl Ledger {
     }
 }
 
-/// Past this many nodes the cache starts over (a few MiB at most).
+/// Past this many nodes, or this many bytes of them
+/// ([`crate::tree::Node::approx_bytes`]), the cache starts over.
 const NODE_CACHE_MAX: usize = 4096;
+const NODE_CACHE_MAX_BYTES: usize = 16 << 20;
 
 const CHECKPOINT_COLS: &str = "c.seq, c.id, c.root, c.parent, p.id, c.label, c.kind, c.created_at, c.note, c.stats, c.pruned_at";
 
@@ -874,6 +878,7 @@ impl Ledger {
             conn,
             path: path.to_owned(),
             nodes: Default::default(),
+            nodes_bytes: Default::default(),
             access,
             unsynced: false,
             kept_anchor: std::cell::OnceCell::new(),
@@ -990,6 +995,7 @@ impl Ledger {
             conn,
             path: path.to_owned(),
             nodes: Default::default(),
+            nodes_bytes: Default::default(),
             access: Access::ReadWrite,
             unsynced: false,
             kept_anchor: std::cell::OnceCell::new(),
@@ -1868,19 +1874,30 @@ impl Ledger {
         I: IntoIterator<Item = (Hash, SharedNode)>,
         I::IntoIter: ExactSizeIterator,
     {
-        let nodes = nodes.into_iter();
+        let nodes: Vec<(Hash, SharedNode)> = nodes.into_iter().collect();
+        let bytes: usize = nodes.iter().map(|(_, n)| n.approx_bytes()).sum();
         let mut cache = self.nodes.borrow_mut();
-        if cache.len() + nodes.len() > NODE_CACHE_MAX {
+        let held = self.nodes_bytes.get();
+        if cache.len() + nodes.len() > NODE_CACHE_MAX || held + bytes > NODE_CACHE_MAX_BYTES {
             cache.clear();
+            self.nodes_bytes.set(0);
         }
-        if nodes.len() <= NODE_CACHE_MAX {
-            cache.extend(nodes);
+        if nodes.len() <= NODE_CACHE_MAX && bytes <= NODE_CACHE_MAX_BYTES {
+            for (h, n) in nodes {
+                let b = n.approx_bytes();
+                if let Some(old) = cache.insert(h, n) {
+                    self.nodes_bytes
+                        .set(self.nodes_bytes.get().saturating_sub(old.approx_bytes()));
+                }
+                self.nodes_bytes.set(self.nodes_bytes.get() + b);
+            }
         }
     }
 
     /// After nodes were deleted (gc's sweep).
     pub fn forget_nodes(&self) {
         self.nodes.borrow_mut().clear();
+        self.nodes_bytes.set(0);
     }
 
     /// A node as the ledger holds it now, verified, never from the cache
@@ -3062,5 +3079,27 @@ mod tests {
         ledger.remember_nodes(many);
         assert!(ledger.nodes.borrow().len() <= NODE_CACHE_MAX);
         assert_eq!(ledger.tree(&hash).expect("read after reset"), None);
+    }
+
+    /// Wide nodes bound the cache by their bytes, not their number: a
+    /// server's cache grew by a 5,000-entry directory per checkpoint
+    /// (helper-85).
+    #[test]
+    fn the_node_cache_stays_within_its_bytes_whatever_the_nodes_width() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ledger = Ledger::create(&dir.path().join("ledger.db"), "test").expect("ledger");
+        for i in 0..40u8 {
+            let (hash, node) = one_link_node(&vec![i; 1 << 20]);
+            ledger.remember_nodes([(hash, SharedNode::new(node))]);
+            let held: usize = ledger
+                .nodes
+                .borrow()
+                .values()
+                .map(|n| n.approx_bytes())
+                .sum();
+            assert_eq!(held, ledger.nodes_bytes.get());
+            assert!(held <= NODE_CACHE_MAX_BYTES, "{held} bytes cached");
+        }
+        assert!(ledger.nodes.borrow().len() < 40);
     }
 }

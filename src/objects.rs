@@ -56,6 +56,19 @@ impl NewObjects {
     pub fn keep(mut self) {
         self.keep = true;
     }
+
+    /// The capture was committed, and `kept` holds every object file of
+    /// it that this guard may have seen published
+    /// ([`crate::capture::Capture::objects_kept`]): the others came from
+    /// reads it discarded (a file copied while it was written, read
+    /// again) and go now. A busy database left a copy per read until
+    /// `gc`, and filled ext4.
+    pub fn keep_named(self, kept: &std::collections::HashSet<Hash>) {
+        let mut slot = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(added) = slot.as_mut() {
+            added.retain(|h| !kept.contains(h));
+        }
+    }
 }
 
 impl Drop for NewObjects {

@@ -99,8 +99,10 @@ pub struct RewindReport {
     pub plan: Vec<ChangeJson>,
     pub kept: Vec<Skipped>,
     pub setuid_stripped: Vec<String>,
-    /// Admitted external effects that the tree is now "before" but that no
-    /// rewind can undo (DESIGN §5): `guard` refuses them again.
+    /// Admitted external effects that this rewind went back past and that
+    /// no rewind can undo (DESIGN §5): `guard` refuses them again. Those an
+    /// earlier rewind left behind are not listed again (`rewind effects`
+    /// lists them all).
     pub effects_not_undone: Vec<crate::effects::Effect>,
     pub duration_ms: u64,
     /// Something asked for that was not done, said rather than dropped.
@@ -356,6 +358,19 @@ fn run_to(
     let dopts = DiffOptions {
         compare_mtime: opts.exact_times,
     };
+    // Effects already off the timeline are not this rewind's to report: a
+    // long session listed every one an earlier rewind had left behind,
+    // 212 lines for a one-file rewind (helper-85). `rewind effects`
+    // lists them all.
+    let off_before: std::collections::HashSet<(String, String)> = match opts.dry_run {
+        true => Default::default(),
+        false => ws
+            .ledger()
+            .effects_not_undone()?
+            .into_iter()
+            .map(|e| (e.scope, e.key))
+            .collect(),
+    };
     if opts.dry_run {
         ws.recover_if_needed()?;
         let cap = ws.capture(Sink::HashOnly, "planning")?;
@@ -488,12 +503,14 @@ fn run_to(
     }
     let safety_changes = content_changes(&trees, head.as_ref(), &cap.root)?;
     let overlay = trees.into_overlay();
+    // Object files stored again for the plan: kept with the capture's.
+    let stored_again;
     {
         let _t = crate::trace::span("check space, sync state");
         ws.check_writable_subvolume()?;
         check_space(ws, &changes)?;
         check_objects(ws, &target, &changes)?;
-        store_what_the_plan_replaces(ws, &cap, &changes)?;
+        stored_again = store_what_the_plan_replaces(ws, &cap, &changes)?;
         ws.sync_state(&mut cap)?;
     }
     let before = match before_is_durable {
@@ -575,7 +592,9 @@ fn run_to(
         tx.probe_operations()?;
         Ok(safety)
     })?;
-    new_objects.keep();
+    let mut kept = cap.objects_kept();
+    kept.extend(stored_again);
+    new_objects.keep_named(&kept);
     drop(t);
     ws.commit_dirty()?;
     // The safety snapshot is kept unless HEAD served as the safety
@@ -655,7 +674,12 @@ fn run_to(
     // which waits for any of them faulting on the frozen mount (D264).
     let held_open = held_open.map(|h| h.warning(ws));
     let safety = ws.ledger().checkpoint_by_seq(safety_seq)?;
-    let effects_not_undone = ws.ledger().effects_not_undone()?;
+    let effects_not_undone: Vec<_> = ws
+        .ledger()
+        .effects_not_undone()?
+        .into_iter()
+        .filter(|e| !off_before.contains(&(e.scope.clone(), e.key.clone())))
+        .collect();
     Ok(RewindReport {
         op: op.as_str(),
         rewound_to: target.id.clone(),
@@ -1018,13 +1042,14 @@ fn check_each_object(ws: &Workspace, changes: &[Change]) -> Result<()> {
 /// anyway re-read each replaced file from the live tree, and one another
 /// program had changed since the snapshot no longer hashed to it: a false
 /// `OBJECT_MISSING` that sent the user hunting for damage (D173).
+/// Returns the object files it stored.
 fn store_what_the_plan_replaces(
     ws: &Workspace,
     cap: &crate::capture::Capture,
     changes: &[Change],
-) -> Result<()> {
+) -> Result<Vec<Hash>> {
     if cap.from_snapshot {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let mut stored = Vec::new();
     for c in changes {
@@ -1064,7 +1089,7 @@ fn store_what_the_plan_replaces(
     if !stored.is_empty() {
         ws.store().sync_objects(&stored, 1)?;
     }
-    Ok(())
+    Ok(stored)
 }
 
 /// How many bytes of restored objects a rewind re-hashes before it
@@ -1610,7 +1635,7 @@ fn checkpoint_live_before(
             engine,
         )
     })?;
-    new_objects.keep();
+    new_objects.keep_named(&cap.objects_kept());
     ws.ledger().remember_nodes(overlay);
     ws.commit_dirty()?;
     Ok(ws.ledger().checkpoint_by_seq(seq)?.map(|c| c.id))

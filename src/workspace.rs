@@ -1305,7 +1305,31 @@ impl Workspace {
                 .and_then(durable::State::store_below_ns)
                 .filter(|_| self.root.meta().is_ok_and(|m| self.store.is_on(m.dev))),
         };
-        let mut cap = self.capture_in(&self.root, Tree::Live, sink, clock, message)?;
+        // A checkpoint's files are from one moment: while something moved
+        // after the capture read it, the capture runs again (through the
+        // mount, taking what changed meanwhile too), up to SETTLE_ROUNDS
+        // times and only while one takes less than SETTLE_WITHIN (a first
+        // checkpoint of a big tree is not read three times over for a log
+        // that grows); what still moved is said.
+        let mut round = 1;
+        let mut cap = loop {
+            let started = Instant::now();
+            let mut cap = self.capture_in(&self.root, Tree::Live, sink, clock, message)?;
+            if cap.moved.is_empty() || round == SETTLE_ROUNDS || started.elapsed() > SETTLE_WITHIN {
+                for p in std::mem::take(&mut cap.moved) {
+                    if !cap.unsettled.contains(&p) {
+                        cap.unsettled.push(p);
+                    }
+                }
+                cap.unsettled.sort();
+                break cap;
+            }
+            crate::trace::note(format_args!(
+                "capture: {} paths moved after they were read; read again",
+                cap.moved.len()
+            ));
+            round += 1;
+        };
         cap.durable = durable::State::after_capture(durable.as_ref(), &cap.recent, cap.scoped);
         cap.durable_changed = cap.durable != durable;
         Ok(cap)
@@ -1366,6 +1390,10 @@ impl Workspace {
         // kept outside it: under other rules than the stat cache was
         // written with, everything is walked (D62).
         let same_rules = self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
+        // The mount's set as taken, or the scope a bulk stat gave, to
+        // compare with what either says after the capture.
+        let mut taken = None;
+        let mut bulk_taken = None;
         let (scope, writers) = match &self.mount {
             Some(m) if live => {
                 let _t = crate::trace::span("dirty set");
@@ -1377,6 +1405,7 @@ impl Workspace {
                 // A view's set misses what was written beside it, in the
                 // workspace directory (D123): the stat cache walks.
                 let scope = d.scope.filter(|_| usable && same_rules && !m.is_view());
+                taken = scope.clone();
                 (scope, d.writers)
             }
             _ => (None, capture::Writers::default()),
@@ -1427,7 +1456,9 @@ impl Workspace {
         // The walk engine on XFS: one bulk stat instead of a stat per path (D60).
         let scope = match scope {
             None if live && !distrust && !walk_anyway && !cache.is_empty() => {
-                self.bulkstat_scope(&cache, same_rules)?
+                let scope = self.bulkstat_scope(&cache, same_rules)?;
+                bulk_taken = scope.clone();
+                scope
             }
             s => s,
         };
@@ -1458,6 +1489,28 @@ impl Workspace {
             state_ignores,
             &writers,
         )?;
+        if live && matches!(sink, Sink::Store(..)) {
+            let _t = crate::trace::span("stat what was read again");
+            cap.moved = cap.moved_since_read(dir);
+            // Through the mount, what its daemon saw change meanwhile
+            // beyond what this capture looked at: a commit's new object
+            // in a directory it did not list, named by a ref it read
+            // (helper-84: git's `invalid sha1 pointer` after a rewind).
+            if let (Some(m), Some(taken)) = (&self.mount, &taken) {
+                match m.dirty(false)?.scope {
+                    Some(later) => cap.moved.extend(later.changes_beyond(taken)),
+                    None => cap.moved.push(Vec::new()),
+                }
+            }
+            // On XFS, what a second bulk stat finds changed beyond the
+            // first: the same, for a tree no daemon watches.
+            if let Some(taken) = &bulk_taken {
+                match self.bulkstat_scope(&cache, same_rules)? {
+                    Some(later) => cap.moved.extend(later.changes_beyond(taken)),
+                    None => cap.moved.push(Vec::new()),
+                }
+            }
+        }
         crate::trace::note(format_args!(
             "capture: {} files read ({} bytes), {} restored files taken as written",
             cap.stats.files_hashed, cap.stats.bytes_hashed, cap.stats.files_known_restored
@@ -1874,7 +1927,7 @@ impl Workspace {
             && let Some(h) = head.as_ref().filter(|_| changes == Counts::default())
         {
             self.persist_capture(&mut cap, None)?;
-            new_objects.keep();
+            new_objects.keep_named(&cap.objects_kept());
             self.ledger.remember_nodes(nodes);
             let mut r = self.report(h, &cap, changes, true, started);
             r.pruned = pruned;
@@ -1893,7 +1946,7 @@ impl Workspace {
                 }),
             )?
             .ok_or_else(|| Error::Usage("internal: checkpoint not created".into()))?;
-        new_objects.keep();
+        new_objects.keep_named(&cap.objects_kept());
         self.ledger.remember_nodes(nodes);
         failpoint::hit("checkpoint:after-commit");
         let _t = crate::trace::span("report and retention");
@@ -2061,7 +2114,7 @@ impl Workspace {
             unchanged,
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
-            warnings: Vec::new(),
+            warnings: unsettled_warning(&cap.unsettled).into_iter().collect(),
         }
     }
 
@@ -2398,4 +2451,32 @@ pub(crate) fn insert_checkpoint(
         tx.set_meta("head", &seq.to_string())?;
     }
     Ok(seq)
+}
+
+/// How many times a checkpoint reads the tree while files it read keep
+/// moving before it keeps what it read last, and says so.
+const SETTLE_ROUNDS: u32 = 3;
+
+/// A capture that took longer is not run again for what moved meanwhile
+/// (it is said instead).
+const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What to say of the files a capture could not take from one moment
+/// ([`Capture::unsettled`]).
+fn unsettled_warning(paths: &[Vec<u8>]) -> Option<String> {
+    let (first, more) = paths.split_first()?;
+    let mut named = crate::names::shell_word(&crate::capture::display_path(first));
+    for p in more.iter().take(4) {
+        named.push_str(", ");
+        named.push_str(&crate::names::shell_word(&crate::capture::display_path(p)));
+    }
+    if more.len() > 4 {
+        named.push_str(&format!(" and {} more", more.len() - 4));
+    }
+    Some(format!(
+        "{named} kept changing while this checkpoint read {}: it may hold {} from different moments, which a database does not survive; pause what writes {} and checkpoint again",
+        if more.is_empty() { "it" } else { "them" },
+        if more.is_empty() { "it" } else { "them" },
+        if more.is_empty() { "it" } else { "them" },
+    ))
 }

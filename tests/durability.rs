@@ -606,3 +606,149 @@ fn run_of_rewinds(fs: &LoopFs) {
         &want_a,
     );
 }
+
+/// A database a program commits to while checkpoints are taken, as a dev
+/// server's SQLite in the workspace: every checkpoint opens intact after a
+/// rewind to it (what a power cut would leave), or says which files it may
+/// hold from different moments. On ext4 (copies) 6 of 40 such checkpoints
+/// were silently malformed before the capture checked that nothing it read
+/// had moved (helper-84).
+#[test]
+fn a_database_written_during_checkpoints_is_whole_after_a_rewind_or_named_as_unsettled() {
+    for fs in [Fs::Ext4, Fs::Xfs] {
+        let Some(lfs) = LoopFs::new(fs, 1024) else {
+            return;
+        };
+        let ws = lfs.mnt.join("ws");
+        std::fs::create_dir(&ws).expect("mkdir ws");
+        std::fs::write(ws.join("main.py"), "print(1)\n").expect("write");
+        rewind_json(&ws, &["init"]);
+        let db = ws.join("app.db");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || commit_until(&db, &stop))
+        };
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let mut taken = Vec::new();
+        for i in 0..30 {
+            std::thread::sleep(std::time::Duration::from_millis(40));
+            let r = rewind_json(&ws, &["checkpoint", "-m", &format!("c{i}")]);
+            let warned = r["warnings"].as_array().is_some_and(|w| {
+                w.iter()
+                    .any(|w| w.as_str().is_some_and(|w| w.contains("app.db")))
+            });
+            taken.push((r["id"].as_str().expect("id").to_string(), warned));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let commits = writer.join().expect("writer");
+        assert!(
+            commits > 50,
+            "{}: the writer committed {commits} times",
+            fs.name()
+        );
+        let mut silent = Vec::new();
+        let mut whole = 0;
+        for (id, warned) in &taken {
+            rewind_json(&ws, &["rewind", id]);
+            match database_problem(&db) {
+                None => whole += 1,
+                Some(p) if !warned => silent.push(format!("{id}: {p}")),
+                Some(_) => {}
+            }
+        }
+        assert!(
+            silent.is_empty(),
+            "{}: checkpoints taken while the database was written are not what any moment held, and said nothing:\n{}",
+            fs.name(),
+            silent.join("\n")
+        );
+        assert!(
+            whole >= taken.len() / 2,
+            "{}: only {whole} of {} checkpoints hold a whole database",
+            fs.name(),
+            taken.len()
+        );
+    }
+}
+
+/// Fill the WAL database at `db`, then commit every ~40 ms until `stop`: rows
+/// inserted and deleted, with a counter kept in the same transaction.
+/// Checkpoints of the WAL into the database every 20 pages. The number of
+/// commits.
+fn commit_until(db: &Path, stop: &std::sync::atomic::AtomicBool) -> u64 {
+    let c = rusqlite::Connection::open(db).expect("open app.db");
+    c.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=20; PRAGMA synchronous=NORMAL;
+         CREATE TABLE items(id INTEGER PRIMARY KEY, data BLOB);
+         CREATE TABLE meta(k TEXT PRIMARY KEY, v INT); INSERT INTO meta VALUES('count', 0);",
+    )
+    .expect("schema");
+    // 16 MiB to start with: a copy of it takes long enough for commits
+    // and WAL checkpoints to land in the middle of a capture.
+    c.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4096)
+         INSERT INTO items(data) SELECT randomblob(4096) FROM n",
+        [],
+    )
+    .expect("fill");
+    c.execute("UPDATE meta SET v = 4096", []).expect("count");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut commits = 0;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let tx = c.unchecked_transaction().expect("begin");
+        let mut n: i64 = 0;
+        for _ in 0..1 + next() % 4 {
+            let blob: Vec<u8> = (0..1024 + next() % 7168).map(|_| next() as u8).collect();
+            tx.execute("INSERT INTO items(data) VALUES (?1)", [blob])
+                .expect("insert");
+            n += 1;
+        }
+        if next() % 3 == 0 {
+            n -= tx
+                .execute(
+                    "DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY random() LIMIT 3)",
+                    [],
+                )
+                .expect("delete") as i64;
+        }
+        tx.execute("UPDATE meta SET v = v + ?1 WHERE k = 'count'", [n])
+            .expect("count");
+        tx.commit().expect("commit");
+        commits += 1;
+        std::thread::sleep(std::time::Duration::from_millis(25 + next() % 25));
+    }
+    commits
+}
+
+/// What is wrong with the database at `db`, if anything: SQLite's own
+/// check, and the counter against the rows.
+fn database_problem(db: &Path) -> Option<String> {
+    let c = match rusqlite::Connection::open(db) {
+        Ok(c) => c,
+        Err(e) => return Some(format!("open: {e}")),
+    };
+    let check: String = match c.query_row("PRAGMA integrity_check", [], |r| r.get(0)) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("integrity_check: {e}")),
+    };
+    if check != "ok" {
+        return Some(check);
+    }
+    let counted = c.query_row(
+        "SELECT (SELECT v FROM meta WHERE k = 'count'), (SELECT count(*) FROM items)",
+        [],
+        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+    );
+    match counted {
+        Ok((a, b)) if a == b => None,
+        Ok((a, b)) => Some(format!("counter {a}, rows {b}")),
+        Err(e) => Some(format!("count: {e}")),
+    }
+}
