@@ -447,6 +447,7 @@ fn run_to(
             .map_err(|e| deleted_by_the_rewind(ws, op, &target, opts, e))?,
     };
     failpoint::hit("rewind:captured");
+    let unsettled = crate::workspace::unsettled_warning(&cap.unsettled, "the safety checkpoint");
     // Read before the apply: what it restores gets an older mtime (D275).
     aopts.restored_below_ns = (cap.clock_ns != i64::MIN).then_some(cap.clock_ns);
     // 2. Plan. The capture's new nodes are decoded once and serve the plan,
@@ -703,6 +704,7 @@ fn run_to(
                 )
             }),
             held_open,
+            unsettled,
         ]),
     })
 }

@@ -2114,7 +2114,9 @@ impl Workspace {
             unchanged,
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
-            warnings: unsettled_warning(&cap.unsettled).into_iter().collect(),
+            warnings: unsettled_warning(&cap.unsettled, "this checkpoint")
+                .into_iter()
+                .collect(),
         }
     }
 
@@ -2463,7 +2465,7 @@ const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What to say of the files a capture could not take from one moment
 /// ([`Capture::unsettled`]).
-fn unsettled_warning(paths: &[Vec<u8>]) -> Option<String> {
+pub(crate) fn unsettled_warning(paths: &[Vec<u8>], what: &str) -> Option<String> {
     let (first, more) = paths.split_first()?;
     let mut named = crate::names::shell_word(&crate::capture::display_path(first));
     for p in more.iter().take(4) {
@@ -2474,7 +2476,7 @@ fn unsettled_warning(paths: &[Vec<u8>]) -> Option<String> {
         named.push_str(&format!(" and {} more", more.len() - 4));
     }
     Some(format!(
-        "{named} kept changing while this checkpoint read {}: it may hold {} from different moments, which a database does not survive; pause what writes {} and checkpoint again",
+        "{named} kept changing while {what} read {}: it may hold {} from different moments, which a database does not survive; pause what writes {} and checkpoint again",
         if more.is_empty() { "it" } else { "them" },
         if more.is_empty() { "it" } else { "them" },
         if more.is_empty() { "it" } else { "them" },
