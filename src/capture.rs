@@ -366,6 +366,10 @@ const WRITE_BACK_MAX: u64 = 8 << 20;
 /// and a SQLite database copied during a commit is malformed.
 pub const READS_OF_A_CHANGING_FILE: u32 = 4;
 
+/// A file bigger than this that changed while it was copied is kept as
+/// read, and said, without reading it again.
+const REREAD_MAX: u64 = 64 << 20;
+
 /// A scope naming at most this many directories and entries is small
 /// ([`Scope::is_small`]).
 const SMALL_SCOPE: usize = 64;
@@ -962,6 +966,22 @@ impl Capture {
             })
             .map(|(path, _)| path.clone())
             .collect()
+    }
+
+    /// Take the small objects and chunk lists its store's writer gathered,
+    /// those of reads it discarded left out: a chunk list committed for a
+    /// discarded read named chunk files the commit then removed, and
+    /// `verify --deep` called them damaged (helper-86).
+    pub fn take_stored(&mut self, blobs: Vec<(Hash, Vec<u8>)>, manifests: Vec<(Hash, Vec<u8>)>) {
+        let read: HashSet<&Hash> = self.read_objects.iter().collect();
+        self.blobs = blobs
+            .into_iter()
+            .filter(|(h, _)| read.contains(h))
+            .collect();
+        self.manifests = manifests
+            .into_iter()
+            .filter(|(h, _)| read.contains(h))
+            .collect();
     }
 
     /// The object and chunk files the files this capture read are stored
@@ -1908,7 +1928,11 @@ impl Walker<'_> {
                 let mut reads = 1u32;
                 let hashed = loop {
                     match self.hash_file(dir, &name, &path, &meta, prev.as_ref())? {
-                        Hashed::Mixed(entry) if reads >= READS_OF_A_CHANGING_FILE => {
+                        // A big file is not read four times over: a log
+                        // of a GiB appended to on ext4 is said at once.
+                        Hashed::Mixed(entry)
+                            if reads >= READS_OF_A_CHANGING_FILE || meta.size > REREAD_MAX =>
+                        {
                             self.lock_out().mixed.push(path.clone());
                             break Hashed::File(entry, true);
                         }
@@ -2179,7 +2203,9 @@ impl Walker<'_> {
             .is_none_or(|a| a.ino != meta.ino || a.ctime_ns != meta.ctime_ns || a.size != size);
         Counters::add(&self.counters.files_hashed, 1);
         Counters::add(&self.counters.bytes_hashed, read);
-        if changed_meanwhile && !in_one_instant {
+        // Only what is stored must be of one moment; a read that changed
+        // while hashed for `status` is racy and looked at again next time.
+        if changed_meanwhile && !in_one_instant && matches!(self.sink, Sink::Store(..)) {
             return Ok(Hashed::Mixed(entry(hash, size)));
         }
         Ok(Hashed::File(entry(hash, size), changed_meanwhile))

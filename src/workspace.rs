@@ -1682,8 +1682,7 @@ impl Workspace {
         let _t = crate::trace::span("commit spilled small objects");
         let finished = blobs.finish()?;
         cap.stats.bytes_new += finished.spilled_new_bytes;
-        cap.blobs = finished.buffered;
-        cap.manifests = finished.manifests;
+        cap.take_stored(finished.buffered, finished.manifests);
         Ok(cap)
     }
 
@@ -2467,18 +2466,21 @@ const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// ([`Capture::unsettled`]).
 pub(crate) fn unsettled_warning(paths: &[Vec<u8>], what: &str) -> Option<String> {
     let (first, more) = paths.split_first()?;
-    let mut named = crate::names::shell_word(&crate::capture::display_path(first));
+    // The root is `.`; directories are named as the files are.
+    let name = |p: &[u8]| match p.is_empty() {
+        true => ".".to_string(),
+        false => crate::names::shell_word(&crate::capture::display_path(p)),
+    };
+    let mut named = name(first);
     for p in more.iter().take(4) {
         named.push_str(", ");
-        named.push_str(&crate::names::shell_word(&crate::capture::display_path(p)));
+        named.push_str(&name(p));
     }
     if more.len() > 4 {
         named.push_str(&format!(" and {} more", more.len() - 4));
     }
     Some(format!(
-        "{named} kept changing while {what} read {}: it may hold {} from different moments, which a database does not survive; pause what writes {} and checkpoint again",
-        if more.is_empty() { "it" } else { "them" },
-        if more.is_empty() { "it" } else { "them" },
+        "{named} changed while {what} read the tree, each time it tried: it may hold {} from different moments, which a database or a git repository does not survive; pause what writes there and checkpoint again",
         if more.is_empty() { "it" } else { "them" },
     ))
 }

@@ -647,6 +647,17 @@ fn a_database_written_during_checkpoints_is_whole_after_a_rewind_or_named_as_uns
             "{}: the writer committed {commits} times",
             fs.name()
         );
+        // What the reads it discarded stored is gone, and nothing the
+        // checkpoints name went with it (helper-86: chunk lists of
+        // discarded reads committed, their chunks removed, `DAMAGED`).
+        let deep = rewind(&ws, &["verify", "--deep"]);
+        assert!(
+            deep.status.success(),
+            "{}: verify --deep after checkpoints under a writer: {}{}",
+            fs.name(),
+            String::from_utf8_lossy(&deep.stdout),
+            String::from_utf8_lossy(&deep.stderr)
+        );
         let mut silent = Vec::new();
         let mut whole = 0;
         for (id, warned) in &taken {
