@@ -1874,22 +1874,28 @@ impl Ledger {
         I: IntoIterator<Item = (Hash, SharedNode)>,
         I::IntoIter: ExactSizeIterator,
     {
-        let nodes: Vec<(Hash, SharedNode)> = nodes.into_iter().collect();
-        let bytes: usize = nodes.iter().map(|(_, n)| n.approx_bytes()).sum();
+        let nodes: Vec<(Hash, SharedNode, usize)> = nodes
+            .into_iter()
+            .map(|(h, n)| {
+                let b = n.approx_bytes();
+                (h, n, b)
+            })
+            .collect();
+        let bytes: usize = nodes.iter().map(|&(_, _, b)| b).sum();
         let mut cache = self.nodes.borrow_mut();
-        let held = self.nodes_bytes.get();
-        if cache.len() + nodes.len() > NODE_CACHE_MAX || held + bytes > NODE_CACHE_MAX_BYTES {
+        if cache.len() + nodes.len() > NODE_CACHE_MAX
+            || self.nodes_bytes.get() + bytes > NODE_CACHE_MAX_BYTES
+        {
             cache.clear();
             self.nodes_bytes.set(0);
         }
         if nodes.len() <= NODE_CACHE_MAX && bytes <= NODE_CACHE_MAX_BYTES {
-            for (h, n) in nodes {
-                let b = n.approx_bytes();
-                if let Some(old) = cache.insert(h, n) {
-                    self.nodes_bytes
-                        .set(self.nodes_bytes.get().saturating_sub(old.approx_bytes()));
+            for (h, n, b) in nodes {
+                // Content-addressed: a node held already is this one.
+                if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry(h) {
+                    slot.insert(n);
+                    self.nodes_bytes.set(self.nodes_bytes.get() + b);
                 }
-                self.nodes_bytes.set(self.nodes_bytes.get() + b);
             }
         }
     }

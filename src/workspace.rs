@@ -1316,12 +1316,10 @@ impl Workspace {
             let started = Instant::now();
             let mut cap = self.capture_in(&self.root, Tree::Live, sink, clock, message)?;
             if cap.moved.is_empty() || round == SETTLE_ROUNDS || started.elapsed() > SETTLE_WITHIN {
-                for p in std::mem::take(&mut cap.moved) {
-                    if !cap.unsettled.contains(&p) {
-                        cap.unsettled.push(p);
-                    }
-                }
+                let moved = std::mem::take(&mut cap.moved);
+                cap.unsettled.extend(moved);
                 cap.unsettled.sort();
+                cap.unsettled.dedup();
                 break cap;
             }
             crate::trace::note(format_args!(
@@ -1390,10 +1388,9 @@ impl Workspace {
         // kept outside it: under other rules than the stat cache was
         // written with, everything is walked (D62).
         let same_rules = self.ledger.meta(STAT_CACHE_RULES)?.as_deref() == Some(rules_key.as_str());
-        // The mount's set as taken, or the scope a bulk stat gave, to
-        // compare with what either says after the capture.
-        let mut taken = None;
-        let mut bulk_taken = None;
+        // The scope as the mount's set or a bulk stat gave it, and which,
+        // to compare with what the same source says after the capture.
+        let mut taken: Option<(ScopeFrom, capture::Scope)> = None;
         let (scope, writers) = match &self.mount {
             Some(m) if live => {
                 let _t = crate::trace::span("dirty set");
@@ -1405,7 +1402,7 @@ impl Workspace {
                 // A view's set misses what was written beside it, in the
                 // workspace directory (D123): the stat cache walks.
                 let scope = d.scope.filter(|_| usable && same_rules && !m.is_view());
-                taken = scope.clone();
+                taken = scope.clone().map(|s| (ScopeFrom::Mount, s));
                 (scope, d.writers)
             }
             _ => (None, capture::Writers::default()),
@@ -1457,7 +1454,7 @@ impl Workspace {
         let scope = match scope {
             None if live && !distrust && !walk_anyway && !cache.is_empty() => {
                 let scope = self.bulkstat_scope(&cache, same_rules)?;
-                bulk_taken = scope.clone();
+                taken = scope.clone().map(|s| (ScopeFrom::BulkStat, s));
                 scope
             }
             s => s,
@@ -1492,20 +1489,18 @@ impl Workspace {
         if live && matches!(sink, Sink::Store(..)) {
             let _t = crate::trace::span("stat what was read again");
             cap.moved = cap.moved_since_read(dir);
-            // Through the mount, what its daemon saw change meanwhile
-            // beyond what this capture looked at: a commit's new object
-            // in a directory it did not list, named by a ref it read
-            // (helper-84: git's `invalid sha1 pointer` after a rewind).
-            if let (Some(m), Some(taken)) = (&self.mount, &taken) {
-                match m.dirty(false)?.scope {
-                    Some(later) => cap.moved.extend(later.changes_beyond(taken)),
-                    None => cap.moved.push(Vec::new()),
-                }
-            }
-            // On XFS, what a second bulk stat finds changed beyond the
-            // first: the same, for a tree no daemon watches.
-            if let Some(taken) = &bulk_taken {
-                match self.bulkstat_scope(&cache, same_rules)? {
+            // What the scope's source says changed meanwhile beyond what
+            // this capture looked at: a commit's new object in a directory
+            // it did not list, named by a ref it read (helper-84: git's
+            // `invalid sha1 pointer` after a rewind). The mount's daemon
+            // tells; on XFS a second bulk stat, for a tree none watches.
+            if let Some((from, taken)) = &taken {
+                let later = match (from, &self.mount) {
+                    (ScopeFrom::Mount, Some(m)) => m.dirty(false)?.scope,
+                    (ScopeFrom::Mount, None) => None,
+                    (ScopeFrom::BulkStat, _) => self.bulkstat_scope(&cache, same_rules)?,
+                };
+                match later {
                     Some(later) => cap.moved.extend(later.changes_beyond(taken)),
                     None => cap.moved.push(Vec::new()),
                 }
@@ -2452,6 +2447,14 @@ pub(crate) fn insert_checkpoint(
         tx.set_meta("head", &seq.to_string())?;
     }
     Ok(seq)
+}
+
+/// What gave a capture its scope, asked again once it is done.
+enum ScopeFrom {
+    /// The mount's daemon: its dirty set.
+    Mount,
+    /// An XFS bulk stat against the stat cache (D60).
+    BulkStat,
 }
 
 /// How many times a checkpoint reads the tree while files it read keep
