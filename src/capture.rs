@@ -991,11 +991,7 @@ impl Capture {
         let mut kept: HashSet<Hash> = self.read_objects.iter().copied().collect();
         for (whole, list) in &self.manifests {
             if kept.contains(whole) {
-                for c in list.chunks_exact(32) {
-                    let mut h = [0u8; 32];
-                    h.copy_from_slice(c);
-                    kept.insert(Hash(h));
-                }
+                kept.extend(crate::blobs::decode_manifest(list));
             }
         }
         kept

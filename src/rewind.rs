@@ -511,7 +511,7 @@ fn run_to(
         ws.check_writable_subvolume()?;
         check_space(ws, &changes)?;
         check_objects(ws, &target, &changes)?;
-        stored_again = store_what_the_plan_replaces(ws, &cap, &changes)?;
+        stored_again = store_what_the_plan_replaces(ws, &mut cap, &changes)?;
         ws.sync_state(&mut cap)?;
     }
     let before = match before_is_durable {
@@ -1047,7 +1047,7 @@ fn check_each_object(ws: &Workspace, changes: &[Change]) -> Result<()> {
 /// Returns the object files it stored.
 fn store_what_the_plan_replaces(
     ws: &Workspace,
-    cap: &crate::capture::Capture,
+    cap: &mut crate::capture::Capture,
     changes: &[Change],
 ) -> Result<Vec<Hash>> {
     if cap.from_snapshot {
@@ -1080,13 +1080,19 @@ fn store_what_the_plan_replaces(
             // Not what the capture saw: no copy of that content is left.
             return Err(missing());
         }
+        // A chunked object's chunk list is committed with the capture:
+        // its ledger row may be as gone as its chunk files.
+        let manifests = blobs.finish()?.manifests;
         match (ingested.stored, ingested.unsynced_chunks) {
             (crate::objects::Stored::Chunked, Some(chunks)) => stored.extend(chunks),
             (crate::objects::Stored::Chunked, None) => {
-                stored.extend(ws.store().chunks_of(hash)?.unwrap_or_default())
+                for (_, list) in manifests.iter().filter(|(h, _)| h == hash) {
+                    stored.extend(crate::blobs::decode_manifest(list));
+                }
             }
             _ => stored.push(*hash),
         }
+        cap.manifests.extend(manifests);
     }
     if !stored.is_empty() {
         ws.store().sync_objects(&stored, 1)?;

@@ -381,6 +381,57 @@ fn a_rewind_stores_again_the_live_file_whose_object_went_missing() {
     assert_eq!(v["deep"]["bad"], serde_json::json!([]), "{v}");
 }
 
+/// The same on ext4 for a big file, stored in chunks (D90), whose chunk
+/// files and chunk list are both gone: the rewind wrote the chunks again
+/// but dropped the list it had made, so the content was still nowhere a
+/// checkpoint could read it and `undo` failed OBJECT_MISSING (helper-86's
+/// review, D338). The list is committed with the rewind's capture.
+#[test]
+fn on_ext4_a_rewind_stores_again_a_big_file_whose_chunks_and_chunk_list_went_missing() {
+    let Some(lfs) = LoopFs::new(Fs::Ext4, 512) else {
+        return;
+    };
+    let root = lfs.subdir("ws");
+    let path = root.join("data.bin");
+    let first: Vec<u8> = (0..(2u32 << 20)).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(&path, &first).expect("write");
+    let c1 = rewind_json(&root, &["checkpoint", "c1"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let work: Vec<u8> = (0..(2u32 << 20))
+        .flat_map(|i| (i ^ 0x5a5a_5a5a).to_le_bytes())
+        .collect();
+    std::fs::write(&path, &work).expect("edit");
+    rewind_json(&root, &["checkpoint", "c2"]);
+    let whole = ::rewind::hash::Hash::of(&work);
+    let ledger = rusqlite::Connection::open(root.join(".rewind/ledger.db")).expect("open ledger");
+    let removed = ledger
+        .execute("DELETE FROM chunked WHERE hash = ?1", [&whole.0[..]])
+        .expect("delete the chunk list");
+    assert_eq!(removed, 1, "the work's chunk list was not in the ledger");
+    drop(ledger);
+    let mut chunks = Vec::new();
+    for part in work.chunks(1 << 20) {
+        let hex = ::rewind::hash::Hash::of(part).to_hex();
+        let chunk = root.join(".rewind/objects").join(&hex[..2]).join(&hex[2..]);
+        std::fs::remove_file(&chunk).unwrap_or_else(|e| panic!("rm {}: {e}", chunk.display()));
+        chunks.push(chunk);
+    }
+    rewind_json(&root, &["rewind", &c1]);
+    assert!(std::fs::read(&path).expect("read") == first, "not rewound");
+    for chunk in &chunks {
+        assert!(chunk.exists(), "{} was not stored again", chunk.display());
+    }
+    rewind_json(&root, &["undo"]);
+    assert!(
+        std::fs::read(&path).expect("read") == work,
+        "the work is lost"
+    );
+    let v = rewind_json(&root, &["verify", "--deep"]);
+    assert_eq!(v["deep"]["bad"], serde_json::json!([]), "{v}");
+}
+
 /// A chunk file damaged in the store (cut short by a crash before its
 /// sync, or by hand) is never restored as if it were whole: the rewind
 /// that needs it is refused before it changes anything, naming the file,

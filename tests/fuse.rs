@@ -3825,3 +3825,150 @@ fn a_rule_file_name_that_is_a_directory_does_not_make_every_checkpoint_walk() {
         );
     }
 }
+
+/// An inotify instance watching some directories (libc, as a dev
+/// server's reloader does through its library).
+struct Watch {
+    fd: std::os::fd::OwnedFd,
+    dirs: Vec<(i32, PathBuf)>,
+}
+
+impl Watch {
+    fn new(dirs: &[PathBuf]) -> Watch {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscalls; the fd is owned from here on.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let mut watched = Vec::new();
+        for d in dirs {
+            let c = std::ffi::CString::new(d.as_os_str().as_bytes()).expect("path");
+            let mask = libc::IN_MODIFY
+                | libc::IN_ATTRIB
+                | libc::IN_CLOSE_WRITE
+                | libc::IN_CREATE
+                | libc::IN_DELETE
+                | libc::IN_MOVED_FROM
+                | libc::IN_MOVED_TO;
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid fd and a NUL-terminated path.
+            let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) };
+            assert!(
+                wd >= 0,
+                "watch {}: {}",
+                d.display(),
+                std::io::Error::last_os_error()
+            );
+            watched.push((wd, d.clone()));
+        }
+        Watch { fd, dirs: watched }
+    }
+
+    /// Events read within `wait`, as (watched directory, name, mask),
+    /// until `enough` says so.
+    fn events(
+        &self,
+        wait: std::time::Duration,
+        enough: impl Fn(&[(PathBuf, String, u32)]) -> bool,
+    ) -> Vec<(PathBuf, String, u32)> {
+        use std::os::fd::AsRawFd;
+        let started = std::time::Instant::now();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        while started.elapsed() < wait && !enough(&out) {
+            // SAFETY: reads into a buffer of its length.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
+            let mut at = 0;
+            while at + 16 <= n as usize {
+                let wd = i32::from_ne_bytes(buf[at..at + 4].try_into().expect("wd"));
+                let mask = u32::from_ne_bytes(buf[at + 4..at + 8].try_into().expect("mask"));
+                let len =
+                    u32::from_ne_bytes(buf[at + 12..at + 16].try_into().expect("len")) as usize;
+                let name = &buf[at + 16..at + 16 + len];
+                let name = String::from_utf8_lossy(name)
+                    .trim_end_matches('\0')
+                    .to_string();
+                if let Some((_, d)) = self.dirs.iter().find(|(w, _)| *w == wd) {
+                    out.push((d.clone(), name, mask));
+                }
+                at += 16 + len;
+            }
+        }
+        out
+    }
+}
+
+/// D339: a rewind changes the tree under the mount, and the kernel raises
+/// inotify events only for changes made through it: a dev server's
+/// reloader or an editor watching the mount heard nothing and kept
+/// serving what the rewind had replaced (D333). The daemon now sets the
+/// modification time of each changed path and its directory through the
+/// mount, and answers those requests without changing or marking
+/// anything: the watcher hears of the rewritten file, the restored one
+/// and the directory a file was deleted from, and the next capture reads
+/// nothing (D275 holds).
+#[test]
+fn watchers_of_the_mount_hear_of_what_a_rewind_changed_and_nothing_is_read_again() {
+    let Some((lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let trace = lfs.subdir("trace").join("trace.log");
+    let trace = trace.display().to_string();
+    let env = [("REWIND_TRACE", trace.as_str())];
+    let Some(_m) = MountGuard::with_env(&ws, &env) else {
+        return;
+    };
+    // Of 64 KiB or more: recorded as restored, not read again (D275).
+    for (i, f) in ["d00/f00.txt", "d00/f01.txt"].iter().enumerate() {
+        write(&ws.join(f), &common::pseudo_random(128 << 10, i as u64));
+    }
+    rewind_json(&ws, &["checkpoint", "A"]);
+    write(&ws.join("d00/f00.txt"), b"edited\n");
+    std::fs::remove_file(ws.join("d00/f01.txt")).expect("rm");
+    write(&ws.join("d01/new.txt"), b"new\n");
+    rewind_json(&ws, &["checkpoint", "B"]);
+    let (d00, d01) = (ws.join("d00"), ws.join("d01"));
+    let watch = Watch::new(&[ws.clone(), d00.clone(), d01.clone()]);
+    let before = watch.events(std::time::Duration::from_millis(200), |_| false);
+    assert_eq!(before, [], "events before the rewind");
+    rewind_json(&ws, &["rewind", "A"]);
+    let heard = |seen: &[(PathBuf, String, u32)], dir: &Path, name: &str| {
+        seen.iter()
+            .any(|(d, n, m)| d == dir && n == name && m & libc::IN_MODIFY != 0)
+    };
+    let all = |seen: &[(PathBuf, String, u32)]| {
+        heard(seen, &d00, "f00.txt")
+            && heard(seen, &d00, "f01.txt")
+            && (heard(seen, &d01, "") || heard(seen, &ws, "d01"))
+    };
+    let seen = watch.events(std::time::Duration::from_secs(10), all);
+    assert!(
+        all(&seen),
+        "the watcher did not hear of the rewritten file, the restored one and the directory a file left: {seen:?}"
+    );
+    assert!(!ws.join("d01/new.txt").exists());
+    assert_eq!(
+        common::capture_notes(&ws, &["status"], &env),
+        [(0, 2)],
+        "status read what the rewind restored: an announcement marked it"
+    );
+    assert_eq!(
+        common::capture_notes(
+            &ws,
+            &["status"],
+            &[&env[..], &[("REWIND_ENGINE", "walk")]].concat()
+        ),
+        [(0, 2)],
+        "a walk read what the rewind restored: an announcement changed its stat"
+    );
+    let st = rewind_json(&ws, &["status"]);
+    assert_eq!(st["changes"], serde_json::json!([]), "{st}");
+}

@@ -887,6 +887,63 @@ fn du_counts_a_chunked_files_unique_chunks_per_checkpoint() {
     }
 }
 
+/// D338: `du` merges which checkpoints reach each distinct node along the
+/// tree's edges instead of walking every checkpoint's tree (helper-85: 7.2 s
+/// and 514 MiB at 1,807 checkpoints). Pinned: two identical directories
+/// hold their bytes twice in `logical` (the per-checkpoint walk skipped the
+/// second, as a node it had seen), content one checkpoint holds in two
+/// directories is unique to it, and content two checkpoints hold is unique
+/// to neither.
+#[test]
+fn du_counts_a_subtree_held_twice_twice_and_unique_content_by_who_reaches_it() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    let kib = |n: usize, b: u8| vec![b; n << 10];
+    write(&ws.join("shared.bin"), &kib(3, b's'));
+    // Same bytes and times: one node, named twice.
+    for d in ["a", "b"] {
+        let path = ws.join(d).join("same.bin");
+        write(&path, &kib(5, b'x'));
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| {
+                f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30))
+            })
+            .expect("set mtime");
+    }
+    write(&ws.join("c/one.bin"), &kib(7, b'1'));
+    write(&ws.join("d/also.bin"), &kib(7, b'1'));
+    let first = rewind_json(ws, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    for d in ["c", "d"] {
+        std::fs::remove_dir_all(ws.join(d)).expect("rm");
+    }
+    write(&ws.join("e/two.bin"), &kib(11, b'2'));
+    let second = rewind_json(ws, &["checkpoint"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let du = rewind_json(ws, &["du"]);
+    let row = |id: &str| {
+        du["checkpoints"]
+            .as_array()
+            .expect("checkpoints")
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not in du: {du}"))
+            .clone()
+    };
+    let (one, two) = (row(&first), row(&second));
+    assert_eq!(one["logical"], (3 + 5 + 5 + 7 + 7) << 10, "{one}");
+    assert_eq!(two["logical"], (3 + 5 + 5 + 11) << 10, "{two}");
+    assert_eq!(one["unique"], 7 << 10, "{one}");
+    assert_eq!(two["unique"], 11 << 10, "{two}");
+    assert_eq!(du["total"]["content"], (3 + 5 + 7 + 11) << 10, "{du}");
+}
+
 /// A `rewind.toml` that does not parse silently turned the size budget and
 /// automatic gc off for `checkpoint` (gc and the hooks refused it). The
 /// checkpoint is still taken (a typo must not cost the agent its

@@ -265,6 +265,16 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     };
     drop(lock);
     let _ = sh.notifier.set(session.notifier());
+    // `REWIND_ANNOUNCE=0`: no announcements (to measure them, or for a
+    // watcher whose every event costs a full rebuild).
+    if std::env::var_os("REWIND_ANNOUNCE").is_none_or(|v| v != "0") {
+        match crate::announce::Announcer::start(mountpoint.clone()) {
+            Ok(a) => {
+                let _ = sh.announcer.set(a);
+            }
+            Err(e) => eprintln!("rewind: watchers of the mount will not be told of rewinds: {e}"),
+        }
+    }
     if let (true, Ok(dev)) = (bound, &dev_below) {
         let _ = sh
             .beneath

@@ -101,6 +101,9 @@ pub struct Shared {
     /// Over the workspace itself: whether processes still work in the
     /// directory under the mount (D319).
     pub beneath: OnceLock<Beneath>,
+    /// Raises, through the mount, the events a rewind's changes to the
+    /// backing tree did not (D339).
+    pub announcer: OnceLock<crate::announce::Announcer>,
 }
 
 /// Processes that entered the workspace before it was mounted over keep
@@ -250,6 +253,7 @@ impl Shared {
             plain_opens: AtomicU64::new(0),
             root_casefold,
             beneath: OnceLock::new(),
+            announcer: OnceLock::new(),
         })
     }
 
@@ -546,6 +550,9 @@ impl Shared {
             }
         }
         self.generation.fetch_add(1, Ordering::SeqCst);
+        if let Some(a) = self.announcer.get() {
+            a.send(paths);
+        }
     }
 
     fn invalidate(&self, paths: &[Vec<u8>]) {
@@ -1029,7 +1036,7 @@ impl Filesystem for OverlayFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -1046,6 +1053,18 @@ impl Filesystem for OverlayFs {
         reply: ReplyAttr,
     ) {
         let _g = self.sh.gate.enter();
+        if self
+            .sh
+            .announcer
+            .get()
+            .is_some_and(|a| a.is_announcing(req.pid()))
+        {
+            // Only for the kernel's event (D339): nothing changes.
+            return match self.inode(ino).and_then(|i| self.getattr_of(ino.0, &i)) {
+                Ok(a) => reply.attr(&self.ttl, &a),
+                Err(e) => reply.error(e),
+            };
+        }
         let run = || -> Result<FileAttr, Errno> {
             let i = self.inode(ino)?;
             let path = proc_path(&i.fd);

@@ -12,11 +12,13 @@
 //!   and clients learn a path to the backing tree over the control socket.
 //!
 //! Layout: `inodes` (table keyed by backing (dev, ino)), `dirty` (the
-//! tracker), `gate` (freeze/thaw), `fs` (the request handlers), `control`
+//! tracker), `gate` (freeze/thaw), `announce` (a rewind's changes told to
+//! the mount's watchers), `fs` (the request handlers), `control`
 //! (socket protocol and client), `claim` (one mount per workspace),
 //! `companion` (a process kept running
 //! beside the mount), `daemon` (mount and serve).
 
+mod announce;
 mod claim;
 mod companion;
 mod control;

@@ -1,0 +1,169 @@
+//! Telling the mount's watchers what a rewind changed (D339).
+//!
+//! A rewind changes the backing tree, not the mount, and the kernel raises
+//! inotify and fanotify events only for changes made through the VFS: a
+//! dev server's reloader or an editor watching the mount saw nothing and
+//! kept serving what the rewind had replaced (D333). After each thaw a
+//! thread of the daemon sets the modification time of every changed path,
+//! and of its directory, through the mount. The kernel raises `IN_MODIFY`
+//! for each such `setattr` once the daemon answers it; the daemon knows
+//! the requests by their thread and answers them with the inode's
+//! attributes as they are, changing nothing and marking nothing dirty, so
+//! no checkpoint reads those files again (D275).
+//!
+//! A deleted path has nothing left to touch: its directory's event is
+//! what tells a watcher to look again. Past [`MAX_PATHS`] paths (a rewind
+//! of a whole tree), only directories are announced, then only the root.
+
+use std::collections::BTreeSet;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, mpsc};
+
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+
+/// Paths (or directories) announced one by one after a rewind; past this,
+/// fewer and coarser announcements (each costs a FUSE round trip).
+const MAX_PATHS: usize = 1_000;
+
+/// What a thaw hands the announcing thread: the changed paths, or `None`
+/// for "anywhere".
+type Changed = Option<Vec<Vec<u8>>>;
+
+pub struct Announcer {
+    tx: Mutex<mpsc::Sender<Changed>>,
+    /// The announcing thread's id (0 until it runs): its `setattr`
+    /// requests are announcements, not changes.
+    tid: std::sync::Arc<AtomicU32>,
+}
+
+impl Announcer {
+    /// Start the thread that announces through the mount at `mountpoint`.
+    pub fn start(mountpoint: PathBuf) -> std::io::Result<Announcer> {
+        let (tx, rx) = mpsc::channel::<Changed>();
+        let tid = std::sync::Arc::new(AtomicU32::new(0));
+        let mine = std::sync::Arc::clone(&tid);
+        std::thread::Builder::new()
+            .name("rewind-announce".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let me = unsafe { libc::gettid() };
+                mine.store(me as u32, Ordering::Release);
+                while let Ok(changed) = rx.recv() {
+                    // Opened for each rewind and closed after: an fd held
+                    // into the mount would keep `unmount` from it (busy).
+                    let Ok(root) = rustix::fs::open(
+                        &mountpoint,
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    ) else {
+                        continue;
+                    };
+                    for path in targets(changed.as_deref()) {
+                        touch(&root, &path);
+                    }
+                }
+            })?;
+        Ok(Announcer {
+            tx: Mutex::new(tx),
+            tid,
+        })
+    }
+
+    /// Announce the paths a rewind changed (`None`: anywhere). Never
+    /// blocks the thaw: the thread works after it.
+    pub fn send(&self, changed: Option<&[Vec<u8>]>) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = tx.send(changed.map(<[Vec<u8>]>::to_vec));
+    }
+
+    /// Whether a request from `pid` (the kernel gives the thread's id) is
+    /// an announcement.
+    pub fn is_announcing(&self, pid: u32) -> bool {
+        pid != 0 && self.tid.load(Ordering::Acquire) == pid
+    }
+}
+
+/// What to touch for `changed`: each path, then each directory holding
+/// one; past [`MAX_PATHS`] paths, the directories alone; past as many
+/// directories, the root.
+fn targets(changed: Option<&[Vec<u8>]>) -> Vec<Vec<u8>> {
+    let Some(changed) = changed else {
+        return vec![Vec::new()];
+    };
+    let dirs: BTreeSet<&[u8]> = changed.iter().map(|p| parent(p)).collect();
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    if changed.len() <= MAX_PATHS {
+        out.extend(changed.iter().cloned());
+    }
+    if dirs.len() <= MAX_PATHS {
+        out.extend(dirs.into_iter().map(<[u8]>::to_vec));
+    } else {
+        out.push(Vec::new());
+    }
+    out
+}
+
+fn parent(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => &path[..i],
+        None => b"",
+    }
+}
+
+/// Set `path`'s modification time through the mount: the kernel raises
+/// `IN_MODIFY` once the daemon answers. A path the rewind deleted, or one
+/// this user may not touch, raises nothing, and is left.
+fn touch(root: &OwnedFd, path: &[u8]) {
+    let name: &std::ffi::OsStr = if path.is_empty() {
+        std::ffi::OsStr::new(".")
+    } else {
+        std::ffi::OsStr::from_bytes(path)
+    };
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+    };
+    let _ = rustix::fs::utimensat(root, name, &times, AtFlags::SYMLINK_NOFOLLOW);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_PATHS, targets};
+
+    #[test]
+    fn a_rewind_announces_each_path_and_each_directory_then_only_directories_then_the_root() {
+        let few: Vec<Vec<u8>> = vec![b"a/b/c".to_vec(), b"a/d".to_vec(), b"top".to_vec()];
+        assert_eq!(
+            targets(Some(&few)),
+            vec![
+                b"a/b/c".to_vec(),
+                b"a/d".to_vec(),
+                b"top".to_vec(),
+                b"".to_vec(),
+                b"a".to_vec(),
+                b"a/b".to_vec()
+            ]
+        );
+        let many: Vec<Vec<u8>> = (0..=MAX_PATHS)
+            .map(|i| format!("d{}/f{i}", i % 3).into_bytes())
+            .collect();
+        assert_eq!(
+            targets(Some(&many)),
+            vec![b"d0".to_vec(), b"d1".to_vec(), b"d2".to_vec()]
+        );
+        let spread: Vec<Vec<u8>> = (0..=MAX_PATHS)
+            .map(|i| format!("d{i}/f").into_bytes())
+            .collect();
+        assert_eq!(targets(Some(&spread)), vec![b"".to_vec()]);
+        assert_eq!(targets(None), vec![b"".to_vec()]);
+    }
+}
