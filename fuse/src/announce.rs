@@ -22,7 +22,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, mpsc};
 
-use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+use rustix::fs::{
+    AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT,
+};
 
 /// Paths (or directories) announced one by one after a rewind; past this,
 /// fewer and coarser announcements (each costs a FUSE round trip).
@@ -93,7 +95,7 @@ fn targets(changed: Option<&[Vec<u8>]>) -> Vec<Vec<u8>> {
     let Some(changed) = changed else {
         return vec![Vec::new()];
     };
-    let dirs: BTreeSet<&[u8]> = changed.iter().map(|p| parent(p)).collect();
+    let dirs: BTreeSet<&[u8]> = changed.iter().map(|p| split(p).0).collect();
     let mut out: Vec<Vec<u8>> = Vec::new();
     if changed.len() <= MAX_PATHS {
         out.extend(changed.iter().cloned());
@@ -106,21 +108,46 @@ fn targets(changed: Option<&[Vec<u8>]>) -> Vec<Vec<u8>> {
     out
 }
 
-fn parent(path: &[u8]) -> &[u8] {
+/// (directory, name) of a workspace-relative path; the root's directory
+/// is empty.
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|&b| b == b'/') {
-        Some(i) => &path[..i],
-        None => b"",
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (b"", path),
     }
 }
 
 /// Set `path`'s modification time through the mount: the kernel raises
 /// `IN_MODIFY` once the daemon answers. A path the rewind deleted, or one
-/// this user may not touch, raises nothing, and is left.
+/// this user may not touch, raises nothing, and is left. Its directory is
+/// reached beneath the root with no symlink followed: a directory swapped
+/// for a link since the rewind would otherwise have the daemon (root, as a
+/// rule) set the time of a file outside the mount.
 fn touch(root: &OwnedFd, path: &[u8]) {
-    let name: &std::ffi::OsStr = if path.is_empty() {
+    let (dir, name) = split(path);
+    let opened;
+    let dir_fd = if dir.is_empty() {
+        root
+    } else {
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
+        match rustix::fs::openat2(
+            root,
+            std::ffi::OsStr::from_bytes(dir),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve,
+        ) {
+            Ok(fd) => {
+                opened = fd;
+                &opened
+            }
+            Err(_) => return,
+        }
+    };
+    let name = if name.is_empty() {
         std::ffi::OsStr::new(".")
     } else {
-        std::ffi::OsStr::from_bytes(path)
+        std::ffi::OsStr::from_bytes(name)
     };
     let times = Timestamps {
         last_access: Timespec {
@@ -132,12 +159,50 @@ fn touch(root: &OwnedFd, path: &[u8]) {
             tv_nsec: UTIME_NOW,
         },
     };
-    let _ = rustix::fs::utimensat(root, name, &times, AtFlags::SYMLINK_NOFOLLOW);
+    let _ = rustix::fs::utimensat(dir_fd, name, &times, AtFlags::SYMLINK_NOFOLLOW);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_PATHS, targets};
+    use super::{MAX_PATHS, targets, touch};
+
+    /// A directory swapped for a symlink after the rewind: the file the
+    /// link leads to, outside the tree, keeps its time; a file reached
+    /// through real directories gets a new one.
+    #[test]
+    fn an_announcement_never_follows_a_symlink_out_of_the_tree() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let t = tempfile::tempdir().expect("tempdir");
+        let (root, outside) = (t.path().join("root"), t.path().join("outside"));
+        for d in [root.join("real"), outside.clone()] {
+            std::fs::create_dir_all(&d).expect("mkdir");
+        }
+        std::os::unix::fs::symlink(&outside, root.join("link")).expect("symlink");
+        let old = UNIX_EPOCH + Duration::from_secs(1 << 30);
+        let mtime = |p: &std::path::Path| {
+            std::fs::symlink_metadata(p)
+                .and_then(|m| m.modified())
+                .expect("mtime")
+        };
+        for f in [outside.join("x"), root.join("real/x")] {
+            let file = std::fs::File::create(&f).expect("create");
+            file.set_modified(old).expect("set mtime");
+        }
+        let fd = rustix::fs::open(
+            &root,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open root");
+        touch(&fd, b"link/x");
+        touch(&fd, b"real/x");
+        assert_eq!(mtime(&outside.join("x")), old, "followed the link");
+        assert_ne!(
+            mtime(&root.join("real/x")),
+            old,
+            "the control was not touched"
+        );
+    }
 
     #[test]
     fn a_rewind_announces_each_path_and_each_directory_then_only_directories_then_the_root() {
