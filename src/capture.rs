@@ -968,6 +968,13 @@ impl Capture {
             .collect()
     }
 
+    /// Whether the capture read a file or listed a directory: one that did
+    /// neither holds what the stat cache held, every entry as it was
+    /// before the capture began, which no change meanwhile can tear.
+    pub fn looked_at_anything(&self) -> bool {
+        self.settle.iter().any(|(path, _)| !path.is_empty())
+    }
+
     /// Take the small objects and chunk lists its store's writer gathered,
     /// those of reads it discarded left out: a chunk list committed for a
     /// discarded read named chunk files the commit then removed, and

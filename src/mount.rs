@@ -353,6 +353,12 @@ impl Frozen {
         let set: HashSet<Vec<u8>> = paths.into_iter().collect();
         self.changed = Some(set.into_iter().collect());
     }
+
+    /// What changes from here on is not known (an apply that may stop half
+    /// way): the thaw invalidates everything, unless told what changed.
+    pub fn anything_may_change(&mut self) {
+        self.changed = None;
+    }
 }
 
 impl Drop for Frozen {

@@ -426,6 +426,13 @@ fn run_to(
         let _t = crate::trace::span("freeze");
         ws.freeze()?
     };
+    // Until the apply, nothing changes the tree: a rewind with nothing to
+    // do, or refused, thaws without the daemon forgetting every cached
+    // entry and marking the whole tree dirty (the next checkpoint walked
+    // all of it) or announcing the root to watchers (helper-87, D339).
+    if let Some(f) = frozen.as_mut() {
+        f.changed(Vec::new());
+    }
     // 1. Capture first: the live tree is saved before anything changes
     //    (the btrfs engine snapshots it and builds the manifest right away:
     //    the plan needs it).
@@ -613,6 +620,9 @@ fn run_to(
     // 4. Apply in place. If the tree changed under us (a directory swapped
     //    for a symlink), finish from a fresh capture instead.
     let mut retried_from = None;
+    if let Some(f) = frozen.as_mut() {
+        f.anything_may_change();
+    }
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
         let report = apply_plan(ws, &target.id, &trees, &changes, aopts);

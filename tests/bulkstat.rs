@@ -210,3 +210,32 @@ fn a_tree_spread_thin_over_its_chunks_is_walked() {
     let n = scope_note(&ws, "spread");
     assert!(n.contains("spread over chunks"), "{n}");
 }
+
+/// D336 stats the tree again once a capture has read what changed, with
+/// a second bulk stat here (3–9 ms), to see whether anything moved
+/// meanwhile. A capture that read and listed nothing holds the tree as it
+/// was before it began, which nothing can tear: it is spared the second
+/// (D338). One that read a file still pays it.
+#[test]
+fn a_capture_that_looked_at_nothing_is_spared_the_second_bulk_stat() {
+    let Some((_lfs, ws)) = alone_on_xfs() else {
+        return;
+    };
+    let bulk_stats = |label: &str| {
+        let out = rewind_env(
+            &ws,
+            &["--json", "checkpoint", label],
+            &[("REWIND_TRACE", "1")],
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.contains("note: bulk stat: the capture is scoped"))
+            .count()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(bulk_stats("nothing changed"), 1);
+    write(&ws.join("src/d4/f0.rs"), b"edited\n");
+    assert_eq!(bulk_stats("one edit"), 2);
+    a_full_walk_finds_no_change(&ws, "after the edit");
+}

@@ -486,10 +486,16 @@ fn handle(
                 );
                 ok(text.as_bytes())?;
             }
-            UNMOUNT => match unmount(&ctx.mountpoint) {
-                Ok(()) => ok(&[])?,
-                Err(m) => err(&m)?,
-            },
+            UNMOUNT => {
+                // The announcer holds the mount's root open while it works.
+                let paused = sh.announcer.get().map(|a| a.pause());
+                let r = unmount(&ctx.mountpoint);
+                drop(paused);
+                match r {
+                    Ok(()) => ok(&[])?,
+                    Err(m) => err(&m)?,
+                }
+            }
             _ => err("unknown request")?,
         }
     }
