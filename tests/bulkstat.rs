@@ -146,8 +146,8 @@ fn a_full_walk_finds_no_change(ws: &std::path::Path, what: &str) {
     );
 }
 
-/// The trace note of a checkpoint labelled `label` about the bulk stat.
-fn scope_note(ws: &std::path::Path, label: &str) -> String {
+/// The trace notes about the bulk stat of a checkpoint labelled `label`.
+fn bulk_stat_notes(ws: &std::path::Path, label: &str) -> Vec<String> {
     let out = rewind_env(
         ws,
         &["--json", "checkpoint", label],
@@ -156,9 +156,17 @@ fn scope_note(ws: &std::path::Path, label: &str) -> String {
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stderr)
         .lines()
-        .find(|l| l.contains("note: bulk stat:"))
+        .filter(|l| l.contains("note: bulk stat:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The first of them: how the capture was scoped.
+fn scope_note(ws: &std::path::Path, label: &str) -> String {
+    bulk_stat_notes(ws, label)
+        .into_iter()
+        .next()
         .unwrap_or_default()
-        .to_string()
 }
 
 /// A bulk stat reports a file's size on disk, which lags a write until
@@ -222,15 +230,9 @@ fn a_capture_that_looked_at_nothing_is_spared_the_second_bulk_stat() {
         return;
     };
     let bulk_stats = |label: &str| {
-        let out = rewind_env(
-            &ws,
-            &["--json", "checkpoint", label],
-            &[("REWIND_TRACE", "1")],
-        );
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .filter(|l| l.contains("note: bulk stat: the capture is scoped"))
+        bulk_stat_notes(&ws, label)
+            .iter()
+            .filter(|l| l.contains("the capture is scoped"))
             .count()
     };
     std::thread::sleep(std::time::Duration::from_millis(50));
