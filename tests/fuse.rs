@@ -4099,6 +4099,103 @@ fn a_rewind_with_nothing_to_do_leaves_the_mount_as_it_was() {
         m.status().dirty.is_some(),
         "a rewind that changed nothing marked the whole tree dirty"
     );
+    // An edit elsewhere, then a restore of a file that already is as it
+    // was: the restore's capture took the dirty set and committed nothing.
+    // The count still shows the edit's directory (helper-88: it said 0),
+    // and the next checkpoint has the edit.
+    write(&ws.join("d01/f01.txt"), b"edited\n");
+    let r = rewind_json(&ws, &["restore", "A", "--", "d00/f00.txt"]);
+    assert_eq!(r["safety_checkpoint"], serde_json::Value::Null, "{r}");
+    let dirty = m.status().dirty;
+    assert!(
+        dirty.is_some_and(|n| n >= 1),
+        "the edit waiting for the next checkpoint is not counted: {dirty:?}"
+    );
     write(&ws.join("d00/f00.txt"), b"edited\n");
     checkpoint_matches_a_walk(&ws, "after");
+}
+
+/// helper-88: an unmount refused as busy (a dev server working inside)
+/// paused the announcer and it dropped what it had left: the mount kept
+/// serving, and vite heard 30 of 999 changes and served the old page. What
+/// is left now waits for the unmount, and goes on when the mount stays.
+#[test]
+fn an_unmount_refused_as_busy_does_not_cut_a_rewinds_announcements_short() {
+    let Some((_lfs, ws)) = workspace(10, 100) else {
+        return;
+    };
+    let Some(_m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    rewind_json(&ws, &["checkpoint", "A"]);
+    for d in 0..10 {
+        for f in 0..100 {
+            write(&ws.join(format!("d{d:02}/f{f:02}.txt")), b"edited\n");
+        }
+    }
+    rewind_json(&ws, &["checkpoint", "B"]);
+    let dirs: Vec<PathBuf> = (0..10).map(|d| ws.join(format!("d{d:02}"))).collect();
+    let watch = Watch::new(&dirs);
+    let mut sleeper = Command::new("sleep")
+        .arg("60")
+        .current_dir(ws.join("d00"))
+        .spawn()
+        .expect("spawn sleep");
+    rewind_json(&ws, &["rewind", "A"]);
+    let out = rewind(Path::new("/"), &["unmount", &ws.display().to_string()]);
+    assert!(!out.status.success(), "the unmount is refused: busy");
+    let heard = |seen: &[(PathBuf, String, u32)]| {
+        seen.iter()
+            .filter(|(_, n, m)| n.starts_with('f') && m & libc::IN_MODIFY != 0)
+            .map(|(d, n, _)| (d.clone(), n.clone()))
+            .collect::<BTreeSet<_>>()
+            .len()
+    };
+    let seen = watch.events(std::time::Duration::from_secs(20), |s| heard(s) == 1000);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(
+        heard(&seen),
+        1000,
+        "files heard of after the refused unmount"
+    );
+}
+
+/// helper-88: the announcer checked only that the mountpoint led to some
+/// FUSE filesystem. With another workspace's view bound over it, its
+/// touches reached that daemon, which set the times for real. The root it
+/// opens must be on the device its own mount had.
+#[test]
+fn announcements_never_reach_another_mount_bound_over_the_view() {
+    let Some((lfs, ws)) = workspace(1, 2) else {
+        return;
+    };
+    let other = lfs.subdir("other");
+    write(&other.join("d00/f00.txt"), b"other\n");
+    write(&other.join("d00/f01.txt"), b"other\n");
+    assert!(rewind(&other, &["init", "-q"]).status.success());
+    let (view, view2) = (lfs.mnt.join("view"), lfs.mnt.join("view2"));
+    let _m1 = mount_view(&ws, &view);
+    let _m2 = mount_view(&other, &view2);
+    rewind_json(&ws, &["checkpoint", "A"]);
+    std::fs::write(view.join("d00/f00.txt"), b"edited\n").expect("edit");
+    rewind_json(&ws, &["checkpoint", "B"]);
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);
+    for f in ["d00/f00.txt", "d00/f01.txt"] {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(other.join(f))
+            .expect("open");
+        file.set_modified(old).expect("set mtime");
+    }
+    let _bound = bind(&view2, &view);
+    let watch = Watch::new(&[other.join("d00")]);
+    rewind_json(&ws, &["rewind", "A"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let seen = watch.events(std::time::Duration::from_millis(200), |_| false);
+    assert_eq!(seen, [], "the other workspace's files were touched");
+    let mtime = std::fs::metadata(other.join("d00/f00.txt"))
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    assert_eq!(mtime, old, "the other workspace's file got a new time");
 }

@@ -36,10 +36,6 @@ use rustix::fs::{
 /// with the limit at 1,000 (helper-87).
 const MAX_PATHS: usize = 100_000;
 
-/// `statfs` magic of a FUSE filesystem: the mount's root as this thread
-/// opens it must be one (not something mounted over it since).
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-
 /// What a thaw hands the announcing thread: the changed paths, or `None`
 /// for "anywhere".
 type Changed = Option<Vec<Vec<u8>>>;
@@ -52,12 +48,12 @@ pub struct Announcer {
     /// Held by the thread while it holds the mount's root open; taken by
     /// [`Announcer::pause`].
     busy: Arc<Mutex<()>>,
-    /// Set while paused: the thread drops what it was announcing.
+    /// Set while paused: the thread closes the root and waits.
     paused: Arc<AtomicBool>,
 }
 
-/// The announcer stopped, and holding nothing open in the mount, until
-/// dropped.
+/// The announcer stopped, holding nothing open in the mount, until
+/// dropped; then it goes on where it stopped, if the mount still serves.
 pub struct Paused<'a> {
     _busy: MutexGuard<'a, ()>,
     paused: &'a AtomicBool,
@@ -71,6 +67,10 @@ impl Drop for Paused<'_> {
 
 impl Announcer {
     /// Start the thread that announces through the mount at `mountpoint`.
+    /// It first learns the mount's device (its `stat` waits until the
+    /// session serves): the root it opens for each rewind must be on it,
+    /// not another filesystem mounted over the mountpoint since (another
+    /// daemon's, which would change its files for real, helper-88).
     pub fn start(mountpoint: PathBuf) -> std::io::Result<Announcer> {
         let (tx, rx) = mpsc::channel::<Changed>();
         let tid = Arc::new(AtomicU32::new(0));
@@ -83,21 +83,28 @@ impl Announcer {
                 // SAFETY: gettid has no preconditions.
                 let me = unsafe { libc::gettid() };
                 mine.store(me as u32, Ordering::Release);
+                let Ok(own) = rustix::fs::stat(&mountpoint) else {
+                    return;
+                };
                 while let Ok(changed) = rx.recv() {
-                    let _busy = busy_t.lock().unwrap_or_else(|p| p.into_inner());
-                    if paused_t.load(Ordering::Acquire) {
-                        continue;
-                    }
-                    // Opened for each rewind and closed after: an fd held
-                    // into the mount keeps `unmount` from it (busy).
-                    let Some(root) = open_mount_root(&mountpoint) else {
-                        continue;
-                    };
-                    for path in targets(changed.as_deref()) {
-                        if paused_t.load(Ordering::Acquire) {
-                            break;
+                    let targets = targets(changed.as_deref());
+                    let mut next = 0;
+                    while next < targets.len() {
+                        // An unmount holds `busy` while it runs.
+                        while paused_t.load(Ordering::Acquire) {
+                            std::thread::sleep(std::time::Duration::from_millis(5));
                         }
-                        touch(&root, &path);
+                        let _busy = busy_t.lock().unwrap_or_else(|p| p.into_inner());
+                        // Opened for each run and closed after: an fd held
+                        // into the mount keeps `unmount` from it (busy).
+                        // Gone (unmounted): the rest is dropped.
+                        let Some(root) = open_mount_root(&mountpoint, own.st_dev) else {
+                            break;
+                        };
+                        while next < targets.len() && !paused_t.load(Ordering::Acquire) {
+                            touch(&root, &targets[next]);
+                            next += 1;
+                        }
                     }
                 }
             })?;
@@ -119,7 +126,10 @@ impl Announcer {
     /// Stop announcing and close the mount's root, until the guard is
     /// dropped: an unmount right after a big rewind found the mount busy
     /// with the daemon's own descriptor (helper-87: 20 of 20 after 990
-    /// files). What was being announced is dropped.
+    /// files). What is left to announce waits: an unmount refused as busy
+    /// (a dev server working inside) leaves the mount serving, and its
+    /// watchers must still hear of the rewind (helper-88: vite heard 30 of
+    /// 999 changes and served the old page).
     pub fn pause(&self) -> Paused<'_> {
         self.paused.store(true, Ordering::Release);
         Paused {
@@ -135,16 +145,16 @@ impl Announcer {
     }
 }
 
-/// The mount's root, if `mountpoint` still leads to a FUSE filesystem.
-fn open_mount_root(mountpoint: &Path) -> Option<OwnedFd> {
+/// The mount's root, if `mountpoint` still leads to it (device `own`).
+fn open_mount_root(mountpoint: &Path, own: u64) -> Option<OwnedFd> {
     let root = rustix::fs::open(
         mountpoint,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .ok()?;
-    let fs = rustix::fs::fstatfs(&root).ok()?;
-    (fs.f_type as i64 == FUSE_SUPER_MAGIC).then_some(root)
+    let st = rustix::fs::fstat(&root).ok()?;
+    (st.st_dev == own).then_some(root)
 }
 
 /// What to touch for `changed`: each path, then each directory holding

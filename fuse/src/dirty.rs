@@ -338,12 +338,16 @@ impl Tracker {
         }
     }
 
+    /// Directories the next capture will look at: those a capture took
+    /// and did not commit included (a rewind with nothing to do takes the
+    /// set and commits nothing: the count said 0 with 3 edits waiting,
+    /// helper-88).
     pub fn pending(&self) -> usize {
-        let st = self.lock();
-        if st.current.all {
+        let view = self.take(false);
+        if view.all {
             return usize::MAX;
         }
-        st.current.dirs.len() + st.current.deep.len()
+        view.dirs.len() + view.deep.len()
     }
 }
 
