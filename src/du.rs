@@ -237,34 +237,26 @@ pub fn usage(ws: &Workspace) -> Result<Usage> {
     // whole object gave each version of an 8 MiB file "8 MiB unique, 0 on
     // disk" where 1 MiB was theirs (D117).
     let mut unique_objects: Vec<Vec<(Hash, u64)>> = vec![Vec::new(); live.len()];
-    let mut chunk_owner: HashMap<Hash, (u64, Option<usize>)> = HashMap::new();
-    for (&(o, size), r) in graph.objects.iter().zip(&reach) {
-        let owner = match r {
-            Reach::Only(i) => Some(*i),
-            _ => None,
-        };
+    let mut chunk_reach: HashMap<Hash, (u64, Reach)> = HashMap::new();
+    for (&(o, size), &r) in graph.objects.iter().zip(&reach) {
         match ws.store().stored_chunks(&o, size)? {
             Some(chunks) => {
                 for (c, len) in chunks {
-                    chunk_owner
+                    chunk_reach
                         .entry(c)
-                        .and_modify(|(_, who)| {
-                            if *who != owner {
-                                *who = None;
-                            }
-                        })
-                        .or_insert((len, owner));
+                        .and_modify(|(_, who)| *who = who.and(r))
+                        .or_insert((len, r));
                 }
             }
             None => {
-                if let Some(i) = owner {
+                if let Reach::Only(i) = r {
                     unique_objects[i].push((o, size));
                 }
             }
         }
     }
-    for (c, (len, owner)) in chunk_owner {
-        if let Some(i) = owner {
+    for (c, (len, r)) in chunk_reach {
+        if let Reach::Only(i) = r {
             unique_objects[i].push((c, len));
         }
     }

@@ -29,6 +29,8 @@ use rustix::fs::{
     AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT,
 };
 
+use crate::fs::split;
+
 /// Paths (or directories) announced one by one after a rewind; past this,
 /// fewer and coarser announcements. A touch costs ~30 µs (2,000 in 60 ms
 /// here), and a watcher told only of directories misses what changed in
@@ -175,15 +177,6 @@ fn targets(changed: Option<&[Vec<u8>]>) -> Vec<Vec<u8>> {
         out.push(Vec::new());
     }
     out
-}
-
-/// (directory, name) of a workspace-relative path; the root's directory
-/// is empty.
-fn split(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|&b| b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (b"", path),
-    }
 }
 
 /// Set `path`'s modification time through the mount: the kernel raises

@@ -619,7 +619,9 @@ fn answer(reply: ReplyEmpty, r: Result<(), Errno>) {
     }
 }
 
-fn split(p: &[u8]) -> (&[u8], &[u8]) {
+/// (directory, name) of a workspace-relative path; the root's directory
+/// is empty.
+pub(crate) fn split(p: &[u8]) -> (&[u8], &[u8]) {
     match p.iter().rposition(|&c| c == b'/') {
         Some(i) => (&p[..i], &p[i + 1..]),
         None => (b"", p),
