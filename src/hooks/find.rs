@@ -219,7 +219,7 @@ const DELETERS: &[&str] = &["rm", "unlink", "shred", "truncate"];
 /// The program a simple command runs, by its name: `\rm` and
 /// `/bin/rm` are `rm`.
 fn program_of(cmd: &str) -> String {
-    let words = super::command_words(cmd);
+    let words = super::shell::command_words(cmd);
     let first = words.first().map(String::as_str).unwrap_or_default();
     let first = first.trim_start_matches('\\');
     first.rsplit('/').next().unwrap_or(first).to_string()
@@ -340,13 +340,14 @@ impl Parser<'_> {
                 // and assignments, read as the hook reads any command
                 // (`env X=1 rm`, `timeout 5 rm`, `nice -n 5 rm`, `\rm`).
                 let line: Vec<String> = command.iter().map(|w| shell_word(w)).collect();
-                let (stripped, _) = super::strip_prefixes(&line.join(" "));
+                let (stripped, _) = super::shell::strip_prefixes(&line.join(" "));
                 let program = program_of(&stripped);
                 let recursive = command.iter().any(|c| {
                     c == "--recursive"
                         || c.starts_with('-') && !c.starts_with("--") && c.contains(['r', 'R'])
                 });
-                let in_place = super::history::rewrites_in_place(&super::command_words(&stripped));
+                let in_place =
+                    super::history::rewrites_in_place(&super::shell::command_words(&stripped));
                 match program.as_str() {
                     "mv" => Expr::Deletes { tree: true },
                     // `-exec sed -i … {} +` rewrites every file it is
@@ -360,8 +361,8 @@ impl Parser<'_> {
                     // program, not by a substring: `clang-format` holds
                     // "rm", helper-65).
                     "sh" | "bash" | "zsh" | "dash" | "ksh" => {
-                        let deletes = super::shell_string(&stripped).is_none_or(|script| {
-                            super::runnable_commands(&script).iter().any(|c| {
+                        let deletes = super::shell::shell_string(&stripped).is_none_or(|script| {
+                            super::shell::runnable_commands(&script).iter().any(|c| {
                                 let program = program_of(c);
                                 DELETERS.contains(&program.as_str())
                                     || matches!(
