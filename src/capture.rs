@@ -954,18 +954,35 @@ impl Capture {
     /// server's SQLite database read before a WAL checkpoint with its WAL
     /// read after the restart that followed was malformed after a rewind,
     /// with each file read whole (helper-84).
+    ///
+    /// Each is stat'ed by name in its directory, opened below the root with
+    /// no symlink followed: stat'ed by its whole path, one past PATH_MAX
+    /// (4,096 bytes) failed and read as moved, and the first checkpoint of
+    /// a deep tree read it again and warned of writers with nothing running
+    /// (helper-90); a directory swapped for a symlink led the stat out of
+    /// the tree.
     pub fn moved_since_read(&self, root: &Dir) -> Vec<Vec<u8>> {
-        self.settle
-            .iter()
-            .filter(|(path, seen)| {
-                let now = match path.is_empty() {
-                    true => root.meta(),
-                    false => root.stat_at(OsStr::from_bytes(path)),
-                };
-                !now.is_ok_and(|m| seen.still(&m))
-            })
-            .map(|(path, _)| path.clone())
-            .collect()
+        let mut parent: Option<(&[u8], Option<Dir>)> = None;
+        let mut moved = Vec::new();
+        for (path, seen) in &self.settle {
+            let now = match split_parent(path) {
+                _ if path.is_empty() => root.meta().ok(),
+                (dir, name) => {
+                    if parent.as_ref().is_none_or(|(p, _)| *p != dir) {
+                        let opened = root.open_beneath(Path::new(OsStr::from_bytes(dir))).ok();
+                        parent = Some((dir, opened));
+                    }
+                    parent
+                        .as_ref()
+                        .and_then(|(_, d)| d.as_ref())
+                        .and_then(|d| d.stat_at(OsStr::from_bytes(name)).ok())
+                }
+            };
+            if !now.is_some_and(|m| seen.still(&m)) {
+                moved.push(path.clone());
+            }
+        }
+        moved
     }
 
     /// Whether the capture read a file or listed a directory: one that did

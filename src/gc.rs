@@ -260,10 +260,12 @@ pub fn mark(ws: &Workspace, roots: &[Hash]) -> Result<(HashSet<Hash>, HashSet<Ha
         stack.push(intent.to_root);
     }
     let (mut nodes, mut objects) = (HashSet::new(), HashSet::new());
+    let progress = ws.progress("finding what is kept");
     while let Some(h) = stack.pop() {
         if !nodes.insert(h) {
             continue;
         }
+        progress.inc(1);
         // A node missing here is damage `verify --deep` reports; the sweep
         // only needs to know what is reachable.
         let Some(node) = ledger.tree(&h)? else {
@@ -363,28 +365,37 @@ fn sweep(
             || !dead_manifests.is_empty()
             || !stale_rows.is_empty())
     {
+        // A million small objects: 14 s (helper-89).
+        let progress = ws.progress("freeing ledger rows");
+        progress.set_total((dead_trees.len() + dead_manifests.len() + dead_blobs.len()) as u64);
         ws.ledger_mut().write(|tx| {
             for dir in &stale_rows {
                 tx.delete_stat_cache(dir)?;
             }
             for h in &dead_trees {
                 tx.delete_tree(h)?;
+                progress.inc(1);
             }
             for h in &dead_manifests {
                 tx.delete_manifest(h)?;
+                progress.inc(1);
             }
             for (h, _) in &dead_blobs {
                 tx.delete_blob(h)?;
+                progress.inc(1);
             }
             Ok(())
         })?;
+        progress.finish();
         ws.ledger().forget_nodes();
         crate::failpoint::hit("gc:rows-swept");
     }
+    let progress = ws.progress("freeing object files");
     for (hash, meta) in ws.store().files()? {
         if objects.contains(&hash) {
             continue;
         }
+        progress.inc(1);
         freed.object_files += 1;
         freed.bytes += meta.size;
         freed.allocated += meta.allocated;
@@ -394,7 +405,9 @@ fn sweep(
             crate::failpoint::hit("gc:object-removed");
         }
     }
+    progress.finish();
     if !dry_run {
+        let _giving = ws.progress("giving the ledger's free pages back");
         (freed.ledger_released, freed.ledger_free) = ws.ledger().release_free_pages(give_back)?;
     }
     Ok(freed)

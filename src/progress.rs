@@ -96,7 +96,13 @@ impl Progress {
             delay: delay(),
             done: AtomicBool::new(false),
         });
-        if enabled {
+        if enabled && shared.delay.is_zero() {
+            // At once, drawn here: work shorter than a thread's start
+            // showed no line at all.
+            let bar = shared.bar();
+            bar.tick();
+            bar.enable_steady_tick(Duration::from_millis(100));
+        } else if enabled {
             // The line appears after the delay even when no entry is
             // finished meanwhile (one big file); from then on indicatif's
             // own tick redraws it, with the bytes read so far.
@@ -183,9 +189,20 @@ impl Shared {
             let since = self.hashed_at_start;
             let total = Arc::clone(&self.total);
             let style =
-                ProgressStyle::with_template("{spinner} {msg}: {pos}{of}{read} ({elapsed})")
+                ProgressStyle::with_template("{spinner} {msg}{count}{of}{read} ({elapsed})")
                     .map(|st| {
+                        let total_here = Arc::clone(&total);
+                        // Work that counts nothing (one SQLite call) shows
+                        // its name and time, not ": 0".
                         st.with_key(
+                            "count",
+                            move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                                if s.pos() > 0 || total_here.load(Ordering::Relaxed) > 0 {
+                                    let _ = write!(w, ": {}", s.pos());
+                                }
+                            },
+                        )
+                        .with_key(
                             "of",
                             move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
                                 match total.load(Ordering::Relaxed) {

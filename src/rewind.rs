@@ -27,6 +27,7 @@ use crate::hash::{Hash, Hasher};
 use crate::keep;
 use crate::ledger::{Checkpoint, Intent, Operation};
 use crate::mount::Frozen;
+use crate::progress::Progress;
 use crate::snapshot::{self, Engine};
 use crate::workspace::{
     ChangeJson, NewCheckpoint, Workspace, content_changes, insert_checkpoint, write_capture,
@@ -1010,16 +1011,21 @@ fn check_objects(ws: &Workspace, target: &Checkpoint, changes: &[Change]) -> Res
         });
     }
     let _t = crate::trace::span("check objects");
+    // A million files: seconds before the first restore (helper-89).
+    let checking = ws.progress("checking what it restores");
+    checking.set_total(changes.len() as u64);
     // Re-hash what is restored, up to a budget: a stored object changed in
     // place (same size) was restored as if whole, and the rewind reported
     // success over a wrong tree (D118). Past the budget, presence and
     // length are checked; `verify --deep` re-hashes everything.
-    ws.store().in_one_read(|| check_each_object(ws, changes))
+    ws.store()
+        .in_one_read(|| check_each_object(ws, changes, &checking))
 }
 
-fn check_each_object(ws: &Workspace, changes: &[Change]) -> Result<()> {
+fn check_each_object(ws: &Workspace, changes: &[Change], progress: &Progress) -> Result<()> {
     let mut budget = VERIFY_BUDGET;
     for c in changes {
+        progress.inc(1);
         let Some(e) = c.new.as_ref() else { continue };
         let crate::tree::Target::Object(hash) = &e.target else {
             continue;

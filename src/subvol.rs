@@ -40,6 +40,7 @@ use serde::Serialize;
 
 use crate::capture::STATE_DIR;
 use crate::error::{Error, Result};
+use crate::progress::Progress;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Converted {
@@ -98,12 +99,17 @@ const CONVERT_MAX_DEPTH: usize = 16 << 10;
 /// helper-46, D269). Reserved address space, backed only where touched.
 const CONVERT_STACK: usize = 256 << 20;
 
-pub fn convert(dir: &Path) -> Result<Converted> {
+/// `show_progress`: a line counting the entries cloned, on a terminal
+/// (a million files: a minute, helper-89).
+pub fn convert(dir: &Path, show_progress: bool) -> Result<Converted> {
     std::thread::scope(|s| {
         let worker = std::thread::Builder::new()
             .name("rewind-convert".into())
             .stack_size(CONVERT_STACK)
-            .spawn_scoped(s, || convert_here(dir))
+            .spawn_scoped(s, || {
+                let progress = Progress::new("cloning into the subvolume", show_progress);
+                convert_here(dir, &progress)
+            })
             .map_err(|e| Error::os(rewind_platform::Error::new("start a thread for", dir, e)))?;
         worker
             .join()
@@ -111,7 +117,7 @@ pub fn convert(dir: &Path) -> Result<Converted> {
     })
 }
 
-fn convert_here(dir: &Path) -> Result<Converted> {
+fn convert_here(dir: &Path, progress: &Progress) -> Result<Converted> {
     let dir = dir
         .canonicalize()
         .map_err(|e| Error::os(rewind_platform::Error::new("open", dir, e)))?;
@@ -201,7 +207,8 @@ fn convert_here(dir: &Path) -> Result<Converted> {
                 ..Converted::default()
             };
             let mut links = HashMap::new();
-            copy_tree(&target, &new, &owner, &mut counts, &mut links)?;
+            copy_tree(&target, &new, &owner, &mut counts, &mut links, progress)?;
+            progress.finish();
             // DIR's own flag too, after its entries (helper-38).
             rewind_platform::match_nocow(&target, &new);
             copy_meta_dir(&target, &parent, &tmp, &new, &root, &owner)?;
@@ -608,10 +615,12 @@ fn copy_tree(
     owner: &Owner,
     out: &mut Converted,
     links: &mut HashMap<(u64, u64), (PathBuf, OsString)>,
+    progress: &Progress,
 ) -> Result<()> {
     let mut names = src.entries().map_err(Error::os)?;
     names.sort();
     for name in names {
+        progress.inc(1);
         let meta = src.stat_at(&name).map_err(Error::os)?;
         match meta.kind {
             EntryKind::Dir => {
@@ -620,7 +629,7 @@ fn copy_tree(
                     src.open_dir(&name).map_err(Error::os)?,
                     dst.open_dir(&name).map_err(Error::os)?,
                 );
-                copy_tree(&s, &d, owner, out, links)?;
+                copy_tree(&s, &d, owner, out, links, progress)?;
                 // After its entries, which would otherwise inherit it.
                 rewind_platform::match_nocow(&s, &d);
                 copy_meta_dir(&s, dst, &name, &d, &meta, owner)?;

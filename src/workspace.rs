@@ -1440,10 +1440,7 @@ impl Workspace {
                 let _t = crate::trace::span("read stat cache");
                 match &scope {
                     _ if distrust => Vec::new(),
-                    Some(s) => {
-                        let (dirs, trees) = s.rows();
-                        self.ledger.stat_cache_for(&dirs, &trees)?
-                    }
+                    Some(s) => scoped_stat_cache(&self.ledger, s)?,
                     None => self.ledger.stat_cache()?,
                 }
             };
@@ -2325,6 +2322,38 @@ impl Workspace {
 
 /// What changed between HEAD and `root`, by content, reading nodes through
 /// `trees` (which must hold the capture's new nodes).
+/// The stat-cache rows a scoped capture reads: those of the directories
+/// it lists and of the subtrees it walks, and below a listed directory
+/// that has no row, all of them. Such a directory is listed in full and
+/// each subdirectory it holds walked with its own row: gc drops the row of
+/// a directory whose tree it pruned (D190), the root's among them, and
+/// without the rows below, everything was read again (helper-89: after
+/// `rewind`, `undo` and `gc --keep-last 1 --force` on the btrfs engine, a
+/// 10-edit checkpoint's manifest read 1,000,003 files, 29.8 s; D340).
+fn scoped_stat_cache(
+    ledger: &Ledger,
+    scope: &capture::Scope,
+) -> Result<Vec<capture::StatCacheRow>> {
+    let (dirs, trees) = scope.rows();
+    let mut rows = ledger.stat_cache_for(&dirs, &trees)?;
+    let found: std::collections::HashSet<Vec<u8>> = rows.iter().map(|r| r.dir.clone()).collect();
+    let inside = |path: &[u8], top: &[u8]| {
+        top.is_empty() && !path.is_empty() || capture::is_below(path, top)
+    };
+    // `dirs` is sorted: a directory comes before those below it.
+    let mut rowless: Vec<Vec<u8>> = Vec::new();
+    for d in dirs.iter().filter(|d| !found.contains(*d)) {
+        if !rowless.iter().chain(&trees).any(|top| inside(d, top)) {
+            rowless.push(d.clone());
+        }
+    }
+    if !rowless.is_empty() {
+        let below = ledger.stat_cache_for(&[], &rowless)?;
+        rows.extend(below.into_iter().filter(|r| !found.contains(&r.dir)));
+    }
+    Ok(rows)
+}
+
 pub(crate) fn content_changes(
     trees: &Trees<'_>,
     head: Option<&Checkpoint>,

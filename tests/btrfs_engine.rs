@@ -1629,3 +1629,55 @@ fn a_write_through_one_of_many_hard_links_reaches_every_name() {
         .count();
     assert_eq!(restored, 1000, "every name holds what c2 holds");
 }
+
+/// D340 (helper-89): gc drops the stat-cache row of each directory whose
+/// tree it pruned (D190), the root's among them. A capture scoped by
+/// btrfs's changes then listed the root in full and read every file below
+/// it, the rows of its untouched subdirectories left unread: after
+/// `rewind`, `undo` and `gc --keep-last 1 --force`, a 10-edit checkpoint
+/// of a million files re-hashed all of them (29.8 s). The rows below a
+/// directory without one are read too: only the directories whose rows
+/// went are read again.
+#[test]
+fn a_capture_after_gc_dropped_the_roots_cache_row_reads_only_what_lost_its_row() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subvolume("ws");
+    for d in 0..8 {
+        for f in 0..20 {
+            let text = format!("{d} {f}\n").repeat(40);
+            write(&ws.join(format!("d{d}/f{f}.txt")), text.as_bytes());
+        }
+    }
+    let run = |args: &[&str]| {
+        let out = rewind_env(&ws, &[&["--json"], args].concat(), &INLINE);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let edit = |tag: &str| {
+        for d in [1, 3] {
+            let path = ws.join(format!("d{d}/f7.txt"));
+            let mut text = std::fs::read(&path).expect("read");
+            text.extend_from_slice(tag.as_bytes());
+            write(&path, &text);
+        }
+    };
+    run(&["checkpoint", "r0"]);
+    edit("r1");
+    run(&["rewind", "HEAD"]);
+    run(&["undo"]);
+    run(&["gc", "--keep-last", "1", "--force"]);
+    edit("r2");
+    // d1 and d3 lost their rows with r0's tree: 2 × 20 files.
+    assert_eq!(
+        common::capture_notes(&ws, &["checkpoint", "r2"], &INLINE),
+        [(40, 0)],
+        "read more than the two directories whose rows gc dropped"
+    );
+    let st = rewind_json(&ws, &["status"]);
+    assert!(common::changed_paths(&st).is_empty(), "{st}");
+}

@@ -1117,3 +1117,64 @@ fn one_gc_gives_back_every_free_page_of_the_ledger() {
         "the ledger is {ledger} bytes after one gc"
     );
 }
+
+/// What `rewind ARGS` run in `root` under util-linux's `script` showed on
+/// its terminal, progress lines drawn at once; it must succeed. `None`
+/// where there is no `script` (CI has it).
+fn shown_on_a_terminal(root: &Path, args: &str) -> Option<String> {
+    let out = match std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} {args}", env!("CARGO_BIN_EXE_rewind")),
+            "/dev/null",
+        ])
+        .current_dir(root)
+        .env("REWIND_PROGRESS_DELAY_MS", "0")
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            common::skip_or_fail(&format!(
+                "no `script` (util-linux) to give rewind a terminal: {e}"
+            ));
+            return None;
+        }
+    };
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{args}: {shown}");
+    Some(shown)
+}
+
+/// D341 (helper-89): with a million files, `doctor`'s ledger check ran
+/// 93 s, `gc` 5–14 s, `du` on the btrfs engine 28 s and a rewind's check
+/// of what it restores seconds, each without a word on the terminal. Each
+/// now draws a progress line there, as captures and restores did.
+#[test]
+fn long_maintenance_work_says_what_it_is_doing_on_a_terminal() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for i in 0..40 {
+        write(
+            &root.join(format!("d{}/f{i}.txt", i % 4)),
+            format!("{i}\n").as_bytes(),
+        );
+    }
+    let a = common::checkpoint_id(root, &["a"]);
+    std::fs::remove_dir_all(root.join("d1")).expect("rm");
+    common::checkpoint_id(root, &["b"]);
+    for (args, line) in [
+        (format!("rewind {a}"), "checking what it restores"),
+        ("doctor".to_string(), "checking the ledger"),
+        ("du".to_string(), "reading the checkpoints' trees"),
+        (
+            "gc --keep-last 1 --force".to_string(),
+            "finding what is kept",
+        ),
+        ("gc".to_string(), "giving the ledger's free pages back"),
+    ] {
+        let Some(shown) = shown_on_a_terminal(root, &args) else {
+            return;
+        };
+        assert!(shown.contains(line), "{args}: no {line:?} in {shown:?}");
+    }
+}

@@ -1047,3 +1047,33 @@ fn a_removal_deeper_than_the_descriptor_limit_is_refused_before_it_starts() {
     );
     assert!(!root.join("deep").exists() && root.join("t/f19").exists());
 }
+
+/// D342 (helper-90): once all is read, a capture stats again what it read
+/// (D336), and it did so by each whole path: past PATH_MAX (4,096 bytes)
+/// that stat failed and read as a change, so the first checkpoint of a
+/// deeper tree read it again, three times, and warned that something wrote
+/// it while nothing ran. Each is now stat'ed from its directory.
+#[test]
+fn a_tree_deeper_than_path_max_is_checkpointed_without_a_false_warning() {
+    let dir = common::tmp();
+    let root = dir.path();
+    // 80 levels of 60-byte names: 4,880 bytes down to the leaf.
+    let name = "n".repeat(60);
+    let mut d = rewind_platform::Dir::open(root).expect("open root");
+    for _ in 0..80 {
+        d.mkdir(common::os(name.as_bytes()), 0o755).expect("mkdir");
+        d = d.open_dir(common::os(name.as_bytes())).expect("open");
+    }
+    use std::io::Write;
+    d.create_new(common::os(b"leaf.txt"), 0o644)
+        .expect("create")
+        .write_all(b"deep\n")
+        .expect("write");
+    drop(d);
+    let first = common::rewind_json(root, &["checkpoint", "deep"]);
+    assert_eq!(first["files_hashed"], 1, "the leaf read once: {first}");
+    let warnings = first["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(warnings.is_empty(), "{first}");
+    let again = common::rewind_json(root, &["checkpoint", "again"]);
+    assert_eq!(again["changes"]["added"], 0, "{again}");
+}

@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         return Err(super::not_a_directory(dir));
     }
     let subvolume = if args.subvolume {
-        Some(crate::subvol::convert(&dir)?)
+        Some(crate::subvol::convert(&dir, ctx.progress())?)
     } else {
         None
     };

@@ -196,7 +196,7 @@ impl Ctx {
         }
     }
 
-    fn progress(&self) -> bool {
+    pub(crate) fn progress(&self) -> bool {
         !self.json && !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())
     }
 
