@@ -1923,6 +1923,21 @@ impl Ledger {
         Ok(node)
     }
 
+    /// The bytes a tree node's row holds (0 if there is none): ledger
+    /// space a checkpoint alone reaching the node alone holds (`du`).
+    pub fn tree_bytes(&self, hash: &Hash) -> Result<u64> {
+        let len: Option<i64> = self
+            .conn
+            .cached_row(
+                "SELECT length(data) FROM trees WHERE hash = ?1",
+                [&hash.0[..]],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        Ok(len.unwrap_or(0).max(0) as u64)
+    }
+
     fn read_tree(&self, hash: &Hash) -> Result<Option<SharedNode>> {
         let data: Option<Vec<u8>> = self
             .conn

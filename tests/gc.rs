@@ -1178,3 +1178,41 @@ fn long_maintenance_work_says_what_it_is_doing_on_a_terminal() {
         assert!(shown.contains(line), "{args}: no {line:?} in {shown:?}");
     }
 }
+
+/// D344 (helper-89): a directory's tree node is written whole again when
+/// one of its entries changes, so each checkpoint of a one-byte edit in a
+/// wide directory holds a node of its own (8.25 MiB each at 200,000
+/// entries), which `gc` frees with it, while `du` said "on disk 3.0 KiB".
+/// `du`'s on-disk column counts the nodes only that checkpoint reaches.
+#[test]
+fn du_counts_the_tree_nodes_a_checkpoint_alone_holds_on_disk() {
+    let dir = common::tmp();
+    let ws = dir.path();
+    for i in 0..2000 {
+        write(&ws.join(format!("wide/f{i:04}.txt")), b"x\n");
+    }
+    rewind_json(ws, &["checkpoint", "first"]);
+    let mut ids = Vec::new();
+    for v in 0..3 {
+        write(&ws.join("wide/f0000.txt"), format!("{v}\n").as_bytes());
+        let c = rewind_json(ws, &["checkpoint"]);
+        ids.push(c["id"].as_str().expect("id").to_string());
+    }
+    let du = rewind_json(ws, &["du"]);
+    let rows = du["checkpoints"].as_array().expect("checkpoints");
+    // The middle one: its node of `wide` (2,000 entries) and its root are
+    // its own; its content is 2 bytes.
+    let row = rows
+        .iter()
+        .find(|r| r["id"] == ids[1].as_str())
+        .unwrap_or_else(|| panic!("{} not in du: {du}", ids[1]));
+    assert_eq!(row["unique"], 2, "{row}");
+    let physical = row["unique_physical"].as_u64().expect("physical");
+    assert!(
+        physical > 20 << 10,
+        "2,000 entries' node not counted: {row}"
+    );
+    let freed = rewind_json(ws, &["gc", "--dry-run", "--keep-last", "1", "--force"]);
+    let tree_bytes = freed["freed"]["tree_bytes"].as_u64().expect("tree_bytes");
+    assert!(tree_bytes >= physical, "{freed} vs {row}");
+}

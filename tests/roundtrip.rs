@@ -1077,3 +1077,38 @@ fn a_tree_deeper_than_path_max_is_checkpointed_without_a_false_warning() {
     let again = common::rewind_json(root, &["checkpoint", "again"]);
     assert_eq!(again["changes"]["added"], 0, "{again}");
 }
+
+/// D343 (helper-90): a sparse file's holes are hashed as the zeros they
+/// read as, about a second per GiB, and a file `truncate -s`'d to 1 EiB
+/// (stress-ng's `fsize` leaves one) made a checkpoint run for ever while
+/// every other command waited on its lock. A file with more than 16 GiB of
+/// holes is left out and said; the rest of the tree checkpoints and
+/// rewinds, and the rewind leaves that file as it is.
+#[test]
+fn a_file_of_a_terabyte_of_holes_is_left_out_and_said_not_hashed_for_ever() {
+    let dir = common::tmp();
+    let root = dir.path();
+    write(&root.join("a.txt"), b"kept\n");
+    let big = root.join("disk.img");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(1 << 40))
+        .expect("a sparse file of 1 TiB");
+    let started = std::time::Instant::now();
+    let one = common::rewind_json(root, &["checkpoint", "one"]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the checkpoint hashed the holes: {:?}",
+        started.elapsed()
+    );
+    let skipped = one["skipped"].as_array().cloned().unwrap_or_default();
+    assert_eq!(skipped.len(), 1, "{one}");
+    assert_eq!(skipped[0]["path"], "disk.img", "{one}");
+    let reason = skipped[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("sparse file of 1.0 TiB"), "{reason}");
+    write(&root.join("a.txt"), b"damaged\n");
+    let st = common::rewind_json(root, &["status"]);
+    assert_eq!(common::changed_paths(&st), ["a.txt"], "{st}");
+    common::rewind_json(root, &["rewind", "one"]);
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"kept\n");
+    assert_eq!(std::fs::metadata(&big).expect("stat").len(), 1 << 40);
+}
