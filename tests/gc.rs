@@ -1118,33 +1118,6 @@ fn one_gc_gives_back_every_free_page_of_the_ledger() {
     );
 }
 
-/// What `rewind ARGS` run in `root` under util-linux's `script` showed on
-/// its terminal, progress lines drawn at once; it must succeed. `None`
-/// where there is no `script` (CI has it).
-fn shown_on_a_terminal(root: &Path, args: &str) -> Option<String> {
-    let out = match std::process::Command::new("script")
-        .args([
-            "-qec",
-            &format!("{} {args}", env!("CARGO_BIN_EXE_rewind")),
-            "/dev/null",
-        ])
-        .current_dir(root)
-        .env("REWIND_PROGRESS_DELAY_MS", "0")
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            common::skip_or_fail(&format!(
-                "no `script` (util-linux) to give rewind a terminal: {e}"
-            ));
-            return None;
-        }
-    };
-    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{args}: {shown}");
-    Some(shown)
-}
-
 /// D341 (helper-89): with a million files, `doctor`'s ledger check ran
 /// 93 s, `gc` 5–14 s, `du` on the btrfs engine 28 s and a rewind's check
 /// of what it restores seconds, each without a word on the terminal. Each
@@ -1172,9 +1145,10 @@ fn long_maintenance_work_says_what_it_is_doing_on_a_terminal() {
         ),
         ("gc".to_string(), "giving the ledger's free pages back"),
     ] {
-        let Some(shown) = shown_on_a_terminal(root, &args) else {
+        if !common::has_script() {
             return;
-        };
+        }
+        let shown = common::in_a_terminal(root, &args);
         assert!(shown.contains(line), "{args}: no {line:?} in {shown:?}");
     }
 }

@@ -1949,7 +1949,7 @@ fn list_shows_the_newest_fifty_and_head_and_says_what_it_left_out() {
 /// `script`, so that stderr is a terminal.
 #[test]
 fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
-    if !has_script() {
+    if !common::has_script() {
         return;
     }
     let dir = common::tmp();
@@ -1963,7 +1963,7 @@ fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
             f.write_all(&mib).expect("write");
         }
     }
-    let shown = in_a_terminal(root, "checkpoint big");
+    let shown = common::in_a_terminal(root, "checkpoint big");
     assert!(
         shown.contains("checkpoint") && shown.contains("\"big\""),
         "{shown}"
@@ -1981,7 +1981,7 @@ fn a_long_capture_of_one_big_file_shows_the_bytes_it_has_read() {
 /// counts directories too (helper-76).
 #[test]
 fn a_rewinds_progress_total_is_what_it_deletes_and_writes() {
-    if !has_script() {
+    if !common::has_script() {
         return;
     }
     let dir = common::tmp();
@@ -1996,7 +1996,7 @@ fn a_rewinds_progress_total_is_what_it_deletes_and_writes() {
             write(&root.join(format!("gone/d{d}/f{f}")), b"x");
         }
     }
-    let shown = in_a_terminal(root, "rewind A");
+    let shown = common::in_a_terminal(root, "rewind A");
     // 1 + 3 + 300 deleted; the directory and its 5 files written.
     assert!(shown.contains("6 written, 304 deleted"), "{shown}");
     assert!(
@@ -2004,38 +2004,6 @@ fn a_rewinds_progress_total_is_what_it_deletes_and_writes() {
         "{shown}"
     );
     assert!(!shown.contains("/1 "), "{shown}");
-}
-
-/// Whether util-linux's `script` is there to give rewind a terminal (CI
-/// must have it; elsewhere the test says it skips).
-fn has_script() -> bool {
-    if Command::new("script").arg("--version").output().is_ok() {
-        return true;
-    }
-    eprintln!("SKIPPED: no `script` (util-linux) to give rewind a terminal");
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI needs util-linux's script"
-    );
-    false
-}
-
-/// What `rewind ARGS` run in `root` under `script` showed, stderr a
-/// terminal and progress lines drawn at once; it must succeed.
-fn in_a_terminal(root: &std::path::Path, args: &str) -> String {
-    let out = Command::new("script")
-        .args([
-            "-qec",
-            &format!("{} {args}", env!("CARGO_BIN_EXE_rewind")),
-            "/dev/null",
-        ])
-        .current_dir(root)
-        .env("REWIND_PROGRESS_DELAY_MS", "0")
-        .output()
-        .expect("script");
-    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{shown}");
-    shown
 }
 
 /// D295: `diff --patch` left out a file over the patch limit whose size

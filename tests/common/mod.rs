@@ -1569,3 +1569,31 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Whether util-linux's `script` is there to give rewind a terminal (CI
+/// must have it; elsewhere the test says it skips).
+pub fn has_script() -> bool {
+    if Command::new("script").arg("--version").output().is_ok() {
+        return true;
+    }
+    skip_or_fail("no `script` (util-linux) to give rewind a terminal");
+    false
+}
+
+/// What `rewind ARGS` run in `root` under `script` showed, stderr a
+/// terminal and progress lines drawn at once; it must succeed.
+pub fn in_a_terminal(root: &Path, args: &str) -> String {
+    let out = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} {args}", env!("CARGO_BIN_EXE_rewind")),
+            "/dev/null",
+        ])
+        .current_dir(root)
+        .env("REWIND_PROGRESS_DELAY_MS", "0")
+        .output()
+        .expect("script");
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{args}: {shown}");
+    shown
+}
