@@ -753,10 +753,12 @@ pub fn missing(ws: &Workspace) -> Result<Missing> {
         }
     }
     progress.finish();
+    let progress = ws.progress("checking that every object is stored");
     while let Some((h, owner)) = stack.pop() {
         if !seen.insert(h) {
             continue;
         }
+        progress.inc(1);
         let Some(node) = ws.ledger().tree_uncached(&h)? else {
             out.push(format!("tree node {h} of checkpoint {owner} is missing"));
             continue;

@@ -1450,7 +1450,16 @@ impl Workspace {
         // The walk engine on XFS: one bulk stat instead of a stat per path (D60).
         let scope = match scope {
             None if live && !distrust && !walk_anyway && !cache.is_empty() => {
-                let scope = self.bulkstat_scope(&cache, same_rules)?;
+                // A million inodes: seconds before the walk's own line
+                // (helper-89, D341).
+                let scope = {
+                    let _p = self.progress(if message.is_empty() {
+                        ""
+                    } else {
+                        "looking for what changed"
+                    });
+                    self.bulkstat_scope(&cache, same_rules)?
+                };
                 taken = scope.clone().map(|s| (ScopeFrom::BulkStat, s));
                 scope
             }
