@@ -160,22 +160,9 @@ impl Restoring {
         if clock_ns == i64::MIN {
             return;
         }
-        let mut parent_dir: Option<(Vec<u8>, Dir)> = None;
+        let mut stat = rewind_platform::StatBeneath::new(root);
         for (path, set, hash) in pending {
-            let (parent, name) = split_parent(&path);
-            if parent_dir
-                .as_ref()
-                .is_none_or(|(p, _)| p.as_slice() != parent)
-            {
-                parent_dir = root
-                    .open_beneath(Path::new(OsStr::from_bytes(parent)))
-                    .ok()
-                    .map(|d| (parent.to_vec(), d));
-            }
-            let Some((_, dir)) = &parent_dir else {
-                continue;
-            };
-            let Ok(now) = dir.stat_at(OsStr::from_bytes(name)) else {
+            let Some(now) = stat.stat(&path) else {
                 continue;
             };
             let still = now.kind == EntryKind::File

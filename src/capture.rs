@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
-use rewind_platform::{Dir, EntryKind, Meta, Xattr};
+use rewind_platform::{Dir, EntryKind, Meta, StatBeneath, Xattr};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -973,34 +973,17 @@ impl Capture {
     /// read after the restart that followed was malformed after a rewind,
     /// with each file read whole (helper-84).
     ///
-    /// Each is stat'ed by name in its directory, opened below the root with
-    /// no symlink followed: stat'ed by its whole path, one past PATH_MAX
-    /// (4,096 bytes) failed and read as moved, and the first checkpoint of
-    /// a deep tree read it again and warned of writers with nothing running
-    /// (helper-90); a directory swapped for a symlink led the stat out of
-    /// the tree.
+    /// Each is stat'ed by name in its directory ([`StatBeneath`]): stat'ed
+    /// by its whole path, one past PATH_MAX (4,096 bytes) failed and read
+    /// as moved, and the first checkpoint of a deep tree read it again and
+    /// warned of writers with nothing running (helper-90, D342).
     pub fn moved_since_read(&self, root: &Dir) -> Vec<Vec<u8>> {
-        let mut parent: Option<(&[u8], Option<Dir>)> = None;
-        let mut moved = Vec::new();
-        for (path, seen) in &self.settle {
-            let now = match split_parent(path) {
-                _ if path.is_empty() => root.meta().ok(),
-                (dir, name) => {
-                    if parent.as_ref().is_none_or(|(p, _)| *p != dir) {
-                        let opened = root.open_beneath(Path::new(OsStr::from_bytes(dir))).ok();
-                        parent = Some((dir, opened));
-                    }
-                    parent
-                        .as_ref()
-                        .and_then(|(_, d)| d.as_ref())
-                        .and_then(|d| d.stat_at(OsStr::from_bytes(name)).ok())
-                }
-            };
-            if !now.is_some_and(|m| seen.still(&m)) {
-                moved.push(path.clone());
-            }
-        }
-        moved
+        let mut stat = StatBeneath::new(root);
+        self.settle
+            .iter()
+            .filter(|(path, seen)| !stat.stat(path).is_some_and(|m| seen.still(&m)))
+            .map(|(path, _)| path.clone())
+            .collect()
     }
 
     /// Whether the capture read a file or listed a directory: one that did

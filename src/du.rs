@@ -158,10 +158,12 @@ impl Graph {
                     progress.inc(1);
                     g.index.insert(h, n);
                     g.own_bytes.push(0);
-                    g.node_bytes.push(ws.ledger().tree_bytes(&h)?);
                     g.children.push(Vec::new());
                     let mut subtrees = Vec::new();
-                    if let Some(node) = ws.ledger().tree(&h)? {
+                    let read = ws.ledger().tree_and_row_bytes(&h)?;
+                    g.node_bytes
+                        .push(read.as_ref().map_or(0, |(_, bytes)| *bytes));
+                    if let Some((node, _)) = read {
                         for entry in &node.entries {
                             match entry.target {
                                 Target::Tree(t) => subtrees.push(t),

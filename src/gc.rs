@@ -407,8 +407,10 @@ fn sweep(
     }
     progress.finish();
     if !dry_run {
-        let _giving = ws.progress("giving the ledger's free pages back");
-        (freed.ledger_released, freed.ledger_free) = ws.ledger().release_free_pages(give_back)?;
+        (freed.ledger_released, freed.ledger_free) = ws
+            .saying("giving the ledger's free pages back", || {
+                ws.ledger().release_free_pages(give_back)
+            })?;
     }
     Ok(freed)
 }

@@ -1923,22 +1923,10 @@ impl Ledger {
         Ok(node)
     }
 
-    /// The bytes a tree node's row holds (0 if there is none): ledger
-    /// space a checkpoint alone reaching the node alone holds (`du`).
-    pub fn tree_bytes(&self, hash: &Hash) -> Result<u64> {
-        let len: Option<i64> = self
-            .conn
-            .cached_row(
-                "SELECT length(data) FROM trees WHERE hash = ?1",
-                [&hash.0[..]],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err())?;
-        Ok(len.unwrap_or(0).max(0) as u64)
-    }
-
-    fn read_tree(&self, hash: &Hash) -> Result<Option<SharedNode>> {
+    /// A node as [`Ledger::tree_uncached`] reads it, with the bytes its
+    /// row holds: ledger space that a checkpoint alone reaching the node
+    /// alone holds (`du`, which reads each node once).
+    pub fn tree_and_row_bytes(&self, hash: &Hash) -> Result<Option<(SharedNode, u64)>> {
         let data: Option<Vec<u8>> = self
             .conn
             .cached_row(
@@ -1963,10 +1951,14 @@ impl Ledger {
                     return Err(corrupt(format!("tree node {hash} does not match its hash")));
                 }
                 Node::decode(&canonical)
-                    .map(|n| Some(SharedNode::new(n)))
+                    .map(|n| Some((SharedNode::new(n), d.len() as u64)))
                     .map_err(|e| corrupt(format!("tree node {hash}: {e}")))
             }
         }
+    }
+
+    fn read_tree(&self, hash: &Hash) -> Result<Option<SharedNode>> {
+        Ok(self.tree_and_row_bytes(hash)?.map(|(node, _)| node))
     }
 
     /// The whole stat cache, joined with the nodes it describes.

@@ -990,6 +990,13 @@ impl Workspace {
         Progress::with_observer(message, self.show_progress, self.observer.clone())
     }
 
+    /// `f`, under a progress line named `message` while it runs: work that
+    /// counts nothing (one SQLite call) and may take long (D341).
+    pub(crate) fn saying<T>(&self, message: &'static str, f: impl FnOnce() -> T) -> T {
+        let _line = self.progress(message);
+        f()
+    }
+
     /// Report progress of long work to a machine caller, and let it cancel
     /// captures (see [`Observer`]).
     pub fn set_observer(&mut self, observer: Observer) {
@@ -1452,14 +1459,11 @@ impl Workspace {
             None if live && !distrust && !walk_anyway && !cache.is_empty() => {
                 // A million inodes: seconds before the walk's own line
                 // (helper-89, D341).
-                let scope = {
-                    let _p = self.progress(if message.is_empty() {
-                        ""
-                    } else {
-                        "looking for what changed"
-                    });
-                    self.bulkstat_scope(&cache, same_rules)?
+                let looking = match message.is_empty() {
+                    true => "",
+                    false => "looking for what changed",
                 };
+                let scope = self.saying(looking, || self.bulkstat_scope(&cache, same_rules))?;
                 taken = scope.clone().map(|s| (ScopeFrom::BulkStat, s));
                 scope
             }
@@ -2329,8 +2333,6 @@ impl Workspace {
     }
 }
 
-/// What changed between HEAD and `root`, by content, reading nodes through
-/// `trees` (which must hold the capture's new nodes).
 /// The stat-cache rows a scoped capture reads: those of the directories
 /// it lists and of the subtrees it walks, and below a listed directory
 /// that has no row, all of them. Such a directory is listed in full and
@@ -2363,6 +2365,8 @@ fn scoped_stat_cache(
     Ok(rows)
 }
 
+/// What changed between HEAD and `root`, by content, reading nodes through
+/// `trees` (which must hold the capture's new nodes).
 pub(crate) fn content_changes(
     trees: &Trees<'_>,
     head: Option<&Checkpoint>,

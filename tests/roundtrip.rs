@@ -1058,18 +1058,7 @@ fn a_tree_deeper_than_path_max_is_checkpointed_without_a_false_warning() {
     let dir = common::tmp();
     let root = dir.path();
     // 80 levels of 60-byte names: 4,880 bytes down to the leaf.
-    let name = "n".repeat(60);
-    let mut d = rewind_platform::Dir::open(root).expect("open root");
-    for _ in 0..80 {
-        d.mkdir(common::os(name.as_bytes()), 0o755).expect("mkdir");
-        d = d.open_dir(common::os(name.as_bytes())).expect("open");
-    }
-    use std::io::Write;
-    d.create_new(common::os(b"leaf.txt"), 0o644)
-        .expect("create")
-        .write_all(b"deep\n")
-        .expect("write");
-    drop(d);
+    common::nest_named(root, "n".repeat(60).as_bytes(), 80, b"deep\n");
     let first = common::rewind_json(root, &["checkpoint", "deep"]);
     assert_eq!(first["files_hashed"], 1, "the leaf read once: {first}");
     let warnings = first["warnings"].as_array().cloned().unwrap_or_default();

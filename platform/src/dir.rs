@@ -892,6 +892,45 @@ pub fn check_relative(rel: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Stats entries below a root by name in their directory, opened beneath
+/// the root with no symlink followed and no mount crossed: a whole path
+/// past PATH_MAX cannot be stat'ed at all, and one through a directory
+/// swapped for a symlink leads out of the tree. The last directory stays
+/// open, so paths that come grouped by directory open each once, and
+/// nothing else is held (thousands of paths need no descriptor each).
+pub struct StatBeneath<'r> {
+    root: &'r Dir,
+    /// The last directory asked for, and what opening it gave.
+    last: Option<(Vec<u8>, Option<Dir>)>,
+}
+
+impl<'r> StatBeneath<'r> {
+    pub fn new(root: &'r Dir) -> StatBeneath<'r> {
+        StatBeneath { root, last: None }
+    }
+
+    /// The stat of `path` (relative, `/`-separated; empty: the root), no
+    /// symlink followed; `None` when it cannot be had.
+    pub fn stat(&mut self, path: &[u8]) -> Option<Meta> {
+        if path.is_empty() {
+            return self.root.meta().ok();
+        }
+        let (dir, name) = match path.iter().rposition(|&c| c == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&path[..0], path),
+        };
+        if self.last.as_ref().is_none_or(|(p, _)| p.as_slice() != dir) {
+            let opened = self
+                .root
+                .open_beneath(Path::new(OsStr::from_bytes(dir)))
+                .ok();
+            self.last = Some((dir.to_vec(), opened));
+        }
+        let (_, opened) = self.last.as_ref()?;
+        opened.as_ref()?.stat_at(OsStr::from_bytes(name)).ok()
+    }
+}
+
 /// Give `file` (at `path`) `len` bytes of real blocks from offset 0
 /// (`fallocate`): a reserve whose removal frees that much on any
 /// filesystem, copy-on-write ones included.

@@ -29,8 +29,8 @@ pub use clone::{
     set_direct_io, start_writeback, write_sparse,
 };
 pub use dir::{
-    Dir, EntryKind, Meta, RenameMode, Within, allocate, check_relative, create_in_place_file,
-    file_set_mode, file_set_mtime, lexical, ns_since_epoch, resolve_existing,
+    Dir, EntryKind, Meta, RenameMode, StatBeneath, Within, allocate, check_relative,
+    create_in_place_file, file_set_mode, file_set_mtime, lexical, ns_since_epoch, resolve_existing,
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, Mapped, extents, mapping, next_data, same_blocks_prefix};

@@ -333,11 +333,8 @@ fn report(ctx: &Ctx) -> Result<bool> {
         durability,
         ledger: Ledger {
             path: ws.ledger().path().display().to_string(),
-            integrity: {
-                // 93 s for a 3.5 GB ledger (helper-89): said, not silent.
-                let _checking = ws.progress("checking the ledger");
-                ws.ledger().integrity_check()?
-            },
+            // 93 s for a 3.5 GB ledger (helper-89): said, not silent.
+            integrity: ws.saying("checking the ledger", || ws.ledger().integrity_check())?,
             checkpoints: ws.ledger().count("checkpoints")?,
             tree_nodes: ws.ledger().count("trees")?,
             pending_rewind: ws.ledger().intent()?.is_some(),

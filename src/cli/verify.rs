@@ -137,22 +137,15 @@ pub(crate) fn check(ctx: &Ctx, args: &Args) -> Result<Out> {
     let deep = if args.deep {
         // Each a line of its own on a terminal: a million small files took
         // 9 s without one (helper-89, D341).
-        let (tree_nodes, bad_trees) = {
-            let _p = ws.progress("re-hashing tree nodes");
-            ws.ledger().bad_tree_nodes()?
-        };
-        let (small_objects, bad_blobs) = {
-            let _p = ws.progress("re-hashing small objects");
-            ws.ledger().bad_blobs()?
-        };
-        let (object_files, bad_files) = {
-            let _p = ws.progress("re-hashing object files");
-            ws.store().verify_files()?
-        };
-        let bad_chunked = {
-            let _p = ws.progress("re-hashing chunked objects");
-            ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)?
-        };
+        let (tree_nodes, bad_trees) =
+            ws.saying("re-hashing tree nodes", || ws.ledger().bad_tree_nodes())?;
+        let (small_objects, bad_blobs) =
+            ws.saying("re-hashing small objects", || ws.ledger().bad_blobs())?;
+        let (object_files, bad_files) =
+            ws.saying("re-hashing object files", || ws.store().verify_files())?;
+        let bad_chunked = ws.saying("re-hashing chunked objects", || {
+            ws.store().bad_manifests(&ws.ledger().chunk_manifests()?)
+        })?;
         // Each named with a file that holds it: a hash alone told no one
         // what was affected (helper-74).
         let damaged: Vec<Hash> = bad_blobs

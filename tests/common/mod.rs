@@ -715,10 +715,15 @@ pub fn os(b: &[u8]) -> &OsStr {
 /// A chain of `levels` directories `d/d/…` below `root` with `leaf.txt`
 /// at the bottom, made fd-relative (its path may pass PATH_MAX).
 pub fn nest(root: &Path, levels: usize, leaf: &[u8]) {
+    nest_named(root, b"d", levels, leaf);
+}
+
+/// [`nest`] with directories called `name`.
+pub fn nest_named(root: &Path, name: &[u8], levels: usize, leaf: &[u8]) {
     let mut dir = rewind_platform::Dir::open(root).expect("open root");
     for _ in 0..levels {
-        let _ = dir.mkdir(os(b"d"), 0o755);
-        dir = dir.open_dir(os(b"d")).expect("open d");
+        let _ = dir.mkdir(os(name), 0o755);
+        dir = dir.open_dir(os(name)).expect("open a level");
     }
     use std::io::Write;
     dir.create_new(os(b"leaf.txt"), 0o644)
