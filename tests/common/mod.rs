@@ -1250,9 +1250,20 @@ pub fn wait_stopped(pid: u32) {
 /// `rewind ARGS` in `cwd`, its output piped, stopped (SIGSTOP) at the
 /// named failpoint: returned once it is. [`resume`] lets it go on.
 pub fn spawn_stopped_at(cwd: &Path, args: &[&str], failpoint: &str) -> std::process::Child {
+    spawn_stopped_at_with(cwd, args, failpoint, &[])
+}
+
+/// [`spawn_stopped_at`] with more environment variables set.
+pub fn spawn_stopped_at_with(
+    cwd: &Path,
+    args: &[&str],
+    failpoint: &str,
+    envs: &[(&str, &str)],
+) -> std::process::Child {
     let child = Command::new(env!("CARGO_BIN_EXE_rewind"))
         .current_dir(cwd)
         .args(args)
+        .envs(envs.iter().copied())
         .env("REWIND_FAILPOINT", failpoint)
         .env("REWIND_FAILPOINT_ACTION", "stop")
         .stdout(std::process::Stdio::piped())
