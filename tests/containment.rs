@@ -1659,3 +1659,51 @@ fn a_directory_this_user_cannot_reach_is_named_as_such() {
     assert!(err.contains("cannot be reached by this user"), "{err}");
     assert!(!err.contains("does not exist"), "{err}");
 }
+
+/// D346: a checkpoint reads files without setting their access time.
+/// Under the default `relatime`, the first read of a file written since
+/// its last access set it: a checkpoint told mail readers new mail had
+/// been read, and `find -atime` that every edited file had been used. A
+/// user cannot ask that of a file they do not own (`O_NOATIME` is
+/// refused): it is read all the same.
+#[test]
+fn a_checkpoint_leaves_access_times_alone_and_still_reads_what_it_does_not_own() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = tmp_others_can_enter() else {
+        return;
+    };
+    let root = dir.path().join("ws");
+    for f in ["mbox", "probe", "roots.txt"] {
+        write(&root.join(f), format!("{f}\n").as_bytes());
+    }
+    common::give_to_nobody(&root);
+    std::os::unix::fs::chown(root.join("roots.txt"), Some(0), Some(0)).expect("chown");
+    // Read since last written: older than the mtime, as new mail is.
+    let long_ago = |f: &str| {
+        let st = Command::new("touch")
+            .args(["-a", "-d", "@1000000000"])
+            .arg(root.join(f))
+            .status()
+            .expect("touch");
+        assert!(st.success());
+    };
+    let atime = |f: &str| std::fs::metadata(root.join(f)).expect("stat").atime();
+    long_ago("probe");
+    as_nobody(&root, "cat probe > /dev/null");
+    if atime("probe") == 1_000_000_000 {
+        common::skip_or_fail("this filesystem sets no access time on a read (noatime)");
+        return;
+    }
+    long_ago("mbox");
+    long_ago("roots.txt");
+    let bin = env!("CARGO_BIN_EXE_rewind");
+    as_nobody(&root, &format!("{bin} checkpoint -q first"));
+    assert_eq!(atime("mbox"), 1_000_000_000, "the checkpoint set mbox's atime");
+    // Read all the same: the checkpoint holds its bytes.
+    std::fs::remove_file(root.join("roots.txt")).expect("rm");
+    as_nobody(&root, &format!("{bin} restore -q first -- roots.txt"));
+    assert_eq!(
+        std::fs::read(root.join("roots.txt")).expect("read"),
+        b"roots.txt\n"
+    );
+}
