@@ -1408,6 +1408,81 @@ fn scenario_a(
     }
 }
 
+/// Drop the kernel's page, dentry and inode caches (root only): what a
+/// tree looks like after a reboot or after other work pushed it out.
+fn drop_caches(work: &Path) {
+    settle(work);
+    fs::write("/proc/sys/vm/drop_caches", "3")
+        .unwrap_or_else(|e| panic!("write /proc/sys/vm/drop_caches: {e}"));
+}
+
+/// (a2) The first checkpoint with nothing of the tree in memory: each
+/// stat and each small file's read waits for the device (D345). Root only
+/// (dropping the caches needs it). Baselines, each after its own drop:
+/// `cp -a --reflink` (metadata only) and `tar -c` of the tree to a pipe,
+/// which reads every file once, as a copying backup does.
+fn scenario_a_cold(args: &Args, work: &Path, template: &Path, tree: &Tree) -> Option<Scenario> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("bench: [a2] skipped: dropping the page cache needs root");
+        return None;
+    }
+    let ws = work.join("ws-a2");
+    let cp_dst = work.join("cp-a2");
+    let mut rw = Series::default();
+    let mut cp = Series::default();
+    let mut tar = Series::default();
+    let expected_min_added = tree.small.len() as u64 + 1;
+    for r in 0..args.runs {
+        eprintln!(
+            "bench: [a2] first checkpoint, caches dropped, run {}/{}",
+            r + 1,
+            args.runs
+        );
+        copy_tree(template, &ws);
+        drop_caches(work);
+        let m = run(rewind_cmd(&ws).args(["checkpoint", "bench-cold", "--json"]));
+        let v = m.json();
+        let (added, _, _) = counts(&v, "a2: first checkpoint, caches dropped");
+        assert!(added >= expected_min_added, "a2: {added} added: {v}");
+        rw.push(m.ms(), m.maxrss_kib);
+        rw.self_reported(&v);
+        rm_rf(&ws);
+        drop_caches(work);
+        let m = run(cmd(
+            "cp",
+            [
+                OsStr::new("-a"),
+                OsStr::new("--reflink=auto"),
+                template.as_os_str(),
+                cp_dst.as_os_str(),
+            ],
+        ));
+        cp.push(m.ms(), m.maxrss_kib);
+        rm_rf(&cp_dst);
+        drop_caches(work);
+        let script = format!("tar -cf - -C '{}' . | cat > /dev/null", template.display());
+        let m = run(cmd("sh", [OsStr::new("-c"), OsStr::new(&script)]));
+        tar.push(m.ms(), m.maxrss_kib);
+    }
+    Some(Scenario {
+        id: "a2",
+        name: "a2. first checkpoint, page cache dropped".into(),
+        rewind: rw,
+        baselines: vec![
+            Baseline {
+                name: "`cp -a --reflink=auto`, caches dropped".into(),
+                series: cp,
+            },
+            Baseline {
+                name: "`tar -c` of the tree to a pipe, caches dropped".into(),
+                series: tar,
+            },
+        ],
+        detail: Value::Null,
+    })
+}
+
 /// Long-lived workspaces for scenarios b–d: one for rewind, one for git
 /// and, when rsync is installed, one for rsync (used in b; its snapshots go
 /// to `rsync_snaps`, outside the workspace).
@@ -5440,6 +5515,7 @@ fn main() {
             rsync,
             &mut facts,
         ));
+        scenarios.extend(scenario_a_cold(&args, &work, &template, &tree));
     }
     let mut scen_h = Vec::new();
     if "bcdeh".chars().any(|c| args.wants(c)) {
@@ -5648,7 +5724,7 @@ fn main() {
          The rewind times include process start, the implicit `init` in (a), and in (d) the \
          pre-rewind safety checkpoint and durability syncs; the git baselines do no fsync by \
          default, `git init` is not timed, and (d)'s baseline saves nothing before restoring. \
-         Every (d) restore, rewind's and git's, was verified file by file (SHA-256) against the target."
+         Every (d) restore, rewind's and git's, was verified file by file (SHA-256) against the target.          (a2), as root only, is (a) with the kernel's caches dropped (`drop_caches`) before each timed          command, its baselines' included: every stat and read goes to the device, as after a reboot."
     );
     let _ = writeln!(
         md,

@@ -1698,7 +1698,11 @@ fn a_checkpoint_leaves_access_times_alone_and_still_reads_what_it_does_not_own()
     long_ago("roots.txt");
     let bin = env!("CARGO_BIN_EXE_rewind");
     as_nobody(&root, &format!("{bin} checkpoint -q first"));
-    assert_eq!(atime("mbox"), 1_000_000_000, "the checkpoint set mbox's atime");
+    assert_eq!(
+        atime("mbox"),
+        1_000_000_000,
+        "the checkpoint set mbox's atime"
+    );
     // Read all the same: the checkpoint holds its bytes.
     std::fs::remove_file(root.join("roots.txt")).expect("rm");
     as_nobody(&root, &format!("{bin} restore -q first -- roots.txt"));
