@@ -343,6 +343,7 @@ const SIGBUS_JSON: &[u8] = b"{\"version\":1,\"error\":{\"code\":\"NO_SPACE\",\"m
 /// Entry point: parse, run (here or in the mount's command server), print,
 /// and map errors to exit codes.
 pub fn main() -> i32 {
+    rewind_platform::return_big_frees_to_the_system();
     rewind_platform::report_sigbus(SIGBUS_HUMAN, SIGBUS_JSON);
     rewind_platform::fail_writes_past_the_size_limit();
     rewind_platform::raise_fd_limit();
