@@ -1091,31 +1091,28 @@ fn map_diff(
     d
 }
 
-fn copy_tree(src: &Path, dst: &Path) {
+/// `cp -a REFLINK SRC DST`, timed (`reflink`: `--reflink=auto`, …).
+fn cp_a(src: &Path, dst: &Path, reflink: &str) -> Measured {
     run(cmd(
         "cp",
         [
             OsStr::new("-a"),
-            OsStr::new("--reflink=auto"),
+            OsStr::new(reflink),
             src.as_os_str(),
             dst.as_os_str(),
         ],
-    ));
+    ))
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    cp_a(src, dst, "--reflink=auto");
 }
 
 /// A copy that shares no extents with `src` (`--reflink=never`): edits to it
 /// must not pay for unsharing blocks of the template, which would show up as
 /// disk growth of whichever tool is being measured.
 fn copy_tree_private(src: &Path, dst: &Path) {
-    run(cmd(
-        "cp",
-        [
-            OsStr::new("-a"),
-            OsStr::new("--reflink=never"),
-            src.as_os_str(),
-            dst.as_os_str(),
-        ],
-    ));
+    cp_a(src, dst, "--reflink=never");
 }
 
 // ---------------------------------------------------------------- stats
@@ -1357,15 +1354,7 @@ fn scenario_a(
         rm_rf(&ws);
         // cp baseline
         settle(work);
-        let m = run(cmd(
-            "cp",
-            [
-                OsStr::new("-a"),
-                OsStr::new(reflink_flag),
-                template.as_os_str(),
-                cp_dst.as_os_str(),
-            ],
-        ));
+        let m = cp_a(template, &cp_dst, reflink_flag);
         cp.push(m.ms(), m.maxrss_kib);
         rm_rf(&cp_dst);
         // shadow git baseline
@@ -1449,15 +1438,7 @@ fn scenario_a_cold(args: &Args, work: &Path, template: &Path, tree: &Tree) -> Op
         rw.self_reported(&v);
         rm_rf(&ws);
         drop_caches(work);
-        let m = run(cmd(
-            "cp",
-            [
-                OsStr::new("-a"),
-                OsStr::new("--reflink=auto"),
-                template.as_os_str(),
-                cp_dst.as_os_str(),
-            ],
-        ));
+        let m = cp_a(template, &cp_dst, "--reflink=auto");
         cp.push(m.ms(), m.maxrss_kib);
         rm_rf(&cp_dst);
         drop_caches(work);
