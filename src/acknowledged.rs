@@ -123,7 +123,7 @@ pub(crate) fn adopt(ws: &mut Workspace) -> Result<()> {
             tx.insert_pending(&p)?;
             tx.set_meta("head", &p.seq.to_string())
         })?;
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: checkpoint {}{}: a crash or power cut lost its ledger row after its snapshot was taken; the snapshot held a copy, and the checkpoint is back",
             p.id,
             p.label

@@ -204,7 +204,7 @@ impl MountLink {
                     }
                     self.replaced.store(new, Ordering::SeqCst);
                     if new {
-                        eprintln!(
+                        rewind_platform::stderr_line!(
                             "rewind: the mount daemon for {} died during this command (another one serves it now); this command walks the tree instead",
                             self.point.display()
                         );
@@ -382,7 +382,7 @@ impl Drop for MountLink {
 }
 
 fn say_walks(mountpoint: &Path) {
-    eprintln!(
+    rewind_platform::stderr_line!(
         "rewind: the mount daemon for {} had died; its dead mount is detached and this command walks the tree instead",
         mountpoint.display()
     );

@@ -1549,7 +1549,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
             drop(frozen);
             return match e {
                 Error::RolledBack { .. } => {
-                    eprintln!("rewind: {e}");
+                    rewind_platform::stderr_line!("rewind: {e}");
                     Ok(true)
                 }
                 e => Err(e),
@@ -1570,7 +1570,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     };
     finish(ws, op, intent.target, intent.safety, &report, how)?;
     drop(frozen);
-    eprintln!(
+    rewind_platform::stderr_line!(
         "rewind: finished an interrupted {} to {target} ({} written, {} deleted){}",
         op.as_str(),
         report.written,

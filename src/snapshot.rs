@@ -529,7 +529,9 @@ fn wait_for_builder(ws: &Workspace) -> Result<Option<LockFile>> {
                     return Err(Error::Locked { path, pid });
                 }
                 if !said {
-                    eprintln!("rewind: waiting for the manifests of {n} checkpoint(s) to be built");
+                    rewind_platform::stderr_line!(
+                        "rewind: waiting for the manifests of {n} checkpoint(s) to be built"
+                    );
                     said = true;
                 }
             }
@@ -597,7 +599,7 @@ fn finish_one(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
 /// never be built. Record that on the chain, give its children its parent,
 /// and move HEAD back if it was HEAD.
 fn lose(ws: &mut Workspace, p: &Pending) -> Result<Finished> {
-    eprintln!(
+    rewind_platform::stderr_line!(
         "rewind: checkpoint {} cannot be finished: its snapshot {} is missing or no longer read-only; it is dropped",
         p.id,
         ws.meta_path().join(SNAPSHOT_DIR).join(&p.id).display()

@@ -34,7 +34,7 @@ fn enabled() -> bool {
 fn emit(line: std::fmt::Arguments<'_>) {
     match sink() {
         Sink::Off => {}
-        Sink::Stderr => eprintln!("trace: {line}"),
+        Sink::Stderr => rewind_platform::stderr_line!("trace: {line}"),
         Sink::File(f) => {
             // One write per line: lines of concurrent processes never mix.
             let text = format!("trace: [{}] {line}\n", std::process::id());

@@ -649,7 +649,7 @@ impl Workspace {
         if let Some(view) = rewind_fuse::dead_view(root) {
             let lock = rewind_fuse::MountLock::take(&view);
             if rewind_fuse::detach_dead(&view).is_ok() {
-                eprintln!(
+                rewind_platform::stderr_line!(
                     "rewind: the view of this workspace at {} had lost its daemon (killed or crashed): its dead mount is detached; `rewind mount {} --at {}` serves it again",
                     crate::names::human_os_path(&view),
                     crate::names::human_os_path(root),
@@ -744,7 +744,7 @@ impl Workspace {
         let tmp = match state.open_dir(OsStr::new("tmp")) {
             // ENOTDIR, or ELOOP for a symbolic link.
             Err(e) if matches!(e.raw_os_error(), Some(20 | 40)) && !fs.read_only => {
-                eprintln!(
+                rewind_platform::stderr_line!(
                     "rewind: warning: {} was not a directory (something other than rewind put it there): replaced by the directory rewind keeps its temporary files in",
                     crate::names::human_os_path(&root_path.join(STATE_DIR).join("tmp"))
                 );
@@ -1090,7 +1090,7 @@ impl Workspace {
         }
         if self.fs.read_only {
             if let Some(i) = intent {
-                eprintln!(
+                rewind_platform::stderr_line!(
                     "rewind: warning: a {} of {} was interrupted and cannot be finished on this read-only filesystem: the tree is half-rewound; remount it read-write (mount -o remount,rw) and run any rewind command to finish it",
                     i.op,
                     self.root_path.display()
@@ -1102,7 +1102,7 @@ impl Workspace {
             );
             if unadopted {
                 // `list` left them out without a word (helper-75).
-                eprintln!(
+                rewind_platform::stderr_line!(
                     "rewind: warning: checkpoints acknowledged before a crash or power cut may be missing from the ledger; their snapshots hold them, and the first command on a read-write filesystem brings them back (mount -o remount,rw)"
                 );
             }
@@ -1118,7 +1118,7 @@ impl Workspace {
                 self.lock = None;
                 let cause = crate::error::without_nothing_changed(&e);
                 if let Some(i) = intent {
-                    eprintln!(
+                    rewind_platform::stderr_line!(
                         "rewind: warning: a {} of {} was interrupted and cannot be finished: {cause}; the tree is half-rewound, and any rewind command finishes it once there is space",
                         i.op,
                         self.root_path.display(),
@@ -1166,7 +1166,7 @@ impl Workspace {
         let _t = crate::trace::span("check kept anchor");
         if let Some(w) = self.ledger.lost_to_kept_anchor() {
             WARNED.store(true, std::sync::atomic::Ordering::Relaxed);
-            eprintln!("rewind: warning: {w}");
+            rewind_platform::stderr_line!("rewind: warning: {w}");
         }
     }
 
@@ -1189,7 +1189,7 @@ impl Workspace {
             1 => format!("checkpoint {}", newest.id),
             n => format!("{n} checkpoints (the newest {})", newest.id),
         };
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: warning: the manifest of {which} cannot be built {why}; its snapshot keeps it safe, and the next command that can write builds it ({fix})"
         );
     }

@@ -2268,3 +2268,86 @@ fn a_write_past_the_file_size_limit_is_an_error_and_the_rewind_rolls_back() {
     rewind_json(&root, &["rewind", &id]);
     assert_eq!(std::fs::read(root.join("big.bin")).expect("read"), big);
 }
+
+/// `rewind ARGS` in `dir` with stderr at /dev/full (`full`) or a pipe
+/// whose reading end is closed before the command starts: every line it
+/// writes there fails (ENOSPC, EPIPE). Phase timings (`REWIND_TRACE=1`)
+/// make it write many.
+fn rewind_with_failing_stderr(dir: &Path, args: &[&str], full: bool) -> std::process::Output {
+    use std::process::Stdio;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rewind"));
+    c.current_dir(dir)
+        .args(args)
+        .env("REWIND_TRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    if full {
+        let dev_full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full");
+        c.stderr(dev_full);
+    } else {
+        c.stderr(Stdio::piped());
+    }
+    let mut child = c.spawn().expect("spawn rewind");
+    drop(child.stderr.take());
+    child.wait_with_output().expect("wait rewind")
+}
+
+/// D348: a warning or a trace line that cannot be written loses the
+/// line, not the work. `eprintln!` panicked on a closed or full stderr,
+/// which aborted a checkpoint or a rewind in the middle (exit 134).
+#[test]
+fn a_closed_or_full_stderr_loses_lines_not_the_checkpoint_or_the_rewind() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let new = ws.join("new");
+    write(&ws.join("a.txt"), b"one");
+
+    // A rewind run from a directory made after its target removes that
+    // directory, and warns on stderr.
+    let one = checkpoint_id(ws, &["one"]);
+    write(&new.join("b.txt"), b"b");
+    let shown = rewind(&new, &["rewind", &one]);
+    assert!(shown.status.success(), "{shown:?}");
+    let err = String::from_utf8_lossy(&shown.stderr);
+    assert!(
+        err.contains("warning") && err.contains("was removed"),
+        "{err}"
+    );
+
+    for full in [true, false] {
+        let stream = if full { "/dev/full" } else { "a closed pipe" };
+        write(&ws.join("a.txt"), b"one");
+        let _ = std::fs::remove_dir_all(&new);
+        let out = rewind_with_failing_stderr(ws, &["--json", "checkpoint", "one"], full);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "checkpoint, stderr {stream}: {out:?}"
+        );
+        let one = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+
+        write(&ws.join("a.txt"), b"two");
+        write(&new.join("b.txt"), b"b");
+        let back = rewind_with_failing_stderr(&new, &["rewind", &one], full);
+        assert_eq!(
+            back.status.code(),
+            Some(0),
+            "rewind, stderr {stream}: {back:?}"
+        );
+        assert_eq!(std::fs::read(ws.join("a.txt")).unwrap(), b"one", "{stream}");
+        assert!(!new.exists(), "{stream}");
+        // The live tree the rewind replaced was saved first, as always.
+        let undo = rewind(ws, &["undo"]);
+        assert!(undo.status.success(), "{undo:?}");
+        assert_eq!(std::fs::read(ws.join("a.txt")).unwrap(), b"two", "{stream}");
+        assert_eq!(std::fs::read(new.join("b.txt")).unwrap(), b"b", "{stream}");
+    }
+    let verify = rewind(ws, &["verify"]);
+    assert!(verify.status.success(), "{verify:?}");
+}

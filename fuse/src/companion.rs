@@ -85,7 +85,7 @@ fn keep_running(c: &Companion, stop: &AtomicBool, pid: &Mutex<Option<u32>>) {
                     Some(child)
                 }
                 Err(e) => {
-                    eprintln!(
+                    rewind_platform::stderr_line!(
                         "rewind: cannot start {}: {e}; commands run in their own process",
                         c.program.display()
                     );
@@ -103,7 +103,7 @@ fn keep_running(c: &Companion, stop: &AtomicBool, pid: &Mutex<Option<u32>>) {
                 backoff = FIRST_BACKOFF;
                 continue;
             }
-            eprintln!(
+            rewind_platform::stderr_line!(
                 "rewind: {} exited after {} ms ({status:?}); starting it again in {} ms",
                 c.program.display(),
                 started.elapsed().as_millis(),

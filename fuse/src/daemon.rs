@@ -272,7 +272,9 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
             Ok(a) => {
                 let _ = sh.announcer.set(a);
             }
-            Err(e) => eprintln!("rewind: watchers of the mount will not be told of rewinds: {e}"),
+            Err(e) => rewind_platform::stderr_line!(
+                "rewind: watchers of the mount will not be told of rewinds: {e}"
+            ),
         }
     }
     if let (true, Ok(dev)) = (bound, &dev_below) {
@@ -311,7 +313,7 @@ pub fn serve(dir: &Path, opts: &ServeOptions, ready: impl FnOnce()) -> Result<()
     let keeper = match opts.companion.clone().map(Keeper::start).transpose() {
         Ok(k) => k,
         Err(e) => {
-            eprintln!("rewind: cannot start the command server's keeper: {e}");
+            rewind_platform::stderr_line!("rewind: cannot start the command server's keeper: {e}");
             None
         }
     };
@@ -351,7 +353,7 @@ fn unmount_on_signal(set: libc::sigset_t, mp: &Path) {
     if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
         return;
     }
-    eprintln!("rewind: signal {sig}: unmounting {}", mp.display());
+    rewind_platform::stderr_line!("rewind: signal {sig}: unmounting {}", mp.display());
     if unmount(mp).is_err() {
         let _ = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH);
     }

@@ -716,7 +716,9 @@ mod tests {
     fn past_the_cap_the_oldest_inode_gives_its_fd_back_and_reopens_as_the_same_file() {
         let (_d, root, t, inos) = table(&["a", "b", "c"], 2);
         if t.get(inos[0]).is_some_and(|i| i.born.is_none()) {
-            eprintln!("skipped: this filesystem has no birth times, so nothing is evicted");
+            rewind_platform::stderr_line!(
+                "skipped: this filesystem has no birth times, so nothing is evicted"
+            );
             return;
         }
         assert!(!held(&t, inos[0]), "the oldest gave its fd back");
@@ -735,7 +737,9 @@ mod tests {
     fn an_evicted_inode_whose_name_now_holds_another_file_is_stale() {
         let (d, _root, t, inos) = table(&["a", "b"], 1);
         if t.get(inos[0]).is_some_and(|i| i.born.is_none()) {
-            eprintln!("skipped: this filesystem has no birth times, so nothing is evicted");
+            rewind_platform::stderr_line!(
+                "skipped: this filesystem has no birth times, so nothing is evicted"
+            );
             return;
         }
         assert!(!held(&t, inos[0]));

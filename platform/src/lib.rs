@@ -13,6 +13,7 @@ mod fiemap;
 mod fsinfo;
 mod handoff;
 mod heir;
+mod lines;
 mod lock;
 mod process;
 mod system;

@@ -63,7 +63,7 @@ pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
     // Without FILE the anchor is the output, not a report on it: `-q`
     // keeps it, or `rewind -q anchor > FILE` wrote an empty file.
     if args.file.is_none() && ctx.quiet && !ctx.json {
-        println!("{text}");
+        rewind_platform::stdout_line!("{text}");
         return Ok(());
     }
     ctx.emit(&anchor, || match &args.file {

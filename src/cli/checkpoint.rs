@@ -43,7 +43,7 @@ pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
     }
     // Retention happens on the side: say so on stderr, never silently.
     if !r.pruned.is_empty() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: pruned {} checkpoint{} by the retention policy (rewind.toml [retention]): {}",
             r.pruned.len(),
             if r.pruned.len() == 1 { "" } else { "s" },
@@ -51,7 +51,7 @@ pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
         );
     }
     for w in &r.warnings {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     ctx.emit(&r, || {
         let mut how = Vec::new();

@@ -166,7 +166,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         warnings,
     };
     for w in &out.warnings {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     ctx.emit(&out, || {
         let mut s = match out.deleted {

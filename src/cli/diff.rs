@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
                     .join(", ")
             ),
         };
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: no changes{under} between {} and {}",
             out.from.as_deref().unwrap_or("the empty tree"),
             out.to

@@ -27,13 +27,13 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         Default::default()
     };
     if !pruned.is_empty() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: pruned by the retention policy: {}",
             pruned.join(" ")
         );
     }
     for w in &warnings {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     // Off the agent's path: leave the next command a WAL of one commit
     // to index instead of up to 4 MiB (D74).

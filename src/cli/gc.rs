@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         e => e,
     })?;
     if let Some(first) = r.freed.snapshots_left.first() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: warning: {} snapshot(s) could not be deleted and still use space; {first}",
             r.freed.snapshots_left.len()
         );

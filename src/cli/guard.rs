@@ -57,7 +57,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
     if decision.code.admitted() {
         0
     } else {
-        eprintln!("{}", decision.refusal_line());
+        rewind_platform::stderr_line!("{}", decision.refusal_line());
         2
     }
 }

@@ -72,9 +72,9 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
         // do not block.
         Err(message) => {
             if ctx.json {
-                println!("{}", super::json_error("USAGE", &message));
+                rewind_platform::stdout_line!("{}", super::json_error("USAGE", &message));
             }
-            eprintln!("rewind hook: {message}");
+            rewind_platform::stderr_line!("rewind hook: {message}");
             return 1;
         }
     };
@@ -97,7 +97,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
         Event::PostToolUseFailure => post(&start, call, "post-tool-use-failure"),
     };
     if let Some(w) = &out.warning {
-        eprintln!("rewind hook: {w}");
+        rewind_platform::stderr_line!("rewind hook: {w}");
     }
     // A checkpoint that failed (a full disk, a damaged ledger) let the
     // call run unprotected with exit 1, which Claude Code shows the user
@@ -110,7 +110,7 @@ pub fn run(ctx: &Ctx, args: Args) -> i32 {
         && !ctx.json
         && let Some(w) = out.warning.as_deref().filter(|_| out.checkpoint.is_none())
     {
-        println!("{}", unprotected_call(w, ask));
+        rewind_platform::stdout_line!("{}", unprotected_call(w, ask));
         return 0;
     }
     let _ = ctx.emit(&out, String::new);
@@ -256,19 +256,19 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
     // Wherever it runs, rules or none: the effect it reopens may be any
     // workspace's (D286).
     if call.reopens_an_effect() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: refused: reopening a guarded effect (`rewind effects resolve`) is the user's decision, not the agent's: if the effect really did not happen, ask the user to run that command in their own terminal"
         );
         return (out, BLOCK);
     }
     if call.runs_deinit() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: refused: `rewind deinit` deletes every checkpoint of the workspace for good; that is the user's decision, not the agent's: ask the user to run it in their own terminal if they mean it"
         );
         return (out, BLOCK);
     }
     if let Some(gc) = call.prunes_past_the_policy() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: refused: `{gc}` prunes checkpoints the retention policy keeps, and a pruned checkpoint cannot be rewound to; which history to give up is the user's decision, not the agent's: `rewind gc --dry-run` shows what a plain `rewind gc` (the configured policy) would free, or ask the user to run that command in their own terminal"
         );
         return (out, BLOCK);
@@ -295,7 +295,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
     histories.sort();
     histories.dedup();
     if let Some(loss) = line.deletes_the_history(&histories) {
-        eprintln!("rewind: refused: {loss}");
+        rewind_platform::stderr_line!("rewind: refused: {loss}");
         return (out, BLOCK);
     }
     // The rules that bind the agent are the user's (D317).
@@ -310,7 +310,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         .filter(|f| rules.contains(f))
         .map(|f| format!("{} {}", call.tool_name, f.display()));
     if let Some(runs) = edited.or_else(|| line.changes_the_rules(&rules)) {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: refused: `{runs}` changes rewind.toml, which holds this workspace's effect rules and retention policy: which effects may run again and which checkpoints are kept is the user's decision, not the agent's; reading it is fine; ask the user to make this change in their own editor"
         );
         return (out, BLOCK);
@@ -325,7 +325,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         Ok(c) => c,
         Err(e) => {
             // The rules cannot be read, so any call might be an effect: fail closed.
-            eprintln!("rewind hook: refused, fail closed: {e}");
+            rewind_platform::stderr_line!("rewind hook: refused, fail closed: {e}");
             return (out, BLOCK);
         }
     };
@@ -336,7 +336,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         match enclosing_effect(root, &call) {
             Ok(found) => effect = found.map(|(req, outer)| (req, Some(outer))),
             Err(e) => {
-                eprintln!("rewind hook: refused, fail closed: {e}");
+                rewind_platform::stderr_line!("rewind hook: refused, fail closed: {e}");
                 return (out, BLOCK);
             }
         }
@@ -348,7 +348,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
         };
         return match orphan {
             Ok(Some((req, rules))) => {
-                eprintln!(
+                rewind_platform::stderr_line!(
                     "rewind: LEDGER_UNAVAILABLE ({}:{}): refused, fail closed: {} is not a rewind workspace; run `rewind init` there",
                     req.scope,
                     req.key,
@@ -358,7 +358,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
             }
             Ok(None) => (out, 0),
             Err(e) => {
-                eprintln!("rewind hook: refused, fail closed: {e}");
+                rewind_platform::stderr_line!("rewind hook: refused, fail closed: {e}");
                 (out, BLOCK)
             }
         };
@@ -404,7 +404,7 @@ fn pre(start: &Path, line_dir: &Path, call: ToolCall) -> (Out, i32) {
     };
     let admitted = decision.code.admitted();
     if !admitted {
-        eprintln!("{}", decision.refusal_line());
+        rewind_platform::stderr_line!("{}", decision.refusal_line());
     }
     out.effect = Some(decision);
     (out, if admitted { 0 } else { BLOCK })

@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
         None
     };
     if let Some(kept) = subvolume.as_ref().and_then(|c| c.kept_old_tree.as_ref()) {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: warning: something in {} changed after it was copied into the subvolume; the old tree is kept at {kept}: compare, copy what you need, then remove it",
             dir.display()
         );
@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
             .and_then(Workspace::discover)
             .filter(|o| o != ws.root_path())
     {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: note: {} is inside the workspace {}: it has a history of its own now, which commands run in it use; {}'s checkpoints still hold its files, never its history",
             crate::names::human_os_path(ws.root_path()),
             crate::names::human_os_path(&outer),

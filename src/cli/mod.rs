@@ -691,7 +691,7 @@ fn report(json: bool, e: &Error) {
         }
         let _ = writeln!(std::io::stdout(), "{v}");
     }
-    eprintln!("rewind: error: {message}");
+    rewind_platform::stderr_line!("rewind: error: {message}");
 }
 
 /// `message` as the one line the contract promises (helper-31, D218):

@@ -219,7 +219,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         // the daemon exits, or by SQLite every 1,000 pages.
         let _ledger_keeper = Ledger::open(&ledger_path)?;
         return Ok(rewind_fuse::serve(&root, &opts, || {
-            eprintln!(
+            rewind_platform::stderr_line!(
                 "rewind: serving {} at {} (unmount with `rewind unmount`)",
                 root.display(),
                 mountpoint.display()
@@ -388,7 +388,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<()> {
         warnings,
     };
     for w in &out.warnings {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     ctx.emit(&out, || {
         let made = if out.initialized {

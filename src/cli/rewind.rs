@@ -105,7 +105,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
     // The caller's directory was created after the target: the rewind
     // removed it, and the shell is left in a deleted directory.
     if !r.dry_run && !ctx.cwd.is_dir() {
-        eprintln!(
+        rewind_platform::stderr_line!(
             "rewind: warning: this shell's working directory {} was removed by this {}: `cd {}` (from there, `rewind undo` brings it back)",
             ctx.cwd.display(),
             r.op,
@@ -115,7 +115,7 @@ fn emit(ctx: &Ctx, r: &RewindReport) -> Result<()> {
     // A warning goes where `checkpoint`'s go, stderr, so that `-q` and a
     // script reading stdout still see it (helper-62).
     if let Some(w) = r.warning.as_deref().filter(|_| !ctx.json) {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     ctx.emit(r, || {
         let mut s = String::new();

@@ -289,7 +289,7 @@ pub fn forward(
                 ]));
             }
             Ok(n) if n >= 1 && answer[0] == ACCEPTED => {
-                eprintln!(
+                rewind_platform::stderr_line!(
                     "rewind: error: the command server of {} stopped while running this command (killed or crashed), as if the command itself were killed: it may or may not have taken effect (`rewind list` shows what was recorded; the next command finishes an interrupted rewind), so check before running it again",
                     root.display()
                 );
@@ -445,7 +445,7 @@ fn listen(path: &Path, door: Option<&Door>) -> Result<UnixListener> {
     if let Some(d) = door {
         // Root's own commands go on without it.
         if let Err(e) = open_door(&tmp, d) {
-            eprintln!(
+            rewind_platform::stderr_line!(
                 "rewind: serve-commands: no door for the workspace's owner (uid {}): {e}; their commands say to use sudo",
                 d.owner
             );
@@ -581,7 +581,9 @@ impl Server {
                 // (an upgrade): make way, and the daemon starts the new
                 // one. A client of another install changes nothing.
                 if self.program.as_deref().map(identity_of) == Some(theirs) {
-                    eprintln!("rewind: serve-commands: the rewind binary was replaced; restarting");
+                    rewind_platform::stderr_line!(
+                        "rewind: serve-commands: the rewind binary was replaced; restarting"
+                    );
                     std::process::exit(0);
                 }
                 return;
@@ -626,7 +628,9 @@ impl Server {
                 code
             }
             Err(e) => {
-                eprintln!("rewind: serve-commands: cannot take the client's streams: {e}");
+                rewind_platform::stderr_line!(
+                    "rewind: serve-commands: cannot take the client's streams: {e}"
+                );
                 1
             }
         };
@@ -680,7 +684,7 @@ impl Server {
                 let mut child = match rewind_platform::spawn_tied(&mut cmd, umask) {
                     Ok(c) => c,
                     Err(e) => {
-                        eprintln!(
+                        rewind_platform::stderr_line!(
                             "rewind: serve-commands: cannot start the owner's MCP server: {e}"
                         );
                         let _ = conn.write_all(&[REFUSED]);

@@ -38,7 +38,7 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let out = compute(ctx, &args.paths)?;
     for w in &out.warnings {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     ctx.emit(&out, || {
         let mut s = format!(

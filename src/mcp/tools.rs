@@ -443,7 +443,7 @@ fn checkpoint(ctx: &Ctx, input: CheckpointIn) -> Result<CheckpointOut> {
     // the client's log shows the server's stderr. Not in the result, which
     // the lean profile's token budget has no room for (D170).
     for w in &r.warnings {
-        eprintln!("rewind: warning: {w}");
+        rewind_platform::stderr_line!("rewind: warning: {w}");
     }
     Ok(CheckpointOut {
         id: r.id,
