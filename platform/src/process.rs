@@ -345,6 +345,19 @@ pub fn return_big_frees_to_the_system() {
     }
 }
 
+/// Hand the allocator's free pages back to the system after a long-lived
+/// process freed many small allocations (the mount daemon's inode table,
+/// D349): glibc keeps them in its heap for reuse, and the resident size
+/// stays at its high-water mark. A no-op off glibc.
+pub fn give_back_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes the allocator's own locks; it only
+    // releases pages no allocation uses.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Install `handler` for `signal` with `flags`: an `extern "C"` fn's
 /// address, or `SIG_IGN`. The handlers given here are async-signal-safe
 /// (atomics, write(2), _exit(2)), as they must be.
