@@ -2577,6 +2577,15 @@ fn scenario_k(
         },
     );
     let server_hwm = command_server_peak_kib(&ws);
+    // The daemon's memory after those `find`s, and once the kernel forgot
+    // the inodes they looked up (D349).
+    let daemon = mount_daemon(&ws);
+    let daemon_after_find = daemon.as_deref().and_then(|d| status_kib(d, "VmRSS:"));
+    settle(work);
+    fs::write("/proc/sys/vm/drop_caches", "2")
+        .unwrap_or_else(|e| panic!("write /proc/sys/vm/drop_caches: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    let daemon_forgot = daemon.as_deref().and_then(|d| status_kib(d, "VmRSS:"));
 
     // k8. Flat in the tree's size: the same checkpoint on T2, 10x the
     // files in a deep node_modules-like layout, mounted the same way.
@@ -2839,6 +2848,15 @@ fn scenario_k(
         Some(k) => format!("its peak RSS after k1–k9: {:.1} MiB", k as f64 / 1024.0),
         None => "no command server was found".to_string(),
     };
+    let daemon_rss = match (daemon_after_find, daemon_forgot) {
+        (Some(a), Some(f)) => format!(
+            "the mount daemon's RSS after k9: {:.1} MiB, and once the kernel forgot \
+             its inodes (`drop_caches` 2, D349): {:.1} MiB",
+            a as f64 / 1024.0,
+            f as f64 / 1024.0
+        ),
+        _ => "the mount daemon was not found".to_string(),
+    };
     let note = format!(
         "(k) is the FUSE overlay: `rewind mount` over a copy of the tree on the same \
                 filesystem, with kernel passthrough for opened files; k1/k2 against the walk engine \
@@ -2848,7 +2866,8 @@ fn scenario_k(
                 `rewind mcp` (its workspace kept open between calls, D63); k3–k7 the same command through the mount and \
                 natively on the unmounted copy, alternating which goes first, after one warm-up each (each k4 write after a flush of \
                 the filesystem); \
-                k9 is k5 with an untimed pause before each run, as an agent pauses between commands"
+                k9 is k5 with an untimed pause before each run, as an agent pauses between commands; \
+                {daemon_rss}"
     );
     (scenarios, targets, note)
 }
@@ -2857,24 +2876,34 @@ fn scenario_k(
 fn command_server_peak_kib(ws: &Path) -> Option<u64> {
     let ws = fs::canonicalize(ws).ok()?;
     let sock = rewind_fuse::command_socket_path(&ws);
-    for p in fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
-            continue;
-        };
-        let mut args = cmdline.split(|&b| b == 0);
-        if args.any(|a| a == b"serve-commands")
-            && cmdline
-                .split(|&b| b == 0)
-                .any(|a| a == sock.as_os_str().as_bytes())
-        {
-            let status = fs::read_to_string(p.path().join("status")).ok()?;
-            return status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
-        }
-    }
-    None
+    let server = process_with_args(&[b"serve-commands", sock.as_os_str().as_bytes()])?;
+    status_kib(&server, "VmHWM:")
+}
+
+/// `/proc/PID` of the daemon serving the mount over `ws`.
+fn mount_daemon(ws: &Path) -> Option<PathBuf> {
+    let ws = fs::canonicalize(ws).ok()?;
+    process_with_args(&[b"mount", b"--foreground", ws.as_os_str().as_bytes()])
+}
+
+/// `/proc/PID` of a process whose command line holds each of `wanted`.
+fn process_with_args(wanted: &[&[u8]]) -> Option<PathBuf> {
+    fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let cmdline = fs::read(p.path().join("cmdline")).ok()?;
+        wanted
+            .iter()
+            .all(|w| cmdline.split(|&b| b == 0).any(|a| a == *w))
+            .then(|| p.path())
+    })
+}
+
+/// A `kB` field of `/proc/PID/status` (`VmRSS:`, `VmHWM:`).
+fn status_kib(proc_dir: &Path, field: &str) -> Option<u64> {
+    let status = fs::read_to_string(proc_dir.join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 // ---------------------------------------------------------------- j: btrfs engine
