@@ -2287,6 +2287,107 @@ fn paired_after(
     (a, b)
 }
 
+/// Issue 2's targets for the walk engine, judged in every run that has
+/// their scenarios (a–f), so that the README's table is a run's verdict:
+/// it kept session 15's "met" for the first checkpoint while `cp -a
+/// --reflink` got faster and the checkpoint did not.
+fn core_targets(scenarios: &[Scenario]) -> Vec<Target> {
+    let scenario = |id: &str| scenarios.iter().find(|s| s.id == id);
+    let baseline = |s: &Scenario, prefix: &str| {
+        s.baselines
+            .iter()
+            .find(|b| b.name.starts_with(prefix))
+            .map(|b| b.series.median())
+    };
+    // `rewind`'s time as a fraction of a baseline's.
+    let ratio = |id: &'static str, what: &str, prefix: &str, limit: f64, faster: bool| {
+        let s = scenario(id)?;
+        let (ours, theirs) = (s.rewind.median(), baseline(s, prefix)?);
+        let measured = ours / theirs;
+        let shown = if faster {
+            format!(
+                "{:.1}× faster ({} ms against {})",
+                theirs / ours,
+                fmt_ms(ours),
+                fmt_ms(theirs)
+            )
+        } else {
+            format!(
+                "{measured:.2}× ({} ms against {})",
+                fmt_ms(ours),
+                fmt_ms(theirs)
+            )
+        };
+        Some(Target {
+            scenario: id,
+            what: what.into(),
+            limit,
+            measured,
+            unit: "×",
+            measured_as: "median / the baseline's median, same run",
+            shown,
+        })
+    };
+    let time = |id: &'static str, what: &str, limit: f64| {
+        let s = scenario(id)?;
+        let against = s.baselines.first()?;
+        Some(ms_target(
+            id,
+            what,
+            limit,
+            &s.rewind,
+            "median, process spawn to exit",
+            &against.name,
+            &against.series,
+        ))
+    };
+    let incremental_rss = ["b", "c", "d"]
+        .iter()
+        .filter_map(|id| scenario(id))
+        .map(|s| s.rewind.peak_rss_kib())
+        .max()
+        .map(|kib| Target {
+            scenario: "b",
+            what: "peak RSS of incremental operations (b, c, d) ≤ 32 MiB".into(),
+            limit: 32.0,
+            measured: kib as f64 / 1024.0,
+            unit: "MiB",
+            measured_as: "largest peak RSS of the b, c and d processes",
+            shown: format!("{:.1} MiB", kib as f64 / 1024.0),
+        });
+    [
+        ratio(
+            "a",
+            "first checkpoint ≤ 1.5× `cp -a --reflink`",
+            "`cp -a",
+            1.5,
+            false,
+        ),
+        ratio(
+            "a",
+            "first checkpoint ≥ 10× faster than shadow git",
+            "shadow git",
+            0.1,
+            true,
+        ),
+        time("b", "checkpoint after 10 small edits ≤ 25 ms", 25.0),
+        ratio(
+            "c",
+            "a 4 KiB write in the big file checkpointed ≥ 20× faster than shadow git",
+            "shadow git",
+            0.05,
+            true,
+        ),
+        time("d", "rewind of 10 edits + 3 new files ≤ 40 ms", 40.0),
+        incremental_rss,
+        time("e", "`guard` as a whole process ≤ 10 ms", 10.0),
+        time("f", "`verify` of the chain ≤ 5 s", 5000.0),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 /// A time target: `s`'s median against `limit` ms, shown next to `base`'s
 /// median as "(`against` N ms)".
 fn ms_target(
@@ -3978,14 +4079,7 @@ impl McpServer {
 
     /// The server's peak RSS so far (`VmHWM`), in KiB; 0 if unreadable.
     fn peak_rss_kib(&self) -> u64 {
-        fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-            .unwrap_or(0)
+        status_kib(Path::new(&format!("/proc/{}", self.pid)), "VmHWM:").unwrap_or(0)
     }
 
     /// Reap the server with `wait4` within `timeout`: its wait status and
@@ -4082,7 +4176,7 @@ struct Target {
     what: String,
     limit: f64,
     measured: f64,
-    /// `ms` or `×`.
+    /// `ms`, `×` or `MiB`.
     unit: &'static str,
     /// What `measured` is.
     measured_as: &'static str,
@@ -5595,6 +5689,7 @@ fn main() {
         (scen_k, note_k) = (s, n);
         targets.extend(t);
     }
+    targets.splice(0..0, core_targets(&scenarios));
     let mut steps_g = Vec::new();
     if args.wants('g') {
         let (scen_g, st) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
