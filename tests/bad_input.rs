@@ -2351,3 +2351,56 @@ fn a_closed_or_full_stderr_loses_lines_not_the_checkpoint_or_the_rewind() {
     let verify = rewind(ws, &["verify"]);
     assert!(verify.status.success(), "{verify:?}");
 }
+
+/// D350: a command's output is its result. Written to a full disk
+/// (`/dev/full`), `diff --patch`, `anchor` and `list --json` exited 0
+/// with nothing or a cut patch written; now they fail naming stdout. A
+/// reader that left (`| head -1`) is no failure.
+#[test]
+fn a_result_that_cannot_be_written_fails_the_command_unless_its_reader_left() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    workspace_with_checkpoint(ws);
+    write(&ws.join("a.txt"), b"changed");
+    let dev_full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full")
+    };
+    for args in [
+        &["diff", "--patch"][..],
+        &["anchor"],
+        &["-q", "anchor"],
+        &["--json", "list"],
+        &["status"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(ws)
+            .args(args)
+            .stdout(dev_full())
+            .output()
+            .expect("run rewind");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("output could not be written to stdout") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    // A reader that closed the pipe before the command wrote.
+    for args in [&["diff", "--patch"][..], &["--json", "list"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rewind"))
+            .current_dir(ws)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn rewind");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait rewind");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(out.stderr.is_empty(), "{args:?}: {out:?}");
+    }
+}

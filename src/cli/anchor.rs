@@ -63,8 +63,7 @@ pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
     // Without FILE the anchor is the output, not a report on it: `-q`
     // keeps it, or `rewind -q anchor > FILE` wrote an empty file.
     if args.file.is_none() && ctx.quiet && !ctx.json {
-        rewind_platform::stdout_line!("{text}");
-        return Ok(());
+        return super::print_result(&text);
     }
     ctx.emit(&anchor, || match &args.file {
         Some(p) => format!("anchored entry {seq} ({}) in {}", anchor.head, p.display()),

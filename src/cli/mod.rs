@@ -317,21 +317,39 @@ impl Ctx {
 
     /// Print the result: JSON (with the contract version) or the human text.
     pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
-        let mut stdout = std::io::stdout().lock();
         if self.json {
             let mut v =
                 serde_json::to_value(value).map_err(|e| Error::Usage(format!("internal: {e}")))?;
             if let serde_json::Value::Object(m) = &mut v {
                 m.insert("version".into(), JSON_VERSION.into());
             }
-            let _ = writeln!(stdout, "{v}");
+            print_result(&v.to_string())?;
         } else if !self.quiet {
             let text = human();
             if !text.is_empty() {
-                let _ = writeln!(stdout, "{}", text.trim_end());
+                print_result(text.trim_end())?;
             }
         }
         Ok(())
+    }
+}
+
+/// Write a command's result and a newline to stdout, and flush. A reader
+/// that left (EPIPE: `rewind list | head -1`) has what it wanted: no
+/// failure. Any other failure is the command's (D350): its output is its
+/// result, and `rewind diff --patch > x.patch` on a full disk left a cut
+/// patch with exit 0, taken for the whole.
+pub(crate) fn print_result(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Os(rewind_platform::Error::new(
+                "the command finished, but its output could not be written to",
+                "stdout",
+                e,
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
