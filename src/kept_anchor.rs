@@ -62,8 +62,10 @@ fn keyed(workspace_id: &str, fs: u64, ino: u64) -> Option<PathBuf> {
         .or_else(|| {
             std::env::var_os("HOME")
                 .map(PathBuf::from)
-                // Not `/.local/…` for a HOME of `/` (helper-68).
-                .filter(|p| p.is_absolute() && p.parent().is_some())
+                // Not `/.local/…` for a HOME of `/` (helper-68), and never
+                // a HOME that does not exist: root with `HOME=/nonexistent`
+                // (nobody's) made that directory (helper-92, D351).
+                .filter(|p| p.is_absolute() && p.parent().is_some() && p.is_dir())
                 .map(|h| h.join(".local/state"))
         })?;
     let key = format!("{workspace_id}\0{fs}:{ino}");
@@ -165,34 +167,88 @@ pub fn lost(conn: &Connection, ledger: &Path, workspace_id: &str) -> Option<Stri
 
 /// Replace the file at `path` with `anchor`, through a temporary file
 /// beside it (a torn write would read as no anchor, never a wrong one).
+/// The file is 0600 and the directories rewind makes 0700, whatever the
+/// umask: under `umask 000` they were 0666 and 0777, and any local user
+/// could delete the anchor, which accepts a cut ledger (helper-92, D351).
 fn write(path: &Path, anchor: &Anchor) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{}.{n}.tmp", std::process::id()));
     let text = serde_json::to_string(anchor).map_err(std::io::Error::other)?;
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp);
-    let mut f = match created {
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+    };
+    let mut f = match create() {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)?;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            create()?
         }
         Err(e) => return Err(e),
     };
+    // A file the umask let others write (made by an earlier build).
+    tighten(&f, 0o600);
+    // `anchors/` and `rewind/` above it: write access to either lets
+    // another user take the file away.
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        if let Ok(d) = std::fs::File::open(d) {
+            tighten(&d, 0o700);
+        }
+    }
     f.write_all(format!("{text}\n").as_bytes())?;
     drop(f);
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// Take group and other write off `f` if it has them and is this
+/// user's; best effort, as everything here.
+fn tighten(f: &std::fs::File, mode: u32) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if let Ok(m) = f.metadata()
+        && m.mode() & 0o022 != 0
+        && m.uid() == rewind_platform::euid()
+    {
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(mode));
+    }
+}
+
+/// Where this workspace's anchor is kept, or why none is, for `doctor`.
+pub fn describe(workspace_id: &str, root: &Path) -> String {
+    let Some(path) = path(workspace_id, root) else {
+        return "none kept: neither XDG_STATE_HOME nor HOME names an existing directory, so `verify` cannot tell a history cut at its end (D313); set one, or keep an anchor yourself with `rewind anchor FILE`".into();
+    };
+    let shown = crate::names::human_os_path(&path);
+    match read_at(&path, workspace_id) {
+        Some(a) => format!("kept at {shown} (entry {})", a.seq),
+        None => {
+            // The nearest entry that exists must be a directory this
+            // user may write in (not a file, nor a dangling link).
+            let writable = path
+                .ancestors()
+                .skip(1)
+                .find(|a| a.symlink_metadata().is_ok())
+                .is_some_and(|a| a.is_dir() && rewind_platform::may_write(a));
+            if writable {
+                format!("none kept yet at {shown} (the next checkpoint keeps one)")
+            } else {
+                format!(
+                    "none kept: {shown} cannot be written here (a read-only or foreign directory), so `verify` cannot tell a history cut at its end (D313); set XDG_STATE_HOME to a directory of yours, or keep an anchor yourself with `rewind anchor FILE`"
+                )
+            }
+        }
+    }
 }
 
 #[cfg(test)]

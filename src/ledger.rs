@@ -1294,6 +1294,14 @@ impl Ledger {
         crate::kept_anchor::lost(&self.conn, &self.path, &id)
     }
 
+    /// Where the anchor of this workspace is kept, or why none is (D351).
+    pub fn kept_anchor_described(&self) -> String {
+        match (self.workspace_id(), crate::kept_anchor::root_of(&self.path)) {
+            (Ok(id), Some(root)) => crate::kept_anchor::describe(&id, root),
+            _ => "none kept: the workspace has no id yet".into(),
+        }
+    }
+
     /// The anchor kept for this workspace outside it (D313), and where.
     pub fn kept_anchor(&self) -> Result<Option<(PathBuf, crate::chain::Anchor)>> {
         let id = self.workspace_id()?;

@@ -967,3 +967,105 @@ fn verify_during_other_processes_checkpoints_never_says_tampered() {
     let runs = verifier.join().expect("verifier");
     assert!(runs > 5, "only {runs} verify runs overlapped the writers");
 }
+
+/// D351: the anchor rewind keeps is the user's alone, whatever the umask
+/// (under `umask 000` it was 0666 in 0777 directories, so any local user
+/// could delete it, which accepts a cut ledger), an earlier build's open
+/// directories are closed, a HOME that does not exist is never made, and
+/// `doctor` says where the anchor is kept or why none is.
+#[test]
+fn the_kept_anchor_is_private_under_any_umask_and_no_missing_home_is_made() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let dir = common::tmp();
+    let root = dir.path();
+    let state = common::tmp();
+    let st = state.path().to_str().expect("utf8").to_string();
+    write(&root.join("a.txt"), b"a");
+    let under_umask_000 = |args: &str| {
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                &format!("umask 000; exec \"$0\" {args}"),
+                env!("CARGO_BIN_EXE_rewind"),
+            ])
+            .current_dir(root)
+            .env("XDG_STATE_HOME", &st)
+            .output()
+            .expect("sh");
+        assert!(out.status.success(), "{out:?}");
+        out
+    };
+    under_umask_000("-q checkpoint one");
+    let anchors = state.path().join("rewind/anchors");
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    let files: Vec<PathBuf> = std::fs::read_dir(&anchors)
+        .expect("anchors")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(mode(&files[0]), 0o600, "the anchor file");
+    assert_eq!(mode(&anchors), 0o700, "anchors/");
+    assert_eq!(mode(&state.path().join("rewind")), 0o700, "rewind/");
+
+    // Left open by an earlier build: closed at the next commit.
+    for (p, m) in [
+        (&files[0], 0o666),
+        (&anchors, 0o777),
+        (&state.path().join("rewind"), 0o777),
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+    }
+    write(&root.join("a.txt"), b"b");
+    under_umask_000("-q checkpoint two");
+    assert_eq!(mode(&files[0]), 0o600, "the anchor file, closed");
+    assert_eq!(mode(&anchors), 0o700, "anchors/, closed");
+    assert_eq!(mode(&state.path().join("rewind")), 0o700, "rewind/, closed");
+
+    let doctor = |env: &[(&str, &str)]| {
+        let v = common::rewind_env(root, &["--json", "doctor"], env);
+        let v: serde_json::Value = serde_json::from_slice(&v.stdout).expect("doctor JSON");
+        v["ledger"]["anchor"].as_str().expect("anchor").to_string()
+    };
+    let said = doctor(&[("XDG_STATE_HOME", &st)]);
+    assert!(
+        said.starts_with("kept at") && said.contains("(entry "),
+        "{said}"
+    );
+
+    // A HOME that does not exist is not made; doctor says none is kept.
+    let missing = state.path().join("no-such-home");
+    let missing_s = missing.to_str().expect("utf8");
+    write(&root.join("a.txt"), b"c");
+    let out = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["-q", "checkpoint", "three"])
+        .current_dir(root)
+        .env_remove("XDG_STATE_HOME")
+        .env("HOME", missing_s)
+        .output()
+        .expect("rewind");
+    assert!(out.status.success(), "{out:?}");
+    assert!(!missing.exists(), "a missing HOME was made");
+    let said = Command::new(env!("CARGO_BIN_EXE_rewind"))
+        .args(["--json", "doctor"])
+        .current_dir(root)
+        .env_remove("XDG_STATE_HOME")
+        .env("HOME", missing_s)
+        .output()
+        .expect("doctor");
+    let v: serde_json::Value = serde_json::from_slice(&said.stdout).expect("doctor JSON");
+    let said = v["ledger"]["anchor"].as_str().expect("anchor");
+    assert!(said.starts_with("none kept:"), "{said}");
+
+    // A state directory that cannot be written is named as such.
+    let file = state.path().join("a-file");
+    write(&file, b"x");
+    let link = state.path().join("state-under-a-file");
+    symlink(file.join("sub"), &link).expect("symlink");
+    let said = doctor(&[("XDG_STATE_HOME", link.to_str().expect("utf8"))]);
+    assert!(
+        said.starts_with("none kept:") && said.contains("cannot be written"),
+        "{said}"
+    );
+    let said = doctor(&[("XDG_STATE_HOME", file.to_str().expect("utf8"))]);
+    assert!(said.contains("cannot be written"), "{said}");
+}

@@ -47,7 +47,7 @@ pub use heir::{Heir, UserAccess};
 pub use lock::LockFile;
 pub use process::{
     credentials, euid, fail_writes_past_the_size_limit, give_back_free_heap, holders, is_root,
-    is_running, job_begins, job_ends, kill_self, new_session, report_sigbus,
+    is_running, job_begins, job_ends, kill_self, may_write, new_session, report_sigbus,
     return_big_frees_to_the_system, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
     terminate_between_jobs, works_beneath, writers_of,
 };

@@ -345,6 +345,17 @@ pub fn return_big_frees_to_the_system() {
     }
 }
 
+/// Whether this process may create files in the directory `dir`
+/// (`access(W_OK)`: its real ids, as for a setuid program; rewind is none).
+pub fn may_write(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
 /// Hand the allocator's free pages back to the system after a long-lived
 /// process freed many small allocations (the mount daemon's inode table,
 /// D349): glibc keeps them in its heap for reuse, and the resident size

@@ -120,6 +120,8 @@ struct Ledger {
     /// What the ledger lost against the anchor rewind keeps (D313).
     #[serde(skip_serializing_if = "Option::is_none")]
     lost: Option<String>,
+    /// Where that anchor is kept, or why none is (D351).
+    anchor: String,
 }
 
 /// Exit 0 when the ledger passes SQLite's integrity check, 1 when it is
@@ -340,6 +342,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
             pending_rewind: ws.ledger().intent()?.is_some(),
             pending_manifests: ws.ledger().pending()?.len(),
             lost: ws.ledger().lost_to_kept_anchor(),
+            anchor: ws.ledger().kept_anchor_described(),
             snapshots: crate::snapshot::names(&ws)?.len(),
         },
     };
@@ -360,7 +363,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
     );
     ctx.emit(&out, || {
         format!(
-            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\ndurability  {}\nledger      {}: integrity {}, {}, {}, {}{}{}",
+            "workspace   {}\nfilesystem  {}\nclones      {} ({})\nengine      {}\nopenat2     {}\ngit         {}\nFUSE        /dev/fuse {}, fusermount3 {} ({})\ndurability  {}\nledger      {}: integrity {}, {}, {}, {}{}{}\nanchor      {}",
             out.workspace,
             if out.read_only {
                 format!("{} (mounted read-only: list, status, diff, du and verify work; nothing can be checkpointed or rewound until it is remounted read-write)", out.fs)
@@ -391,6 +394,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
             crate::names::counted(out.ledger.snapshots as u64, "snapshot"),
             if out.ledger.pending_manifests > 0 { format!(", {} manifests being built", out.ledger.pending_manifests) } else { String::new() },
             if out.ledger.pending_rewind { ", an interrupted rewind is pending (any command finishes it)" } else { "" },
+            out.ledger.anchor,
         ) + if out.ledger.integrity == "ok" { "" } else {
             "\nDAMAGED: the ledger fails SQLite's integrity check; copy .rewind/ aside before anything else writes to it, then `rewind verify --deep` lists what the damage reaches"
         } + &out.ledger.lost.as_ref().map_or(String::new(), |l| format!("\nLOST: {l}"))
