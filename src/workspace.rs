@@ -1930,6 +1930,7 @@ impl Workspace {
         let t = crate::trace::span("lock and retention");
         self.lock()?;
         let (retention, config_warning) = self.retention();
+        let config_warning = self.standing_warnings(config_warning);
         let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
         drop(t);
         let new_objects = self.store.track_new()?;
@@ -1996,6 +1997,7 @@ impl Workspace {
             self.lock_for_snapshot()?;
         }
         let (retention, config_warning) = self.retention();
+        let config_warning = self.standing_warnings(config_warning);
         crate::gc::refuse_if_over_budget(self, &retention)?;
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
         let inline = match snapshot::ManifestMode::from_env() {
@@ -2059,6 +2061,15 @@ impl Workspace {
     /// not stop checkpoints, so retention falls back to the defaults then,
     /// and the checkpoint says so: a typo silently turned the size budget
     /// and automatic gc off.
+    /// What every checkpoint says until it is fixed: a broken
+    /// `rewind.toml` (`config`), a conversion stopped half-way (D352).
+    fn standing_warnings(&self, config: Option<String>) -> Vec<String> {
+        config
+            .into_iter()
+            .chain(crate::subvol::interrupted_conversion(&self.root_path))
+            .collect()
+    }
+
     fn retention(&self) -> (crate::config::Retention, Option<String>) {
         match crate::config::Config::load(&self.io_path) {
             Ok(c) => (c.retention, None),

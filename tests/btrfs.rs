@@ -92,6 +92,58 @@ fn a_populated_directory_becomes_a_subvolume_keeping_everything_and_its_history(
     assert_eq!(again["subvolume"]["already"], true, "{again}");
 }
 
+/// D352: a conversion stopped after its swap leaves the old tree under
+/// its temporary name beside the workspace, which only a rerun removes:
+/// every checkpoint and `doctor` say so, and the rerun's fix, until it
+/// is gone.
+#[test]
+fn a_conversion_stopped_after_its_swap_is_named_until_the_rerun_removes_what_it_left() {
+    let Some(lfs) = LoopFs::new(Fs::Btrfs, 512) else {
+        return;
+    };
+    let ws = lfs.subdir("proj");
+    populate(&ws);
+    let out = rewind_env(
+        &lfs.mnt,
+        &["init", "--subvolume", "proj"],
+        &[("REWIND_FAILPOINT", "subvol:swapped")],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "not killed at subvol:swapped: {out:?}"
+    );
+    let left = lfs.mnt.join(".proj.rewind-subvol");
+    assert!(
+        left.exists(),
+        "the old tree is left under its temporary name"
+    );
+    let said = |v: &serde_json::Value| {
+        v["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str())
+            .any(|w| w.contains(".proj.rewind-subvol") && w.contains("init --subvolume"))
+    };
+    let v = rewind_json(&ws, &["checkpoint", "after-the-kill"]);
+    assert!(said(&v), "{v}");
+    let d = rewind_json(&ws, &["doctor"]);
+    assert!(
+        d["interrupted_conversion"]
+            .as_str()
+            .is_some_and(|w| w.contains(".proj.rewind-subvol")),
+        "{d}"
+    );
+    rewind_json(&lfs.mnt, &["init", "--subvolume", "proj"]);
+    assert!(!left.exists(), "the rerun removes it");
+    write(&ws.join("after.txt"), b"after");
+    let v = rewind_json(&ws, &["checkpoint", "after-the-rerun"]);
+    assert!(!said(&v), "{v}");
+    let d = rewind_json(&ws, &["doctor"]);
+    assert!(d["interrupted_conversion"].is_null(), "{d}");
+}
+
 #[test]
 fn a_sigkill_at_each_conversion_point_leaves_the_old_directory_or_the_new_subvolume() {
     let Some(lfs) = LoopFs::new(Fs::Btrfs, 1024) else {

@@ -35,6 +35,10 @@ struct Out {
     fuse: Fuse,
     durability: Durability,
     ledger: Ledger,
+    /// An `init --subvolume` stopped half-way left its temporary name
+    /// beside the workspace (D352).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted_conversion: Option<String>,
     /// The rewind each agent's settings run (`integrate` writes them): a
     /// hook left on an earlier build after an upgrade is refused by the
     /// history, and lets every call through unchecked (D334).
@@ -299,6 +303,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
     let out = Out {
         agents,
         workspace: ws.root_path().display().to_string(),
+        interrupted_conversion: crate::subvol::interrupted_conversion(ws.root_path()),
         fs: fs.kind.to_string(),
         read_only: fs.read_only,
         reflink,
@@ -398,6 +403,7 @@ fn report(ctx: &Ctx) -> Result<bool> {
         ) + if out.ledger.integrity == "ok" { "" } else {
             "\nDAMAGED: the ledger fails SQLite's integrity check; copy .rewind/ aside before anything else writes to it, then `rewind verify --deep` lists what the damage reaches"
         } + &out.ledger.lost.as_ref().map_or(String::new(), |l| format!("\nLOST: {l}"))
+            + &out.interrupted_conversion.as_ref().map_or(String::new(), |l| format!("\nLEFT OVER: {l}"))
             + &agents_lines(&out.agents)
     })?;
     Ok(out.ledger.integrity == "ok" && out.ledger.lost.is_none())
