@@ -92,6 +92,21 @@ fn a_populated_directory_becomes_a_subvolume_keeping_everything_and_its_history(
     assert_eq!(again["subvolume"]["already"], true, "{again}");
 }
 
+/// `init --subvolume NAME` under `lfs.mnt`, SIGKILLed at `point`.
+fn convert_killed_at(lfs: &LoopFs, name: &str, point: &str) {
+    let out = rewind_env(
+        &lfs.mnt,
+        &["init", "--subvolume", name],
+        &[("REWIND_FAILPOINT", point)],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "{point}: not killed there: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// D352: a conversion stopped after its swap leaves the old tree under
 /// its temporary name beside the workspace, which only a rerun removes:
 /// every checkpoint and `doctor` say so, and the rerun's fix, until it
@@ -103,16 +118,7 @@ fn a_conversion_stopped_after_its_swap_is_named_until_the_rerun_removes_what_it_
     };
     let ws = lfs.subdir("proj");
     populate(&ws);
-    let out = rewind_env(
-        &lfs.mnt,
-        &["init", "--subvolume", "proj"],
-        &[("REWIND_FAILPOINT", "subvol:swapped")],
-    );
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&out.status),
-        Some(9),
-        "not killed at subvol:swapped: {out:?}"
-    );
+    convert_killed_at(&lfs, "proj", "subvol:swapped");
     let left = lfs.mnt.join(".proj.rewind-subvol");
     assert!(
         left.exists(),
@@ -164,17 +170,7 @@ fn a_sigkill_at_each_conversion_point_leaves_the_old_directory_or_the_new_subvol
         let ws = lfs.subdir(&name);
         populate(&ws);
         let before = snapshot(&ws);
-        let out = rewind_env(
-            &lfs.mnt,
-            &["init", "--subvolume", &name],
-            &[("REWIND_FAILPOINT", point)],
-        );
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&out.status),
-            Some(9),
-            "{point}: not killed there: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        convert_killed_at(&lfs, &name, point);
         // Right after the kill: complete, old or new.
         common::assert_same(
             &format!("{point}: right after the kill"),
@@ -655,16 +651,7 @@ fn checkpoints_between_an_interrupted_conversion_and_its_rerun_stay_restorable()
     };
     let ws = lfs.subdir("proj");
     let before_id = populate(&ws);
-    let out = rewind_env(
-        &lfs.mnt,
-        &["init", "--subvolume", "proj"],
-        &[("REWIND_FAILPOINT", "subvol:swapped")],
-    );
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&out.status),
-        Some(9),
-        "{out:?}"
-    );
+    convert_killed_at(&lfs, "proj", "subvol:swapped");
     assert_eq!(inode(&ws), 256, "the swap happened");
     let doctor = rewind_json(&ws, &["doctor"]);
     assert_eq!(doctor["engine"], "walk", "{doctor}");
