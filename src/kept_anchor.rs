@@ -196,14 +196,11 @@ fn write(path: &Path, anchor: &Anchor) -> std::io::Result<()> {
         }
         Err(e) => return Err(e),
     };
-    // A file the umask let others write (made by an earlier build).
-    tighten(&f, 0o600);
-    // `anchors/` and `rewind/` above it: write access to either lets
-    // another user take the file away.
+    // `anchors/` and `rewind/` above it, left open by an earlier build:
+    // write access to either lets another user take the file away (the
+    // file itself is replaced by one made 0600).
     for d in [Some(dir), dir.parent()].into_iter().flatten() {
-        if let Ok(d) = std::fs::File::open(d) {
-            tighten(&d, 0o700);
-        }
+        close_to_others(d);
     }
     f.write_all(format!("{text}\n").as_bytes())?;
     drop(f);
@@ -212,15 +209,16 @@ fn write(path: &Path, anchor: &Anchor) -> std::io::Result<()> {
     })
 }
 
-/// Take group and other write off `f` if it has them and is this
-/// user's; best effort, as everything here.
-fn tighten(f: &std::fs::File, mode: u32) {
+/// Make the directory `dir` 0700 if group or others may write in it and
+/// it is this user's: one stat per commit, a chmod once. Best effort, as
+/// everything here.
+fn close_to_others(dir: &Path) {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    if let Ok(m) = f.metadata()
+    if let Ok(m) = std::fs::metadata(dir)
         && m.mode() & 0o022 != 0
         && m.uid() == rewind_platform::euid()
     {
-        let _ = f.set_permissions(std::fs::Permissions::from_mode(mode));
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     }
 }
 

@@ -1929,8 +1929,8 @@ impl Workspace {
         let started = Instant::now();
         let t = crate::trace::span("lock and retention");
         self.lock()?;
-        let (retention, config_warning) = self.retention();
-        let config_warning = self.standing_warnings(config_warning);
+        let (retention, config) = self.retention();
+        let standing = self.standing_warnings(config);
         let mut pruned = crate::gc::before_checkpoint(self, &retention)?;
         drop(t);
         let new_objects = self.store.track_new()?;
@@ -1947,7 +1947,7 @@ impl Workspace {
             self.ledger.remember_nodes(nodes);
             let mut r = self.report(h, &cap, changes, true, started);
             r.pruned = pruned;
-            r.warnings.extend(config_warning);
+            r.warnings.extend(standing);
             return Ok(r);
         }
         failpoint::hit("checkpoint:before-commit");
@@ -1977,7 +1977,7 @@ impl Workspace {
         pruned.extend(more);
         let mut r = self.report(&ck, &cap, changes, false, started);
         r.pruned = pruned;
-        r.warnings.extend(config_warning);
+        r.warnings.extend(standing);
         r.warnings.extend(warning);
         Ok(r)
     }
@@ -1996,8 +1996,8 @@ impl Workspace {
             let _t = crate::trace::span("lock");
             self.lock_for_snapshot()?;
         }
-        let (retention, config_warning) = self.retention();
-        let config_warning = self.standing_warnings(config_warning);
+        let (retention, config) = self.retention();
+        let standing = self.standing_warnings(config);
         crate::gc::refuse_if_over_budget(self, &retention)?;
         let p = snapshot::acknowledge(self, label, kind, reuse)?;
         let inline = match snapshot::ManifestMode::from_env() {
@@ -2022,7 +2022,7 @@ impl Workspace {
             r.snapshot = (seq == p.seq).then(|| p.id.clone());
             r.bytes_new = ck.stats["bytes_new"].as_u64().unwrap_or(0);
             r.pruned = pruned;
-            r.warnings = config_warning.into_iter().chain(warnings).collect();
+            r.warnings = standing.into_iter().chain(warnings).collect();
             return Ok(r);
         }
         let parent = match p.parent {
@@ -2053,7 +2053,7 @@ impl Workspace {
             unchanged: false,
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
-            warnings: config_warning.into_iter().collect(),
+            warnings: standing,
         })
     }
 

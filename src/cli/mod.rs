@@ -498,7 +498,7 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
         // `--help` and `--version`: text, but stdout under `--json` holds
         // one JSON object whatever was asked (helper-59, D294).
         let text = serde_json::json!({"version": 1, "text": rendered.trim_end()});
-        let _ = writeln!(std::io::stdout(), "{text}");
+        rewind_platform::stdout_line!("{text}");
         return 0;
     }
     // clap's first paragraph names the argument at fault (a missing one
@@ -519,7 +519,7 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
         .join(" ");
     let message = message.strip_prefix("error: ").unwrap_or(&message);
     let message = without_hidden_verbs(message);
-    let _ = writeln!(std::io::stdout(), "{}", json_error("USAGE", &message));
+    rewind_platform::stdout_line!("{}", json_error("USAGE", &message));
     print_usage_error(&e, code);
     code
 }
@@ -707,7 +707,7 @@ fn report(json: bool, e: &Error) {
         if let Some(cause) = e.cause_code() {
             v["error"]["cause"] = cause.into();
         }
-        let _ = writeln!(std::io::stdout(), "{v}");
+        rewind_platform::stdout_line!("{v}");
     }
     rewind_platform::stderr_line!("rewind: error: {message}");
 }
