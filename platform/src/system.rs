@@ -112,14 +112,21 @@ mod tests {
 
     #[test]
     fn fd_headroom_shrinks_by_what_is_opened() {
+        // Other test threads in this process open and close descriptors
+        // meanwhile (CI saw 3 closed between the two counts), so hold far
+        // more than any of them does and leave wide slack.
+        const HELD: u64 = 256;
         let before = fd_headroom().expect("headroom");
-        let held: Vec<std::fs::File> = (0..5)
+        let held: Vec<std::fs::File> = (0..HELD)
             .map(|_| std::fs::File::open("/proc/self/status").expect("open"))
             .collect();
         let after = fd_headroom().expect("headroom");
         drop(held);
-        // Other test threads may open and close files meanwhile.
-        assert!(after + 5 <= before + 2, "{before} then {after}");
+        assert!(
+            before.saturating_sub(after) >= HELD - 64,
+            "{before} then {after}"
+        );
+        assert!(before - after <= HELD + 64, "{before} then {after}");
     }
 
     #[test]
