@@ -601,6 +601,8 @@ fn run_to(
         tx.probe_operations()?;
         Ok(safety)
     })?;
+    // From the intent to the commit, a Ctrl-C waits for the last change.
+    let finish_first = finish_first();
     let mut kept = cap.objects_kept();
     kept.extend(stored_again);
     new_objects.keep_named(&kept);
@@ -681,6 +683,7 @@ fn run_to(
             seen,
         },
     )?;
+    drop(finish_first);
     drop(frozen);
     // Named once the mount is thawed: naming reads other processes' maps,
     // which waits for any of them faulting on the frozen mount (D264).
@@ -1488,12 +1491,36 @@ fn confirm_target(ws: &Workspace, target: Checkpoint) -> Result<Checkpoint> {
     Ok(now)
 }
 
+/// What the first Ctrl-C (or hangup) of a rewind says (D353).
+const FINISHING: &str = "\nrewind: finishing the rewind first, so that the tree is not left half-way (interrupt again to stop now)\n";
+
+/// While the tree is between two checkpoints, the first Ctrl-C (or
+/// hangup) lets the rewind finish, and a second one or a SIGTERM stops it
+/// with a line that says what was left (D353).
+fn finish_first() -> rewind_platform::FinishFirst {
+    rewind_platform::finish_first(
+        FINISHING,
+        "\nrewind: stopped in the middle of a rewind: the tree is partly rewound and nothing is lost; the next rewind command finishes it (any one, `rewind status` too)\n",
+    )
+}
+
+/// [`finish_first`] for a client waiting on the command server's rewind
+/// (D93): stopped, the client hangs up and the server ends at once, at a
+/// moment the client cannot know.
+pub(crate) fn finish_first_waiting() -> rewind_platform::FinishFirst {
+    rewind_platform::finish_first(
+        FINISHING,
+        "\nrewind: stopped; nothing is lost, and if the rewind had begun to change the tree, the next rewind command finishes it (any one, `rewind status` too)\n",
+    )
+}
+
 /// Roll an interrupted rewind forward (DESIGN §4 rule 7), or back when it
 /// cannot finish ([`roll_back`]). Called with the workspace lock held.
 pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     let Some(intent) = ws.ledger().intent()? else {
         return Ok(false);
     };
+    let _finish_first = finish_first();
     let opt = |k: &str| {
         intent
             .options

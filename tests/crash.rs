@@ -721,3 +721,83 @@ fn a_killed_restore_gives_the_parents_it_made_their_modes() {
         assert_same(point, &want, &snapshot(root));
     }
 }
+
+/// `rewind --json rewind A` in `root`, stopped (SIGSTOP) at its first
+/// written file, then sent `signals` and let go on.
+fn rewind_signalled_mid_apply(root: &Path, a: &str, signals: &[i32]) -> std::process::Output {
+    let child = common::spawn_with_default_signals(
+        root,
+        &["--json", "rewind", a],
+        &[
+            ("REWIND_FAILPOINT", "apply:file-written"),
+            ("REWIND_FAILPOINT_ACTION", "stop"),
+        ],
+    );
+    common::wait_stopped(child.id());
+    for &sig in signals {
+        common::signal(child.id(), sig);
+    }
+    common::resume(&child);
+    child.wait_with_output().expect("wait")
+}
+
+/// D353: a Ctrl-C between a rewind's first and last change lets it reach
+/// its target, says so, and then ends the process by that SIGINT (a
+/// shell script stops there, as at any Ctrl-C).
+#[test]
+fn one_interrupt_mid_rewind_lets_it_finish_then_stops_the_process() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let (a, snap_a, _) = fixture(root);
+    let out = rewind_signalled_mid_apply(root, &a, &[libc::SIGINT]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGINT), "{stderr}");
+    assert!(stderr.contains("finishing the rewind first"), "{stderr}");
+    // Read before any other command could finish it.
+    assert_same(
+        "finished by the interrupted process",
+        &snap_a,
+        &snapshot(root),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its JSON result");
+    assert_eq!(v["rewound_to"], a.as_str());
+    check_invariants(root, "after one interrupt", &[("A", &snap_a)]);
+}
+
+/// D353: a SIGTERM, or a second interrupt, stops a rewind at once, and the
+/// line it leaves says the tree is partly rewound and which command
+/// finishes it; that command does.
+#[test]
+fn a_sigterm_or_a_second_interrupt_mid_rewind_stops_it_and_says_what_finishes_it() {
+    for (label, signals) in [
+        ("SIGTERM", &[libc::SIGTERM][..]),
+        ("SIGHUP then SIGINT", &[libc::SIGHUP, libc::SIGINT][..]),
+    ] {
+        let dir = common::tmp();
+        let root = dir.path();
+        let (a, snap_a, snap_before) = fixture(root);
+        let out = rewind_signalled_mid_apply(root, &a, signals);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let died_of = out.status.signal();
+        assert!(
+            died_of.is_some_and(|s| signals.contains(&s)),
+            "{label}: {:?} {stderr}",
+            out.status
+        );
+        assert!(
+            stderr.contains("stopped in the middle of a rewind")
+                && stderr.contains("the next rewind command finishes it"),
+            "{label}: {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{label}: no result for a stopped rewind"
+        );
+        let mid = snapshot(root);
+        assert!(
+            mid != snap_a && mid != snap_before,
+            "{label}: it stopped mid-way"
+        );
+        check_invariants(root, label, &[("A", &snap_a)]);
+    }
+}

@@ -4195,3 +4195,49 @@ fn announcements_never_reach_another_mount_bound_over_the_view() {
         .expect("mtime");
     assert_eq!(mtime, old, "the other workspace's file got a new time");
 }
+
+/// D353: through a mount the command server runs a rewind and ends with
+/// its client (D93 rule 1). A Ctrl-C at the waiting client would have
+/// ended the server mid-rewind, silently; now it lets the rewind finish
+/// (the server lives on), says so, and then ends the client by that
+/// SIGINT.
+#[test]
+fn a_ctrl_c_at_a_client_waiting_on_the_servers_rewind_lets_it_finish() {
+    let Some((_lfs, ws)) = workspace(40, 50) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    let a = common::checkpoint_id(&ws, &["a"]);
+    let snap_a = snapshot(&ws);
+    let server = server_pid_after_a_checkpoint(&m, &ws);
+    for d in 0..40 {
+        for f in 0..50 {
+            write(&ws.join(format!("d{d:02}/f{f:02}.txt")), b"edited\n");
+        }
+    }
+    let child = common::spawn_with_default_signals(&ws, &["--json", "rewind", &a], &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !common::catches(child.id(), libc::SIGINT) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client never took SIGINT over"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    common::signal(child.id(), libc::SIGINT);
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("finishing the rewind first"), "{stderr}");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(libc::SIGINT),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the server's JSON");
+    assert_eq!(v["rewound_to"], a.as_str());
+    assert_eq!(snap_a, snapshot(&ws), "the rewind reached its target");
+    common::checkpoint_id(&ws, &[]);
+    assert_eq!(lock_holder(&m), server, "the server was not ended with it");
+}

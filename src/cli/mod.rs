@@ -397,12 +397,18 @@ pub fn main() -> i32 {
     if let Some((verb, dir)) = scanned {
         let start = dir.map_or_else(|| cwd.clone(), |d| cwd.join(d));
         if let Some(code) = serve::forward(&start, &cwd, verb, args.clone()) {
+            rewind_platform::die_of_deferred_signal();
             return code;
         }
     }
     // Not `std::env::args()`: it panics on an argument that is not UTF-8.
     match Cli::try_parse_from(args) {
-        Ok(cli) => run(cli, cwd, None),
+        Ok(cli) => {
+            let code = run(cli, cwd, None);
+            // A Ctrl-C a rewind let wait for its last change (D353).
+            rewind_platform::die_of_deferred_signal();
+            code
+        }
         Err(e) => usage_error(e, json),
     }
 }

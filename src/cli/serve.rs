@@ -232,6 +232,9 @@ const OWNER_VERBS: &[&str] = &["gc", "du", "mcp"];
 /// before giving up.
 const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The verbs that change the tree by a rewind's plan.
+const REWINDING_VERBS: &[&str] = &["rewind", "to", "replay", "undo", "restore"];
+
 /// Run this command in the server of the mount `start` is in, if there is
 /// one and it takes it; `None`: run it in this process (rule 2).
 /// `verb`: a command-server verb (D93), or one of [`OWNER_VERBS`].
@@ -268,6 +271,12 @@ pub fn forward(
         args,
     }
     .encode();
+    // The server ends with this client (rule 1): a Ctrl-C here would stop
+    // its rewind mid-way, unannounced (D353).
+    let _finish_first = REWINDING_VERBS
+        .iter()
+        .any(|v| verb == *v)
+        .then(crate::rewind::finish_first_waiting);
     let waited = std::time::Instant::now();
     loop {
         let sock = UnixStream::connect(&socket).ok()?;

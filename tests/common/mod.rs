@@ -1616,3 +1616,47 @@ pub fn in_a_terminal(root: &Path, args: &str) -> String {
     assert!(out.status.success(), "{args}: {shown}");
     shown
 }
+
+/// `rewind ARGS` in `cwd` with `envs`, its output piped, and SIGINT,
+/// SIGHUP and SIGTERM at their default: a non-interactive shell's `cmd &`
+/// ignores SIGINT, and rewind leaves an ignored signal ignored (D353).
+pub fn spawn_with_default_signals(
+    cwd: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rewind"));
+    cmd.current_dir(cwd)
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: signal(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawn rewind")
+}
+
+/// Whether process `pid` has a handler for `sig` (`SigCgt` in its
+/// `/proc/PID/status`); false once it is gone.
+pub fn catches(pid: u32, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
+}
+
+/// Send `sig` to process `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill {pid}");
+}
