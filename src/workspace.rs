@@ -230,6 +230,14 @@ impl Identity {
     }
 }
 
+static HISTORY_LOSS_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process has said on stderr that the history lost what
+/// its kept anchor recorded (D313): said once, not again per checkpoint.
+pub(crate) fn history_loss_said() -> bool {
+    HISTORY_LOSS_SAID.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// What `checkpoint` reports.
 #[derive(Debug, Serialize)]
 pub struct CheckpointReport {
@@ -277,6 +285,10 @@ pub struct CheckpointReport {
     pub pruned: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The history lost what its kept anchor recorded (D313): on every
+    /// checkpoint until it is resolved, where an agent reads it (D354).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_lost: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1159,13 +1171,12 @@ impl Workspace {
     /// At every open, so `checkpoint`, the hooks and `doctor` say it too
     /// (helper-68).
     fn warn_if_history_lost(&self) {
-        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
+        if history_loss_said() {
             return;
         }
         let _t = crate::trace::span("check kept anchor");
         if let Some(w) = self.ledger.lost_to_kept_anchor() {
-            WARNED.store(true, std::sync::atomic::Ordering::Relaxed);
+            HISTORY_LOSS_SAID.store(true, std::sync::atomic::Ordering::Relaxed);
             rewind_platform::stderr_line!("rewind: warning: {w}");
         }
     }
@@ -2054,6 +2065,7 @@ impl Workspace {
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
             warnings: standing,
+            history_lost: self.ledger.lost_to_kept_anchor(),
         })
     }
 
@@ -2143,6 +2155,7 @@ impl Workspace {
             warnings: unsettled_warning(&cap.unsettled, "this checkpoint")
                 .into_iter()
                 .collect(),
+            history_lost: self.ledger.lost_to_kept_anchor(),
         }
     }
 

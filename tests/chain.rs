@@ -880,6 +880,37 @@ fn a_history_that_lost_its_newest_entries_is_named_by_the_anchor_rewind_keeps() 
             "{args:?}: {warning}"
         );
     }
+    // Said once per process on stderr, the checkpoint's own included.
+    let out = rewind(&ws, &["checkpoint", "-q", "said once"]);
+    let said = String::from_utf8_lossy(&out.stderr)
+        .matches("history reached entry")
+        .count();
+    assert_eq!(said, 1, "{}", String::from_utf8_lossy(&out.stderr));
+    // D354: in the checkpoint's result, where an agent reads it: its
+    // JSON, and the MCP tool's answer (whose stderr no agent sees).
+    let v = rewind_json(&ws, &["checkpoint", "in json"]);
+    assert!(
+        v["history_lost"]
+            .as_str()
+            .is_some_and(|w| w.contains("history reached entry")),
+        "{v}"
+    );
+    write(&ws.join("m1.py"), b"by the agent\n");
+    let answers = common::raw_mcp_answers(
+        &ws,
+        &[
+            common::INITIALIZE,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"checkpoint","arguments":{}}}"#,
+        ],
+    );
+    let got = &answers[1]["result"]["structuredContent"];
+    assert!(
+        got["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("rewind verify")),
+        "{got}"
+    );
     let doctor = rewind(&ws, &["doctor"]);
     assert_eq!(doctor.status.code(), Some(1));
     assert!(
@@ -912,7 +943,8 @@ fn a_history_that_lost_its_newest_entries_is_named_by_the_anchor_rewind_keeps() 
     let (code, v) = verify(&ws, &[]);
     assert_eq!(code, 0, "{v}");
     assert!(v.get("kept_anchor").is_none(), "{v}");
-    rewind_json(&ws, &["checkpoint", "accepted"]);
+    let accepted = rewind_json(&ws, &["checkpoint", "accepted"]);
+    assert!(accepted.get("history_lost").is_none(), "{accepted}");
     assert_eq!(verify(&ws, &[]).1["kept_anchor"]["path"], kept.as_str());
     // The copy never noticed.
     assert_eq!(verify(&copy, &[]).0, 0);

@@ -53,6 +53,9 @@ pub fn run(ctx: &Ctx, mut args: Args) -> Result<()> {
     for w in &r.warnings {
         rewind_platform::stderr_line!("rewind: warning: {w}");
     }
+    if let Some(w) = (r.history_lost.as_ref()).filter(|_| !crate::workspace::history_loss_said()) {
+        rewind_platform::stderr_line!("rewind: warning: {w}");
+    }
     ctx.emit(&r, || {
         let mut how = Vec::new();
         if r.cloned > 0 {

@@ -33,10 +33,10 @@ use crate::warm::WarmSlot;
 /// Taught to the model at `initialize`; kept short because it is paid for
 /// in every session's context.
 pub const INSTRUCTIONS: &str = "rewind makes this workspace reversible, shell commands included. \
-Call `checkpoint` before risky work. If it goes wrong, `rewind` to a checkpoint id: the current tree \
-is saved first, so nothing is lost; say in `report` what failed, so the next attempt avoids it. \
-Before an effect no rewind can undo (payment, email, deploy, push), call `guard_effect` and go on \
-only if it is admitted.";
+Call `checkpoint` before risky work. If it goes wrong, `rewind` to a checkpoint id (nothing is lost); \
+say in `report` what failed, so the next attempt avoids it. \
+Before an effect no rewind can undo (payment, email, deploy, push), call `guard_effect`; go on \
+only if admitted.";
 
 pub struct Server {
     dir: Option<PathBuf>,

@@ -131,7 +131,7 @@ pub static TOOLS: &[ToolDef] = &[
         CheckpointIn,
         CheckpointOut,
         checkpoint,
-        "Save the whole workspace, shell changes included. Cheap: only changed files cost. Returns the id to rewind to."
+        "Save the whole workspace, shell changes included; only changed files cost. Returns the id to rewind to."
     ),
     tool!(
         "rewind",
@@ -191,7 +191,7 @@ pub static TOOLS: &[ToolDef] = &[
         ReplayIn,
         RewindOut,
         replay,
-        "Like rewind, moving forward again, e.g. back to the branch a rewind left."
+        "Like rewind, forward again, e.g. to the branch a rewind left."
     ),
     tool!(
         "backtrack_candidates",
@@ -201,7 +201,7 @@ pub static TOOLS: &[ToolDef] = &[
         CandidatesIn,
         CandidatesOut,
         backtrack_candidates,
-        "Checkpoints on the current line of work, newest first, each with the notes of attempts already abandoned from it. Read before backtracking so you do not repeat a dead end."
+        "Checkpoints on the current line of work, newest first, each with the notes of attempts abandoned from it, so you do not repeat a dead end."
     ),
     tool!(
         "backtrack_commit",
@@ -434,6 +434,11 @@ pub struct CheckpointOut {
     deleted: Option<u64>,
     bytes_new: u64,
     duration_ms: u64,
+    // The history lost what its kept anchor recorded (D313, D354); named
+    // as the rewind tools' field, and undescribed: the lean profile's
+    // tools/list budget (D170).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
 }
 
 fn checkpoint(ctx: &Ctx, input: CheckpointIn) -> Result<CheckpointOut> {
@@ -456,6 +461,9 @@ fn checkpoint(ctx: &Ctx, input: CheckpointIn) -> Result<CheckpointOut> {
         deleted: r.changes.map(|c| c.deleted),
         bytes_new: r.bytes_new,
         duration_ms: r.duration_ms,
+        // Unlike the warnings above: the agent must hear of it, or the
+        // user it works for never does (helper-92).
+        warning: r.history_lost,
     })
 }
 
