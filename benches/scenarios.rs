@@ -575,6 +575,55 @@ fn settle(dir: &Path) {
     }
 }
 
+/// Between scenario groups: write everything back, then wait (at most
+/// 15 s) until no disk of this machine completes an I/O for 500 ms.
+/// (b) and (d) took 3x their time alone right after (a2)'s cache drops
+/// and (a)'s deletions of 224 MiB trees (session 48): XFS frees
+/// inodes and the loop device writes its image in the background, and
+/// that work landed inside the next group's timed commands. Returns how
+/// long it waited.
+fn quiesce(dir: &Path) -> Duration {
+    let started = Instant::now();
+    settle(dir);
+    // Completed reads + writes + I/Os in flight over every device.
+    let activity = || -> u64 {
+        fs::read_to_string("/proc/diskstats")
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let f: Vec<u64> = l
+                    .split_whitespace()
+                    .skip(3)
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                // reads completed, writes completed, in flight
+                [0usize, 4, 8].iter().filter_map(|&i| f.get(i)).sum::<u64>()
+            })
+            .sum()
+    };
+    let mut last = activity();
+    let mut quiet_since = Instant::now();
+    while started.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = activity();
+        if now != last {
+            (last, quiet_since) = (now, Instant::now());
+        } else if quiet_since.elapsed() >= Duration::from_millis(500) {
+            break;
+        }
+    }
+    started.elapsed()
+}
+
+/// [`quiesce`] before the scenario group `what`, saying how long it took.
+fn quiesce_before(dir: &Path, what: &str) {
+    let waited = quiesce(dir);
+    eprintln!(
+        "bench: disks quiet after {:.2} s, before {what}",
+        waited.as_secs_f64()
+    );
+}
+
 // ---------------------------------------------------------------- filesystem
 
 /// Temp dir (and loop-mounted filesystem, if any). Dropping it unmounts
@@ -5626,6 +5675,7 @@ fn main() {
     }
     let mut scen_h = Vec::new();
     if "bcdeh".chars().any(|c| args.wants(c)) {
+        quiesce_before(&work, "b-e");
         let pair = setup_pair(&work, &template, rsync);
         if args.wants('b') {
             scenarios.push(scenario_edit(
@@ -5666,11 +5716,13 @@ fn main() {
         }
     }
     if args.wants('f') {
+        quiesce_before(&work, "f");
         scenarios.push(scenario_verify(&args, &work));
     }
     let mut scen_i = Vec::new();
     let mut note_i = String::new();
     if args.wants('i') {
+        quiesce_before(&work, "i");
         let (s, t, n) = scenario_i(&args, &work, &template, &tree, &mut rng);
         (scen_i, note_i) = (s, n);
         targets.extend(t);
@@ -5678,6 +5730,7 @@ fn main() {
     let mut scen_j = Vec::new();
     let mut note_j = "j not run".to_string();
     if args.wants('j') {
+        quiesce_before(&work, "j");
         let (s, t, n) = scenario_j(&args, &template, &tree, &mut rng);
         (scen_j, note_j) = (s, n);
         targets.extend(t);
@@ -5685,6 +5738,7 @@ fn main() {
     let mut scen_k = Vec::new();
     let mut note_k = "k not run".to_string();
     if args.wants('k') {
+        quiesce_before(&work, "k");
         let (s, t, n) = scenario_k(&args, &work, &template, &tree, &mut rng);
         (scen_k, note_k) = (s, n);
         targets.extend(t);
@@ -5692,6 +5746,7 @@ fn main() {
     targets.splice(0..0, core_targets(&scenarios));
     let mut steps_g = Vec::new();
     if args.wants('g') {
+        quiesce_before(&work, "g");
         let (scen_g, st) = scenario_g(&args, &work, &template, &tree, &mut rng, rsync);
         scenarios.push(scen_g);
         steps_g = st;
@@ -5772,7 +5827,7 @@ fn main() {
     );
     let _ = writeln!(
         md,
-        "- runs: {} per scenario; wall time of the whole process (spawn → wait4), the filesystem synced before each workload's edits, not after: a timed step pays for writing back its own edits, as after an agent's\n",
+        "- runs: {} per scenario; wall time of the whole process (spawn → wait4), the filesystem synced before each workload's edits, not after: a timed step pays for writing back its own edits, as after an agent's; between scenario groups the harness waits until no disk completes an I/O for 500 ms (at most 15 s), so one group's background writeback and frees do not land in the next\n",
         args.runs
     );
     let _ = writeln!(
