@@ -103,20 +103,25 @@ fn read_at(path: &Path, workspace_id: &str) -> Option<Anchor> {
 }
 
 /// After a commit: keep the chain's head as the workspace's anchor at
-/// `path` ([`path`]), if it extends the one kept (or none is).
-pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) {
+/// `path` ([`path`]), if it extends the one kept (or none is). Returns
+/// what [`lost`] would say, from the anchor it has just read: a
+/// checkpoint's report needs it, and a second read cost it again (D354).
+pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) -> Option<String> {
     let Ok(Some((seq, head))) = crate::chain::head(conn, ledger) else {
-        return;
+        return None;
     };
     if let Some(a) = read_at(path, workspace_id) {
         if a.seq == seq && a.head == head.to_hex() {
-            return;
+            return None;
         }
         // Only forward along the same chain: a ledger that lost the kept
         // entry, or holds another there, leaves the evidence alone; and
         // never back (another process kept a newer head meanwhile).
-        if a.seq >= seq || !holds(conn, &a) {
-            return;
+        if !holds(conn, &a) {
+            return Some(loss(path, &a, seq));
+        }
+        if a.seq >= seq {
+            return None;
         }
     }
     let anchor = Anchor {
@@ -125,6 +130,7 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) {
         head: head.to_hex(),
     };
     let _ = write(path, &anchor);
+    None
 }
 
 /// Whether the chain in `conn` holds the kept anchor's entry.
@@ -153,16 +159,22 @@ pub fn lost(conn: &Connection, ledger: &Path, workspace_id: &str) -> Option<Stri
         .ok()
         .flatten()
         .map_or(0, |(seq, _)| seq);
-    Some(format!(
+    Some(loss(&path, &a, now))
+}
+
+/// The loss of the entry the anchor `a`, kept at `path`, recorded, in a
+/// ledger whose chain now ends at entry `now`.
+fn loss(path: &Path, a: &Anchor, now: u64) -> String {
+    format!(
         "this workspace's history reached entry {} (the anchor rewind keeps at {}), and its ledger now {}: it lost its newest checkpoints or was replaced by an older copy (a tool that rewrote .rewind/, a restored backup); `rewind verify` says where, and deleting that file accepts the ledger as it is",
         a.seq,
-        crate::names::human_os_path(&path),
+        crate::names::human_os_path(path),
         if now < a.seq {
             format!("ends at entry {now}")
         } else {
             format!("holds another entry {}", a.seq)
         }
-    ))
+    )
 }
 
 /// Replace the file at `path` with `anchor`, through a temporary file

@@ -2065,7 +2065,7 @@ impl Workspace {
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
             warnings: standing,
-            history_lost: self.ledger.lost_to_kept_anchor(),
+            history_lost: self.ledger.kept_anchor_loss(),
         })
     }
 
@@ -2155,7 +2155,7 @@ impl Workspace {
             warnings: unsettled_warning(&cap.unsettled, "this checkpoint")
                 .into_iter()
                 .collect(),
-            history_lost: self.ledger.lost_to_kept_anchor(),
+            history_lost: self.ledger.kept_anchor_loss(),
         }
     }
 
