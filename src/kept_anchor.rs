@@ -103,25 +103,20 @@ fn read_at(path: &Path, workspace_id: &str) -> Option<Anchor> {
 }
 
 /// After a commit: keep the chain's head as the workspace's anchor at
-/// `path` ([`path`]), if it extends the one kept (or none is). Returns
-/// what [`lost`] would say, from the anchor it has just read: a
-/// checkpoint's report needs it, and a second read cost it again (D354).
-pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) -> Option<String> {
+/// `path` ([`path`]), if it extends the one kept (or none is).
+pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) {
     let Ok(Some((seq, head))) = crate::chain::head(conn, ledger) else {
-        return None;
+        return;
     };
     if let Some(a) = read_at(path, workspace_id) {
         if a.seq == seq && a.head == head.to_hex() {
-            return None;
+            return;
         }
         // Only forward along the same chain: a ledger that lost the kept
         // entry, or holds another there, leaves the evidence alone; and
         // never back (another process kept a newer head meanwhile).
-        if !holds(conn, &a) {
-            return Some(loss(path, &a, seq));
-        }
-        if a.seq >= seq {
-            return None;
+        if a.seq >= seq || !holds(conn, &a) {
+            return;
         }
     }
     let anchor = Anchor {
@@ -130,7 +125,6 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) -
         head: head.to_hex(),
     };
     let _ = write(path, &anchor);
-    None
 }
 
 /// Whether the chain in `conn` holds the kept anchor's entry.

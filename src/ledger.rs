@@ -495,9 +495,6 @@ pub struct Ledger {
     /// Where this workspace's anchor is kept (D313), found once: a stat,
     /// a statfs and a query that every commit repeated.
     kept_anchor: std::cell::OnceCell<Option<(String, PathBuf)>>,
-    /// What the last look at the kept anchor found (at open, or by the
-    /// last commit that moved the head): `None` until one looked.
-    anchor_loss: std::cell::RefCell<Option<Option<String>>>,
 }
 
 /// How long a statement waits for another process's transaction.
@@ -885,7 +882,6 @@ impl Ledger {
             access,
             unsynced: false,
             kept_anchor: std::cell::OnceCell::new(),
-            anchor_loss: std::cell::RefCell::new(None),
             read_from: Default::default(),
         })
     }
@@ -1003,7 +999,6 @@ impl Ledger {
             access: Access::ReadWrite,
             unsynced: false,
             kept_anchor: std::cell::OnceCell::new(),
-            anchor_loss: std::cell::RefCell::new(None),
             read_from: Default::default(),
         })
     }
@@ -1288,29 +1283,15 @@ impl Ledger {
             Some((id, path))
         });
         if let Some((id, path)) = kept {
-            let loss = crate::kept_anchor::keep(&self.conn, &self.path, id, path);
-            *self.anchor_loss.borrow_mut() = Some(loss);
+            crate::kept_anchor::keep(&self.conn, &self.path, id, path);
         }
     }
 
     /// Whether the history lost what its kept anchor recorded (D313):
-    /// what to tell the user.
+    /// what to tell the user. A small file read and a query (~0.1 ms).
     pub fn lost_to_kept_anchor(&self) -> Option<String> {
-        let loss = self
-            .workspace_id()
-            .ok()
-            .and_then(|id| crate::kept_anchor::lost(&self.conn, &self.path, &id));
-        *self.anchor_loss.borrow_mut() = Some(loss.clone());
-        loss
-    }
-
-    /// [`Ledger::lost_to_kept_anchor`] as the last look found it (this
-    /// ledger's open, or its last commit that moved the head), looking
-    /// again only if none did: a checkpoint reports it (D354) without
-    /// reading the anchor a third time.
-    pub fn kept_anchor_loss(&self) -> Option<String> {
-        let known = self.anchor_loss.borrow().clone();
-        known.unwrap_or_else(|| self.lost_to_kept_anchor())
+        let id = self.workspace_id().ok()?;
+        crate::kept_anchor::lost(&self.conn, &self.path, &id)
     }
 
     /// Where the anchor of this workspace is kept, or why none is (D351).

@@ -681,9 +681,9 @@ fn run_to(
             recovered: false,
             before,
             seen,
+            signals: finish_first,
         },
     )?;
-    drop(finish_first);
     drop(frozen);
     // Named once the mount is thawed: naming reads other processes' maps,
     // which waits for any of them faulting on the frozen mount (D264).
@@ -1231,6 +1231,9 @@ struct Finish {
     before: Before,
     /// What the capture before the apply saw, for the next mark (D85).
     seen: Seen,
+    /// Taken over since the intent; given back once the commit clears it,
+    /// so that no stop after it says the tree is partly rewound (D353).
+    signals: rewind_platform::FinishFirst,
 }
 
 /// What the capture before an apply saw, for the mark set once the
@@ -1288,6 +1291,7 @@ fn finish(
         recovered,
         before,
         seen,
+        signals,
     } = how;
     let synced = ws.sync_applied(&report.touched, before, !seen.quiescent)?;
     let after = seen.after(ws, synced);
@@ -1323,6 +1327,7 @@ fn finish(
         )?;
         Ok(())
     })?;
+    drop(signals);
     failpoint::hit("rewind:after-commit");
     Ok(())
 }
@@ -1500,7 +1505,7 @@ const FINISHING: &str = "\nrewind: finishing the rewind first, so that the tree 
 fn finish_first() -> rewind_platform::FinishFirst {
     rewind_platform::finish_first(
         FINISHING,
-        "\nrewind: stopped in the middle of a rewind: the tree is partly rewound and nothing is lost; the next rewind command finishes it (any one, `rewind status` too)\n",
+        "\nrewind: stopped in the middle of a rewind: the tree may be partly rewound, and nothing is lost; `rewind status` finishes it, as does the next rewind, checkpoint or list\n",
     )
 }
 
@@ -1510,7 +1515,7 @@ fn finish_first() -> rewind_platform::FinishFirst {
 pub(crate) fn finish_first_waiting() -> rewind_platform::FinishFirst {
     rewind_platform::finish_first(
         FINISHING,
-        "\nrewind: stopped; nothing is lost, and if the rewind had begun to change the tree, the next rewind command finishes it (any one, `rewind status` too)\n",
+        "\nrewind: stopped; nothing is lost, and if the rewind had begun to change the tree, `rewind status` finishes it, as does the next rewind, checkpoint or list\n",
     )
 }
 
@@ -1520,7 +1525,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     let Some(intent) = ws.ledger().intent()? else {
         return Ok(false);
     };
-    let _finish_first = finish_first();
+    let signals = finish_first();
     let opt = |k: &str| {
         intent
             .options
@@ -1586,6 +1591,7 @@ pub(crate) fn recover(ws: &mut Workspace) -> Result<bool> {
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
     let how = Finish {
+        signals,
         recovered: true,
         before: Before::Unknown,
         seen: Seen {

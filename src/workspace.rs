@@ -232,10 +232,22 @@ impl Identity {
 
 static HISTORY_LOSS_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether this process has said on stderr that the history lost what
+/// Whether this command has said on stderr that the history lost what
 /// its kept anchor recorded (D313): said once, not again per checkpoint.
 pub(crate) fn history_loss_said() -> bool {
     HISTORY_LOSS_SAID.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static UNBUILT_MANIFESTS_SAID: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A command server's next command begins: what a command says once, it
+/// says again (the server's first command alone said that the history
+/// lost entries, helper-93).
+pub(crate) fn new_command() {
+    for said in [&HISTORY_LOSS_SAID, &UNBUILT_MANIFESTS_SAID] {
+        said.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// What `checkpoint` reports.
@@ -1165,12 +1177,12 @@ impl Workspace {
         }
     }
 
-    /// Say, once a process, that the ledger lost what the anchor kept
+    /// Say, once a command, that the ledger lost what the anchor kept
     /// outside the workspace recorded (D313): `list` showed one
     /// checkpoint of four after a `sed -i` over the WAL, and said nothing.
     /// At every open, so `checkpoint`, the hooks and `doctor` say it too
     /// (helper-68).
-    fn warn_if_history_lost(&self) {
+    pub(crate) fn warn_if_history_lost(&self) {
         if history_loss_said() {
             return;
         }
@@ -1185,9 +1197,8 @@ impl Workspace {
     /// cannot be built now (`why`, `fix`): their snapshots hold them,
     /// `list` shows them and `status` reads HEAD from its snapshot (D266).
     fn warn_unbuilt_manifests(&self, why: &str, fix: &str) {
-        // Once a process: a command may look several times (helper-48).
-        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        // Once a command: it may look several times (helper-48).
+        if UNBUILT_MANIFESTS_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
         let Ok(pending) = self.ledger.pending() else {
@@ -2065,7 +2076,7 @@ impl Workspace {
             duration_ms: started.elapsed().as_millis() as u64,
             pruned: Vec::new(),
             warnings: standing,
-            history_lost: self.ledger.kept_anchor_loss(),
+            history_lost: self.ledger.lost_to_kept_anchor(),
         })
     }
 
@@ -2155,7 +2166,7 @@ impl Workspace {
             warnings: unsettled_warning(&cap.unsettled, "this checkpoint")
                 .into_iter()
                 .collect(),
-            history_lost: self.ledger.kept_anchor_loss(),
+            history_lost: self.ledger.lost_to_kept_anchor(),
         }
     }
 

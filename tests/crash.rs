@@ -786,7 +786,7 @@ fn a_sigterm_or_a_second_interrupt_mid_rewind_stops_it_and_says_what_finishes_it
         );
         assert!(
             stderr.contains("stopped in the middle of a rewind")
-                && stderr.contains("the next rewind command finishes it"),
+                && stderr.contains("`rewind status` finishes it"),
             "{label}: {stderr}"
         );
         assert!(
@@ -800,4 +800,65 @@ fn a_sigterm_or_a_second_interrupt_mid_rewind_stops_it_and_says_what_finishes_it
         );
         check_invariants(root, label, &[("A", &snap_a)]);
     }
+}
+
+/// D353 in `rewind mcp`: one interrupt lets the call's rewind finish,
+/// answers the call, then ends the server by that SIGINT while its input
+/// is still open. It went on serving, and starting rewinds, until its
+/// input closed (helper-93).
+#[test]
+fn one_interrupt_mid_rewind_in_mcp_answers_the_call_then_ends_the_server() {
+    use std::io::{Read, Write};
+    let dir = common::tmp();
+    let root = dir.path();
+    let (a, snap_a, _) = fixture(root);
+    let mut child = common::spawn_with_default_signals(
+        root,
+        &["mcp"],
+        &[
+            ("REWIND_FAILPOINT", "apply:file-written"),
+            ("REWIND_FAILPOINT_ACTION", "stop"),
+        ],
+    );
+    let mut stdin = child.stdin.take().expect("stdin");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "rewind", "arguments": {"id": a}}});
+    for line in [
+        common::INITIALIZE.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        call.to_string(),
+    ] {
+        writeln!(stdin, "{line}").expect("write a request");
+    }
+    common::wait_stopped(child.id());
+    common::signal(child.id(), libc::SIGINT);
+    common::resume(&child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the server went on serving");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(stdin);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read stdout");
+    let answer = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["id"] == 2)
+        .unwrap_or_else(|| panic!("no answer to the rewind: {out}"));
+    assert_eq!(
+        answer["result"]["structuredContent"]["rewound_to"],
+        a.as_str(),
+        "{answer}"
+    );
+    assert_same("the rewind finished", &snap_a, &snapshot(root));
 }

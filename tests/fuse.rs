@@ -4241,3 +4241,86 @@ fn a_ctrl_c_at_a_client_waiting_on_the_servers_rewind_lets_it_finish() {
     common::checkpoint_id(&ws, &[]);
     assert_eq!(lock_holder(&m), server, "the server was not ended with it");
 }
+
+/// A command whose reader left before it wrote (`rewind verify | head
+/// -1`) left its unsent lines in the command server's stdout buffer, and
+/// the next command's stdout got them before its own JSON (helper-93:
+/// 11 of 30 `--json checkpoint` outputs did not parse). They are dropped
+/// with the command that wrote them.
+#[test]
+fn the_output_a_reader_left_unread_never_reaches_the_next_commands_stdout() {
+    let Some((_lfs, ws)) = workspace(2, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    server_pid_after_a_checkpoint(&m, &ws);
+    // `verify` writes its lines apart: `head` takes the first and leaves.
+    let verify_into_head = format!(
+        "'{}' verify | head -1 >/dev/null",
+        env!("CARGO_BIN_EXE_rewind")
+    );
+    for round in 0..30 {
+        sh(&ws, &verify_into_head);
+        write(
+            &ws.join("d00/f00.txt"),
+            format!("round {round}\n").as_bytes(),
+        );
+        let out = common::rewind(&ws, &["--json", "checkpoint"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{round}: not JSON ({e}): {stdout}"));
+        assert!(v["id"].is_string(), "{v}");
+    }
+}
+
+/// D313 says on stderr, once per command, that the history lost entries
+/// its kept anchor recorded. In a mount's command server, which runs
+/// many commands in one process, only its first command said it
+/// (helper-93); each says it now.
+#[test]
+fn every_command_the_server_runs_says_the_history_lost_entries() {
+    let Some((_lfs, ws)) = workspace(1, 2) else {
+        return;
+    };
+    let Some(m) = MountGuard::new(&ws, &[]) else {
+        return;
+    };
+    server_pid_after_a_checkpoint(&m, &ws);
+    let v = rewind_json(&ws, &["verify"]);
+    let kept = PathBuf::from(v["kept_anchor"]["path"].as_str().expect("kept anchor"));
+    // An anchor ahead of this ledger: as if its newest entries were lost.
+    let mut anchor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&kept).expect("read anchor")).expect("anchor json");
+    anchor["seq"] = serde_json::json!(anchor["seq"].as_u64().expect("seq") + 100);
+    std::fs::write(&kept, anchor.to_string()).expect("write anchor");
+    for round in 0..3 {
+        write(
+            &ws.join("d00/f00.txt"),
+            format!("round {round}\n").as_bytes(),
+        );
+        let out = rewind(&ws, &["checkpoint"]);
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.matches("history reached entry").count(),
+            1,
+            "{round}: {stderr}"
+        );
+        let out = rewind(&ws, &["list"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("history reached entry"),
+            "{round}: {stderr}"
+        );
+        write(
+            &ws.join("d00/f01.txt"),
+            format!("round {round}\n").as_bytes(),
+        );
+        let v = rewind_json(&ws, &["checkpoint"]);
+        assert!(v["history_lost"].is_string(), "{round}: {v}");
+    }
+    std::fs::remove_file(&kept).expect("accept the ledger");
+    m.unmount();
+}

@@ -213,7 +213,16 @@ impl StdioSwap {
 
 impl Drop for StdioSwap {
     fn drop(&mut self) {
-        let _ = io::stdout().flush();
+        // A reader that left (`| head -1`) fails the flush, and std keeps
+        // the unsent bytes in its stdout buffer: the next command's
+        // stdout got them first, before its own JSON (helper-93). They
+        // are drained into /dev/null instead.
+        if io::stdout().flush().is_err()
+            && let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null")
+        {
+            let _ = rustix::stdio::dup2_stdout(&null);
+            let _ = io::stdout().flush();
+        }
         let [a, b, c] = &self.saved;
         let _ = self.point_at([a.as_fd(), b.as_fd(), c.as_fd()]);
     }

@@ -302,6 +302,8 @@ impl Ctx {
         match self.warm.as_ref().and_then(|w| w.take(root)) {
             Some(ws) => {
                 crate::workspace::check_confined(ws.root_path())?;
+                // Said at every open; a kept workspace is not opened again.
+                ws.warn_if_history_lost();
                 Ok(ws)
             }
             None => Workspace::open(root, self.progress()),
@@ -424,6 +426,7 @@ fn run_forwarded(
     confine: Option<&Path>,
 ) -> i32 {
     use clap::FromArgMatches;
+    crate::workspace::new_command();
     let json = args.iter().any(|a| a == "--json");
     rewind_platform::sigbus_json(json);
     match parser

@@ -18,6 +18,30 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+/// The id of the answer after which the server ends by the signal a
+/// rewind let wait (D353); `None`: no such answer is due.
+static END_AFTER: std::sync::Mutex<Option<Value>> = std::sync::Mutex::new(None);
+
+/// End the server by the deferred signal once the answer to request `id`
+/// is written: before, the client would never get the rewind's result;
+/// without it, one Ctrl-C left a server that went on starting rewinds
+/// until its input closed (helper-93).
+pub fn end_after_answer(id: Value) {
+    *END_AFTER.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+}
+
+/// Whether `line` (one JSON-RPC message) answers the request
+/// [`end_after_answer`] named.
+fn ends_the_server(line: &[u8]) -> bool {
+    let due = END_AFTER.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(id) = due.as_ref() else {
+        return false;
+    };
+    serde_json::from_slice::<Value>(line).is_ok_and(|m| {
+        m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
+    })
+}
+
 /// Serve `rmcp_io`'s far ends on stdin/stdout, filtering as above, until
 /// stdin closes and rmcp has written its last line.
 pub async fn pump<I, O>(
@@ -42,6 +66,9 @@ where
                 }
                 stdout.write_all(&line).await?;
                 stdout.flush().await?;
+                if ends_the_server(&line) {
+                    rewind_platform::die_of_deferred_signal();
+                }
                 line.clear();
             }
             Some(answer) = answered.recv() => {

@@ -294,6 +294,11 @@ impl ServerHandler for Server {
             // Whatever failed may have been the open workspace itself.
             self.warm.clear();
         }
+        if rewind_platform::deferred_signal().is_some() {
+            // A Ctrl-C let this call's rewind finish (D353): the server
+            // ends by it once the answer is out.
+            lines::end_after_answer(serde_json::to_value(&context.id).unwrap_or_default());
+        }
         let result = match joined {
             Ok(Ok(value)) => CallToolResult::structured(value),
             Ok(Err(e)) => error_result(tool.name, &e, self.profile),

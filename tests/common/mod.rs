@@ -1617,7 +1617,7 @@ pub fn in_a_terminal(root: &Path, args: &str) -> String {
     shown
 }
 
-/// `rewind ARGS` in `cwd` with `envs`, its output piped, and SIGINT,
+/// `rewind ARGS` in `cwd` with `envs`, its streams piped, and SIGINT,
 /// SIGHUP and SIGTERM at their default: a non-interactive shell's `cmd &`
 /// ignores SIGINT, and rewind leaves an ignored signal ignored (D353).
 pub fn spawn_with_default_signals(
@@ -1630,6 +1630,7 @@ pub fn spawn_with_default_signals(
     cmd.current_dir(cwd)
         .args(args)
         .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     // SAFETY: signal(2) only, between fork and exec.
