@@ -153,22 +153,16 @@ pub fn lost(conn: &Connection, ledger: &Path, workspace_id: &str) -> Option<Stri
         .ok()
         .flatten()
         .map_or(0, |(seq, _)| seq);
-    Some(loss(&path, &a, now))
-}
-
-/// The loss of the entry the anchor `a`, kept at `path`, recorded, in a
-/// ledger whose chain now ends at entry `now`.
-fn loss(path: &Path, a: &Anchor, now: u64) -> String {
-    format!(
+    Some(format!(
         "this workspace's history reached entry {} (the anchor rewind keeps at {}), and its ledger now {}: it lost its newest checkpoints or was replaced by an older copy (a tool that rewrote .rewind/, a restored backup); `rewind verify` says where, and deleting that file accepts the ledger as it is",
         a.seq,
-        crate::names::human_os_path(path),
+        crate::names::human_os_path(&path),
         if now < a.seq {
             format!("ends at entry {now}")
         } else {
             format!("holds another entry {}", a.seq)
         }
-    )
+    ))
 }
 
 /// Replace the file at `path` with `anchor`, through a temporary file
