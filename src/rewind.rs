@@ -1503,20 +1503,22 @@ const FINISHING: &str = "\nrewind: finishing the rewind first, so that the tree 
 /// hangup) lets the rewind finish, and a second one or a SIGTERM stops it
 /// with a line that says what was left (D353).
 fn finish_first() -> rewind_platform::FinishFirst {
-    rewind_platform::finish_first(
-        FINISHING,
-        "\nrewind: stopped in the middle of a rewind: the tree may be partly rewound, and nothing is lost; `rewind status` finishes it, as does the next rewind, checkpoint or list\n",
-    )
+    static TEXTS: rewind_platform::FinishTexts = rewind_platform::FinishTexts {
+        finishing: FINISHING,
+        stopping: "\nrewind: stopped in the middle of a rewind: the tree may be partly rewound, and nothing is lost; `rewind status` finishes it, as does the next rewind, checkpoint or list\n",
+    };
+    rewind_platform::finish_first(&TEXTS)
 }
 
 /// [`finish_first`] for a client waiting on the command server's rewind
 /// (D93): stopped, the client hangs up and the server ends at once, at a
 /// moment the client cannot know.
 pub(crate) fn finish_first_waiting() -> rewind_platform::FinishFirst {
-    rewind_platform::finish_first(
-        FINISHING,
-        "\nrewind: stopped; nothing is lost, and if the rewind had begun to change the tree, `rewind status` finishes it, as does the next rewind, checkpoint or list\n",
-    )
+    static TEXTS: rewind_platform::FinishTexts = rewind_platform::FinishTexts {
+        finishing: FINISHING,
+        stopping: "\nrewind: stopped; nothing is lost, and if the rewind had begun to change the tree, `rewind status` finishes it, as does the next rewind, checkpoint or list\n",
+    };
+    rewind_platform::finish_first(&TEXTS)
 }
 
 /// Roll an interrupted rewind forward (DESIGN §4 rule 7), or back when it

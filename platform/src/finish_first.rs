@@ -28,40 +28,25 @@ static TAKEN: Mutex<(usize, Vec<(libc::c_int, libc::sigaction)>)> = Mutex::new((
 static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
 /// The signal that was let wait for the work (0: none).
 static DEFERRED: AtomicI32 = AtomicI32::new(0);
-static FINISHING: StaticText = StaticText::new();
-static STOPPING: StaticText = StaticText::new();
+/// What the handler says: one pointer, so that it never reads one
+/// caller's text with another's length.
+static TEXTS: AtomicPtr<FinishTexts> = AtomicPtr::new(std::ptr::null_mut());
 
-/// A `&'static str` a signal handler can read.
-struct StaticText {
-    ptr: AtomicPtr<u8>,
-    len: AtomicUsize,
+/// What a [`FinishFirst`] says on stderr: `finishing` at the first
+/// interrupt, `stopping` when it ends the process.
+pub struct FinishTexts {
+    pub finishing: &'static str,
+    pub stopping: &'static str,
 }
 
-impl StaticText {
-    const fn new() -> Self {
-        StaticText {
-            ptr: AtomicPtr::new(std::ptr::null_mut()),
-            len: AtomicUsize::new(0),
-        }
-    }
-
-    fn set(&self, text: &'static str) {
-        // Length first: a reader that sees the new pointer with the old
-        // length writes a prefix or part of a static string, never past it.
-        self.len.store(0, SeqCst);
-        self.ptr.store(text.as_ptr().cast_mut(), SeqCst);
-        self.len.store(text.len(), SeqCst);
-    }
-
-    fn write_to_stderr(&self) {
-        let (ptr, len) = (self.ptr.load(SeqCst), self.len.load(SeqCst));
-        if !ptr.is_null() {
-            // SAFETY: `ptr` and `len` come from a `&'static str` (or are a
-            // shorter prefix of one, see `set`); write(2) is
-            // async-signal-safe.
-            unsafe {
-                libc::write(2, ptr.cast(), len);
-            }
+/// Write one of the texts of the guard alive now, if there is one.
+fn say(pick: fn(&FinishTexts) -> &'static str) {
+    // SAFETY: TEXTS is null or points at a `&'static FinishTexts`.
+    if let Some(texts) = unsafe { TEXTS.load(SeqCst).as_ref() } {
+        let text = pick(texts);
+        // SAFETY: a static string; write(2) is async-signal-safe.
+        unsafe {
+            libc::write(2, text.as_ptr().cast(), text.len());
         }
     }
 }
@@ -72,13 +57,12 @@ impl StaticText {
 pub struct FinishFirst(());
 
 /// Take over SIGINT, SIGHUP and SIGTERM where their disposition is the
-/// default: the first interrupt writes `finishing` to stderr and the work
-/// goes on; a second interrupt or a SIGTERM writes `stopping` and ends the
-/// process by that signal.
-pub fn finish_first(finishing: &'static str, stopping: &'static str) -> FinishFirst {
+/// default: the first interrupt writes `texts.finishing` to stderr and the
+/// work goes on; a second interrupt or a SIGTERM writes `texts.stopping`
+/// and ends the process by that signal.
+pub fn finish_first(texts: &'static FinishTexts) -> FinishFirst {
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    FINISHING.set(finishing);
-    STOPPING.set(stopping);
+    TEXTS.store(std::ptr::from_ref(texts).cast_mut(), SeqCst);
     if taken.0 == 0 {
         INTERRUPTS.store(0, SeqCst);
         for sig in SIGNALS {
@@ -152,10 +136,10 @@ extern "C" fn on_stop_signal(sig: libc::c_int) {
     let interrupt = sig != libc::SIGTERM;
     if interrupt && INTERRUPTS.fetch_add(1, SeqCst) == 0 {
         DEFERRED.store(sig, SeqCst);
-        FINISHING.write_to_stderr();
+        say(|t| t.finishing);
         return;
     }
-    STOPPING.write_to_stderr();
+    say(|t| t.stopping);
     // SAFETY: signal(2) and raise(3) are async-signal-safe. `sig` is
     // blocked while this handler runs, so it ends the process as it
     // returns (or on another thread first): what the work does meanwhile
@@ -189,12 +173,16 @@ mod tests {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
         }
-        let outer = finish_first("f\n", "s\n");
+        static SAID: FinishTexts = FinishTexts {
+            finishing: "f\n",
+            stopping: "s\n",
+        };
+        let outer = finish_first(&SAID);
         let ours = on_stop_signal as *const () as usize;
         assert_eq!(handler_of(libc::SIGINT), ours);
         assert_eq!(handler_of(libc::SIGTERM), ours);
         assert_eq!(handler_of(libc::SIGHUP), libc::SIG_IGN, "nohup's choice");
-        let inner = finish_first("f\n", "s\n");
+        let inner = finish_first(&SAID);
         drop(inner);
         assert_eq!(handler_of(libc::SIGINT), ours, "the outer guard lives");
         drop(outer);

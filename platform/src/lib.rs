@@ -36,7 +36,9 @@ pub use dir::{
 };
 pub use error::{Error, Result};
 pub use fiemap::{Extent, Mapped, extents, mapping, next_data, same_blocks_prefix};
-pub use finish_first::{FinishFirst, deferred_signal, die_of_deferred_signal, finish_first};
+pub use finish_first::{
+    FinishFirst, FinishTexts, deferred_signal, die_of_deferred_signal, finish_first,
+};
 pub use fsinfo::{
     FsInfo, FsKind, MountWatch, available_bytes, available_inodes, clone_support, file_id,
     filesystem_id, mount_at, mounts_below, probe_clone, reached_elsewhere,
