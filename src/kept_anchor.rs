@@ -20,7 +20,6 @@
 //! here is best effort: no state directory, or one that cannot be
 //! written, keeps nothing and stops nothing.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension};
@@ -94,11 +93,19 @@ pub fn read(workspace_id: &str, root: &Path) -> Option<(PathBuf, Anchor)> {
 }
 
 /// The anchor in the file at `path`, if it parses and names this
-/// workspace.
+/// workspace. Read under the file's lock: a read racing a
+/// [`keep`] could pair one anchor's sequence number with another's head,
+/// which parses, and would say the history lost entries it has.
 fn read_at(path: &Path, workspace_id: &str) -> Option<Anchor> {
-    Anchor::read(path)
+    let record = rewind_platform::LockedRecord::read_only(path).ok()?;
+    parse(&record.read().ok()?, workspace_id)
+}
+
+/// An anchor record's bytes (padded with spaces, D356) as this
+/// workspace's anchor.
+fn parse(bytes: &[u8], workspace_id: &str) -> Option<Anchor> {
+    serde_json::from_slice::<Anchor>(bytes.trim_ascii())
         .ok()
-        .flatten()
         .filter(|a| a.workspace == workspace_id)
 }
 
@@ -108,7 +115,12 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) {
     let Ok(Some((seq, head))) = crate::chain::head(conn, ledger) else {
         return;
     };
-    if let Some(a) = read_at(path, workspace_id) {
+    // Read, checked and replaced under one lock: two commits keeping at
+    // once move it to the later head, never back.
+    let Some(record) = open_for_update(path) else {
+        return;
+    };
+    if let Some(a) = record.read().ok().and_then(|b| parse(&b, workspace_id)) {
         if a.seq == seq && a.head == head.to_hex() {
             return;
         }
@@ -124,7 +136,9 @@ pub fn keep(conn: &Connection, ledger: &Path, workspace_id: &str, path: &Path) {
         seq,
         head: head.to_hex(),
     };
-    let _ = write(path, &anchor);
+    if let Ok(text) = serde_json::to_string(&anchor) {
+        let _ = record.replace(format!("{text}\n").as_bytes());
+    }
 }
 
 /// Whether the chain in `conn` holds the kept anchor's entry.
@@ -165,48 +179,33 @@ pub fn lost(conn: &Connection, ledger: &Path, workspace_id: &str) -> Option<Stri
     ))
 }
 
-/// Replace the file at `path` with `anchor`, through a temporary file
-/// beside it (a torn write would read as no anchor, never a wrong one).
-/// The file is 0600 and the directories rewind makes 0700, whatever the
-/// umask: under `umask 000` they were 0666 and 0777, and any local user
-/// could delete the anchor, which accepts a cut ledger (helper-92, D351).
-fn write(path: &Path, anchor: &Anchor) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = path.parent().unwrap_or(Path::new("."));
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{}.{n}.tmp", std::process::id()));
-    let text = serde_json::to_string(anchor).map_err(std::io::Error::other)?;
-    let create = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-    };
-    let mut f = match create() {
-        Ok(f) => f,
+/// The anchor file at `path`, opened and locked to be updated in place
+/// (D356), made with its directories if missing. The file is 0600 and
+/// the directories rewind makes 0700, whatever the umask: under `umask
+/// 000` they were 0666 and 0777, and any local user could delete the
+/// anchor, which accepts a cut ledger (helper-92, D351).
+fn open_for_update(path: &Path) -> Option<rewind_platform::LockedRecord> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.parent()?;
+    let record = match rewind_platform::LockedRecord::for_update(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(dir)?;
-            create()?
+                .create(dir)
+                .ok()?;
+            rewind_platform::LockedRecord::for_update(path)
         }
-        Err(e) => return Err(e),
-    };
+        r => r,
+    }
+    .ok()?;
     // `anchors/` and `rewind/` above it, left open by an earlier build:
-    // write access to either lets another user take the file away (the
-    // file itself is replaced by one made 0600).
+    // write access to either lets another user take the file away.
     for d in [Some(dir), dir.parent()].into_iter().flatten() {
         close_to_others(d);
     }
-    f.write_all(format!("{text}\n").as_bytes())?;
-    drop(f);
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    record.make_private();
+    Some(record)
 }
 
 /// Make the directory `dir` 0700 if group or others may write in it and
@@ -264,5 +263,41 @@ mod tests {
             Some(Path::new("/w/p"))
         );
         assert_eq!(root_of(Path::new("/w/p/ledger.db")), None);
+    }
+
+    /// D356: the anchor is rewritten in place, so a reader must wait for
+    /// the writer's lock: half of an update can parse as an anchor (one
+    /// entry's number, another's head) and say the history lost entries.
+    #[test]
+    fn a_reader_waits_for_an_update_in_progress_and_reads_it_whole() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("a.json");
+        let anchor = |seq: u64, h: char| Anchor {
+            workspace: "w".into(),
+            seq,
+            head: h.to_string().repeat(64),
+        };
+        let text = |a: &Anchor| format!("{}\n", serde_json::to_string(a).expect("json"));
+        let old = open_for_update(&path).expect("open");
+        old.replace(text(&anchor(12, 'a')).as_bytes())
+            .expect("write");
+        drop(old);
+
+        let writer = open_for_update(&path).expect("open");
+        // Torn: the new number before the new head.
+        let mut torn = text(&anchor(12, 'a')).into_bytes();
+        torn[..30].copy_from_slice(&text(&anchor(13, 'b')).as_bytes()[..30]);
+        writer.replace(&torn).expect("write");
+        let reader = std::thread::spawn({
+            let path = path.clone();
+            move || read_at(&path, "w")
+        });
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        writer
+            .replace(text(&anchor(13, 'b')).as_bytes())
+            .expect("write");
+        drop(writer);
+        let read = reader.join().expect("reader").expect("an anchor");
+        assert_eq!((read.seq, read.head), (13, "b".repeat(64)));
     }
 }

@@ -556,7 +556,7 @@ fn run_to(
         "paths": opts.paths.iter().map(|p| crate::hash::hex(p)).collect::<Vec<_>>(),
     });
     let t = crate::trace::span("commit safety checkpoint + intent");
-    let safety_seq = ws.ledger_mut().write(|tx| {
+    let safety_seq = ws.ledger_mut().write_leaving_anchor(|tx| {
         cap.stats.bytes_new += write_capture(tx, &cap)?;
         let safety = match head.as_ref().filter(|_| head_matches) {
             Some(h) => h.seq,

@@ -1101,3 +1101,79 @@ fn the_kept_anchor_is_private_under_any_umask_and_no_missing_home_is_made() {
     let said = doctor(&[("XDG_STATE_HOME", file.to_str().expect("utf8"))]);
     assert!(said.contains("cannot be written"), "{said}");
 }
+
+/// D356: a rewind's intent commit leaves the kept anchor where it was,
+/// and its HEAD commit moves it. Killed between the two, the anchor is
+/// behind the ledger, never ahead of it, so nothing says the history lost
+/// entries; the command that finishes the rewind brings it to the head.
+/// The anchor is one file, rewritten in place: no temporary names left.
+#[test]
+fn a_rewind_killed_after_its_intent_leaves_the_kept_anchor_behind_and_says_no_loss() {
+    let dir = common::tmp();
+    let root = dir.path();
+    let state = common::tmp();
+    let st = state.path().to_str().expect("utf8");
+    let env = [("XDG_STATE_HOME", st)];
+    let anchors = state.path().join("rewind/anchors");
+    let kept = || {
+        let files: Vec<PathBuf> = std::fs::read_dir(&anchors)
+            .expect("anchors")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert_eq!(
+            files.len(),
+            1,
+            "one anchor file, no temporary ones: {files:?}"
+        );
+        let text = std::fs::read_to_string(&files[0]).expect("read anchor");
+        let v: serde_json::Value = serde_json::from_str(text.trim()).expect("anchor JSON");
+        v["seq"].as_u64().expect("seq")
+    };
+    let head = || {
+        let out = common::rewind_env(root, &["--json", "verify"], &env);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("verify JSON");
+        v["head"]["seq"].as_u64().expect("head seq")
+    };
+    write(&root.join("a.txt"), b"one");
+    let out = common::rewind_env(root, &["--json", "checkpoint", "A"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let a = a["id"].as_str().expect("id").to_string();
+    let before = head();
+    assert_eq!(kept(), before, "a checkpoint keeps its head");
+
+    write(&root.join("a.txt"), b"two");
+    let out = common::rewind_env(
+        root,
+        &["rewind", &a],
+        &[
+            ("XDG_STATE_HOME", st),
+            ("REWIND_FAILPOINT", "rewind:after-intent"),
+        ],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "killed at the failpoint: {out:?}"
+    );
+    // The intent and its safety checkpoint are in the ledger, not in the
+    // anchor.
+    let mid = root.join(".rewind/ledger.db");
+    let c = Connection::open(&mid).expect("open");
+    let ledger_head: i64 = c
+        .query_row("SELECT MAX(seq) FROM chain", [], |r| r.get(0))
+        .expect("head");
+    drop(c);
+    assert!(ledger_head as u64 > before, "the intent was committed");
+    assert_eq!(kept(), before, "the intent commit left the anchor");
+
+    let out = common::rewind_env(root, &["--json", "status"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("lost"), "no loss is said: {said}");
+    assert_eq!(std::fs::read(root.join("a.txt")).expect("read"), b"one");
+    let after = head();
+    assert!(after > ledger_head as u64, "the rewind was finished");
+    assert_eq!(kept(), after, "the finishing commit kept the head");
+}
