@@ -53,6 +53,80 @@ const SETTLE_BATCH: usize = 256;
 /// waiting are settled before it is.
 const SETTLE_BEFORE: u64 = 16 << 20;
 
+/// Restored files made ahead of their apply (D357): a small plan's files,
+/// written into `.rewind/tmp/` on another thread while the rewind's
+/// intent commit waits for the disk. Nothing in the tree changes until
+/// the apply renames them into place, after the intent is durable (DESIGN
+/// §4 rule 3); those it does not use are unlinked when this is dropped,
+/// and a crash leaves them to the next command's cleanup of `tmp/`.
+#[derive(Default)]
+pub struct Staged {
+    tmp: Option<Dir>,
+    /// By the index of their change in the plan: temp name, open file,
+    /// and whether it was copied (not cloned).
+    files: std::collections::HashMap<usize, (std::ffi::OsString, std::fs::File, bool)>,
+}
+
+impl Staged {
+    /// At most this many files are made ahead, of at most this many bytes
+    /// in all: what one intent commit's wait covers. A bigger plan makes
+    /// its files in the apply, one at a time, as before.
+    const MAX_FILES: usize = 64;
+    const MAX_BYTES: u64 = 4 << 20;
+
+    /// Make the plan's files ahead, if it is small enough. A file that
+    /// cannot be made here (a full disk, an object missing) is left to the
+    /// apply, which says why.
+    pub fn stage(store: &ObjectStore, changes: &[Change]) -> Staged {
+        let _t = crate::trace::span("stage restored files");
+        let files: Vec<(usize, &crate::hash::Hash, u64)> = changes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c.new.as_ref().map(|e| (&e.target, e.size)) {
+                Some((Target::Object(h), size)) => Some((i, h, size)),
+                _ => None,
+            })
+            .collect();
+        let bytes: u64 = files.iter().map(|f| f.2).sum();
+        let Ok(tmp) = store.tmp_dir().try_clone() else {
+            return Staged::default();
+        };
+        let mut staged = Staged {
+            tmp: Some(tmp),
+            files: Default::default(),
+        };
+        if files.len() > Self::MAX_FILES || bytes > Self::MAX_BYTES {
+            return staged;
+        }
+        for (i, hash, size) in files {
+            match store.materialize(hash, size) {
+                Ok((name, file, how)) => {
+                    staged
+                        .files
+                        .insert(i, (name, file, how == CloneOutcome::Copied));
+                }
+                Err(_) => break,
+            }
+        }
+        staged
+    }
+
+    /// The file made ahead for the plan's change `i`, if any.
+    fn take(&mut self, i: usize) -> Option<(std::ffi::OsString, std::fs::File, bool)> {
+        self.files.remove(&i)
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(tmp) = &self.tmp {
+            for (name, _, _) in self.files.values() {
+                let _ = tmp.unlink(name);
+            }
+        }
+    }
+}
+
 /// The mtimes a rewind gives the files it writes, without `--exact-times`
 /// (D318): each its own, a microsecond apart just below the clock read
 /// before the apply, in the order of the mtimes the checkpoint recorded.
@@ -531,6 +605,7 @@ pub fn apply(
     opts: ApplyOptions,
     progress: &Progress,
     clock: &dyn Fn() -> i64,
+    mut staged: Staged,
 ) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
     let mut parents = Parents::for_writing(root);
@@ -634,7 +709,7 @@ pub fn apply(
         Some(clock) if !opts.exact_times => RestoredOrder::new(changes, clock),
         _ => RestoredOrder::default(),
     };
-    for ch in changes {
+    for (i, ch) in changes.iter().enumerate() {
         // Every entry, not only after a file: thousands of directories
         // made in a row kept a restored file waiting (helper-51).
         if report.restored.due() {
@@ -685,12 +760,16 @@ pub fn apply(
                 if report.restored.waiting() && new.size >= SETTLE_BEFORE {
                     report.restored.settle(root, clock());
                 }
-                let (tmp_name, file, copied) = match snapshot
-                    .map(|s| from_snapshot(s, store, &ch.path, new.size))
-                    .transpose()?
-                    .flatten()
-                {
-                    Some((n, f)) => (n, f, false),
+                let made = match staged.take(i) {
+                    Some(made) => Some(made),
+                    None => snapshot
+                        .map(|s| from_snapshot(s, store, &ch.path, new.size))
+                        .transpose()?
+                        .flatten()
+                        .map(|(n, f)| (n, f, false)),
+                };
+                let (tmp_name, file, copied) = match made {
+                    Some(made) => made,
                     None => {
                         let (n, f, how) = store.materialize(hash, new.size).map_err(|e| {
                             // Named for the file it was for, as the objects

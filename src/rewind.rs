@@ -556,51 +556,63 @@ fn run_to(
         "paths": opts.paths.iter().map(|p| crate::hash::hex(p)).collect::<Vec<_>>(),
     });
     let t = crate::trace::span("commit safety checkpoint + intent");
-    let safety_seq = ws.ledger_mut().write_leaving_anchor(|tx| {
-        cap.stats.bytes_new += write_capture(tx, &cap)?;
-        let safety = match head.as_ref().filter(|_| head_matches) {
-            Some(h) => h.seq,
-            None => insert_checkpoint(
-                tx,
-                &workspace_id,
-                &cap,
-                &NewCheckpoint {
-                    label: Some(&label),
-                    kind: "pre-rewind",
-                    parent: head.as_ref().map(|h| h.seq),
-                    changes: safety_changes,
-                },
-                safety_snapshot
-                    .as_ref()
-                    .map(|s| (s.seq, s.id.as_str(), s.created_at_ms)),
-                ws_engine,
-            )?,
-        };
-        if let Some(note) = &opts.report {
-            tx.set_note(safety, note)?;
-        }
-        let safety_id = tx.checkpoint_id(safety)?;
-        tx.event(
-            "rewind",
-            Fields::new()
-                .str("op", op.as_str())
-                .str("target", &target.id)
-                .bytes("target_root", &target.root.0)
-                .str("safety", &safety_id)
-                .bytes("from_root", &cap.root.0)
-                .str("fingerprint", &fp),
-        )?;
-        tx.set_intent(&Intent {
-            op: op.as_str().into(),
-            target: target.seq,
-            safety,
-            to_root: target.root,
-            options: intent_options.clone(),
-        })?;
-        tx.set_meta("head", &safety.to_string())?;
-        tx.probe_operations()?;
-        Ok(safety)
-    })?;
+    // The plan's files are made meanwhile, unless a snapshot is their
+    // source (D357).
+    let stage = snapshot::open(ws, &target.id)?.is_none();
+    let (committed, staged) = ws.commit_alongside(
+        |ledger| {
+            ledger.write_leaving_anchor(|tx| {
+                cap.stats.bytes_new += write_capture(tx, &cap)?;
+                let safety = match head.as_ref().filter(|_| head_matches) {
+                    Some(h) => h.seq,
+                    None => insert_checkpoint(
+                        tx,
+                        &workspace_id,
+                        &cap,
+                        &NewCheckpoint {
+                            label: Some(&label),
+                            kind: "pre-rewind",
+                            parent: head.as_ref().map(|h| h.seq),
+                            changes: safety_changes,
+                        },
+                        safety_snapshot
+                            .as_ref()
+                            .map(|s| (s.seq, s.id.as_str(), s.created_at_ms)),
+                        ws_engine,
+                    )?,
+                };
+                if let Some(note) = &opts.report {
+                    tx.set_note(safety, note)?;
+                }
+                let safety_id = tx.checkpoint_id(safety)?;
+                tx.event(
+                    "rewind",
+                    Fields::new()
+                        .str("op", op.as_str())
+                        .str("target", &target.id)
+                        .bytes("target_root", &target.root.0)
+                        .str("safety", &safety_id)
+                        .bytes("from_root", &cap.root.0)
+                        .str("fingerprint", &fp),
+                )?;
+                tx.set_intent(&Intent {
+                    op: op.as_str().into(),
+                    target: target.seq,
+                    safety,
+                    to_root: target.root,
+                    options: intent_options.clone(),
+                })?;
+                tx.set_meta("head", &safety.to_string())?;
+                tx.probe_operations()?;
+                Ok(safety)
+            })
+        },
+        |store| match stage {
+            true => apply::Staged::stage(store, &changes),
+            false => apply::Staged::default(),
+        },
+    );
+    let safety_seq = committed?;
     // From the intent to the commit, a Ctrl-C waits for the last change.
     let finish_first = finish_first();
     let mut kept = cap.objects_kept();
@@ -628,7 +640,7 @@ fn run_to(
     }
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
-        let report = apply_plan(ws, &target.id, &trees, &changes, aopts);
+        let report = apply_plan(ws, &target.id, &trees, &changes, aopts, staged);
         // The safety capture's nodes were committed in step 3.
         ws.ledger().remember_nodes(trees.into_overlay());
         report
@@ -1149,7 +1161,7 @@ fn reapply_from_live(
             changes.dedup_by(|a, b| a.path == b.path);
         }
     }
-    let mut report = apply_plan(ws, target_id, &trees, &changes, aopts)?;
+    let mut report = apply_plan(ws, target_id, &trees, &changes, aopts, Default::default())?;
     report.kept.extend(kept);
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
@@ -1206,6 +1218,7 @@ fn apply_plan(
     trees: &Trees<'_>,
     changes: &[Change],
     aopts: ApplyOptions,
+    staged: apply::Staged,
 ) -> Result<ApplyReport> {
     let progress = ws.progress("restoring");
     let source = snapshot::open(ws, target_id)?;
@@ -1219,6 +1232,7 @@ fn apply_plan(
             aopts,
             &progress,
             &|| ws.clock_past_now(),
+            staged,
         )
     })
 }

@@ -924,6 +924,26 @@ impl Workspace {
         &mut self.ledger
     }
 
+    /// Run `commit` on the ledger while `alongside` works with the object
+    /// store on another thread: a rewind's files are made while its intent
+    /// commit waits for the disk (D357). The store reads objects through a
+    /// connection of its own, never the one committing.
+    pub(crate) fn commit_alongside<T, S: Send>(
+        &mut self,
+        commit: impl FnOnce(&mut Ledger) -> Result<T>,
+        alongside: impl FnOnce(&ObjectStore) -> S + Send,
+    ) -> (Result<T>, S) {
+        let (ledger, store) = (&mut self.ledger, &self.store);
+        std::thread::scope(|s| {
+            let side = s.spawn(|| alongside(store));
+            let out = commit(ledger);
+            match side.join() {
+                Ok(made) => (out, made),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
     pub fn fs(&self) -> FsInfo {
         self.fs
     }

@@ -862,3 +862,48 @@ fn one_interrupt_mid_rewind_in_mcp_answers_the_call_then_ends_the_server() {
     );
     assert_same("the rewind finished", &snap_a, &snapshot(root));
 }
+
+/// D357: a rewind makes its files in `.rewind/tmp/` while its intent
+/// commit waits for the disk, and renames them into the tree only once
+/// the intent is durable. Stopped right after the intent, the plan's
+/// files are in `tmp/` and the tree is as it was; killed there, the next
+/// command finishes the rewind and leaves `tmp/` empty.
+#[test]
+fn a_rewinds_files_wait_in_tmp_until_its_intent_is_durable_and_a_kill_there_leaves_none() {
+    let dir = common::tmp();
+    let root = dir.path();
+    for f in 0..10 {
+        write(
+            &root.join(format!("d{}/f{f}.txt", f % 3)),
+            format!("checkpointed {f}\n").repeat(40).as_bytes(),
+        );
+    }
+    let a = checkpoint_id(root, &["A"]);
+    let snap_a = snapshot(root);
+    for f in 0..10 {
+        write(
+            &root.join(format!("d{}/f{f}.txt", f % 3)),
+            format!("edited {f}\n").as_bytes(),
+        );
+    }
+    let before = snapshot(root);
+
+    let child = common::spawn_stopped_at(root, &["rewind", &a], "rewind:after-intent");
+    let waiting = common::temp_leftovers(root);
+    assert_eq!(
+        waiting.len(),
+        10,
+        "the plan's ten files wait in tmp/: {waiting:?}"
+    );
+    assert_eq!(snapshot(root), before, "the tree is as it was");
+    // SAFETY: kill(2) on the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(killed(&out), "{out:?}");
+
+    let which = check_invariants(root, "killed after the intent", &[("A", &snap_a)]);
+    assert_eq!(which, 0);
+    assert_same("finished", &snap_a, &snapshot(root));
+}

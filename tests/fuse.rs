@@ -3295,7 +3295,10 @@ const USER_MOUNT_SCRIPT: &str = r#"
 set -u
 ws=$1; view=$2; rw=$3; aux=$4
 for b in setpriv env mount sh; do cp "$(command -v $b)" "$aux/" || { echo "FAIL: copy $b"; exit 2; }; done
-user() { "$aux/setpriv" --reuid=65534 --regid=65534 --clear-groups "$aux/env" -i HOME=/nonexistent PATH=/nonexistent "$rw" "$@"; }
+# Its runtime directory its own, not /tmp/rewind-65534: /tmp may not be
+# open to every user where the test runs.
+mkdir -p "$aux/run" && chown 65534:65534 "$aux/run" && chmod 700 "$aux/run" || { echo "FAIL: runtime dir"; exit 2; }
+user() { "$aux/setpriv" --reuid=65534 --regid=65534 --clear-groups "$aux/env" -i HOME=/nonexistent PATH=/nonexistent XDG_RUNTIME_DIR="$aux/run" "$rw" "$@"; }
 echo "OVER $(user --json -C "$ws" mount 2>/dev/null)"
 mknod "$aux/fuse" c 10 229 && chmod 666 "$aux/fuse" && mount --bind "$aux/fuse" /dev/fuse || { echo "FAIL: /dev/fuse"; exit 2; }
 mounted() { while read -r _ _ _ _ mp _; do [ "$mp" = "$view" ] && return 0; done < /proc/self/mountinfo; return 1; }
