@@ -88,6 +88,9 @@ impl Staged {
             })
             .collect();
         let bytes: u64 = files.iter().map(|f| f.2).sum();
+        if files.len() > Self::MAX_FILES || bytes > Self::MAX_BYTES {
+            return Staged::default();
+        }
         let Ok(tmp) = store.tmp_dir().try_clone() else {
             return Staged::default();
         };
@@ -95,9 +98,6 @@ impl Staged {
             tmp: Some(tmp),
             files: Default::default(),
         };
-        if files.len() > Self::MAX_FILES || bytes > Self::MAX_BYTES {
-            return staged;
-        }
         for (i, hash, size) in files {
             match store.materialize(hash, size) {
                 Ok((name, file, how)) => {

@@ -558,7 +558,8 @@ fn run_to(
     let t = crate::trace::span("commit safety checkpoint + intent");
     // The plan's files are made meanwhile, unless a snapshot is their
     // source (D357).
-    let stage = snapshot::open(ws, &target.id)?.is_none();
+    let source = snapshot::open(ws, &target.id)?;
+    let stage = source.is_none();
     let (committed, staged) = ws.commit_alongside(
         |ledger| {
             ledger.write_leaving_anchor(|tx| {
@@ -640,7 +641,7 @@ fn run_to(
     }
     let report = {
         let trees = Trees::with_overlay(ws.ledger(), overlay).with_target(target.root);
-        let report = apply_plan(ws, &target.id, &trees, &changes, aopts, staged);
+        let report = apply_plan(ws, source.as_ref(), &trees, &changes, aopts, staged);
         // The safety capture's nodes were committed in step 3.
         ws.ledger().remember_nodes(trees.into_overlay());
         report
@@ -1161,7 +1162,15 @@ fn reapply_from_live(
             changes.dedup_by(|a, b| a.path == b.path);
         }
     }
-    let mut report = apply_plan(ws, target_id, &trees, &changes, aopts, Default::default())?;
+    let source = snapshot::open(ws, target_id)?;
+    let mut report = apply_plan(
+        ws,
+        source.as_ref(),
+        &trees,
+        &changes,
+        aopts,
+        Default::default(),
+    )?;
     report.kept.extend(kept);
     // An earlier apply (interrupted, or by a crashed process) changed
     // entries this plan no longer lists: only a `syncfs` covers them.
@@ -1210,23 +1219,22 @@ fn parents_made_since(
     Ok(out)
 }
 
-/// Apply a plan towards checkpoint `target_id`, cloning from its btrfs
-/// snapshot when it has one.
+/// Apply a plan, cloning from `source`, the target's btrfs snapshot, when
+/// it has one; `staged`: files made ahead of it (D357).
 fn apply_plan(
     ws: &Workspace,
-    target_id: &str,
+    source: Option<&rewind_platform::Dir>,
     trees: &Trees<'_>,
     changes: &[Change],
     aopts: ApplyOptions,
     staged: apply::Staged,
 ) -> Result<ApplyReport> {
     let progress = ws.progress("restoring");
-    let source = snapshot::open(ws, target_id)?;
     ws.store().in_one_read(|| {
         apply::apply(
             ws.root_dir(),
             ws.store(),
-            source.as_ref(),
+            source,
             trees,
             changes,
             aopts,

@@ -56,7 +56,7 @@ pub use process::{
     return_big_frees_to_the_system, shared_writable_mappings, sigbus_json, spawn_tied, stop_self,
     terminate_between_jobs, works_beneath, writers_of,
 };
-pub use record::{LockedRecord, RECORD_PAD};
+pub use record::LockedRecord;
 pub use system::{boot_id, clocks_ns, dirty_bytes, fd_headroom, raise_fd_limit, swap_files_under};
 pub use xattr::Xattr;
 pub use xfs::{xfs_bulkstat_ranges, xfs_chunk_ranges};

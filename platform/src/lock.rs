@@ -32,20 +32,17 @@ impl LockFile {
         if let Some(h) = crate::Heir::of(dir)? {
             h.give_fd(&file, &path)?;
         }
-        let start = Instant::now();
-        loop {
-            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => break,
-                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {
-                    if start.elapsed() >= timeout {
-                        let mut s = String::new();
-                        let _ = file.read_to_string(&mut s);
-                        return Ok(Err(s.trim().parse().ok()));
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => return Err(Error::new("lock", &path, e)),
-            }
+        let taken = flock_polling(
+            &file,
+            FlockOperation::NonBlockingLockExclusive,
+            timeout,
+            Duration::from_millis(5),
+        )
+        .map_err(|e| Error::new("lock", &path, e))?;
+        if !taken {
+            let mut s = String::new();
+            let _ = file.read_to_string(&mut s);
+            return Ok(Err(s.trim().parse().ok()));
         }
         // Record the holder for the "who holds it" message; best effort.
         // A long-lived holder (the command server, `rewind mcp`) finds its
@@ -70,5 +67,29 @@ impl LockFile {
     /// it opened before is gone with it.
     pub fn is_deleted(&self) -> bool {
         rustix::fs::fstat(&self._file).is_ok_and(|st| st.st_nlink == 0)
+    }
+}
+
+/// Take the non-blocking `flock` operation `op` on `file`, trying again
+/// every `every` while another holds it, for up to `timeout`: whether it
+/// was taken. Errors other than "held" are returned.
+pub(crate) fn flock_polling(
+    file: &File,
+    op: FlockOperation,
+    timeout: Duration,
+    every: Duration,
+) -> rustix::io::Result<bool> {
+    let start = Instant::now();
+    loop {
+        match flock(file, op) {
+            Ok(()) => return Ok(true),
+            Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR) => {
+                if start.elapsed() >= timeout {
+                    return Ok(false);
+                }
+                std::thread::sleep(every);
+            }
+            Err(e) => return Err(e),
+        }
     }
 }

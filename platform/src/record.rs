@@ -12,13 +12,13 @@
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rustix::fs::{FlockOperation, flock};
+use rustix::fs::FlockOperation;
 
 /// Every record is padded with spaces to at least this many bytes (a
 /// sector's half: written in one piece).
-pub const RECORD_PAD: usize = 256;
+const RECORD_PAD: usize = 256;
 
 /// How long a lock is waited for before going on without it: a holder
 /// stopped (SIGSTOP) must not stop every other command. Records are
@@ -107,13 +107,7 @@ impl LockedRecord {
 /// Take `op` on `file`, retrying while another holds it, up to
 /// [`LOCK_WAIT`]; then go on without it.
 fn lock(file: &File, op: FlockOperation) {
-    let start = Instant::now();
-    while let Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR) = flock(file, op) {
-        if start.elapsed() >= LOCK_WAIT {
-            return;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    let _ = crate::lock::flock_polling(file, op, LOCK_WAIT, Duration::from_micros(200));
 }
 
 #[cfg(test)]
